@@ -1,0 +1,3 @@
+module github.com/ffscan/ffscan
+
+go 1.26.8
