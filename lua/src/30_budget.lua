@@ -1,0 +1,188 @@
+-- Budgets (hash tag {b:M}): definition, usage reports checked against hard
+-- and soft limits, and periodic resets. Every stored time is the caller's
+-- ARGV now_ms, never server time: budget scanners and reporters run on their
+-- own clocks and the stored values must line up with what they passed.
+
+-- One table for this file's private helpers keeps the chunk's top-level
+-- local count (Lua 5.1 allows 200) down to one.
+local ffbudget = {}
+
+-- Integers leave this file as plain decimal strings; tostring would switch
+-- to %.14g exponent form above 14 digits.
+function ffbudget.int_str(v)
+  return string.format('%d', v)
+end
+
+-- ff_create_budget
+-- KEYS: def, limits, usage, resets, policies
+-- ARGV: bid, scope_type, scope_id, enforcement_mode, on_hard, on_soft,
+--       reset_interval_ms, now_ms, n, dim x n, hard x n, soft x n
+redis.register_function('ff_create_budget', function(keys, args)
+  local bid = args[1]
+  local interval = tonumber(args[7])
+  if args[7] == nil or args[7] == '' then interval = 0 end
+  local now = tonumber(args[8])
+  local n = tonumber(args[9])
+  if interval == nil then
+    return {0, 'invalid_input', 'reset_interval_ms must be a number, got: ' .. tostring(args[7])}
+  end
+  if now == nil then
+    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[8])}
+  end
+  if n == nil or n < 0 or #args < 9 + 3 * n then
+    return {0, 'invalid_input', 'dimension count does not match the arguments'}
+  end
+
+  -- The partition index lists every budget homed here, and is kept even when
+  -- the definition already exists (a lost SADD heals on the next create).
+  redis.call('SADD', keys[5], bid)
+  if redis.call('EXISTS', keys[1]) == 1 then
+    return {1, 'ALREADY_SATISFIED', bid}
+  end
+
+  redis.call('HSET', keys[1],
+    'budget_id', bid,
+    'scope_type', args[2],
+    'scope_id', args[3],
+    'enforcement_mode', args[4],
+    'on_hard_limit', args[5],
+    'on_soft_limit', args[6],
+    'reset_interval_ms', interval,
+    'breach_count', 0,
+    'soft_breach_count', 0,
+    'created_at', now,
+    'last_updated_at', now)
+
+  for i = 1, n do
+    local dim = args[9 + i]
+    redis.call('HSET', keys[2],
+      'hard:' .. dim, args[9 + n + i],
+      'soft:' .. dim, args[9 + 2 * n + i])
+  end
+
+  if interval > 0 then
+    local next_reset = now + interval
+    redis.call('HSET', keys[1], 'next_reset_at', next_reset)
+    redis.call('ZADD', keys[4], next_reset, bid)
+  end
+  return {1, 'OK', bid}
+end)
+
+-- ff_report_usage_and_check
+-- KEYS: usage, limits, def
+-- ARGV: n, dim x n, delta x n, now_ms, dedup_key ("" = no dedup)
+-- Replies OK, ALREADY_APPLIED, SOFT_BREACH dim current limit, or
+-- HARD_BREACH dim current limit. A hard breach is a success row that applies
+-- nothing but still counts the breach.
+redis.register_function('ff_report_usage_and_check', function(keys, args)
+  local n = tonumber(args[1])
+  if n == nil or n < 0 or #args < 3 + 2 * n then
+    return {0, 'invalid_input', 'dimension count does not match the arguments'}
+  end
+  local now = tonumber(args[2 + 2 * n])
+  if now == nil then
+    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[2 + 2 * n])}
+  end
+  local dedup_key = args[3 + 2 * n] or ''
+
+  local deltas = {}
+  for i = 1, n do
+    local d = tonumber(args[1 + n + i])
+    if d == nil then
+      return {0, 'invalid_input', 'delta must be a number, got: ' .. tostring(args[1 + n + i])}
+    end
+    deltas[i] = d
+  end
+
+  if dedup_key ~= '' and redis.call('EXISTS', dedup_key) == 1 then
+    return {1, 'ALREADY_APPLIED'}
+  end
+
+  -- Hard limits first, for every dimension, so a breaching report leaves
+  -- all dimensions untouched (all-or-nothing).
+  for i = 1, n do
+    local dim = args[1 + i]
+    local hard_raw = redis.call('HGET', keys[2], 'hard:' .. dim)
+    local hard = tonumber(hard_raw) or 0
+    if hard > 0 then
+      local cur_raw = redis.call('HGET', keys[1], dim)
+      local cur = tonumber(cur_raw) or 0
+      if cur + deltas[i] > hard then
+        redis.call('HINCRBY', keys[3], 'breach_count', 1)
+        redis.call('HSET', keys[3],
+          'last_breach_at', now,
+          'last_breach_dim', dim,
+          'last_updated_at', now)
+        return {1, 'HARD_BREACH', dim, cur_raw or '0', hard_raw}
+      end
+    end
+  end
+
+  local totals = {}
+  for i = 1, n do
+    totals[i] = redis.call('HINCRBY', keys[1], args[1 + i], deltas[i])
+  end
+
+  -- The increment stands; only the first dimension over its soft limit is
+  -- reported.
+  local reply = {1, 'OK'}
+  for i = 1, n do
+    local dim = args[1 + i]
+    local soft_raw = redis.call('HGET', keys[2], 'soft:' .. dim)
+    local soft = tonumber(soft_raw) or 0
+    if soft > 0 and totals[i] > soft then
+      redis.call('HINCRBY', keys[3], 'soft_breach_count', 1)
+      reply = {1, 'SOFT_BREACH', dim, ffbudget.int_str(totals[i]), soft_raw}
+      break
+    end
+  end
+
+  redis.call('HSET', keys[3], 'last_updated_at', now)
+  -- Marked only once the report is applied: a hard-breached report was not
+  -- applied, so replaying it re-evaluates it.
+  if dedup_key ~= '' then
+    redis.call('SET', dedup_key, '1', 'PX', 86400000)
+  end
+  return reply
+end)
+
+-- ff_reset_budget
+-- KEYS: def, usage, resets
+-- ARGV: bid, now_ms
+-- Zeroes every usage field and reschedules from now_ms (or unschedules a
+-- budget whose interval is 0). Replies the next reset time ("0" = none).
+redis.register_function('ff_reset_budget', function(keys, args)
+  local bid = args[1]
+  local now = tonumber(args[2])
+  if now == nil then
+    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[2])}
+  end
+
+  local fields = redis.call('HKEYS', keys[2])
+  if #fields > 0 then
+    local cmd = {'HSET', keys[2]}
+    for _, f in ipairs(fields) do
+      cmd[#cmd + 1] = f
+      cmd[#cmd + 1] = '0'
+    end
+    redis.call(unpack(cmd))
+  end
+
+  redis.call('HINCRBY', keys[1], 'reset_count', 1)
+  redis.call('HSET', keys[1],
+    'last_reset_at', now,
+    'last_updated_at', now,
+    'last_breach_at', '',
+    'last_breach_dim', '')
+
+  local interval = tonumber(redis.call('HGET', keys[1], 'reset_interval_ms')) or 0
+  local next_reset = 0
+  if interval > 0 then
+    next_reset = now + interval
+    redis.call('HSET', keys[1], 'next_reset_at', next_reset)
+    redis.call('ZADD', keys[3], next_reset, bid)
+  else
+    redis.call('ZREM', keys[3], bid)
+  end
+  return {1, 'OK', ffbudget.int_str(next_reset)}
+end)
