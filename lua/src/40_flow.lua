@@ -1,0 +1,626 @@
+-- Flows (hash tag of the flow's {fp:N}): flow containers, dependency edges
+-- and their resolution on the child, flow eligibility, and cancel_flow.
+-- A flow's members live on the flow's partition, so exec_core and the flow
+-- keys of one call always share a slot; keys this file builds itself (edge
+-- hashes, sibling cores, out-sets) are taken from the tag of a KEYS entry.
+--
+-- Clocks: create/add/cancel_flow stamp server time and ignore their ARGV
+-- now_ms; staging, applying, resolving and promoting use the ARGV now_ms
+-- (the callers resolve on their own clocks and the vectors pin that).
+
+-- One table for this file's private helpers keeps the chunk's top-level
+-- local count (Lua 5.1 allows 200) down to one.
+local ffflow = {}
+
+function ffflow.server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Missing, false (a nil reply) and "" all mean "not set".
+function ffflow.is_set(v)
+  return v ~= nil and v ~= false and v ~= ''
+end
+
+function ffflow.int_str(v)
+  return string.format('%d', v)
+end
+
+function ffflow.hash(key)
+  local flat = redis.call('HGETALL', key)
+  local h = {}
+  for i = 1, #flat, 2 do
+    h[flat[i]] = flat[i + 1]
+  end
+  return h
+end
+
+-- The first {...} group of a key: the slot tag every built key must reuse.
+function ffflow.tag_of(key)
+  return string.match(key, '{[^}]*}')
+end
+
+function ffflow.flow_is_terminal(state)
+  return state == 'cancelled' or state == 'completed' or state == 'failed'
+end
+
+-- Eligible-set score: higher priority first, then FIFO by creation time.
+function ffflow.eligible_score(core)
+  local p = tonumber(core.priority) or 0
+  if p < 0 then p = 0 elseif p > 9000 then p = 9000 end
+  return -(p * 1000000000000) + (tonumber(core.created_at) or 0)
+end
+
+function ffflow.not_terminal(core)
+  return core.lifecycle_phase ~= 'terminal'
+    and (not ffflow.is_set(core.terminal_outcome) or core.terminal_outcome == 'none')
+end
+
+function ffflow.publish_completion(eid, fid, outcome)
+  redis.call('PUBLISH', 'ff:dag:completions',
+    cjson.encode({execution_id = eid, flow_id = fid, outcome = outcome}))
+end
+
+-- A dependency-blocked child whose dependencies are met becomes claimable.
+-- attempt_state is kept (a resumed or replayed child must keep its kind of
+-- next attempt) except that "none" becomes a pending first attempt.
+function ffflow.release_child(core_key, core, eid, eligible_key, blocked_key, now)
+  if core.lifecycle_phase ~= 'runnable' or core.ownership_state ~= 'unowned'
+      or not ffflow.not_terminal(core)
+      or core.eligibility_state ~= 'blocked_by_dependencies' then
+    return false
+  end
+  local attempt_state = core.attempt_state
+  if not ffflow.is_set(attempt_state) or attempt_state == 'none' then
+    attempt_state = 'pending_first_attempt'
+  end
+  redis.call('HSET', core_key,
+    'eligibility_state', 'eligible_now',
+    'blocking_reason', 'waiting_for_worker',
+    'blocking_detail', '',
+    'public_state', 'waiting',
+    'attempt_state', attempt_state,
+    'last_transition_at', now,
+    'last_mutation_at', now)
+  redis.call('ZREM', blocked_key, eid)
+  redis.call('ZADD', eligible_key, ffflow.eligible_score(core), eid)
+  return true
+end
+
+-- A child whose dependencies can no longer be met is skipped: terminal with
+-- outcome skipped at the caller's now. A running or interrupted attempt is
+-- ended; its lease and active-index entries are left for the scanners.
+-- KEYS as ff_resolve_dependency's.
+function ffflow.skip_child(keys, core, eid, now)
+  local had_attempt = core.attempt_state == 'running_attempt'
+    or core.attempt_state == 'attempt_interrupted'
+  if had_attempt then
+    if redis.call('EXISTS', keys[8]) == 1 then
+      redis.call('HSET', keys[8],
+        'attempt_state', 'ended_cancelled',
+        'ended_at', now,
+        'failure_reason', 'dependency_impossible')
+    end
+    if redis.call('EXISTS', keys[9]) == 1
+        and not ffflow.is_set(redis.call('HGET', keys[9], 'closed_at')) then
+      redis.call('HSET', keys[9],
+        'closed_at', now,
+        'closed_reason', 'dependency_impossible')
+    end
+  end
+  redis.call('HSET', keys[1],
+    'lifecycle_phase', 'terminal',
+    'eligibility_state', 'not_applicable',
+    'blocking_reason', 'none',
+    'blocking_detail', '',
+    'terminal_outcome', 'skipped',
+    'attempt_state', had_attempt and 'attempt_terminal' or 'none',
+    'public_state', 'skipped',
+    'completed_at', now,
+    'last_transition_at', now,
+    'last_mutation_at', now)
+  redis.call('ZREM', keys[7], eid)
+  redis.call('ZADD', keys[6], now, eid)
+  if ffflow.is_set(core.flow_id) and ffflow.is_set(core.execution_id) then
+    ffflow.publish_completion(core.execution_id, core.flow_id, 'skipped')
+  end
+end
+
+-- Upstreams of the child's other inbound edges that are still running:
+-- the siblings a fired any_of/quorum group asks the dispatcher to cancel.
+-- Sorted edge order keeps the snapshot deterministic.
+function ffflow.running_siblings(keys, fid, edge_id)
+  local exec_tag = ffflow.tag_of(keys[1])
+  local edge_prefix = 'ff:flow:' .. ffflow.tag_of(keys[13]) .. ':' .. fid .. ':edge:'
+  local edges = redis.call('SMEMBERS', keys[13])
+  table.sort(edges)
+  local out, seen = {}, {}
+  for _, e in ipairs(edges) do
+    if e ~= edge_id then
+      local up = redis.call('HGET', edge_prefix .. e, 'upstream_execution_id')
+      if ffflow.is_set(up) and not seen[up] then
+        seen[up] = true
+        local phase = redis.call('HGET', 'ff:exec:' .. exec_tag .. ':' .. up .. ':core', 'lifecycle_phase')
+        if ffflow.is_set(phase) and phase ~= 'terminal' then
+          out[#out + 1] = up
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- any_of / quorum resolution. The dep is already marked and SREMed.
+-- unsatisfied_required_count is deliberately left alone under these
+-- policies; the group counters decide.
+function ffflow.resolve_group(keys, args, core, dep, variant, now)
+  local edge_id, outcome, fid, eid = args[1], args[2], args[4], args[5]
+  local success = outcome == 'success'
+  local counter = 'failed'
+  if success then counter = 'succeeded' elseif outcome == 'skipped' then counter = 'skipped' end
+
+  redis.call('HSET', keys[2], 'last_dependency_update_at', now)
+  redis.call('HINCRBY', keys[12], counter, 1)
+  local g = ffflow.hash(keys[12])
+  local n = tonumber(g.n) or 0
+  local succeeded = tonumber(g.succeeded) or 0
+  local failed = tonumber(g.failed) or 0
+  local skipped = tonumber(g.skipped) or 0
+  if succeeded + failed + skipped > n then
+    return {0, 'invariant_violation', 'edge group resolved more edges than it has'}
+  end
+  -- A group fires once; later resolutions only count.
+  if g.group_state ~= 'pending' then
+    return {1, 'OK', 'already_fired', ''}
+  end
+
+  if success and ffflow.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
+    redis.call('COPY', keys[11], keys[10], 'REPLACE')
+  end
+
+  local k = 1
+  if variant == 'quorum' then k = tonumber(g.k) or 0 end
+  local verdict
+  if succeeded >= k then
+    verdict = 'satisfied'
+  elseif failed + skipped > n - k then
+    verdict = 'impossible'
+  else
+    return {1, 'OK', 'pending', ''}
+  end
+
+  redis.call('HSET', keys[12], 'group_state', verdict)
+  if verdict == 'satisfied' then
+    redis.call('HSET', keys[12], 'satisfied_at', now)
+  end
+  if g.on_satisfied == 'cancel_remaining' then
+    local reason = 'sibling_quorum_satisfied'
+    if verdict == 'impossible' then reason = 'sibling_quorum_impossible' end
+    redis.call('HSET', keys[12],
+      'cancel_siblings_pending_flag', 'true',
+      'cancel_siblings_reason', reason,
+      'cancel_siblings_pending_members', table.concat(ffflow.running_siblings(keys, fid, edge_id), '|'))
+    redis.call('SADD', keys[14], fid .. '|' .. eid)
+  end
+
+  if verdict == 'satisfied' then
+    ffflow.release_child(keys[1], core, eid, keys[5], keys[7], now)
+    return {1, 'OK', 'satisfied', ''}
+  end
+  if ffflow.not_terminal(core) then
+    ffflow.skip_child(keys, core, eid, now)
+    return {1, 'OK', 'impossible', 'child_skipped'}
+  end
+  return {1, 'OK', 'impossible', ''}
+end
+
+-- ff_create_flow
+-- KEYS: flow core, members, flow_index
+-- ARGV: fid, kind, namespace, now_ms (ignored: server time)
+redis.register_function('ff_create_flow', function(keys, args)
+  local fid = args[1]
+  -- Indexed before the existence check so a lost SADD heals on retry.
+  redis.call('SADD', keys[3], fid)
+  if redis.call('EXISTS', keys[1]) == 1 then
+    return {1, 'ALREADY_SATISFIED', fid}
+  end
+  local now = ffflow.server_now()
+  redis.call('HSET', keys[1],
+    'flow_id', fid,
+    'flow_kind', args[2],
+    'namespace', args[3],
+    'graph_revision', 0,
+    'node_count', 0,
+    'edge_count', 0,
+    'public_flow_state', 'open',
+    'created_at', now,
+    'last_mutation_at', now)
+  return {1, 'OK', fid}
+end)
+
+-- ff_add_execution_to_flow
+-- KEYS: flow core, members, flow_index, exec core
+-- ARGV: fid, eid, now_ms (ignored: server time)
+redis.register_function('ff_add_execution_to_flow', function(keys, args)
+  local fid, eid = args[1], args[2]
+  local flow = ffflow.hash(keys[1])
+  if next(flow) == nil then
+    return {0, 'flow_not_found'}
+  end
+  if redis.call('SISMEMBER', keys[2], eid) == 1 then
+    return {1, 'ALREADY_SATISFIED', eid, flow.node_count or '0'}
+  end
+  if ffflow.flow_is_terminal(flow.public_flow_state) then
+    return {0, 'flow_already_terminal'}
+  end
+  if redis.call('EXISTS', keys[4]) == 0 then
+    return {0, 'execution_not_found'}
+  end
+  local current = redis.call('HGET', keys[4], 'flow_id')
+  if ffflow.is_set(current) then
+    if current == fid then
+      return {1, 'ALREADY_SATISFIED', eid, flow.node_count or '0'}
+    end
+    -- The owning flow is part of the code string itself (a FlowFabric quirk).
+    return {0, 'already_member_of_different_flow:' .. current}
+  end
+
+  local now = ffflow.server_now()
+  redis.call('SADD', keys[3], fid)
+  redis.call('SADD', keys[2], eid)
+  redis.call('HSET', keys[4], 'flow_id', fid)
+  local nodes = redis.call('HINCRBY', keys[1], 'node_count', 1)
+  redis.call('HINCRBY', keys[1], 'graph_revision', 1)
+  redis.call('HSET', keys[1], 'last_mutation_at', now)
+  return {1, 'OK', eid, ffflow.int_str(nodes)}
+end)
+
+-- ff_stage_dependency_edge
+-- KEYS: flow core, members, edge, out(upstream), in(downstream), grant (unused)
+-- ARGV: fid, edge_id, upstream eid, downstream eid, kind, data_ref,
+--       expected graph_revision, now_ms
+redis.register_function('ff_stage_dependency_edge', function(keys, args)
+  local fid, edge_id, up, down = args[1], args[2], args[3], args[4]
+  local kind, data_ref, expected = args[5], args[6] or '', args[7]
+  local now = tonumber(args[8])
+  if now == nil then
+    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[8])}
+  end
+  if up == down then
+    return {0, 'self_referencing_edge'}
+  end
+  local flow = ffflow.hash(keys[1])
+  if next(flow) == nil then
+    return {0, 'flow_not_found'}
+  end
+  if ffflow.flow_is_terminal(flow.public_flow_state) then
+    return {0, 'flow_already_terminal'}
+  end
+  -- Optimistic concurrency on the graph: an exact string match.
+  if flow.graph_revision ~= expected then
+    return {0, 'stale_graph_revision'}
+  end
+  if redis.call('SISMEMBER', keys[2], up) == 0 or redis.call('SISMEMBER', keys[2], down) == 0 then
+    return {0, 'execution_not_in_flow'}
+  end
+  if redis.call('EXISTS', keys[3]) == 1 then
+    return {0, 'dependency_already_exists'}
+  end
+
+  -- The new edge closes a cycle iff the upstream is reachable from the
+  -- downstream. Breadth-first over out-sets; past 1000 nodes we refuse
+  -- rather than risk admitting a cycle.
+  local prefix = string.sub(keys[1], 1, -6) -- the flow core key without ':core'
+  local seen, queue, head = {[down] = true}, {down}, 1
+  while head <= #queue do
+    if head > 1000 then
+      return {0, 'cycle_detected'}
+    end
+    local node = queue[head]
+    head = head + 1
+    for _, e in ipairs(redis.call('SMEMBERS', prefix .. ':out:' .. node)) do
+      local nxt = redis.call('HGET', prefix .. ':edge:' .. e, 'downstream_execution_id')
+      if nxt == up then
+        return {0, 'cycle_detected'}
+      end
+      if ffflow.is_set(nxt) and not seen[nxt] then
+        seen[nxt] = true
+        queue[#queue + 1] = nxt
+      end
+    end
+  end
+
+  if not ffflow.is_set(kind) then kind = 'success_only' end
+  redis.call('HSET', keys[3],
+    'edge_id', edge_id,
+    'flow_id', fid,
+    'upstream_execution_id', up,
+    'downstream_execution_id', down,
+    'dependency_kind', kind,
+    'satisfaction_condition', 'all_required',
+    'data_passing_ref', data_ref,
+    'edge_state', 'pending',
+    'created_at', now,
+    'created_by', 'engine')
+  redis.call('SADD', keys[4], edge_id)
+  redis.call('SADD', keys[5], edge_id)
+  local rev = redis.call('HINCRBY', keys[1], 'graph_revision', 1)
+  redis.call('HINCRBY', keys[1], 'edge_count', 1)
+  redis.call('HSET', keys[1], 'last_mutation_at', now)
+  return {1, 'OK', edge_id, ffflow.int_str(rev)}
+end)
+
+-- ff_apply_dependency_to_child
+-- KEYS: exec core, deps_meta, deps_unresolved, dep, eligible,
+--       blocked:dependencies, deps_all_edges, edgegroup
+-- ARGV: fid, edge_id, upstream eid, graph revision, kind, data_ref, now_ms
+redis.register_function('ff_apply_dependency_to_child', function(keys, args)
+  local fid, edge_id, up, rev = args[1], args[2], args[3], args[4]
+  local kind, data_ref = args[5], args[6] or ''
+  local now = tonumber(args[7])
+  if now == nil then
+    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[7])}
+  end
+  local core = ffflow.hash(keys[1])
+  if next(core) == nil then
+    return {0, 'execution_not_found'}
+  end
+  if ffflow.is_set(core.flow_id) and core.flow_id ~= fid then
+    return {0, 'execution_not_in_flow'}
+  end
+  -- One application per edge: the dep hash is the marker.
+  if redis.call('EXISTS', keys[4]) == 1 then
+    return {1, 'OK', 'already_applied'}
+  end
+
+  local eid = core.execution_id
+  if not ffflow.is_set(kind) then kind = 'success_only' end
+  redis.call('HSET', keys[4],
+    'edge_id', edge_id,
+    'flow_id', fid,
+    'upstream_execution_id', up,
+    'downstream_execution_id', eid,
+    'dependency_kind', kind,
+    'state', 'unsatisfied',
+    'data_passing_ref', data_ref,
+    'last_resolved_at', '')
+  redis.call('SADD', keys[3], edge_id)
+  redis.call('SADD', keys[7], edge_id)
+  local count = redis.call('HINCRBY', keys[2], 'unsatisfied_required_count', 1)
+  redis.call('HSET', keys[2],
+    'flow_id', fid,
+    'last_flow_graph_revision', rev,
+    'last_dependency_update_at', now)
+
+  -- No explicit policy yet means the implicit all_of group; an explicit
+  -- any_of/quorum group (set before the first edge) keeps its policy and
+  -- only counts the new edge.
+  redis.call('HSETNX', keys[8], 'policy_variant', 'all_of')
+  redis.call('HINCRBY', keys[8], 'n', 1)
+  redis.call('HSETNX', keys[8], 'succeeded', 0)
+  redis.call('HSETNX', keys[8], 'group_state', 'pending')
+
+  -- Only a runnable child is held back; only eligible is left (a delayed or
+  -- admission-blocked child keeps that entry, as FlowFabric does).
+  if core.lifecycle_phase == 'runnable' and ffflow.not_terminal(core) then
+    redis.call('HSET', keys[1],
+      'eligibility_state', 'blocked_by_dependencies',
+      'blocking_reason', 'waiting_for_children',
+      'blocking_detail', ffflow.int_str(count) .. ' dep(s) unresolved incl ' .. edge_id,
+      'public_state', 'waiting_children',
+      'last_transition_at', now,
+      'last_mutation_at', now)
+    redis.call('ZREM', keys[5], eid)
+    redis.call('ZADD', keys[6], tonumber(core.created_at) or 0, eid)
+  end
+  return {1, 'OK', ffflow.int_str(count)}
+end)
+
+-- ff_resolve_dependency
+-- KEYS: exec core, deps_meta, deps_unresolved, dep, eligible, terminal,
+--       blocked:dependencies, attempt(current), stream_meta(current),
+--       downstream payload, upstream result, edgegroup, in(downstream),
+--       pending_cancel_groups
+-- ARGV: edge_id, upstream outcome, now_ms, fid, downstream eid
+-- Replies OK with satisfied/impossible plus "child_skipped" or "", or
+-- already_resolved; any_of/quorum groups may also answer pending or
+-- already_fired.
+redis.register_function('ff_resolve_dependency', function(keys, args)
+  local edge_id, outcome, fid, eid = args[1], args[2], args[4], args[5]
+  local now = tonumber(args[3])
+  if now == nil then
+    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[3])}
+  end
+  local dep = ffflow.hash(keys[4])
+  if next(dep) == nil then
+    return {0, 'invalid_dependency'}
+  end
+  if dep.state == 'satisfied' or dep.state == 'impossible' then
+    return {1, 'OK', 'already_resolved'}
+  end
+  local core = ffflow.hash(keys[1])
+  if next(core) == nil then
+    return {0, 'execution_not_found'}
+  end
+  if not ffflow.is_set(eid) then eid = core.execution_id end
+
+  local success = outcome == 'success'
+  redis.call('HSET', keys[4],
+    'state', success and 'satisfied' or 'impossible',
+    'last_resolved_at', now)
+  redis.call('SREM', keys[3], edge_id)
+
+  local variant = redis.call('HGET', keys[12], 'policy_variant')
+  if variant == 'any_of' or variant == 'quorum' then
+    return ffflow.resolve_group(keys, args, core, dep, variant, now)
+  end
+
+  -- all_of (or no group hash at all): every edge must succeed.
+  local group_exists = redis.call('EXISTS', keys[12]) == 1
+  local group_state = redis.call('HGET', keys[12], 'group_state')
+  if success then
+    local remaining = redis.call('HINCRBY', keys[2], 'unsatisfied_required_count', -1)
+    redis.call('HSET', keys[2], 'last_dependency_update_at', now)
+    if group_exists then
+      local succeeded = redis.call('HINCRBY', keys[12], 'succeeded', 1)
+      local n = tonumber(redis.call('HGET', keys[12], 'n')) or 0
+      if group_state == 'pending' and succeeded >= n then
+        redis.call('HSET', keys[12], 'group_state', 'satisfied')
+      end
+    end
+    -- Data passing: the child's input becomes the upstream's result.
+    if ffflow.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
+      redis.call('COPY', keys[11], keys[10], 'REPLACE')
+    end
+    if remaining <= 0 then
+      ffflow.release_child(keys[1], core, eid, keys[5], keys[7], now)
+    end
+    return {1, 'OK', 'satisfied', ''}
+  end
+
+  redis.call('HINCRBY', keys[2], 'unsatisfied_required_count', -1)
+  redis.call('HINCRBY', keys[2], 'impossible_required_count', 1)
+  redis.call('HSET', keys[2], 'last_dependency_update_at', now)
+  if group_exists then
+    redis.call('HINCRBY', keys[12], 'failed', 1)
+    if group_state == 'pending' then
+      redis.call('HSET', keys[12], 'group_state', 'impossible')
+    end
+  end
+  if ffflow.not_terminal(core) then
+    ffflow.skip_child(keys, core, eid, now)
+    return {1, 'OK', 'impossible', 'child_skipped'}
+  end
+  return {1, 'OK', 'impossible', ''}
+end)
+
+-- ff_evaluate_flow_eligibility (read only)
+-- KEYS: exec core, deps_meta
+-- Replies OK with one of not_found, not_runnable, owned, terminal,
+-- impossible, blocked_by_dependencies, eligible.
+redis.register_function('ff_evaluate_flow_eligibility', function(keys, args)
+  local core = ffflow.hash(keys[1])
+  if next(core) == nil then
+    return {1, 'OK', 'not_found'}
+  end
+  if core.lifecycle_phase ~= 'runnable' then
+    return {1, 'OK', 'not_runnable'}
+  end
+  if ffflow.is_set(core.ownership_state) and core.ownership_state ~= 'unowned' then
+    return {1, 'OK', 'owned'}
+  end
+  if not ffflow.not_terminal(core) then
+    return {1, 'OK', 'terminal'}
+  end
+  local meta = ffflow.hash(keys[2])
+  if (tonumber(meta.impossible_required_count) or 0) > 0 then
+    return {1, 'OK', 'impossible'}
+  end
+  if (tonumber(meta.unsatisfied_required_count) or 0) > 0 then
+    return {1, 'OK', 'blocked_by_dependencies'}
+  end
+  return {1, 'OK', 'eligible'}
+end)
+
+-- ff_promote_blocked_to_eligible
+-- KEYS: exec core, blocked:dependencies, eligible, deps_meta, deps_unresolved
+-- ARGV: eid, now_ms
+-- The reconciler's repair for a child whose last dependency resolved but
+-- which was never released.
+redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
+  local now = tonumber(args[2])
+  if now == nil then
+    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[2])}
+  end
+  local core = ffflow.hash(keys[1])
+  if next(core) == nil then
+    return {0, 'execution_not_found'}
+  end
+  local eid = args[1]
+  if not ffflow.is_set(eid) then eid = core.execution_id end
+  if not ffflow.not_terminal(core) then
+    return {0, 'terminal'}
+  end
+  if core.lifecycle_phase ~= 'runnable' then
+    return {0, 'not_runnable'}
+  end
+  if core.eligibility_state ~= 'blocked_by_dependencies' then
+    return {0, 'not_blocked_by_deps'}
+  end
+  local unresolved = redis.call('SCARD', keys[5])
+  if unresolved > 0 then
+    local unsatisfied = redis.call('HGET', keys[4], 'unsatisfied_required_count')
+    if not ffflow.is_set(unsatisfied) then unsatisfied = '0' end
+    return {0, 'deps_not_satisfied', unsatisfied, ffflow.int_str(unresolved)}
+  end
+  if not ffflow.release_child(keys[1], core, eid, keys[3], keys[2], now) then
+    -- Owned by a worker although runnable: leave it to the lease paths.
+    return {0, 'not_runnable'}
+  end
+  return {1, 'OK'}
+end)
+
+-- ff_cancel_flow
+-- KEYS: flow core, members, flow_index (unused), pending_cancels,
+--       cancel_backlog
+-- ARGV: fid, reason, policy, now_ms (ignored: server time), grace_ms
+--       ("" = 30000)
+-- Marks the flow cancelled and returns the policy and the members. Only
+-- cancel_all queues the members for the cancel dispatcher; the flow stays in
+-- flow_index (the projector removes it once every member is terminal).
+redis.register_function('ff_cancel_flow', function(keys, args)
+  local fid, reason, policy = args[1], args[2], args[3]
+  local grace = 30000
+  if ffflow.is_set(args[5]) then
+    grace = tonumber(args[5])
+    if grace == nil or grace < 0 or grace ~= math.floor(grace) then
+      return {0, 'invalid_grace_ms'}
+    end
+  end
+  local state = redis.call('HGET', keys[1], 'public_flow_state')
+  if not state then
+    return {0, 'flow_not_found'}
+  end
+  if ffflow.flow_is_terminal(state) then
+    return {0, 'flow_already_terminal'}
+  end
+
+  local now = ffflow.server_now()
+  redis.call('HSET', keys[1],
+    'public_flow_state', 'cancelled',
+    'cancelled_at', now,
+    'cancel_reason', reason,
+    'cancellation_policy', policy,
+    'last_mutation_at', now)
+
+  local members = redis.call('SMEMBERS', keys[2])
+  if policy == 'cancel_all' and #members > 0 then
+    -- Chunked so one SADD never carries an unbounded argument list.
+    for i = 1, #members, 1000 do
+      local cmd = {'SADD', keys[4]}
+      for j = i, math.min(i + 999, #members) do
+        cmd[#cmd + 1] = members[j]
+      end
+      redis.call(unpack(cmd))
+    end
+    redis.call('ZADD', keys[5], now + grace, fid)
+  end
+
+  local reply = {1, 'OK', policy}
+  for _, m in ipairs(members) do
+    reply[#reply + 1] = m
+  end
+  return reply
+end)
+
+-- ff_ack_cancel_member
+-- KEYS: pending_cancels, cancel_backlog
+-- ARGV: eid, fid
+-- The backlog entry goes with the last owed cancel.
+redis.register_function('ff_ack_cancel_member', function(keys, args)
+  redis.call('SREM', keys[1], args[1])
+  if redis.call('EXISTS', keys[1]) == 0 then
+    redis.call('ZREM', keys[2], args[2])
+  end
+  return {1, 'OK'}
+end)
