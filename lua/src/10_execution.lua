@@ -1,0 +1,447 @@
+-- Execution lifecycle: create, the terminal transitions (complete, fail,
+-- cancel, expire) and execution tags.
+
+-- Policy checks shared by create: returns the sorted, de-duplicated
+-- required-capability CSV ("" when none) or nil plus the error tuple.
+local function ff_create_policy_caps(policy_json)
+  if not H.is_set(policy_json) then return '' end
+  local ok, policy = H.json_decode(policy_json)
+  if not ok or type(policy) ~= 'table' then
+    return nil, H.err('invalid_policy_json', 'malformed')
+  end
+  local rr = policy.routing_requirements
+  if rr == nil or rr == cjson.null then return '' end
+  if type(rr) ~= 'table' then
+    return nil, H.err('invalid_policy_json', 'routing_requirements:not_object')
+  end
+  local req = rr.required_capabilities
+  if req == nil or req == cjson.null then return '' end
+  if type(req) ~= 'table' then
+    return nil, H.err('invalid_policy_json', 'routing_requirements.required_capabilities:not_array')
+  end
+  local e = H.validate_cap_tokens(req, 'required')
+  if e then return nil, e end
+  return table.concat(H.sorted_unique(req), ',')
+end
+
+-- ff_create_execution
+-- KEYS: core, payload, policy, tags, eligible-or-delayed, idem-or-noop,
+--       execution_deadline, all_executions
+-- ARGV: eid, namespace, lane, kind, priority, creator, policy_json, payload,
+--       delay_until, dedup_ttl_ms, tags_json, deadline_at, partition_id
+redis.register_function('ff_create_execution', function(keys, args)
+  local core_key, payload_key, policy_key, tags_key = keys[1], keys[2], keys[3], keys[4]
+  local sched_key, idem_key, deadline_key, all_key = keys[5], keys[6], keys[7], keys[8]
+  local eid, ns, lane, kind = args[1], args[2], args[3], args[4]
+  local creator, policy_json, payload = args[6], args[7], args[8]
+  local tags_json, partition_id = args[11], args[13]
+
+  local priority, e = H.require_number(args[5], 'priority')
+  if e then return e end
+  local delay_until, dedup_ttl, deadline_at
+  delay_until, e = H.opt_number(args[9], 'delay_until')
+  if e then return e end
+  dedup_ttl, e = H.opt_number(args[10], 'dedup_ttl_ms')
+  if e then return e end
+  deadline_at, e = H.opt_number(args[12], 'execution_deadline_at')
+  if e then return e end
+  local caps
+  caps, e = ff_create_policy_caps(policy_json)
+  if e then return e end
+  local tags = nil
+  if H.is_set(tags_json) then
+    local ok, t = H.json_decode(tags_json)
+    if not ok or type(t) ~= 'table' then
+      return H.err('invalid_input', 'tags_json must be a JSON object')
+    end
+    tags = t
+  end
+
+  -- Idempotency first, then the exec itself: both answer DUPLICATE.
+  local use_idem = not H.is_noop_key(idem_key)
+  if use_idem then
+    local existing = redis.call('GET', idem_key)
+    if existing then return H.duplicate(existing) end
+  end
+  if redis.call('EXISTS', core_key) == 1 then return H.duplicate(eid) end
+
+  local now = H.now_ms()
+  local ts = H.int(now)
+  local prio = H.clamp_priority(priority)
+  local delayed = delay_until ~= nil and delay_until > now
+  local core = {
+    execution_id = eid, namespace = ns, lane_id = lane, execution_kind = kind,
+    partition_id = partition_id, priority = H.int(prio), creator_identity = creator,
+    lifecycle_phase = 'runnable', ownership_state = 'unowned',
+    eligibility_state = 'eligible_now', blocking_reason = 'waiting_for_worker',
+    blocking_detail = '', terminal_outcome = 'none',
+    attempt_state = 'pending_first_attempt', public_state = 'waiting',
+    total_attempt_count = '0', current_attempt_index = '', current_attempt_id = '',
+    current_lease_id = '', current_lease_epoch = '0', current_worker_id = '',
+    current_worker_instance_id = '', current_lane = lane,
+    retry_count = '0', replay_count = '0', lease_reclaim_count = '0',
+    created_at = ts, started_at = '', completed_at = '',
+    last_transition_at = ts, last_mutation_at = ts,
+    lease_acquired_at = '', lease_expires_at = '', lease_last_renewed_at = '',
+    lease_renewal_deadline = '', lease_expired_at = '', lease_revoked_at = '',
+    lease_revoke_reason = '', delay_until = '',
+    current_suspension_id = '', current_waitpoint_id = '',
+    pending_retry_reason = '', pending_replay_reason = '',
+    pending_replay_requested_by = '', pending_previous_attempt_index = '',
+    progress_pct = '', progress_message = '', progress_updated_at = '',
+    flow_id = '',
+  }
+  if delayed then
+    core.eligibility_state = 'not_eligible_until_time'
+    core.blocking_reason = 'waiting_for_delay'
+    core.blocking_detail = 'delayed until ' .. H.int(delay_until)
+    core.public_state = 'delayed'
+    core.delay_until = H.int(delay_until)
+  end
+  if caps ~= '' then core.required_capabilities = caps end
+  H.hset(core_key, core)
+
+  if H.is_set(payload) then redis.call('SET', payload_key, payload) end
+  if H.is_set(policy_json) then redis.call('SET', policy_key, policy_json) end
+  if tags then
+    local m = {}
+    for k, v in pairs(tags) do
+      if v ~= cjson.null then m[tostring(k)] = H.scalar_string(v) end
+    end
+    H.hset(tags_key, m)
+  end
+
+  if delayed then
+    redis.call('ZADD', sched_key, H.int(delay_until), eid)
+  else
+    redis.call('ZADD', sched_key, H.eligible_score(prio, now), eid)
+  end
+  redis.call('SADD', all_key, eid)
+  if deadline_at ~= nil and deadline_at > 0 then
+    redis.call('ZADD', deadline_key, H.int(deadline_at), eid)
+  end
+  if use_idem then
+    if dedup_ttl ~= nil and dedup_ttl > 0 then
+      redis.call('SET', idem_key, eid, 'PX', H.int(dedup_ttl))
+    else
+      redis.call('SET', idem_key, eid)
+    end
+  end
+  return H.ok(eid, core.public_state)
+end)
+
+-- ff_complete_execution
+-- KEYS: core, attempt, lease_expiry, worker_leases, terminal, lease_current,
+--       lease_history, active, stream_meta, result, attempt_timeout,
+--       execution_deadline
+-- ARGV: eid, lease_id, epoch, attempt_id, result, source
+redis.register_function('ff_complete_execution', function(keys, args)
+  local core_key = keys[1]
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  local now = H.now_ms()
+  local e = H.check_lease_fence(core_key, core, keys[7], args[2], args[3], args[4], args[6], now)
+  if e then return e end
+
+  local eid = core.execution_id
+  local tag = H.tag_of(core_key)
+  local idx = core.current_attempt_index
+  if H.is_set(idx) then
+    redis.call('HSET', H.attempt_key(tag, eid, idx),
+      'attempt_state', 'ended_success', 'ended_at', H.int(now))
+    H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_success', now)
+  end
+  if H.is_set(args[5]) then redis.call('SET', keys[10], args[5]) end
+
+  H.release_lease({core = core_key, lease_current = keys[6], lease_history = keys[7],
+    lease_expiry = keys[3], worker_leases = keys[4], active = keys[8],
+    attempt_timeout = keys[11]}, core, 'completed', now)
+  redis.call('ZREM', keys[12], eid)
+
+  local f = H.terminal_fields('success', 'completed', now)
+  f.attempt_state = 'attempt_terminal'
+  H.hset(core_key, f)
+  redis.call('ZADD', keys[5], H.int(now), eid)
+  H.publish_completion(eid, core.flow_id, 'success')
+  return H.ok('completed')
+end)
+
+-- Retry delay for the failed attempt number retry_count (0-based), in ms.
+local function ff_retry_backoff_ms(backoff, retry_count)
+  if type(backoff) ~= 'table' then return 1000 end
+  if backoff.type == 'fixed' then
+    return tonumber(backoff.delay_ms) or 1000
+  end
+  if backoff.type == 'exponential' then
+    local initial = tonumber(backoff.initial_delay_ms) or 1000
+    local mult = tonumber(backoff.multiplier) or 2
+    local d = initial * (mult ^ retry_count)
+    local cap = tonumber(backoff.max_delay_ms)
+    if cap ~= nil and d > cap then d = cap end
+    return d
+  end
+  return 1000
+end
+
+-- ff_fail_execution
+-- KEYS: core, attempt, lease_expiry, worker_leases, terminal, delayed,
+--       lease_current, lease_history, active, stream_meta, attempt_timeout,
+--       execution_deadline
+-- ARGV: eid, lease_id, epoch, attempt_id, reason, category,
+--       retry_policy_json, source
+redis.register_function('ff_fail_execution', function(keys, args)
+  local core_key = keys[1]
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  local now = H.now_ms()
+  local e = H.check_lease_fence(core_key, core, keys[8], args[2], args[3], args[4], args[8], now)
+  if e then return e end
+
+  local reason, category = args[5] or '', args[6] or ''
+  local eid = core.execution_id
+  local tag = H.tag_of(core_key)
+  local idx = core.current_attempt_index
+  if H.is_set(idx) then
+    redis.call('HSET', H.attempt_key(tag, eid, idx),
+      'attempt_state', 'ended_failure', 'ended_at', H.int(now),
+      'failure_reason', reason, 'failure_category', category)
+    H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_failure', now)
+  end
+
+  -- A malformed or absent retry policy means no retries.
+  local policy = H.json_object(args[7]) or {}
+  local max_retries = tonumber(policy.max_retries) or 0
+  local retry_count = tonumber(core.retry_count) or 0
+  local lease_keys = {core = core_key, lease_current = keys[7], lease_history = keys[8],
+    lease_expiry = keys[3], worker_leases = keys[4], active = keys[9],
+    attempt_timeout = keys[11]}
+
+  if retry_count < max_retries then
+    -- Fractional backoffs are floored so the stored time stays an integer.
+    local delay_until = now + math.floor(ff_retry_backoff_ms(policy.backoff, retry_count))
+    local du = H.int(delay_until)
+    H.release_lease(lease_keys, core, 'failed_retry_scheduled', now)
+    local ts = H.int(now)
+    H.hset(core_key, {
+      lifecycle_phase = 'runnable', ownership_state = 'unowned',
+      eligibility_state = 'not_eligible_until_time',
+      blocking_reason = 'waiting_for_retry_backoff',
+      blocking_detail = 'retry backoff until ' .. du .. ' (attempt ' .. (idx or '')
+        .. ' failed: ' .. reason .. ')',
+      attempt_state = 'pending_retry_attempt', public_state = 'delayed',
+      retry_count = H.int(retry_count + 1), pending_retry_reason = reason,
+      pending_previous_attempt_index = idx or '', current_attempt_id = '',
+      delay_until = du, failure_reason = reason,
+      last_transition_at = ts, last_mutation_at = ts,
+    })
+    redis.call('ZADD', keys[6], du, eid)
+    return H.ok('retry_scheduled', du)
+  end
+
+  H.release_lease(lease_keys, core, 'failed_terminal', now)
+  redis.call('ZREM', keys[12], eid)
+  local f = H.terminal_fields('failed', 'failed', now)
+  f.attempt_state = 'attempt_terminal'
+  f.failure_reason = reason
+  H.hset(core_key, f)
+  redis.call('ZADD', keys[5], H.int(now), eid)
+  H.publish_completion(eid, core.flow_id, 'failed')
+  return H.ok('terminal_failed')
+end)
+
+-- Closes an open suspension episode and its waitpoints for a terminal
+-- transition: the suspension hash (close_reason), and when wp_reason is given
+-- the primary and extra waitpoints plus their condition hashes. The composite
+-- satisfier sets are dropped either way.
+local function ff_close_suspension(tag, core, susp_key, close_reason, wp_reason, now)
+  local ts = H.int(now)
+  local susp = H.hgetall(susp_key)
+  if H.is_set(susp.suspension_id) and not H.is_set(susp.closed_at) then
+    redis.call('HSET', susp_key, 'closed_at', ts, 'close_reason', close_reason)
+  end
+  redis.call('DEL', susp_key .. ':satisfied_set', susp_key .. ':satisfied_set:signals')
+  if not wp_reason then return end
+  local wpids = {}
+  local primary = core.current_waitpoint_id
+  if not H.is_set(primary) then primary = susp.waitpoint_id end
+  if H.is_set(primary) then wpids[#wpids + 1] = primary end
+  local ok, extras = H.json_decode(susp.additional_waitpoints_json or '')
+  if ok and type(extras) == 'table' then
+    for _, x in ipairs(extras) do
+      if type(x) == 'table' and H.is_set(x.waitpoint_id) then wpids[#wpids + 1] = x.waitpoint_id end
+    end
+  end
+  for _, wpid in ipairs(wpids) do
+    local wk = H.wp_key(tag, wpid)
+    local st = redis.call('HGET', wk, 'state')
+    if st and st ~= 'closed' then
+      redis.call('HSET', wk, 'state', 'closed', 'closed_at', ts, 'close_reason', wp_reason)
+    end
+    local ck = wk .. ':condition'
+    if redis.call('EXISTS', ck) == 1 and redis.call('HGET', ck, 'closed') ~= '1' then
+      redis.call('HSET', ck, 'closed', '1', 'closed_at', ts, 'closed_reason', wp_reason)
+    end
+  end
+end
+
+-- ff_cancel_execution
+-- KEYS: core, attempt, stream_meta, lease_current, lease_history,
+--       lease_expiry, worker_leases, suspension_current, waitpoint,
+--       wp_condition, suspension_timeout, terminal, attempt_timeout,
+--       execution_deadline, eligible, delayed, blocked:dependencies,
+--       blocked:budget, blocked:quota, blocked:route, blocked:operator
+-- ARGV: eid, reason, source, lease_id, epoch
+redis.register_function('ff_cancel_execution', function(keys, args)
+  local core_key = keys[1]
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  local reason, source, lease_id, epoch = args[2] or '', args[3] or '', args[4], args[5]
+  local phase = core.lifecycle_phase
+  if phase == 'terminal' then return H.not_active(core) end
+
+  -- Only the active path is fenced, and weakly: an override skips it, and
+  -- the lease id/epoch are compared only when the caller sends a lease id.
+  if phase == 'active' and source ~= 'operator_override' then
+    if core.ownership_state == 'lease_revoked' then return H.err('lease_revoked') end
+    if H.is_set(lease_id) then
+      if lease_id ~= core.current_lease_id or (epoch or '') ~= core.current_lease_epoch then
+        return H.err('stale_lease')
+      end
+    end
+  end
+
+  local now = H.now_ms()
+  local ts = H.int(now)
+  local eid = core.execution_id
+  local tag = H.tag_of(core_key)
+  local idx = core.current_attempt_index
+
+  if (phase == 'active' or phase == 'suspended') and H.is_set(idx) then
+    redis.call('HSET', H.attempt_key(tag, eid, idx),
+      'attempt_state', 'ended_cancelled', 'ended_at', ts,
+      'failure_reason', 'cancelled: ' .. reason)
+  end
+  if phase == 'active' then
+    if H.is_set(idx) then
+      H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_cancelled', now)
+    end
+    H.release_lease({core = core_key, lease_current = keys[4], lease_history = keys[5]},
+      core, 'cancelled', now)
+  elseif phase == 'suspended' then
+    ff_close_suspension(tag, core, keys[8], 'cancelled', 'cancelled', now)
+  end
+
+  local lane = H.core_lane(core)
+  for i = 15, 21 do redis.call('ZREM', keys[i], eid) end
+  redis.call('ZREM', H.lane_key(tag, lane, 'active'), eid)
+  redis.call('ZREM', H.lane_key(tag, lane, 'suspended'), eid)
+  redis.call('ZREM', keys[6], eid)
+  redis.call('ZREM', keys[11], eid)
+  redis.call('ZREM', keys[13], eid)
+  redis.call('ZREM', keys[14], eid)
+  redis.call('SREM', keys[7], eid)
+
+  local f = H.clear_lease_fields(H.terminal_fields('cancelled', 'cancelled', now))
+  f.attempt_state = H.terminal_attempt_state(core)
+  f.cancellation_reason = reason
+  f.cancelled_by = H.is_set(source) and source or eid
+  H.hset(core_key, f)
+  redis.call('ZADD', keys[12], ts, eid)
+  if source ~= 'flow_cascade' then
+    H.publish_completion(eid, core.flow_id, 'cancelled')
+  end
+  return H.ok('cancelled', phase or '')
+end)
+
+-- ff_expire_execution (attempt-timeout and execution-deadline scanners)
+-- KEYS: core, attempt, stream_meta, lease_current, lease_history,
+--       lease_expiry, worker_leases, active, terminal, attempt_timeout,
+--       execution_deadline, suspended, suspension_timeout, suspension_current
+-- ARGV: eid, reason
+redis.register_function('ff_expire_execution', function(keys, args)
+  local core_key = keys[1]
+  local eid_arg, reason = args[1], args[2] or ''
+  local core = H.load_core(core_key)
+  -- Scanner entries for a vanished or finished exec are just dropped.
+  if not core then
+    redis.call('ZREM', keys[10], eid_arg)
+    redis.call('ZREM', keys[11], eid_arg)
+    return H.ok('not_found')
+  end
+  local eid = core.execution_id
+  local phase = core.lifecycle_phase
+  if phase == 'terminal' then
+    redis.call('ZREM', keys[10], eid)
+    redis.call('ZREM', keys[11], eid)
+    return H.ok('already_terminal')
+  end
+
+  local now = H.now_ms()
+  local ts = H.int(now)
+  local tag = H.tag_of(core_key)
+  local idx = core.current_attempt_index
+  local f = H.terminal_fields('expired', 'expired', now)
+
+  if phase == 'active' then
+    if H.is_set(idx) then
+      redis.call('HSET', H.attempt_key(tag, eid, idx),
+        'attempt_state', 'ended_failure', 'ended_at', ts, 'failure_reason', reason)
+      H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'expired', now)
+    end
+    redis.call('DEL', keys[4])
+    redis.call('ZREM', keys[6], eid)
+    redis.call('SREM', keys[7], eid)
+    if H.is_set(core.current_worker_instance_id) then
+      redis.call('SREM', H.worker_leases_key(tag, core.current_worker_instance_id), eid)
+    end
+    redis.call('ZREM', keys[8], eid)
+    H.xadd_history(keys[5], 'event', 'released',
+      'lease_id', core.current_lease_id or '', 'lease_epoch', core.current_lease_epoch or '',
+      'attempt_index', idx or '', 'reason', 'expired:' .. reason, 'ts', ts)
+    -- Expiry blanks ownership but keeps the renewal bookkeeping fields.
+    f.current_lease_id = ''
+    f.current_worker_id = ''
+    f.current_worker_instance_id = ''
+    f.lease_expires_at = ''
+  elseif phase == 'suspended' then
+    if H.is_set(idx) then
+      redis.call('HSET', H.attempt_key(tag, eid, idx),
+        'attempt_state', 'ended_failure', 'ended_at', ts, 'failure_reason', reason)
+    end
+    ff_close_suspension(tag, core, keys[14], 'expired:' .. reason, nil, now)
+    redis.call('ZREM', keys[12], eid)
+    redis.call('ZREM', keys[13], eid)
+  else
+    local set_key = H.runnable_set_key(tag, core)
+    if set_key then redis.call('ZREM', set_key, eid) end
+  end
+
+  redis.call('ZREM', keys[10], eid)
+  redis.call('ZREM', keys[11], eid)
+  f.attempt_state = H.terminal_attempt_state(core)
+  f.failure_reason = reason
+  H.hset(core_key, f)
+  redis.call('ZADD', keys[9], ts, eid)
+  H.publish_completion(eid, core.flow_id, 'expired')
+  return H.ok('expired', phase or '')
+end)
+
+-- ff_set_execution_tags
+-- KEYS: core, tags. ARGV: key1, value1, key2, value2, ...
+-- Keys must be namespaced "<caller>.<field>" so tags from different callers
+-- cannot collide.
+redis.register_function('ff_set_execution_tags', function(keys, args)
+  local n = #args
+  if n == 0 or n % 2 ~= 0 then
+    return H.err('invalid_args', 'expected key/value pairs')
+  end
+  for i = 1, n, 2 do
+    if not string.find(args[i], '^[a-z][a-z0-9_]*%.[^.]') then
+      return H.err('invalid_tag_key', args[i])
+    end
+  end
+  if redis.call('EXISTS', keys[1]) == 0 then return H.err('execution_not_found') end
+  redis.call('HSET', keys[2], unpack(args))
+  redis.call('HSET', keys[1], 'last_mutation_at', H.int(H.now_ms()))
+  return H.ok(H.int(n / 2))
+end)

@@ -1,0 +1,463 @@
+-- Leasing: claim grants, claims (fresh and resumed), renewal, revocation,
+-- expiry marking and reclaim.
+
+-- Grant ARGV shared by the claim and reclaim grant functions:
+-- eid, worker_id, wiid, lane, cap_hash, grant_ttl_ms, route_snapshot_json,
+-- admission_summary, worker_caps_csv. Returns the table or nil + error.
+local function ff_grant_args(args)
+  local ttl, e = H.require_number(args[6], 'grant_ttl_ms')
+  if e then return nil, e end
+  return {
+    worker_id = args[2] or '', wiid = args[3] or '', lane = args[4] or '',
+    cap_hash = args[5] or '', ttl = math.floor(ttl), route = args[7] or '',
+    admission = args[8] or '', caps_csv = args[9] or '',
+  }
+end
+
+-- ff_issue_claim_grant
+-- KEYS: core, claim_grant, eligible
+-- ARGV: see ff_grant_args
+redis.register_function('ff_issue_claim_grant', function(keys, args)
+  local a, e = ff_grant_args(args)
+  if e then return e end
+  local core_key, grant_key = keys[1], keys[2]
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase ~= 'runnable' or core.eligibility_state ~= 'eligible_now'
+      or core.terminal_outcome ~= 'none' then
+    return H.err('execution_not_eligible')
+  end
+  if redis.call('EXISTS', grant_key) == 1 then return H.err('grant_already_exists') end
+  local eid = core.execution_id
+  if not redis.call('ZSCORE', keys[3], eid) then
+    return H.err('execution_not_in_eligible_set')
+  end
+  local now = H.now_ms()
+  e = H.check_capabilities(core_key, core, a.caps_csv, now)
+  if e then return e end
+  H.write_claim_grant(grant_key, a, now)
+  return H.ok(eid)
+end)
+
+-- Attempt type a fresh claim creates, keyed by the exec's attempt_state.
+local FF_CLAIM_ATTEMPT_TYPE = {
+  pending_first_attempt = 'initial',
+  pending_retry_attempt = 'retry',
+  pending_replay_attempt = 'replay',
+}
+
+-- ff_claim_execution
+-- KEYS: core, claim_grant, eligible, lease_expiry, worker_leases,
+--       attempt(i), usage(i), policy(i), attempts, lease_current,
+--       lease_history, active, attempt_timeout, execution_deadline
+-- ARGV: eid, worker_id, wiid, lane, cap_hash, lease_id, lease_ttl_ms,
+--       renew_before_ms, attempt_id, attempt_policy_json,
+--       attempt_timeout_ms, deadline_at
+redis.register_function('ff_claim_execution', function(keys, args)
+  local core_key = keys[1]
+  local worker_id, wiid, lane = args[2] or '', args[3] or '', args[4] or ''
+  local lease_id, attempt_id = args[6] or '', args[9] or ''
+  local ttl, e = H.require_number(args[7], 'lease_ttl_ms')
+  if e then return e end
+  local renew_before, timeout_ms, deadline_at
+  renew_before, e = H.opt_number(args[8], 'renew_before_ms')
+  if e then return e end
+  timeout_ms, e = H.opt_number(args[11], 'attempt_timeout_ms')
+  if e then return e end
+  deadline_at, e = H.opt_number(args[12], 'deadline_at')
+  if e then return e end
+
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase ~= 'runnable' or core.ownership_state ~= 'unowned'
+      or core.terminal_outcome ~= 'none' then
+    return H.err('execution_not_leaseable')
+  end
+  if core.eligibility_state ~= 'eligible_now' then return H.err('execution_not_eligible') end
+  if core.attempt_state == 'running_attempt' then return H.err('active_attempt_exists') end
+  if core.attempt_state == 'attempt_interrupted' then
+    return H.err('use_claim_resumed_execution')
+  end
+  local now = H.now_ms()
+  e = H.check_claim_grant(keys[2], worker_id, now, true)
+  if e then return e end
+  -- Decoded before any write: malformed JSON raises with nothing committed.
+  local policy_fields = H.flatten_policy(args[10])
+
+  local eid = core.execution_id
+  local tag = H.tag_of(core_key)
+  local ts = H.int(now)
+  local idx = H.int(tonumber(core.total_attempt_count) or 0)
+  local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
+  local expires = H.int(now + ttl)
+  if renew_before == nil then renew_before = math.floor(ttl * 2 / 3) end
+  local renewal = H.int(now + renew_before)
+  local attempt_type = FF_CLAIM_ATTEMPT_TYPE[core.attempt_state] or 'initial'
+
+  local attempt_key = H.attempt_key(tag, eid, idx)
+  local attempt = {
+    attempt_id = attempt_id, execution_id = eid, attempt_index = idx,
+    attempt_type = attempt_type, attempt_state = 'started',
+    created_at = ts, started_at = ts, lease_id = lease_id, lease_epoch = epoch,
+    worker_id = worker_id, worker_instance_id = wiid,
+  }
+  if attempt_type == 'retry' then
+    attempt.retry_reason = core.pending_retry_reason or ''
+    attempt.previous_attempt_index = core.pending_previous_attempt_index or ''
+  elseif attempt_type == 'replay' then
+    attempt.replay_reason = core.pending_replay_reason or ''
+    attempt.replay_requested_by = core.pending_replay_requested_by or ''
+    attempt.replayed_from_attempt_index = core.pending_previous_attempt_index or ''
+  end
+  H.hset(attempt_key, attempt)
+  redis.call('HSET', attempt_key .. ':usage', 'last_usage_report_seq', '0')
+  H.hset(attempt_key .. ':policy', policy_fields)
+  redis.call('ZADD', keys[9], ts, idx)
+
+  redis.call('DEL', keys[10])
+  redis.call('HSET', keys[10],
+    'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
+    'attempt_id', attempt_id, 'worker_id', worker_id, 'worker_instance_id', wiid,
+    'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
+    'renewal_deadline', renewal)
+
+  local f = {
+    lifecycle_phase = 'active', ownership_state = 'leased',
+    eligibility_state = 'not_applicable', blocking_reason = 'none',
+    blocking_detail = '', attempt_state = 'running_attempt', public_state = 'active',
+    total_attempt_count = H.int(tonumber(idx) + 1), current_attempt_index = idx,
+    current_attempt_id = attempt_id, current_lease_id = lease_id,
+    current_lease_epoch = epoch, current_worker_id = worker_id,
+    current_worker_instance_id = wiid, current_lane = lane,
+    lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
+    lease_renewal_deadline = renewal,
+    pending_retry_reason = '', pending_replay_reason = '',
+    pending_replay_requested_by = '', pending_previous_attempt_index = '',
+    last_transition_at = ts, last_mutation_at = ts,
+  }
+  if not H.is_set(core.started_at) then f.started_at = ts end
+  H.hset(core_key, f)
+
+  redis.call('DEL', keys[2])
+  redis.call('ZREM', keys[3], eid)
+  redis.call('ZADD', keys[4], expires, eid)
+  redis.call('SADD', keys[5], eid)
+  redis.call('ZADD', keys[12], expires, eid)
+  if timeout_ms ~= nil and timeout_ms > 0 then
+    redis.call('ZADD', keys[13], H.int(now + timeout_ms), eid)
+  end
+  if deadline_at ~= nil and deadline_at > 0 then
+    redis.call('ZADD', keys[14], H.int(deadline_at), eid)
+  end
+  H.xadd_history(keys[11], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
+    'attempt_id', attempt_id, 'attempt_index', idx, 'worker_id', worker_id, 'ts', ts)
+  return H.ok(lease_id, epoch, expires, attempt_id, idx, attempt_type)
+end)
+
+-- ff_claim_resumed_execution: continue the interrupted attempt under a new
+-- lease (after a resume or a worker delay).
+-- KEYS: core, claim_grant, eligible, lease_expiry, worker_leases,
+--       attempt(current), lease_current, lease_history, active,
+--       attempt_timeout, execution_deadline
+-- ARGV: eid, worker_id, wiid, lane, cap_hash, lease_id, lease_ttl_ms,
+--       remaining_attempt_timeout_ms
+redis.register_function('ff_claim_resumed_execution', function(keys, args)
+  local core_key = keys[1]
+  local worker_id, wiid, lane, lease_id = args[2] or '', args[3] or '', args[4] or '', args[6] or ''
+  local ttl, e = H.require_number(args[7], 'lease_ttl_ms')
+  if e then return e end
+  local remaining
+  remaining, e = H.opt_number(args[8], 'remaining_attempt_timeout_ms')
+  if e then return e end
+
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase ~= 'runnable' or core.terminal_outcome ~= 'none' then
+    return H.err('execution_not_leaseable')
+  end
+  if core.attempt_state ~= 'attempt_interrupted' then return H.err('not_a_resumed_execution') end
+  local now = H.now_ms()
+  e = H.check_claim_grant(keys[2], worker_id, now, true)
+  if e then return e end
+
+  local eid = core.execution_id
+  local tag = H.tag_of(core_key)
+  local ts = H.int(now)
+  local idx = core.current_attempt_index or ''
+  local attempt_id = core.current_attempt_id or ''
+  local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
+  local expires = H.int(now + ttl)
+  local renewal = H.int(now + math.floor(ttl * 2 / 3))
+
+  if H.is_set(idx) then
+    redis.call('HSET', H.attempt_key(tag, eid, idx),
+      'attempt_state', 'started', 'resumed_at', ts,
+      'lease_id', lease_id, 'lease_epoch', epoch,
+      'worker_id', worker_id, 'worker_instance_id', wiid,
+      'suspended_at', '', 'suspension_id', '')
+  end
+  redis.call('DEL', keys[7])
+  redis.call('HSET', keys[7],
+    'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
+    'attempt_id', attempt_id, 'worker_id', worker_id, 'worker_instance_id', wiid,
+    'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
+    'renewal_deadline', renewal)
+  H.hset(core_key, {
+    lifecycle_phase = 'active', ownership_state = 'leased',
+    eligibility_state = 'not_applicable', blocking_reason = 'none',
+    blocking_detail = '', attempt_state = 'running_attempt', public_state = 'active',
+    current_lease_id = lease_id, current_lease_epoch = epoch,
+    current_worker_id = worker_id, current_worker_instance_id = wiid,
+    current_lane = lane,
+    lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
+    lease_renewal_deadline = renewal,
+    last_transition_at = ts, last_mutation_at = ts,
+  })
+
+  redis.call('DEL', keys[2])
+  redis.call('ZREM', keys[3], eid)
+  redis.call('ZADD', keys[4], expires, eid)
+  redis.call('SADD', keys[5], eid)
+  redis.call('ZADD', keys[9], expires, eid)
+  if remaining ~= nil and remaining > 0 then
+    redis.call('ZADD', keys[10], H.int(now + remaining), eid)
+  end
+  H.xadd_history(keys[8], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
+    'attempt_id', attempt_id, 'attempt_index', idx, 'worker_id', worker_id,
+    'reason', 'claim_resumed', 'ts', ts)
+  return H.ok(lease_id, epoch, expires, attempt_id, idx, 'resumed')
+end)
+
+-- ff_renew_lease
+-- KEYS: core, lease_current, lease_history, lease_expiry
+-- ARGV: eid, attempt_index, attempt_id, lease_id, epoch, ttl_ms, grace_ms
+redis.register_function('ff_renew_lease', function(keys, args)
+  local core_key = keys[1]
+  local ttl, e = H.require_number(args[6], 'ttl_ms')
+  if e then return e end
+  local grace
+  grace, e = H.opt_number(args[7], 'grace_ms')
+  if e then return e end
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  local now = H.now_ms()
+  -- Renewal always needs the full fence, so no override source is passed.
+  e = H.check_lease_fence(core_key, core, keys[3], args[4], args[5], args[3], '', now)
+  if e then return e end
+  if (args[2] or '') ~= (core.current_attempt_index or '') then return H.err('stale_lease') end
+
+  local ts = H.int(now)
+  local expires = now + ttl
+  local exp_s = H.int(expires)
+  local renewal = H.int(now + math.floor(ttl * 2 / 3))
+  redis.call('HSET', core_key, 'lease_expires_at', exp_s, 'lease_last_renewed_at', ts,
+    'lease_renewal_deadline', renewal, 'last_mutation_at', ts)
+  redis.call('HSET', keys[2], 'expires_at', exp_s, 'last_renewed_at', ts,
+    'renewal_deadline', renewal)
+  redis.call('PEXPIREAT', keys[2], H.int(expires + (grace or 0)))
+  -- The lane active index deliberately keeps its claim-time score.
+  redis.call('ZADD', keys[4], exp_s, core.execution_id)
+  return H.ok(exp_s)
+end)
+
+-- ff_mark_lease_expired_if_due (lease-expiry scanner)
+-- KEYS: core, lease_current, lease_expiry, lease_history. ARGV: eid
+redis.register_function('ff_mark_lease_expired_if_due', function(keys, args)
+  local core_key = keys[1]
+  local core = H.load_core(core_key) or {}
+  local eid = core.execution_id or args[1]
+  if core.lifecycle_phase ~= 'active' then
+    -- A stale scanner entry: nothing holds a lease any more.
+    redis.call('ZREM', keys[3], eid)
+    return H.already('not_active')
+  end
+  if core.ownership_state == 'lease_expired_reclaimable' then return H.already('already_expired') end
+  if core.ownership_state == 'lease_revoked' then return H.already('already_revoked') end
+  if core.ownership_state ~= 'leased' then return H.already('not_leased') end
+  local now = H.now_ms()
+  local exp = tonumber(core.lease_expires_at)
+  if exp == nil or exp > now then return H.already('not_yet_expired') end
+  H.mark_lease_expired(core_key, core, keys[4], now)
+  return H.ok('marked_expired')
+end)
+
+-- ff_revoke_lease (operator)
+-- KEYS: core, lease_current, lease_history, lease_expiry, worker_leases
+-- ARGV: eid, expected_lease_id, reason
+redis.register_function('ff_revoke_lease', function(keys, args)
+  local core_key = keys[1]
+  local expected, reason = args[2], args[3]
+  if not H.is_set(reason) then reason = 'operator' end
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
+  if core.ownership_state == 'lease_revoked' then return H.already('already_revoked') end
+  if core.ownership_state == 'lease_expired_reclaimable' then return H.already('already_expired') end
+  if core.ownership_state ~= 'leased' then return H.err('no_active_lease') end
+  local current = core.current_lease_id or ''
+  if H.is_set(expected) and expected ~= current then
+    return H.err('stale_lease', 'expected ' .. expected .. ' but current is ' .. current)
+  end
+
+  local now = H.now_ms()
+  local ts = H.int(now)
+  local eid = core.execution_id
+  redis.call('DEL', keys[2])
+  redis.call('ZREM', keys[4], eid)
+  redis.call('SREM', keys[5], eid)
+  -- current_lease_id stays so reclaim can report what it replaced.
+  redis.call('HSET', core_key,
+    'ownership_state', 'lease_revoked', 'attempt_state', 'attempt_interrupted',
+    'blocking_reason', 'waiting_for_worker', 'blocking_detail', 'lease revoked: ' .. reason,
+    'lease_revoked_at', ts, 'lease_revoke_reason', reason, 'last_mutation_at', ts)
+  H.xadd_history(keys[3], 'event', 'revoked',
+    'lease_id', current, 'lease_epoch', core.current_lease_epoch or '',
+    'attempt_index', core.current_attempt_index or '',
+    'attempt_id', core.current_attempt_id or '',
+    'worker_id', core.current_worker_id or '',
+    'worker_instance_id', core.current_worker_instance_id or '',
+    'reason', reason, 'ts', ts)
+  return H.ok('revoked', current, core.current_lease_epoch or '')
+end)
+
+-- True when an active exec has lost its lease and may be reclaimed.
+local function ff_reclaimable(core)
+  return core.lifecycle_phase == 'active'
+    and (core.ownership_state == 'lease_expired_reclaimable'
+      or core.ownership_state == 'lease_revoked')
+end
+
+-- ff_issue_reclaim_grant
+-- KEYS: core, claim_grant, lease_expiry
+-- ARGV: see ff_grant_args
+redis.register_function('ff_issue_reclaim_grant', function(keys, args)
+  local a, e = ff_grant_args(args)
+  if e then return e end
+  local core_key, grant_key = keys[1], keys[2]
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  if not ff_reclaimable(core) then return H.err('execution_not_reclaimable') end
+  if redis.call('EXISTS', grant_key) == 1 then return H.err('grant_already_exists') end
+  local now = H.now_ms()
+  e = H.check_capabilities(core_key, core, a.caps_csv, now)
+  if e then return e end
+  local expires = H.write_claim_grant(grant_key, a, now)
+  return H.ok(core.execution_id, H.int(expires))
+end)
+
+-- ff_reclaim_execution
+-- KEYS: core, claim_grant, old attempt, old stream_meta, new attempt,
+--       new usage, attempts, lease_current, lease_history, lease_expiry,
+--       worker_leases(new), active, attempt_timeout, execution_deadline
+-- ARGV: eid, worker_id, wiid, lane, lease_id, lease_ttl_ms, attempt_id,
+--       policy_json, [default_max_reclaim_count]
+redis.register_function('ff_reclaim_execution', function(keys, args)
+  local core_key = keys[1]
+  local worker_id, wiid, lane = args[2] or '', args[3] or '', args[4] or ''
+  local lease_id, attempt_id = args[5] or '', args[7] or ''
+  local ttl, e = H.require_number(args[6], 'lease_ttl_ms')
+  if e then return e end
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  if not ff_reclaimable(core) then return H.err('execution_not_reclaimable') end
+  local now = H.now_ms()
+  -- Reclaim grants are not expiry-checked (the PEXPIREAT still applies).
+  e = H.check_claim_grant(keys[2], worker_id, now, false)
+  if e then return e end
+
+  -- Cap: policy max_reclaim_count, else the caller's default, else 100.
+  local policy_json = args[8]
+  if not H.is_set(policy_json) then
+    policy_json = redis.call('GET', H.sibling_key(core_key, 'policy')) or ''
+  end
+  local policy = H.json_object(policy_json) or {}
+  local cap = tonumber(policy.max_reclaim_count)
+  if cap == nil then
+    if H.is_set(args[9]) then
+      cap = tonumber(args[9])
+      assert(cap ~= nil, 'default_max_reclaim_count must be a number')
+    else
+      cap = 100
+    end
+  end
+
+  local eid = core.execution_id
+  local tag = H.tag_of(core_key)
+  local ts = H.int(now)
+  local old_wiid = core.current_worker_instance_id or ''
+  local reclaims = tonumber(core.lease_reclaim_count) or 0
+
+  if reclaims >= cap then
+    -- Terminal failure, committed even though the reply is an error; the
+    -- DAG is deliberately not notified on this path.
+    redis.call('DEL', keys[8])
+    redis.call('ZREM', keys[10], eid)
+    redis.call('SREM', H.worker_leases_key(tag, old_wiid), eid)
+    redis.call('SREM', keys[11], eid)
+    redis.call('ZREM', keys[12], eid)
+    redis.call('ZREM', keys[13], eid)
+    redis.call('ZREM', keys[14], eid)
+    local f = H.clear_lease_fields(H.terminal_fields('failed', 'failed', now))
+    f.attempt_state = H.terminal_attempt_state(core)
+    f.failure_reason = 'max_reclaims_exceeded'
+    H.hset(core_key, f)
+    redis.call('ZADD', H.lane_key(tag, H.core_lane(core), 'terminal'), ts, eid)
+    return H.err('max_retries_exhausted', H.int(cap))
+  end
+
+  local old_idx = core.current_attempt_index or ''
+  local reclaim_reason = 'lease_' .. (core.ownership_state or '')
+  if H.is_set(old_idx) then
+    redis.call('HSET', H.attempt_key(tag, eid, old_idx),
+      'attempt_state', 'interrupted_reclaimed', 'ended_at', ts,
+      'failure_reason', reclaim_reason)
+    H.close_stream_meta(H.stream_meta_key(tag, eid, old_idx), 'reclaimed', now)
+  end
+
+  local idx = H.int(tonumber(core.total_attempt_count) or 0)
+  local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
+  local expires = H.int(now + ttl)
+  local renewal = H.int(now + math.floor(ttl * 2 / 3))
+  local attempt_key = H.attempt_key(tag, eid, idx)
+  H.hset(attempt_key, {
+    attempt_id = attempt_id, execution_id = eid, attempt_index = idx,
+    attempt_type = 'reclaim', attempt_state = 'started',
+    created_at = ts, started_at = ts, lease_id = lease_id, lease_epoch = epoch,
+    worker_id = worker_id, worker_instance_id = wiid,
+    reclaim_reason = reclaim_reason, previous_attempt_index = old_idx,
+  })
+  redis.call('HSET', attempt_key .. ':usage', 'last_usage_report_seq', '0')
+  redis.call('ZADD', keys[7], ts, idx)
+
+  redis.call('DEL', keys[8])
+  redis.call('HSET', keys[8],
+    'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
+    'attempt_id', attempt_id, 'worker_id', worker_id, 'worker_instance_id', wiid,
+    'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
+    'renewal_deadline', renewal)
+  H.hset(core_key, {
+    ownership_state = 'leased', attempt_state = 'running_attempt',
+    blocking_reason = 'none', blocking_detail = '',
+    total_attempt_count = H.int(tonumber(idx) + 1), current_attempt_index = idx,
+    current_attempt_id = attempt_id, current_lease_id = lease_id,
+    current_lease_epoch = epoch, current_worker_id = worker_id,
+    current_worker_instance_id = wiid, current_lane = lane,
+    lease_reclaim_count = H.int(reclaims + 1),
+    lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
+    lease_renewal_deadline = renewal,
+    lease_expired_at = '', lease_revoked_at = '', lease_revoke_reason = '',
+    last_transition_at = ts, last_mutation_at = ts,
+  })
+
+  redis.call('DEL', keys[2])
+  redis.call('ZADD', keys[10], expires, eid)
+  redis.call('SREM', H.worker_leases_key(tag, old_wiid), eid)
+  redis.call('SADD', keys[11], eid)
+  redis.call('ZADD', keys[12], expires, eid)
+  H.xadd_history(keys[9], 'event', 'reclaimed',
+    'old_lease_epoch', core.current_lease_epoch or '',
+    'new_lease_id', lease_id, 'new_lease_epoch', epoch,
+    'new_attempt_id', attempt_id, 'new_attempt_index', idx,
+    'worker_id', worker_id, 'ts', ts)
+  return H.ok(lease_id, epoch, expires, attempt_id, idx, 'reclaim')
+end)

@@ -1,0 +1,108 @@
+-- Scheduling: delayed promotion, admission blocks and priority. These take
+-- the caller's now_ms (ARGV) for both the checks and the stored times, so a
+-- scheduler can drive them on its own clock.
+
+-- Admission blocking_reason -> eligibility_state; other reasons are refused.
+local FF_ADMISSION_BLOCKS = {
+  waiting_for_budget = 'blocked_by_budget',
+  waiting_for_quota = 'blocked_by_quota',
+  waiting_for_capable_worker = 'blocked_by_route',
+  paused_by_operator = 'blocked_by_operator',
+  paused_by_policy = 'blocked_by_lane_state',
+}
+
+-- Blocks ff_unblock_execution may lift (lane-state pauses are not among them).
+local FF_UNBLOCKABLE = {
+  blocked_by_budget = true,
+  blocked_by_quota = true,
+  blocked_by_route = true,
+  blocked_by_operator = true,
+}
+
+-- ff_promote_delayed
+-- KEYS: core, delayed, eligible. ARGV: eid, now_ms
+redis.register_function('ff_promote_delayed', function(keys, args)
+  local now, e = H.require_number(args[2], 'now_ms')
+  if e then return e end
+  local core = H.load_core(keys[1]) or {}
+  local eid = core.execution_id or args[1]
+  if core.lifecycle_phase ~= 'runnable' or core.eligibility_state ~= 'not_eligible_until_time' then
+    -- The scanner found an entry that no longer belongs in the delayed set.
+    redis.call('ZREM', keys[2], eid)
+    return H.ok('not_delayed_cleaned')
+  end
+  local du = tonumber(core.delay_until)
+  if du ~= nil and du > now then return H.ok('not_yet_due') end
+  local ts = H.int(now)
+  redis.call('HSET', keys[1],
+    'eligibility_state', 'eligible_now', 'blocking_reason', 'waiting_for_worker',
+    'blocking_detail', '', 'delay_until', '', 'public_state', 'waiting',
+    'last_transition_at', ts, 'last_mutation_at', ts)
+  redis.call('ZREM', keys[2], eid)
+  redis.call('ZADD', keys[3], H.eligible_score(core.priority, core.created_at), eid)
+  return H.ok('promoted')
+end)
+
+-- ff_block_execution_for_admission
+-- KEYS: core, eligible, target blocked set. ARGV: eid, reason, detail, now_ms
+redis.register_function('ff_block_execution_for_admission', function(keys, args)
+  local reason, detail = args[2] or '', args[3] or ''
+  local state = FF_ADMISSION_BLOCKS[reason]
+  if not state then return H.err('invalid_blocking_reason') end
+  local now, e = H.require_number(args[4], 'now_ms')
+  if e then return e end
+  local core = H.load_core(keys[1])
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase ~= 'runnable' then return H.err('execution_not_eligible') end
+  local eid = core.execution_id
+  local ts = H.int(now)
+  -- Stored as rate_limited for every reason (FlowFabric's value, which
+  -- differs from its own derivation for route/operator/lane-state blocks).
+  redis.call('HSET', keys[1],
+    'eligibility_state', state, 'blocking_reason', reason, 'blocking_detail', detail,
+    'public_state', 'rate_limited', 'last_transition_at', ts, 'last_mutation_at', ts)
+  redis.call('ZREM', keys[2], eid)
+  redis.call('ZADD', keys[3], ts, eid)
+  return H.ok('blocked')
+end)
+
+-- ff_unblock_execution
+-- KEYS: core, blocked set, eligible. ARGV: eid, now_ms, expected_reason
+redis.register_function('ff_unblock_execution', function(keys, args)
+  local now, e = H.require_number(args[2], 'now_ms')
+  if e then return e end
+  local core = H.load_core(keys[1])
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase ~= 'runnable' or not FF_UNBLOCKABLE[core.eligibility_state or ''] then
+    return H.err('execution_not_eligible')
+  end
+  -- A stale expectation means someone re-blocked for another reason.
+  if H.is_set(args[3]) and args[3] ~= core.blocking_reason then
+    return H.err('execution_not_eligible')
+  end
+  local eid = core.execution_id
+  local ts = H.int(now)
+  redis.call('HSET', keys[1],
+    'eligibility_state', 'eligible_now', 'blocking_reason', 'waiting_for_worker',
+    'blocking_detail', '', 'public_state', 'waiting',
+    'last_transition_at', ts, 'last_mutation_at', ts)
+  redis.call('ZREM', keys[2], eid)
+  redis.call('ZADD', keys[3], H.eligible_score(core.priority, core.created_at), eid)
+  return H.ok('unblocked')
+end)
+
+-- ff_change_priority
+-- KEYS: core, eligible. ARGV: eid, priority
+redis.register_function('ff_change_priority', function(keys, args)
+  local p, e = H.require_number(args[2], 'priority')
+  if e then return e end
+  local core = H.load_core(keys[1])
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase ~= 'runnable' or core.eligibility_state ~= 'eligible_now' then
+    return H.err('execution_not_eligible')
+  end
+  local prio = H.clamp_priority(p)
+  redis.call('HSET', keys[1], 'priority', H.int(prio), 'last_mutation_at', H.int(H.now_ms()))
+  redis.call('ZADD', keys[2], H.eligible_score(prio, core.created_at), core.execution_id)
+  return H.ok(H.int(prio))
+end)
