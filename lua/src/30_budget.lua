@@ -3,34 +3,20 @@
 -- ARGV now_ms, never server time: budget scanners and reporters run on their
 -- own clocks and the stored values must line up with what they passed.
 
--- One table for this file's private helpers keeps the chunk's top-level
--- local count (Lua 5.1 allows 200) down to one.
-local ffbudget = {}
-
--- Integers leave this file as plain decimal strings; tostring would switch
--- to %.14g exponent form above 14 digits.
-function ffbudget.int_str(v)
-  return string.format('%d', v)
-end
-
 -- ff_create_budget
 -- KEYS: def, limits, usage, resets, policies
 -- ARGV: bid, scope_type, scope_id, enforcement_mode, on_hard, on_soft,
 --       reset_interval_ms, now_ms, n, dim x n, hard x n, soft x n
 redis.register_function('ff_create_budget', function(keys, args)
   local bid = args[1]
-  local interval = tonumber(args[7])
-  if args[7] == nil or args[7] == '' then interval = 0 end
-  local now = tonumber(args[8])
+  local interval, bad = H.opt_number(args[7], 'reset_interval_ms')
+  if bad then return bad end
+  interval = interval or 0
+  local now, bad_now = H.require_number(args[8], 'now_ms')
+  if bad_now then return bad_now end
   local n = tonumber(args[9])
-  if interval == nil then
-    return {0, 'invalid_input', 'reset_interval_ms must be a number, got: ' .. tostring(args[7])}
-  end
-  if now == nil then
-    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[8])}
-  end
   if n == nil or n < 0 or #args < 9 + 3 * n then
-    return {0, 'invalid_input', 'dimension count does not match the arguments'}
+    return H.err('invalid_input', 'dimension count does not match the arguments')
   end
 
   -- The partition index lists every budget homed here, and is kept even when
@@ -77,20 +63,16 @@ end)
 redis.register_function('ff_report_usage_and_check', function(keys, args)
   local n = tonumber(args[1])
   if n == nil or n < 0 or #args < 3 + 2 * n then
-    return {0, 'invalid_input', 'dimension count does not match the arguments'}
+    return H.err('invalid_input', 'dimension count does not match the arguments')
   end
-  local now = tonumber(args[2 + 2 * n])
-  if now == nil then
-    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[2 + 2 * n])}
-  end
+  local now, bad_now = H.require_number(args[2 + 2 * n], 'now_ms')
+  if bad_now then return bad_now end
   local dedup_key = args[3 + 2 * n] or ''
 
   local deltas = {}
   for i = 1, n do
-    local d = tonumber(args[1 + n + i])
-    if d == nil then
-      return {0, 'invalid_input', 'delta must be a number, got: ' .. tostring(args[1 + n + i])}
-    end
+    local d, bad = H.require_number(args[1 + n + i], 'delta')
+    if bad then return bad end
     deltas[i] = d
   end
 
@@ -132,7 +114,7 @@ redis.register_function('ff_report_usage_and_check', function(keys, args)
     local soft = tonumber(soft_raw) or 0
     if soft > 0 and totals[i] > soft then
       redis.call('HINCRBY', keys[3], 'soft_breach_count', 1)
-      reply = {1, 'SOFT_BREACH', dim, ffbudget.int_str(totals[i]), soft_raw}
+      reply = {1, 'SOFT_BREACH', dim, H.int(totals[i]), soft_raw}
       break
     end
   end
@@ -153,10 +135,8 @@ end)
 -- budget whose interval is 0). Replies the next reset time ("0" = none).
 redis.register_function('ff_reset_budget', function(keys, args)
   local bid = args[1]
-  local now = tonumber(args[2])
-  if now == nil then
-    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[2])}
-  end
+  local now, bad_now = H.require_number(args[2], 'now_ms')
+  if bad_now then return bad_now end
 
   local fields = redis.call('HKEYS', keys[2])
   if #fields > 0 then
@@ -184,5 +164,5 @@ redis.register_function('ff_reset_budget', function(keys, args)
   else
     redis.call('ZREM', keys[3], bid)
   end
-  return {1, 'OK', ffbudget.int_str(next_reset)}
+  return {1, 'OK', H.int(next_reset)}
 end)

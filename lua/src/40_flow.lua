@@ -8,57 +8,17 @@
 -- now_ms; staging, applying, resolving and promoting use the ARGV now_ms
 -- (the callers resolve on their own clocks and the vectors pin that).
 
--- One table for this file's private helpers keeps the chunk's top-level
--- local count (Lua 5.1 allows 200) down to one.
+-- Shared helpers come from H (00_helpers.lua); this table holds only the
+-- flow-specific ones and keeps this file at one top-level local.
 local ffflow = {}
-
-function ffflow.server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- Missing, false (a nil reply) and "" all mean "not set".
-function ffflow.is_set(v)
-  return v ~= nil and v ~= false and v ~= ''
-end
-
-function ffflow.int_str(v)
-  return string.format('%d', v)
-end
-
-function ffflow.hash(key)
-  local flat = redis.call('HGETALL', key)
-  local h = {}
-  for i = 1, #flat, 2 do
-    h[flat[i]] = flat[i + 1]
-  end
-  return h
-end
-
--- The first {...} group of a key: the slot tag every built key must reuse.
-function ffflow.tag_of(key)
-  return string.match(key, '{[^}]*}')
-end
 
 function ffflow.flow_is_terminal(state)
   return state == 'cancelled' or state == 'completed' or state == 'failed'
 end
 
--- Eligible-set score: higher priority first, then FIFO by creation time.
-function ffflow.eligible_score(core)
-  local p = tonumber(core.priority) or 0
-  if p < 0 then p = 0 elseif p > 9000 then p = 9000 end
-  return -(p * 1000000000000) + (tonumber(core.created_at) or 0)
-end
-
 function ffflow.not_terminal(core)
   return core.lifecycle_phase ~= 'terminal'
-    and (not ffflow.is_set(core.terminal_outcome) or core.terminal_outcome == 'none')
-end
-
-function ffflow.publish_completion(eid, fid, outcome)
-  redis.call('PUBLISH', 'ff:dag:completions',
-    cjson.encode({execution_id = eid, flow_id = fid, outcome = outcome}))
+    and (not H.is_set(core.terminal_outcome) or core.terminal_outcome == 'none')
 end
 
 -- A dependency-blocked child whose dependencies are met becomes claimable.
@@ -71,7 +31,7 @@ function ffflow.release_child(core_key, core, eid, eligible_key, blocked_key, no
     return false
   end
   local attempt_state = core.attempt_state
-  if not ffflow.is_set(attempt_state) or attempt_state == 'none' then
+  if not H.is_set(attempt_state) or attempt_state == 'none' then
     attempt_state = 'pending_first_attempt'
   end
   redis.call('HSET', core_key,
@@ -83,7 +43,7 @@ function ffflow.release_child(core_key, core, eid, eligible_key, blocked_key, no
     'last_transition_at', now,
     'last_mutation_at', now)
   redis.call('ZREM', blocked_key, eid)
-  redis.call('ZADD', eligible_key, ffflow.eligible_score(core), eid)
+  redis.call('ZADD', eligible_key, H.eligible_score(core.priority, core.created_at), eid)
   return true
 end
 
@@ -101,12 +61,7 @@ function ffflow.skip_child(keys, core, eid, now)
         'ended_at', now,
         'failure_reason', 'dependency_impossible')
     end
-    if redis.call('EXISTS', keys[9]) == 1
-        and not ffflow.is_set(redis.call('HGET', keys[9], 'closed_at')) then
-      redis.call('HSET', keys[9],
-        'closed_at', now,
-        'closed_reason', 'dependency_impossible')
-    end
+    H.close_stream_meta(keys[9], 'dependency_impossible', now, true)
   end
   redis.call('HSET', keys[1],
     'lifecycle_phase', 'terminal',
@@ -121,8 +76,8 @@ function ffflow.skip_child(keys, core, eid, now)
     'last_mutation_at', now)
   redis.call('ZREM', keys[7], eid)
   redis.call('ZADD', keys[6], now, eid)
-  if ffflow.is_set(core.flow_id) and ffflow.is_set(core.execution_id) then
-    ffflow.publish_completion(core.execution_id, core.flow_id, 'skipped')
+  if H.is_set(core.flow_id) and H.is_set(core.execution_id) then
+    H.publish_completion(core.execution_id, core.flow_id, 'skipped')
   end
 end
 
@@ -130,18 +85,18 @@ end
 -- the siblings a fired any_of/quorum group asks the dispatcher to cancel.
 -- Sorted edge order keeps the snapshot deterministic.
 function ffflow.running_siblings(keys, fid, edge_id)
-  local exec_tag = ffflow.tag_of(keys[1])
-  local edge_prefix = 'ff:flow:' .. ffflow.tag_of(keys[13]) .. ':' .. fid .. ':edge:'
+  local exec_tag = H.tag_of(keys[1])
+  local edge_prefix = 'ff:flow:' .. H.tag_of(keys[13]) .. ':' .. fid .. ':edge:'
   local edges = redis.call('SMEMBERS', keys[13])
   table.sort(edges)
   local out, seen = {}, {}
   for _, e in ipairs(edges) do
     if e ~= edge_id then
       local up = redis.call('HGET', edge_prefix .. e, 'upstream_execution_id')
-      if ffflow.is_set(up) and not seen[up] then
+      if H.is_set(up) and not seen[up] then
         seen[up] = true
         local phase = redis.call('HGET', 'ff:exec:' .. exec_tag .. ':' .. up .. ':core', 'lifecycle_phase')
-        if ffflow.is_set(phase) and phase ~= 'terminal' then
+        if H.is_set(phase) and phase ~= 'terminal' then
           out[#out + 1] = up
         end
       end
@@ -161,7 +116,7 @@ function ffflow.resolve_group(keys, args, core, dep, variant, now)
 
   redis.call('HSET', keys[2], 'last_dependency_update_at', now)
   redis.call('HINCRBY', keys[12], counter, 1)
-  local g = ffflow.hash(keys[12])
+  local g = H.hgetall(keys[12])
   local n = tonumber(g.n) or 0
   local succeeded = tonumber(g.succeeded) or 0
   local failed = tonumber(g.failed) or 0
@@ -174,7 +129,7 @@ function ffflow.resolve_group(keys, args, core, dep, variant, now)
     return {1, 'OK', 'already_fired', ''}
   end
 
-  if success and ffflow.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
+  if success and H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
     redis.call('COPY', keys[11], keys[10], 'REPLACE')
   end
 
@@ -224,7 +179,7 @@ redis.register_function('ff_create_flow', function(keys, args)
   if redis.call('EXISTS', keys[1]) == 1 then
     return {1, 'ALREADY_SATISFIED', fid}
   end
-  local now = ffflow.server_now()
+  local now = H.now_ms()
   redis.call('HSET', keys[1],
     'flow_id', fid,
     'flow_kind', args[2],
@@ -243,7 +198,7 @@ end)
 -- ARGV: fid, eid, now_ms (ignored: server time)
 redis.register_function('ff_add_execution_to_flow', function(keys, args)
   local fid, eid = args[1], args[2]
-  local flow = ffflow.hash(keys[1])
+  local flow = H.hgetall(keys[1])
   if next(flow) == nil then
     return {0, 'flow_not_found'}
   end
@@ -257,7 +212,7 @@ redis.register_function('ff_add_execution_to_flow', function(keys, args)
     return {0, 'execution_not_found'}
   end
   local current = redis.call('HGET', keys[4], 'flow_id')
-  if ffflow.is_set(current) then
+  if H.is_set(current) then
     if current == fid then
       return {1, 'ALREADY_SATISFIED', eid, flow.node_count or '0'}
     end
@@ -265,14 +220,14 @@ redis.register_function('ff_add_execution_to_flow', function(keys, args)
     return {0, 'already_member_of_different_flow:' .. current}
   end
 
-  local now = ffflow.server_now()
+  local now = H.now_ms()
   redis.call('SADD', keys[3], fid)
   redis.call('SADD', keys[2], eid)
   redis.call('HSET', keys[4], 'flow_id', fid)
   local nodes = redis.call('HINCRBY', keys[1], 'node_count', 1)
   redis.call('HINCRBY', keys[1], 'graph_revision', 1)
   redis.call('HSET', keys[1], 'last_mutation_at', now)
-  return {1, 'OK', eid, ffflow.int_str(nodes)}
+  return {1, 'OK', eid, H.int(nodes)}
 end)
 
 -- ff_stage_dependency_edge
@@ -282,14 +237,12 @@ end)
 redis.register_function('ff_stage_dependency_edge', function(keys, args)
   local fid, edge_id, up, down = args[1], args[2], args[3], args[4]
   local kind, data_ref, expected = args[5], args[6] or '', args[7]
-  local now = tonumber(args[8])
-  if now == nil then
-    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[8])}
-  end
+  local now, bad_now = H.require_number(args[8], 'now_ms')
+  if bad_now then return bad_now end
   if up == down then
     return {0, 'self_referencing_edge'}
   end
-  local flow = ffflow.hash(keys[1])
+  local flow = H.hgetall(keys[1])
   if next(flow) == nil then
     return {0, 'flow_not_found'}
   end
@@ -323,14 +276,14 @@ redis.register_function('ff_stage_dependency_edge', function(keys, args)
       if nxt == up then
         return {0, 'cycle_detected'}
       end
-      if ffflow.is_set(nxt) and not seen[nxt] then
+      if H.is_set(nxt) and not seen[nxt] then
         seen[nxt] = true
         queue[#queue + 1] = nxt
       end
     end
   end
 
-  if not ffflow.is_set(kind) then kind = 'success_only' end
+  if not H.is_set(kind) then kind = 'success_only' end
   redis.call('HSET', keys[3],
     'edge_id', edge_id,
     'flow_id', fid,
@@ -347,7 +300,7 @@ redis.register_function('ff_stage_dependency_edge', function(keys, args)
   local rev = redis.call('HINCRBY', keys[1], 'graph_revision', 1)
   redis.call('HINCRBY', keys[1], 'edge_count', 1)
   redis.call('HSET', keys[1], 'last_mutation_at', now)
-  return {1, 'OK', edge_id, ffflow.int_str(rev)}
+  return {1, 'OK', edge_id, H.int(rev)}
 end)
 
 -- ff_apply_dependency_to_child
@@ -357,15 +310,13 @@ end)
 redis.register_function('ff_apply_dependency_to_child', function(keys, args)
   local fid, edge_id, up, rev = args[1], args[2], args[3], args[4]
   local kind, data_ref = args[5], args[6] or ''
-  local now = tonumber(args[7])
-  if now == nil then
-    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[7])}
-  end
-  local core = ffflow.hash(keys[1])
+  local now, bad_now = H.require_number(args[7], 'now_ms')
+  if bad_now then return bad_now end
+  local core = H.hgetall(keys[1])
   if next(core) == nil then
     return {0, 'execution_not_found'}
   end
-  if ffflow.is_set(core.flow_id) and core.flow_id ~= fid then
+  if H.is_set(core.flow_id) and core.flow_id ~= fid then
     return {0, 'execution_not_in_flow'}
   end
   -- One application per edge: the dep hash is the marker.
@@ -374,7 +325,7 @@ redis.register_function('ff_apply_dependency_to_child', function(keys, args)
   end
 
   local eid = core.execution_id
-  if not ffflow.is_set(kind) then kind = 'success_only' end
+  if not H.is_set(kind) then kind = 'success_only' end
   redis.call('HSET', keys[4],
     'edge_id', edge_id,
     'flow_id', fid,
@@ -406,14 +357,14 @@ redis.register_function('ff_apply_dependency_to_child', function(keys, args)
     redis.call('HSET', keys[1],
       'eligibility_state', 'blocked_by_dependencies',
       'blocking_reason', 'waiting_for_children',
-      'blocking_detail', ffflow.int_str(count) .. ' dep(s) unresolved incl ' .. edge_id,
+      'blocking_detail', H.int(count) .. ' dep(s) unresolved incl ' .. edge_id,
       'public_state', 'waiting_children',
       'last_transition_at', now,
       'last_mutation_at', now)
     redis.call('ZREM', keys[5], eid)
     redis.call('ZADD', keys[6], tonumber(core.created_at) or 0, eid)
   end
-  return {1, 'OK', ffflow.int_str(count)}
+  return {1, 'OK', H.int(count)}
 end)
 
 -- ff_resolve_dependency
@@ -427,22 +378,20 @@ end)
 -- already_fired.
 redis.register_function('ff_resolve_dependency', function(keys, args)
   local edge_id, outcome, fid, eid = args[1], args[2], args[4], args[5]
-  local now = tonumber(args[3])
-  if now == nil then
-    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[3])}
-  end
-  local dep = ffflow.hash(keys[4])
+  local now, bad_now = H.require_number(args[3], 'now_ms')
+  if bad_now then return bad_now end
+  local dep = H.hgetall(keys[4])
   if next(dep) == nil then
     return {0, 'invalid_dependency'}
   end
   if dep.state == 'satisfied' or dep.state == 'impossible' then
     return {1, 'OK', 'already_resolved'}
   end
-  local core = ffflow.hash(keys[1])
+  local core = H.hgetall(keys[1])
   if next(core) == nil then
     return {0, 'execution_not_found'}
   end
-  if not ffflow.is_set(eid) then eid = core.execution_id end
+  if not H.is_set(eid) then eid = core.execution_id end
 
   local success = outcome == 'success'
   redis.call('HSET', keys[4],
@@ -469,7 +418,7 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
       end
     end
     -- Data passing: the child's input becomes the upstream's result.
-    if ffflow.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
+    if H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
       redis.call('COPY', keys[11], keys[10], 'REPLACE')
     end
     if remaining <= 0 then
@@ -499,20 +448,20 @@ end)
 -- Replies OK with one of not_found, not_runnable, owned, terminal,
 -- impossible, blocked_by_dependencies, eligible.
 redis.register_function('ff_evaluate_flow_eligibility', function(keys, args)
-  local core = ffflow.hash(keys[1])
+  local core = H.hgetall(keys[1])
   if next(core) == nil then
     return {1, 'OK', 'not_found'}
   end
   if core.lifecycle_phase ~= 'runnable' then
     return {1, 'OK', 'not_runnable'}
   end
-  if ffflow.is_set(core.ownership_state) and core.ownership_state ~= 'unowned' then
+  if H.is_set(core.ownership_state) and core.ownership_state ~= 'unowned' then
     return {1, 'OK', 'owned'}
   end
   if not ffflow.not_terminal(core) then
     return {1, 'OK', 'terminal'}
   end
-  local meta = ffflow.hash(keys[2])
+  local meta = H.hgetall(keys[2])
   if (tonumber(meta.impossible_required_count) or 0) > 0 then
     return {1, 'OK', 'impossible'}
   end
@@ -528,16 +477,14 @@ end)
 -- The reconciler's repair for a child whose last dependency resolved but
 -- which was never released.
 redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
-  local now = tonumber(args[2])
-  if now == nil then
-    return {0, 'invalid_input', 'now_ms must be a number, got: ' .. tostring(args[2])}
-  end
-  local core = ffflow.hash(keys[1])
+  local now, bad_now = H.require_number(args[2], 'now_ms')
+  if bad_now then return bad_now end
+  local core = H.hgetall(keys[1])
   if next(core) == nil then
     return {0, 'execution_not_found'}
   end
   local eid = args[1]
-  if not ffflow.is_set(eid) then eid = core.execution_id end
+  if not H.is_set(eid) then eid = core.execution_id end
   if not ffflow.not_terminal(core) then
     return {0, 'terminal'}
   end
@@ -550,8 +497,8 @@ redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
   local unresolved = redis.call('SCARD', keys[5])
   if unresolved > 0 then
     local unsatisfied = redis.call('HGET', keys[4], 'unsatisfied_required_count')
-    if not ffflow.is_set(unsatisfied) then unsatisfied = '0' end
-    return {0, 'deps_not_satisfied', unsatisfied, ffflow.int_str(unresolved)}
+    if not H.is_set(unsatisfied) then unsatisfied = '0' end
+    return {0, 'deps_not_satisfied', unsatisfied, H.int(unresolved)}
   end
   if not ffflow.release_child(keys[1], core, eid, keys[3], keys[2], now) then
     -- Owned by a worker although runnable: leave it to the lease paths.
@@ -571,7 +518,7 @@ end)
 redis.register_function('ff_cancel_flow', function(keys, args)
   local fid, reason, policy = args[1], args[2], args[3]
   local grace = 30000
-  if ffflow.is_set(args[5]) then
+  if H.is_set(args[5]) then
     grace = tonumber(args[5])
     if grace == nil or grace < 0 or grace ~= math.floor(grace) then
       return {0, 'invalid_grace_ms'}
@@ -585,7 +532,7 @@ redis.register_function('ff_cancel_flow', function(keys, args)
     return {0, 'flow_already_terminal'}
   end
 
-  local now = ffflow.server_now()
+  local now = H.now_ms()
   redis.call('HSET', keys[1],
     'public_flow_state', 'cancelled',
     'cancelled_at', now,
