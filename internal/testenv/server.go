@@ -211,10 +211,13 @@ func New(t testing.TB, opts ...Option) *Server {
 	return s
 }
 
-// Client opens a valkey-go client to the server, closed when the test ends.
+// Client opens a valkey-go client to this one server, closed when the test
+// ends.
 func (s *Server) Client(t testing.TB) valkey.Client {
 	t.Helper()
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
+	// ForceSingleClient: a node of a cluster must be addressed alone, not
+	// through a cluster client that would spread commands over all nodes.
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
 	if err != nil {
 		t.Fatalf("testenv: connect to %s: %v", s.Addr, err)
 	}
