@@ -1,0 +1,276 @@
+// Package scannerapi is the contract between the ffscan host and scanner
+// plugins. A plugin implements Scanner and calls Serve from its main; the
+// host launches it as a subprocess (hashicorp/go-plugin over gRPC) or links
+// it in-process, and the scanner behaves identically either way.
+//
+// The contract is shaped by cost: an RPC to a plugin, and every callback
+// from the plugin to the host, costs on the order of 150 µs. So the host,
+// not the plugin, fetches candidates for every partition each cycle
+// (pipelined, from the sources the scanner declares in Info), skips empty
+// partitions without calling the plugin, and calls ScanPartition only for
+// partitions with work. The plugin then reads more and acts through Host.Exec,
+// which carries many commands in one callback and runs them pipelined. A
+// well-written scanner costs one RPC plus one or two callbacks per non-empty
+// partition and nothing for an empty one.
+//
+// Plugins never hold Valkey credentials. The host executes only the
+// commands and functions a scanner declared in Info, and only on keys under
+// the "ff:" prefix; anything else is refused (an error reply for that
+// command) and counted.
+package scannerapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/ffscan/ffscan/keys"
+)
+
+// APIVersion is the version of this contract. The go-plugin handshake
+// carries it; a host refuses plugins whose version it does not support.
+const APIVersion = 1
+
+// Scanner is what a plugin author implements. Methods may be called
+// concurrently for different partitions; implementations must be safe for
+// that (state kept across calls, such as a failure tracker, needs a lock).
+type Scanner interface {
+	// Info describes the scanner. It is called once after launch and must
+	// not depend on Configure.
+	Info() Info
+	// Configure validates and applies the operator's options (from the
+	// host config, checked against Info.Options first). It is called before
+	// the first scan and again when the configuration is reloaded; an
+	// error rejects the new options and the old ones stay.
+	Configure(ctx context.Context, options map[string]string) error
+	// ScanPartition does the work of one partition for one cycle: the host
+	// passes the candidates it fetched; the scanner reads and acts through
+	// host and reports what it did. An error means the whole call failed
+	// (the host counts it and retries the partition next cycle); per-item
+	// failures belong in ScanResult.Errors.
+	ScanPartition(ctx context.Context, host Host, req *ScanRequest) (*ScanResult, error)
+	// SampleBacklog returns the backlog depth of each given partition, in
+	// order, for scanners whose sources declare BacklogPlugin. Others may
+	// return nil, nil.
+	SampleBacklog(ctx context.Context, host Host, partitions []keys.Partition) ([]int64, error)
+}
+
+// Info describes a scanner to the host.
+type Info struct {
+	// Name is unique per host; it labels metrics and logs and names the
+	// scanner in config (scanners.<name>.*). Lowercase letters, digits,
+	// '_' and '-'.
+	Name string
+	// Version is the scanner's own version (free form, e.g. "1.2.0").
+	Version string
+	// APIVersion is the contract version the scanner was built against
+	// (set it to scannerapi.APIVersion).
+	APIVersion int
+	// Family selects the partitions the host iterates: flow ({fp:N}),
+	// budget ({b:M}) or quota ({q:K}).
+	Family keys.Family
+	// DefaultInterval is the target period of one full sweep.
+	DefaultInterval time.Duration
+	// DefaultBatch is the default candidate limit per source per partition.
+	DefaultBatch int
+	// Sources are fetched by the host for every partition each cycle. A
+	// partition where every source is empty gets no ScanPartition call.
+	Sources []CandidateSource
+	// Commands are the raw Valkey commands the scanner may run through
+	// Host.Exec (upper case, e.g. "HMGET", "ZREM"). FCALL is not listed
+	// here; functions go in Functions.
+	Commands []string
+	// Functions are the library functions the scanner may FCALL.
+	Functions []string
+	// Options is the config schema: the options the scanner accepts.
+	Options []OptionSpec
+}
+
+// SourceKind says how the host reads a candidate source.
+type SourceKind string
+
+const (
+	// SourceZSetDue reads members whose score is at most now+ScoreOffset,
+	// lowest score first: ZRANGE key -inf (now+offset) BYSCORE LIMIT 0 batch
+	// WITHSCORES. Typical for timer indexes (lease_expiry, cancel_backlog).
+	SourceZSetDue SourceKind = "zset_due"
+	// SourceZSetRotate reads a window of batch members by rank, advancing
+	// a per-partition cursor each cycle and wrapping at the end, so every
+	// member is visited over successive cycles and stuck entries at the
+	// head never hide newer ones.
+	SourceZSetRotate SourceKind = "zset_rotate"
+	// SourceSetScan reads a SET with SSCAN, one COUNT-batch step per cycle,
+	// keeping the cursor per partition across cycles.
+	SourceSetScan SourceKind = "set_scan"
+)
+
+// BacklogMode says how the host measures a source's backlog gauge.
+type BacklogMode string
+
+const (
+	// BacklogNone exports no backlog for the source.
+	BacklogNone BacklogMode = ""
+	// BacklogDue counts members due now (ZCOUNT key -inf now+offset),
+	// read in the same pipeline as the candidates.
+	BacklogDue BacklogMode = "due"
+	// BacklogSize counts all members (ZCARD / SCARD).
+	BacklogSize BacklogMode = "size"
+	// BacklogPlugin asks the scanner (SampleBacklog or
+	// ScanResult.Backlog).
+	BacklogPlugin BacklogMode = "plugin"
+)
+
+// CandidateSource is an index the host reads for every partition.
+type CandidateSource struct {
+	// Name identifies the source in ScanRequest candidates.
+	Name string
+	// Kind is how the key is read.
+	Kind SourceKind
+	// Key is a template: "{p}" becomes the partition tag (e.g. {fp:7}),
+	// "{lane}" makes the host read one key per known lane. Example:
+	// "ff:idx:{p}:lease_expiry", "ff:idx:{p}:lane:{lane}:blocked:dependencies".
+	Key string
+	// ScoreOffset shifts "now" for SourceZSetDue (e.g. -24h for retention
+	// candidates older than a day). Zero means due now.
+	ScoreOffset time.Duration
+	// Backlog selects the backlog gauge of this source.
+	Backlog BacklogMode
+}
+
+// OptionSpec declares one configuration option of a scanner.
+type OptionSpec struct {
+	Name        string
+	Type        OptionType
+	Default     string
+	Description string
+}
+
+// OptionType is the type of an option value; values travel as strings.
+type OptionType string
+
+// Option types.
+const (
+	OptionString   OptionType = "string"
+	OptionInt      OptionType = "int"
+	OptionBool     OptionType = "bool"
+	OptionDuration OptionType = "duration" // Go syntax: "1500ms", "24h"
+)
+
+// ScanRequest is one partition's work for one cycle.
+type ScanRequest struct {
+	// Scanner is the scanner's name (a binary may serve several).
+	Scanner string
+	// Partition is the partition to work on.
+	Partition keys.Partition
+	// NowMs is the Valkey server time in ms, read by the host once per
+	// cycle; use it instead of the local clock.
+	NowMs int64
+	// Cycle counts full sweeps of this scanner since the host started it
+	// (per-item backoff counts in cycles).
+	Cycle uint64
+	// Batch is the effective batch size (config or Info.DefaultBatch).
+	Batch int
+	// Lanes are the lanes the host knows of, for scanners that need them.
+	Lanes []string
+	// Candidates are the members fetched from the scanner's sources.
+	Candidates []Candidate
+	// DryRun asks the scanner to read and decide but not mutate: it must
+	// not send writes or FCALLs, and reports what it would have done.
+	DryRun bool
+}
+
+// Candidate is one member read from a source.
+type Candidate struct {
+	Source string  // CandidateSource.Name
+	Key    string  // the concrete key it was read from
+	Lane   string  // the lane, for "{lane}" sources
+	Member string  // the member (an execution id, flow id, budget id, ...)
+	Score  float64 // the zset score (0 for sets)
+}
+
+// ScanResult reports what a ScanPartition call did.
+type ScanResult struct {
+	// Processed counts items acted on (the scanner's own definition, e.g.
+	// leases marked expired).
+	Processed int64
+	// Skipped counts candidates left alone on purpose (filtered, backed
+	// off, not yet due).
+	Skipped int64
+	// Errors counts per-item failures by class and code.
+	Errors []ErrorCount
+	// More says the partition still has due work beyond this batch; the
+	// host rescans it promptly instead of waiting a full interval.
+	More bool
+	// Backlog, when HasBacklog, replaces the host's own backlog sample for
+	// this partition.
+	Backlog    int64
+	HasBacklog bool
+	// Notes are short human-readable lines for scan-once and dry runs.
+	Notes []string
+}
+
+// ErrorClass classifies a failure.
+type ErrorClass string
+
+// Error classes (a metric label).
+const (
+	// ErrTransport: the command did not get a reply (connection, timeout,
+	// cluster redirect exhaustion). Retried next cycle.
+	ErrTransport ErrorClass = "transport"
+	// ErrLua: a library function answered {0, code, ...} that the scanner
+	// does not treat as done.
+	ErrLua ErrorClass = "lua"
+	// ErrRefused: the host refused the command (not declared, or a key
+	// outside ff:).
+	ErrRefused ErrorClass = "refused"
+	// ErrServer: a RESP error reply (WRONGTYPE, script runtime error).
+	ErrServer ErrorClass = "server"
+)
+
+// ErrorCount is a number of failures of one class and code.
+type ErrorCount struct {
+	Class ErrorClass
+	Code  string // Lua code or a short reason; may be empty
+	Count int64
+}
+
+// Host is the scanner's only way to Valkey. Exec runs the commands
+// pipelined and returns one Reply per command, in order. A refused or failed
+// command yields a Reply with Err set; Exec itself fails only when the whole
+// batch could not be run (e.g. the host is shutting down).
+type Host interface {
+	Exec(ctx context.Context, cmds []Command) ([]Reply, error)
+}
+
+// Command is one Valkey command: its name then its arguments, e.g.
+// {"HMGET", key, "lane_id", "namespace"}. Use FCall to build an FCALL.
+type Command []string
+
+// Reply is a Valkey reply in a transport-neutral form.
+type Reply struct {
+	// Kind is the RESP type of the reply.
+	Kind ReplyKind
+	// Str holds status, bulk and verbatim strings.
+	Str string
+	// Int holds integers (and booleans as 0/1).
+	Int int64
+	// Float holds doubles.
+	Float float64
+	// Array holds array, set and map elements (maps flattened key, value).
+	Array []Reply
+	// Err is set when the command failed; ErrClass says how.
+	Err      string
+	ErrClass ErrorClass
+}
+
+// ReplyKind is the RESP type of a Reply.
+type ReplyKind uint8
+
+// Reply kinds.
+const (
+	KindNil ReplyKind = iota
+	KindString
+	KindInt
+	KindFloat
+	KindArray
+	KindError
+)
