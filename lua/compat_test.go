@@ -1,0 +1,111 @@
+package lua
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ffscan/ffscan/internal/testenv"
+)
+
+// compatDir finds FlowFabric's golden vectors: $FFSCAN_SHARED_DIR/compat, or
+// ../shared/compat beside the repository (where CI puts it).
+func compatDir() (string, error) {
+	if d := os.Getenv("FFSCAN_SHARED_DIR"); d != "" {
+		return filepath.Join(d, "compat"), nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(filepath.Dir(dir), "shared", "compat"), nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", errors.New("go.mod not found above " + wd)
+		}
+	}
+}
+
+var summaryRe = regexp.MustCompile(`^(\d+) passed, (\d+) failed$`)
+var notImplRe = regexp.MustCompile(`^(\d+) not implemented$`)
+
+// TestCompatVectors replays every FlowFabric golden vector against our
+// library with the shared compatcheck tool. Vectors calling functions we do
+// not have yet are reported as not implemented (by name), never as passed;
+// any replayed vector that differs fails the test.
+func TestCompatVectors(t *testing.T) {
+	dir, err := compatDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vectors")); err != nil {
+		t.Skipf("compat vectors not found at %s (no ../shared beside this clone); skipping the replay", dir)
+	}
+
+	bin := filepath.Join(t.TempDir(), "compatcheck")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join(dir, "compatcheck")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build compatcheck: %v\n%s", err, out)
+	}
+
+	srv := testenv.New(t)
+	if _, err := New(srv.Client(t), Options{}).Ensure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	args := []string{"-addr", srv.Addr, "-vectors", filepath.Join(dir, "vectors"), "-missing", "skip", "-max-diff", "40"}
+	if skip := os.Getenv("FFSCAN_COMPAT_SKIP"); skip != "" {
+		args = append(args, "-skip", skip)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+
+	passed, failed, notImpl := -1, -1, 0
+	var notImplNames, failNames []string
+	sc := bufio.NewScanner(bytes.NewReader(stdout.Bytes()))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "NOTIMPL "):
+			notImplNames = append(notImplNames, strings.TrimPrefix(line, "NOTIMPL "))
+		case strings.HasPrefix(line, "FAIL "):
+			failNames = append(failNames, strings.TrimPrefix(line, "FAIL "))
+		}
+		if m := notImplRe.FindStringSubmatch(line); m != nil {
+			notImpl, _ = strconv.Atoi(m[1])
+		}
+		if m := summaryRe.FindStringSubmatch(line); m != nil {
+			passed, _ = strconv.Atoi(m[1])
+			failed, _ = strconv.Atoi(m[2])
+		}
+	}
+	if passed < 0 {
+		t.Fatalf("compatcheck printed no summary (exit %v)\nstdout:\n%s\nstderr:\n%s", runErr, stdout.String(), stderr.String())
+	}
+	for _, n := range notImplNames {
+		fmt.Printf("compat: not yet implemented: %s\n", n)
+	}
+	for _, n := range failNames {
+		fmt.Printf("compat: FAILED: %s\n", n)
+	}
+	summary := fmt.Sprintf("compat: %d passed, %d failed, %d not implemented", passed, failed, notImpl)
+	fmt.Println(summary)
+	t.Log(summary)
+	if failed > 0 || (runErr != nil && failed == 0) {
+		t.Fatalf("compat replay failed (exit %v):\n%s\n%s", runErr, stdout.String(), stderr.String())
+	}
+}
