@@ -1,0 +1,163 @@
+// Package boot prepares the keyspace before any scanner runs: it connects to
+// Valkey, agrees on the partition counts recorded in ff:config:partitions,
+// merges the lanes with ff:idx:lanes and makes sure our Functions library is
+// loaded. Each step is a function of its own so the CLI's one-shot commands
+// can reuse them.
+package boot
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+)
+
+// Connect opens a valkey-go client as the config says. Client-side caching
+// is off: the host only pipelines reads and FCALLs whose results must be
+// current.
+func Connect(ctx context.Context, c config.Valkey) (valkey.Client, error) {
+	opt := valkey.ClientOption{
+		InitAddress:       c.Addrs,
+		Username:          c.Username,
+		Password:          c.Password,
+		DisableCache:      true,
+		ForceSingleClient: c.Cluster == "off",
+	}
+	if c.TLS.Enabled {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.TLS.ServerName}
+		if c.TLS.CAFile != "" {
+			pem, err := os.ReadFile(c.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("valkey.tls.ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("valkey.tls.ca_file: %s holds no PEM certificate", c.TLS.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		opt.TLSConfig = tc
+	}
+	client, err := valkey.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("connect to valkey %s: %w", strings.Join(c.Addrs, ","), err)
+	}
+	if c.Cluster == "on" {
+		info, err := client.Do(ctx, client.B().Info().Section("cluster").Build()).ToString()
+		if err != nil {
+			client.Close()
+			return nil, fmt.Errorf("valkey.cluster is on: INFO cluster: %w", err)
+		}
+		if !strings.Contains(info, "cluster_enabled:1") {
+			client.Close()
+			return nil, errors.New("valkey.cluster is on but the server is not a cluster node")
+		}
+	}
+	return client, nil
+}
+
+// EnsurePartitions records want in ff:config:partitions when the hash is
+// absent and otherwise checks it against what is stored. The HSETNXs and the
+// read-back run in one MULTI, so two hosts booting at once cannot both
+// "create" different values: whichever runs second reads the first one's
+// counts and is refused. It returns the stored counts and whether this call
+// created any field.
+func EnsurePartitions(ctx context.Context, client valkey.Client, want keys.PartitionConfig) (keys.PartitionConfig, bool, error) {
+	if err := want.Validate(); err != nil {
+		return want, false, err
+	}
+	b := client.B()
+	f := want.HashFields()
+	cmds := valkey.Commands{b.Multi().Build()}
+	for i := 0; i < len(f); i += 2 {
+		cmds = append(cmds, b.Hsetnx().Key(keys.ConfigPartitions).Field(f[i]).Value(f[i+1]).Build())
+	}
+	cmds = append(cmds, b.Hgetall().Key(keys.ConfigPartitions).Build(), b.Exec().Build())
+	res := client.DoMulti(ctx, cmds...)
+	execRes, err := res[len(res)-1].ToArray()
+	if err != nil {
+		return want, false, fmt.Errorf("%s: MULTI/HSETNX/HGETALL: %w", keys.ConfigPartitions, err)
+	}
+	if len(execRes) != len(f)/2+1 {
+		return want, false, fmt.Errorf("%s: EXEC returned %d replies, want %d", keys.ConfigPartitions, len(execRes), len(f)/2+1)
+	}
+	created := false
+	for _, r := range execRes[:len(f)/2] {
+		if n, _ := r.AsInt64(); n == 1 {
+			created = true
+		}
+	}
+	h, err := execRes[len(execRes)-1].AsStrMap()
+	if err != nil {
+		return want, created, fmt.Errorf("%s: read back: %w", keys.ConfigPartitions, err)
+	}
+	stored, err := keys.ParsePartitionHash(h)
+	if err != nil {
+		return want, created, err
+	}
+	if err := want.CheckAgainst(stored); err != nil {
+		return stored, created, err
+	}
+	return stored, created, nil
+}
+
+// MergeLanes adds the configured lanes to ff:idx:lanes and returns the union
+// with the lanes already recorded there (sorted), so lane-scoped sources
+// also cover lanes that producers created. Recorded lanes that fail
+// FlowFabric's lane rule are skipped: a key built from them would be
+// malformed.
+func MergeLanes(ctx context.Context, client valkey.Client, configured []string, log hclog.Logger) ([]string, error) {
+	b := client.B()
+	res := client.DoMulti(ctx,
+		b.Sadd().Key(keys.LanesIndex).Member(configured...).Build(),
+		b.Smembers().Key(keys.LanesIndex).Build())
+	if err := res[0].Error(); err != nil {
+		return nil, fmt.Errorf("%s: SADD: %w", keys.LanesIndex, err)
+	}
+	stored, err := res[1].AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("%s: SMEMBERS: %w", keys.LanesIndex, err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range append(append([]string{}, configured...), stored...) {
+		if seen[l] {
+			continue
+		}
+		seen[l] = true
+		if err := keys.ValidateLane(l); err != nil {
+			if log != nil {
+				log.Warn("ignoring malformed lane in "+keys.LanesIndex, "error", err)
+			}
+			continue
+		}
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// LoadLibrary makes every primary serve a compatible flowfabric library and
+// logs what it did on each node.
+func LoadLibrary(ctx context.Context, client valkey.Client, force bool, log hclog.Logger) (*lua.Library, error) {
+	lib := lua.New(client, lua.Options{ForceReplace: force})
+	results, err := lib.Ensure(ctx)
+	for _, r := range results {
+		log.Info("lua library", "node", r.Node, "action", string(r.Action), "found", r.Found, "version", lua.Version())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return lib, nil
+}

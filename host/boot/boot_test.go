@@ -1,0 +1,78 @@
+package boot
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+)
+
+func TestEnsurePartitions(t *testing.T) {
+	srv := testenv.New(t)
+	ctx := context.Background()
+	client, err := Connect(ctx, config.Valkey{Addrs: []string{srv.Addr}, Cluster: "auto"})
+	require.NoError(t, err)
+	defer client.Close()
+
+	want := keys.PartitionConfig{Flow: 64, Budget: 8, Quota: 4}
+
+	t.Run("absent is created", func(t *testing.T) {
+		stored, created, err := EnsurePartitions(ctx, client, want)
+		require.NoError(t, err)
+		assert.True(t, created)
+		assert.Equal(t, want, stored)
+		h, err := client.Do(ctx, client.B().Hgetall().Key(keys.ConfigPartitions).Build()).AsStrMap()
+		require.NoError(t, err)
+		assert.Equal(t, map[string]string{"num_flow_partitions": "64", "num_budget_partitions": "8", "num_quota_partitions": "4"}, h)
+	})
+
+	t.Run("same is accepted", func(t *testing.T) {
+		stored, created, err := EnsurePartitions(ctx, client, want)
+		require.NoError(t, err)
+		assert.False(t, created)
+		assert.Equal(t, want, stored)
+	})
+
+	t.Run("different is refused naming both values", func(t *testing.T) {
+		_, _, err := EnsurePartitions(ctx, client, keys.PartitionConfig{Flow: 256, Budget: 8, Quota: 4})
+		require.Error(t, err)
+		var mm *keys.PartitionMismatchError
+		require.True(t, errors.As(err, &mm))
+		assert.Contains(t, err.Error(), "num_flow_partitions: configured 256, stored 64")
+		// The stored value must not have been overwritten.
+		v, err := client.Do(ctx, client.B().Hget().Key(keys.ConfigPartitions).Field("num_flow_partitions").Build()).ToString()
+		require.NoError(t, err)
+		assert.Equal(t, "64", v)
+	})
+}
+
+func TestMergeLanes(t *testing.T) {
+	srv := testenv.New(t)
+	ctx := context.Background()
+	client := srv.Client(t)
+	require.NoError(t, client.Do(ctx, client.B().Sadd().Key(keys.LanesIndex).Member("gpu", "default").Build()).Error())
+	lanes, err := MergeLanes(ctx, client, []string{"default", "cpu"}, hclog.NewNullLogger())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"cpu", "default", "gpu"}, lanes)
+	stored, err := client.Do(ctx, client.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"cpu", "default", "gpu"}, stored)
+}
+
+func TestLoadLibrary(t *testing.T) {
+	srv := testenv.New(t)
+	client := srv.Client(t)
+	lib, err := LoadLibrary(context.Background(), client, false, hclog.NewNullLogger())
+	require.NoError(t, err)
+	v, err := client.Do(context.Background(), client.B().Fcall().Function("ff_version").Numkeys(0).Build()).ToString()
+	require.NoError(t, err)
+	assert.Equal(t, "34", v)
+	assert.NotNil(t, lib)
+}

@@ -1,0 +1,224 @@
+// Package config loads the host configuration: defaults, then a YAML file,
+// then FFSCAN_ environment variables, then command-line flags, each layer
+// overriding the one before (koanf does the merging).
+//
+// Decoding is done by hand against a fixed schema instead of with
+// mapstructure, so that every unknown key and every bad value is reported
+// with its full dotted path and a plain reason, for example
+//
+//	scanners.leaseexpiry.interval: "fast" is not a duration
+//
+// and all problems are reported at once rather than one per restart.
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ffscan/ffscan/keys"
+)
+
+// Config is the complete host configuration.
+type Config struct {
+	Valkey     Valkey
+	Partitions keys.PartitionConfig
+	// Lanes the host knows of at boot; merged with ff:idx:lanes.
+	Lanes []string
+	// PluginDir is where plugin binaries live (see host/catalog).
+	PluginDir string
+	Lua       Lua
+	HTTP      HTTP
+	Log       Log
+	// ShutdownTimeout bounds the whole shutdown: stop dispatching, let
+	// in-flight scans finish, close and kill plugins.
+	ShutdownTimeout time.Duration
+	Scheduler       Scheduler
+	Supervisor      Supervisor
+	// Scanners is keyed by scanner name (Info.Name).
+	Scanners map[string]Scanner
+}
+
+// Valkey is how to reach the server or cluster. Credentials stay in the host:
+// plugins reach Valkey only through the host's callback service.
+type Valkey struct {
+	Addrs    []string
+	Username string
+	Password string
+	TLS      TLS
+	// Cluster is "auto" (let the client detect it), "on" (require a
+	// cluster) or "off" (talk to the first address as a single node).
+	Cluster string
+}
+
+// TLS configures the Valkey connection's TLS.
+type TLS struct {
+	Enabled    bool
+	CAFile     string
+	ServerName string
+}
+
+// Lua configures the library loader.
+type Lua struct {
+	// ForceReplace replaces an incompatible flowfabric library.
+	ForceReplace bool
+}
+
+// HTTP configures the metrics/health/admin listener.
+type HTTP struct {
+	// Listen is host:port; empty disables the listener.
+	Listen string
+}
+
+// Log configures hclog.
+type Log struct {
+	Level string
+	JSON  bool
+}
+
+// Scheduler tunes how scanners are driven.
+type Scheduler struct {
+	// Concurrency bounds concurrent ScanPartition calls per scanner.
+	Concurrency int
+	// CallTimeout is the deadline of one ScanPartition call.
+	CallTimeout time.Duration
+}
+
+// Supervisor tunes plugin process supervision.
+type Supervisor struct {
+	// HealthInterval is how often a running plugin is pinged.
+	HealthInterval time.Duration
+	// StartTimeout bounds launch + handshake + Info + Configure.
+	StartTimeout time.Duration
+}
+
+// Scanner is the configuration of one scanner.
+type Scanner struct {
+	// Enabled defaults to true once the scanner is listed.
+	Enabled bool
+	// Plugin is the binary name in PluginDir; defaults to the scanner name.
+	Plugin string
+	// SHA256 pins the binary (hex); checked before every launch.
+	SHA256 string
+	// Interval overrides Info.DefaultInterval when non-zero.
+	Interval time.Duration
+	// Batch overrides Info.DefaultBatch when non-zero.
+	Batch int
+	// Options are passed to Scanner.Configure after checking them against
+	// Info.Options.
+	Options map[string]string
+}
+
+// Defaults returns the configuration used when nothing overrides it.
+func Defaults() Config {
+	return Config{
+		Valkey:          Valkey{Addrs: []string{"127.0.0.1:6379"}, Cluster: "auto"},
+		Partitions:      keys.DefaultPartitionConfig(),
+		Lanes:           []string{"default"},
+		PluginDir:       "./plugins",
+		HTTP:            HTTP{Listen: "127.0.0.1:9464"},
+		Log:             Log{Level: "info"},
+		ShutdownTimeout: 10 * time.Second,
+		Scheduler:       Scheduler{Concurrency: 8, CallTimeout: 5 * time.Second},
+		Supervisor:      Supervisor{HealthInterval: 5 * time.Second, StartTimeout: 10 * time.Second},
+		Scanners:        map[string]Scanner{},
+	}
+}
+
+// MinInterval is the shortest allowed scanner interval; FlowFabric clamps to
+// the same floor so a typo cannot turn a scanner into a busy loop.
+const MinInterval = 100 * time.Millisecond
+
+var (
+	scannerNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	sha256RE      = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	pluginNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+)
+
+// validate checks cross-field rules and ranges that the decoder cannot see
+// one value at a time.
+func (c *Config) validate() []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Valkey.Addrs) == 0 {
+		bad("valkey.addrs", "at least one address is required")
+	}
+	for i, a := range c.Valkey.Addrs {
+		if !strings.Contains(a, ":") {
+			bad(fmt.Sprintf("valkey.addrs[%d]", i), "%q is not host:port", a)
+		}
+	}
+	switch c.Valkey.Cluster {
+	case "auto", "on", "off":
+	default:
+		bad("valkey.cluster", "%q is not one of auto, on, off", c.Valkey.Cluster)
+	}
+	if c.Valkey.TLS.CAFile != "" && !c.Valkey.TLS.Enabled {
+		bad("valkey.tls.ca_file", "is set but valkey.tls.enabled is false")
+	}
+	if len(c.Lanes) == 0 {
+		bad("lanes", "at least one lane is required")
+	}
+	for i, l := range c.Lanes {
+		if err := keys.ValidateLane(l); err != nil {
+			bad(fmt.Sprintf("lanes[%d]", i), "%v", err)
+		}
+	}
+	if c.PluginDir == "" {
+		bad("plugin_dir", "must not be empty")
+	}
+	switch c.Log.Level {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q is not one of trace, debug, info, warn, error", c.Log.Level)
+	}
+	if c.ShutdownTimeout < time.Second {
+		bad("shutdown_timeout", "%s is shorter than 1s", c.ShutdownTimeout)
+	}
+	if c.Scheduler.Concurrency < 1 || c.Scheduler.Concurrency > 1024 {
+		bad("scheduler.concurrency", "%d is outside 1..1024", c.Scheduler.Concurrency)
+	}
+	if c.Scheduler.CallTimeout <= 0 {
+		bad("scheduler.call_timeout", "must be positive")
+	}
+	if c.Supervisor.HealthInterval <= 0 {
+		bad("supervisor.health_interval", "must be positive")
+	}
+	if c.Supervisor.StartTimeout <= 0 {
+		bad("supervisor.start_timeout", "must be positive")
+	}
+	for name, s := range c.Scanners {
+		p := "scanners." + name
+		if !scannerNameRE.MatchString(name) {
+			bad(p, "scanner name %q must be 1-64 of a-z, 0-9, '_' and '-'", name)
+		}
+		if !pluginNameRE.MatchString(s.Plugin) {
+			bad(p+".plugin", "%q is not a plain file name", s.Plugin)
+		}
+		if s.SHA256 != "" && !sha256RE.MatchString(s.SHA256) {
+			bad(p+".sha256", "%q is not 64 lowercase hex digits", s.SHA256)
+		}
+		if s.Interval != 0 && s.Interval < MinInterval {
+			bad(p+".interval", "%s is shorter than %s", s.Interval, MinInterval)
+		}
+		if s.Batch < 0 || s.Batch > 10000 {
+			bad(p+".batch", "%d is outside 0..10000 (0 means the plugin's default)", s.Batch)
+		}
+	}
+	return errs
+}
+
+// Enabled returns the names of enabled scanners, sorted.
+func (c *Config) Enabled() []string {
+	var out []string
+	for name, s := range c.Scanners {
+		if s.Enabled {
+			out = append(out, name)
+		}
+	}
+	sortStrings(out)
+	return out
+}

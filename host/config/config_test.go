@@ -1,0 +1,172 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/keys"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ffscan.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+// noEnv keeps the test independent of the developer's environment.
+var noEnv = []string{}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load(Sources{Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.1:6379"}, cfg.Valkey.Addrs)
+	assert.Equal(t, "auto", cfg.Valkey.Cluster)
+	assert.Equal(t, keys.PartitionConfig{Flow: 256, Budget: 32, Quota: 32}, cfg.Partitions)
+	assert.Equal(t, []string{"default"}, cfg.Lanes)
+	assert.Equal(t, 10*time.Second, cfg.ShutdownTimeout)
+	assert.Equal(t, 8, cfg.Scheduler.Concurrency)
+	assert.Equal(t, 5*time.Second, cfg.Scheduler.CallTimeout)
+	assert.Equal(t, "info", cfg.Log.Level)
+	assert.Empty(t, cfg.Scanners)
+}
+
+func TestFileValues(t *testing.T) {
+	p := writeFile(t, `
+valkey:
+  addrs: [10.0.0.1:6379, 10.0.0.2:6379]
+  password: secret
+partitions: {flow: 64, budget: 8, quota: 4}
+lanes: [default, gpu]
+scanners:
+  leaseexpiry:
+    interval: 1500ms
+    batch: 50
+    options: {limit: 50, verbose: true}
+  other:
+    enabled: false
+    plugin: other-bin
+    sha256: ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789
+`)
+	cfg, err := Load(Sources{File: p, Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"10.0.0.1:6379", "10.0.0.2:6379"}, cfg.Valkey.Addrs)
+	assert.Equal(t, keys.PartitionConfig{Flow: 64, Budget: 8, Quota: 4}, cfg.Partitions)
+	le := cfg.Scanners["leaseexpiry"]
+	assert.True(t, le.Enabled, "listing a scanner enables it")
+	assert.Equal(t, "leaseexpiry", le.Plugin, "plugin defaults to the scanner name")
+	assert.Equal(t, 1500*time.Millisecond, le.Interval)
+	assert.Equal(t, 50, le.Batch)
+	assert.Equal(t, map[string]string{"limit": "50", "verbose": "true"}, le.Options)
+	o := cfg.Scanners["other"]
+	assert.False(t, o.Enabled)
+	assert.Equal(t, "other-bin", o.Plugin)
+	assert.Equal(t, "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789", o.SHA256)
+	assert.Equal(t, []string{"leaseexpiry"}, cfg.Enabled())
+}
+
+func TestUnknownKeyNamed(t *testing.T) {
+	p := writeFile(t, `
+valkey:
+  adress: 1.2.3.4:6379
+scanners:
+  leaseexpiry:
+    intervall: 1s
+`)
+	_, err := Load(Sources{File: p, Environ: noEnv})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, ErrInvalid))
+	assert.Contains(t, err.Error(), "valkey.adress: unknown key")
+	assert.Contains(t, err.Error(), "scanners.leaseexpiry.intervall: unknown key")
+}
+
+func TestBadValuesNamed(t *testing.T) {
+	p := writeFile(t, `
+shutdown_timeout: 10
+partitions: {flow: 0}
+log: {level: loud, json: maybe}
+scheduler: {concurrency: lots}
+scanners:
+  leaseexpiry:
+    interval: fast
+    sha256: nothex
+`)
+	_, err := Load(Sources{File: p, Environ: noEnv})
+	require.Error(t, err)
+	msg := err.Error()
+	for _, want := range []string{
+		`scanners.leaseexpiry.interval: "fast" is not a duration`,
+		`shutdown_timeout: 10 is not a duration`,
+		`partitions.flow: 0 is not a partition count in 1..65535`,
+		`log.level: "loud" is not one of`,
+		`log.json: "maybe" is not a boolean`,
+		`scheduler.concurrency: "lots" is not an integer`,
+		`scanners.leaseexpiry.sha256: "nothex" is not 64 lowercase hex digits`,
+	} {
+		assert.Contains(t, msg, want)
+	}
+}
+
+func TestEnvOverridesFile(t *testing.T) {
+	p := writeFile(t, `
+valkey: {addrs: [file:1]}
+shutdown_timeout: 20s
+scanners:
+  leaseexpiry: {interval: 1s}
+`)
+	cfg, err := Load(Sources{File: p, Environ: []string{
+		"FFSCAN_VALKEY_ADDR=env:2",
+		"FFSCAN_SHUTDOWN_TIMEOUT=3s",
+		"FFSCAN_SCANNERS__LEASEEXPIRY__INTERVAL=2s",
+		"FFSCAN_SCANNERS__LEASEEXPIRY__OPTIONS__LIMIT=7",
+		"FFSCAN_LANES=a,b",
+		"FFSCAN_TEST_SERVER=/usr/bin/redis-server", // harness variable, not config
+		"OTHER_VAR=ignored",
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"env:2"}, cfg.Valkey.Addrs)
+	assert.Equal(t, 3*time.Second, cfg.ShutdownTimeout)
+	assert.Equal(t, 2*time.Second, cfg.Scanners["leaseexpiry"].Interval)
+	assert.Equal(t, "7", cfg.Scanners["leaseexpiry"].Options["limit"])
+	assert.Equal(t, []string{"a", "b"}, cfg.Lanes)
+}
+
+func TestEnvUnknownKeyIsAnError(t *testing.T) {
+	_, err := Load(Sources{Environ: []string{"FFSCAN_SHUTDOWN_TIMOUT=3s"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "shutdown_timout: unknown key")
+}
+
+func TestFlagsOverrideEnv(t *testing.T) {
+	cfg, err := Load(Sources{
+		Environ: []string{"FFSCAN_VALKEY_ADDR=env:2", "FFSCAN_LOG__LEVEL=debug"},
+		Flags:   map[string]any{"valkey.addrs": "flag:3", "http.listen": ""},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"flag:3"}, cfg.Valkey.Addrs)
+	assert.Equal(t, "debug", cfg.Log.Level, "env still applies where no flag was given")
+	assert.Equal(t, "", cfg.HTTP.Listen)
+}
+
+func TestMissingFileIsInvalid(t *testing.T) {
+	_, err := Load(Sources{File: filepath.Join(t.TempDir(), "nope.yaml"), Environ: noEnv})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, ErrInvalid))
+}
+
+// The shipped example configs must load: they are documentation that
+// would otherwise rot.
+func TestShippedConfigsLoad(t *testing.T) {
+	for _, name := range []string{"ffscan.yaml", "dev.yaml"} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(Sources{File: filepath.Join("..", "..", "configs", name), Environ: noEnv})
+			require.NoError(t, err)
+		})
+	}
+}

@@ -1,0 +1,372 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// EnvPrefix starts every environment variable the host reads.
+const EnvPrefix = "FFSCAN_"
+
+// Sources says where configuration comes from. The zero value reads only
+// the process environment.
+type Sources struct {
+	// File is a YAML file; empty means none.
+	File string
+	// Environ lists KEY=VALUE pairs; nil means os.Environ().
+	Environ []string
+	// Flags are overrides by dotted key (e.g. "valkey.addrs"), applied
+	// last. Only flags the user actually set belong here.
+	Flags map[string]any
+}
+
+// ErrInvalid marks configuration errors (bad keys or values, unreadable
+// file), so callers can exit with a usage status.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Load reads the configuration from its sources and validates it. Every
+// problem found is reported, each naming its key.
+func Load(src Sources) (*Config, error) {
+	ko := koanf.New(".")
+	if src.File != "" {
+		if err := ko.Load(file.Provider(src.File), yaml.Parser()); err != nil {
+			return nil, fmt.Errorf("%w: read %s: %v", ErrInvalid, src.File, err)
+		}
+	}
+	environ := src.Environ
+	if environ == nil {
+		environ = os.Environ()
+	}
+	if err := ko.Load(env.Provider(".", env.Opt{
+		Prefix:        EnvPrefix,
+		TransformFunc: envKey,
+		EnvironFunc:   func() []string { return environ },
+	}), nil); err != nil {
+		return nil, fmt.Errorf("%w: environment: %v", ErrInvalid, err)
+	}
+	if len(src.Flags) > 0 {
+		if err := ko.Load(confmap.Provider(src.Flags, "."), nil); err != nil {
+			return nil, fmt.Errorf("%w: flags: %v", ErrInvalid, err)
+		}
+	}
+	cfg := Defaults()
+	d := &decoder{}
+	d.root(&cfg, ko.Raw())
+	d.errs = append(d.errs, cfg.validate()...)
+	if len(d.errs) > 0 {
+		sort.Slice(d.errs, func(i, j int) bool { return d.errs[i].Error() < d.errs[j].Error() })
+		return nil, fmt.Errorf("%w:\n%w", ErrInvalid, errors.Join(d.errs...))
+	}
+	return &cfg, nil
+}
+
+// envKey maps FFSCAN_SHUTDOWN_TIMEOUT to shutdown_timeout and
+// FFSCAN_SCANNERS__LEASEEXPIRY__INTERVAL to scanners.leaseexpiry.interval:
+// a double underscore nests, a single one stays part of the name (our key
+// names contain underscores). FFSCAN_VALKEY_ADDR is the documented shortcut
+// for a single valkey.addrs entry. FFSCAN_TEST_* and FFSCAN_CONFIG belong to
+// the test harness and the CLI, not to the configuration.
+func envKey(k, v string) (string, any) {
+	name := strings.TrimPrefix(k, EnvPrefix)
+	if strings.HasPrefix(name, "TEST_") || name == "CONFIG" {
+		return "", nil
+	}
+	key := strings.ReplaceAll(strings.ToLower(name), "__", ".")
+	if key == "valkey_addr" {
+		key = "valkey.addrs"
+	}
+	return key, v
+}
+
+type decoder struct{ errs []error }
+
+func (d *decoder) bad(key string, format string, args ...any) {
+	d.errs = append(d.errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+// fields walks a section, calling the handler of each known key and
+// reporting the others.
+func (d *decoder) fields(path string, v any, handlers map[string]func(key string, v any)) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		if v != nil {
+			d.bad(path, "must be a mapping, not %s", describe(v))
+		}
+		return
+	}
+	for _, k := range sortedKeys(m) {
+		key := join(path, k)
+		h, ok := handlers[k]
+		if !ok {
+			d.bad(key, "unknown key")
+			continue
+		}
+		h(key, m[k])
+	}
+}
+
+func (d *decoder) root(c *Config, raw map[string]any) {
+	d.fields("", raw, map[string]func(string, any){
+		"valkey": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"addrs":    func(k string, v any) { d.strList(k, v, &c.Valkey.Addrs) },
+				"username": func(k string, v any) { d.str(k, v, &c.Valkey.Username) },
+				"password": func(k string, v any) { d.str(k, v, &c.Valkey.Password) },
+				"cluster":  func(k string, v any) { d.str(k, v, &c.Valkey.Cluster) },
+				"tls": func(k string, v any) {
+					d.fields(k, v, map[string]func(string, any){
+						"enabled":     func(k string, v any) { d.boolean(k, v, &c.Valkey.TLS.Enabled) },
+						"ca_file":     func(k string, v any) { d.str(k, v, &c.Valkey.TLS.CAFile) },
+						"server_name": func(k string, v any) { d.str(k, v, &c.Valkey.TLS.ServerName) },
+					})
+				},
+			})
+		},
+		"partitions": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"flow":   func(k string, v any) { d.count(k, v, &c.Partitions.Flow) },
+				"budget": func(k string, v any) { d.count(k, v, &c.Partitions.Budget) },
+				"quota":  func(k string, v any) { d.count(k, v, &c.Partitions.Quota) },
+			})
+		},
+		"lanes":      func(k string, v any) { d.strList(k, v, &c.Lanes) },
+		"plugin_dir": func(k string, v any) { d.str(k, v, &c.PluginDir) },
+		"lua": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"force_replace": func(k string, v any) { d.boolean(k, v, &c.Lua.ForceReplace) },
+			})
+		},
+		"http": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"listen": func(k string, v any) { d.str(k, v, &c.HTTP.Listen) },
+			})
+		},
+		"log": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"level": func(k string, v any) { d.str(k, v, &c.Log.Level) },
+				"json":  func(k string, v any) { d.boolean(k, v, &c.Log.JSON) },
+			})
+		},
+		"shutdown_timeout": func(k string, v any) { d.duration(k, v, &c.ShutdownTimeout) },
+		"scheduler": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"concurrency":  func(k string, v any) { d.integer(k, v, &c.Scheduler.Concurrency) },
+				"call_timeout": func(k string, v any) { d.duration(k, v, &c.Scheduler.CallTimeout) },
+			})
+		},
+		"supervisor": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"health_interval": func(k string, v any) { d.duration(k, v, &c.Supervisor.HealthInterval) },
+				"start_timeout":   func(k string, v any) { d.duration(k, v, &c.Supervisor.StartTimeout) },
+			})
+		},
+		"scanners": func(key string, v any) { d.scanners(key, v, c.Scanners) },
+	})
+}
+
+func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		if v != nil {
+			d.bad(path, "must be a mapping of scanner name to settings, not %s", describe(v))
+		}
+		return
+	}
+	for _, name := range sortedKeys(m) {
+		s := Scanner{Enabled: true, Plugin: name, Options: map[string]string{}}
+		key := join(path, name)
+		d.fields(key, m[name], map[string]func(string, any){
+			"enabled":  func(k string, v any) { d.boolean(k, v, &s.Enabled) },
+			"plugin":   func(k string, v any) { d.str(k, v, &s.Plugin) },
+			"sha256":   func(k string, v any) { d.str(k, v, &s.SHA256) },
+			"interval": func(k string, v any) { d.duration(k, v, &s.Interval) },
+			"batch":    func(k string, v any) { d.integer(k, v, &s.Batch) },
+			"options":  func(k string, v any) { d.options(k, v, s.Options) },
+		})
+		s.SHA256 = strings.ToLower(s.SHA256)
+		out[name] = s
+	}
+}
+
+func (d *decoder) options(path string, v any, out map[string]string) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		if v != nil {
+			d.bad(path, "must be a mapping of option name to value, not %s", describe(v))
+		}
+		return
+	}
+	for _, k := range sortedKeys(m) {
+		switch x := m[k].(type) {
+		case string:
+			out[k] = x
+		case bool, int, int64, uint64, float64:
+			// YAML turns `limit: 50` into a number; options travel as
+			// strings and the scanner's schema types them.
+			out[k] = fmt.Sprint(x)
+		default:
+			d.bad(join(path, k), "must be a scalar value, not %s", describe(x))
+		}
+	}
+}
+
+func (d *decoder) str(key string, v any, dst *string) {
+	s, ok := v.(string)
+	if !ok {
+		d.bad(key, "%s is not a string", describe(v))
+		return
+	}
+	*dst = s
+}
+
+func (d *decoder) strList(key string, v any, dst *[]string) {
+	switch x := v.(type) {
+	case string:
+		// Environment variables and flags carry lists comma-separated.
+		var out []string
+		for _, p := range strings.Split(x, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		*dst = out
+	case []any:
+		out := make([]string, 0, len(x))
+		for i, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				d.bad(fmt.Sprintf("%s[%d]", key, i), "%s is not a string", describe(e))
+				continue
+			}
+			out = append(out, s)
+		}
+		*dst = out
+	default:
+		d.bad(key, "%s is not a list of strings", describe(v))
+	}
+}
+
+func (d *decoder) boolean(key string, v any, dst *bool) {
+	switch x := v.(type) {
+	case bool:
+		*dst = x
+	case string:
+		b, err := strconv.ParseBool(x)
+		if err != nil {
+			d.bad(key, "%q is not a boolean (true or false)", x)
+			return
+		}
+		*dst = b
+	default:
+		d.bad(key, "%s is not a boolean (true or false)", describe(v))
+	}
+}
+
+func (d *decoder) int64(key string, v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint64:
+		if x > 1<<62 {
+			break
+		}
+		return int64(x), true
+	case float64:
+		if x == float64(int64(x)) {
+			return int64(x), true
+		}
+	case string:
+		n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+		if err == nil {
+			return n, true
+		}
+		d.bad(key, "%q is not an integer", x)
+		return 0, false
+	}
+	d.bad(key, "%s is not an integer", describe(v))
+	return 0, false
+}
+
+func (d *decoder) integer(key string, v any, dst *int) {
+	if n, ok := d.int64(key, v); ok {
+		*dst = int(n)
+	}
+}
+
+func (d *decoder) count(key string, v any, dst *uint16) {
+	n, ok := d.int64(key, v)
+	if !ok {
+		return
+	}
+	if n < 1 || n > 65535 {
+		d.bad(key, "%d is not a partition count in 1..65535", n)
+		return
+	}
+	*dst = uint16(n)
+}
+
+// duration accepts Go duration strings only ("1500ms", "10s"): a bare number
+// would leave the unit to guesswork.
+func (d *decoder) duration(key string, v any, dst *time.Duration) {
+	s, ok := v.(string)
+	if !ok {
+		d.bad(key, "%s is not a duration (write it with a unit, e.g. \"1500ms\" or \"10s\")", describe(v))
+		return
+	}
+	dur, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		d.bad(key, "%q is not a duration", s)
+		return
+	}
+	if dur < 0 {
+		d.bad(key, "%q is negative", s)
+		return
+	}
+	*dst = dur
+}
+
+func describe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "an empty value"
+	case string:
+		return strconv.Quote(x)
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	default:
+		return fmt.Sprintf("%v", x)
+	}
+}
+
+func join(path, k string) string {
+	if path == "" {
+		return k
+	}
+	return path + "." + k
+}
+
+func sortedKeys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortStrings(s []string) { sort.Strings(s) }
