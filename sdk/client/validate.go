@@ -142,3 +142,11 @@ func capabilityCSV(field string, tokens []string) (string, error) {
 	}
 	return csv, nil
 }
+
+// splitCSV splits a comma-joined list; "" is the empty list.
+func splitCSV(csv string) []string {
+	if csv == "" {
+		return nil
+	}
+	return strings.Split(csv, ",")
+}
