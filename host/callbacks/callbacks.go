@@ -1,0 +1,369 @@
+// Package callbacks is the host side of Host.Exec: the only path from a
+// scanner (plugin or linked) to Valkey. It runs a scanner's batch on the
+// host's own client, pipelined, after checking every command against what
+// the scanner declared in its Info and against the ff: key prefix. Plugins
+// never hold credentials, so this check is the whole of their authority.
+//
+// A refused command does not fail the batch: it gets an error reply of class
+// refused and is counted, and the rest of the batch runs. That keeps one bad
+// command from hiding the results of the good ones, and makes refusals
+// visible in metrics rather than only in a plugin's own logs.
+package callbacks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// MaxBatch bounds one Exec call. Plugins batch per partition; a batch far
+// beyond this is a bug that would otherwise pin host memory.
+const MaxBatch = 10000
+
+// MaxFCallKeys bounds numkeys of an FCALL; our library's widest function
+// takes a few dozen.
+const MaxFCallKeys = 256
+
+// Refusal reasons, a bounded metric label.
+const (
+	ReasonUndeclaredCommand  = "undeclared_command"
+	ReasonUndeclaredFunction = "undeclared_function"
+	ReasonUnsupported        = "unsupported_command"
+	ReasonKeyPrefix          = "key_prefix"
+	ReasonBadNumkeys         = "bad_numkeys"
+	ReasonArity              = "arity"
+	ReasonCrossSlot          = "cross_slot"
+	ReasonDryRun             = "dry_run"
+)
+
+// Recorder receives the service's counts (host/metrics implements it).
+type Recorder interface {
+	CallbackCommands(scanner string, n int)
+	CallbackRefused(scanner, reason string)
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) CallbackCommands(string, int)   {}
+func (nopRecorder) CallbackRefused(string, string) {}
+
+// Policy is what one scanner may run.
+type Policy struct {
+	commands  map[string]bool
+	functions map[string]bool
+	// readOnly refuses writes and FCALLs (dry runs).
+	readOnly bool
+}
+
+// PolicyFromInfo builds the policy a scanner declared. Declared commands the
+// host does not support are returned so the caller can log them; they will
+// be refused when used.
+func PolicyFromInfo(info scannerapi.Info, readOnly bool) (Policy, []string) {
+	p := Policy{commands: map[string]bool{}, functions: map[string]bool{}, readOnly: readOnly}
+	var unsupported []string
+	for _, c := range info.Commands {
+		c = strings.ToUpper(c)
+		if !Supported(c) {
+			unsupported = append(unsupported, c)
+			continue
+		}
+		p.commands[c] = true
+	}
+	for _, f := range info.Functions {
+		p.functions[f] = true
+	}
+	sort.Strings(unsupported)
+	return p, unsupported
+}
+
+// Service executes scanners' batches.
+type Service struct {
+	client valkey.Client
+	lib    *lua.Library
+	rec    Recorder
+
+	mu       sync.RWMutex
+	policies map[string]Policy
+}
+
+// New returns a service running commands on lib's client. rec may be nil.
+func New(lib *lua.Library, rec Recorder) *Service {
+	if rec == nil {
+		rec = nopRecorder{}
+	}
+	return &Service{client: lib.Client(), lib: lib, rec: rec, policies: map[string]Policy{}}
+}
+
+// Register sets the policy of a scanner (replacing an earlier one, e.g.
+// after a plugin restart whose Info changed).
+func (s *Service) Register(scanner string, p Policy) {
+	s.mu.Lock()
+	s.policies[scanner] = p
+	s.mu.Unlock()
+}
+
+// Unregister removes a scanner's policy; its later calls fail.
+func (s *Service) Unregister(scanner string) {
+	s.mu.Lock()
+	delete(s.policies, scanner)
+	s.mu.Unlock()
+}
+
+// HostFor binds the service to one scanner as a scannerapi.Host, for
+// scanners linked into the host process (tests, benchmarks) and for the
+// Host argument of in-process calls.
+func (s *Service) HostFor(scanner string) scannerapi.Host { return boundHost{s, scanner} }
+
+type boundHost struct {
+	s       *Service
+	scanner string
+}
+
+func (h boundHost) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	return h.s.Exec(ctx, h.scanner, cmds)
+}
+
+// op is one checked command: either a refusal, a plain command or an FCALL.
+type op struct {
+	refused *scannerapi.Reply
+	reason  string // refusal reason (metric label)
+	plain   valkey.Completed
+	isPlain bool
+	call    lua.Call
+}
+
+// Exec runs a scanner's batch and returns one reply per command, in order.
+// Consecutive plain commands go out as one pipeline and consecutive FCALLs
+// as another (through the library, so a missing function triggers one
+// reload); keeping the segments in order preserves the batch's ordering,
+// which a scanner that reads after it writes relies on. Exec fails as a
+// whole only for an unknown scanner, an oversized batch or a context that
+// is already done.
+func (s *Service) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	s.mu.RLock()
+	pol, ok := s.policies[scanner]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("callbacks: scanner %q is not registered with the host", scanner)
+	}
+	if len(cmds) > MaxBatch {
+		return nil, fmt.Errorf("callbacks: batch of %d commands exceeds the limit of %d", len(cmds), MaxBatch)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.rec.CallbackCommands(scanner, len(cmds))
+	ops := make([]op, len(cmds))
+	for i, c := range cmds {
+		ops[i] = s.check(pol, c)
+		if ops[i].refused != nil {
+			s.rec.CallbackRefused(scanner, ops[i].reason)
+		}
+	}
+	out := make([]scannerapi.Reply, len(cmds))
+	for i := 0; i < len(ops); {
+		if ops[i].refused != nil {
+			out[i] = *ops[i].refused
+			i++
+			continue
+		}
+		j := i
+		for j < len(ops) && ops[j].refused == nil && ops[j].isPlain == ops[i].isPlain {
+			j++
+		}
+		if ops[i].isPlain {
+			seg := make(valkey.Commands, 0, j-i)
+			for k := i; k < j; k++ {
+				seg = append(seg, ops[k].plain)
+			}
+			for k, r := range s.client.DoMulti(ctx, seg...) {
+				out[i+k] = ReplyOf(r)
+			}
+		} else {
+			calls := make([]lua.Call, 0, j-i)
+			for k := i; k < j; k++ {
+				calls = append(calls, ops[k].call)
+			}
+			for k, r := range s.lib.DoMulti(ctx, calls...) {
+				out[i+k] = ReplyOf(r)
+			}
+		}
+		i = j
+	}
+	return out, nil
+}
+
+func refuse(reason, format string, args ...any) op {
+	return op{reason: reason, refused: &scannerapi.Reply{
+		Kind:     scannerapi.KindError,
+		Err:      "refused: " + reason + ": " + fmt.Sprintf(format, args...),
+		ErrClass: scannerapi.ErrRefused,
+	}}
+}
+
+// check validates one command against the policy and builds it.
+func (s *Service) check(pol Policy, c scannerapi.Command) op {
+	if len(c) == 0 || c[0] == "" {
+		return refuse(ReasonArity, "empty command")
+	}
+	name := strings.ToUpper(c[0])
+	args := c[1:]
+	if name == "FCALL" {
+		return s.checkFCall(pol, args)
+	}
+	spec, supported := commandTable[name]
+	if !pol.commands[name] {
+		if !supported {
+			return refuse(ReasonUnsupported, "the host does not run %s for plugins", name)
+		}
+		return refuse(ReasonUndeclaredCommand, "%s is not among the scanner's declared commands", name)
+	}
+	if spec.write && pol.readOnly {
+		return refuse(ReasonDryRun, "%s writes and this is a dry run", name)
+	}
+	var ks, rest []string
+	switch spec.keys {
+	case keysFirst:
+		if len(args) < 1 {
+			return refuse(ReasonArity, "%s needs a key", name)
+		}
+		ks, rest = args[:1], args[1:]
+	case keysAll:
+		if len(args) < 1 {
+			return refuse(ReasonArity, "%s needs at least one key", name)
+		}
+		ks = args
+	case keysNone:
+		rest = args
+	}
+	if o, bad := checkKeys(ks); bad {
+		return o
+	}
+	b := s.client.B().Arbitrary(name).Keys(ks...).Args(rest...)
+	if spec.write {
+		return op{plain: b.Build(), isPlain: true}
+	}
+	// Read-only commands may be retried by the client on network errors.
+	return op{plain: b.ReadOnly(), isPlain: true}
+}
+
+func (s *Service) checkFCall(pol Policy, args []string) op {
+	if len(args) < 2 {
+		return refuse(ReasonArity, "FCALL needs a function name and numkeys")
+	}
+	fn := args[0]
+	if !pol.functions[fn] {
+		return refuse(ReasonUndeclaredFunction, "function %q is not among the scanner's declared functions", fn)
+	}
+	if pol.readOnly {
+		return refuse(ReasonDryRun, "FCALL %s and this is a dry run", fn)
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil || n < 0 || n > MaxFCallKeys || n > len(args)-2 {
+		return refuse(ReasonBadNumkeys, "FCALL %s numkeys %q must be 0..%d and at most the %d arguments that follow", fn, args[1], MaxFCallKeys, len(args)-2)
+	}
+	ks := args[2 : 2+n]
+	if o, bad := checkKeys(ks); bad {
+		return o
+	}
+	return op{call: lua.Call{Function: fn, Keys: ks, Args: args[2+n:]}}
+}
+
+// checkKeys enforces the ff: prefix, and one slot per command: FlowFabric's
+// hash tags keep related keys together, and a command spanning slots would
+// fail on a cluster (valkey-go even panics building it), so it is refused
+// on a single node too rather than working only there.
+func checkKeys(ks []string) (op, bool) {
+	for _, k := range ks {
+		if !strings.HasPrefix(k, keys.Prefix) {
+			return refuse(ReasonKeyPrefix, "key %q is outside the %s prefix", k, keys.Prefix), true
+		}
+	}
+	for _, k := range ks[min(1, len(ks)):] {
+		if keys.ClusterSlot(k) != keys.ClusterSlot(ks[0]) {
+			return refuse(ReasonCrossSlot, "keys %q and %q hash to different slots", ks[0], k), true
+		}
+	}
+	return op{}, false
+}
+
+// ReplyOf converts a valkey-go result. A RESP error reply is class server; a
+// result without a reply (connection, timeout, context) is class transport.
+func ReplyOf(r valkey.ValkeyResult) scannerapi.Reply {
+	msg, err := r.ToMessage()
+	if err != nil {
+		if valkey.IsValkeyNil(err) {
+			return scannerapi.Reply{Kind: scannerapi.KindNil}
+		}
+		var verr *valkey.ValkeyError
+		if errors.As(err, &verr) {
+			return scannerapi.Reply{Kind: scannerapi.KindError, Err: verr.Error(), ErrClass: scannerapi.ErrServer}
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrTransport}
+	}
+	return convert(&msg)
+}
+
+func convert(m *valkey.ValkeyMessage) scannerapi.Reply {
+	switch {
+	case m.IsNil():
+		return scannerapi.Reply{Kind: scannerapi.KindNil}
+	case m.IsInt64():
+		v, _ := m.AsInt64()
+		return scannerapi.Reply{Kind: scannerapi.KindInt, Int: v}
+	case m.IsBool():
+		v, _ := m.AsBool()
+		r := scannerapi.Reply{Kind: scannerapi.KindInt}
+		if v {
+			r.Int = 1
+		}
+		return r
+	case m.IsFloat64():
+		v, _ := m.AsFloat64()
+		return scannerapi.Reply{Kind: scannerapi.KindFloat, Float: v}
+	case m.IsString():
+		v, _ := m.ToString()
+		return scannerapi.Reply{Kind: scannerapi.KindString, Str: v}
+	case m.IsArray():
+		vals, _ := m.ToArray()
+		out := make([]scannerapi.Reply, len(vals))
+		for i := range vals {
+			out[i] = convert(&vals[i])
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: out}
+	case m.IsMap():
+		// Flattened key, value; sorted by key so replies are deterministic
+		// (RESP3 maps carry no meaningful order).
+		mm, _ := m.ToMap()
+		ks := make([]string, 0, len(mm))
+		for k := range mm {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		out := make([]scannerapi.Reply, 0, 2*len(ks))
+		for _, k := range ks {
+			v := mm[k]
+			out = append(out, scannerapi.Reply{Kind: scannerapi.KindString, Str: k}, convert(&v))
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: out}
+	}
+	if err := m.Error(); err != nil {
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
+	}
+	// Verbatim strings, big numbers and anything newer: as text.
+	v, err := m.ToAny()
+	if err != nil {
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
+	}
+	return scannerapi.Reply{Kind: scannerapi.KindString, Str: fmt.Sprint(v)}
+}

@@ -1,0 +1,200 @@
+package callbacks
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+type countRec struct {
+	mu       sync.Mutex
+	commands int
+	refused  map[string]int
+}
+
+func (r *countRec) CallbackCommands(_ string, n int) {
+	r.mu.Lock()
+	r.commands += n
+	r.mu.Unlock()
+}
+
+func (r *countRec) CallbackRefused(_ string, reason string) {
+	r.mu.Lock()
+	r.refused[reason]++
+	r.mu.Unlock()
+}
+
+func setup(t *testing.T, info scannerapi.Info, readOnly bool) (*Service, valkey.Client, *countRec) {
+	t.Helper()
+	srv := testenv.New(t)
+	client := srv.Client(t)
+	lib := lua.New(client, lua.Options{})
+	_, err := lib.Ensure(context.Background())
+	require.NoError(t, err)
+	rec := &countRec{refused: map[string]int{}}
+	svc := New(lib, rec)
+	pol, unsupported := PolicyFromInfo(info, readOnly)
+	assert.Empty(t, unsupported)
+	svc.Register(info.Name, pol)
+	return svc, client, rec
+}
+
+var testInfo = scannerapi.Info{
+	Name:      "t",
+	Commands:  []string{"HSET", "HGET", "hgetall", "ZADD", "ZRANGE", "DEL", "GET"},
+	Functions: []string{"ff_version"},
+}
+
+func TestAllowedBatchRunsPipelinedInOrder(t *testing.T) {
+	svc, client, rec := setup(t, testInfo, false)
+	ctx := context.Background()
+	replies, err := svc.Exec(ctx, "t", []scannerapi.Command{
+		{"HSET", "ff:test:{fp:1}:h", "a", "1", "b", "2"},
+		{"HGET", "ff:test:{fp:1}:h", "a"},
+		scannerapi.Command{"FCALL", "ff_version", "0"},
+		{"HGETALL", "ff:test:{fp:1}:h"},
+		{"GET", "ff:test:missing"},
+		{"ZADD", "ff:test:z", "NX", "5", "m"},
+		{"ZRANGE", "ff:test:z", "0", "-1", "WITHSCORES"},
+		{"DEL", "ff:test:{fp:1}:h", "ff:test:{fp:1}:other"},
+		{"HGET", "ff:test:{fp:1}:h", "a"},
+	})
+	require.NoError(t, err)
+	require.Len(t, replies, 9)
+	assert.Equal(t, scannerapi.Reply{Kind: scannerapi.KindInt, Int: 2}, replies[0])
+	assert.Equal(t, scannerapi.Reply{Kind: scannerapi.KindString, Str: "1"}, replies[1])
+	assert.Equal(t, scannerapi.Reply{Kind: scannerapi.KindString, Str: "34"}, replies[2])
+	assert.Equal(t, scannerapi.KindArray, replies[3].Kind)
+	assert.Equal(t, []scannerapi.Reply{
+		{Kind: scannerapi.KindString, Str: "a"}, {Kind: scannerapi.KindString, Str: "1"},
+		{Kind: scannerapi.KindString, Str: "b"}, {Kind: scannerapi.KindString, Str: "2"},
+	}, replies[3].Array)
+	assert.Equal(t, scannerapi.KindNil, replies[4].Kind)
+	assert.Equal(t, int64(1), replies[5].Int)
+	assert.Equal(t, scannerapi.KindArray, replies[6].Kind)
+	assert.Equal(t, int64(1), replies[7].Int)
+	assert.Equal(t, scannerapi.KindNil, replies[8].Kind, "the DEL ran before the later HGET: order is kept")
+	assert.Equal(t, 9, rec.commands)
+	assert.Empty(t, rec.refused)
+	// Nothing outside the batch was touched.
+	n, err := client.Do(ctx, client.B().Dbsize().Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "only the zset remains")
+}
+
+func TestUndeclaredCommandRefused(t *testing.T) {
+	svc, client, rec := setup(t, testInfo, false)
+	ctx := context.Background()
+	replies, err := svc.Exec(ctx, "t", []scannerapi.Command{
+		{"SADD", "ff:test:s", "x"},      // supported but not declared
+		{"FLUSHALL"},                    // not supported at all
+		{"HSET", "ff:test:h", "a", "1"}, // fine: the batch continues
+	})
+	require.NoError(t, err)
+	assert.Equal(t, scannerapi.ErrRefused, replies[0].ErrClass)
+	assert.Contains(t, replies[0].Err, "undeclared_command")
+	assert.Equal(t, scannerapi.ErrRefused, replies[1].ErrClass)
+	assert.Contains(t, replies[1].Err, "unsupported_command")
+	assert.Equal(t, int64(1), replies[2].Int)
+	assert.Equal(t, map[string]int{ReasonUndeclaredCommand: 1, ReasonUnsupported: 1}, rec.refused)
+	n, err := client.Do(ctx, client.B().Exists().Key("ff:test:s").Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the refused SADD did not run")
+}
+
+func TestNonFFKeyRefused(t *testing.T) {
+	svc, client, rec := setup(t, testInfo, false)
+	ctx := context.Background()
+	require.NoError(t, client.Do(ctx, client.B().Set().Key("secret").Value("v").Build()).Error())
+	replies, err := svc.Exec(ctx, "t", []scannerapi.Command{
+		{"GET", "secret"},
+		{"DEL", "ff:ok", "secret"},
+		{"FCALL", "ff_version", "1", "secret"},
+	})
+	require.NoError(t, err)
+	for i, r := range replies {
+		assert.Equal(t, scannerapi.ErrRefused, r.ErrClass, "reply %d", i)
+		assert.Contains(t, r.Err, "key_prefix")
+	}
+	assert.Equal(t, 3, rec.refused[ReasonKeyPrefix])
+	v, err := client.Do(ctx, client.B().Get().Key("secret").Build()).ToString()
+	require.NoError(t, err)
+	assert.Equal(t, "v", v)
+}
+
+func TestFCallChecks(t *testing.T) {
+	svc, _, rec := setup(t, testInfo, false)
+	replies, err := svc.Exec(context.Background(), "t", []scannerapi.Command{
+		{"FCALL", "ff_create_execution", "0"},                      // undeclared function
+		{"FCALL", "ff_version", "3", "ff:a"},                       // numkeys beyond the args
+		{"FCALL", "ff_version", "-1"},                              // negative
+		{"FCALL", "ff_version", "x"},                               // not a number
+		{"FCALL", "ff_version"},                                    // no numkeys
+		{"FCALL", "ff_version", "2", "ff:{fp:1}:a", "ff:{fp:2}:b"}, // two slots
+	})
+	require.NoError(t, err)
+	assert.Contains(t, replies[0].Err, ReasonUndeclaredFunction)
+	for _, r := range replies[1:4] {
+		assert.Contains(t, r.Err, ReasonBadNumkeys)
+	}
+	assert.Contains(t, replies[4].Err, ReasonArity)
+	assert.Contains(t, replies[5].Err, ReasonCrossSlot)
+	for _, r := range replies {
+		assert.Equal(t, scannerapi.ErrRefused, r.ErrClass)
+	}
+	assert.Equal(t, 1, rec.refused[ReasonUndeclaredFunction])
+}
+
+func TestDryRunRefusesWrites(t *testing.T) {
+	svc, _, rec := setup(t, testInfo, true)
+	replies, err := svc.Exec(context.Background(), "t", []scannerapi.Command{
+		{"HGET", "ff:h", "a"},
+		{"HSET", "ff:h", "a", "1"},
+		{"FCALL", "ff_version", "0"},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, scannerapi.KindNil, replies[0].Kind)
+	assert.Contains(t, replies[1].Err, ReasonDryRun)
+	assert.Contains(t, replies[2].Err, ReasonDryRun)
+	assert.Equal(t, 2, rec.refused[ReasonDryRun])
+}
+
+func TestServerErrorsAndTransport(t *testing.T) {
+	svc, client, _ := setup(t, testInfo, false)
+	ctx := context.Background()
+	require.NoError(t, client.Do(ctx, client.B().Set().Key("ff:str").Value("v").Build()).Error())
+	replies, err := svc.Exec(ctx, "t", []scannerapi.Command{{"HGET", "ff:str", "a"}})
+	require.NoError(t, err)
+	assert.Equal(t, scannerapi.ErrServer, replies[0].ErrClass)
+	assert.Contains(t, replies[0].Err, "WRONGTYPE")
+
+	_, err = svc.Exec(ctx, "nobody", []scannerapi.Command{{"HGET", "ff:str", "a"}})
+	assert.Error(t, err, "an unregistered scanner cannot run anything")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = svc.Exec(cctx, "t", []scannerapi.Command{{"HGET", "ff:str", "a"}})
+	assert.Error(t, err)
+}
+
+func TestFunctionNotFoundReloadsOnce(t *testing.T) {
+	svc, client, _ := setup(t, testInfo, false)
+	ctx := context.Background()
+	require.NoError(t, client.Do(ctx, client.B().FunctionFlush().Build()).Error())
+	replies, err := svc.Exec(ctx, "t", []scannerapi.Command{{"FCALL", "ff_version", "0"}})
+	require.NoError(t, err)
+	assert.Equal(t, scannerapi.Reply{Kind: scannerapi.KindString, Str: "34"}, replies[0])
+}
+
+func TestUnsupportedDeclarationsReported(t *testing.T) {
+	_, unsupported := PolicyFromInfo(scannerapi.Info{Commands: []string{"HGET", "EVAL", "rename"}}, false)
+	assert.Equal(t, []string{"EVAL", "RENAME"}, unsupported)
+}
