@@ -1,0 +1,139 @@
+// Package testscanners holds small scanners that exercise the plugin
+// transport in scannerapi's tests, linked in or served by
+// internal/testplugin.
+package testscanners
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+func info(name string) scannerapi.Info {
+	return scannerapi.Info{
+		Name: name, Version: "0.0.1", APIVersion: scannerapi.APIVersion,
+		Family: keys.FamilyFlow, DefaultInterval: time.Second, DefaultBatch: 10,
+		Sources: []scannerapi.CandidateSource{{
+			Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:test", Backlog: scannerapi.BacklogPlugin,
+		}},
+		Commands: []string{"ECHO", "GET"},
+		Options:  []scannerapi.OptionSpec{{Name: "prefix", Type: scannerapi.OptionString}},
+	}
+}
+
+// Echo sends one ECHO per candidate through the host and reports the
+// replies as notes; candidates whose member is "fail" count as errors.
+type Echo struct {
+	mu     sync.Mutex
+	prefix string
+}
+
+// Info implements scannerapi.Scanner.
+func (e *Echo) Info() scannerapi.Info { return info("echo") }
+
+// Configure accepts "prefix"; "reject" fails.
+func (e *Echo) Configure(ctx context.Context, options map[string]string) error {
+	if _, bad := options["reject"]; bad {
+		return errors.New("option reject is not allowed")
+	}
+	scannerapi.Logger(ctx).Info("configured", "options", len(options))
+	e.mu.Lock()
+	e.prefix = options["prefix"]
+	e.mu.Unlock()
+	return nil
+}
+
+// ScanPartition implements scannerapi.Scanner.
+func (e *Echo) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	e.mu.Lock()
+	prefix := e.prefix
+	e.mu.Unlock()
+	res := &scannerapi.ScanResult{}
+	var cmds []scannerapi.Command
+	for _, c := range req.Candidates {
+		if c.Member == "error" {
+			return nil, fmt.Errorf("candidate says error")
+		}
+		cmds = append(cmds, scannerapi.Command{"ECHO", prefix + c.Member})
+	}
+	replies, err := host.Exec(ctx, cmds)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range replies {
+		if err := r.AsError(); err != nil {
+			res.AddError(r.ErrClass, "echo", 1)
+			continue
+		}
+		s, _ := r.Text()
+		res.Notes = append(res.Notes, s)
+		res.Processed++
+	}
+	res.More = len(req.Candidates) >= req.Batch
+	res.Backlog, res.HasBacklog = int64(len(req.Candidates)), true
+	res.Notes = append(res.Notes, fmt.Sprintf("%s %s now=%d cycle=%d dry=%v lanes=%v", req.Scanner, req.Partition, req.NowMs, req.Cycle, req.DryRun, req.Lanes))
+	return res, nil
+}
+
+// SampleBacklog returns 10 × the partition index.
+func (e *Echo) SampleBacklog(_ context.Context, _ scannerapi.Host, parts []keys.Partition) ([]int64, error) {
+	out := make([]int64, len(parts))
+	for i, p := range parts {
+		out[i] = int64(p.Index) * 10
+	}
+	return out, nil
+}
+
+// Sleeper blocks in ScanPartition until its context ends, after writing its
+// pid to the path in the first candidate's member (if any).
+type Sleeper struct{}
+
+// Info implements scannerapi.Scanner.
+func (Sleeper) Info() scannerapi.Info { return info("sleeper") }
+
+// Configure implements scannerapi.Scanner.
+func (Sleeper) Configure(context.Context, map[string]string) error { return nil }
+
+// ScanPartition implements scannerapi.Scanner.
+func (Sleeper) ScanPartition(ctx context.Context, _ scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	if len(req.Candidates) > 0 {
+		_ = os.WriteFile(req.Candidates[0].Member, []byte(fmt.Sprint(os.Getpid())), 0o600)
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// SampleBacklog implements scannerapi.Scanner.
+func (Sleeper) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
+	return nil, nil
+}
+
+// Panicker panics in ScanPartition.
+type Panicker struct{}
+
+// Info implements scannerapi.Scanner.
+func (Panicker) Info() scannerapi.Info { return info("panicker") }
+
+// Configure implements scannerapi.Scanner.
+func (Panicker) Configure(context.Context, map[string]string) error { return nil }
+
+// ScanPartition implements scannerapi.Scanner.
+func (Panicker) ScanPartition(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	panic("boom")
+}
+
+// SampleBacklog implements scannerapi.Scanner.
+func (Panicker) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
+	return []int64{}, nil
+}
+
+// All returns one of each.
+func All() []scannerapi.Scanner {
+	return []scannerapi.Scanner{&Echo{}, Sleeper{}, Panicker{}}
+}

@@ -1,0 +1,16 @@
+//go:build !unix
+
+package scannerapi
+
+import (
+	"errors"
+	"syscall"
+)
+
+func pluginProcAttr() *syscall.SysProcAttr { return nil }
+
+func killGroup(pid int) error {
+	return errors.New("scannerapi: launching plugins is only supported on unix")
+}
+
+func processAlive(pid int) bool { return false }

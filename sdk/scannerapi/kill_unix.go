@@ -1,0 +1,27 @@
+//go:build unix
+
+package scannerapi
+
+import (
+	"errors"
+	"syscall"
+)
+
+// killGroup SIGKILLs the process group led by pid (the plugin and anything
+// it started that stayed in its group).
+func killGroup(pid int) error {
+	if pid <= 0 {
+		return nil
+	}
+	err := syscall.Kill(-pid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// processAlive reports whether a process with this pid exists (it may be a
+// zombie).
+func processAlive(pid int) bool {
+	return syscall.Kill(pid, 0) == nil
+}

@@ -1,0 +1,494 @@
+package scannerapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi/internal/pb"
+)
+
+// LaunchConfig says how to start a plugin process.
+type LaunchConfig struct {
+	// Path is the plugin executable.
+	Path string
+	// Args are extra command-line arguments (rarely needed).
+	Args []string
+	// Env is the plugin's environment on top of a minimal base (PATH,
+	// TMPDIR, TZ, LANG, LC_ALL from the host). The host's own environment is
+	// deliberately not inherited: it may hold Valkey credentials.
+	Env []string
+	// Logger receives go-plugin's and the plugin's log lines (the plugin's
+	// under a sub-logger named after the binary, each line tagged with the
+	// scanner). Nil means hclog.Default().
+	Logger hclog.Logger
+	// Callbacks runs the plugin's commands when a scanner method is called
+	// with a nil Host. Nil is allowed if every call passes a Host.
+	Callbacks Callbacks
+	// StartTimeout bounds the handshake and the first Info call. Zero means
+	// 10 s.
+	StartTimeout time.Duration
+	// Checksum, if set, is the expected SHA-256 of the executable; go-plugin
+	// verifies it right before starting the process.
+	Checksum []byte
+}
+
+// Plugin is a running plugin process and the scanners it serves.
+type Plugin struct {
+	path       string
+	logger     hclog.Logger
+	client     *plugin.Client
+	runner     *procRunner
+	rpc        pb.ScannerClient
+	callbacks  Callbacks
+	apiVersion int
+	pid        int
+	scanners   []*remoteScanner
+
+	calls      callRegistry
+	exitCtx    context.Context // done once the process has exited
+	exitCancel context.CancelFunc
+	closed     sync.Once
+}
+
+// Launch starts a plugin process, completes the go-plugin handshake
+// (gRPC only, automatic mTLS), connects the host callback channel and
+// reads the plugin's scanners. The process runs in its own process group
+// and, on Linux, gets SIGKILL when the host dies (Pdeathsig).
+//
+// ctx bounds the start only; the process lives until Kill or Close (or
+// until it exits on its own: watch Exited).
+func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
+	if runtime.GOOS == "windows" {
+		return nil, errors.New("scannerapi: launching plugins is only supported on unix")
+	}
+	if cfg.Path == "" {
+		return nil, errors.New("scannerapi: LaunchConfig.Path is empty")
+	}
+	path, err := filepath.Abs(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("scannerapi: plugin path %q: %w", cfg.Path, err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.Default()
+	}
+	timeout := cfg.StartTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	p := &Plugin{path: path, logger: logger, callbacks: cfg.Callbacks}
+	p.exitCtx, p.exitCancel = context.WithCancel(context.Background())
+
+	env := baseEnv()
+	if lvl := logger.GetLevel(); lvl != hclog.NoLevel && lvl != hclog.Off {
+		env = append(env, LogLevelEnv+"="+lvl.String())
+	}
+	env = append(env, cfg.Env...)
+
+	var secure *plugin.SecureConfig
+	if len(cfg.Checksum) > 0 {
+		secure = &plugin.SecureConfig{Checksum: cfg.Checksum, Hash: sha256.New()}
+	}
+
+	p.client = plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: pluginSets(&grpcPlugin{}),
+		RunnerFunc: func(l hclog.Logger, spec *exec.Cmd, _ string) (runner.Runner, error) {
+			// go-plugin hands us a placeholder command that carries the
+			// environment it needs (cookie, versions, mTLS cert, socket
+			// dir); the real command takes that environment over.
+			cmd := exec.Command(path, cfg.Args...)
+			cmd.Env = append(env, spec.Env...)
+			cmd.SysProcAttr = pluginProcAttr()
+			r, err := newProcRunner(l, cmd)
+			if err != nil {
+				return nil, err
+			}
+			p.runner = r
+			go func() {
+				<-r.exited
+				p.exitCancel()
+			}()
+			return r, nil
+		},
+		SecureConfig:     secure,
+		SkipHostEnv:      true,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     timeout,
+		Logger:           logger,
+		GRPCDialOptions:  []grpc.DialOption{callOptions()},
+	})
+
+	fail := func(err error) (*Plugin, error) {
+		p.Kill()
+		return nil, fmt.Errorf("scannerapi: launch %s: %w", path, err)
+	}
+	rpcClient, err := p.client.Client()
+	if err != nil {
+		return fail(err)
+	}
+	p.pid = p.runner.Pid()
+	raw, err := rpcClient.Dispense(pluginName)
+	if err != nil {
+		return fail(err)
+	}
+	conn, ok := raw.(*clientConn)
+	if !ok {
+		return fail(fmt.Errorf("unexpected plugin client type %T", raw))
+	}
+	p.rpc = conn.scanner
+	p.apiVersion = p.client.NegotiatedVersion()
+
+	// The callback channel: served by us on a broker stream for the
+	// plugin's lifetime. The plugin dials it while answering Info (the
+	// broker forgets undialled connection info after 5 s).
+	cbID := conn.broker.NextId()
+	go conn.broker.AcceptAndServe(cbID, func(opts []grpc.ServerOption) *grpc.Server {
+		s := newGRPCServer(opts)
+		pb.RegisterHostCallbacksServer(s, &callbackServer{p: p})
+		return s
+	})
+
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := p.rpc.Info(ictx, &pb.InfoRequest{CallbackBrokerId: cbID, ApiVersion: int32(p.apiVersion)})
+	if err != nil {
+		return fail(fmt.Errorf("Info: %w", err))
+	}
+	seen := map[string]bool{}
+	for _, pi := range resp.GetScanners() {
+		info := infoFromPB(pi)
+		if err := ValidateInfo(info); err != nil {
+			return fail(err)
+		}
+		if info.APIVersion != p.apiVersion {
+			return fail(fmt.Errorf("scanner %s declares API version %d but the plugin negotiated %d", info.Name, info.APIVersion, p.apiVersion))
+		}
+		if seen[info.Name] {
+			return fail(fmt.Errorf("two scanners are named %q", info.Name))
+		}
+		seen[info.Name] = true
+		p.scanners = append(p.scanners, &remoteScanner{p: p, info: info})
+	}
+	if len(p.scanners) == 0 {
+		return fail(errors.New("the plugin serves no scanner"))
+	}
+	return p, nil
+}
+
+// baseEnv is the part of the host's environment a plugin inherits.
+func baseEnv() []string {
+	var env []string
+	for _, k := range []string{"PATH", "TMPDIR", "TZ", "LANG", "LC_ALL"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// Scanners returns the plugin's scanners. They implement Scanner by RPC;
+// Info is cached from launch. Passing a nil Host to ScanPartition or
+// SampleBacklog makes the plugin's commands go to LaunchConfig.Callbacks
+// under the scanner's name; passing a Host sends them to that Host for the
+// duration of the call.
+func (p *Plugin) Scanners() []Scanner {
+	out := make([]Scanner, len(p.scanners))
+	for i, s := range p.scanners {
+		out[i] = s
+	}
+	return out
+}
+
+// Scanner returns the plugin's scanner with the given name.
+func (p *Plugin) Scanner(name string) (Scanner, bool) {
+	for _, s := range p.scanners {
+		if s.info.Name == name {
+			return s, true
+		}
+	}
+	return nil, false
+}
+
+// Path is the plugin executable.
+func (p *Plugin) Path() string { return p.path }
+
+// Pid is the plugin's process id (also its process group id).
+func (p *Plugin) Pid() int { return p.pid }
+
+// APIVersion is the contract version negotiated in the handshake.
+func (p *Plugin) APIVersion() int { return p.apiVersion }
+
+// Exited is closed once the plugin process has exited, for any reason.
+func (p *Plugin) Exited() <-chan struct{} { return p.exitCtx.Done() }
+
+// ExitError is the process's exit status once Exited is closed (nil for a
+// clean exit), and nil before.
+func (p *Plugin) ExitError() error {
+	select {
+	case <-p.exitCtx.Done():
+		if p.runner != nil {
+			return p.runner.err
+		}
+	default:
+	}
+	return nil
+}
+
+// Ping checks that the plugin answers an RPC of its own service.
+func (p *Plugin) Ping(ctx context.Context) error {
+	ctx, cancel := p.callContext(ctx)
+	defer cancel()
+	if _, err := p.rpc.Ping(ctx, &pb.PingRequest{}); err != nil {
+		return p.rpcError("", "Ping", err)
+	}
+	return nil
+}
+
+// Kill SIGKILLs the plugin's whole process group at once and waits until
+// the process has been reaped. It is safe to call more than once and after
+// Close.
+func (p *Plugin) Kill() {
+	if p.runner != nil {
+		_ = p.runner.Kill(context.Background())
+	}
+	p.shutdown()
+}
+
+// Close stops the plugin gracefully: it asks it to stop serving (in-flight
+// calls finish) and waits for it to exit; when ctx ends first, or after
+// go-plugin's own grace period of 2 s, it kills the process group. Either
+// way the group is swept with SIGKILL afterwards so nothing the plugin
+// started survives.
+func (p *Plugin) Close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		p.shutdown()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		if p.runner != nil {
+			_ = p.runner.Kill(context.Background())
+		}
+		<-done
+	}
+	if p.runner != nil {
+		_ = killGroup(p.runner.Pid())
+	}
+	return err
+}
+
+// shutdown runs go-plugin's Kill once: graceful close, wait, force kill
+// (through our runner, so the whole group), and release of its goroutines
+// and sockets. Later calls wait for the first.
+func (p *Plugin) shutdown() {
+	p.closed.Do(func() {
+		p.client.Kill()
+		if p.runner != nil {
+			<-p.runner.exited
+		}
+	})
+}
+
+// callContext derives a call context that ends when the plugin exits, so a
+// call to a dead plugin fails at once rather than at its deadline.
+func (p *Plugin) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(p.exitCtx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// rpcError turns a gRPC error into ours: the scanner's own errors become a
+// RemoteError, a dead process ErrPluginExited.
+func (p *Plugin) rpcError(scanner, method string, err error) error {
+	st, ok := status.FromError(err)
+	wait := time.Duration(0)
+	if ok && (st.Code() == codes.Unavailable || st.Code() == codes.Canceled) {
+		// A broken connection is usually seen a moment before the process
+		// is reaped; give the exit a moment to be observed.
+		wait = 500 * time.Millisecond
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-p.exitCtx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if p.exitCtx.Err() != nil {
+		return fmt.Errorf("%s: %s: %w", p.path, method, ErrPluginExited)
+	}
+	if !ok {
+		return fmt.Errorf("scanner %s: %s: %w", scanner, method, err)
+	}
+	switch st.Code() {
+	case codes.Unknown, codes.InvalidArgument, codes.NotFound:
+		return &RemoteError{Scanner: scanner, Method: method, Message: st.Message()}
+	}
+	return fmt.Errorf("scanner %s: %s: %w", scanner, method, err)
+}
+
+// remoteScanner is a Scanner served by a plugin process.
+type remoteScanner struct {
+	p    *Plugin
+	info Info
+}
+
+func (s *remoteScanner) Info() Info { return s.info }
+
+func (s *remoteScanner) Configure(ctx context.Context, options map[string]string) error {
+	ctx, cancel := s.p.callContext(ctx)
+	defer cancel()
+	if _, err := s.p.rpc.Configure(ctx, &pb.ConfigureRequest{Scanner: s.info.Name, Options: options}); err != nil {
+		return s.p.rpcError(s.info.Name, "Configure", err)
+	}
+	return nil
+}
+
+func (s *remoteScanner) host(h Host) (Host, error) {
+	if h != nil {
+		return h, nil
+	}
+	if s.p.callbacks == nil {
+		return nil, fmt.Errorf("scanner %s: no Host given and LaunchConfig.Callbacks is nil", s.info.Name)
+	}
+	return BindHost(s.p.callbacks, s.info.Name), nil
+}
+
+func (s *remoteScanner) ScanPartition(ctx context.Context, host Host, req *ScanRequest) (*ScanResult, error) {
+	h, err := s.host(host)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.p.callContext(ctx)
+	defer cancel()
+	id := s.p.calls.add(ctx, s.info.Name, h)
+	defer s.p.calls.remove(id)
+	resp, err := s.p.rpc.ScanPartition(ctx, &pb.ScanPartitionRequest{
+		Scanner: s.info.Name, CallId: id, Request: scanRequestToPB(req),
+	})
+	if err != nil {
+		return nil, s.p.rpcError(s.info.Name, "ScanPartition", err)
+	}
+	return scanResultFromPB(resp.GetResult()), nil
+}
+
+func (s *remoteScanner) SampleBacklog(ctx context.Context, host Host, partitions []keys.Partition) ([]int64, error) {
+	h, err := s.host(host)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.p.callContext(ctx)
+	defer cancel()
+	id := s.p.calls.add(ctx, s.info.Name, h)
+	defer s.p.calls.remove(id)
+	req := &pb.SampleBacklogRequest{Scanner: s.info.Name, CallId: id}
+	for _, part := range partitions {
+		req.Partitions = append(req.Partitions, partitionToPB(part))
+	}
+	resp, err := s.p.rpc.SampleBacklog(ctx, req)
+	if err != nil {
+		return nil, s.p.rpcError(s.info.Name, "SampleBacklog", err)
+	}
+	if !resp.GetPresent() {
+		return nil, nil
+	}
+	if d := resp.GetDepths(); d != nil {
+		return d, nil
+	}
+	return []int64{}, nil
+}
+
+// callRegistry maps the ids of host calls in flight to the Host their
+// callbacks run on. A callback for an id not in flight is refused: a plugin
+// cannot act outside the calls the host makes.
+type callRegistry struct {
+	next  atomic.Uint64
+	mu    sync.Mutex
+	calls map[uint64]callEntry
+}
+
+type callEntry struct {
+	ctx     context.Context
+	scanner string
+	host    Host
+}
+
+func (r *callRegistry) add(ctx context.Context, scanner string, h Host) uint64 {
+	id := r.next.Add(1)
+	r.mu.Lock()
+	if r.calls == nil {
+		r.calls = make(map[uint64]callEntry)
+	}
+	r.calls[id] = callEntry{ctx: ctx, scanner: scanner, host: h}
+	r.mu.Unlock()
+	return id
+}
+
+func (r *callRegistry) remove(id uint64) {
+	r.mu.Lock()
+	delete(r.calls, id)
+	r.mu.Unlock()
+}
+
+func (r *callRegistry) get(id uint64) (callEntry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.calls[id]
+	return e, ok
+}
+
+// callbackServer is the HostCallbacks service the host serves to one
+// plugin.
+type callbackServer struct {
+	pb.UnimplementedHostCallbacksServer
+	p *Plugin
+}
+
+func (s *callbackServer) Exec(ctx context.Context, req *pb.ExecRequest) (*pb.ExecResponse, error) {
+	call, ok := s.p.calls.get(req.GetCallId())
+	if !ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "no host call %d in flight", req.GetCallId())
+	}
+	if req.GetScanner() != call.scanner {
+		return nil, status.Errorf(codes.PermissionDenied, "call %d belongs to scanner %q, not %q", req.GetCallId(), call.scanner, req.GetScanner())
+	}
+	// The batch ends with whichever ends first: the plugin's request or
+	// the host call it belongs to.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(call.ctx, cancel)
+	defer stop()
+	cmds := commandsFromPB(req.GetCommands())
+	replies, err := call.host.Exec(ctx, cmds)
+	if err != nil {
+		return nil, status.Error(codes.Aborted, err.Error())
+	}
+	if len(replies) != len(cmds) {
+		return nil, status.Errorf(codes.Internal, "host answered %d replies to %d commands", len(replies), len(cmds))
+	}
+	return &pb.ExecResponse{Replies: repliesToPB(replies)}, nil
+}

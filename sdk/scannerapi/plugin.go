@@ -1,0 +1,98 @@
+package scannerapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi/internal/pb"
+)
+
+// Handshake is the go-plugin handshake shared by the host and every plugin.
+// The magic cookie only keeps people from running a plugin binary by hand
+// by mistake (it is not a security measure); ProtocolVersion is APIVersion.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  APIVersion,
+	MagicCookieKey:   "FFSCAN_PLUGIN",
+	MagicCookieValue: "scanner-7c1d0e9a4f3b",
+}
+
+// pluginName is the single plugin each binary serves under go-plugin; the
+// scanners inside it are told apart by name in every RPC.
+const pluginName = "scanners"
+
+// maxMsgSize bounds one gRPC message in either direction (a large Exec
+// batch or reply). gRPC's default of 4 MiB is too small for a batch of
+// HGETALLs.
+const maxMsgSize = 64 << 20
+
+// LogLevelEnv is the environment variable through which the host passes
+// its log level to a plugin, so the plugin does not produce lines the host
+// would drop anyway.
+const LogLevelEnv = "FFSCAN_PLUGIN_LOG_LEVEL"
+
+// ErrPluginExited reports a call to a plugin process that has exited (or
+// was killed) before or during the call.
+var ErrPluginExited = errors.New("scanner plugin process has exited")
+
+// RemoteError is an error a scanner returned inside its plugin process,
+// carried back to the host as text.
+type RemoteError struct {
+	Scanner string
+	Method  string
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("scanner %s: %s: %s", e.Scanner, e.Method, e.Message)
+}
+
+// pluginSets builds the VersionedPlugins map of either side. A later API
+// version adds its own entry here and keeps this one so that older plugins
+// keep working; each entry maps to the adapter for that wire version.
+func pluginSets(p plugin.Plugin) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		APIVersion: {pluginName: p},
+	}
+}
+
+// grpcPlugin is the go-plugin adapter. On the plugin side server is set; on
+// the host side GRPCClient hands back the raw connection and broker, which
+// Launch wraps.
+type grpcPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	server *pluginServer
+}
+
+var _ plugin.GRPCPlugin = (*grpcPlugin)(nil)
+
+func (p *grpcPlugin) GRPCServer(broker *plugin.GRPCBroker, s *grpc.Server) error {
+	if p.server == nil {
+		return errors.New("scannerapi: no scanners to serve")
+	}
+	p.server.broker = broker
+	pb.RegisterScannerServer(s, p.server)
+	return nil
+}
+
+// clientConn is what GRPCClient returns on the host side.
+type clientConn struct {
+	scanner pb.ScannerClient
+	broker  *plugin.GRPCBroker
+}
+
+func (p *grpcPlugin) GRPCClient(_ context.Context, broker *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return &clientConn{scanner: pb.NewScannerClient(c), broker: broker}, nil
+}
+
+func newGRPCServer(opts []grpc.ServerOption) *grpc.Server {
+	opts = append(opts, grpc.MaxRecvMsgSize(maxMsgSize), grpc.MaxSendMsgSize(maxMsgSize))
+	return grpc.NewServer(opts...)
+}
+
+func callOptions() grpc.DialOption {
+	return grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize))
+}

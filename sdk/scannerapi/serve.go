@@ -1,0 +1,268 @@
+package scannerapi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi/internal/pb"
+)
+
+// parentPollInterval is how often a plugin checks that the process that
+// started it is still its parent.
+const parentPollInterval = 250 * time.Millisecond
+
+// Serve runs a plugin binary's scanners until the host stops it; call it
+// from main and nothing else:
+//
+//	func main() { scannerapi.Serve(leaseexpiry.New()) }
+//
+// One binary may serve several scanners; their names must be unique. Serve
+// does not return. It exits with status 1 when the scanners are invalid
+// (see ValidateInfo) or when the binary was not started by an ffscan host.
+//
+// Process hygiene: stdout belongs to the go-plugin handshake, so a plugin
+// must never write to it (go-plugin redirects os.Stdout once serving);
+// logs go to stderr through hclog in JSON, and the host re-logs them under
+// the scanner's name (get the logger with Logger(ctx)). The plugin exits
+// when its parent process goes away, even if the launcher's Pdeathsig did
+// not fire (it is Linux-only and tied to the launching thread).
+func Serve(scanners ...Scanner) {
+	level := hclog.LevelFromString(os.Getenv(LogLevelEnv))
+	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Output:     os.Stderr,
+		JSONFormat: true,
+		Level:      level,
+	})
+	srv, err := newPluginServer(logger, scanners)
+	if err != nil {
+		logger.Error("refusing to serve", "error", err)
+		os.Exit(1)
+	}
+	go watchParent(os.Getppid(), parentPollInterval, func(ppid int) {
+		logger.Error("parent process is gone; exiting", "original_parent", ppid, "parent", os.Getppid())
+		os.Exit(3)
+	})
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: pluginSets(&grpcPlugin{server: srv}),
+		GRPCServer:       newGRPCServer,
+		Logger:           logger,
+	})
+	os.Exit(0)
+}
+
+// watchParent calls gone once the process's parent is no longer ppid (the
+// parent died and the process was re-parented).
+func watchParent(ppid int, every time.Duration, gone func(ppid int)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for range t.C {
+		if os.Getppid() != ppid {
+			gone(ppid)
+			return
+		}
+	}
+}
+
+// pluginServer serves the Scanner service inside a plugin process.
+type pluginServer struct {
+	pb.UnimplementedScannerServer
+
+	logger   hclog.Logger
+	order    []string
+	scanners map[string]Scanner
+	infos    map[string]Info
+	loggers  map[string]hclog.Logger
+	broker   *plugin.GRPCBroker // set by grpcPlugin.GRPCServer
+
+	mu       sync.Mutex
+	cbConn   *grpc.ClientConn
+	cbID     uint32
+	callback pb.HostCallbacksClient
+}
+
+func newPluginServer(logger hclog.Logger, scanners []Scanner) (*pluginServer, error) {
+	if len(scanners) == 0 {
+		return nil, fmt.Errorf("scannerapi: Serve needs at least one scanner")
+	}
+	s := &pluginServer{
+		logger:   logger,
+		scanners: make(map[string]Scanner, len(scanners)),
+		infos:    make(map[string]Info, len(scanners)),
+		loggers:  make(map[string]hclog.Logger, len(scanners)),
+	}
+	for _, sc := range scanners {
+		if sc == nil {
+			return nil, fmt.Errorf("scannerapi: Serve got a nil scanner")
+		}
+		info := sc.Info()
+		if err := ValidateInfo(info); err != nil {
+			return nil, err
+		}
+		if _, dup := s.scanners[info.Name]; dup {
+			return nil, fmt.Errorf("scannerapi: two scanners are named %q", info.Name)
+		}
+		s.order = append(s.order, info.Name)
+		s.scanners[info.Name] = sc
+		s.infos[info.Name] = info
+		s.loggers[info.Name] = logger.Named(info.Name).With("scanner", info.Name)
+	}
+	return s, nil
+}
+
+func (s *pluginServer) lookup(name string) (Scanner, hclog.Logger, error) {
+	sc, ok := s.scanners[name]
+	if !ok {
+		return nil, nil, status.Errorf(codes.NotFound, "this plugin serves no scanner named %q", name)
+	}
+	return sc, s.loggers[name], nil
+}
+
+// connectCallbacks dials the host's callback service once. The broker only
+// keeps the connection info for a few seconds, which is why the host sends
+// the id in Info, right after launch, and why we dial before answering.
+func (s *pluginServer) connectCallbacks(id uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.callback != nil {
+		if s.cbID != id {
+			return fmt.Errorf("callback channel already connected to broker id %d, not %d", s.cbID, id)
+		}
+		return nil
+	}
+	if s.broker == nil {
+		return fmt.Errorf("no go-plugin broker")
+	}
+	conn, err := s.broker.DialWithOptions(id, callOptions())
+	if err != nil {
+		return fmt.Errorf("dial host callbacks (broker id %d): %w", id, err)
+	}
+	s.cbConn, s.cbID, s.callback = conn, id, pb.NewHostCallbacksClient(conn)
+	return nil
+}
+
+func (s *pluginServer) callbacks() pb.HostCallbacksClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.callback
+}
+
+func (s *pluginServer) Info(_ context.Context, req *pb.InfoRequest) (*pb.InfoResponse, error) {
+	if id := req.GetCallbackBrokerId(); id != 0 {
+		if err := s.connectCallbacks(id); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	out := &pb.InfoResponse{Pid: int64(os.Getpid())}
+	for _, name := range s.order {
+		out.Scanners = append(out.Scanners, infoToPB(s.infos[name]))
+	}
+	return out, nil
+}
+
+func (s *pluginServer) Configure(ctx context.Context, req *pb.ConfigureRequest) (_ *pb.ConfigureResponse, err error) {
+	sc, log, err := s.lookup(req.GetScanner())
+	if err != nil {
+		return nil, err
+	}
+	defer recoverInto(req.GetScanner(), "Configure", &err)
+	if err := sc.Configure(WithLogger(ctx, log), req.GetOptions()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &pb.ConfigureResponse{}, nil
+}
+
+func (s *pluginServer) ScanPartition(ctx context.Context, req *pb.ScanPartitionRequest) (_ *pb.ScanPartitionResponse, err error) {
+	name := req.GetScanner()
+	sc, log, err := s.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if _, ok := status.FromError(err); !ok {
+				log.Error("scan failed", "error", err)
+				err = status.Error(codes.Unknown, err.Error())
+			}
+		}
+	}()
+	defer recoverInto(name, "ScanPartition", &err) // runs first
+	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
+	res, err := sc.ScanPartition(WithLogger(ctx, log), host, scanRequestFromPB(name, req.GetRequest()))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ScanPartitionResponse{Result: scanResultToPB(res)}, nil
+}
+
+func (s *pluginServer) SampleBacklog(ctx context.Context, req *pb.SampleBacklogRequest) (_ *pb.SampleBacklogResponse, err error) {
+	name := req.GetScanner()
+	sc, log, err := s.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if _, ok := status.FromError(err); !ok {
+				err = status.Error(codes.Unknown, err.Error())
+			}
+		}
+	}()
+	defer recoverInto(name, "SampleBacklog", &err) // runs first
+	parts := make([]keys.Partition, len(req.GetPartitions()))
+	for i, p := range req.GetPartitions() {
+		parts[i] = partitionFromPB(p)
+	}
+	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
+	depths, err := sc.SampleBacklog(WithLogger(ctx, log), host, parts)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.SampleBacklogResponse{Present: depths != nil, Depths: depths}, nil
+}
+
+func (s *pluginServer) Ping(context.Context, *pb.PingRequest) (*pb.PingResponse, error) {
+	return &pb.PingResponse{Pid: int64(os.Getpid())}, nil
+}
+
+// pluginHost is the Host a scanner gets inside a plugin process: each Exec
+// is one callback to the host, bound to the host call in flight.
+type pluginHost struct {
+	srv     *pluginServer
+	scanner string
+	callID  uint64
+}
+
+func (h *pluginHost) Exec(ctx context.Context, cmds []Command) ([]Reply, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	cb := h.srv.callbacks()
+	if cb == nil {
+		return nil, fmt.Errorf("scannerapi: the host callback channel is not connected")
+	}
+	resp, err := cb.Exec(ctx, &pb.ExecRequest{Scanner: h.scanner, CallId: h.callID, Commands: commandsToPB(cmds)})
+	if err != nil {
+		if st, ok := status.FromError(err); ok {
+			return nil, fmt.Errorf("host exec: %s: %s", st.Code(), st.Message())
+		}
+		return nil, fmt.Errorf("host exec: %w", err)
+	}
+	if len(resp.GetReplies()) != len(cmds) {
+		return nil, fmt.Errorf("host exec: %d replies to %d commands", len(resp.GetReplies()), len(cmds))
+	}
+	return repliesFromPB(resp.GetReplies()), nil
+}
