@@ -1,0 +1,448 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// testScanner is an in-process scanner that records its calls and runs a
+// per-test function.
+type testScanner struct {
+	info scannerapi.Info
+	fn   func(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error)
+
+	mu       sync.Mutex
+	calls    []*scannerapi.ScanRequest
+	sampled  [][]keys.Partition
+	sampleFn func(parts []keys.Partition) ([]int64, error)
+}
+
+func (s *testScanner) Info() scannerapi.Info                                 { return s.info }
+func (s *testScanner) Configure(context.Context, map[string]string) error    { return nil }
+func (s *testScanner) Current() (scannerapi.Scanner, scannerapi.Info, error) { return s, s.info, nil }
+
+func (s *testScanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, req)
+	s.mu.Unlock()
+	if s.fn == nil {
+		return &scannerapi.ScanResult{Processed: int64(len(req.Candidates))}, nil
+	}
+	return s.fn(ctx, host, req)
+}
+
+func (s *testScanner) SampleBacklog(_ context.Context, _ scannerapi.Host, parts []keys.Partition) ([]int64, error) {
+	s.mu.Lock()
+	s.sampled = append(s.sampled, parts)
+	s.mu.Unlock()
+	if s.sampleFn == nil {
+		return nil, nil
+	}
+	return s.sampleFn(parts)
+}
+
+func (s *testScanner) callsByPartition() map[uint16][]*scannerapi.ScanRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[uint16][]*scannerapi.ScanRequest{}
+	for _, c := range s.calls {
+		out[c.Partition.Index] = append(out[c.Partition.Index], c)
+	}
+	return out
+}
+
+// recRecorder records the gauges the runner writes.
+type recRecorder struct {
+	nopRecorder
+	mu       sync.Mutex
+	backlogs []int64
+	lags     int
+}
+
+func (r *recRecorder) Backlog(_ string, v int64) {
+	r.mu.Lock()
+	r.backlogs = append(r.backlogs, v)
+	r.mu.Unlock()
+}
+
+func (r *recRecorder) Lag(string, time.Duration) {
+	r.mu.Lock()
+	r.lags++
+	r.mu.Unlock()
+}
+
+type env struct {
+	client valkey.Client
+	svc    *callbacks.Service
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := testenv.New(t)
+	client := srv.Client(t)
+	lib := lua.New(client, lua.Options{})
+	return &env{client: client, svc: callbacks.New(lib, nil)}
+}
+
+func (e *env) runner(t *testing.T, s *testScanner, cfg Config, rec Recorder) *Runner {
+	t.Helper()
+	pol, _ := callbacks.PolicyFromInfo(s.info, false)
+	e.svc.Register(s.info.Name, pol)
+	if cfg.Name == "" {
+		cfg.Name = s.info.Name
+	}
+	if cfg.Partitions == (keys.PartitionConfig{}) {
+		cfg.Partitions = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+	}
+	if cfg.Lanes == nil {
+		cfg.Lanes = []string{"default"}
+	}
+	cfg.NoJitter = true
+	return New(cfg, e.client, s, e.svc.HostFor(s.info.Name), rec, nil)
+}
+
+func (e *env) do(t *testing.T, args ...string) {
+	t.Helper()
+	require.NoError(t, e.client.Do(context.Background(), e.client.B().Arbitrary(args[0]).Keys(args[1]).Args(args[2:]...).Build()).Error())
+}
+
+func leaseInfo() scannerapi.Info {
+	return scannerapi.Info{
+		Name: "lease", Family: keys.FamilyFlow, DefaultInterval: time.Second, DefaultBatch: 50,
+		Sources:  []scannerapi.CandidateSource{{Name: "lease_expiry", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry", Backlog: scannerapi.BacklogDue}},
+		Commands: []string{"ZREM"},
+	}
+}
+
+func leaseKey(p uint16) string {
+	return keys.FlowPart(keys.Partition{Family: keys.FamilyFlow, Index: p}).LeaseExpiry()
+}
+
+func TestEmptyPartitionsCostNoCalls(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	rec := &recRecorder{}
+	r := e.runner(t, s, Config{}, rec)
+
+	// Nothing anywhere: a full cycle calls the plugin zero times.
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 16, sum.Empty)
+	assert.Zero(t, sum.Scanned)
+	assert.Empty(t, s.calls)
+	assert.True(t, sum.BacklogKnown)
+	assert.Zero(t, sum.Backlog)
+
+	// Due items in partitions 3 and 7, a future one in 5.
+	e.do(t, "ZADD", leaseKey(3), "1000", "a", "2000", "b")
+	e.do(t, "ZADD", leaseKey(7), "1500", "c")
+	e.do(t, "ZADD", leaseKey(5), strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "later")
+	sum, err = r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	calls := s.callsByPartition()
+	require.Len(t, calls, 2, "only the partitions with due candidates are called")
+	require.Len(t, calls[3], 1)
+	require.Len(t, calls[7], 1)
+	c3 := calls[3][0]
+	assert.Equal(t, []scannerapi.Candidate{
+		{Source: "lease_expiry", Key: leaseKey(3), Member: "a", Score: 1000},
+		{Source: "lease_expiry", Key: leaseKey(3), Member: "b", Score: 2000},
+	}, c3.Candidates)
+	assert.Equal(t, "lease", c3.Scanner)
+	assert.Equal(t, uint64(2), c3.Cycle, "the cycle number is passed")
+	assert.Equal(t, 50, c3.Batch)
+	assert.InDelta(t, time.Now().UnixMilli(), c3.NowMs, 60_000, "now is the server's clock in ms")
+	assert.Equal(t, "c", calls[7][0].Candidates[0].Member)
+	assert.Equal(t, 14, sum.Empty)
+	assert.Equal(t, 2, sum.Scanned)
+	assert.Equal(t, int64(3), sum.Processed)
+	assert.Equal(t, int64(3), sum.Backlog, "due count only: the future item is not backlog")
+	assert.True(t, sum.BacklogKnown)
+	assert.Greater(t, sum.Lag, time.Hour, "oldest due item has score 1000 ms after the epoch")
+	assert.Equal(t, []int64{0, 3}, rec.backlogs)
+}
+
+// A scanner that works through its candidates and says More while a full
+// batch came back is called again in the same cycle until it is done.
+func TestMoreTriggersPromptRescan(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	s.fn = func(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+		cmd := scannerapi.Command{"ZREM", leaseKey(req.Partition.Index)}
+		for _, c := range req.Candidates {
+			cmd = append(cmd, c.Member)
+		}
+		replies, err := host.Exec(ctx, []scannerapi.Command{cmd})
+		if err != nil {
+			return nil, err
+		}
+		return &scannerapi.ScanResult{Processed: replies[0].Int, More: len(req.Candidates) == req.Batch}, nil
+	}
+	r := e.runner(t, s, Config{Batch: 2}, nil)
+	for i := range 5 {
+		e.do(t, "ZADD", leaseKey(2), strconv.Itoa(100+i), "m"+strconv.Itoa(i))
+	}
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), sum.Processed, "all five handled within one cycle")
+	assert.Len(t, s.callsByPartition()[2], 3, "batches of 2, 2, 1")
+	assert.GreaterOrEqual(t, sum.FollowUps, 2)
+	n, err := e.client.Do(context.Background(), e.client.B().Zcard().Key(leaseKey(2)).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+// More is bounded: a scanner that always says More cannot hold the cycle.
+func TestFollowUpsAreBounded(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	s.fn = func(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+		return &scannerapi.ScanResult{More: true}, nil
+	}
+	r := e.runner(t, s, Config{MaxFollowUps: 3}, nil)
+	e.do(t, "ZADD", leaseKey(1), "1", "stuck")
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Len(t, s.callsByPartition()[1], 4, "one scan plus three follow-ups")
+	assert.Equal(t, 3, sum.FollowUps)
+}
+
+func TestFailingCallDoesNotStopOthers(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	s.fn = func(ctx context.Context, _ scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+		switch req.Partition.Index {
+		case 1:
+			return nil, errors.New("plugin exploded")
+		case 2:
+			<-ctx.Done() // hangs past the call deadline
+			return nil, ctx.Err()
+		}
+		return &scannerapi.ScanResult{Processed: 1, Errors: []scannerapi.ErrorCount{{Class: scannerapi.ErrLua, Code: "execution_not_active", Count: 1}}}, nil
+	}
+	r := e.runner(t, s, Config{CallTimeout: 300 * time.Millisecond, Concurrency: 2}, nil)
+	for _, p := range []uint16{1, 2, 3, 4, 5} {
+		e.do(t, "ZADD", leaseKey(p), "1", "x")
+	}
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, sum.Scanned)
+	assert.Equal(t, 2, sum.Failed)
+	assert.Equal(t, int64(3), sum.Processed)
+	assert.Equal(t, int64(1), sum.Errors[ErrorKey{scannerapi.ErrTransport, "rpc_error"}])
+	assert.Equal(t, int64(1), sum.Errors[ErrorKey{scannerapi.ErrTransport, "rpc_timeout"}])
+	assert.Equal(t, int64(3), sum.Errors[ErrorKey{scannerapi.ErrLua, "execution_not_active"}])
+	assert.Contains(t, r.Status().LastError, "{fp:")
+}
+
+func TestRotateCursorAdvancesAndWraps(t *testing.T) {
+	e := newEnv(t)
+	info := scannerapi.Info{
+		Name: "rot", Family: keys.FamilyBudget, DefaultBatch: 2,
+		Sources: []scannerapi.CandidateSource{{Name: "policies", Kind: scannerapi.SourceZSetRotate, Key: "ff:idx:{p}:rot", Backlog: scannerapi.BacklogSize}},
+	}
+	s := &testScanner{info: info}
+	r := e.runner(t, s, Config{}, nil)
+	for i := range 5 {
+		e.do(t, "ZADD", "ff:idx:{b:1}:rot", strconv.Itoa(i), "m"+strconv.Itoa(i))
+	}
+	var windows [][]string
+	for range 4 {
+		sum, err := r.Cycle(context.Background(), CycleOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, int64(5), sum.Backlog)
+		calls := s.callsByPartition()[1]
+		var w []string
+		for _, c := range calls[len(calls)-1].Candidates {
+			w = append(w, c.Member)
+		}
+		windows = append(windows, w)
+	}
+	assert.Equal(t, [][]string{{"m0", "m1"}, {"m2", "m3"}, {"m4"}, {"m0", "m1"}}, windows)
+}
+
+func TestSetScanCursorAdvancesAndWraps(t *testing.T) {
+	e := newEnv(t)
+	info := scannerapi.Info{
+		Name: "scan", Family: keys.FamilyQuota, DefaultBatch: 10,
+		Sources: []scannerapi.CandidateSource{{Name: "policies", Kind: scannerapi.SourceSetScan, Key: "ff:idx:{p}:quota_policies", Backlog: scannerapi.BacklogSize}},
+	}
+	s := &testScanner{info: info}
+	r := e.runner(t, s, Config{}, nil)
+	key := keys.QuotaPart(keys.Partition{Family: keys.FamilyQuota, Index: 2}).QuotaPolicies()
+	const total = 300 // large enough for a hashtable encoding, so SSCAN pages
+	args := []string{"SADD", key}
+	for i := range total {
+		args = append(args, fmt.Sprintf("quota-%03d", i))
+	}
+	e.do(t, args...)
+
+	seen := map[string]bool{}
+	cycles := 0
+	for len(seen) < total && cycles < 200 {
+		sum, err := r.Cycle(context.Background(), CycleOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, int64(total), sum.Backlog)
+		cycles++
+		calls := s.callsByPartition()[2]
+		for _, c := range calls[len(calls)-1].Candidates {
+			seen[c.Member] = true
+		}
+	}
+	assert.Len(t, seen, total, "every member visited over successive cycles")
+	assert.Greater(t, cycles, 5, "one SSCAN step per cycle, not the whole set at once")
+	// After the wrap the scan starts over.
+	r.curMu.Lock()
+	cur := r.cursors[key]
+	r.curMu.Unlock()
+	for cur != 0 && cycles < 400 {
+		_, err := r.Cycle(context.Background(), CycleOptions{})
+		require.NoError(t, err)
+		cycles++
+		r.curMu.Lock()
+		cur = r.cursors[key]
+		r.curMu.Unlock()
+	}
+	assert.Zero(t, cur, "the cursor wrapped back to 0")
+}
+
+func TestLaneSourcesReadEveryLane(t *testing.T) {
+	e := newEnv(t)
+	info := scannerapi.Info{
+		Name: "lanes", Family: keys.FamilyFlow, DefaultBatch: 10,
+		Sources: []scannerapi.CandidateSource{{Name: "delayed", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lane:{lane}:delayed"}},
+	}
+	s := &testScanner{info: info}
+	r := e.runner(t, s, Config{Lanes: []string{"default", "gpu"}}, nil)
+	fp := keys.FlowPart(keys.Partition{Family: keys.FamilyFlow, Index: 4})
+	e.do(t, "ZADD", fp.LaneDelayed("default"), "1", "x")
+	e.do(t, "ZADD", fp.LaneDelayed("gpu"), "2", "y")
+	_, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	calls := s.callsByPartition()[4]
+	require.Len(t, calls, 1)
+	lanes := map[string]string{}
+	for _, c := range calls[0].Candidates {
+		lanes[c.Member] = c.Lane
+	}
+	assert.Equal(t, map[string]string{"x": "default", "y": "gpu"}, lanes)
+	assert.Equal(t, []string{"default", "gpu"}, calls[0].Lanes)
+}
+
+// P8: a partition that could not be sampled leaves the gauge alone instead
+// of writing a partial sum.
+func TestBacklogNotWrittenWhenAPartitionFailed(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	rec := &recRecorder{}
+	r := e.runner(t, s, Config{}, rec)
+	e.do(t, "SET", leaseKey(0), "wrong type")
+	e.do(t, "ZADD", leaseKey(9), "1", "x")
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.False(t, sum.BacklogKnown)
+	assert.Empty(t, rec.backlogs, "gauge untouched")
+	assert.Zero(t, rec.lags, "lag untouched as well")
+	assert.Equal(t, int64(1), sum.Errors[ErrorKey{scannerapi.ErrServer, "fetch"}])
+	assert.Equal(t, 1, sum.Scanned, "the healthy partition was still scanned")
+	assert.Equal(t, 1, sum.Failed)
+}
+
+func TestPluginBacklogSampledInOneCall(t *testing.T) {
+	e := newEnv(t)
+	info := scannerapi.Info{
+		Name: "pb", Family: keys.FamilyBudget, DefaultBatch: 10,
+		Sources: []scannerapi.CandidateSource{{Name: "resets", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:budget_resets", Backlog: scannerapi.BacklogPlugin}},
+	}
+	s := &testScanner{info: info}
+	s.fn = func(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+		return &scannerapi.ScanResult{Backlog: 100, HasBacklog: true}, nil
+	}
+	s.sampleFn = func(parts []keys.Partition) ([]int64, error) {
+		out := make([]int64, len(parts))
+		for i := range out {
+			out[i] = 1
+		}
+		return out, nil
+	}
+	rec := &recRecorder{}
+	r := e.runner(t, s, Config{}, rec)
+	e.do(t, "ZADD", keys.BudgetPart(keys.Partition{Family: keys.FamilyBudget, Index: 2}).BudgetResets(), "1", "b")
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	require.Len(t, s.sampled, 1, "one batched call")
+	var asked []int
+	for _, p := range s.sampled[0] {
+		asked = append(asked, int(p.Index))
+	}
+	sort.Ints(asked)
+	assert.Equal(t, []int{0, 1, 3}, asked, "partition 2 reported its own backlog in the scan result")
+	assert.Equal(t, int64(103), sum.Backlog)
+	assert.Equal(t, []int64{103}, rec.backlogs)
+}
+
+func TestScanOnePartitionAndDryRun(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	rec := &recRecorder{}
+	r := e.runner(t, s, Config{}, rec)
+	e.do(t, "ZADD", leaseKey(3), "1", "a")
+	e.do(t, "ZADD", leaseKey(4), "1", "b")
+	sum, err := r.Cycle(context.Background(), CycleOptions{Partitions: []uint16{4}, DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.Partitions)
+	calls := s.callsByPartition()
+	require.Len(t, calls, 1)
+	assert.True(t, calls[4][0].DryRun)
+	assert.False(t, sum.BacklogKnown, "one partition is not the whole family")
+	assert.Empty(t, rec.backlogs)
+	_, err = r.Cycle(context.Background(), CycleOptions{Partitions: []uint16{16}})
+	assert.Error(t, err, "out of range")
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	r := e.runner(t, s, Config{Interval: 100 * time.Millisecond}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	require.Eventually(t, func() bool { return r.Status().Cycle >= 3 }, 10*time.Second, 20*time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestCheckInfo(t *testing.T) {
+	ok := leaseInfo()
+	require.NoError(t, CheckInfo(ok))
+	bad := func(mut func(*scannerapi.Info)) error {
+		i := leaseInfo()
+		i.Sources = append([]scannerapi.CandidateSource{}, i.Sources...)
+		mut(&i)
+		return CheckInfo(i)
+	}
+	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Sources[0].Key = "other:{p}" }), "outside")
+	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Sources[0].Key = "ff:idx:x" }), "{p}")
+	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Sources[0].Kind = "list" }), "unknown kind")
+	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Family = 0 }), "family")
+}

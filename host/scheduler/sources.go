@@ -1,0 +1,112 @@
+package scheduler
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// CheckInfo rejects an Info the host cannot drive: an unknown family, a
+// source whose kind or backlog mode is unknown, or whose key template would
+// read outside the ff: prefix or is not per partition. The supervisor calls
+// it at every launch so a bad plugin fails loudly instead of scanning
+// nothing.
+func CheckInfo(info scannerapi.Info) error {
+	if info.Family.Prefix() == "" {
+		return fmt.Errorf("scanner %q: unknown partition family %d", info.Name, info.Family)
+	}
+	seen := map[string]bool{}
+	for i, s := range info.Sources {
+		where := fmt.Sprintf("scanner %q: source %d (%q)", info.Name, i, s.Name)
+		if s.Name == "" || seen[s.Name] {
+			return fmt.Errorf("%s: names must be unique and non-empty", where)
+		}
+		seen[s.Name] = true
+		switch s.Kind {
+		case scannerapi.SourceZSetDue, scannerapi.SourceZSetRotate, scannerapi.SourceSetScan:
+		default:
+			return fmt.Errorf("%s: unknown kind %q", where, s.Kind)
+		}
+		switch s.Backlog {
+		case scannerapi.BacklogNone, scannerapi.BacklogDue, scannerapi.BacklogSize, scannerapi.BacklogPlugin:
+		default:
+			return fmt.Errorf("%s: unknown backlog mode %q", where, s.Backlog)
+		}
+		if s.Backlog == scannerapi.BacklogDue && s.Kind == scannerapi.SourceSetScan {
+			return fmt.Errorf("%s: backlog %q needs a zset source", where, s.Backlog)
+		}
+		if !strings.HasPrefix(s.Key, keys.Prefix) {
+			return fmt.Errorf("%s: key %q is outside the %s prefix", where, s.Key, keys.Prefix)
+		}
+		if !strings.Contains(s.Key, "{p}") {
+			return fmt.Errorf("%s: key %q has no {p} partition placeholder", where, s.Key)
+		}
+	}
+	return nil
+}
+
+// sourceKey is one concrete key read for one partition.
+type sourceKey struct {
+	src  scannerapi.CandidateSource
+	key  string
+	lane string
+}
+
+// expand returns the concrete keys of a partition: one per source, or one
+// per lane for "{lane}" sources.
+func expand(srcs []scannerapi.CandidateSource, p keys.Partition, lanes []string) []sourceKey {
+	var out []sourceKey
+	for _, s := range srcs {
+		k := strings.ReplaceAll(s.Key, "{p}", p.Tag())
+		if !strings.Contains(k, "{lane}") {
+			out = append(out, sourceKey{src: s, key: k})
+			continue
+		}
+		for _, l := range lanes {
+			out = append(out, sourceKey{src: s, key: strings.ReplaceAll(k, "{lane}", l), lane: l})
+		}
+	}
+	return out
+}
+
+func scoreArg(ms int64) string { return strconv.FormatInt(ms, 10) }
+
+// maxScore is the inclusive "due" bound of a zset source.
+func maxScore(s scannerapi.CandidateSource, nowMs int64) int64 {
+	return nowMs + s.ScoreOffset.Milliseconds()
+}
+
+// readCmd builds the candidate read of one key. cursor is the rank offset
+// (zset_rotate) or the SSCAN cursor (set_scan).
+func readCmd(c valkey.Client, sk sourceKey, nowMs int64, batch int, cursor uint64) valkey.Completed {
+	b := c.B()
+	switch sk.src.Kind {
+	case scannerapi.SourceZSetRotate:
+		start := int64(cursor)
+		return b.Zrange().Key(sk.key).Min(strconv.FormatInt(start, 10)).Max(strconv.FormatInt(start+int64(batch)-1, 10)).Withscores().Build()
+	case scannerapi.SourceSetScan:
+		return b.Sscan().Key(sk.key).Cursor(cursor).Count(int64(batch)).Build()
+	default: // SourceZSetDue
+		return b.Zrange().Key(sk.key).Min("-inf").Max(scoreArg(maxScore(sk.src, nowMs))).Byscore().Limit(0, int64(batch)).Withscores().Build()
+	}
+}
+
+// backlogCmd builds the backlog read of one key, or reports none.
+func backlogCmd(c valkey.Client, sk sourceKey, nowMs int64) (valkey.Completed, bool) {
+	b := c.B()
+	switch sk.src.Backlog {
+	case scannerapi.BacklogDue:
+		return b.Zcount().Key(sk.key).Min("-inf").Max(scoreArg(maxScore(sk.src, nowMs))).Build(), true
+	case scannerapi.BacklogSize:
+		if sk.src.Kind == scannerapi.SourceSetScan {
+			return b.Scard().Key(sk.key).Build(), true
+		}
+		return b.Zcard().Key(sk.key).Build(), true
+	}
+	return valkey.Completed{}, false
+}
