@@ -476,6 +476,9 @@ func (s *callbackServer) Exec(ctx context.Context, req *pb.ExecRequest) (*pb.Exe
 	if req.GetScanner() != call.scanner {
 		return nil, status.Errorf(codes.PermissionDenied, "call %d belongs to scanner %q, not %q", req.GetCallId(), call.scanner, req.GetScanner())
 	}
+	if err := call.ctx.Err(); err != nil {
+		return nil, status.Errorf(codes.Aborted, "host call %d has ended: %v", req.GetCallId(), err)
+	}
 	// The batch ends with whichever ends first: the plugin's request or
 	// the host call it belongs to.
 	ctx, cancel := context.WithCancel(ctx)

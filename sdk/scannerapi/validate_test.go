@@ -1,0 +1,47 @@
+package scannerapi_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+func TestValidateInfo(t *testing.T) {
+	good := func() scannerapi.Info {
+		return scannerapi.Info{
+			Name: "lease_expiry", APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow,
+			DefaultInterval: time.Second, DefaultBatch: 50,
+			Sources:   []scannerapi.CandidateSource{{Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry", Backlog: scannerapi.BacklogDue}},
+			Commands:  []string{"HGET", "ZRANGE"},
+			Functions: []string{"ff_mark_lease_expired_if_due"},
+			Options:   scannerapi.FilterOptions(),
+		}
+	}
+	assert.NoError(t, scannerapi.ValidateInfo(good()))
+	for name, mutate := range map[string]func(*scannerapi.Info){
+		"bad name":       func(i *scannerapi.Info) { i.Name = "Lease Expiry" },
+		"empty name":     func(i *scannerapi.Info) { i.Name = "" },
+		"api version":    func(i *scannerapi.Info) { i.APIVersion = 0 },
+		"family":         func(i *scannerapi.Info) { i.Family = 0 },
+		"interval":       func(i *scannerapi.Info) { i.DefaultInterval = 0 },
+		"batch":          func(i *scannerapi.Info) { i.DefaultBatch = 0 },
+		"source kind":    func(i *scannerapi.Info) { i.Sources[0].Kind = "list" },
+		"source key":     func(i *scannerapi.Info) { i.Sources[0].Key = "idx:{p}:x" },
+		"source no {p}":  func(i *scannerapi.Info) { i.Sources[0].Key = "ff:idx:x" },
+		"backlog":        func(i *scannerapi.Info) { i.Sources[0].Backlog = "all" },
+		"dup source":     func(i *scannerapi.Info) { i.Sources = append(i.Sources, i.Sources[0]) },
+		"lower command":  func(i *scannerapi.Info) { i.Commands = []string{"hget"} },
+		"fcall command":  func(i *scannerapi.Info) { i.Commands = []string{"FCALL"} },
+		"dup option":     func(i *scannerapi.Info) { i.Options = append(i.Options, i.Options[0]) },
+		"option type":    func(i *scannerapi.Info) { i.Options[0].Type = "float" },
+		"empty function": func(i *scannerapi.Info) { i.Functions = []string{""} },
+	} {
+		in := good()
+		mutate(&in)
+		assert.Error(t, scannerapi.ValidateInfo(in), name)
+	}
+}
