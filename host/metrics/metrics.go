@@ -133,7 +133,9 @@ func (m *Metrics) Partitions(scanner, outcome string, n int) {
 }
 
 // Backlog sets the backlog gauge.
-func (m *Metrics) Backlog(scanner string, v int64) { m.backlog.WithLabelValues(scanner).Set(float64(v)) }
+func (m *Metrics) Backlog(scanner string, v int64) {
+	m.backlog.WithLabelValues(scanner).Set(float64(v))
+}
 
 // Lag sets the oldest-due lag gauge.
 func (m *Metrics) Lag(scanner string, d time.Duration) {

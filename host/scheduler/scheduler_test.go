@@ -124,7 +124,7 @@ func (e *env) do(t *testing.T, args ...string) {
 
 func leaseInfo() scannerapi.Info {
 	return scannerapi.Info{
-		Name: "lease", Family: keys.FamilyFlow, DefaultInterval: time.Second, DefaultBatch: 50,
+		Name: "lease", APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow, DefaultInterval: time.Second, DefaultBatch: 50,
 		Sources:  []scannerapi.CandidateSource{{Name: "lease_expiry", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry", Backlog: scannerapi.BacklogDue}},
 		Commands: []string{"ZREM"},
 	}
@@ -441,8 +441,11 @@ func TestCheckInfo(t *testing.T) {
 		mut(&i)
 		return CheckInfo(i)
 	}
-	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Sources[0].Key = "other:{p}" }), "outside")
+	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Sources[0].Key = "other:{p}" }), "must start with")
 	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Sources[0].Key = "ff:idx:x" }), "{p}")
 	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Sources[0].Kind = "list" }), "unknown kind")
 	assert.ErrorContains(t, bad(func(i *scannerapi.Info) { i.Family = 0 }), "family")
+	assert.ErrorContains(t, bad(func(i *scannerapi.Info) {
+		i.Sources[0].Kind, i.Sources[0].Backlog = scannerapi.SourceSetScan, scannerapi.BacklogDue
+	}), "needs a zset source")
 }

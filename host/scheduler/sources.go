@@ -11,40 +11,18 @@ import (
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
-// CheckInfo rejects an Info the host cannot drive: an unknown family, a
-// source whose kind or backlog mode is unknown, or whose key template would
-// read outside the ff: prefix or is not per partition. The supervisor calls
-// it at every launch so a bad plugin fails loudly instead of scanning
-// nothing.
+// CheckInfo rejects an Info the host cannot drive. On top of
+// scannerapi.ValidateInfo (which Launch applies too, but a linked scanner
+// skips) it refuses a "due" backlog on a set source, which has no scores to
+// count by. The supervisor's launcher calls it at every launch so a bad
+// plugin fails loudly instead of scanning nothing.
 func CheckInfo(info scannerapi.Info) error {
-	if info.Family.Prefix() == "" {
-		return fmt.Errorf("scanner %q: unknown partition family %d", info.Name, info.Family)
+	if err := scannerapi.ValidateInfo(info); err != nil {
+		return err
 	}
-	seen := map[string]bool{}
-	for i, s := range info.Sources {
-		where := fmt.Sprintf("scanner %q: source %d (%q)", info.Name, i, s.Name)
-		if s.Name == "" || seen[s.Name] {
-			return fmt.Errorf("%s: names must be unique and non-empty", where)
-		}
-		seen[s.Name] = true
-		switch s.Kind {
-		case scannerapi.SourceZSetDue, scannerapi.SourceZSetRotate, scannerapi.SourceSetScan:
-		default:
-			return fmt.Errorf("%s: unknown kind %q", where, s.Kind)
-		}
-		switch s.Backlog {
-		case scannerapi.BacklogNone, scannerapi.BacklogDue, scannerapi.BacklogSize, scannerapi.BacklogPlugin:
-		default:
-			return fmt.Errorf("%s: unknown backlog mode %q", where, s.Backlog)
-		}
+	for _, s := range info.Sources {
 		if s.Backlog == scannerapi.BacklogDue && s.Kind == scannerapi.SourceSetScan {
-			return fmt.Errorf("%s: backlog %q needs a zset source", where, s.Backlog)
-		}
-		if !strings.HasPrefix(s.Key, keys.Prefix) {
-			return fmt.Errorf("%s: key %q is outside the %s prefix", where, s.Key, keys.Prefix)
-		}
-		if !strings.Contains(s.Key, "{p}") {
-			return fmt.Errorf("%s: key %q has no {p} partition placeholder", where, s.Key)
+			return fmt.Errorf("scanner %s: source %s: backlog %q needs a zset source", info.Name, s.Name, s.Backlog)
 		}
 	}
 	return nil

@@ -1,0 +1,186 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+type nopScanner struct{}
+
+func (nopScanner) Info() scannerapi.Info {
+	return scannerapi.Info{Name: "t", Family: keys.FamilyFlow}
+}
+func (nopScanner) Configure(context.Context, map[string]string) error { return nil }
+func (nopScanner) ScanPartition(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	return &scannerapi.ScanResult{}, nil
+}
+func (nopScanner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
+	return nil, nil
+}
+
+// fakeInstance stands in for a plugin process (the real transport is
+// exercised in host's end-to-end tests).
+type fakeInstance struct {
+	pid      int
+	exited   chan struct{}
+	once     sync.Once
+	pingFail atomic.Bool
+	closed   atomic.Bool
+}
+
+func (f *fakeInstance) Scanner() scannerapi.Scanner { return nopScanner{} }
+func (f *fakeInstance) Ping(context.Context) error {
+	if f.pingFail.Load() {
+		return errors.New("no answer")
+	}
+	return nil
+}
+func (f *fakeInstance) Exited() <-chan struct{} { return f.exited }
+func (f *fakeInstance) Pid() int                { return f.pid }
+func (f *fakeInstance) crash()                  { f.once.Do(func() { close(f.exited) }) }
+func (f *fakeInstance) Close(context.Context) error {
+	f.closed.Store(true)
+	f.crash()
+	return nil
+}
+func (f *fakeInstance) Kill() { f.crash() }
+
+// fakeLauncher records launches; behave decides what each new instance
+// does.
+type fakeLauncher struct {
+	mu      sync.Mutex
+	times   []time.Time
+	insts   []*fakeInstance
+	fail    error
+	behave  func(n int, inst *fakeInstance)
+	started chan int
+}
+
+func (l *fakeLauncher) Launch(context.Context) (Instance, Meta, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.times = append(l.times, time.Now())
+	n := len(l.times)
+	if l.started != nil {
+		select {
+		case l.started <- n:
+		default:
+		}
+	}
+	if l.fail != nil {
+		return nil, Meta{}, l.fail
+	}
+	inst := &fakeInstance{pid: 1000 + n, exited: make(chan struct{})}
+	l.insts = append(l.insts, inst)
+	if l.behave != nil {
+		l.behave(n, inst)
+	}
+	return inst, Meta{Path: "/p/t", SHA256: "abc", Version: "1"}, nil
+}
+
+func (l *fakeLauncher) launches() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.times...)
+}
+
+type countRec struct{ restarts atomic.Int64 }
+
+func (r *countRec) Restart(string)        { r.restarts.Add(1) }
+func (r *countRec) PluginUp(string, bool) {}
+
+func TestCrashedPluginRestartsWithBackoff(t *testing.T) {
+	// The first four instances crash right after starting; the fifth stays.
+	l := &fakeLauncher{behave: func(n int, inst *fakeInstance) {
+		if n <= 4 {
+			go func() { time.Sleep(10 * time.Millisecond); inst.crash() }()
+		}
+	}}
+	rec := &countRec{}
+	s := New(Config{Name: "t", BackoffMin: 40 * time.Millisecond, BackoffMax: 10 * time.Second, CrashLoopCount: 100, HealthInterval: time.Hour}, l, rec, nil)
+	s.Start()
+	defer s.Stop(context.Background())
+
+	require.Eventually(t, func() bool { return len(l.launches()) >= 5 && s.Status().State == StateRunning }, 20*time.Second, 10*time.Millisecond)
+	times := l.launches()
+	// Delays double: 40, 80, 160, 320 ms at least (lower bounds only).
+	for i, want := range []time.Duration{40, 80, 160, 320} {
+		gap := times[i+1].Sub(times[i])
+		assert.GreaterOrEqual(t, gap, want*time.Millisecond, "gap %d", i)
+	}
+	st := s.Status()
+	assert.Equal(t, 4, st.Restarts)
+	assert.Equal(t, int64(4), rec.restarts.Load())
+	assert.Equal(t, 1005, st.Pid)
+	assert.Equal(t, "plugin process exited", st.LastError)
+	sc, _, err := s.Current()
+	require.NoError(t, err)
+	assert.NotNil(t, sc)
+}
+
+func TestCrashLoopMarksBroken(t *testing.T) {
+	l := &fakeLauncher{behave: func(_ int, inst *fakeInstance) { inst.crash() }}
+	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, CrashLoopWindow: time.Minute, BrokenCooldown: time.Hour, HealthInterval: time.Hour}, l, nil, nil)
+	s.Start()
+	defer s.Stop(context.Background())
+
+	require.Eventually(t, func() bool { return s.Status().State == StateBroken }, 20*time.Second, 10*time.Millisecond)
+	st := s.Status()
+	assert.Len(t, l.launches(), 3)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), st.NextAttempt, time.Minute)
+	_, _, err := s.Current()
+	assert.ErrorIs(t, err, ErrUnavailable)
+	// It stays broken: no further launches during the cool-down.
+	time.Sleep(200 * time.Millisecond)
+	assert.Len(t, l.launches(), 3)
+}
+
+func TestLaunchFailuresBreakWithTheReason(t *testing.T) {
+	l := &fakeLauncher{fail: errors.New("plugin /p/t: sha256 mismatch: the file's sha256 is aa but the configured pin is bb")}
+	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, BrokenCooldown: time.Hour}, l, nil, nil)
+	s.Start()
+	defer s.Stop(context.Background())
+	require.Eventually(t, func() bool { return s.Status().State == StateBroken }, 20*time.Second, 10*time.Millisecond)
+	assert.Contains(t, s.Status().LastError, "sha256 mismatch")
+}
+
+func TestUnhealthyPluginIsReplaced(t *testing.T) {
+	l := &fakeLauncher{behave: func(n int, inst *fakeInstance) { inst.pingFail.Store(n == 1) }}
+	s := New(Config{Name: "t", HealthInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond}, l, nil, nil)
+	s.Start()
+	defer s.Stop(context.Background())
+	require.Eventually(t, func() bool { return len(l.launches()) >= 2 && s.Status().State == StateRunning }, 20*time.Second, 10*time.Millisecond)
+	assert.Contains(t, s.Status().LastError, "health check failed 2 times")
+	l.mu.Lock()
+	first := l.insts[0]
+	l.mu.Unlock()
+	select {
+	case <-first.Exited():
+	default:
+		t.Fatal("the unhealthy instance was not killed")
+	}
+}
+
+func TestStopClosesThePlugin(t *testing.T) {
+	l := &fakeLauncher{}
+	s := New(Config{Name: "t", HealthInterval: time.Hour}, l, nil, nil)
+	s.Start()
+	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 10*time.Second, 10*time.Millisecond)
+	s.Stop(context.Background())
+	l.mu.Lock()
+	inst := l.insts[0]
+	l.mu.Unlock()
+	assert.True(t, inst.closed.Load())
+	assert.Equal(t, StateStopped, s.Status().State)
+	assert.Equal(t, 0, s.Status().Restarts, "a requested stop is not a crash")
+}
