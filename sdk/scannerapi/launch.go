@@ -121,11 +121,8 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 			if err != nil {
 				return nil, err
 			}
+			r.onExit = p.exitCancel
 			p.runner = r
-			go func() {
-				<-r.exited
-				p.exitCancel()
-			}()
 			return r, nil
 		},
 		SecureConfig:     secure,

@@ -25,6 +25,7 @@ type procRunner struct {
 
 	mu     sync.Mutex
 	pid    int
+	onExit func() // called once, right before exited is closed
 	exited chan struct{}
 	once   sync.Once
 	err    error // Wait's result, valid once exited is closed
@@ -67,6 +68,9 @@ func (r *procRunner) Wait(context.Context) error {
 func (r *procRunner) markExited(err error) {
 	r.once.Do(func() {
 		r.err = err
+		if r.onExit != nil {
+			r.onExit()
+		}
 		close(r.exited)
 	})
 }
