@@ -306,6 +306,10 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	sum.Lag = time.Duration(lagMs * float64(time.Millisecond))
 
 	more, pluginBacklog := r.scanAll(ctx, scanner, states, nowMs, batch, opts.DryRun, false, &sum)
+	if opts.DryRun {
+		// A dry run changes nothing, so a rescan would see the same batch.
+		more = nil
+	}
 	if !r.backlog(ctx, scanner, info, states, pluginBacklog, &sum) {
 		complete = false
 	}

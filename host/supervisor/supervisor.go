@@ -180,7 +180,12 @@ func (s *Supervisor) Stop(ctx context.Context) {
 		return
 	}
 	cancel()
-	<-done
+	// The loop may be inside a launch that does not honour cancellation
+	// (go-plugin's handshake has its own timeout); do not wait past ctx.
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 	s.mu.Lock()
 	inst := s.inst
 	s.inst = nil
@@ -243,6 +248,10 @@ func (s *Supervisor) loop(ctx context.Context) {
 				return
 			}
 			continue
+		}
+		if ctx.Err() != nil {
+			inst.Kill() // stopped while launching
+			return
 		}
 		started := time.Now()
 		s.mu.Lock()

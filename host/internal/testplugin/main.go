@@ -1,0 +1,86 @@
+// Command testplugin serves a scanner for the host's own end-to-end tests:
+// "hostwork" moves due members of ff:idx:{p}:hostwork into the set
+// ff:test:{p}:done (ZREM + SADD through the host), optionally sleeping
+// first (option "delay") so a test can kill or stop things mid-scan.
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+type hostwork struct {
+	mu    sync.Mutex
+	delay time.Duration
+}
+
+func (h *hostwork) Info() scannerapi.Info {
+	return scannerapi.Info{
+		Name: "hostwork", Version: "1.0.0", APIVersion: scannerapi.APIVersion,
+		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: 20,
+		Sources: []scannerapi.CandidateSource{{
+			Name: "work", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostwork", Backlog: scannerapi.BacklogDue,
+		}},
+		Commands: []string{"ZREM", "SADD"},
+		Options:  []scannerapi.OptionSpec{{Name: "delay", Type: scannerapi.OptionDuration, Default: "0s", Description: "sleep before each partition"}},
+	}
+}
+
+func (h *hostwork) Configure(_ context.Context, opts map[string]string) error {
+	d, err := time.ParseDuration(opts["delay"])
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.delay = d
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *hostwork) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	h.mu.Lock()
+	d := h.delay
+	h.mu.Unlock()
+	if d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	res := &scannerapi.ScanResult{More: len(req.Candidates) == req.Batch}
+	if req.DryRun {
+		res.Skipped = int64(len(req.Candidates))
+		res.Notes = append(res.Notes, "dry run: would move", req.Candidates[0].Member)
+		return res, nil
+	}
+	done := "ff:test:" + req.Partition.Tag() + ":done"
+	var cmds []scannerapi.Command
+	for _, c := range req.Candidates {
+		// Record first, then remove: a crash in between repeats the item,
+		// it never loses it.
+		cmds = append(cmds, scannerapi.Command{"SADD", done, c.Member}, scannerapi.Command{"ZREM", c.Key, c.Member})
+	}
+	replies, err := host.Exec(ctx, cmds)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(replies); i += 2 {
+		if replies[i].Failed() {
+			res.AddError(replies[i].ErrClass, "zrem", 1)
+			continue
+		}
+		res.Processed += replies[i].Int
+	}
+	return res, nil
+}
+
+func (h *hostwork) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
+	return nil, nil
+}
+
+func main() { scannerapi.Serve(&hostwork{}) }

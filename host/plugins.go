@@ -1,0 +1,157 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/launcher"
+	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// PluginInfo describes one binary in the plugin directory, read by
+// launching it briefly. These operator commands need no Valkey.
+type PluginInfo struct {
+	Binary     string
+	Path       string
+	SHA256     string
+	APIVersion int
+	Scanners   []scannerapi.Info
+	// Err is set when the binary failed the catalog checks or the launch.
+	Err error
+}
+
+// ListPlugins launches every binary in the plugin directory long enough to
+// read its scanners' Info. Pins configured for a binary are checked.
+func ListPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]PluginInfo, error) {
+	cat, err := catalog.New(cfg.PluginDir)
+	if err != nil {
+		return nil, err
+	}
+	names, err := cat.List()
+	if err != nil {
+		return nil, err
+	}
+	pins := pinsByBinary(cfg)
+	var out []PluginInfo
+	for _, name := range names {
+		out = append(out, inspect(ctx, cat, name, pins[name], cfg.Supervisor.StartTimeout, log))
+	}
+	return out, nil
+}
+
+func pinsByBinary(cfg *config.Config) map[string]string {
+	pins := map[string]string{}
+	for _, sc := range cfg.Scanners {
+		if sc.SHA256 != "" {
+			pins[sc.Plugin] = sc.SHA256
+		}
+	}
+	return pins
+}
+
+func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, timeout time.Duration, log hclog.Logger) PluginInfo {
+	pi := PluginInfo{Binary: name}
+	entry, err := cat.Verify(name, pin)
+	if err != nil {
+		pi.Err = err
+		return pi
+	}
+	pi.Path, pi.SHA256 = entry.Path, entry.SHA256
+	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{Path: entry.Path, Logger: log.Named(name), StartTimeout: timeout})
+	if err != nil {
+		pi.Err = err
+		return pi
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(cctx)
+	}()
+	pi.APIVersion = p.APIVersion()
+	for _, s := range p.Scanners() {
+		pi.Scanners = append(pi.Scanners, s.Info())
+	}
+	sort.Slice(pi.Scanners, func(i, j int) bool { return pi.Scanners[i].Name < pi.Scanners[j].Name })
+	return pi
+}
+
+// VerifyResult is the verdict on one configured scanner or unconfigured
+// binary.
+type VerifyResult struct {
+	Scanner string // empty for a binary no scanner uses
+	Binary  string
+	SHA256  string
+	Err     error
+}
+
+// VerifyPlugins checks every configured scanner: the binary passes the
+// catalog checks (permissions, no symlink, sha256 pin), completes the
+// handshake, serves the named scanner with a usable Info, and accepts the
+// configured options by schema. Binaries in the directory that no scanner
+// uses get the catalog checks and the handshake too.
+func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]VerifyResult, error) {
+	cat, err := catalog.New(cfg.PluginDir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for n := range cfg.Scanners {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	used := map[string]bool{}
+	infos := map[string]PluginInfo{}
+	pins := pinsByBinary(cfg)
+	var out []VerifyResult
+	for _, n := range names {
+		sc := cfg.Scanners[n]
+		used[sc.Plugin] = true
+		pi, ok := infos[sc.Plugin]
+		if !ok || sc.SHA256 != "" {
+			pi = inspect(ctx, cat, sc.Plugin, sc.SHA256, cfg.Supervisor.StartTimeout, log)
+			infos[sc.Plugin] = pi
+		}
+		r := VerifyResult{Scanner: n, Binary: sc.Plugin, SHA256: pi.SHA256, Err: pi.Err}
+		if r.Err == nil {
+			r.Err = checkScanner(n, sc, pi)
+		}
+		out = append(out, r)
+	}
+	all, err := cat.List()
+	if err != nil {
+		return out, err
+	}
+	for _, b := range all {
+		if used[b] {
+			continue
+		}
+		pi := inspect(ctx, cat, b, pins[b], cfg.Supervisor.StartTimeout, log)
+		out = append(out, VerifyResult{Binary: b, SHA256: pi.SHA256, Err: pi.Err})
+	}
+	return out, nil
+}
+
+func checkScanner(name string, sc config.Scanner, pi PluginInfo) error {
+	for _, info := range pi.Scanners {
+		if info.Name != name {
+			continue
+		}
+		if err := scheduler.CheckInfo(info); err != nil {
+			return err
+		}
+		_, err := launcher.ResolveOptions(name, info.Options, sc.Options)
+		return err
+	}
+	var served []string
+	for _, info := range pi.Scanners {
+		served = append(served, info.Name)
+	}
+	return fmt.Errorf("binary %s serves %v, not scanner %q", pi.Binary, served, name)
+}
