@@ -146,3 +146,8 @@ func parseStoredPolicy(s string) (retryJSON string, attemptTimeoutMs int64) {
 	}
 	return retryJSON, attemptTimeoutMs
 }
+
+func jsonString(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
