@@ -1,0 +1,23 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestExampleRunsToCompletion runs the example against a throwaway server.
+func TestExampleRunsToCompletion(t *testing.T) {
+	srv := testenv.New(t)
+	var out bytes.Buffer
+	err := run(context.Background(), config{addr: srv.Addr, n: 10, workers: 2, timeout: time.Minute}, &out)
+	require.NoError(t, err, out.String())
+	assert.Contains(t, out.String(), "done: 8 succeeded, 2 failed")
+	assert.Equal(t, 10, strings.Count(out.String(), "-> "), "every execution handled once")
+}
