@@ -1,0 +1,137 @@
+package depresolve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/valkey-io/valkey-go"
+)
+
+// LibraryExecutor runs batches directly on a library's valkey-go client,
+// for in-process callers such as the host's completion listener: FCALLs go
+// through the library (a server that lost the library gets it reloaded
+// once), other commands are pipelined on the client. Consecutive commands
+// of one kind share a pipeline and the batch keeps its order.
+//
+// Only commands whose keys it can place are accepted: FCALL (its KEYS),
+// TIME (none) and single-key commands (the first argument). Unlike the
+// host's callback service it enforces no allowlist; it is for trusted
+// code.
+func LibraryExecutor(lib *lua.Library) Executor {
+	return libraryExecutor{lib: lib}
+}
+
+type libraryExecutor struct{ lib *lua.Library }
+
+func (e libraryExecutor) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	vk := e.lib.Client()
+	out := make([]scannerapi.Reply, len(cmds))
+	type built struct {
+		fcall bool
+		call  lua.Call
+		plain valkey.Completed
+	}
+	ops := make([]built, len(cmds))
+	for i, c := range cmds {
+		if len(c) == 0 {
+			return nil, errors.New("depresolve: empty command")
+		}
+		switch name := strings.ToUpper(c[0]); name {
+		case "FCALL":
+			if len(c) < 3 {
+				return nil, fmt.Errorf("depresolve: FCALL needs a function and numkeys: %q", c)
+			}
+			n, err := strconv.Atoi(c[2])
+			if err != nil || n < 0 || 3+n > len(c) {
+				return nil, fmt.Errorf("depresolve: FCALL %s: bad numkeys %q", c[1], c[2])
+			}
+			ops[i] = built{fcall: true, call: lua.Call{Function: c[1], Keys: c[3 : 3+n], Args: c[3+n:]}}
+		case "TIME":
+			ops[i] = built{plain: vk.B().Arbitrary(name).Args(c[1:]...).Build()}
+		default:
+			if len(c) < 2 {
+				return nil, fmt.Errorf("depresolve: %s needs a key", name)
+			}
+			ops[i] = built{plain: vk.B().Arbitrary(name).Keys(c[1]).Args(c[2:]...).Build()}
+		}
+	}
+	for i := 0; i < len(ops); {
+		j := i
+		for j < len(ops) && ops[j].fcall == ops[i].fcall {
+			j++
+		}
+		var res []valkey.ValkeyResult
+		if ops[i].fcall {
+			calls := make([]lua.Call, 0, j-i)
+			for k := i; k < j; k++ {
+				calls = append(calls, ops[k].call)
+			}
+			res = e.lib.DoMulti(ctx, calls...)
+		} else {
+			seg := make(valkey.Commands, 0, j-i)
+			for k := i; k < j; k++ {
+				seg = append(seg, ops[k].plain)
+			}
+			res = vk.DoMulti(ctx, seg...)
+		}
+		for k, r := range res {
+			out[i+k] = replyOf(r)
+		}
+		i = j
+	}
+	return out, nil
+}
+
+// replyOf converts a valkey-go result to the transport-neutral form: a
+// RESP error reply is class server, a missing reply class transport.
+func replyOf(r valkey.ValkeyResult) scannerapi.Reply {
+	msg, err := r.ToMessage()
+	if err != nil {
+		if valkey.IsValkeyNil(err) {
+			return scannerapi.Reply{Kind: scannerapi.KindNil}
+		}
+		var verr *valkey.ValkeyError
+		if errors.As(err, &verr) {
+			return scannerapi.Reply{Kind: scannerapi.KindError, Err: verr.Error(), ErrClass: scannerapi.ErrServer}
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrTransport}
+	}
+	return convert(&msg)
+}
+
+func convert(m *valkey.ValkeyMessage) scannerapi.Reply {
+	switch {
+	case m.IsNil():
+		return scannerapi.Reply{Kind: scannerapi.KindNil}
+	case m.IsInt64():
+		v, _ := m.AsInt64()
+		return scannerapi.Reply{Kind: scannerapi.KindInt, Int: v}
+	case m.IsString():
+		v, _ := m.ToString()
+		return scannerapi.Reply{Kind: scannerapi.KindString, Str: v}
+	case m.IsArray():
+		vals, _ := m.ToArray()
+		out := make([]scannerapi.Reply, len(vals))
+		for i := range vals {
+			out[i] = convert(&vals[i])
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: out}
+	}
+	if err := m.Error(); err != nil {
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
+	}
+	// Doubles, maps and anything newer: as text (this package reads none).
+	v, err := m.ToAny()
+	if err != nil {
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
+	}
+	return scannerapi.Reply{Kind: scannerapi.KindString, Str: fmt.Sprint(v)}
+}
