@@ -224,6 +224,9 @@ const (
 	ErrRefused ErrorClass = "refused"
 	// ErrServer: a RESP error reply (WRONGTYPE, script runtime error).
 	ErrServer ErrorClass = "server"
+	// ErrInvalid: data that can never be processed as it is, such as an
+	// index member that is not a valid id. Retrying does not help.
+	ErrInvalid ErrorClass = "invalid"
 )
 
 // ErrorCount is a number of failures of one class and code.

@@ -1,0 +1,137 @@
+package leaseexpiry
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
+func num(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
+func arr(rs ...scannerapi.Reply) scannerapi.Reply {
+	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
+}
+
+func TestClassifyMember(t *testing.T) {
+	for m, want := range map[string]memberKind{
+		"{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":     memberValid,
+		"{fp:005}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":   memberNonCanonical,
+		"{fp:5}:0B0C6A4E-5B1D-4C3E-9F00-3D2B1A0C9E8F":     memberNonCanonical,
+		"{fp:5}:0b0c6a4e5b1d4c3e9f003d2b1a0c9e8f":         memberNonCanonical,
+		"0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":            memberGarbage,
+		"{fp:99999}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": memberGarbage,
+		"{fp:x}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":     memberGarbage,
+		"{fp:5}:not-a-uuid":                               memberGarbage,
+		"{fp:5}":                                          memberGarbage,
+		"":                                                memberGarbage,
+		"garbage":                                         memberGarbage,
+	} {
+		_, got := classifyMember(m)
+		assert.Equal(t, want, got, "%q", m)
+	}
+	id, kind := classifyMember("{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f")
+	assert.Equal(t, memberValid, kind)
+	assert.Equal(t, uint16(5), id.Partition().Index)
+}
+
+func TestClassifyReply(t *testing.T) {
+	cases := []struct {
+		name  string
+		reply scannerapi.Reply
+		want  outcome
+	}{
+		{"marked", arr(num(1), str("OK"), str("marked_expired")), outcome{kind: outMarked, code: "marked_expired"}},
+		{"already expired", arr(num(1), str("ALREADY_SATISFIED"), str("already_expired")), outcome{kind: outStuck, code: "already_expired"}},
+		{"already revoked", arr(num(1), str("ALREADY_SATISFIED"), str("already_revoked")), outcome{kind: outStuck, code: "already_revoked"}},
+		{"not leased", arr(num(1), str("ALREADY_SATISFIED"), str("not_leased")), outcome{kind: outStuck, code: "not_leased"}},
+		{"stale", arr(num(1), str("ALREADY_SATISFIED"), str("not_active")), outcome{kind: outCleaned, code: "not_active"}},
+		{"renewed", arr(num(1), str("ALREADY_SATISFIED"), str("not_yet_expired")), outcome{kind: outNotDue, code: "not_yet_expired"}},
+		{"unknown success", arr(num(1), str("OK"), str("something_new")), outcome{kind: outNotDue, code: "unknown:something_new"}},
+		{"lua error", arr(num(0), str("execution_not_found")), outcome{kind: outLuaError, class: scannerapi.ErrLua, code: "execution_not_found"}},
+		{"wrongtype", scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE Operation against a key", ErrClass: scannerapi.ErrServer},
+			outcome{kind: outFailed, class: scannerapi.ErrServer, code: "WRONGTYPE"}},
+		{"transport", scannerapi.Reply{Kind: scannerapi.KindError, Err: "i/o timeout", ErrClass: scannerapi.ErrTransport},
+			outcome{kind: outFailed, class: scannerapi.ErrTransport, code: "error"}},
+		{"refused", scannerapi.Reply{Kind: scannerapi.KindError, Err: "FCALL of ff_x is not declared", ErrClass: scannerapi.ErrRefused},
+			outcome{kind: outFailed, class: scannerapi.ErrRefused, code: "FCALL"}},
+		{"malformed", str("OK"), outcome{kind: outFailed, class: scannerapi.ErrServer, code: "malformed_reply"}},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, classifyReply(c.reply), c.name)
+	}
+}
+
+func TestPredictMirrorsTheFunction(t *testing.T) {
+	core := func(phase, owner, exp string) scannerapi.Reply {
+		f := func(s string) scannerapi.Reply {
+			if s == "" {
+				return scannerapi.Reply{Kind: scannerapi.KindNil}
+			}
+			return str(s)
+		}
+		return arr(f(phase), f(owner), f(exp))
+	}
+	const now = 1000
+	for name, c := range map[string]struct {
+		r    scannerapi.Reply
+		want outcomeKind
+	}{
+		"due":            {core("active", "leased", "999"), outMarked},
+		"due exactly":    {core("active", "leased", "1000"), outMarked},
+		"renewed":        {core("active", "leased", "1001"), outNotDue},
+		"no expiry":      {core("active", "leased", ""), outNotDue},
+		"expired":        {core("active", "lease_expired_reclaimable", "1"), outStuck},
+		"revoked":        {core("active", "lease_revoked", "1"), outStuck},
+		"unowned active": {core("active", "unowned", "1"), outStuck},
+		"terminal":       {core("terminal", "unowned", "1"), outCleaned},
+		"missing core":   {core("", "", ""), outCleaned},
+		"bad reply":      {str("x"), outFailed},
+	} {
+		assert.Equal(t, c.want, predict(c.r, now).kind, name)
+	}
+}
+
+func TestAdvance(t *testing.T) {
+	from := pagePos{hi: 100}
+	assert.Equal(t, pagePos{hi: 90, off: 1}, advance(from, []float64{100, 95, 90}))
+	assert.Equal(t, pagePos{hi: 90, off: 2}, advance(from, []float64{100, 90, 90}))
+	// A page entirely at the start score moves the offset on.
+	assert.Equal(t, pagePos{hi: 100, off: 5}, advance(pagePos{hi: 100, off: 2}, []float64{100, 100, 100}))
+	assert.Equal(t, from, advance(from, nil))
+}
+
+func TestErrorCode(t *testing.T) {
+	assert.Equal(t, "WRONGTYPE", errorCode("WRONGTYPE Operation against a key"))
+	assert.Equal(t, "ERR", errorCode("ERR Error running script"))
+	assert.Equal(t, "error", errorCode("dial tcp: connection refused"))
+	assert.Equal(t, "error", errorCode(""))
+}
+
+func TestConfigure(t *testing.T) {
+	s := New()
+	ctx := t.Context()
+	assert.NoError(t, s.Configure(ctx, map[string]string{"namespace": "a", "instance_tag": "k=v", "lookahead": "0"}))
+	assert.Equal(t, scannerapi.Filter{Namespace: "a", TagKey: "k", TagValue: "v"}, s.filter)
+	assert.Equal(t, 0, s.lookahead)
+	assert.Error(t, s.Configure(ctx, map[string]string{"lookahead": "-1"}))
+	assert.Error(t, s.Configure(ctx, map[string]string{"instance_tag": "novalue"}))
+	assert.Error(t, s.Configure(ctx, map[string]string{"bogus": "1"}))
+	assert.Equal(t, "a", s.filter.Namespace, "a rejected configuration keeps the old one")
+	assert.NoError(t, scannerapi.ValidateInfo(s.Info()))
+}
+
+func TestStuckMemory(t *testing.T) {
+	s := New()
+	s.rememberStuck("e", 10, 1)
+	assert.True(t, s.isStuck("e", 10, 2))
+	assert.False(t, s.isStuck("e", 11, 3), "a new score is a new lease")
+	assert.False(t, s.isStuck("e", 10, 3), "and the old memory is gone")
+	s.rememberStuck("old", 1, 5)
+	s.rememberStuck("fresh", 1, 60)
+	s.gcStuck(60)
+	s.gcStuck(60) // once per cycle
+	assert.False(t, s.isStuck("old", 1, 61))
+	assert.True(t, s.isStuck("fresh", 1, 61))
+}
