@@ -1,0 +1,335 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+)
+
+// pluginDir holds the test plugin, built once for the package.
+var pluginDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ffscan-host-plugins-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	_ = os.Chmod(dir, 0o755)
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "hostwork"), "github.com/ffscan/ffscan/host/internal/testplugin")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build test plugin:", err)
+		os.Exit(1)
+	}
+	pluginDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func testConfig(t *testing.T, addr string, sc config.Scanner) *config.Config {
+	t.Helper()
+	cfg := config.Defaults()
+	cfg.Valkey.Addrs = []string{addr}
+	cfg.Partitions = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+	cfg.PluginDir = pluginDir
+	cfg.HTTP.Listen = ""
+	cfg.Supervisor.HealthInterval = 500 * time.Millisecond
+	if sc.Plugin == "" {
+		sc.Plugin = "hostwork"
+	}
+	if sc.Options == nil {
+		sc.Options = map[string]string{}
+	}
+	sc.Enabled = true
+	cfg.Scanners = map[string]config.Scanner{"hostwork": sc}
+	return &cfg
+}
+
+// running starts a booted host in the background; stop cancels it and
+// returns how long Run took to return.
+func running(t *testing.T, cfg *config.Config) (h *Host, stop func() time.Duration) {
+	t.Helper()
+	h, err := Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		assert.NoError(t, h.Run(ctx))
+	}()
+	var stopped bool
+	var took time.Duration
+	stop = func() time.Duration {
+		if stopped {
+			return took
+		}
+		stopped = true
+		t0 := time.Now()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(cfg.ShutdownTimeout + 5*time.Second):
+			t.Error("Run did not return after the shutdown timeout")
+		}
+		took = time.Since(t0)
+		h.Close()
+		return took
+	}
+	t.Cleanup(func() { stop() })
+	return h, stop
+}
+
+func workKey(p uint16) string { return fmt.Sprintf("ff:idx:{fp:%d}:hostwork", p) }
+func doneKey(p uint16) string { return fmt.Sprintf("ff:test:{fp:%d}:done", p) }
+
+func addWork(t *testing.T, c valkey.Client, parts []uint16, perPartition int) int {
+	t.Helper()
+	n := 0
+	for _, p := range parts {
+		for i := range perPartition {
+			require.NoError(t, c.Do(context.Background(), c.B().Zadd().Key(workKey(p)).ScoreMember().ScoreMember(float64(i+1), fmt.Sprintf("item-%d-%d", p, i)).Build()).Error())
+			n++
+		}
+	}
+	return n
+}
+
+// allDone reports whether every item moved from the work index to the
+// done set.
+func allDone(c valkey.Client, parts []uint16, want int) bool {
+	got := 0
+	for _, p := range parts {
+		left, err := c.Do(context.Background(), c.B().Zcard().Key(workKey(p)).Build()).AsInt64()
+		if err != nil || left != 0 {
+			return false
+		}
+		n, err := c.Do(context.Background(), c.B().Scard().Key(doneKey(p)).Build()).AsInt64()
+		if err != nil {
+			return false
+		}
+		got += int(n)
+	}
+	return got == want
+}
+
+func doneCount(c valkey.Client, parts []uint16) int {
+	got := 0
+	for _, p := range parts {
+		n, _ := c.Do(context.Background(), c.B().Scard().Key(doneKey(p)).Build()).AsInt64()
+		got += int(n)
+	}
+	return got
+}
+
+func scannerStatus(h *Host) httpapi.ScannerStatus {
+	for _, s := range h.Status().Scanners {
+		if s.Name == "hostwork" {
+			return s
+		}
+	}
+	return httpapi.ScannerStatus{}
+}
+
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	// A zombie has exited; it only waits to be reaped.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestEndToEndThroughPluginProcess(t *testing.T) {
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 200 * time.Millisecond})
+	cfg.HTTP.Listen = freeAddr(t)
+	h, _ := running(t, cfg)
+
+	require.Eventually(t, func() bool { return scannerStatus(h).State == string(supervisor.StateRunning) }, 30*time.Second, 20*time.Millisecond)
+	parts := []uint16{0, 5, 15}
+	want := addWork(t, c, parts, 7)
+	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 50*time.Millisecond)
+
+	st := scannerStatus(h)
+	assert.Equal(t, "1.0.0", st.Version)
+	assert.Len(t, st.SHA256, 64)
+	assert.NotZero(t, st.Pid)
+	assert.True(t, alive(st.Pid))
+	require.Eventually(t, func() bool { return scannerStatus(h).Processed >= int64(want) }, 10*time.Second, 20*time.Millisecond)
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + cfg.HTTP.Listen + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, _ := get("/healthz")
+	assert.Equal(t, 200, code)
+	code, body := get("/readyz")
+	assert.Equal(t, 200, code, body)
+	code, body = get("/metrics")
+	assert.Equal(t, 200, code)
+	for _, m := range []string{
+		`ffscan_scanner_cycle_duration_seconds_count{scanner="hostwork"}`,
+		`ffscan_scanner_cycles_total{scanner="hostwork"}`,
+		`ffscan_scanner_items_processed_total{scanner="hostwork"}`,
+		`ffscan_scanner_backlog{scanner="hostwork"}`,
+		`ffscan_plugin_rpc_duration_seconds_count{method="scan_partition",scanner="hostwork"}`,
+		`ffscan_callback_commands_total{scanner="hostwork"}`,
+	} {
+		assert.Contains(t, body, m)
+	}
+	code, body = get("/v1/status")
+	assert.Equal(t, 200, code)
+	var doc httpapi.StatusDoc
+	require.NoError(t, json.Unmarshal([]byte(body), &doc))
+	require.Len(t, doc.Scanners, 1)
+	assert.Equal(t, "running", doc.Scanners[0].State)
+	assert.NotNil(t, doc.Scanners[0].LastCycleAt)
+}
+
+// kill -9 of the plugin while scans are in flight: the supervisor restarts
+// it and every item is still handled (items stay in the index until the
+// scanner removes them, so a lost call only delays them).
+func TestKillPluginMidCycleRestartsWithoutLoss(t *testing.T) {
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Batch: 2, Options: map[string]string{"delay": "150ms"}})
+	cfg.Scheduler.Concurrency = 2
+	h, _ := running(t, cfg)
+	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 20*time.Millisecond)
+	oldPid := scannerStatus(h).Pid
+
+	parts := []uint16{1, 2, 3, 4, 5, 6, 7, 8}
+	want := addWork(t, c, parts, 6)
+	// Kill once some work was done but not all of it.
+	require.Eventually(t, func() bool { return doneCount(c, parts) > 0 }, 20*time.Second, 5*time.Millisecond)
+	require.Less(t, doneCount(c, parts), want, "the kill must land mid-work")
+	require.NoError(t, syscall.Kill(oldPid, syscall.SIGKILL))
+
+	require.Eventually(t, func() bool {
+		st := scannerStatus(h)
+		return st.Restarts >= 1 && st.State == "running" && st.Pid != oldPid
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 30*time.Second, 50*time.Millisecond)
+	assert.False(t, alive(oldPid))
+	assert.Contains(t, scannerStatus(h).LastError, "exited")
+}
+
+func TestWrongSHA256IsRefusedWithAClearError(t *testing.T) {
+	srv := testenv.New(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{SHA256: strings.Repeat("0", 64)})
+	h, _ := running(t, cfg)
+	require.Eventually(t, func() bool {
+		return strings.Contains(scannerStatus(h).LastError, "sha256 mismatch")
+	}, 30*time.Second, 20*time.Millisecond)
+	st := scannerStatus(h)
+	assert.Contains(t, st.LastError, "configured pin is "+strings.Repeat("0", 64))
+	assert.NotEqual(t, "running", st.State)
+	assert.Zero(t, st.Pid, "nothing was launched")
+	err := h.Ready(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "hostwork")
+}
+
+// Cancelling Run while a scan is in flight (SIGTERM's path) stops within
+// the shutdown timeout and leaves no plugin process behind.
+func TestShutdownDuringScanIsBounded(t *testing.T) {
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "30s"}})
+	cfg.Scheduler.CallTimeout = time.Minute
+	cfg.ShutdownTimeout = 2 * time.Second
+	h, stop := running(t, cfg)
+	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 20*time.Millisecond)
+	pid := scannerStatus(h).Pid
+	addWork(t, c, []uint16{3}, 1)
+	// The scanner picks it up within an interval or two and then sits in
+	// its 30 s delay; a second is plenty.
+	time.Sleep(time.Second)
+
+	took := stop()
+	assert.Less(t, took, cfg.ShutdownTimeout+time.Second, "Run returned within the shutdown timeout")
+	require.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 20*time.Millisecond, "plugin gone")
+}
+
+func TestScanOnceDryRunDoesNotMutate(t *testing.T) {
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	h, err := Boot(context.Background(), cfg, hclog.NewNullLogger())
+	require.NoError(t, err)
+	defer h.Close()
+	addWork(t, c, []uint16{2, 9}, 3)
+
+	sum, err := h.ScanOnce(context.Background(), "hostwork", -1, true)
+	require.NoError(t, err)
+	assert.Equal(t, 16, sum.Partitions)
+	assert.Equal(t, 2, sum.Scanned)
+	assert.Equal(t, 14, sum.Empty)
+	assert.Equal(t, int64(6), sum.Skipped)
+	assert.NotEmpty(t, sum.Notes)
+	assert.False(t, allDone(c, []uint16{2, 9}, 6))
+
+	sum, err = h.ScanOnce(context.Background(), "hostwork", 9, false)
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.Partitions)
+	assert.Equal(t, int64(3), sum.Processed)
+	assert.True(t, allDone(c, []uint16{9}, 3))
+	assert.False(t, allDone(c, []uint16{2}, 3), "partition 2 was not part of this run")
+}
+
+func TestBootRefusesPartitionMismatch(t *testing.T) {
+	srv := testenv.New(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	h, err := Boot(context.Background(), cfg, hclog.NewNullLogger())
+	require.NoError(t, err)
+	h.Close()
+	cfg.Partitions.Flow = 32
+	_, err = Boot(context.Background(), cfg, hclog.NewNullLogger())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "num_flow_partitions: configured 32, stored 16")
+}
