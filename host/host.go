@@ -82,16 +82,16 @@ func Boot(ctx context.Context, cfg *config.Config, log hclog.Logger) (*Host, err
 	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now()}
 	cat, err := catalog.New(cfg.PluginDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBoot, err)
+		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
 	}
 	h.cat = cat
 	h.client, err = boot.Connect(ctx, cfg.Valkey)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBoot, err)
+		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
 	}
 	fail := func(err error) (*Host, error) {
 		h.client.Close()
-		return nil, fmt.Errorf("%w: %v", ErrBoot, err)
+		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
 	}
 	parts, created, err := boot.EnsurePartitions(ctx, h.client, cfg.Partitions)
 	if err != nil {
