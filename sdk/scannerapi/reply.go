@@ -206,3 +206,76 @@ func (r *ScanResult) ErrorTotal() int64 {
 	}
 	return n
 }
+
+// ScoredMember is one member of a sorted set with its score.
+type ScoredMember struct {
+	Member string
+	Score  float64
+}
+
+// ParseScoredMembers reads the reply of a WITHSCORES range (ZRANGE,
+// ZRANGEBYSCORE, ZPOPMIN...) in either protocol's shape: a flat list
+// member, score, member, score... (RESP2) or a list of [member, score] pairs
+// (RESP3).
+func ParseScoredMembers(r Reply) ([]ScoredMember, error) {
+	if err := r.AsError(); err != nil {
+		return nil, err
+	}
+	if r.Kind != KindArray {
+		return nil, fmt.Errorf("%w: scored members: not an array (%s)", ErrMalformedReply, describeReply(r))
+	}
+	score := func(e Reply) (float64, error) {
+		if e.Kind == KindFloat {
+			return e.Float, nil
+		}
+		if e.Kind == KindInt {
+			return float64(e.Int), nil
+		}
+		s, ok := e.Text()
+		if !ok {
+			return 0, fmt.Errorf("%w: scored members: score is %s", ErrMalformedReply, describeReply(e))
+		}
+		return strconv.ParseFloat(s, 64)
+	}
+	member := func(e Reply) (string, error) {
+		if e.Kind != KindString {
+			return "", fmt.Errorf("%w: scored members: member is %s", ErrMalformedReply, describeReply(e))
+		}
+		return e.Str, nil
+	}
+	var out []ScoredMember
+	if len(r.Array) > 0 && r.Array[0].Kind == KindArray {
+		out = make([]ScoredMember, 0, len(r.Array))
+		for _, pair := range r.Array {
+			if pair.Kind != KindArray || len(pair.Array) != 2 {
+				return nil, fmt.Errorf("%w: scored members: pair is %s", ErrMalformedReply, describeReply(pair))
+			}
+			m, err := member(pair.Array[0])
+			if err != nil {
+				return nil, err
+			}
+			sc, err := score(pair.Array[1])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ScoredMember{Member: m, Score: sc})
+		}
+		return out, nil
+	}
+	if len(r.Array)%2 != 0 {
+		return nil, fmt.Errorf("%w: scored members: odd flat list of %d", ErrMalformedReply, len(r.Array))
+	}
+	out = make([]ScoredMember, 0, len(r.Array)/2)
+	for i := 0; i < len(r.Array); i += 2 {
+		m, err := member(r.Array[i])
+		if err != nil {
+			return nil, err
+		}
+		sc, err := score(r.Array[i+1])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ScoredMember{Member: m, Score: sc})
+	}
+	return out, nil
+}

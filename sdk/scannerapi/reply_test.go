@@ -86,3 +86,23 @@ func TestScanResultAddError(t *testing.T) {
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrLua, Code: "a", Count: 4}, {Class: scannerapi.ErrTransport, Count: 2}}, r.Errors)
 	assert.Equal(t, int64(6), r.ErrorTotal())
 }
+
+func TestParseScoredMembers(t *testing.T) {
+	want := []scannerapi.ScoredMember{{Member: "a", Score: 1}, {Member: "b", Score: 2.5}}
+	got, err := scannerapi.ParseScoredMembers(arr(str("a"), str("1"), str("b"), str("2.5")))
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "RESP2 flat")
+	got, err = scannerapi.ParseScoredMembers(arr(arr(str("a"), scannerapi.Reply{Kind: scannerapi.KindFloat, Float: 1}),
+		arr(str("b"), scannerapi.Reply{Kind: scannerapi.KindFloat, Float: 2.5})))
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "RESP3 pairs")
+	got, err = scannerapi.ParseScoredMembers(arr())
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	_, err = scannerapi.ParseScoredMembers(arr(str("a")))
+	assert.ErrorIs(t, err, scannerapi.ErrMalformedReply)
+	_, err = scannerapi.ParseScoredMembers(arr(arr(str("a"))))
+	assert.ErrorIs(t, err, scannerapi.ErrMalformedReply)
+	_, err = scannerapi.ParseScoredMembers(str("x"))
+	assert.ErrorIs(t, err, scannerapi.ErrMalformedReply)
+}
