@@ -242,7 +242,10 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		sc.low = windowHigh
 		sc.next = &pagePos{hi: float64(req.NowMs)}
 		if c, ok := s.cursor(req.Partition.Index); ok && c.hi >= sc.low && c.hi <= float64(req.NowMs) {
+			// Half the budget for the newest entries, half to go on
+			// where the previous scan stopped.
 			sc.resume = &c
+			sc.topPage = max(1, min(sc.pageSize, look/2))
 		}
 	}
 	if err := sc.run(ctx); err != nil {
@@ -282,6 +285,7 @@ type scan struct {
 	deep     bool
 	next     *pagePos // the page to read in the next wave, nil when done
 	resume   *pagePos // the cursor of the previous scan, used after the first page
+	topPage  int      // size of the first page when resuming (0: pageSize)
 	low      float64  // lowest score a page may return (the window's top)
 	budget   int      // entries left to read this scan
 	pageSize int
@@ -389,6 +393,9 @@ func (sc *scan) buildWave() wave {
 	}
 	if sc.next != nil && sc.budget > 0 {
 		n := min(sc.pageSize, sc.budget)
+		if sc.topPage > 0 {
+			n, sc.topPage = min(n, sc.topPage), 0
+		}
 		w.page, w.pageN = sc.next, n
 		sc.next = nil
 		sc.budget -= n
@@ -466,23 +473,18 @@ func (sc *scan) record(it item, r scannerapi.Reply) {
 // absorbPage admits a look-ahead page and decides where the next one
 // starts.
 func (sc *scan) absorbPage(from pagePos, n int, r scannerapi.Reply) {
-	if r.Failed() || r.Kind != scannerapi.KindArray || len(r.Array)%2 != 0 {
+	page, err := scannerapi.ParseScoredMembers(r)
+	if err != nil {
 		sc.res.AddError(scannerapi.ErrServer, "lookahead_read", 1)
-		sc.log.Warn("look-ahead read failed", "index", sc.index, "error", r.AsError())
+		sc.log.Warn("look-ahead read failed", "index", sc.index, "error", err)
 		return
 	}
-	entries := len(r.Array) / 2
+	entries := len(page)
 	scores := make([]float64, 0, entries)
 	sc.inPage = true
-	for j := 0; j < entries; j++ {
-		member, _ := r.Array[2*j].Text()
-		st, _ := r.Array[2*j+1].Text()
-		score, err := strconv.ParseFloat(st, 64)
-		if err != nil {
-			score = sc.low
-		}
-		scores = append(scores, score)
-		sc.admit(member, score)
+	for _, e := range page {
+		scores = append(scores, e.Score)
+		sc.admit(e.Member, e.Score)
 	}
 	sc.inPage = false
 	part := sc.req.Partition.Index

@@ -1,0 +1,445 @@
+package leaseexpiry_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/plugins/leaseexpiry/leaseexpiry"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+)
+
+const pluginPkg = "github.com/ffscan/ffscan/plugins/leaseexpiry"
+
+var part = keys.Partition{Family: keys.FamilyFlow, Index: 5}
+
+const lane = "default"
+
+// fixture plants executions and leases with the library's own functions,
+// and plays the host's part: candidate fetch and command execution.
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	client valkey.Client
+	cb     *countingCallbacks
+	cycle  uint64
+}
+
+func newFixture(t *testing.T) *fixture {
+	srv := testenv.New(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	_, err := lua.New(client, lua.Options{}).Ensure(ctx)
+	require.NoError(t, err)
+	return &fixture{t: t, ctx: ctx, client: client, cb: &countingCallbacks{inner: scannertest.Callbacks(client)}}
+}
+
+// countingCallbacks counts batches and FCALLs on their way to the server.
+type countingCallbacks struct {
+	inner  scannerapi.Callbacks
+	mu     sync.Mutex
+	execs  int
+	fcalls int
+}
+
+func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	c.mu.Lock()
+	c.execs++
+	for _, cmd := range cmds {
+		if cmd[0] == "FCALL" {
+			c.fcalls++
+		}
+	}
+	c.mu.Unlock()
+	return c.inner.Exec(ctx, scanner, cmds)
+}
+
+func (c *countingCallbacks) reset() (execs, fcalls int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	execs, fcalls = c.execs, c.fcalls
+	c.execs, c.fcalls = 0, 0
+	return
+}
+
+func (f *fixture) fcall(fn string, ks []string, args ...string) scannerapi.FunctionReply {
+	f.t.Helper()
+	replies, err := scannertest.Exec(f.ctx, f.client, []scannerapi.Command{scannerapi.FCall(fn, ks, args...)})
+	require.NoError(f.t, err)
+	r, err := scannerapi.ParseFunctionReply(replies[0])
+	require.NoError(f.t, err, fn)
+	require.True(f.t, r.Success, "%s: %+v", fn, r)
+	return r
+}
+
+func (f *fixture) do(args ...string) {
+	f.t.Helper()
+	require.NoError(f.t, f.client.Do(f.ctx, f.client.B().Arbitrary(args...).Build()).Error())
+}
+
+func (f *fixture) create(namespace string) keys.ExecutionID {
+	f.t.Helper()
+	id, err := keys.ExecutionIDIn(part, keys.NewUUID())
+	require.NoError(f.t, err)
+	k, pk := keys.Exec(id), keys.FlowPart(part)
+	f.fcall("ff_create_execution",
+		[]string{k.Core(), k.Payload(), k.Policy(), k.Tags(), pk.LaneEligible(lane), pk.Noop(), pk.ExecutionDeadline(), pk.AllExecutions()},
+		id.String(), namespace, lane, "test", "0", "test", "", "", "", "", "", "", strconv.Itoa(int(part.Index)))
+	return id
+}
+
+type lease struct{ id, epoch, attemptID string }
+
+// claim grants and claims the execution with a lease of ttl.
+func (f *fixture) claim(id keys.ExecutionID, ttl time.Duration) lease {
+	f.t.Helper()
+	k, pk := keys.Exec(id), keys.FlowPart(part)
+	f.fcall("ff_issue_claim_grant", []string{k.Core(), k.ClaimGrant(), pk.LaneEligible(lane)},
+		id.String(), "worker-1", "wi-1", lane, "", "10000", "", "", "")
+	leaseID, attemptID := keys.NewUUID().String(), keys.NewUUID().String()
+	r := f.fcall("ff_claim_execution",
+		[]string{k.Core(), k.ClaimGrant(), pk.LaneEligible(lane), pk.LeaseExpiry(), pk.WorkerLeases("wi-1"),
+			k.Attempt(0), k.AttemptUsage(0), k.AttemptPolicy(0), k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(),
+			pk.LaneActive(lane), pk.AttemptTimeout(), pk.ExecutionDeadline()},
+		id.String(), "worker-1", "wi-1", lane, "", leaseID, strconv.FormatInt(ttl.Milliseconds(), 10), "", attemptID, "", "", "")
+	return lease{id: leaseID, epoch: r.Field(1), attemptID: attemptID}
+}
+
+func (f *fixture) renew(id keys.ExecutionID, l lease, ttl time.Duration) {
+	f.t.Helper()
+	k := keys.Exec(id)
+	f.fcall("ff_renew_lease", []string{k.Core(), k.LeaseCurrent(), k.LeaseHistory(), keys.FlowPart(part).LeaseExpiry()},
+		id.String(), "0", l.attemptID, l.id, l.epoch, strconv.FormatInt(ttl.Milliseconds(), 10), "")
+}
+
+func (f *fixture) owner(id keys.ExecutionID) string {
+	f.t.Helper()
+	v, err := f.client.Do(f.ctx, f.client.B().Hget().Key(keys.Exec(id).Core()).Field("ownership_state").Build()).ToString()
+	require.NoError(f.t, err)
+	return v
+}
+
+func (f *fixture) score(member string) float64 {
+	f.t.Helper()
+	v, err := f.client.Do(f.ctx, f.client.B().Zscore().Key(keys.FlowPart(part).LeaseExpiry()).Member(member).Build()).AsFloat64()
+	require.NoError(f.t, err)
+	return v
+}
+
+func (f *fixture) inIndex(member string) bool {
+	f.t.Helper()
+	err := f.client.Do(f.ctx, f.client.B().Zscore().Key(keys.FlowPart(part).LeaseExpiry()).Member(member).Build()).Error()
+	if valkey.IsValkeyNil(err) {
+		return false
+	}
+	require.NoError(f.t, err)
+	return true
+}
+
+// request plays the host: server time, then the due head of the index.
+func (f *fixture) request(batch int) *scannerapi.ScanRequest {
+	f.t.Helper()
+	tm, err := f.client.Do(f.ctx, f.client.B().Time().Build()).AsStrSlice()
+	require.NoError(f.t, err)
+	secs, _ := strconv.ParseInt(tm[0], 10, 64)
+	micros, _ := strconv.ParseInt(tm[1], 10, 64)
+	now := secs*1000 + micros/1000
+	index := keys.FlowPart(part).LeaseExpiry()
+	zs, err := f.client.Do(f.ctx, f.client.B().Zrange().Key(index).Min("-inf").Max(strconv.FormatInt(now, 10)).
+		Byscore().Limit(0, int64(batch)).Withscores().Build()).AsZScores()
+	require.NoError(f.t, err)
+	f.cycle++
+	req := &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch}
+	for _, z := range zs {
+		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "lease_expiry", Key: index, Member: z.Member, Score: z.Score})
+	}
+	return req
+}
+
+func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
+	f.t.Helper()
+	res, err := s.ScanPartition(f.ctx, nil, req)
+	require.NoError(f.t, err)
+	return res
+}
+
+// mode builds the scanner under test on a fixture's callbacks.
+type mode struct {
+	name string
+	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
+}
+
+var (
+	pluginOnce sync.Once
+	pluginPath string
+	pluginErr  error
+)
+
+func modes() []mode {
+	return []mode{
+		{"linked", func(_ *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
+			return scannerapi.Linked(leaseexpiry.New(), cb)
+		}},
+		{"plugin", func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
+			p := scannertest.Launch(t, buildPlugin(t), cb)
+			s, ok := p.Scanner(leaseexpiry.Name)
+			require.True(t, ok)
+			return s
+		}},
+	}
+}
+
+func buildPlugin(t *testing.T) string {
+	pluginOnce.Do(func() {
+		dir, err := tempDir()
+		if err != nil {
+			pluginErr = err
+			return
+		}
+		pluginPath = dir + "/leaseexpiry"
+		pluginErr = goBuild(pluginPath, pluginPkg)
+	})
+	require.NoError(t, pluginErr)
+	return pluginPath
+}
+
+// scenarioResult is what a scenario observed, compared across modes.
+type scenarioResult struct {
+	Results []*scannerapi.ScanResult
+	FCalls  []int
+	Execs   []int
+}
+
+// The main scenario of §7.1: an expired lease is marked, a lease renewed
+// after the host read it is not, stale entries are cleaned, a garbage
+// member is removed, an execution of another namespace is left alone, and
+// a marked lease is not re-FCALLed on the next scan.
+func basicScenario(t *testing.T, m mode) scenarioResult {
+	f := newFixture(t)
+	s := m.make(t, f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+
+	expired := f.create("tenant-a")
+	f.claim(expired, 300*time.Millisecond)
+	renewed := f.create("tenant-a")
+	renewedLease := f.claim(renewed, 300*time.Millisecond)
+	staleScore := f.score(renewed.String())
+	f.renew(renewed, renewedLease, time.Minute) // before expiry, but after the host's (stale) read below
+	otherTenant := f.create("tenant-b")
+	f.claim(otherTenant, 300*time.Millisecond)
+	notActive := f.create("tenant-a") // runnable, never claimed: a stale index entry
+	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", notActive.String())
+	gone, err := keys.ExecutionIDIn(part, keys.NewUUID()) // no core at all
+	require.NoError(t, err)
+	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "2", gone.String())
+	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "3", "garbage")
+	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "4", "{fp:05}:6f1c2d3e-4a5b-4c6d-8e7f-001122334455")
+
+	time.Sleep(450 * time.Millisecond)
+	req := f.request(50)
+	require.Len(t, req.Candidates, 6)
+	// The host read the index before the renewal landed: it still offers
+	// the old entry.
+	req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "lease_expiry",
+		Key: keys.FlowPart(part).LeaseExpiry(), Member: renewed.String(), Score: staleScore})
+	f.cb.reset()
+
+	var out scenarioResult
+	res := f.scan(s, req)
+	execs, fcalls := f.cb.reset()
+	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
+
+	assert.Equal(t, int64(1), res.Processed, "%+v", res)
+	// renewed (not yet expired), notActive and gone (cleaned), otherTenant,
+	// notActive... filtered: the filter skips otherTenant and the coreless one.
+	assert.Equal(t, "lease_expired_reclaimable", f.owner(expired))
+	assert.Equal(t, "leased", f.owner(renewed))
+	assert.Equal(t, "leased", f.owner(otherTenant), "another namespace is left alone")
+	assert.True(t, f.inIndex(expired.String()), "a marked lease stays in the index until reclaim")
+	assert.False(t, f.inIndex(notActive.String()), "stale entry cleaned")
+	assert.False(t, f.inIndex("garbage"), "garbage member removed")
+	assert.True(t, f.inIndex(otherTenant.String()), "filtered entries stay")
+	assert.ElementsMatch(t, []scannerapi.ErrorCount{
+		{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1},
+		{Class: scannerapi.ErrInvalid, Code: "non_canonical_member", Count: 1},
+	}, res.Errors)
+	assert.Equal(t, 2, execs, "filter reads, then one batch of FCALLs")
+	assert.Equal(t, 3, fcalls, "expired, renewed, notActive (the coreless id fails the namespace filter)")
+
+	// Next cycle: the marked lease is known stuck: no FCALL for it.
+	res = f.scan(s, f.request(50))
+	execs, fcalls = f.cb.reset()
+	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
+	assert.Equal(t, int64(0), res.Processed)
+	assert.Equal(t, 0, fcalls, "%+v", res)
+	return out
+}
+
+func TestBasicLinkedAndPluginAgree(t *testing.T) {
+	var results []scenarioResult
+	for _, m := range modes() {
+		t.Run(m.name, func(t *testing.T) { results = append(results, basicScenario(t, m)) })
+	}
+	require.Len(t, results, 2)
+	assert.Equal(t, results[0], results[1], "linked and plugin runs observe the same")
+}
+
+// P3: a head window full of marked leases must not hide leases that expire
+// later. With the look-ahead the new ones are marked in one scan; with it
+// off (FlowFabric's behaviour) they are not.
+func headOfLineScenario(t *testing.T, m mode) scenarioResult {
+	f := newFixture(t)
+	s := m.make(t, f.cb)
+	var stuck []keys.ExecutionID
+	for i := 0; i < 8; i++ {
+		id := f.create("ns")
+		f.claim(id, 200*time.Millisecond)
+		stuck = append(stuck, id)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for i := 0; i < 3; i++ { // mark them; batch 5 with look-ahead marks all
+		f.scan(s, f.request(5))
+	}
+	for _, id := range stuck {
+		require.Equal(t, "lease_expired_reclaimable", f.owner(id))
+	}
+	var fresh []keys.ExecutionID
+	for i := 0; i < 3; i++ {
+		id := f.create("ns")
+		f.claim(id, 200*time.Millisecond)
+		fresh = append(fresh, id)
+	}
+	time.Sleep(300 * time.Millisecond)
+	f.cb.reset()
+
+	var out scenarioResult
+	req := f.request(5)
+	for _, c := range req.Candidates {
+		for _, id := range fresh {
+			require.NotEqual(t, id.String(), c.Member, "the host's window holds only stuck entries")
+		}
+	}
+	res := f.scan(s, req)
+	execs, fcalls := f.cb.reset()
+	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
+	assert.Equal(t, int64(3), res.Processed, "%+v", res)
+	assert.Equal(t, 3, fcalls, "only the fresh leases are FCALLed")
+	for _, id := range fresh {
+		assert.Equal(t, "lease_expired_reclaimable", f.owner(id))
+	}
+
+	// The same partition with the look-ahead off: FlowFabric's fixed
+	// window never reaches a newer lease.
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "0"}))
+	late := f.create("ns")
+	f.claim(late, 200*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	res = f.scan(s, f.request(5))
+	execs, fcalls = f.cb.reset()
+	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
+	assert.Equal(t, int64(0), res.Processed)
+	assert.Equal(t, "leased", f.owner(late))
+	return out
+}
+
+func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
+	var results []scenarioResult
+	for _, m := range modes() {
+		t.Run(m.name, func(t *testing.T) { results = append(results, headOfLineScenario(t, m)) })
+	}
+	require.Len(t, results, 2)
+	assert.Equal(t, results[0], results[1])
+}
+
+// A burst deeper than the look-ahead is drained over successive scans
+// through the cursor, and More asks the host to come back meanwhile.
+func TestDeepBurstDrainsThroughCursor(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "12"}))
+	var ids []keys.ExecutionID
+	for i := 0; i < 30; i++ {
+		id := f.create("ns")
+		f.claim(id, 100*time.Millisecond)
+		ids = append(ids, id)
+	}
+	time.Sleep(200 * time.Millisecond)
+	total := int64(0)
+	scans := 0
+	for ; scans < 10 && total < 30; scans++ {
+		res := f.scan(s, f.request(3))
+		total += res.Processed
+		if total < 30 {
+			assert.True(t, res.More, "scan %d: still finding work", scans)
+		}
+	}
+	assert.Equal(t, int64(30), total)
+	assert.LessOrEqual(t, scans, 5, "3 + 12, then 6 per scan past the cursor")
+	for _, id := range ids {
+		assert.Equal(t, "lease_expired_reclaimable", f.owner(id))
+	}
+	f.cb.reset()
+	res := f.scan(s, f.request(3))
+	assert.False(t, res.More, "only stuck entries left: no rescan")
+	_, fcalls := f.cb.reset()
+	assert.Zero(t, fcalls, "stuck entries cost no FCALL")
+}
+
+// Dry run reads and predicts, and writes nothing.
+func TestDryRun(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	id := f.create("ns")
+	f.claim(id, 100*time.Millisecond)
+	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", "garbage")
+	time.Sleep(200 * time.Millisecond)
+	f.cb.reset()
+	req := f.request(50)
+	req.DryRun = true
+	res := f.scan(s, req)
+	_, fcalls := f.cb.reset()
+	assert.Equal(t, 0, fcalls)
+	assert.Equal(t, int64(1), res.Processed)
+	assert.Contains(t, res.Notes, fmt.Sprintf("would mark %s expired", id))
+	assert.Contains(t, res.Notes, `would remove invalid member "garbage"`)
+	assert.Equal(t, "leased", f.owner(id))
+	assert.True(t, f.inIndex("garbage"))
+}
+
+// A key that keeps failing (a wrong-type core) is backed off after three
+// failures and does not block the others.
+func TestPoisonEntryBacksOff(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
+	require.NoError(t, err)
+	f.do("SET", keys.Exec(poison).Core(), "not a hash")
+	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", poison.String())
+	good := f.create("ns")
+	f.claim(good, 100*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+
+	var errs []int64
+	for i := 0; i < 5; i++ {
+		res := f.scan(s, f.request(50))
+		errs = append(errs, res.ErrorTotal())
+		if i == 0 {
+			assert.Equal(t, int64(1), res.Processed, "the poison entry does not block the good one")
+			require.Len(t, res.Errors, 1)
+			assert.Equal(t, scannerapi.ErrServer, res.Errors[0].Class)
+		}
+	}
+	assert.Equal(t, []int64{1, 1, 1, 0, 0}, errs, "three failures, then backoff")
+	assert.Equal(t, "lease_expired_reclaimable", f.owner(good))
+}
