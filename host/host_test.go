@@ -37,11 +37,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	_ = os.Chmod(dir, 0o755)
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "hostwork"), "github.com/ffscan/ffscan/host/internal/testplugin")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build test plugin:", err)
-		os.Exit(1)
+	for name, pkg := range map[string]string{
+		"hostwork":    "github.com/ffscan/ffscan/host/internal/testplugin",
+		"leaseexpiry": "github.com/ffscan/ffscan/plugins/leaseexpiry",
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build plugin", pkg, err)
+			os.Exit(1)
+		}
 	}
 	pluginDir = dir
 	code := m.Run()
