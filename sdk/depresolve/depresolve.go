@@ -604,6 +604,7 @@ func (r *Resolver) ReconcileChild(ctx context.Context, child keys.ExecutionID) (
 // upstreams' cores; the FCALLs), plus the cascade of skipped children.
 func (r *Resolver) ReconcileChildren(ctx context.Context, children []keys.ExecutionID) (Result, error) {
 	var res Result
+	children = distinct(children)
 	if len(children) == 0 {
 		return res, nil
 	}
@@ -747,6 +748,18 @@ func (r *Resolver) ReconcileChildren(ctx context.Context, children []keys.Execut
 		return res, nil
 	}
 	return res, r.cascade(ctx, skipped, 1, &res)
+}
+
+func distinct(ids []keys.ExecutionID) []keys.ExecutionID {
+	seen := make(map[keys.ExecutionID]bool, len(ids))
+	out := make([]keys.ExecutionID, 0, len(ids))
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // exec runs cmds in batches of at most maxBatch and checks the reply count.
