@@ -410,12 +410,12 @@ func (r *Resolver) outgoing(ctx context.Context, frontier []node, res *Result) (
 
 // childCore is what resolving needs from a child's core.
 type childCore struct {
-	flow       string
-	lane       string
-	attempt    uint32
-	phase      string
-	eligiblity string
-	ownership  string
+	flow        string
+	lane        string
+	attempt     uint32
+	phase       string
+	eligibility string
+	ownership   string
 }
 
 var childFields = []string{"execution_id", "flow_id", "lane_id", "current_lane", "current_attempt_index",
@@ -438,30 +438,38 @@ func (r *Resolver) readChildren(ctx context.Context, children []keys.ExecutionID
 	}
 	out := make(map[keys.ExecutionID]childCore, len(children))
 	for i, c := range children {
-		if res.replyError(reps[i], "read_child") {
-			continue
+		if cc, ok := parseChildCore(reps[i], res); ok {
+			out[c] = cc
 		}
-		f := texts(reps[i])
-		if len(f) != len(childFields) {
-			res.addError(ErrData, "unexpected_reply")
-			continue
-		}
-		if f[0] == "" {
-			res.addError(ErrData, "child_not_found")
-			continue
-		}
-		cc := childCore{flow: f[1], lane: coreLane(f[2], f[3]), phase: f[5], eligiblity: f[6], ownership: f[7]}
-		if f[4] != "" {
-			n, err := strconv.ParseUint(f[4], 10, 32)
-			if err != nil {
-				res.addError(ErrData, "bad_attempt_index")
-				continue
-			}
-			cc.attempt = uint32(n)
-		}
-		out[c] = cc
 	}
 	return out, nil
+}
+
+// parseChildCore reads a childFields HMGET reply, counting a failed read,
+// a missing core or an unparsable attempt index.
+func parseChildCore(rep scannerapi.Reply, res *Result) (childCore, bool) {
+	if res.replyError(rep, "read_child") {
+		return childCore{}, false
+	}
+	f := texts(rep)
+	if len(f) != len(childFields) {
+		res.addError(ErrData, "unexpected_reply")
+		return childCore{}, false
+	}
+	if f[0] == "" {
+		res.addError(ErrData, "child_not_found")
+		return childCore{}, false
+	}
+	cc := childCore{flow: f[1], lane: coreLane(f[2], f[3]), phase: f[5], eligibility: f[6], ownership: f[7]}
+	if f[4] != "" {
+		n, err := strconv.ParseUint(f[4], 10, 32)
+		if err != nil {
+			res.addError(ErrData, "bad_attempt_index")
+			return childCore{}, false
+		}
+		cc.attempt = uint32(n)
+	}
+	return cc, true
 }
 
 // Sub-statuses of a successful ff_resolve_dependency.
@@ -632,27 +640,17 @@ func (r *Resolver) ReconcileChildren(ctx context.Context, children []keys.Execut
 	var deps []pending
 	var promos []promotion
 	for i, c := range children {
-		core, unresolved := reps[1+2*i], reps[2+2*i]
-		if res.replyError(core, "read_child") || res.replyError(unresolved, "read_unresolved") {
+		cc, ok := parseChildCore(reps[1+2*i], &res)
+		if !ok {
 			continue
 		}
-		f := texts(core)
-		if len(f) != len(childFields) || f[0] == "" {
-			res.addError(ErrData, "child_not_found")
+		unresolved := reps[2+2*i]
+		if res.replyError(unresolved, "read_unresolved") {
 			continue
-		}
-		cc := childCore{flow: f[1], lane: coreLane(f[2], f[3]), phase: f[5], eligiblity: f[6], ownership: f[7]}
-		if f[4] != "" {
-			n, err := strconv.ParseUint(f[4], 10, 32)
-			if err != nil {
-				res.addError(ErrData, "bad_attempt_index")
-				continue
-			}
-			cc.attempt = uint32(n)
 		}
 		edges := texts(unresolved)
 		if len(edges) == 0 {
-			if cc.phase == "runnable" && cc.eligiblity == "blocked_by_dependencies" && (cc.ownership == "" || cc.ownership == "unowned") {
+			if cc.phase == "runnable" && cc.eligibility == "blocked_by_dependencies" && (cc.ownership == "" || cc.ownership == "unowned") {
 				promos = append(promos, promotion{child: c, lane: cc.lane})
 			}
 			continue
