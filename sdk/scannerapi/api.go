@@ -17,6 +17,31 @@
 // commands and functions a scanner declared in Info, and only on keys under
 // the "ff:" prefix; anything else is refused (an error reply for that
 // command) and counted.
+//
+// # Running a scanner
+//
+// A plugin's main calls Serve with its scanners. The host starts it with
+// Launch, which returns a Plugin whose Scanners implement Scanner over gRPC
+// (hashicorp/go-plugin, handshake Handshake, protocol version APIVersion);
+// each scanner's commands reach the host's Callbacks, bound to that
+// scanner's name. The same scanner linked into the host is wrapped with
+// Linked, which binds it to the same Callbacks, so both modes run the same
+// code path and report identical results. The wire protocol is in
+// proto/scanner.proto.
+//
+// Process hygiene: a launched plugin runs in its own process group, is
+// killed as a group (Plugin.Kill, Plugin.Close), gets SIGKILL from the
+// kernel when the host dies (Pdeathsig, Linux), and exits by itself when it
+// notices its parent is gone. It inherits only a minimal environment.
+//
+// # Helpers for scanner authors
+//
+// FCall builds an FCALL; ParseFunctionReply reads a FlowFabric reply
+// ({1, status, ...} or {0, code, ...}) and ParseScoredMembers a WITHSCORES
+// range; FailureTracker backs off items that keep failing; Filter restricts
+// a scanner to a namespace or instance tag with one batched read;
+// Logger gives a method its logger. Package scannertest runs a scanner
+// linked and as a subprocess against a real server in tests.
 package scannerapi
 
 import (
@@ -138,10 +163,10 @@ type CandidateSource struct {
 
 // OptionSpec declares one configuration option of a scanner.
 type OptionSpec struct {
-	Name        string
-	Type        OptionType
-	Default     string
-	Description string
+	Name        string     // the option's key under scanners.<name>.options
+	Type        OptionType // how the value is validated
+	Default     string     // the value used when the operator sets none
+	Description string     // one line for docs and the admin view
 }
 
 // OptionType is the type of an option value; values travel as strings.
@@ -203,7 +228,7 @@ type ScanResult struct {
 	// Backlog, when HasBacklog, replaces the host's own backlog sample for
 	// this partition.
 	Backlog    int64
-	HasBacklog bool
+	HasBacklog bool // Backlog is set
 	// Notes are short human-readable lines for scan-once and dry runs.
 	Notes []string
 }
@@ -231,9 +256,9 @@ const (
 
 // ErrorCount is a number of failures of one class and code.
 type ErrorCount struct {
-	Class ErrorClass
-	Code  string // Lua code or a short reason; may be empty
-	Count int64
+	Class ErrorClass // the failure's class
+	Code  string     // Lua code or a short reason; may be empty
+	Count int64      // how many
 }
 
 // Host is the scanner's only way to Valkey. Exec runs the commands
@@ -262,7 +287,7 @@ type Reply struct {
 	Array []Reply
 	// Err is set when the command failed; ErrClass says how.
 	Err      string
-	ErrClass ErrorClass
+	ErrClass ErrorClass // the class of Err
 }
 
 // ReplyKind is the RESP type of a Reply.

@@ -35,10 +35,10 @@ const (
 type FailureTracker struct {
 	// Threshold, Backoff, GCSize and GCEvery default to the Default*
 	// constants when zero. Set them before first use.
-	Threshold int
-	Backoff   uint64
-	GCSize    int
-	GCEvery   uint64
+	Threshold int    // consecutive failures before a backoff
+	Backoff   uint64 // cycles an item is skipped
+	GCSize    int    // entries above which collection runs
+	GCEvery   uint64 // cycles between collections
 
 	mu      sync.Mutex
 	entries map[string]*failureEntry

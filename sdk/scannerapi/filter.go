@@ -29,7 +29,8 @@ type Filter struct {
 	Namespace string
 	// TagKey, if set, names a field of the execution's tags hash that must
 	// equal TagValue.
-	TagKey   string
+	TagKey string
+	// TagValue is the value TagKey must have (may be empty).
 	TagValue string
 }
 

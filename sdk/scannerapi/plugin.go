@@ -41,11 +41,12 @@ var ErrPluginExited = errors.New("scanner plugin process has exited")
 // RemoteError is an error a scanner returned inside its plugin process,
 // carried back to the host as text.
 type RemoteError struct {
-	Scanner string
-	Method  string
-	Message string
+	Scanner string // the scanner's name
+	Method  string // the Scanner method: Configure, ScanPartition, SampleBacklog
+	Message string // the error's text as the plugin reported it
 }
 
+// Error implements error.
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("scanner %s: %s: %s", e.Scanner, e.Method, e.Message)
 }

@@ -18,9 +18,10 @@ func FCall(fn string, keys []string, args ...string) Command {
 // ReplyError is a command that got no usable reply: Reply.Err was set.
 type ReplyError struct {
 	Class ErrorClass // transport, server or refused
-	Msg   string
+	Msg   string     // the error text (a RESP error message or the host's reason)
 }
 
+// Error implements error.
 func (e *ReplyError) Error() string {
 	if e.Class == "" {
 		return e.Msg
@@ -209,8 +210,8 @@ func (r *ScanResult) ErrorTotal() int64 {
 
 // ScoredMember is one member of a sorted set with its score.
 type ScoredMember struct {
-	Member string
-	Score  float64
+	Member string  // the member
+	Score  float64 // its score
 }
 
 // ParseScoredMembers reads the reply of a WITHSCORES range (ZRANGE,
