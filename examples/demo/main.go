@@ -1,0 +1,247 @@
+// Command demo is the small workload `make run` drives against a throwaway
+// server so every ffscan scanner has something to do:
+//
+//   - producers enqueue solo executions on two lanes, some with retries;
+//   - two workers run them, and now and then a task "crashes" (the worker
+//     stops renewing and walks away), so its lease expires, lease_expiry
+//     marks it and a worker reclaims it;
+//   - every few seconds a diamond flow A->{B,C}->D is created (the
+//     completion listener and dependency reconciler release D), and a flow
+//     is cancelled with grace 0 for the cancel reconciler to drain;
+//   - two budgets with a short reset interval get usage for budget_reset,
+//     and one without a reset is pushed over its hard limit for the
+//     budget reconciler;
+//   - every completed execution becomes a candidate for retention once the
+//     demo config's short retention has passed.
+//
+// It prints a one-line summary every few seconds and stops on SIGINT/SIGTERM
+// or after -duration.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/client"
+)
+
+type counters struct {
+	created, completed, failed, crashed, flows, cancelledFlows, usage atomic.Int64
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6379", "Valkey address host:port")
+	duration := flag.Duration("duration", 0, "stop after this long (0: until interrupted)")
+	rate := flag.Int("rate", 20, "solo executions created per second")
+	crash := flag.Float64("crash", 0.1, "fraction of tasks whose worker 'crashes' (abandons the lease)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	if err := run(ctx, *addr, *rate, *crash); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, addr string, rate int, crash float64) error {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", addr, err)
+	}
+	defer vk.Close()
+	c, err := client.New(ctx, vk, client.Options{Namespace: "demo", Identity: "ffscan-demo"})
+	if err != nil {
+		return err
+	}
+	var n counters
+	lanes := []string{"default", "workers-a"}
+
+	for i := 0; i < 2; i++ {
+		w, err := c.NewWorker(ctx, client.WorkerOptions{
+			WorkerID: fmt.Sprintf("demo-worker-%d", i), Lanes: lanes,
+			LeaseTTL: 2 * time.Second, MaxConcurrentTasks: 8,
+			PollInterval: 20 * time.Millisecond, MaxPollInterval: 200 * time.Millisecond,
+		})
+		if err != nil {
+			return err
+		}
+		defer w.Close(context.Background())
+		go func() { _ = w.Run(ctx, handler(&n, crash)) }()
+	}
+
+	budgets, err := createBudgets(ctx, c)
+	if err != nil {
+		return err
+	}
+
+	create := time.NewTicker(time.Second / time.Duration(max(rate, 1)))
+	flowTick := time.NewTicker(3 * time.Second)
+	cancelTick := time.NewTicker(7 * time.Second)
+	usageTick := time.NewTicker(time.Second)
+	report := time.NewTicker(5 * time.Second)
+	defer func() {
+		create.Stop()
+		flowTick.Stop()
+		cancelTick.Stop()
+		usageTick.Stop()
+		report.Stop()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			printSummary(&n)
+			return ctx.Err()
+		case <-create.C:
+			lane := lanes[rand.IntN(len(lanes))]
+			req := client.CreateRequest{Lane: lane, Kind: "demo.task", Payload: []byte(`{"n":1}`), Priority: rand.IntN(3)}
+			if rand.IntN(4) == 0 {
+				req.Retry = &client.RetryPolicy{MaxRetries: 2, Backoff: client.FixedBackoff(500 * time.Millisecond)}
+			}
+			if _, err := c.CreateExecution(ctx, req); err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			n.created.Add(1)
+		case <-flowTick.C:
+			if err := diamond(ctx, c); err != nil {
+				return fmt.Errorf("flow: %w", err)
+			}
+			n.flows.Add(1)
+		case <-cancelTick.C:
+			if err := cancelledFlow(ctx, c); err != nil {
+				return fmt.Errorf("cancel flow: %w", err)
+			}
+			n.cancelledFlows.Add(1)
+		case <-usageTick.C:
+			for _, b := range budgets {
+				_, err := c.ReportUsage(ctx, client.UsageReport{Budget: b, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: 40}}})
+				if err != nil {
+					return fmt.Errorf("usage: %w", err)
+				}
+				n.usage.Add(1)
+			}
+		case <-report.C:
+			printSummary(&n)
+		}
+	}
+}
+
+// handler completes most tasks, fails a few (retried by policy) and
+// abandons a fraction without completing: the lease then expires, which is
+// what the lease_expiry scanner exists for.
+func handler(n *counters, crash float64) client.Handler {
+	return func(ctx context.Context, t *client.Task) ([]byte, error) {
+		r := rand.Float64()
+		if r < crash && t.AttemptType() != "reclaim" {
+			t.Abandon()
+			n.crashed.Add(1)
+			return nil, nil
+		}
+		select {
+		case <-time.After(time.Duration(20+rand.IntN(200)) * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if r > 0.95 {
+			n.failed.Add(1)
+			return nil, errors.New("demo failure")
+		}
+		n.completed.Add(1)
+		return []byte(`{"ok":true}`), nil
+	}
+}
+
+// diamond creates A->{B,C}->D; workers run A, and the completion listener
+// (or the dependency reconciler) releases B and C, then D.
+func diamond(ctx context.Context, c *client.Client) error {
+	f, err := c.CreateFlow(ctx, client.CreateFlowRequest{Kind: "demo.diamond"})
+	if err != nil {
+		return err
+	}
+	ids := make([]keys.ExecutionID, 4)
+	for i := range ids {
+		fid := f.ID
+		r, err := c.CreateExecution(ctx, client.CreateRequest{Flow: &fid, Lane: "default", Kind: fmt.Sprintf("demo.step%d", i)})
+		if err != nil {
+			return err
+		}
+		ids[i] = r.ID
+	}
+	for _, e := range [][2]int{{0, 1}, {0, 2}, {1, 3}, {2, 3}} {
+		if _, err := c.AddDependency(ctx, client.DependencyRequest{Flow: f.ID, Upstream: ids[e[0]], Downstream: ids[e[1]]}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cancelledFlow creates a flow whose members wait on a parent that is never
+// released, then cancels it with grace 0 and no wait: the cancel
+// reconciler drains the members.
+func cancelledFlow(ctx context.Context, c *client.Client) error {
+	f, err := c.CreateFlow(ctx, client.CreateFlowRequest{Kind: "demo.cancelled"})
+	if err != nil {
+		return err
+	}
+	var parent keys.ExecutionID
+	for i := 0; i < 4; i++ {
+		fid := f.ID
+		r, err := c.CreateExecution(ctx, client.CreateRequest{Flow: &fid, Lane: "default", Kind: "demo.doomed", Delay: time.Hour})
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			parent = r.ID
+			continue
+		}
+		if _, err := c.AddDependency(ctx, client.DependencyRequest{Flow: f.ID, Upstream: parent, Downstream: r.ID}); err != nil {
+			return err
+		}
+	}
+	grace := time.Duration(0)
+	_, err = c.CancelFlow(ctx, f.ID, client.CancelFlowOptions{Reason: "demo", Grace: &grace})
+	return err
+}
+
+// createBudgets makes two budgets reset every 5 s (budget_reset) and one
+// that never resets (budget_reconciler flags it once usage passes its hard
+// limit).
+func createBudgets(ctx context.Context, c *client.Client) ([]keys.BudgetID, error) {
+	var out []keys.BudgetID
+	for i := 0; i < 3; i++ {
+		req := client.CreateBudgetRequest{
+			ScopeType: "lane", ScopeID: "default",
+			Dimensions: []client.BudgetDimension{{Name: "tokens", Hard: 1000000, Soft: 200}},
+		}
+		if i < 2 {
+			req.ResetInterval = 5 * time.Second
+		}
+		r, err := c.CreateBudget(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r.ID)
+	}
+	return out, nil
+}
+
+func printSummary(n *counters) {
+	fmt.Printf("demo: created %d, completed %d, failed %d, crashed %d, flows %d, cancelled flows %d, usage reports %d\n",
+		n.created.Load(), n.completed.Load(), n.failed.Load(), n.crashed.Load(), n.flows.Load(), n.cancelledFlows.Load(), n.usage.Load())
+}
