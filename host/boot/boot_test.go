@@ -76,3 +76,26 @@ func TestLoadLibrary(t *testing.T) {
 	assert.Equal(t, "34", v)
 	assert.NotNil(t, lib)
 }
+
+// The MULTI of HSETNXs and the read-back also works through a cluster
+// client (one key, one slot).
+func TestEnsurePartitionsOnCluster(t *testing.T) {
+	cl := testenv.NewCluster(t, 3)
+	client, err := Connect(context.Background(), config.Valkey{Addrs: cl.Addrs(), Cluster: "on"})
+	require.NoError(t, err)
+	defer client.Close()
+	want := keys.DefaultPartitionConfig()
+	_, created, err := EnsurePartitions(context.Background(), client, want)
+	require.NoError(t, err)
+	assert.True(t, created)
+	_, _, err = EnsurePartitions(context.Background(), client, keys.PartitionConfig{Flow: 128, Budget: 32, Quota: 32})
+	assert.ErrorContains(t, err, "num_flow_partitions: configured 128, stored 256")
+	_, err = LoadLibrary(context.Background(), client, false, hclog.NewNullLogger())
+	require.NoError(t, err)
+}
+
+func TestClusterOnRefusesASingleNode(t *testing.T) {
+	srv := testenv.New(t)
+	_, err := Connect(context.Background(), config.Valkey{Addrs: []string{srv.Addr}, Cluster: "on"})
+	assert.ErrorContains(t, err, "not a cluster")
+}

@@ -449,3 +449,47 @@ func TestCheckInfo(t *testing.T) {
 		i.Sources[0].Kind, i.Sources[0].Backlog = scannerapi.SourceSetScan, scannerapi.BacklogDue
 	}), "needs a zset source")
 }
+
+// Against a real 3-master cluster: the pipelined fetch spans slots and
+// nodes, and the scanner's writes and FCALLs route through the callback
+// service to the right node.
+func TestClusterCycle(t *testing.T) {
+	cl := testenv.NewCluster(t, 3)
+	client := cl.Client(t)
+	lib := lua.New(client, lua.Options{})
+	_, err := lib.Ensure(context.Background())
+	require.NoError(t, err)
+	e := &env{client: client, svc: callbacks.New(lib, nil)}
+	info := leaseInfo()
+	info.Functions = []string{"ff_version"}
+	s := &testScanner{info: info}
+	s.fn = func(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+		cmds := []scannerapi.Command{{"FCALL", "ff_version", "1", leaseKey(req.Partition.Index)}}
+		for _, c := range req.Candidates {
+			cmds = append(cmds, scannerapi.Command{"ZREM", c.Key, c.Member})
+		}
+		replies, err := host.Exec(ctx, cmds)
+		if err != nil {
+			return nil, err
+		}
+		if replies[0].Str != "34" {
+			return nil, fmt.Errorf("ff_version: %+v", replies[0])
+		}
+		res := &scannerapi.ScanResult{}
+		for _, r := range replies[1:] {
+			res.Processed += r.Int
+		}
+		return res, nil
+	}
+	r := e.runner(t, s, Config{}, nil)
+	for p := range uint16(16) {
+		e.do(t, "ZADD", leaseKey(p), "1", "m"+strconv.Itoa(int(p)))
+	}
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 16, sum.Scanned)
+	assert.Equal(t, int64(16), sum.Processed)
+	assert.Empty(t, sum.Errors)
+	assert.True(t, sum.BacklogKnown)
+	assert.Equal(t, int64(16), sum.Backlog)
+}
