@@ -161,21 +161,23 @@ func (r *Runner) batch(info scannerapi.Info) int {
 // cycle, then sleep for the rest of the interval (none if the sweep
 // overran). While the plugin is unavailable it polls every second instead.
 func (r *Runner) Run(ctx context.Context) {
-	if !r.cfg.NoJitter {
-		if _, info, err := r.target.Current(); err == nil {
-			if !sleep(ctx, rand.N(r.interval(info))) {
-				return
-			}
-		}
-	}
+	jittered := r.cfg.NoJitter
 	for ctx.Err() == nil {
-		start := time.Now()
 		_, info, err := r.target.Current()
 		if err != nil {
 			r.log.Debug("scanner unavailable, waiting", "error", err)
 			sleep(ctx, time.Second)
 			continue
 		}
+		if !jittered {
+			// Once, when the scanner first becomes available: plugins of
+			// one host come up at about the same moment.
+			jittered = true
+			if !sleep(ctx, rand.N(r.interval(info))) {
+				return
+			}
+		}
+		start := time.Now()
 		sum, err := r.Cycle(ctx, CycleOptions{})
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("scan cycle failed", "error", err)
@@ -701,8 +703,12 @@ func classify(err error) scannerapi.ErrorClass {
 	return scannerapi.ErrTransport
 }
 
-// rpcCode names a failed plugin call: a timeout, or any other failure.
+// rpcCode names a failed plugin call: the process died, a timeout, a
+// cancellation (shutdown), or any other failure.
 func rpcCode(err error) string {
+	if errors.Is(err, scannerapi.ErrPluginExited) {
+		return "plugin_exited"
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return "rpc_timeout"
 	}
