@@ -136,7 +136,7 @@ func TestLaunchedScannerMatchesLinked(t *testing.T) {
 	for _, s := range p.Scanners() {
 		names = append(names, s.Info().Name)
 	}
-	assert.Equal(t, []string{"echo", "sleeper", "panicker"}, names)
+	assert.Equal(t, []string{"echo", "sleeper", "panicker", "spawner"}, names)
 	assert.Equal(t, scannerapi.APIVersion, p.APIVersion())
 	assert.Greater(t, p.Pid(), 0)
 	require.NoError(t, p.Ping(ctx))
@@ -322,6 +322,34 @@ func TestCallDeadline(t *testing.T) {
 	assert.NotErrorIs(t, err, scannerapi.ErrPluginExited)
 	assert.Less(t, time.Since(start), 2*time.Second)
 	require.NoError(t, p.Ping(context.Background()))
+}
+
+// Kill and Close take down what the plugin started, not only the plugin.
+func TestProcessGroupIsKilled(t *testing.T) {
+	for _, how := range []string{"kill", "close"} {
+		t.Run(how, func(t *testing.T) {
+			p := launch(t, &echoCallbacks{})
+			pidFile := filepath.Join(t.TempDir(), "child")
+			req := sampleRequest()
+			req.Candidates[0].Member = pidFile
+			_, err := scannerByName(t, p, "spawner").ScanPartition(context.Background(), nil, req)
+			require.NoError(t, err)
+			b, err := os.ReadFile(pidFile)
+			require.NoError(t, err)
+			child, err := strconv.Atoi(string(b))
+			require.NoError(t, err)
+			require.False(t, gone(child))
+			if how == "kill" {
+				p.Kill()
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				require.NoError(t, p.Close(ctx))
+			}
+			waitGone(t, p.Pid(), 2*time.Second)
+			waitGone(t, child, 2*time.Second)
+		})
+	}
 }
 
 func TestLaunchFailures(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"sync"
 	"time"
 
@@ -133,7 +134,38 @@ func (Panicker) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition
 	return []int64{}, nil
 }
 
+// Spawner starts a long "sleep" child process (which stays in the
+// plugin's process group) and writes the child's pid to the path in the
+// first candidate's member.
+type Spawner struct{}
+
+// Info implements scannerapi.Scanner.
+func (Spawner) Info() scannerapi.Info { return info("spawner") }
+
+// Configure implements scannerapi.Scanner.
+func (Spawner) Configure(context.Context, map[string]string) error { return nil }
+
+// ScanPartition implements scannerapi.Scanner.
+func (Spawner) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = cmd.Wait() }()
+	if len(req.Candidates) > 0 {
+		if err := os.WriteFile(req.Candidates[0].Member, []byte(fmt.Sprint(cmd.Process.Pid)), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return &scannerapi.ScanResult{Processed: 1}, nil
+}
+
+// SampleBacklog implements scannerapi.Scanner.
+func (Spawner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
+	return nil, nil
+}
+
 // All returns one of each.
 func All() []scannerapi.Scanner {
-	return []scannerapi.Scanner{&Echo{}, Sleeper{}, Panicker{}}
+	return []scannerapi.Scanner{&Echo{}, Sleeper{}, Panicker{}, Spawner{}}
 }
