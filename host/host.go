@@ -13,8 +13,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -57,7 +59,7 @@ type Host struct {
 	met     *metrics.Metrics
 	cat     *catalog.Catalog
 	parts   keys.PartitionConfig
-	lanes   []string
+	lanes   atomic.Pointer[[]string]
 	started time.Time
 
 	mu    sync.Mutex
@@ -103,13 +105,44 @@ func Boot(ctx context.Context, cfg *config.Config, log hclog.Logger) (*Host, err
 	if err != nil {
 		return fail(err)
 	}
-	h.lanes, err = boot.MergeLanes(ctx, h.client, cfg.Lanes, log)
+	lanes, err := boot.MergeLanes(ctx, h.client, cfg.Lanes, log)
 	if err != nil {
 		return fail(err)
 	}
-	log.Info("lanes", "lanes", h.lanes)
+	h.lanes.Store(&lanes)
+	log.Info("lanes", "lanes", lanes)
 	h.svc = callbacks.New(h.lib, h.met)
 	return h, nil
+}
+
+// Lanes returns the lanes the host currently knows.
+func (h *Host) Lanes() []string { return *h.lanes.Load() }
+
+// LaneRefresh is how often a running host re-reads ff:idx:lanes, so
+// lane-scoped sources pick up lanes producers add after boot.
+const LaneRefresh = 30 * time.Second
+
+func (h *Host) refreshLanes(ctx context.Context) {
+	t := time.NewTicker(LaneRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lanes, err := boot.MergeLanes(ctx, h.client, h.cfg.Lanes, h.log)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("lane refresh failed; keeping the known lanes", "error", err)
+			}
+			continue
+		}
+		if old := h.Lanes(); !slices.Equal(old, lanes) {
+			h.log.Info("lanes changed", "lanes", lanes)
+		}
+		h.lanes.Store(&lanes)
+	}
 }
 
 // Close releases the Valkey client.
@@ -179,7 +212,7 @@ func (h *Host) Run(ctx context.Context) error {
 			Interval:    sc.Interval,
 			Batch:       sc.Batch,
 			Partitions:  h.parts,
-			Lanes:       h.lanes,
+			LanesFunc:   h.Lanes,
 			Concurrency: h.cfg.Scheduler.Concurrency,
 			CallTimeout: h.cfg.Scheduler.CallTimeout,
 			CallParent:  callCtx,
@@ -194,6 +227,7 @@ func (h *Host) Run(ctx context.Context) error {
 		}()
 	}
 	h.mu.Unlock()
+	go h.refreshLanes(ctx)
 	h.log.Info("host running", "scanners", h.cfg.Enabled(), "version", Version)
 
 	<-ctx.Done()
@@ -262,7 +296,7 @@ func (h *Host) Ready(ctx context.Context) error {
 
 // Status implements httpapi.Source.
 func (h *Host) Status() httpapi.StatusDoc {
-	doc := httpapi.StatusDoc{Version: Version, StartedAt: h.started, Valkey: h.cfg.Valkey.Addrs, Lanes: h.lanes}
+	doc := httpapi.StatusDoc{Version: Version, StartedAt: h.started, Valkey: h.cfg.Valkey.Addrs, Lanes: h.Lanes()}
 	h.mu.Lock()
 	running := map[string]*unit{}
 	for _, u := range h.units {
@@ -324,7 +358,7 @@ func (h *Host) ScanOnce(ctx context.Context, name string, partition int, dryRun 
 		Interval:    sc.Interval,
 		Batch:       sc.Batch,
 		Partitions:  h.parts,
-		Lanes:       h.lanes,
+		Lanes:       h.Lanes(),
 		Concurrency: h.cfg.Scheduler.Concurrency,
 		CallTimeout: h.cfg.Scheduler.CallTimeout,
 		NoJitter:    true,

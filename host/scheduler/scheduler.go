@@ -57,6 +57,9 @@ type Config struct {
 	Partitions keys.PartitionConfig
 	// Lanes expand "{lane}" sources.
 	Lanes []string
+	// LanesFunc, when set, is asked for the lanes at every cycle instead
+	// (the host refreshes them from ff:idx:lanes as producers add lanes).
+	LanesFunc func() []string
 	// Concurrency bounds concurrent ScanPartition calls (default 8).
 	Concurrency int
 	// CallTimeout is the deadline of one plugin call (default 5s).
@@ -136,6 +139,13 @@ func (r *Runner) Status() Status {
 	r.stMu.Lock()
 	defer r.stMu.Unlock()
 	return r.status
+}
+
+func (r *Runner) lanes() []string {
+	if r.cfg.LanesFunc != nil {
+		return r.cfg.LanesFunc()
+	}
+	return r.cfg.Lanes
 }
 
 func (r *Runner) interval(info scannerapi.Info) time.Duration {
@@ -283,6 +293,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	}
 	sum.Partitions = len(parts)
 	batch := r.batch(info)
+	lanes := r.lanes()
 
 	nowMs, err := r.serverTime(ctx)
 	if err != nil {
@@ -291,7 +302,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		return sum, fmt.Errorf("read server TIME: %w", err)
 	}
 	sum.NowMs = nowMs
-	states := r.fetch(ctx, info, parts, nowMs, batch, &sum)
+	states := r.fetch(ctx, info, parts, lanes, nowMs, batch, &sum)
 
 	// Backlog and lag are only meaningful when every partition of the
 	// family was read: a partial sum would under-report (P8).
@@ -307,7 +318,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	}
 	sum.Lag = time.Duration(lagMs * float64(time.Millisecond))
 
-	more, pluginBacklog := r.scanAll(ctx, scanner, states, nowMs, batch, opts.DryRun, false, &sum)
+	more, pluginBacklog := r.scanAll(ctx, scanner, states, lanes, nowMs, batch, opts.DryRun, false, &sum)
 	if opts.DryRun {
 		// A dry run changes nothing, so a rescan would see the same batch.
 		more = nil
@@ -325,9 +336,9 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 			sum.addErr(classify(err), "time", 1)
 			break
 		}
-		sub := r.fetch(ctx, info, more, now2, batch, &sum)
+		sub := r.fetch(ctx, info, more, lanes, now2, batch, &sum)
 		sum.FollowUps += len(sub)
-		more, _ = r.scanAll(ctx, scanner, sub, now2, batch, opts.DryRun, true, &sum)
+		more, _ = r.scanAll(ctx, scanner, sub, lanes, now2, batch, opts.DryRun, true, &sum)
 	}
 
 	r.finish(&sum, start, opts.Partitions == nil)
@@ -397,7 +408,7 @@ func (r *Runner) serverTime(ctx context.Context) (int64, error) {
 const pipelineChunk = 1024
 
 // fetch reads candidates and backlog counts of the given partitions.
-func (r *Runner) fetch(ctx context.Context, info scannerapi.Info, parts []keys.Partition, nowMs int64, batch int, sum *Summary) []*partState {
+func (r *Runner) fetch(ctx context.Context, info scannerapi.Info, parts []keys.Partition, lanes []string, nowMs int64, batch int, sum *Summary) []*partState {
 	type slot struct {
 		st   *partState
 		sk   sourceKey
@@ -411,7 +422,7 @@ func (r *Runner) fetch(ctx context.Context, info scannerapi.Info, parts []keys.P
 	for i, p := range parts {
 		st := &partState{p: p, next: map[string]uint64{}, sampled: true}
 		states[i] = st
-		for _, sk := range expand(info.Sources, p, r.cfg.Lanes) {
+		for _, sk := range expand(info.Sources, p, lanes) {
 			cur := r.cursors[sk.key]
 			cmds = append(cmds, readCmd(r.client, sk, nowMs, batch, cur))
 			slots = append(slots, slot{st: st, sk: sk, kind: 0, cur: cur})
@@ -507,7 +518,7 @@ func (r *Runner) commitCursors(st *partState) {
 // scanAll calls ScanPartition for every partition with candidates, with
 // bounded concurrency. It returns the partitions that said More and the
 // backlogs the plugin reported in its results.
-func (r *Runner) scanAll(ctx context.Context, scanner scannerapi.Scanner, states []*partState, nowMs int64, batch int, dryRun, followUp bool, sum *Summary) ([]keys.Partition, map[uint16]int64) {
+func (r *Runner) scanAll(ctx context.Context, scanner scannerapi.Scanner, states []*partState, lanes []string, nowMs int64, batch int, dryRun, followUp bool, sum *Summary) ([]keys.Partition, map[uint16]int64) {
 	var work []*partState
 	for _, st := range states {
 		if len(st.cands) == 0 {
@@ -538,7 +549,7 @@ func (r *Runner) scanAll(ctx context.Context, scanner scannerapi.Scanner, states
 		go func() {
 			defer wg.Done()
 			for st := range next {
-				res, err := r.scanOne(scanner, st, nowMs, batch, dryRun)
+				res, err := r.scanOne(scanner, st, lanes, nowMs, batch, dryRun)
 				mu.Lock()
 				if err != nil {
 					sum.Failed++
@@ -585,7 +596,7 @@ dispatch:
 	return more, pluginBacklog
 }
 
-func (r *Runner) scanOne(scanner scannerapi.Scanner, st *partState, nowMs int64, batch int, dryRun bool) (*scannerapi.ScanResult, error) {
+func (r *Runner) scanOne(scanner scannerapi.Scanner, st *partState, lanes []string, nowMs int64, batch int, dryRun bool) (*scannerapi.ScanResult, error) {
 	ctx, cancel := context.WithTimeout(r.cfg.CallParent, r.cfg.CallTimeout)
 	defer cancel()
 	req := &scannerapi.ScanRequest{
@@ -594,7 +605,7 @@ func (r *Runner) scanOne(scanner scannerapi.Scanner, st *partState, nowMs int64,
 		NowMs:      nowMs,
 		Cycle:      r.cycle,
 		Batch:      batch,
-		Lanes:      r.cfg.Lanes,
+		Lanes:      lanes,
 		Candidates: st.cands,
 		DryRun:     dryRun,
 	}

@@ -493,3 +493,25 @@ func TestClusterCycle(t *testing.T) {
 	assert.True(t, sum.BacklogKnown)
 	assert.Equal(t, int64(16), sum.Backlog)
 }
+
+// Lanes are asked for at every cycle, so a lane added after boot is read.
+func TestLanesFuncIsReadEachCycle(t *testing.T) {
+	e := newEnv(t)
+	info := scannerapi.Info{
+		Name: "lanes", Family: keys.FamilyFlow, DefaultBatch: 10,
+		Sources: []scannerapi.CandidateSource{{Name: "delayed", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lane:{lane}:delayed"}},
+	}
+	s := &testScanner{info: info}
+	lanes := []string{"default"}
+	r := e.runner(t, s, Config{LanesFunc: func() []string { return lanes }}, nil)
+	fp := keys.FlowPart(keys.Partition{Family: keys.FamilyFlow, Index: 1})
+	e.do(t, "ZADD", fp.LaneDelayed("new"), "1", "x")
+	_, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, s.callsByPartition(), "lane not known yet")
+	lanes = []string{"default", "new"}
+	_, err = r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	require.Len(t, s.callsByPartition()[1], 1)
+	assert.Equal(t, "new", s.callsByPartition()[1][0].Candidates[0].Lane)
+}
