@@ -258,11 +258,11 @@ func (p *Plugin) ExitError() error {
 }
 
 // Ping checks that the plugin answers an RPC of its own service.
-func (p *Plugin) Ping(ctx context.Context) error {
-	ctx, cancel := p.callContext(ctx)
+func (p *Plugin) Ping(parent context.Context) error {
+	ctx, cancel := p.callContext(parent)
 	defer cancel()
 	if _, err := p.rpc.Ping(ctx, &pb.PingRequest{}); err != nil {
-		return p.rpcError("", "Ping", err)
+		return p.rpcError(parent, "", "Ping", err)
 	}
 	return nil
 }
@@ -326,8 +326,12 @@ func (p *Plugin) callContext(ctx context.Context) (context.Context, context.Canc
 
 // rpcError turns a gRPC error into ours: the scanner's own errors become a
 // RemoteError, a dead process ErrPluginExited.
-func (p *Plugin) rpcError(scanner, method string, err error) error {
+func (p *Plugin) rpcError(parent context.Context, scanner, method string, err error) error {
 	st, ok := status.FromError(err)
+	if perr := parent.Err(); perr != nil && p.exitCtx.Err() == nil {
+		// The caller gave up (deadline, shutdown): say so, at once.
+		return fmt.Errorf("scanner %s: %s: %w", scanner, method, perr)
+	}
 	wait := time.Duration(0)
 	if ok && (st.Code() == codes.Unavailable || st.Code() == codes.Canceled) {
 		// A broken connection is usually seen a moment before the process
@@ -363,11 +367,11 @@ type remoteScanner struct {
 
 func (s *remoteScanner) Info() Info { return s.info }
 
-func (s *remoteScanner) Configure(ctx context.Context, options map[string]string) error {
-	ctx, cancel := s.p.callContext(ctx)
+func (s *remoteScanner) Configure(parent context.Context, options map[string]string) error {
+	ctx, cancel := s.p.callContext(parent)
 	defer cancel()
 	if _, err := s.p.rpc.Configure(ctx, &pb.ConfigureRequest{Scanner: s.info.Name, Options: options}); err != nil {
-		return s.p.rpcError(s.info.Name, "Configure", err)
+		return s.p.rpcError(parent, s.info.Name, "Configure", err)
 	}
 	return nil
 }
@@ -382,12 +386,12 @@ func (s *remoteScanner) host(h Host) (Host, error) {
 	return BindHost(s.p.callbacks, s.info.Name), nil
 }
 
-func (s *remoteScanner) ScanPartition(ctx context.Context, host Host, req *ScanRequest) (*ScanResult, error) {
+func (s *remoteScanner) ScanPartition(parent context.Context, host Host, req *ScanRequest) (*ScanResult, error) {
 	h, err := s.host(host)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.p.callContext(ctx)
+	ctx, cancel := s.p.callContext(parent)
 	defer cancel()
 	id := s.p.calls.add(ctx, s.info.Name, h)
 	defer s.p.calls.remove(id)
@@ -395,17 +399,17 @@ func (s *remoteScanner) ScanPartition(ctx context.Context, host Host, req *ScanR
 		Scanner: s.info.Name, CallId: id, Request: scanRequestToPB(req),
 	})
 	if err != nil {
-		return nil, s.p.rpcError(s.info.Name, "ScanPartition", err)
+		return nil, s.p.rpcError(parent, s.info.Name, "ScanPartition", err)
 	}
 	return scanResultFromPB(resp.GetResult()), nil
 }
 
-func (s *remoteScanner) SampleBacklog(ctx context.Context, host Host, partitions []keys.Partition) ([]int64, error) {
+func (s *remoteScanner) SampleBacklog(parent context.Context, host Host, partitions []keys.Partition) ([]int64, error) {
 	h, err := s.host(host)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.p.callContext(ctx)
+	ctx, cancel := s.p.callContext(parent)
 	defer cancel()
 	id := s.p.calls.add(ctx, s.info.Name, h)
 	defer s.p.calls.remove(id)
@@ -415,7 +419,7 @@ func (s *remoteScanner) SampleBacklog(ctx context.Context, host Host, partitions
 	}
 	resp, err := s.p.rpc.SampleBacklog(ctx, req)
 	if err != nil {
-		return nil, s.p.rpcError(s.info.Name, "SampleBacklog", err)
+		return nil, s.p.rpcError(parent, s.info.Name, "SampleBacklog", err)
 	}
 	if !resp.GetPresent() {
 		return nil, nil

@@ -318,9 +318,17 @@ func TestCallDeadline(t *testing.T) {
 	req := sampleRequest()
 	req.Candidates[0].Member = filepath.Join(t.TempDir(), "pid")
 	_, err := scannerByName(t, p, "sleeper").ScanPartition(ctx, nil, req)
-	require.Error(t, err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.NotErrorIs(t, err, scannerapi.ErrPluginExited)
-	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.Less(t, time.Since(start), time.Second)
+
+	// A cancelled call returns at once too.
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+	start = time.Now()
+	_, err = scannerByName(t, p, "sleeper").ScanPartition(ctx, nil, req)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), 400*time.Millisecond)
 	require.NoError(t, p.Ping(context.Background()))
 }
 
