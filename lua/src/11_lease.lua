@@ -273,6 +273,11 @@ redis.register_function('ff_mark_lease_expired_if_due', function(keys, args)
   end
   if core.ownership_state == 'lease_expired_reclaimable' then return H.already('already_expired') end
   if core.ownership_state == 'lease_revoked' then return H.already('already_revoked') end
+  if core.ownership_state == 'unowned' then
+    -- Active but unowned holds no lease: the index entry is stale.
+    redis.call('ZREM', keys[3], eid)
+    return H.already('not_leased')
+  end
   if core.ownership_state ~= 'leased' then return H.already('not_leased') end
   local now = H.now_ms()
   local exp = tonumber(core.lease_expires_at)
