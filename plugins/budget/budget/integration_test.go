@@ -1,0 +1,520 @@
+package budget_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/plugins/budget/budget"
+	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+)
+
+const pluginPkg = "github.com/ffscan/ffscan/plugins/budget"
+
+var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+
+// part is the budget partition the integration scenarios use.
+var part = keys.Partition{Family: keys.FamilyBudget, Index: 2}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildPath string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// pluginBinary builds the budget plugin once per test binary.
+func pluginBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "budget-plugin-")
+		if buildErr != nil {
+			return
+		}
+		_ = os.Chmod(buildDir, 0o755)
+		buildPath = filepath.Join(buildDir, "budget")
+		if out, err := exec.Command("go", "build", "-o", buildPath, pluginPkg).CombinedOutput(); err != nil {
+			buildErr = err
+			buildPath = string(out)
+		}
+	})
+	require.NoError(t, buildErr, buildPath)
+	return buildPath
+}
+
+// fixture is a server with the library, a client to create budgets, and
+// the host's part: candidate fetch and command execution (counted).
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	vk    valkey.Client
+	c     *client.Client
+	cb    *countingCallbacks
+	cycle uint64
+}
+
+func newFixture(t *testing.T) *fixture {
+	srv := testenv.New(t)
+	vk := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	lib := lua.New(vk, lua.Options{})
+	_, err := lib.Ensure(ctx)
+	require.NoError(t, err)
+	c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
+	require.NoError(t, err)
+	return &fixture{t: t, ctx: ctx, vk: vk, c: c, cb: &countingCallbacks{inner: scannertest.Callbacks(vk)}}
+}
+
+// countingCallbacks counts batches and FCALLs on their way to the server.
+type countingCallbacks struct {
+	inner  scannerapi.Callbacks
+	mu     sync.Mutex
+	execs  int
+	fcalls int
+}
+
+func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	c.mu.Lock()
+	c.execs++
+	for _, cmd := range cmds {
+		if cmd[0] == "FCALL" {
+			c.fcalls++
+		}
+	}
+	c.mu.Unlock()
+	return c.inner.Exec(ctx, scanner, cmds)
+}
+
+func (c *countingCallbacks) reset() (execs, fcalls int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	execs, fcalls = c.execs, c.fcalls
+	c.execs, c.fcalls = 0, 0
+	return
+}
+
+func (f *fixture) do(args ...string) {
+	f.t.Helper()
+	require.NoError(f.t, f.vk.Do(f.ctx, f.vk.B().Arbitrary(args...).Build()).Error(), "%v", args)
+}
+
+// idIn mints a budget id homed on p.
+func idIn(p keys.Partition) keys.BudgetID {
+	for {
+		id := keys.NewBudgetID()
+		if parts.BudgetPartition(id) == p {
+			return id
+		}
+	}
+}
+
+// budget creates a budget on part with one "tokens" dimension and reports
+// used tokens through the client.
+func (f *fixture) budget(every time.Duration, hard, used int64) keys.BudgetID {
+	f.t.Helper()
+	r, err := f.c.CreateBudget(f.ctx, client.CreateBudgetRequest{
+		ID: idIn(part), ScopeType: "lane", ScopeID: "default", ResetInterval: every,
+		Dimensions: []client.BudgetDimension{{Name: "tokens", Hard: hard, Soft: 0}},
+	})
+	require.NoError(f.t, err)
+	if used > 0 {
+		u, err := f.c.ReportUsage(f.ctx, client.UsageReport{Budget: r.ID, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: used}}})
+		require.NoError(f.t, err)
+		require.True(f.t, u.Applied(), "%+v", u)
+	}
+	return r.ID
+}
+
+func (f *fixture) keys(id keys.BudgetID) keys.BudgetKeys { return keys.BudgetIn(part, id) }
+
+func (f *fixture) hget(key, field string) string {
+	f.t.Helper()
+	v, err := f.vk.Do(f.ctx, f.vk.B().Hget().Key(key).Field(field).Build()).ToString()
+	if valkey.IsValkeyNil(err) {
+		return ""
+	}
+	require.NoError(f.t, err)
+	return v
+}
+
+func (f *fixture) resetScore(member string) (float64, bool) {
+	f.t.Helper()
+	v, err := f.vk.Do(f.ctx, f.vk.B().Zscore().Key(keys.BudgetPart(part).BudgetResets()).Member(member).Build()).AsFloat64()
+	if valkey.IsValkeyNil(err) {
+		return 0, false
+	}
+	require.NoError(f.t, err)
+	return v, true
+}
+
+func (f *fixture) inPolicies(member string) bool {
+	f.t.Helper()
+	ok, err := f.vk.Do(f.ctx, f.vk.B().Sismember().Key(keys.BudgetPart(part).BudgetPolicies()).Member(member).Build()).AsBool()
+	require.NoError(f.t, err)
+	return ok
+}
+
+func (f *fixture) now() int64 {
+	f.t.Helper()
+	tm, err := f.vk.Do(f.ctx, f.vk.B().Time().Build()).AsStrSlice()
+	require.NoError(f.t, err)
+	secs, _ := strconv.ParseInt(tm[0], 10, 64)
+	micros, _ := strconv.ParseInt(tm[1], 10, 64)
+	return secs*1000 + micros/1000
+}
+
+// resetRequest plays the host for budget_reset: server time, then the due
+// head of the resets index.
+func (f *fixture) resetRequest(batch int) *scannerapi.ScanRequest {
+	f.t.Helper()
+	now := f.now()
+	index := keys.BudgetPart(part).BudgetResets()
+	zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(index).Min("-inf").Max(strconv.FormatInt(now, 10)).
+		Byscore().Limit(0, int64(batch)).Withscores().Build()).AsZScores()
+	require.NoError(f.t, err)
+	f.cycle++
+	req := &scannerapi.ScanRequest{Scanner: budget.ResetName, Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch}
+	for _, z := range zs {
+		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "budget_resets", Key: index, Member: z.Member, Score: z.Score})
+	}
+	return req
+}
+
+// reconcileRequest plays the host for budget_reconciler: one SSCAN step
+// from cursor 0 (the sets here are small: one step holds them all).
+func (f *fixture) reconcileRequest(batch int) *scannerapi.ScanRequest {
+	f.t.Helper()
+	index := keys.BudgetPart(part).BudgetPolicies()
+	e, err := f.vk.Do(f.ctx, f.vk.B().Sscan().Key(index).Cursor(0).Count(int64(batch)).Build()).AsScanEntry()
+	require.NoError(f.t, err)
+	require.Zero(f.t, e.Cursor, "one step holds the whole set")
+	f.cycle++
+	req := &scannerapi.ScanRequest{Scanner: budget.ReconcilerName, Partition: part, NowMs: f.now(), Cycle: f.cycle, Batch: batch}
+	for _, m := range e.Elements {
+		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "budget_policies", Key: index, Member: m})
+	}
+	return req
+}
+
+func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
+	f.t.Helper()
+	res, err := s.ScanPartition(f.ctx, nil, req)
+	require.NoError(f.t, err)
+	return res
+}
+
+// mode builds a scanner under test on a fixture's callbacks: linked
+// in-process, or served by the real plugin binary.
+type mode struct {
+	name string
+	make func(t *testing.T, cb scannerapi.Callbacks, name string) scannerapi.Scanner
+}
+
+func modes() []mode {
+	return []mode{
+		{"linked", func(_ *testing.T, cb scannerapi.Callbacks, name string) scannerapi.Scanner {
+			if name == budget.ResetName {
+				return scannerapi.Linked(budget.NewReset(), cb)
+			}
+			return scannerapi.Linked(budget.NewReconciler(), cb)
+		}},
+		{"plugin", func(t *testing.T, cb scannerapi.Callbacks, name string) scannerapi.Scanner {
+			p := scannertest.Launch(t, pluginBinary(t), cb)
+			require.Len(t, p.Scanners(), 2, "one binary serves both scanners")
+			s, ok := p.Scanner(name)
+			require.True(t, ok)
+			return s
+		}},
+	}
+}
+
+// observed is what a scenario saw, compared across modes.
+type observed struct {
+	Results []*scannerapi.ScanResult
+	Execs   []int
+	FCalls  []int
+}
+
+func (o *observed) add(f *fixture, res *scannerapi.ScanResult) {
+	execs, fcalls := f.cb.reset()
+	o.Results = append(o.Results, res)
+	o.Execs = append(o.Execs, execs)
+	o.FCalls = append(o.FCalls, fcalls)
+}
+
+func agree(t *testing.T, scenario func(t *testing.T, m mode) observed) {
+	var got []observed
+	for _, m := range modes() {
+		t.Run(m.name, func(t *testing.T) { got = append(got, scenario(t, m)) })
+	}
+	require.Len(t, got, 2)
+	assert.Equal(t, got[0], got[1], "linked and plugin runs observe the same")
+}
+
+// budget_reset (9.1): a due budget is reset and rescheduled, a budget not
+// yet due is untouched, a due budget whose interval was set to 0 is reset
+// and unscheduled, garbage and non-canonical members are removed (P3), an
+// orphan id is reported and dropped, a wrong-type usage key fails and
+// stays; all in one Exec.
+func resetScenario(t *testing.T, m mode) observed {
+	f := newFixture(t)
+	s := m.make(t, f.cb, budget.ResetName)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	index := keys.BudgetPart(part).BudgetResets()
+
+	due := f.budget(200*time.Millisecond, 0, 7)
+	notDue := f.budget(time.Hour, 0, 7)
+	zero := f.budget(200*time.Millisecond, 0, 3)
+	f.do("HSET", f.keys(zero).Definition(), "reset_interval_ms", "0") // the operator turned resets off
+	poison := f.budget(200*time.Millisecond, 0, 0)
+	f.do("DEL", f.keys(poison).Usage())
+	f.do("SET", f.keys(poison).Usage(), "not a hash")
+	orphan := idIn(part)
+	f.do("ZADD", index, "3", orphan.String())
+	f.do("ZADD", index, "1", "garbage")
+	f.do("ZADD", index, "2", "6F1C2D3E-4A5B-4C6D-8E7F-001122334455")
+	time.Sleep(250 * time.Millisecond)
+
+	var o observed
+	req := f.resetRequest(20)
+	require.Len(t, req.Candidates, 6)
+	f.cb.reset()
+	res := f.scan(s, req)
+	o.add(f, res)
+	assert.Equal(t, int64(2), res.Processed, "%+v", res)
+	assert.ElementsMatch(t, []scannerapi.ErrorCount{
+		{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1},
+		{Class: scannerapi.ErrInvalid, Code: "non_canonical_member", Count: 1},
+		{Class: scannerapi.ErrInvalid, Code: "definition_missing", Count: 1},
+		{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1},
+	}, res.Errors)
+	assert.False(t, res.More)
+	assert.Equal(t, []int{1}, o.Execs, "one batched Exec")
+	assert.Equal(t, []int{4}, o.FCalls, "due, zero, orphan, poison")
+
+	assert.Equal(t, "0", f.hget(f.keys(due).Usage(), "tokens"))
+	assert.Equal(t, "1", f.hget(f.keys(due).Definition(), "reset_count"))
+	score, ok := f.resetScore(due.String())
+	assert.True(t, ok)
+	assert.Greater(t, score, float64(req.NowMs), "rescheduled from the host's now")
+	assert.Equal(t, strconv.FormatInt(req.NowMs, 10), f.hget(f.keys(due).Definition(), "last_reset_at"), "the host's server time is the reset time")
+
+	assert.Equal(t, "7", f.hget(f.keys(notDue).Usage(), "tokens"), "not due: untouched")
+	assert.Equal(t, "", f.hget(f.keys(notDue).Definition(), "reset_count"))
+
+	assert.Equal(t, "0", f.hget(f.keys(zero).Usage(), "tokens"))
+	_, ok = f.resetScore(zero.String())
+	assert.False(t, ok, "interval 0: unscheduled by the library")
+
+	_, ok = f.resetScore(poison.String())
+	assert.True(t, ok, "a failing budget stays in the index")
+	_, ok = f.resetScore(orphan.String())
+	assert.False(t, ok, "orphan entry dropped (by the library, interval 0)")
+	_, ok = f.resetScore("garbage")
+	assert.False(t, ok)
+	_, ok = f.resetScore("6F1C2D3E-4A5B-4C6D-8E7F-001122334455")
+	assert.False(t, ok)
+
+	// Next cycle: only the poison entry is due; it fails again.
+	res = f.scan(s, f.resetRequest(20))
+	o.add(f, res)
+	assert.Equal(t, int64(0), res.Processed)
+	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1}}, res.Errors)
+	return o
+}
+
+func TestResetLinkedAndPluginAgree(t *testing.T) { agree(t, resetScenario) }
+
+// A window full of entries backed off after repeated failures does not
+// hide a due budget behind it: the look-ahead finds it. With the
+// look-ahead off (FlowFabric's fixed window) it would wait forever.
+func poisonScenario(t *testing.T, m mode) observed {
+	f := newFixture(t)
+	s := m.make(t, f.cb, budget.ResetName)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	index := keys.BudgetPart(part).BudgetResets()
+	var poison []keys.BudgetID
+	for i := 0; i < 3; i++ {
+		id := f.budget(time.Hour, 0, 0)
+		f.do("SET", f.keys(id).Usage(), "not a hash")
+		f.do("ZADD", index, strconv.Itoa(i+1), id.String()) // due long ago: the head
+		poison = append(poison, id)
+	}
+	good := f.budget(100*time.Millisecond, 0, 5)
+	time.Sleep(150 * time.Millisecond)
+
+	var o observed
+	for i := 0; i < 3; i++ { // three failures back the head off
+		res := f.scan(s, f.resetRequest(2))
+		o.add(f, res)
+		assert.Equal(t, int64(0), res.Processed)
+		assert.Equal(t, int64(2), res.ErrorTotal())
+	}
+	assert.Equal(t, "5", f.hget(f.keys(good).Usage(), "tokens"), "hidden behind the window so far")
+	res := f.scan(s, f.resetRequest(2))
+	o.add(f, res)
+	assert.Equal(t, int64(1), res.Processed, "%+v", res)
+	assert.Equal(t, int64(2), res.Skipped, "the backed-off head")
+	assert.Equal(t, "0", f.hget(f.keys(good).Usage(), "tokens"))
+	assert.Equal(t, []int{2}, o.Execs[3:], "window, then the look-ahead's resets")
+	for _, id := range poison {
+		_, ok := f.resetScore(id.String())
+		assert.True(t, ok)
+	}
+	return o
+}
+
+func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) { agree(t, poisonScenario) }
+
+// budget_reconciler (9.2): a lifetime budget over its hard limit is marked,
+// a marked one back under is cleared, one exactly at its limit is left, a
+// resetting budget is skipped, an orphan id is pruned from both indexes, a
+// wrong-type usage key is counted and left, a garbage member is removed.
+// All reads in one Exec, the writes in a second.
+func reconcileScenario(t *testing.T, m mode) observed {
+	f := newFixture(t)
+	s := m.make(t, f.cb, budget.ReconcilerName)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	bp := keys.BudgetPart(part)
+
+	over := f.budget(0, 100, 100)
+	f.do("HINCRBY", f.keys(over).Usage(), "tokens", "5") // drift past the limit (e.g. a release lost on another partition)
+	under := f.budget(0, 100, 10)
+	f.do("HSET", f.keys(under).Usage(), budget.BreachedAtField, "1")
+	atLimit := f.budget(0, 100, 100)
+	resetting := f.budget(time.Hour, 100, 100)
+	f.do("HINCRBY", f.keys(resetting).Usage(), "tokens", "50")
+	wrong := f.budget(0, 100, 0)
+	f.do("SET", f.keys(wrong).Usage(), "not a hash")
+	orphan := idIn(part)
+	f.do("SADD", bp.BudgetPolicies(), orphan.String())
+	f.do("ZADD", bp.BudgetResets(), "99", orphan.String())
+	f.do("SADD", bp.BudgetPolicies(), "garbage")
+
+	var o observed
+	req := f.reconcileRequest(100)
+	require.Len(t, req.Candidates, 7)
+	f.cb.reset()
+	res := f.scan(s, req)
+	o.add(f, res)
+	assert.Equal(t, int64(3), res.Processed, "mark, clear, prune: %+v", res)
+	assert.Equal(t, int64(1), res.Skipped, "the resetting budget")
+	assert.ElementsMatch(t, []scannerapi.ErrorCount{
+		{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1},
+		{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1},
+	}, res.Errors)
+	assert.Equal(t, []int{2}, o.Execs, "reads, then writes")
+	assert.Equal(t, []int{0}, o.FCalls)
+
+	assert.Equal(t, strconv.FormatInt(req.NowMs, 10), f.hget(f.keys(over).Usage(), budget.BreachedAtField))
+	assert.Equal(t, "", f.hget(f.keys(under).Usage(), budget.BreachedAtField))
+	assert.Equal(t, "", f.hget(f.keys(atLimit).Usage(), budget.BreachedAtField), "> not >=")
+	assert.Equal(t, "", f.hget(f.keys(resetting).Usage(), budget.BreachedAtField))
+	assert.False(t, f.inPolicies(orphan.String()))
+	_, ok := f.resetScore(orphan.String())
+	assert.False(t, ok)
+	assert.False(t, f.inPolicies("garbage"))
+	assert.True(t, f.inPolicies(wrong.String()), "wrong-type budget left in place")
+	typ, err := f.vk.Do(f.ctx, f.vk.B().Type().Key(f.keys(wrong).Usage()).Build()).ToString()
+	require.NoError(t, err)
+	assert.Equal(t, "string", typ, "and its key untouched")
+	snap, err := f.c.ReadBudget(f.ctx, over)
+	require.NoError(t, err)
+	assert.Equal(t, req.NowMs, snap.BreachedAt.UnixMilli(), "the client sees the marker")
+
+	// A second pass changes nothing: one read Exec, no writes.
+	res = f.scan(s, f.reconcileRequest(100))
+	o.add(f, res)
+	assert.Equal(t, int64(0), res.Processed)
+	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1}}, res.Errors)
+	assert.Equal(t, 1, o.Execs[1])
+
+	// Back under the limit (e.g. the drift was repaired): the marker goes.
+	f.do("HSET", f.keys(over).Usage(), "tokens", "90")
+	res = f.scan(s, f.reconcileRequest(100))
+	o.add(f, res)
+	assert.Equal(t, int64(1), res.Processed)
+	assert.Equal(t, "", f.hget(f.keys(over).Usage(), budget.BreachedAtField))
+	return o
+}
+
+func TestReconcileLinkedAndPluginAgree(t *testing.T) { agree(t, reconcileScenario) }
+
+// prune_orphans=false leaves an orphan id where it is.
+func TestReconcilerPruneOff(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(budget.NewReconciler(), f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{budget.OptionPruneOrphans: "false"}))
+	orphan := idIn(part)
+	f.do("SADD", keys.BudgetPart(part).BudgetPolicies(), orphan.String())
+	res := f.scan(s, f.reconcileRequest(100))
+	assert.Equal(t, int64(0), res.Processed)
+	assert.Equal(t, int64(1), res.Skipped)
+	assert.True(t, f.inPolicies(orphan.String()))
+	assert.Error(t, s.Configure(f.ctx, map[string]string{budget.OptionPruneOrphans: "maybe"}))
+	assert.Error(t, s.Configure(f.ctx, map[string]string{"namespace": "x"}))
+}
+
+// Dry runs read and predict, and write nothing.
+func TestDryRuns(t *testing.T) {
+	f := newFixture(t)
+	reset := scannerapi.Linked(budget.NewReset(), f.cb)
+	rec := scannerapi.Linked(budget.NewReconciler(), f.cb)
+	due := f.budget(100*time.Millisecond, 0, 4)
+	over := f.budget(0, 10, 10)
+	f.do("HINCRBY", f.keys(over).Usage(), "tokens", "1")
+	f.do("ZADD", keys.BudgetPart(part).BudgetResets(), "1", "garbage")
+	time.Sleep(150 * time.Millisecond)
+	f.cb.reset()
+
+	req := f.resetRequest(20)
+	req.DryRun = true
+	res := f.scan(reset, req)
+	_, fcalls := f.cb.reset()
+	assert.Zero(t, fcalls)
+	assert.Equal(t, int64(1), res.Processed)
+	assert.Contains(t, res.Notes, "would reset "+due.String()+" and reschedule it in 100ms")
+	assert.Equal(t, "4", f.hget(f.keys(due).Usage(), "tokens"))
+	_, ok := f.resetScore("garbage")
+	assert.True(t, ok)
+
+	req = f.reconcileRequest(100)
+	req.DryRun = true
+	res = f.scan(rec, req)
+	assert.Equal(t, int64(1), res.Processed)
+	assert.Contains(t, res.Notes, "would mark "+over.String()+" breached")
+	assert.Equal(t, "", f.hget(f.keys(over).Usage(), budget.BreachedAtField))
+}
+
+func TestInfoValid(t *testing.T) {
+	for _, s := range []scannerapi.Scanner{budget.NewReset(), budget.NewReconciler()} {
+		require.NoError(t, scannerapi.ValidateInfo(s.Info()))
+		assert.Equal(t, keys.FamilyBudget, s.Info().Family)
+	}
+	assert.Equal(t, 15*time.Second, budget.NewReset().Info().DefaultInterval)
+	assert.Equal(t, 20, budget.NewReset().Info().DefaultBatch)
+	assert.Equal(t, 30*time.Second, budget.NewReconciler().Info().DefaultInterval)
+}

@@ -1,0 +1,362 @@
+package budget
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// Scanner names and versions.
+const (
+	ResetName      = "budget_reset"
+	ReconcilerName = "budget_reconciler"
+	Version        = "1.0.0"
+)
+
+// ResetFunction is the library function budget_reset calls.
+const ResetFunction = "ff_reset_budget"
+
+// budget_reset defaults and options.
+const (
+	DefaultResetInterval  = 15 * time.Second
+	DefaultResetBatch     = 20
+	DefaultResetLookahead = 100
+	// OptionLookahead bounds the due entries read past a full window whose
+	// entries are backed off (0: off).
+	OptionLookahead = "lookahead"
+	// resetSource names budget_reset's candidate source.
+	resetSource = "budget_resets"
+)
+
+// Reset is the budget_reset scanner. Its methods are safe for concurrent
+// use by different partitions.
+type Reset struct {
+	failures *scannerapi.FailureTracker
+
+	mu        sync.Mutex
+	lookahead int
+}
+
+// NewReset returns budget_reset with default options.
+func NewReset() *Reset {
+	return &Reset{failures: scannerapi.NewFailureTracker(), lookahead: DefaultResetLookahead}
+}
+
+// Info implements scannerapi.Scanner.
+func (s *Reset) Info() scannerapi.Info {
+	return scannerapi.Info{
+		Name:            ResetName,
+		Version:         Version,
+		APIVersion:      scannerapi.APIVersion,
+		Family:          keys.FamilyBudget,
+		DefaultInterval: DefaultResetInterval,
+		DefaultBatch:    DefaultResetBatch,
+		Sources: []scannerapi.CandidateSource{{
+			Name:    resetSource,
+			Kind:    scannerapi.SourceZSetDue,
+			Key:     "ff:idx:{p}:budget_resets",
+			Backlog: scannerapi.BacklogDue,
+		}},
+		// HGET: definition probe. HMGET: dry-run reads. ZRANGE: look-ahead
+		// past a window of backed-off entries. ZREM: invalid members.
+		Commands:  []string{"HGET", "HMGET", "ZRANGE", "ZREM"},
+		Functions: []string{ResetFunction},
+		Options: []scannerapi.OptionSpec{{
+			Name: OptionLookahead, Type: scannerapi.OptionInt, Default: strconv.Itoa(DefaultResetLookahead),
+			Description: "due entries read past a full window whose entries are backed off after failures (0: off)",
+		}},
+	}
+}
+
+// Configure implements scannerapi.Scanner.
+func (s *Reset) Configure(ctx context.Context, options map[string]string) error {
+	look := DefaultResetLookahead
+	for k, v := range options {
+		switch k {
+		case OptionLookahead:
+			if v == "" {
+				continue
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("option %s: %q is not a non-negative integer", OptionLookahead, v)
+			}
+			look = n
+		default:
+			return fmt.Errorf("unknown option %q", k)
+		}
+	}
+	s.mu.Lock()
+	s.lookahead = look
+	s.mu.Unlock()
+	scannerapi.Logger(ctx).Info("configured", "lookahead", look)
+	return nil
+}
+
+// SampleBacklog implements scannerapi.Scanner: the host counts due entries
+// itself (BacklogDue).
+func (s *Reset) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
+	return nil, nil
+}
+
+// resetItem is one budget to reset.
+type resetItem struct {
+	id keys.BudgetID
+}
+
+// resetScan is the state of one ScanPartition call.
+type resetScan struct {
+	s     *Reset
+	host  scannerapi.Host
+	req   *scannerapi.ScanRequest
+	part  keys.Partition
+	index string
+	now   string
+	res   *scannerapi.ScanResult
+	log   hclog.Logger
+	seen  map[string]bool
+}
+
+// ScanPartition implements scannerapi.Scanner.
+func (s *Reset) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	if req.Partition.Family != keys.FamilyBudget {
+		return nil, fmt.Errorf("partition %s is not a budget partition", req.Partition)
+	}
+	s.mu.Lock()
+	look := s.lookahead
+	s.mu.Unlock()
+	sc := &resetScan{
+		s: s, host: host, req: req, part: req.Partition,
+		index: keys.BudgetPart(req.Partition).BudgetResets(),
+		now:   strconv.FormatInt(req.NowMs, 10),
+		res:   &scannerapi.ScanResult{},
+		log:   scannerapi.Logger(ctx),
+		seen:  map[string]bool{},
+	}
+	batch := req.Batch
+	if batch <= 0 {
+		batch = DefaultResetBatch
+	}
+	window := 0
+	var act []resetItem
+	var remove []string
+	backedOff := 0
+	for _, c := range req.Candidates {
+		if c.Source != resetSource {
+			continue
+		}
+		window++
+		it, rm, skipped := sc.admit(c.Member)
+		switch {
+		case rm:
+			remove = append(remove, c.Member)
+		case skipped:
+			backedOff++
+		case it != nil:
+			act = append(act, *it)
+		}
+	}
+	// The look-ahead page is read first in the Exec, before anything in it
+	// moves entries, so its offset (the window's size) is exact.
+	var page *scannerapi.Command
+	if window >= batch && backedOff > 0 && look > 0 && !req.DryRun {
+		page = &scannerapi.Command{"ZRANGE", sc.index, "-inf", sc.now, "BYSCORE",
+			"LIMIT", strconv.Itoa(window), strconv.Itoa(look)}
+	}
+	pageReply, err := sc.wave(ctx, act, remove, page)
+	if err != nil {
+		return nil, err
+	}
+	if page != nil {
+		more, rm := sc.absorbPage(pageReply, backedOff)
+		if len(more) > 0 || len(rm) > 0 {
+			if _, err := sc.wave(ctx, more, rm, nil); err != nil {
+				// The window's resets are done; count what the page
+				// could not do and let the host come back.
+				sc.res.AddError(scannerapi.ErrTransport, "exec", int64(len(more)))
+				sc.res.More = true
+				return sc.res, nil
+			}
+		}
+	}
+	if window >= batch && sc.res.Processed > 0 && !req.DryRun {
+		sc.res.More = true // the due range may hold more than one window
+	}
+	return sc.res, nil
+}
+
+// admit classifies one member: an item to reset, a member to remove, or a
+// backed-off id (skipped).
+func (sc *resetScan) admit(member string) (it *resetItem, remove, skipped bool) {
+	if sc.seen[member] {
+		return nil, false, false
+	}
+	sc.seen[member] = true
+	id, kind := classifyMember(member)
+	switch kind {
+	case memberGarbage, memberNonCanonical:
+		code := "invalid_member"
+		if kind == memberNonCanonical {
+			code = "non_canonical_member"
+		}
+		sc.res.AddError(scannerapi.ErrInvalid, code, 1)
+		if sc.req.DryRun {
+			sc.note("would remove %s %q", code, member)
+			return nil, false, false
+		}
+		sc.log.Warn("removing a reset-index member that is not a canonical budget id", "index", sc.index, "member", member, "code", code)
+		return nil, true, false
+	}
+	if sc.s.failures.ShouldSkip(id.String(), sc.req.Cycle) {
+		sc.res.Skipped++
+		return nil, false, true
+	}
+	return &resetItem{id: id}, false, false
+}
+
+// wave runs one Exec: the optional page read first, then ZREMs, then per
+// budget the definition probe and its FCALL (or, in a dry run, one HMGET).
+// It returns the page's reply.
+func (sc *resetScan) wave(ctx context.Context, items []resetItem, remove []string, page *scannerapi.Command) (scannerapi.Reply, error) {
+	var cmds []scannerapi.Command
+	if page != nil {
+		cmds = append(cmds, *page)
+	}
+	for _, m := range remove {
+		cmds = append(cmds, scannerapi.Command{"ZREM", sc.index, m})
+	}
+	for _, it := range items {
+		bk := keys.BudgetIn(sc.part, it.id)
+		if sc.req.DryRun {
+			cmds = append(cmds, scannerapi.Command{"HMGET", bk.Definition(), "budget_id", "reset_interval_ms"})
+			continue
+		}
+		cmds = append(cmds,
+			scannerapi.Command{"HGET", bk.Definition(), "budget_id"},
+			scannerapi.FCall(ResetFunction, []string{bk.Definition(), bk.Usage(), sc.index}, it.id.String(), sc.now))
+	}
+	if len(cmds) == 0 {
+		return scannerapi.Reply{}, nil
+	}
+	replies, err := sc.host.Exec(ctx, cmds)
+	if err == nil && len(replies) != len(cmds) {
+		err = fmt.Errorf("host answered %d replies to %d commands", len(replies), len(cmds))
+	}
+	if err != nil {
+		return scannerapi.Reply{}, fmt.Errorf("exec: %w", err)
+	}
+	var pageReply scannerapi.Reply
+	i := 0
+	if page != nil {
+		pageReply = replies[0]
+		i++
+	}
+	i += len(remove) // a failed ZREM is retried when the member is read again
+	for _, it := range items {
+		if sc.req.DryRun {
+			sc.predict(it, replies[i])
+			i++
+			continue
+		}
+		sc.record(it, replies[i], replies[i+1])
+		i += 2
+	}
+	return pageReply, nil
+}
+
+// record accounts for one budget's probe and FCALL replies.
+func (sc *resetScan) record(it resetItem, probe, call scannerapi.Reply) {
+	bid := it.id.String()
+	o := classifyReset(call)
+	switch o.kind {
+	case resetDone:
+		sc.s.failures.RecordSuccess(bid)
+		if v, ok := probe.Text(); ok && v == "" {
+			// The definition was gone before the call: an orphan entry.
+			sc.res.AddError(scannerapi.ErrInvalid, "definition_missing", 1)
+			sc.log.Warn("a due budget has no definition; its reset-index entry was dropped", "budget_id", bid)
+			return
+		}
+		sc.res.Processed++
+		if o.nextReset == 0 {
+			sc.log.Debug("budget reset and unscheduled (reset_interval_ms is 0)", "budget_id", bid)
+		}
+	case resetLuaError:
+		sc.res.AddError(o.class, o.code, 1)
+		sc.log.Warn("ff_reset_budget refused", "budget_id", bid, "code", o.code)
+	case resetFailed:
+		sc.res.AddError(o.class, o.code, 1)
+		if sc.s.failures.RecordFailure(bid, sc.req.Cycle) {
+			sc.log.Error("persistent ff_reset_budget failure; skipping the budget for a while",
+				"budget_id", bid, "class", o.class, "code", o.code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
+		}
+	}
+}
+
+// predict accounts for one budget in a dry run from HMGET definition
+// budget_id reset_interval_ms.
+func (sc *resetScan) predict(it resetItem, r scannerapi.Reply) {
+	bid := it.id.String()
+	if err := r.AsError(); err != nil {
+		sc.res.AddError(failureClass(err), failureCode(err, "read_definition"), 1)
+		return
+	}
+	var f []string
+	for _, e := range r.Array {
+		s, _ := e.Text()
+		f = append(f, s)
+	}
+	if len(f) != 2 {
+		sc.res.AddError(scannerapi.ErrServer, "malformed_reply", 1)
+		return
+	}
+	if f[0] == "" {
+		sc.res.AddError(scannerapi.ErrInvalid, "definition_missing", 1)
+		sc.note("%s: definition missing; the library would drop its index entry", bid)
+		return
+	}
+	sc.res.Processed++
+	if iv, _ := strconv.ParseInt(f[1], 10, 64); iv > 0 {
+		sc.note("would reset %s and reschedule it in %dms", bid, iv)
+	} else {
+		sc.note("would reset %s and unschedule it", bid)
+	}
+}
+
+// absorbPage admits up to want actionable entries of the look-ahead page.
+func (sc *resetScan) absorbPage(r scannerapi.Reply, want int) (items []resetItem, remove []string) {
+	if err := r.AsError(); err != nil {
+		sc.res.AddError(failureClass(err), "lookahead_read", 1)
+		return nil, nil
+	}
+	for _, e := range r.Array {
+		if len(items) >= want {
+			break
+		}
+		m, ok := e.Text()
+		if !ok {
+			continue
+		}
+		it, rm, _ := sc.admit(m)
+		switch {
+		case rm:
+			remove = append(remove, m)
+		case it != nil:
+			items = append(items, *it)
+		}
+	}
+	return items, remove
+}
+
+func (sc *resetScan) note(format string, args ...any) {
+	if len(sc.res.Notes) < 100 {
+		sc.res.Notes = append(sc.res.Notes, fmt.Sprintf(format, args...))
+	}
+}
