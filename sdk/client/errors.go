@@ -12,6 +12,7 @@ import (
 // variable of that code.
 type sentinel Code
 
+// Error names the code.
 func (s sentinel) Error() string { return "flowfabric: " + string(s) }
 
 // ScriptError is a Lua error reply {0, code, detail...}: a logical refusal
@@ -25,6 +26,7 @@ type ScriptError struct {
 	Detail   []string // the detail fields after the code, as strings
 }
 
+// Error is "<function>: <code> (<details>)".
 func (e *ScriptError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Function)
@@ -171,6 +173,7 @@ type ValidationError struct {
 	Reason string
 }
 
+// Error names the field and the reason.
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason)
 }

@@ -20,6 +20,7 @@ type DuplicateInstanceError struct {
 	Key        string // the alive guard key that is taken
 }
 
+// Error names the instance id and the taken key.
 func (e *DuplicateInstanceError) Error() string {
 	return fmt.Sprintf("duplicate worker_instance_id %q: another process holds %s (wait for it to expire, or use a fresh instance id)", e.InstanceID, e.Key)
 }

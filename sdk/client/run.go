@@ -22,6 +22,7 @@ type FailError struct {
 	Err      error
 }
 
+// Error is "<category>: <cause>", the reason Run records.
 func (e *FailError) Error() string { return e.Category + ": " + e.Err.Error() }
 
 // Unwrap exposes the cause.

@@ -142,6 +142,7 @@ type LeaseLostError struct {
 	Err         error
 }
 
+// Error names the execution and why the lease is gone.
 func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("lease on %s lost: %v", e.ExecutionID, e.Err)
 }

@@ -60,7 +60,6 @@ func TestDuplicateInstanceIsRefused(t *testing.T) {
 func TestWorkerAliveGuardIsRefreshed(t *testing.T) {
 	e := newEnv(t)
 	w := e.worker(t, client.WorkerOptions{InstanceID: "fresh", LeaseTTL: 200 * time.Millisecond})
-	_ = w
 	alive := keys.WorkerAlive("default", "fresh")
 	// The guard lives 1 s (the minimum); it must outlive several TTLs.
 	start := time.Now()
@@ -70,6 +69,17 @@ func TestWorkerAliveGuardIsRefreshed(t *testing.T) {
 		require.Equal(t, int64(1), n, "guard lapsed while the worker runs")
 		return time.Since(start) > 3*time.Second
 	})
+	// A guard lost in a long pause is taken again, not treated as a
+	// duplicate.
+	e.do(t, "DEL", alive)
+	eventually(t, "guard re-taken", func() bool {
+		n, err := e.do(t, "EXISTS", alive).AsInt64()
+		require.NoError(t, err)
+		return n == 1
+	})
+	task, err := w.ClaimNext(testCtx(t))
+	require.NoError(t, err)
+	assert.Nil(t, task)
 }
 
 func TestWorkerRejectsBadOptionsWithoutWriting(t *testing.T) {
@@ -236,19 +246,19 @@ func TestWorkerCancel(t *testing.T) {
 
 func TestClaimTakesTheBestOfTheChunk(t *testing.T) {
 	e := newEnv(t)
+	// Equal priorities are served oldest first; created_at has ms
+	// resolution, so make sure the two really differ.
 	low := e.create(t, client.CreateRequest{Lane: "a", Priority: 1})
-	high := e.create(t, client.CreateRequest{Lane: "b", Priority: 100})
-	// Same lane, two partitions: a deterministic id puts the second one
-	// elsewhere. Lanes a and b are in different partitions already; claim
-	// per lane and check priority order within one lane.
+	eventually(t, "a later millisecond", func() bool { return time.Now().UnixMilli() > e.state(t, low).CreatedAt.UnixMilli()+1 })
 	older := e.create(t, client.CreateRequest{Lane: "a", Priority: 1})
 	top := e.create(t, client.CreateRequest{Lane: "a", Priority: 50})
+	high := e.create(t, client.CreateRequest{Lane: "b", Priority: 100})
 	w := e.worker(t, client.WorkerOptions{Lanes: []string{"a"}, MaxConcurrentTasks: 3})
 	assert.Equal(t, top, claim(t, w).ID(), "highest priority first")
 	assert.Equal(t, low, claim(t, w).ID(), "then the oldest")
 	assert.Equal(t, older, claim(t, w).ID())
 	wb := e.worker(t, client.WorkerOptions{Lanes: []string{"b"}})
-	assert.Equal(t, high, claim(t, wb).ID())
+	assert.Equal(t, high, claim(t, wb).ID(), "a worker only sees its lanes")
 }
 
 func TestLanesAreClaimedRoundRobin(t *testing.T) {
@@ -513,4 +523,90 @@ func TestTaskErrorsAreTyped(t *testing.T) {
 	_, err = task.Complete(ctx, nil)
 	require.NoError(t, err)
 	assert.False(t, errors.Is(err, client.ErrLeaseLost))
+}
+
+func TestReplayedFailAndCancelAreAlreadyApplied(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	retrying := e.create(t, client.CreateRequest{Lane: "r", Retry: &client.RetryPolicy{MaxRetries: 3, Backoff: client.FixedBackoff(time.Hour)}})
+	e.create(t, client.CreateRequest{Lane: "t"})
+	e.create(t, client.CreateRequest{Lane: "c"})
+	w := e.worker(t, client.WorkerOptions{InstanceID: "i", Lanes: []string{"r", "t", "c"}, MaxConcurrentTasks: 3})
+	tasks := map[string]*client.Task{}
+	for i := 0; i < 3; i++ {
+		task := claim(t, w)
+		tasks[task.Lane()] = task
+	}
+	failRaw := func(task *client.Task, retry string) {
+		id, i := task.ID(), task.AttemptIndex()
+		ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
+		r := e.fcall(t, "ff_fail_execution",
+			[]string{ek.Core(), ek.Attempt(i), pk.LeaseExpiry(), pk.WorkerLeases("i"), pk.LaneTerminal(task.Lane()),
+				pk.LaneDelayed(task.Lane()), ek.LeaseCurrent(), ek.LeaseHistory(), pk.LaneActive(task.Lane()),
+				ek.StreamMeta(i), pk.AttemptTimeout(), pk.ExecutionDeadline()},
+			id.String(), task.LeaseID(), itoa(int64(task.LeaseEpoch())), task.AttemptID(), "first", "", retry)
+		require.Equal(t, "OK", r[1], r)
+	}
+	// Each first call committed and its reply was lost.
+	failRaw(tasks["r"], `{"max_retries":3,"backoff":{"type":"fixed","delay_ms":3600000}}`)
+	failRaw(tasks["t"], "")
+	// The replay check compares the lease epoch and attempt id, which a
+	// cancel by someone else leaves unchanged too: the execution ends as
+	// this call asked, so it is reported as already applied (as in
+	// FlowFabric).
+	_, err := e.c.Cancel(ctx, tasks["c"].ID(), client.CancelOptions{})
+	require.NoError(t, err)
+
+	out, err := tasks["r"].Fail(ctx, "again", client.FailOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, client.Outcome{AlreadyApplied: true, RetryScheduled: true}, out)
+	assert.Equal(t, 1, e.state(t, retrying).RetryCount, "the replay scheduled nothing more")
+	out, err = tasks["t"].Fail(ctx, "again", client.FailOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, client.Outcome{AlreadyApplied: true}, out)
+	out, err = tasks["c"].Cancel(ctx, "mine")
+	require.NoError(t, err)
+	assert.True(t, out.AlreadyApplied)
+	assert.Equal(t, 0, w.InFlight())
+}
+
+func TestStaleTaskIsFencedAfterATakeover(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	id := e.create(t, client.CreateRequest{})
+	a := e.worker(t, client.WorkerOptions{WorkerID: "a", InstanceID: "a"})
+	b := e.worker(t, client.WorkerOptions{WorkerID: "b", InstanceID: "b"})
+	old := claim(t, a)
+	ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
+	r := e.fcall(t, "ff_revoke_lease", []string{ek.Core(), ek.LeaseCurrent(), ek.LeaseHistory(), pk.LeaseExpiry(), pk.WorkerLeases("a")},
+		id.String(), old.LeaseID(), "operator moved it")
+	require.Equal(t, "OK", r[1])
+
+	_, err := b.ReclaimFromGrant(ctx, id)
+	assert.ErrorIs(t, err, client.ErrInvalidClaimGrant, "no reclaim grant yet")
+	r = e.fcall(t, "ff_issue_reclaim_grant", []string{ek.Core(), ek.ClaimGrant(), pk.LeaseExpiry()},
+		id.String(), "b", "scheduler", "default", "", "60000", "", "", "")
+	require.Equal(t, "OK", r[1], r)
+	taken, err := b.ReclaimFromGrant(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, "reclaim", taken.AttemptType())
+
+	_, err = old.Complete(ctx, []byte("late"))
+	assert.ErrorIs(t, err, client.ErrStaleLease, "the old lease's fence no longer matches")
+	_, err = taken.Complete(ctx, []byte("ok"))
+	require.NoError(t, err)
+	res, _ := e.c.Result(ctx, id)
+	assert.Equal(t, []byte("ok"), res)
+}
+
+func TestForeignGrantIsSkipped(t *testing.T) {
+	e := newEnv(t)
+	id := e.create(t, client.CreateRequest{})
+	ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
+	r := e.fcall(t, "ff_issue_claim_grant", []string{ek.Core(), ek.ClaimGrant(), pk.LaneEligible("default")},
+		id.String(), "someone-else", "x", "default", "", "60000", "", "", "")
+	require.Equal(t, "OK", r[1])
+	w := e.worker(t, client.WorkerOptions{})
+	claimNone(t, e, w) // grant_already_exists: skipped, not an error
+	assert.Equal(t, "eligible_now", e.state(t, id).EligibilityState)
 }
