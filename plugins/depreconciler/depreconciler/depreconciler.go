@@ -1,0 +1,335 @@
+// Package depreconciler is the dependency_reconciler scanner (scanners.md
+// 8.3): the safety net of push-based DAG promotion. When a flow member
+// finishes, the completion listener resolves its outgoing edges at once;
+// a message lost on pub/sub (no subscriber, a reconnect), a member finished
+// before its flow_id was stamped, a cascade cut short or an edge added by
+// an operator leaves a child blocked on dependencies whose parents are
+// done. This scanner finds such children and resolves them.
+//
+// # Source and rotation
+//
+// zset_rotate over ff:idx:{fp:N}:lane:<lane>:blocked:dependencies, for
+// every lane the host knows: each cycle the host reads the next window of
+// "batch" members by rank (per partition and lane, wrapping at the end), so
+// the whole blocked set is visited over successive cycles. FlowFabric
+// always read the 50 oldest, so 50 children waiting on long-running parents
+// hid every newer child whose parents were done (pitfall P3); here an old
+// stuck child costs one visit per rotation and never blocks anyone.
+// Interval 15 s, batch 50, backlog = the blocked sets' size.
+//
+// # Per scan
+//
+//  1. Members that are not execution ids in any spelling are removed (ZREM,
+//     carried by the scan's first batch: no round trip of their own) and
+//     counted (class invalid, code invalid_member); a non-canonical
+//     spelling is counted (non_canonical_member) and left; an id of
+//     another partition is counted (foreign_member) and left.
+//  2. Children in failure backoff are skipped.
+//  3. With a namespace or instance-tag filter, the downstream (blocked)
+//     execution must pass it: one batched read for all children.
+//  4. The children go, all together, through sdk/depresolve's
+//     ReconcileChildren, the same mechanism the completion listener uses:
+//     every unresolved edge of every child (FlowFabric: the first 20), the
+//     upstream cores read at their own partition in one batch, the real
+//     terminal outcome, the server's clock, replies classified by status;
+//     an all_of child is released only when every parent succeeded, a
+//     failed parent makes the child impossible and skips it, and the skip
+//     is cascaded to the child's own descendants at once. A child with no
+//     unresolved edge that is still blocked is released.
+//
+// # Results
+//
+// Processed counts edges resolved (satisfied, impossible, already
+// resolved, or counted by an any_of/quorum group) plus blocked children
+// released with no edge left, the way depresolve.Result.AddTo counts them.
+// Skipped counts children filtered out or backed off, and edges whose
+// upstream has not finished. Errors carry depresolve's classes and codes
+// (transport, server, refused, lua with the library's code, data). More is
+// reported when a window was full and something was resolved, so the host
+// drains a burst of lost completions within the cycle.
+//
+// A command that gets no reply or a server error (a wrong-type key) is
+// attributed to the child it concerns (its own keys, or an upstream it
+// waits on); each such child feeds a FailureTracker: three scans in a row
+// and it is skipped for ten cycles. A batch the host could not run at all
+// fails the call (the host retries the partition and keeps its cursor).
+//
+// Options: namespace, instance_tag (the execution filter).
+//
+// Dry run: everything is read as usual, every FCALL is held back; Processed
+// counts the FCALLs that would have been sent, Notes list them.
+package depreconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/depresolve"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// Name is the scanner's name.
+const Name = "dependency_reconciler"
+
+// Version is the scanner's version.
+const Version = "1.0.0"
+
+// Defaults.
+const (
+	DefaultInterval = 15 * time.Second
+	DefaultBatch    = 50
+	// sourceName names the candidate source.
+	sourceName = "blocked_dependencies"
+)
+
+// Scanner is the dependency_reconciler. Its methods are safe for
+// concurrent use by different partitions.
+type Scanner struct {
+	failures *scannerapi.FailureTracker
+
+	mu     sync.Mutex
+	filter scannerapi.Filter
+}
+
+// New returns a scanner with default options.
+func New() *Scanner {
+	return &Scanner{failures: scannerapi.NewFailureTracker()}
+}
+
+// Info implements scannerapi.Scanner.
+func (s *Scanner) Info() scannerapi.Info {
+	cmds := slices.Clone(depresolve.Commands)
+	for _, c := range append(slices.Clone(scannerapi.FilterCommands), "ZREM") {
+		if !slices.Contains(cmds, c) {
+			cmds = append(cmds, c)
+		}
+	}
+	return scannerapi.Info{
+		Name:            Name,
+		Version:         Version,
+		APIVersion:      scannerapi.APIVersion,
+		Family:          keys.FamilyFlow,
+		DefaultInterval: DefaultInterval,
+		DefaultBatch:    DefaultBatch,
+		Sources: []scannerapi.CandidateSource{{
+			Name:    sourceName,
+			Kind:    scannerapi.SourceZSetRotate,
+			Key:     "ff:idx:{p}:lane:{lane}:blocked:dependencies",
+			Backlog: scannerapi.BacklogSize,
+		}},
+		// depresolve's reads (TIME, HGET, HMGET, SMEMBERS), the filter's
+		// HGET, ZREM of invalid members.
+		Commands:  cmds,
+		Functions: slices.Clone(depresolve.Functions),
+		Options:   scannerapi.FilterOptions(),
+	}
+}
+
+// Configure implements scannerapi.Scanner.
+func (s *Scanner) Configure(ctx context.Context, options map[string]string) error {
+	for k := range options {
+		switch k {
+		case scannerapi.OptionNamespace, scannerapi.OptionInstanceTag:
+		default:
+			return fmt.Errorf("unknown option %q", k)
+		}
+	}
+	f, err := scannerapi.ParseFilter(options)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.filter = f
+	s.mu.Unlock()
+	scannerapi.Logger(ctx).Info("configured", "filter", f.String())
+	return nil
+}
+
+// SampleBacklog implements scannerapi.Scanner: the host counts the blocked
+// sets itself (BacklogSize).
+func (s *Scanner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
+	return nil, nil
+}
+
+// ScanPartition implements scannerapi.Scanner.
+func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	if req.Partition.Family != keys.FamilyFlow {
+		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
+	}
+	s.mu.Lock()
+	filter := s.filter
+	s.mu.Unlock()
+	log := scannerapi.Logger(ctx)
+	res := &scannerapi.ScanResult{}
+	note := func(format string, args ...any) {
+		if len(res.Notes) < 100 {
+			res.Notes = append(res.Notes, fmt.Sprintf(format, args...))
+		}
+	}
+	x := newScanExec(host, req.DryRun)
+
+	// 1-2. Classify the members of every lane's window.
+	window := map[string]int{}
+	seen := map[keys.ExecutionID]bool{}
+	var ids []keys.ExecutionID
+	for _, c := range req.Candidates {
+		if c.Source != sourceName {
+			continue
+		}
+		window[c.Key]++
+		id, kind := classifyMember(c.Member)
+		switch kind {
+		case memberGarbage:
+			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
+			if req.DryRun {
+				note("would remove invalid member %q", c.Member)
+				continue
+			}
+			log.Warn("removing a blocked-set member that is not an execution id", "index", c.Key, "member", c.Member)
+			x.queue(scannerapi.Command{"ZREM", c.Key, c.Member})
+			continue
+		case memberNonCanonical:
+			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
+			note("left non-canonical member %q in place", c.Member)
+			continue
+		}
+		if id.Partition() != req.Partition {
+			res.AddError(scannerapi.ErrInvalid, "foreign_member", 1)
+			note("left %s in place: it belongs to partition %s", id, id.Partition())
+			continue
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if s.failures.ShouldSkip(id.String(), req.Cycle) {
+			res.Skipped++
+			continue
+		}
+		ids = append(ids, id)
+	}
+
+	// 3. The filter, on the downstream executions.
+	if !filter.IsNoop() && len(ids) > 0 {
+		members := make([]string, len(ids))
+		for i, id := range ids {
+			members[i] = id.String()
+		}
+		keep, err := filter.Keep(ctx, x, members)
+		if err != nil {
+			return nil, err
+		}
+		kept := ids[:0]
+		for i, id := range ids {
+			if keep[i] {
+				kept = append(kept, id)
+			} else {
+				res.Skipped++
+			}
+		}
+		ids = kept
+	}
+
+	// 4. Reconcile.
+	x.watch(ids)
+	r := depresolve.New(x, depresolve.Options{Logger: log})
+	out, err := r.ReconcileChildren(ctx, ids)
+	if err != nil {
+		if out.Resolved+out.Promoted == 0 {
+			return nil, fmt.Errorf("reconcile %d children: %w", len(ids), err)
+		}
+		// Some levels were done; count the rest and let the host come back.
+		res.AddError(scannerapi.ErrTransport, "exec", 1)
+		res.More = true
+	}
+	if err := x.flush(ctx); err != nil {
+		res.AddError(scannerapi.ErrTransport, "exec", 1)
+	}
+	for _, rep := range x.queuedReplies() {
+		if e := rep.AsError(); e != nil {
+			log.Warn("ZREM of an invalid member failed; retried when it is read again", "error", e)
+		}
+	}
+
+	if req.DryRun {
+		held := x.held()
+		out.Errors = withoutHeldBack(out.Errors, int64(len(held)))
+		for _, c := range held {
+			note("would call %s", describeCall(c))
+		}
+		res.Processed += int64(len(held))
+		for _, e := range out.Errors {
+			res.AddError(e.Class, e.Code, e.Count)
+		}
+	} else {
+		out.AddTo(res)
+	}
+	res.Skipped += out.NotTerminal
+	if len(out.Left) > 0 {
+		log.Warn("skip cascade reached its depth limit; the next passes continue it", "left", len(out.Left))
+	}
+
+	// Failure tracking per child (not for a batch that could not run).
+	if err == nil {
+		for _, id := range ids {
+			eid := id.String()
+			class, failed := x.failure(id)
+			if !failed {
+				s.failures.RecordSuccess(eid)
+				continue
+			}
+			if s.failures.RecordFailure(eid, req.Cycle) {
+				log.Error("reconciling this child keeps failing; skipping it for a while",
+					"execution_id", eid, "class", class, "backoff_cycles", scannerapi.DefaultBackoffCycles)
+			}
+		}
+	}
+
+	if !req.DryRun && res.Processed > 0 && req.Batch > 0 {
+		for _, n := range window {
+			if n >= req.Batch {
+				res.More = true
+			}
+		}
+	}
+	if res.Processed > 0 {
+		log.Debug("dependencies reconciled", "partition", req.Partition.Tag(), "children", len(ids),
+			"satisfied", out.Satisfied, "impossible", out.Impossible, "skipped", out.Skipped, "promoted", out.Promoted)
+	}
+	return res, nil
+}
+
+// describeCall renders a held-back FCALL for a dry-run note: the function,
+// its child and its arguments.
+func describeCall(c scannerapi.Command) string {
+	if len(c) < 3 {
+		return fmt.Sprint(c)
+	}
+	child := ""
+	if k, ok := firstKey(c); ok {
+		if id, ok := execOfKey(k); ok {
+			child = id.String()
+		}
+	}
+	var args []string
+	if n := numKeys(c); 3+n <= len(c) {
+		args = c[3+n:]
+	}
+	return fmt.Sprintf("%s on %s %v", c[1], child, args)
+}
+
+func numKeys(c scannerapi.Command) int {
+	if len(c) < 3 {
+		return 0
+	}
+	n, err := strconv.Atoi(c[2])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}

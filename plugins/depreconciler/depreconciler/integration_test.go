@@ -1,0 +1,491 @@
+package depreconciler_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/internal/flowtest"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/plugins/depreconciler/depreconciler"
+	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+)
+
+const pluginPkg = "github.com/ffscan/ffscan/plugins/depreconciler"
+
+var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+
+// part is the flow partition the integration scenarios use.
+var part = keys.Partition{Family: keys.FamilyFlow, Index: 5}
+
+const lane = "default"
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildPath string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// pluginBinary builds the plugin once per test binary.
+func pluginBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "depreconciler-plugin-")
+		if buildErr != nil {
+			return
+		}
+		_ = os.Chmod(buildDir, 0o755)
+		buildPath = filepath.Join(buildDir, "depreconciler")
+		if out, err := exec.Command("go", "build", "-o", buildPath, pluginPkg).CombinedOutput(); err != nil {
+			buildErr = err
+			buildPath = string(out)
+		}
+	})
+	require.NoError(t, buildErr, buildPath)
+	return buildPath
+}
+
+// fixture is a server with the library, a client that builds flows, and
+// the host's part: the rotating candidate read and command execution.
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	vk     valkey.Client
+	lib    *lua.Library
+	c      *client.Client
+	cb     *countingCallbacks
+	cycle  uint64
+	cursor map[string]int
+}
+
+func newFixture(t *testing.T) *fixture {
+	srv := testenv.New(t)
+	vk := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	lib := lua.New(vk, lua.Options{})
+	_, err := lib.Ensure(ctx)
+	require.NoError(t, err)
+	c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
+	require.NoError(t, err)
+	return &fixture{t: t, ctx: ctx, vk: vk, lib: lib, c: c,
+		cb: &countingCallbacks{inner: scannertest.Callbacks(vk)}, cursor: map[string]int{}}
+}
+
+// countingCallbacks counts batches and FCALLs on their way to the server.
+type countingCallbacks struct {
+	inner  scannerapi.Callbacks
+	mu     sync.Mutex
+	execs  int
+	fcalls int
+}
+
+func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	c.mu.Lock()
+	c.execs++
+	for _, cmd := range cmds {
+		if cmd[0] == "FCALL" {
+			c.fcalls++
+		}
+	}
+	c.mu.Unlock()
+	return c.inner.Exec(ctx, scanner, cmds)
+}
+
+func (c *countingCallbacks) reset() (execs, fcalls int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	execs, fcalls = c.execs, c.fcalls
+	c.execs, c.fcalls = 0, 0
+	return
+}
+
+func (f *fixture) do(args ...string) {
+	f.t.Helper()
+	require.NoError(f.t, f.vk.Do(f.ctx, f.vk.B().Arbitrary(args...).Build()).Error(), "%v", args)
+}
+
+// flowIn creates a flow homed on p (and so are its members).
+func (f *fixture) flowIn(p keys.Partition, ns string) keys.FlowID {
+	f.t.Helper()
+	for {
+		fid := keys.NewFlowID()
+		if parts.FlowPartition(fid) != p {
+			continue
+		}
+		_, err := f.c.CreateFlow(f.ctx, client.CreateFlowRequest{ID: fid, Namespace: ns})
+		require.NoError(f.t, err)
+		return fid
+	}
+}
+
+func (f *fixture) member(fid keys.FlowID, ns string) keys.ExecutionID {
+	f.t.Helper()
+	r, err := f.c.CreateExecution(f.ctx, client.CreateRequest{Flow: &fid, Lane: lane, Namespace: ns, Payload: []byte("p")})
+	require.NoError(f.t, err)
+	return r.ID
+}
+
+func (f *fixture) edge(fid keys.FlowID, up, down keys.ExecutionID) {
+	f.t.Helper()
+	_, err := f.c.AddDependency(f.ctx, client.DependencyRequest{Flow: fid, Upstream: up, Downstream: down})
+	require.NoError(f.t, err)
+}
+
+// chain creates members linked one after the other.
+func (f *fixture) chain(fid keys.FlowID, n int) []keys.ExecutionID {
+	f.t.Helper()
+	ids := make([]keys.ExecutionID, n)
+	for i := range ids {
+		ids[i] = f.member(fid, "")
+		if i > 0 {
+			f.edge(fid, ids[i-1], ids[i])
+		}
+	}
+	return ids
+}
+
+func (f *fixture) succeed(id keys.ExecutionID) {
+	f.t.Helper()
+	require.NoError(f.t, flowtest.Succeed(f.ctx, f.lib, id, []byte("r")))
+}
+
+func (f *fixture) flunk(id keys.ExecutionID) {
+	f.t.Helper()
+	require.NoError(f.t, flowtest.Flunk(f.ctx, f.lib, id, "boom"))
+}
+
+func (f *fixture) state(id keys.ExecutionID) string {
+	f.t.Helper()
+	core, err := flowtest.Core(f.ctx, f.vk, id)
+	require.NoError(f.t, err)
+	return core["public_state"]
+}
+
+func (f *fixture) eligible(id keys.ExecutionID) bool {
+	f.t.Helper()
+	err := f.vk.Do(f.ctx, f.vk.B().Zscore().Key(keys.FlowPart(id.Partition()).LaneEligible(lane)).Member(id.String()).Build()).Error()
+	if valkey.IsValkeyNil(err) {
+		return false
+	}
+	require.NoError(f.t, err)
+	return true
+}
+
+func (f *fixture) blockedKey() string { return keys.FlowPart(part).LaneBlockedDependencies(lane) }
+
+func (f *fixture) blocked() []string {
+	f.t.Helper()
+	m, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(f.blockedKey()).Min("0").Max("-1").Build()).AsStrSlice()
+	require.NoError(f.t, err)
+	return m
+}
+
+func (f *fixture) now() int64 {
+	f.t.Helper()
+	tm, err := f.vk.Do(f.ctx, f.vk.B().Time().Build()).AsStrSlice()
+	require.NoError(f.t, err)
+	secs, _ := strconv.ParseInt(tm[0], 10, 64)
+	micros, _ := strconv.ParseInt(tm[1], 10, 64)
+	return secs*1000 + micros/1000
+}
+
+// request plays the host's zset_rotate read: the next window of batch
+// members by rank, the cursor advancing by a full window and wrapping
+// after a short one.
+func (f *fixture) request(batch int) *scannerapi.ScanRequest {
+	f.t.Helper()
+	key := f.blockedKey()
+	start := f.cursor[key]
+	zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(key).Min(strconv.Itoa(start)).Max(strconv.Itoa(start+batch-1)).Withscores().Build()).AsZScores()
+	require.NoError(f.t, err)
+	if len(zs) < batch {
+		f.cursor[key] = 0
+	} else {
+		f.cursor[key] = start + batch
+	}
+	f.cycle++
+	req := &scannerapi.ScanRequest{Scanner: depreconciler.Name, Partition: part, NowMs: f.now(), Cycle: f.cycle, Batch: batch, Lanes: []string{lane}}
+	for _, z := range zs {
+		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "blocked_dependencies", Key: key, Lane: lane, Member: z.Member, Score: z.Score})
+	}
+	return req
+}
+
+func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
+	f.t.Helper()
+	res, err := s.ScanPartition(f.ctx, nil, req)
+	require.NoError(f.t, err)
+	return res
+}
+
+type mode struct {
+	name string
+	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
+}
+
+func modes() []mode {
+	return []mode{
+		{"linked", func(_ *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
+			return scannerapi.Linked(depreconciler.New(), cb)
+		}},
+		{"plugin", func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
+			p := scannertest.Launch(t, pluginBinary(t), cb)
+			s, ok := p.Scanner(depreconciler.Name)
+			require.True(t, ok)
+			return s
+		}},
+	}
+}
+
+// observed is what a scenario saw, compared across modes.
+type observed struct {
+	Results []*scannerapi.ScanResult
+	Execs   []int
+	FCalls  []int
+}
+
+func (o *observed) add(f *fixture, res *scannerapi.ScanResult) {
+	execs, fcalls := f.cb.reset()
+	o.Results = append(o.Results, res)
+	o.Execs = append(o.Execs, execs)
+	o.FCalls = append(o.FCalls, fcalls)
+}
+
+func agree(t *testing.T, scenario func(t *testing.T, m mode) observed) {
+	var got []observed
+	for _, m := range modes() {
+		t.Run(m.name, func(t *testing.T) { got = append(got, scenario(t, m)) })
+	}
+	require.Len(t, got, 2)
+	assert.Equal(t, got[0], got[1], "linked and plugin runs observe the same")
+}
+
+// The main scenario of 8.3, with no completion listener running: a child
+// whose parent completed is released; a failed parent skips its child and,
+// through the cascade, the grandchild; an all_of child waits until every
+// parent finished; a child of a running parent is left alone; garbage and
+// foreign members are handled.
+func mainScenario(t *testing.T, m mode) observed {
+	f := newFixture(t)
+	s := m.make(t, f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	fid := f.flowIn(part, "")
+	ok := f.chain(fid, 3)    // A -> B -> C
+	bad := f.chain(fid, 3)   // D -> E -> G
+	stuck := f.chain(fid, 2) // K -> L, K never finishes
+	h, i, j := f.member(fid, ""), f.member(fid, ""), f.member(fid, "")
+	f.edge(fid, h, j)
+	f.edge(fid, i, j)
+	f.succeed(ok[0])
+	f.flunk(bad[0])
+	f.succeed(h)
+	f.do("ZADD", f.blockedKey(), "1", "garbage")
+	other, err := keys.ParseExecutionID("{fp:9}:6f1c2d3e-4a5b-4c6d-8e7f-001122334455")
+	require.NoError(t, err)
+	f.do("ZADD", f.blockedKey(), "2", other.String())
+	require.Equal(t, "waiting_children", f.state(ok[1]), "no listener: the push never happened")
+
+	var o observed
+	f.cb.reset()
+	res := f.scan(s, f.request(50))
+	o.add(f, res)
+	// A->B satisfied, D->E impossible (E skipped) and, cascaded, E->G
+	// impossible (G skipped), H->J satisfied.
+	assert.Equal(t, int64(4), res.Processed, "%+v", res)
+	// Waiting edges: B->C, E->G as read before E was skipped, I->J, K->L.
+	assert.Equal(t, int64(4), res.Skipped)
+	assert.ElementsMatch(t, []scannerapi.ErrorCount{
+		{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1},
+		{Class: scannerapi.ErrInvalid, Code: "foreign_member", Count: 1},
+	}, res.Errors)
+	assert.False(t, res.More)
+	assert.Equal(t, 4, o.FCalls[0])
+	assert.LessOrEqual(t, o.Execs[0], 9, "four round trips for all children, four per cascade level, one for the last")
+
+	assert.Equal(t, "waiting", f.state(ok[1]))
+	assert.True(t, f.eligible(ok[1]))
+	assert.Equal(t, "waiting_children", f.state(ok[2]), "its parent B has not run")
+	assert.Equal(t, "skipped", f.state(bad[1]))
+	assert.Equal(t, "skipped", f.state(bad[2]), "the skip cascades")
+	assert.Equal(t, "waiting_children", f.state(j), "all_of: I has not finished")
+	assert.Equal(t, "waiting_children", f.state(stuck[1]))
+	assert.NotContains(t, f.blocked(), "garbage")
+	assert.Contains(t, f.blocked(), other.String(), "foreign member left for an operator")
+
+	// I finishes: the next pass releases J, nothing else changes.
+	f.succeed(i)
+	res = f.scan(s, f.request(50))
+	o.add(f, res)
+	assert.Equal(t, int64(1), res.Processed, "%+v", res)
+	assert.Equal(t, "waiting", f.state(j))
+	assert.True(t, f.eligible(j))
+	return o
+}
+
+func TestMainLinkedAndPluginAgree(t *testing.T) { agree(t, mainScenario) }
+
+// Rotation (P3): with batch 1 an old child stuck behind a running parent
+// does not keep a newer resolvable child waiting: the window moves on.
+func rotationScenario(t *testing.T, m mode) observed {
+	f := newFixture(t)
+	s := m.make(t, f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	fid := f.flowIn(part, "")
+	old := f.chain(fid, 2)
+	fresh := f.chain(fid, 2)
+	require.Equal(t, []string{old[1].String(), fresh[1].String()}, f.blocked(), "the stuck child is the oldest")
+	f.succeed(fresh[0])
+
+	var o observed
+	scans := 0
+	for ; scans < 3 && !f.eligible(fresh[1]); scans++ {
+		res := f.scan(s, f.request(1))
+		o.add(f, res)
+	}
+	assert.True(t, f.eligible(fresh[1]))
+	assert.LessOrEqual(t, scans, 2)
+	assert.Equal(t, "waiting_children", f.state(old[1]))
+	return o
+}
+
+func TestRotationLinkedAndPluginAgree(t *testing.T) { agree(t, rotationScenario) }
+
+// Poison children (a wrong-type unresolved set; an upstream whose core is
+// not a hash) are counted, do not stop the healthy child in the same
+// batch, and are backed off after three failing scans.
+func poisonScenario(t *testing.T, m mode) observed {
+	f := newFixture(t)
+	s := m.make(t, f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	fid := f.flowIn(part, "")
+	a := f.chain(fid, 2)
+	b := f.chain(fid, 2)
+	good := f.chain(fid, 2)
+	f.do("DEL", keys.Exec(a[1]).DepsUnresolved())
+	f.do("SET", keys.Exec(a[1]).DepsUnresolved(), "not a set")
+	f.do("RENAME", keys.Exec(b[0]).Core(), keys.Exec(b[0]).Core()+":moved")
+	f.do("SET", keys.Exec(b[0]).Core(), "not a hash")
+
+	var o observed
+	var errs, skipped []int64
+	for n := 0; n < 5; n++ {
+		if n == 1 {
+			f.succeed(good[0])
+		}
+		res := f.scan(s, f.request(50))
+		o.add(f, res)
+		errs = append(errs, res.ErrorTotal())
+		skipped = append(skipped, res.Skipped)
+	}
+	assert.Equal(t, []int64{2, 2, 2, 0, 0}, errs, "three failures each, then backoff")
+	assert.Equal(t, int64(2), skipped[4], "both backed off")
+	assert.True(t, f.eligible(good[1]), "the healthy child was released meanwhile")
+	return o
+}
+
+func TestPoisonLinkedAndPluginAgree(t *testing.T) { agree(t, poisonScenario) }
+
+// The filter applies to the downstream execution: a child of another
+// namespace is left blocked.
+func TestFilterAppliesToDownstream(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(depreconciler.New(), f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+	mine := f.flowIn(part, "tenant-a")
+	theirs := f.flowIn(part, "tenant-b")
+	m := []keys.ExecutionID{f.member(mine, "tenant-a"), f.member(mine, "tenant-a")}
+	f.edge(mine, m[0], m[1])
+	th := []keys.ExecutionID{f.member(theirs, "tenant-b"), f.member(theirs, "tenant-b")}
+	f.edge(theirs, th[0], th[1])
+	f.succeed(m[0])
+	f.succeed(th[0])
+	res := f.scan(s, f.request(50))
+	assert.Equal(t, int64(1), res.Processed, "%+v", res)
+	assert.Equal(t, int64(1), res.Skipped)
+	assert.True(t, f.eligible(m[1]))
+	assert.Equal(t, "waiting_children", f.state(th[1]))
+}
+
+// A dry run reads, predicts and writes nothing.
+func TestDryRun(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(depreconciler.New(), f.cb)
+	fid := f.flowIn(part, "")
+	c := f.chain(fid, 2)
+	f.succeed(c[0])
+	f.do("ZADD", f.blockedKey(), "1", "garbage")
+	f.cb.reset()
+	req := f.request(50)
+	req.DryRun = true
+	res := f.scan(s, req)
+	_, fcalls := f.cb.reset()
+	assert.Zero(t, fcalls)
+	assert.Equal(t, int64(1), res.Processed)
+	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1}}, res.Errors)
+	require.NotEmpty(t, res.Notes)
+	assert.Contains(t, res.Notes[len(res.Notes)-1], "would call ff_resolve_dependency on "+c[1].String())
+	assert.Equal(t, "waiting_children", f.state(c[1]))
+	assert.Contains(t, f.blocked(), "garbage")
+}
+
+// A full window that resolved something asks the host to come back. The
+// released children leave the set, so the host's next window (by rank)
+// starts past the rest; it wraps and finds them on the following scan.
+func TestFullWindowSaysMore(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(depreconciler.New(), f.cb)
+	fid := f.flowIn(part, "")
+	var kids []keys.ExecutionID
+	for range 3 {
+		c := f.chain(fid, 2)
+		f.succeed(c[0])
+		kids = append(kids, c[1])
+	}
+	res := f.scan(s, f.request(2))
+	assert.Equal(t, int64(2), res.Processed)
+	assert.True(t, res.More)
+	var total int64
+	for n := 0; n < 2; n++ {
+		res = f.scan(s, f.request(2))
+		total += res.Processed
+		assert.False(t, res.More)
+	}
+	assert.Equal(t, int64(1), total)
+	for _, k := range kids {
+		assert.True(t, f.eligible(k))
+	}
+}
+
+func TestInfo(t *testing.T) {
+	info := depreconciler.New().Info()
+	require.NoError(t, scannerapi.ValidateInfo(info))
+	assert.Equal(t, depreconciler.Name, info.Name)
+	assert.Equal(t, 15*time.Second, info.DefaultInterval)
+	assert.Equal(t, 50, info.DefaultBatch)
+	assert.Equal(t, scannerapi.SourceZSetRotate, info.Sources[0].Kind)
+	assert.ElementsMatch(t, []string{"TIME", "HGET", "HMGET", "SMEMBERS", "ZREM"}, info.Commands)
+	assert.Error(t, depreconciler.New().Configure(context.Background(), map[string]string{"lookahead": "1"}))
+}
