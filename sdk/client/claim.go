@@ -65,14 +65,14 @@ func (w *Worker) claimNext(ctx context.Context) (*Task, error) {
 	}
 	for _, c := range eligible {
 		t, err := w.tryClaim(ctx, c.id, lane)
-		if t != nil {
+		switch {
+		case t != nil:
 			return t, nil
-		}
-		if err != nil && !claimRetryable(err) {
-			return nil, err
-		}
-		if err != nil {
+		case err == nil:
+		case claimRetryable(err):
 			w.log.Debug("claim skipped", "execution_id", c.id, "error", err)
+		default:
+			return nil, err
 		}
 	}
 	return nil, nil

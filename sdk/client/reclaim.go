@@ -36,14 +36,14 @@ func (w *Worker) reclaimAny(ctx context.Context, ids []keys.ExecutionID) (*Task,
 			continue
 		}
 		t, err := w.tryReclaim(ctx, ids[i], f[2])
-		if t != nil {
+		switch {
+		case t != nil:
 			return t, nil
-		}
-		if err != nil && !claimRetryable(err) {
-			return nil, err
-		}
-		if err != nil {
+		case err == nil:
+		case claimRetryable(err):
 			w.log.Debug("reclaim skipped", "execution_id", ids[i], "error", err)
+		default:
+			return nil, err
 		}
 	}
 	return nil, nil

@@ -57,8 +57,9 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 		switch {
 		case ctx.Err() != nil:
 			if t != nil {
-				// Claimed just as we stopped: hand it back by letting the
-				// lease lapse would delay it; run it like any other.
+				// Claimed just as we were told to stop. Abandoning it would
+				// delay it by a whole lease TTL; run it like any other (Run
+				// waits for its handler before returning).
 				handlers.Add(1)
 				go w.handle(&handlers, t, h)
 			}
