@@ -51,9 +51,39 @@ import (
 	"github.com/ffscan/ffscan/keys"
 )
 
-// APIVersion is the version of this contract. The go-plugin handshake
-// carries it; a host refuses plugins whose version it does not support.
-const APIVersion = 1
+// APIVersion is the newest version of this contract, the one a scanner
+// built with this SDK declares (Info.APIVersion = scannerapi.APIVersion).
+// The go-plugin handshake carries it: the host offers every version from
+// MinAPIVersion to APIVersion, the plugin answers with the version its
+// scanners declare, and a plugin outside that range is refused with an
+// *APIVersionError that names both sides' versions.
+//
+// Version history:
+//
+//	1  the initial contract.
+//	2  Configure may be called again on a running scanner, concurrently with
+//	   ScanPartition and SampleBacklog calls in flight (live reload of
+//	   options); the new options apply to calls that start after Configure
+//	   returned. A version 1 scanner is configured exactly once per process:
+//	   the host applies an options change to it by starting a fresh process
+//	   and hot-swapping to it.
+//
+// Additions to the wire protocol that old peers can ignore (new optional
+// fields) do not change the version; changes of meaning do.
+const APIVersion = 2
+
+// MinAPIVersion is the oldest contract version this SDK still runs: a host
+// built with it launches plugins built against any version from
+// MinAPIVersion to APIVersion, and Serve serves scanners that declare one
+// of them.
+const MinAPIVersion = 1
+
+// SupportsAPIVersion reports whether v is a contract version this SDK runs.
+func SupportsAPIVersion(v int) bool { return v >= MinAPIVersion && v <= APIVersion }
+
+// LiveConfigure reports whether a scanner of contract version v accepts
+// Configure while it runs (version 2 and later).
+func LiveConfigure(v int) bool { return v >= 2 }
 
 // Scanner is what a plugin author implements. Methods may be called
 // concurrently for different partitions; implementations must be safe for
@@ -64,8 +94,10 @@ type Scanner interface {
 	Info() Info
 	// Configure validates and applies the operator's options (from the
 	// host config, checked against Info.Options first). It is called before
-	// the first scan and again when the configuration is reloaded; an
-	// error rejects the new options and the old ones stay.
+	// the first scan and (API version 2) again when the configuration is
+	// reloaded, possibly while scans are in flight: apply the new options
+	// to calls that start afterwards. An error rejects the new options and
+	// the old ones must stay in force.
 	Configure(ctx context.Context, options map[string]string) error
 	// ScanPartition does the work of one partition for one cycle: the host
 	// passes the candidates it fetched; the scanner reads and acts through
@@ -87,8 +119,9 @@ type Info struct {
 	Name string
 	// Version is the scanner's own version (free form, e.g. "1.2.0").
 	Version string
-	// APIVersion is the contract version the scanner was built against
-	// (set it to scannerapi.APIVersion).
+	// APIVersion is the contract version the scanner was written against:
+	// set it to scannerapi.APIVersion. A plugin's scanners must all declare
+	// the same version; Serve announces it in the handshake.
 	APIVersion int
 	// Family selects the partitions the host iterates: flow ({fp:N}),
 	// budget ({b:M}) or quota ({q:K}).

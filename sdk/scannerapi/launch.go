@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,7 +118,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 
 	p.client = plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
-		VersionedPlugins: pluginSets(&grpcPlugin{}),
+		VersionedPlugins: hostPluginSets(&grpcPlugin{}),
 		RunnerFunc: func(l hclog.Logger, spec *exec.Cmd, _ string) (runner.Runner, error) {
 			// go-plugin hands us a placeholder command that carries the
 			// environment it needs (cookie, versions, mTLS cert, socket
@@ -147,6 +149,10 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	}
 	rpcClient, err := p.client.Client()
 	if err != nil {
+		if verr := apiVersionError(path, err); verr != nil {
+			p.Kill()
+			return nil, verr
+		}
 		return fail(err)
 	}
 	p.pid = p.runner.Pid()
@@ -196,6 +202,20 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		return fail(errors.New("the plugin serves no scanner"))
 	}
 	return p, nil
+}
+
+// goPluginVersionRE matches go-plugin's incompatible-version message.
+var goPluginVersionRE = regexp.MustCompile(`incompatible API version with plugin\. Plugin version: (-?\d+)`)
+
+// apiVersionError recognises go-plugin's refusal of a plugin's protocol
+// version and turns it into an *APIVersionError.
+func apiVersionError(path string, err error) error {
+	m := goPluginVersionRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return nil
+	}
+	v, _ := strconv.Atoi(m[1])
+	return &APIVersionError{Path: path, Plugin: v, Min: MinAPIVersion, Max: APIVersion, Detail: err.Error()}
 }
 
 // baseEnv is the part of the host's environment a plugin inherits.

@@ -13,7 +13,9 @@ import (
 
 // Handshake is the go-plugin handshake shared by the host and every plugin.
 // The magic cookie only keeps people from running a plugin binary by hand
-// by mistake (it is not a security measure); ProtocolVersion is APIVersion.
+// by mistake (it is not a security measure). ProtocolVersion carries the
+// contract version: Launch offers MinAPIVersion..APIVersion (go-plugin's
+// VersionedPlugins) and Serve answers with the version its scanners declare.
 var Handshake = plugin.HandshakeConfig{
 	ProtocolVersion:  APIVersion,
 	MagicCookieKey:   "FFSCAN_PLUGIN",
@@ -51,13 +53,45 @@ func (e *RemoteError) Error() string {
 	return fmt.Sprintf("scanner %s: %s: %s", e.Scanner, e.Method, e.Message)
 }
 
-// pluginSets builds the VersionedPlugins map of either side. A later API
-// version adds its own entry here and keeps this one so that older plugins
-// keep working; each entry maps to the adapter for that wire version.
-func pluginSets(p plugin.Plugin) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{
-		APIVersion: {pluginName: p},
+// hostPluginSets is the host side's VersionedPlugins: every supported
+// contract version. All versions share one wire protocol (the proto only
+// ever gains optional fields); what differs between versions is meaning,
+// which the host looks up with the negotiated version (see LiveConfigure).
+func hostPluginSets(p plugin.Plugin) map[int]plugin.PluginSet {
+	out := map[int]plugin.PluginSet{}
+	for v := MinAPIVersion; v <= APIVersion; v++ {
+		out[v] = plugin.PluginSet{pluginName: p}
 	}
+	return out
+}
+
+// servePluginSets is the plugin side's VersionedPlugins: the one version
+// its scanners declare.
+func servePluginSets(version int, p plugin.Plugin) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{version: {pluginName: p}}
+}
+
+// APIVersionError is returned by Launch when a plugin speaks a contract
+// version this host does not run.
+type APIVersionError struct {
+	Path   string // the plugin executable
+	Plugin int    // the version the plugin offered (0 if unknown)
+	Min    int    // the oldest version the host runs
+	Max    int    // the newest version the host runs
+	Detail string // go-plugin's own message
+}
+
+// Error implements error.
+func (e *APIVersionError) Error() string {
+	offered := "an unknown scanner API version"
+	if e.Plugin > 0 {
+		offered = fmt.Sprintf("scanner API version %d", e.Plugin)
+	}
+	hint := "rebuild the plugin against a compatible sdk/scannerapi"
+	if e.Plugin > e.Max {
+		hint = "upgrade ffscan, or rebuild the plugin against an sdk/scannerapi no newer than this host's"
+	}
+	return fmt.Sprintf("plugin %s speaks %s; this host runs versions %d to %d: %s", e.Path, offered, e.Min, e.Max, hint)
 }
 
 // grpcPlugin is the go-plugin adapter. On the plugin side server is set; on

@@ -26,7 +26,10 @@ const parentPollInterval = 250 * time.Millisecond
 //
 //	func main() { scannerapi.Serve(leaseexpiry.New()) }
 //
-// One binary may serve several scanners; their names must be unique. Serve
+// One binary may serve several scanners; their names must be unique and
+// they must declare the same Info.APIVersion, which Serve offers in the
+// handshake (a host refuses versions it does not run, with a message that
+// names both sides' versions). Serve
 // does not return. It exits with status 1 when the scanners are invalid
 // (see ValidateInfo) or when the binary was not started by an ffscan host.
 //
@@ -55,9 +58,11 @@ func Serve(scanners ...Scanner) {
 		logger.Error("parent process is gone; exiting", "original_parent", ppid, "parent", os.Getppid())
 		os.Exit(3)
 	})
+	hs := Handshake
+	hs.ProtocolVersion = uint(srv.apiVersion)
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig:  Handshake,
-		VersionedPlugins: pluginSets(&grpcPlugin{server: srv}),
+		HandshakeConfig:  hs,
+		VersionedPlugins: servePluginSets(srv.apiVersion, &grpcPlugin{server: srv}),
 		GRPCServer:       newGRPCServer,
 		Logger:           logger,
 	})
@@ -81,12 +86,15 @@ func watchParent(ppid int, every time.Duration, gone func(ppid int)) {
 type pluginServer struct {
 	pb.UnimplementedScannerServer
 
-	logger   hclog.Logger
-	order    []string
-	scanners map[string]Scanner
-	infos    map[string]Info
-	loggers  map[string]hclog.Logger
-	broker   *plugin.GRPCBroker // set by grpcPlugin.GRPCServer
+	logger hclog.Logger
+	// apiVersion is the contract version all scanners declare; Serve
+	// offers it in the handshake.
+	apiVersion int
+	order      []string
+	scanners   map[string]Scanner
+	infos      map[string]Info
+	loggers    map[string]hclog.Logger
+	broker     *plugin.GRPCBroker // set by grpcPlugin.GRPCServer
 
 	mu       sync.Mutex
 	cbConn   *grpc.ClientConn
@@ -111,6 +119,11 @@ func newPluginServer(logger hclog.Logger, scanners []Scanner) (*pluginServer, er
 		info := sc.Info()
 		if err := ValidateInfo(info); err != nil {
 			return nil, err
+		}
+		if s.apiVersion == 0 {
+			s.apiVersion = info.APIVersion
+		} else if info.APIVersion != s.apiVersion {
+			return nil, fmt.Errorf("scannerapi: scanners of one plugin must declare the same APIVersion: %s declares %d, %s declares %d", s.order[0], s.apiVersion, info.Name, info.APIVersion)
 		}
 		if _, dup := s.scanners[info.Name]; dup {
 			return nil, fmt.Errorf("scannerapi: two scanners are named %q", info.Name)

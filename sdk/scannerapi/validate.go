@@ -8,7 +8,7 @@ import (
 )
 
 // ValidateInfo checks that an Info is complete and self-consistent: a valid
-// name, the current APIVersion, a known family, a positive interval and
+// name, a supported APIVersion (MinAPIVersion..APIVersion), a known family, a positive interval and
 // batch, well-formed sources (known kinds, keys under "ff:" that contain
 // "{p}"), upper-case command names (FCALL goes through Functions) and
 // unique, typed options. Serve refuses to serve, and Launch refuses to
@@ -20,8 +20,8 @@ func ValidateInfo(in Info) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("scanner %s: %s", in.Name, fmt.Sprintf(format, args...))
 	}
-	if in.APIVersion != APIVersion {
-		return bad("APIVersion is %d, want %d (set Info.APIVersion to scannerapi.APIVersion)", in.APIVersion, APIVersion)
+	if !SupportsAPIVersion(in.APIVersion) {
+		return bad("APIVersion is %d; this SDK supports %d to %d (set Info.APIVersion to scannerapi.APIVersion)", in.APIVersion, MinAPIVersion, APIVersion)
 	}
 	switch in.Family {
 	case keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota:

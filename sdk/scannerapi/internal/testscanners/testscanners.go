@@ -165,6 +165,23 @@ func (Spawner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition)
 	return nil, nil
 }
 
+// WithAPIVersion makes s declare contract version v, as a scanner built
+// against an SDK whose APIVersion was v would.
+func WithAPIVersion(s scannerapi.Scanner, v int) scannerapi.Scanner {
+	return versioned{Scanner: s, v: v}
+}
+
+type versioned struct {
+	scannerapi.Scanner
+	v int
+}
+
+func (s versioned) Info() scannerapi.Info {
+	in := s.Scanner.Info()
+	in.APIVersion = s.v
+	return in
+}
+
 // All returns one of each.
 func All() []scannerapi.Scanner {
 	return []scannerapi.Scanner{&Echo{}, Sleeper{}, Panicker{}, Spawner{}}
