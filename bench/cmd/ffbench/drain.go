@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/bench/measure"
+	"github.com/ffscan/ffscan/bench/seed"
+	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/launcher"
+	"github.com/ffscan/ffscan/host/metrics"
+	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/plugins/leaseexpiry/leaseexpiry"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// Drain modes.
+const (
+	modePlugin = "plugin"
+	modeLinked = "in-process"
+	modeRaw    = "raw"
+)
+
+// drainRun is one timed drain of the seeded state.
+type drainRun struct {
+	Mode     string
+	Rep      int
+	Elapsed  time.Duration
+	Marked   int64 // leases the mode reports it marked
+	Verified int   // cores found lease_expired_reclaimable afterwards
+	Cycles   int   // scheduler cycles (raw: passes)
+	RPCs     int64 // ScanPartition/SampleBacklog calls (scheduler modes)
+	Execs    int64 // callback batches (scheduler modes)
+	Commands int64 // commands in those batches
+	FCalls   int64 // FCALLs sent (raw)
+	Errors   int64
+}
+
+func (d drainRun) rate() float64 { return float64(d.Marked) / d.Elapsed.Seconds() }
+
+type drainResult struct {
+	Leases     int
+	Partitions int
+	SeedTime   time.Duration
+	SaveTime   time.Duration
+	Restore    []time.Duration
+	Runs       []drainRun
+	LoadBefore string
+	LoadAfter  string
+}
+
+// best returns the median run of a mode by elapsed time.
+func (r *drainResult) median(mode string) (drainRun, bool) {
+	var rs []drainRun
+	for _, x := range r.Runs {
+		if x.Mode == mode {
+			rs = append(rs, x)
+		}
+	}
+	if len(rs) == 0 {
+		return drainRun{}, false
+	}
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].Elapsed < rs[j-1].Elapsed; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+	return rs[len(rs)/2], true
+}
+
+// countingRecorder counts plugin calls and callback batches on top of the
+// host's own metrics.
+type countingRecorder struct {
+	*metrics.Metrics
+	rpcs, execs, cmds atomic.Int64
+}
+
+func (c *countingRecorder) RPC(scanner, method string, d time.Duration) {
+	c.rpcs.Add(1)
+	c.Metrics.RPC(scanner, method, d)
+}
+
+func (c *countingRecorder) CallbackCommands(scanner string, n int) {
+	c.execs.Add(1)
+	c.cmds.Add(int64(n))
+	c.Metrics.CallbackCommands(scanner, n)
+}
+
+type staticTarget struct{ s scannerapi.Scanner }
+
+func (t staticTarget) Current() (scannerapi.Scanner, scannerapi.Info, error) {
+	return t.s, t.s.Info(), nil
+}
+
+// runDrain seeds n expired leases once, snapshots them, and drains the
+// same state with every mode, reps times, rotating the order of modes
+// between repetitions.
+func (b *bench) runDrain(ctx context.Context, n, reps int) (*drainResult, error) {
+	res := &drainResult{Leases: n, Partitions: int(b.parts.Flow), LoadBefore: measure.Load()}
+	if err := b.flush(ctx); err != nil {
+		return nil, err
+	}
+	s := seed.New(b.lib, b.parts)
+	t0 := time.Now()
+	ids, err := s.Leases(ctx, n, time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	res.SeedTime = time.Since(t0)
+	b.logf("drain: seeded %d expired leases over %d partitions in %s", n, b.parts.Flow, res.SeedTime.Round(time.Millisecond))
+	t0 = time.Now()
+	if err := seed.Snapshot(ctx, b.client); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	res.SaveTime = time.Since(t0)
+
+	modes := []string{modePlugin, modeLinked, modeRaw}
+	for rep := 0; rep < reps; rep++ {
+		for k := range modes {
+			mode := modes[(k+rep)%len(modes)]
+			t0 := time.Now()
+			if err := seed.Restore(ctx, b.client); err != nil {
+				return nil, fmt.Errorf("restore: %w", err)
+			}
+			res.Restore = append(res.Restore, time.Since(t0))
+			if err := b.checkDue(ctx, n); err != nil {
+				return nil, err
+			}
+			var run drainRun
+			switch mode {
+			case modeRaw:
+				run, err = b.drainRaw(ctx, n)
+			default:
+				run, err = b.drainScheduler(ctx, mode, n)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("drain %s: %w", mode, err)
+			}
+			run.Rep = rep + 1
+			if run.Verified, err = countMarked(ctx, b.client, ids); err != nil {
+				return nil, err
+			}
+			b.logf("drain: %-10s rep %d: %d marked (%d verified) in %s = %.0f leases/s, %d cycles, %d RPCs, %d callback batches",
+				run.Mode, run.Rep, run.Marked, run.Verified, run.Elapsed.Round(time.Millisecond), run.rate(), run.Cycles, run.RPCs, run.Execs)
+			res.Runs = append(res.Runs, run)
+		}
+	}
+	res.LoadAfter = measure.Load()
+	return res, nil
+}
+
+// checkDue makes sure the restored state holds n due, unmarked leases.
+func (b *bench) checkDue(ctx context.Context, n int) error {
+	var cmds valkey.Commands
+	for _, p := range b.parts.Partitions(keys.FamilyFlow) {
+		cmds = append(cmds, b.client.B().Zcard().Key(keys.FlowPart(p).LeaseExpiry()).Build())
+	}
+	total := int64(0)
+	for _, r := range b.client.DoMulti(ctx, cmds...) {
+		v, err := r.AsInt64()
+		if err != nil {
+			return err
+		}
+		total += v
+	}
+	if total != int64(n) {
+		return fmt.Errorf("restored state has %d lease index entries, want %d", total, n)
+	}
+	return nil
+}
+
+func countMarked(ctx context.Context, c valkey.Client, ids []keys.ExecutionID) (int, error) {
+	vals, err := seed.Fields(ctx, c, ids, "ownership_state")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range vals {
+		if v[0] == "lease_expired_reclaimable" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// drainScheduler drives the host's scheduler over the scanner, plugin or
+// linked, with cycles back to back (no interval sleep) until every lease
+// is marked. The scanner and runner are fresh for each run: the scanner
+// remembers entries it has marked, and the state is restored between runs.
+func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRun, error) {
+	run := drainRun{Mode: mode}
+	rec := &countingRecorder{Metrics: metrics.New()}
+	svc := callbacks.New(b.lib, rec)
+	var sc scannerapi.Scanner
+	switch mode {
+	case modePlugin:
+		cat, err := catalog.New(b.pluginDir)
+		if err != nil {
+			return run, err
+		}
+		l := launcher.New(launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry", StartTimeout: 30 * time.Second},
+			cat, svc, b.log.Named(leaseexpiry.Name))
+		inst, _, err := l.Launch(ctx)
+		if err != nil {
+			return run, err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = inst.Close(cctx)
+			cancel()
+			inst.Kill()
+		}()
+		sc = inst.Scanner()
+	case modeLinked:
+		sc = scannerapi.Linked(leaseexpiry.New(), svc)
+		info := sc.Info()
+		opts, err := launcher.ResolveOptions(leaseexpiry.Name, info.Options, nil)
+		if err != nil {
+			return run, err
+		}
+		pol, _ := callbacks.PolicyFromInfo(info, false)
+		svc.Register(leaseexpiry.Name, pol)
+		if err := sc.Configure(ctx, opts); err != nil {
+			return run, err
+		}
+	}
+	r := scheduler.New(scheduler.Config{
+		Name:        leaseexpiry.Name,
+		Partitions:  b.parts,
+		Lanes:       []string{seed.DefaultLane},
+		Concurrency: b.concurrency,
+		CallTimeout: 30 * time.Second,
+		NoJitter:    true,
+	}, b.client, staticTarget{sc}, svc.HostFor(leaseexpiry.Name), rec, b.log.Named("scheduler"))
+
+	t0 := time.Now()
+	for run.Marked < int64(n) {
+		sum, err := r.Cycle(ctx, scheduler.CycleOptions{})
+		if err != nil {
+			return run, err
+		}
+		run.Cycles++
+		run.Marked += sum.Processed
+		run.Errors += sum.ErrorTotal()
+		if sum.Processed == 0 {
+			return run, fmt.Errorf("cycle %d marked nothing with %d of %d leases marked", run.Cycles, run.Marked, n)
+		}
+	}
+	run.Elapsed = time.Since(t0)
+	run.RPCs, run.Execs, run.Commands = rec.rpcs.Load(), rec.execs.Load(), rec.cmds.Load()
+	return run, nil
+}
+
+// drainRaw is the Valkey-bound reference: no scanner, no RPC, no callback
+// checks. Per pass: server TIME, then workers take partitions, each one
+// ZRANGE of every due entry and one pipeline of
+// ff_mark_lease_expired_if_due for all of them.
+func (b *bench) drainRaw(ctx context.Context, n int) (drainRun, error) {
+	run := drainRun{Mode: modeRaw}
+	c := b.client
+	var marked, fcalls, errs atomic.Int64
+	t0 := time.Now()
+	for run.Marked < int64(n) {
+		run.Cycles++
+		if run.Cycles > 5 {
+			return run, fmt.Errorf("%d of %d marked after %d passes", run.Marked, n, run.Cycles-1)
+		}
+		tm, err := c.Do(ctx, c.B().Time().Build()).AsIntSlice()
+		if err != nil || len(tm) != 2 {
+			return run, fmt.Errorf("TIME: %v", err)
+		}
+		now := strconv.FormatInt(tm[0]*1000+tm[1]/1000, 10)
+		parts := b.parts.Partitions(keys.FamilyFlow)
+		next := make(chan keys.Partition)
+		var wg sync.WaitGroup
+		var firstErr atomic.Value
+		for range b.concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for p := range next {
+					pk := keys.FlowPart(p)
+					due, err := c.Do(ctx, c.B().Zrange().Key(pk.LeaseExpiry()).Min("-inf").Max(now).Byscore().Build()).AsStrSlice()
+					if err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						continue
+					}
+					if len(due) == 0 {
+						continue
+					}
+					cmds := make(valkey.Commands, 0, len(due))
+					for _, m := range due {
+						id, err := keys.ParseExecutionID(m)
+						if err != nil {
+							errs.Add(1)
+							continue
+						}
+						k := keys.Exec(id)
+						cmds = append(cmds, c.B().Fcall().Function(leaseexpiry.Function).Numkeys(4).
+							Key(k.Core(), k.LeaseCurrent(), pk.LeaseExpiry(), k.LeaseHistory()).Arg(m).Build())
+					}
+					fcalls.Add(int64(len(cmds)))
+					for _, r := range c.DoMulti(ctx, cmds...) {
+						arr, err := r.ToArray()
+						if err != nil || len(arr) < 2 {
+							errs.Add(1)
+							continue
+						}
+						if st, _ := arr[1].ToString(); st == "OK" {
+							marked.Add(1)
+						}
+					}
+				}
+			}()
+		}
+		for _, p := range parts {
+			next <- p
+		}
+		close(next)
+		wg.Wait()
+		if err, ok := firstErr.Load().(error); ok && err != nil {
+			return run, err
+		}
+		run.Marked = marked.Load()
+	}
+	run.Elapsed = time.Since(t0)
+	run.FCalls, run.Errors = fcalls.Load(), errs.Load()
+	return run, nil
+}

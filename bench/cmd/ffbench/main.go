@@ -1,0 +1,204 @@
+// Command ffbench is the benchmark runner behind `make bench`
+// (scripts/bench.sh). It starts its own throwaway server with
+// internal/testenv and measures, side by side in one run on that server:
+//
+//   - drain: N expired leases over every flow partition, marked by the
+//     lease_expiry plugin as a subprocess driven by the host's scheduler and
+//     callback service, by the same scanner linked in-process through the
+//     same scheduler, and by a raw pipelined loop of the same FCALLs;
+//   - reclaim: p50/p99 from each lease's expiry to its marking while the
+//     real host binary runs lease_expiry at its default interval;
+//   - idle: plugin RPCs, Valkey commands and host/plugin CPU per second of
+//     the real host binary over empty partitions;
+//   - dag: per-hop latency from a parent's completion to its child becoming
+//     eligible in a chain, with the push path and with the reconciler only.
+//
+// docs/performance.md explains each measurement and records a full run.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/bench/measure"
+	"github.com/ffscan/ffscan/host/boot"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+)
+
+// sizes are the scale knobs; -quick picks CI-sized ones.
+type sizes struct {
+	DrainLeases int
+	DrainReps   int
+	Burst       int
+	Idle        time.Duration
+	DAGLevels   int
+	DAGRuns     int
+}
+
+var (
+	fullSizes  = sizes{DrainLeases: 100_000, DrainReps: 3, Burst: 10_000, Idle: 20 * time.Second, DAGLevels: 10, DAGRuns: 5}
+	quickSizes = sizes{DrainLeases: 10_000, DrainReps: 1, Burst: 2_000, Idle: 5 * time.Second, DAGLevels: 10, DAGRuns: 2}
+)
+
+type bench struct {
+	srv         *testenv.Server
+	client      valkey.Client
+	lib         *lua.Library
+	parts       keys.PartitionConfig
+	binDir      string
+	pluginDir   string
+	concurrency int
+	log         hclog.Logger
+	verbose     bool
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "ffbench: "+format+"\n", args...)
+}
+
+// flush empties the dataset; the library survives FLUSHALL, the partition
+// record is written again.
+func (b *bench) flush(ctx context.Context) error {
+	if err := b.client.Do(ctx, b.client.B().Flushall().Build()).Error(); err != nil {
+		return err
+	}
+	if _, err := b.lib.Ensure(ctx); err != nil {
+		return err
+	}
+	_, _, err := boot.EnsurePartitions(ctx, b.client, b.parts)
+	return err
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "ffbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	quick := flag.Bool("quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, 2 DAG runs)")
+	only := flag.String("only", "drain,reclaim,idle,dag", "comma-separated benchmarks to run")
+	binDir := flag.String("bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
+	leases := flag.Int("leases", 0, "drain: expired leases (default 100000, quick 10000)")
+	reps := flag.Int("reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
+	burst := flag.Int("burst", 0, "reclaim: leases in the burst (default 10000, quick 2000)")
+	idle := flag.Duration("idle", 0, "idle: measuring window (default 20s, quick 5s)")
+	dagRuns := flag.Int("dag-runs", 0, "dag: chains per mode (default 5, quick 2)")
+	concurrency := flag.Int("concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
+	maxLoad := flag.Float64("max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
+	verbose := flag.Bool("v", false, "host and plugin logs at info level")
+	flag.Parse()
+
+	sz := fullSizes
+	if *quick {
+		sz = quickSizes
+	}
+	setIf(&sz.DrainLeases, *leases)
+	setIf(&sz.DrainReps, *reps)
+	setIf(&sz.Burst, *burst)
+	setIf(&sz.DAGRuns, *dagRuns)
+	if *idle > 0 {
+		sz.Idle = *idle
+	}
+	want := map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	bin, err := filepath.Abs(*binDir)
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{filepath.Join(bin, "ffscan"), filepath.Join(bin, "plugins", "leaseexpiry")} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%s missing: run `make build` first (%w)", p, err)
+		}
+	}
+	if *maxLoad > 0 {
+		waitForLoad(ctx, *maxLoad, 2*time.Minute)
+	}
+
+	level := hclog.Warn
+	if *verbose {
+		level = hclog.Info
+	}
+	b := &bench{binDir: bin, pluginDir: filepath.Join(bin, "plugins"), concurrency: *concurrency,
+		parts: keys.DefaultPartitionConfig(), verbose: *verbose,
+		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
+	// DEBUG RELOAD restores the drain's snapshot between modes.
+	b.srv, err = testenv.Start(testenv.WithArgs("--enable-debug-command", "local"))
+	if err != nil {
+		return err
+	}
+	defer b.srv.Stop()
+	b.client, err = valkey.NewClient(valkey.ClientOption{InitAddress: []string{b.srv.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		return err
+	}
+	defer b.client.Close()
+	b.lib = lua.New(b.client, lua.Options{})
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+
+	rep := &report{Sizes: sz, Quick: *quick, Concurrency: *concurrency, Machine: measure.Describe(), Start: time.Now(), LoadStart: measure.Load()}
+	rep.Machine.Server = serverVersion(ctx, b.client)
+	b.logf("server %s on %s; load %s", rep.Machine.Server, b.srv.Addr, rep.LoadStart)
+
+	var errs []error
+	step := func(name string, f func() error) {
+		if !want[name] || ctx.Err() != nil {
+			return
+		}
+		if err := f(); err != nil {
+			b.logf("%s failed: %v", name, err)
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	step("drain", func() (err error) { rep.Drain, err = b.runDrain(ctx, sz.DrainLeases, sz.DrainReps); return })
+	step("reclaim", func() (err error) { rep.Reclaim, err = b.runReclaim(ctx, sz.Burst); return })
+	step("idle", func() (err error) { rep.Idle, err = b.runIdle(ctx, sz.Idle); return })
+	step("dag", func() (err error) { rep.DAG, err = b.runDAG(ctx, sz.DAGLevels, sz.DAGRuns); return })
+	rep.End, rep.LoadEnd = time.Now(), measure.Load()
+	rep.Errors = errs
+	rep.print(os.Stdout)
+	return errors.Join(errs...)
+}
+
+func setIf(dst *int, v int) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+func serverVersion(ctx context.Context, c valkey.Client) string {
+	if v := measure.InfoField(ctx, c, "server", "valkey_version"); v != "" {
+		return "valkey " + v
+	}
+	return "redis " + measure.InfoField(ctx, c, "server", "redis_version")
+}
+
+func waitForLoad(ctx context.Context, limit float64, patience time.Duration) {
+	deadline := time.Now().Add(patience)
+	for l := measure.Load1(); l >= limit && time.Now().Before(deadline) && ctx.Err() == nil; l = measure.Load1() {
+		fmt.Fprintf(os.Stderr, "ffbench: load %.2f >= %.2f, waiting\n", l, limit)
+		time.Sleep(10 * time.Second)
+	}
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ffscan/ffscan/bench/measure"
+)
+
+type report struct {
+	Sizes       sizes
+	Quick       bool
+	Concurrency int
+	Machine     measure.Machine
+	Start, End  time.Time
+	LoadStart   string
+	LoadEnd     string
+	Drain       *drainResult
+	Reclaim     *reclaimResult
+	Idle        *idleResult
+	DAG         *dagResult
+	Errors      []error
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
+
+func (r *report) print(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	rule := strings.Repeat("=", 78)
+	p(rule)
+	size := "full"
+	if r.Quick {
+		size = "quick"
+	}
+	p("ffscan benchmark report (%s size), %s", size, r.Start.UTC().Format(time.RFC3339))
+	m := r.Machine
+	p("machine: %d CPUs, %s, %.1f GiB RAM, kernel %s, %s, server %s", m.CPUs, m.CPU, m.MemGiB, m.Kernel, m.Go, m.Server)
+	p("load average (1/5/15 min): %s at start, %s at end; took %s", r.LoadStart, r.LoadEnd, r.End.Sub(r.Start).Round(time.Second))
+	if r.Drain != nil {
+		p(rule)
+		r.Drain.print(w, r.Concurrency)
+	}
+	if r.Reclaim != nil {
+		p(rule)
+		r.Reclaim.print(w)
+	}
+	if r.Idle != nil {
+		p(rule)
+		r.Idle.print(w)
+	}
+	if r.DAG != nil {
+		p(rule)
+		r.DAG.print(w)
+	}
+	if len(r.Errors) > 0 {
+		p(rule)
+		for _, e := range r.Errors {
+			p("FAILED: %v", e)
+		}
+	}
+	p(rule)
+}
+
+func (d *drainResult) print(w io.Writer, conc int) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("1. DRAIN: %d expired leases over %d partitions (seeded in %s; snapshot %s; restore %s per run)",
+		d.Leases, d.Partitions, d.SeedTime.Round(time.Millisecond), d.SaveTime.Round(time.Millisecond), avg(d.Restore).Round(time.Millisecond))
+	p("   scheduler concurrency %d, cycles back to back; load %s -> %s", conc, d.LoadBefore, d.LoadAfter)
+	p("   %-11s %4s %10s %12s %7s %7s %9s %9s %7s", "mode", "rep", "time", "leases/s", "cycles", "RPCs", "callbacks", "verified", "errors")
+	for _, x := range d.Runs {
+		rpcs, execs := fmt.Sprint(x.RPCs), fmt.Sprint(x.Execs)
+		if x.Mode == modeRaw {
+			rpcs, execs = "-", "-"
+		}
+		p("   %-11s %4d %10s %12.0f %7d %7s %9s %9d %7d", x.Mode, x.Rep, x.Elapsed.Round(time.Millisecond), x.rate(), x.Cycles, rpcs, execs, x.Verified, x.Errors)
+	}
+	pl, ok1 := d.median(modePlugin)
+	li, ok2 := d.median(modeLinked)
+	raw, ok3 := d.median(modeRaw)
+	if ok1 && ok2 && ok3 {
+		p("   medians: plugin %.0f/s, in-process %.0f/s, raw %.0f/s", pl.rate(), li.rate(), raw.rate())
+		a, b := pl.rate()/li.rate(), pl.rate()/raw.rate()
+		p("   plugin/in-process = %.2f (target >= 0.90: %s)", a, verdict(a >= 0.9))
+		p("   plugin/raw        = %.2f (target >= 0.70: %s)", b, verdict(b >= 0.7))
+		p("   in-process/raw    = %.2f", li.rate()/raw.rate())
+	}
+}
+
+func avg(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var s time.Duration
+	for _, d := range ds {
+		s += d
+	}
+	return s / time.Duration(len(ds))
+}
