@@ -1,0 +1,152 @@
+package completions_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/completions"
+	"github.com/ffscan/ffscan/internal/flowtest"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/client"
+)
+
+var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+
+// The listener end to end on a real server, with flows created through
+// sdk/client and no reconciler anywhere:
+//   - completing A of A -> B -> C releases B within milliseconds;
+//   - after CLIENT KILL of the subscriber connection it resubscribes, and
+//     completing B then releases C as promptly;
+//   - malformed messages are counted and dropped, and the listener keeps
+//     working (a failed D of D -> E -> G skips E and G);
+//   - Stop is clean.
+func TestListenerEndToEnd(t *testing.T) {
+	srv := testenv.New(t)
+	vk := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lib := lua.New(vk, lua.Options{})
+	_, err := lib.Ensure(ctx)
+	require.NoError(t, err)
+	c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
+	require.NoError(t, err)
+
+	met := completions.NewPrometheusMetrics()
+	reg := prometheus.NewRegistry()
+	require.NoError(t, met.Register(reg))
+	l := completions.New(completions.Config{Enabled: true}, lib, completions.Options{
+		Metrics: met, Partitions: parts,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "completions", Level: hclog.Warn, Output: os.Stderr}),
+	})
+	require.NoError(t, l.Start(ctx))
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	require.Eventually(t, l.Subscribed, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 1.0, testutil.ToFloat64(met.Collectors()[4]), "subscribed gauge")
+
+	chain := func(n int) []keys.ExecutionID {
+		r, err := c.CreateFlow(ctx, client.CreateFlowRequest{})
+		require.NoError(t, err)
+		fid := r.ID
+		ids := make([]keys.ExecutionID, n)
+		for i := range ids {
+			m, err := c.CreateExecution(ctx, client.CreateRequest{Flow: &fid, Lane: "default", Payload: []byte("x")})
+			require.NoError(t, err)
+			ids[i] = m.ID
+			if i > 0 {
+				_, err := c.AddDependency(ctx, client.DependencyRequest{Flow: fid, Upstream: ids[i-1], Downstream: ids[i]})
+				require.NoError(t, err)
+			}
+		}
+		return ids
+	}
+	state := func(id keys.ExecutionID) string {
+		core, err := flowtest.Core(ctx, vk, id)
+		require.NoError(t, err)
+		return core["public_state"]
+	}
+	// released waits for id to leave waiting_children and returns how long
+	// it took since t0.
+	released := func(id keys.ExecutionID, want string, t0 time.Time) time.Duration {
+		require.Eventually(t, func() bool { return state(id) == want }, 5*time.Second, time.Millisecond, "%s becomes %s", id, want)
+		return time.Since(t0)
+	}
+
+	abc := chain(3)
+	t0 := time.Now()
+	require.NoError(t, flowtest.Succeed(ctx, lib, abc[0], []byte("a")))
+	took := released(abc[1], "waiting", t0)
+	t.Logf("B released %s after A's completion was sent", took)
+	assert.Less(t, took, 500*time.Millisecond, "promptly, not a reconciler interval later")
+	assert.Equal(t, "waiting_children", state(abc[2]))
+
+	// Kill the subscriber connection: it comes back on its own.
+	killed, err := vk.Do(ctx, vk.B().ClientKill().TypePubsub().Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), killed, "exactly the listener's connection")
+	require.Eventually(t, func() bool { return l.Stats().Reconnects >= 1 && l.Subscribed() }, 10*time.Second, 5*time.Millisecond)
+	names, err := vk.Do(ctx, vk.B().ClientList().TypePubsub().Build()).ToString()
+	require.NoError(t, err)
+	assert.Contains(t, names, "name="+completions.ConnectionName)
+	t0 = time.Now()
+	require.NoError(t, flowtest.Succeed(ctx, lib, abc[1], []byte("b")))
+	took = released(abc[2], "waiting", t0)
+	t.Logf("C released %s after B's completion, following a resubscription", took)
+	assert.Less(t, took, 500*time.Millisecond)
+
+	// Malformed messages are counted and dropped.
+	before := l.Stats()
+	wrongPart, err := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 1}, keys.NewUUID())
+	require.NoError(t, err)
+	fid := keys.NewFlowID()
+	for parts.FlowPartition(fid).Index == 1 {
+		fid = keys.NewFlowID()
+	}
+	for _, payload := range []string{
+		"garbage",
+		`{"execution_id":"not-an-id","flow_id":"` + fid.String() + `"}`,
+		`{"execution_id":"` + wrongPart.String() + `","flow_id":"` + fid.String() + `"}`,
+	} {
+		require.NoError(t, vk.Do(ctx, vk.B().Publish().Channel(keys.DagCompletionsChannel).Message(payload).Build()).Error())
+	}
+	require.Eventually(t, func() bool { return l.Stats().Malformed == before.Malformed+3 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, before.Accepted, l.Stats().Accepted)
+	assert.Equal(t, float64(l.Stats().Malformed), testutil.ToFloat64(mustVec(t, met, "malformed")))
+
+	// Still working: a failure skips the chain below it.
+	deg := chain(3)
+	t0 = time.Now()
+	require.NoError(t, flowtest.Flunk(ctx, lib, deg[0], "boom"))
+	released(deg[1], "skipped", t0)
+	took = released(deg[2], "skipped", t0)
+	t.Logf("E and G skipped %s after D failed", took)
+
+	st := l.Stats()
+	assert.Zero(t, st.Panics)
+	assert.Zero(t, st.Failed)
+	assert.GreaterOrEqual(t, st.Resolved, int64(4), "A->B, B->C, D->E, E->G")
+	require.Eventually(t, func() bool { return l.Stats().Dispatched == l.Stats().Accepted }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, l.Stop(ctx))
+	assert.False(t, l.Subscribed())
+	assert.Equal(t, 0.0, testutil.ToFloat64(met.Collectors()[4]))
+	assert.Equal(t, 1.0, testutil.ToFloat64(met.Collectors()[5]), "one reconnect")
+	n, err := testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	assert.Positive(t, n)
+}
+
+func mustVec(t *testing.T, m *completions.PrometheusMetrics, outcome string) prometheus.Collector {
+	t.Helper()
+	vec, ok := m.Collectors()[0].(*prometheus.CounterVec)
+	require.True(t, ok)
+	return vec.WithLabelValues(outcome)
+}
