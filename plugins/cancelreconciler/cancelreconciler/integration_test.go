@@ -1,0 +1,502 @@
+package cancelreconciler_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/internal/flowtest"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/plugins/cancelreconciler/cancelreconciler"
+	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+)
+
+const pluginPkg = "github.com/ffscan/ffscan/plugins/cancelreconciler"
+
+// part is the partition every flow of a test lives on.
+var part = keys.Partition{Family: keys.FamilyFlow, Index: 3}
+
+// fixture creates flows through sdk/client on a real server and plays the
+// host's part: the due head of the backlog, and command execution.
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	vk    valkey.Client
+	lib   *lua.Library
+	c     *client.Client
+	cb    *countingCallbacks
+	cycle uint64
+}
+
+func newFixture(t *testing.T) *fixture {
+	srv := testenv.New(t)
+	vk := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	lib := lua.New(vk, lua.Options{})
+	_, err := lib.Ensure(ctx)
+	require.NoError(t, err)
+	c, err := client.New(ctx, vk, client.Options{Library: lib})
+	require.NoError(t, err)
+	return &fixture{t: t, ctx: ctx, vk: vk, lib: lib, c: c, cb: &countingCallbacks{inner: scannertest.Callbacks(vk)}}
+}
+
+// countingCallbacks counts batches and FCALLs on their way to the server.
+type countingCallbacks struct {
+	inner  scannerapi.Callbacks
+	mu     sync.Mutex
+	execs  int
+	fcalls int
+}
+
+func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	c.mu.Lock()
+	c.execs++
+	for _, cmd := range cmds {
+		if cmd[0] == "FCALL" {
+			c.fcalls++
+		}
+	}
+	c.mu.Unlock()
+	return c.inner.Exec(ctx, scanner, cmds)
+}
+
+func (c *countingCallbacks) reset() (execs, fcalls int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	execs, fcalls = c.execs, c.fcalls
+	c.execs, c.fcalls = 0, 0
+	return
+}
+
+func (f *fixture) do(args ...string) {
+	f.t.Helper()
+	require.NoError(f.t, f.vk.Do(f.ctx, f.vk.B().Arbitrary(args...).Build()).Error())
+}
+
+// flow creates a flow on part (its id is minted until it hashes there).
+func (f *fixture) flow(ns string) keys.FlowID {
+	f.t.Helper()
+	for {
+		id := keys.NewFlowID()
+		if f.c.Partitions().FlowPartition(id) != part {
+			continue
+		}
+		r, err := f.c.CreateFlow(f.ctx, client.CreateFlowRequest{ID: id, Namespace: ns})
+		require.NoError(f.t, err)
+		return r.ID
+	}
+}
+
+func (f *fixture) member(fid keys.FlowID, ns string) keys.ExecutionID {
+	f.t.Helper()
+	r, err := f.c.CreateExecution(f.ctx, client.CreateRequest{Flow: &fid, Lane: "default", Namespace: ns, Kind: "step"})
+	require.NoError(f.t, err)
+	require.Equal(f.t, part, r.ID.Partition())
+	return r.ID
+}
+
+// cancelFlow cancels with grace 0: due for the reconciler at once.
+func (f *fixture) cancelFlow(fid keys.FlowID) {
+	f.t.Helper()
+	zero := time.Duration(0)
+	_, err := f.c.CancelFlow(f.ctx, fid, client.CancelFlowOptions{Reason: "test reason", Grace: &zero})
+	require.NoError(f.t, err)
+}
+
+// rescore pins a backlog entry's score, so tests order flows exactly.
+func (f *fixture) rescore(fid keys.FlowID, score int) {
+	f.t.Helper()
+	f.do("ZADD", keys.FlowPart(part).CancelBacklog(), "XX", strconv.Itoa(score), fid.String())
+}
+
+func (f *fixture) core(id keys.ExecutionID) map[string]string {
+	f.t.Helper()
+	m, err := flowtest.Core(f.ctx, f.vk, id)
+	require.NoError(f.t, err)
+	return m
+}
+
+func (f *fixture) phase(id keys.ExecutionID) string {
+	f.t.Helper()
+	c := f.core(id)
+	return c["lifecycle_phase"] + "/" + c["terminal_outcome"]
+}
+
+func (f *fixture) pending(fid keys.FlowID) []string {
+	f.t.Helper()
+	m, err := f.vk.Do(f.ctx, f.vk.B().Smembers().Key(keys.FlowIn(part, fid).PendingCancels()).Build()).AsStrSlice()
+	require.NoError(f.t, err)
+	sort.Strings(m)
+	return m
+}
+
+func (f *fixture) exists(key string) bool {
+	f.t.Helper()
+	n, err := f.vk.Do(f.ctx, f.vk.B().Exists().Key(key).Build()).AsInt64()
+	require.NoError(f.t, err)
+	return n == 1
+}
+
+func (f *fixture) inBacklog(member string) bool {
+	f.t.Helper()
+	err := f.vk.Do(f.ctx, f.vk.B().Zscore().Key(keys.FlowPart(part).CancelBacklog()).Member(member).Build()).Error()
+	if valkey.IsValkeyNil(err) {
+		return false
+	}
+	require.NoError(f.t, err)
+	return true
+}
+
+// request plays the host: server time, then the due head of the backlog.
+func (f *fixture) request(batch int) *scannerapi.ScanRequest {
+	f.t.Helper()
+	tm, err := f.vk.Do(f.ctx, f.vk.B().Time().Build()).AsStrSlice()
+	require.NoError(f.t, err)
+	secs, _ := strconv.ParseInt(tm[0], 10, 64)
+	micros, _ := strconv.ParseInt(tm[1], 10, 64)
+	now := secs*1000 + micros/1000
+	backlog := keys.FlowPart(part).CancelBacklog()
+	zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(backlog).Min("-inf").Max(strconv.FormatInt(now, 10)).
+		Byscore().Limit(0, int64(batch)).Withscores().Build()).AsZScores()
+	require.NoError(f.t, err)
+	f.cycle++
+	req := &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch}
+	for _, z := range zs {
+		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "cancel_backlog", Key: backlog, Member: z.Member, Score: z.Score})
+	}
+	return req
+}
+
+// observed is what one scan did, comparable across modes (error order is
+// normalized; notes name random ids and are left out).
+type observed struct {
+	Processed, Skipped int64
+	Errors             []scannerapi.ErrorCount
+	More               bool
+	Execs, FCalls      int
+}
+
+func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, observed) {
+	f.t.Helper()
+	f.cb.reset()
+	res, err := s.ScanPartition(f.ctx, nil, req)
+	require.NoError(f.t, err)
+	execs, fcalls := f.cb.reset()
+	errs := append([]scannerapi.ErrorCount(nil), res.Errors...)
+	sort.Slice(errs, func(i, j int) bool {
+		return string(errs[i].Class)+errs[i].Code < string(errs[j].Class)+errs[j].Code
+	})
+	return res, observed{Processed: res.Processed, Skipped: res.Skipped, Errors: errs, More: res.More, Execs: execs, FCalls: fcalls}
+}
+
+// mode builds the scanner under test on a fixture's callbacks.
+type mode struct {
+	name string
+	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
+}
+
+var (
+	pluginOnce sync.Once
+	pluginPath string
+	pluginErr  error
+)
+
+func buildPlugin(t *testing.T) string {
+	pluginOnce.Do(func() {
+		dir, err := tempDir()
+		if err != nil {
+			pluginErr = err
+			return
+		}
+		pluginPath = dir + "/cancelreconciler"
+		pluginErr = goBuild(pluginPath, pluginPkg)
+	})
+	require.NoError(t, pluginErr)
+	return pluginPath
+}
+
+func modes() []mode {
+	return []mode{
+		{"linked", func(_ *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
+			return scannerapi.Linked(cancelreconciler.New(), cb)
+		}},
+		{"plugin", func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
+			p := scannertest.Launch(t, buildPlugin(t), cb)
+			s, ok := p.Scanner(cancelreconciler.Name)
+			require.True(t, ok)
+			return s
+		}},
+	}
+}
+
+func bothModesAgree(t *testing.T, scenario func(t *testing.T, m mode) []observed) {
+	var results [][]observed
+	for _, m := range modes() {
+		t.Run(m.name, func(t *testing.T) { results = append(results, scenario(t, m)) })
+	}
+	require.Len(t, results, 2)
+	assert.Equal(t, results[0], results[1], "linked and plugin runs observe the same")
+}
+
+// The main scenario of §10.2: a cancelled flow's eligible and active
+// members are cancelled with the flow's reason, an already completed one and
+// one whose core is gone are acknowledged as done (P6), a garbage member is
+// dropped, another tenant's member stays pending; a vanished flow, a drained
+// flow and an unparsable backlog entry leave the backlog. Then the flow,
+// whose only pending member is filtered out, is remembered as stuck and
+// costs nothing.
+func basicScenario(t *testing.T, m mode) []observed {
+	f := newFixture(t)
+	s := m.make(t, f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+
+	fid := f.flow("tenant-a")
+	eligible := f.member(fid, "tenant-a")
+	active := f.member(fid, "tenant-a")
+	lease, err := flowtest.Claim(f.ctx, f.lib, active)
+	require.NoError(t, err)
+	completed := f.member(fid, "tenant-a")
+	require.NoError(t, flowtest.Succeed(f.ctx, f.lib, completed, []byte("done")))
+	other := f.member(fid, "tenant-b")
+	f.cancelFlow(fid)
+	ghost, err := keys.ExecutionIDIn(part, keys.NewUUID()) // no core at all
+	require.NoError(t, err)
+	fk := keys.FlowIn(part, fid)
+	f.do("SADD", fk.PendingCancels(), ghost.String(), "garbage")
+
+	gone := f.flow("tenant-a")
+	f.member(gone, "tenant-a")
+	f.cancelFlow(gone)
+	f.do("DEL", keys.FlowIn(part, gone).Core())
+
+	drained := f.flow("tenant-a")
+	f.member(drained, "tenant-a")
+	f.cancelFlow(drained)
+	f.do("DEL", keys.FlowIn(part, drained).PendingCancels())
+
+	f.do("ZADD", keys.FlowPart(part).CancelBacklog(), "1", "not-a-flow")
+
+	var out []observed
+	_, o := f.scan(s, f.request(50))
+	out = append(out, o)
+	assert.Equal(t, int64(5), o.Processed, "4 members acknowledged + the vanished flow: %+v", o)
+	assert.Equal(t, int64(1), o.Skipped, "the other tenant's member")
+	assert.Equal(t, []scannerapi.ErrorCount{
+		{Class: scannerapi.ErrInvalid, Code: "invalid_flow_id", Count: 1},
+		{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1},
+	}, o.Errors)
+	assert.False(t, o.More)
+	assert.Equal(t, 4, o.Execs, "flow reads, member reads, cancels, acks")
+	assert.Equal(t, 8, o.FCalls, "ack of garbage, 3 cancels, 4 acks")
+
+	assert.Equal(t, "terminal/cancelled", f.phase(eligible))
+	assert.Equal(t, "terminal/cancelled", f.phase(active))
+	assert.Equal(t, "terminal/success", f.phase(completed))
+	assert.Equal(t, "runnable/none", f.phase(other), "another tenant's member is left alone")
+	c := f.core(eligible)
+	assert.Equal(t, "test reason", c["cancellation_reason"])
+	assert.Equal(t, cancelreconciler.Source, c["cancelled_by"])
+	assert.False(t, f.exists(keys.Exec(active).LeaseCurrent()), "the active member's lease %s is released", lease.LeaseID)
+	assert.Equal(t, []string{other.String()}, f.pending(fid))
+	assert.True(t, f.inBacklog(fid.String()), "a member is still owed")
+	assert.False(t, f.inBacklog(gone.String()))
+	assert.False(t, f.exists(keys.FlowIn(part, gone).PendingCancels()))
+	assert.False(t, f.inBacklog(drained.String()))
+	assert.False(t, f.inBacklog("not-a-flow"))
+
+	// Next cycle: only the filtered member is left, no progress: the flow
+	// is remembered as stuck.
+	_, o = f.scan(s, f.request(50))
+	out = append(out, o)
+	assert.Equal(t, observed{Skipped: 1, Execs: 2}, o)
+	// And then skipped without a read.
+	_, o = f.scan(s, f.request(50))
+	out = append(out, o)
+	assert.Equal(t, observed{Skipped: 1}, o)
+	return out
+}
+
+func TestBasicLinkedAndPluginAgree(t *testing.T) { bothModesAgree(t, basicScenario) }
+
+// P3: flows whose members this scanner must leave alone (another tenant's)
+// fill the host's window; the flows behind them are still reached, in the
+// next scan, through the look-ahead. With the look-ahead off (FlowFabric's
+// fixed window) they are not.
+func headOfLineScenario(t *testing.T, m mode) []observed {
+	f := newFixture(t)
+	s := m.make(t, f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+	score := 1000
+	var foreign []keys.FlowID
+	for range 5 {
+		fid := f.flow("tenant-b")
+		f.member(fid, "tenant-b")
+		f.cancelFlow(fid)
+		f.rescore(fid, score)
+		score++
+		foreign = append(foreign, fid)
+	}
+	var mine []keys.ExecutionID
+	for range 2 {
+		fid := f.flow("tenant-a")
+		mine = append(mine, f.member(fid, "tenant-a"))
+		f.cancelFlow(fid)
+		f.rescore(fid, score)
+		score++
+	}
+
+	var out []observed
+	_, o := f.scan(s, f.request(3))
+	out = append(out, o)
+	assert.Equal(t, observed{Skipped: 3, Execs: 2}, o, "three foreign flows: no progress, no More")
+	for _, id := range mine {
+		assert.Equal(t, "runnable/none", f.phase(id))
+	}
+
+	_, o = f.scan(s, f.request(3))
+	out = append(out, o)
+	assert.Equal(t, int64(2), o.Processed, "%+v", o)
+	assert.Equal(t, int64(3+2), o.Skipped, "3 stuck flows skipped, 2 more foreign members filtered")
+	assert.True(t, o.More, "progress with a full window")
+	assert.Equal(t, 5, o.Execs, "one look-ahead page, then the four stages")
+	for _, id := range mine {
+		assert.Equal(t, "terminal/cancelled", f.phase(id))
+	}
+
+	// The host comes back: everything due is stuck now, so no More.
+	_, o = f.scan(s, f.request(3))
+	out = append(out, o)
+	assert.Equal(t, observed{Skipped: 5, Execs: 1}, o, "one look-ahead page, no reads")
+	for _, fid := range foreign {
+		assert.True(t, f.inBacklog(fid.String()))
+	}
+
+	// FlowFabric's behaviour: with the look-ahead off, a flow behind the
+	// stuck window is never reached.
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a", "lookahead": "0"}))
+	late := f.flow("tenant-a")
+	lateMember := f.member(late, "tenant-a")
+	f.cancelFlow(late)
+	for range 3 {
+		_, o = f.scan(s, f.request(3))
+		out = append(out, o)
+	}
+	assert.Zero(t, o.Processed)
+	assert.Equal(t, "runnable/none", f.phase(lateMember))
+	return out
+}
+
+func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) { bothModesAgree(t, headOfLineScenario) }
+
+// A flow with more pending members than one scan takes is drained over
+// successive scans, each saying More until the last.
+func TestLargeFlowDrainsWithMore(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"members_per_flow": "5"}))
+	fid := f.flow("ns")
+	var ids []keys.ExecutionID
+	for range 12 {
+		ids = append(ids, f.member(fid, "ns"))
+	}
+	f.cancelFlow(fid)
+	var processed []int64
+	var more []bool
+	for range 3 {
+		_, o := f.scan(s, f.request(50))
+		processed = append(processed, o.Processed)
+		more = append(more, o.More)
+	}
+	assert.Equal(t, []int64{5, 5, 2}, processed)
+	assert.Equal(t, []bool{true, true, false}, more)
+	for _, id := range ids {
+		assert.Equal(t, "terminal/cancelled", f.phase(id))
+	}
+	assert.Empty(t, f.pending(fid))
+	assert.False(t, f.inBacklog(fid.String()), "the last acknowledgement removes the flow")
+}
+
+// A member that keeps failing (a wrong-type core) is backed off after three
+// failures without holding up the other members; a member whose core lost
+// its lane is never cancelled with a guessed one. Once only such members
+// are left, the flow is stuck and costs nothing.
+func TestPoisonAndCorruptMembers(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
+	fid := f.flow("ns")
+	good := f.member(fid, "ns")
+	laneless := f.member(fid, "ns")
+	f.cancelFlow(fid)
+	f.do("HDEL", keys.Exec(laneless).Core(), "lane_id")
+	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
+	require.NoError(t, err)
+	f.do("SET", keys.Exec(poison).Core(), "not a hash")
+	f.do("SADD", keys.FlowIn(part, fid).PendingCancels(), poison.String())
+
+	var errs []int64
+	for i := range 5 {
+		_, o := f.scan(s, f.request(50))
+		errs = append(errs, errTotal(o.Errors))
+		switch i {
+		case 0:
+			assert.Equal(t, int64(1), o.Processed, "the good member is not held up")
+			assert.Equal(t, []scannerapi.ErrorCount{
+				{Class: scannerapi.ErrInvalid, Code: "missing_lane", Count: 1},
+				{Class: scannerapi.ErrServer, Code: "core_read_WRONGTYPE", Count: 1},
+			}, o.Errors)
+		case 3:
+			assert.Equal(t, observed{Skipped: 2, Execs: 1}, o, "both backed off (no member reads): the flow is stuck")
+		case 4:
+			assert.Equal(t, observed{Skipped: 1}, o, "stuck flow: no reads")
+		}
+	}
+	assert.Equal(t, []int64{2, 2, 2, 0, 0}, errs)
+	assert.Equal(t, "terminal/cancelled", f.phase(good))
+	assert.Equal(t, "runnable/none", f.phase(laneless), "no guessed lane")
+	assert.ElementsMatch(t, []string{laneless.String(), poison.String()}, f.pending(fid))
+}
+
+func errTotal(es []scannerapi.ErrorCount) int64 {
+	var n int64
+	for _, e := range es {
+		n += e.Count
+	}
+	return n
+}
+
+// Dry run reads and predicts, and writes nothing.
+func TestDryRun(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
+	fid := f.flow("ns")
+	eligible := f.member(fid, "ns")
+	completed := f.member(fid, "ns")
+	require.NoError(t, flowtest.Succeed(f.ctx, f.lib, completed, nil))
+	f.cancelFlow(fid)
+	f.do("ZADD", keys.FlowPart(part).CancelBacklog(), "1", "not-a-flow")
+	req := f.request(50)
+	req.DryRun = true
+	res, o := f.scan(s, req)
+	assert.Equal(t, 0, o.FCalls)
+	assert.Equal(t, int64(2), o.Processed)
+	assert.False(t, o.More)
+	assert.Contains(t, res.Notes, fmt.Sprintf("%s of flow %s: would_cancel", eligible, fid))
+	assert.Contains(t, res.Notes, fmt.Sprintf("%s of flow %s: execution_not_active", completed, fid))
+	assert.Contains(t, res.Notes, `would remove invalid backlog entry "not-a-flow"`)
+	assert.Equal(t, "runnable/none", f.phase(eligible))
+	assert.Len(t, f.pending(fid), 2)
+	assert.True(t, f.inBacklog("not-a-flow"))
+}
