@@ -158,7 +158,9 @@ func TestConcurrencyIsBounded(t *testing.T) {
 func TestStopDrainsThenCancels(t *testing.T) {
 	var mu sync.Mutex
 	var cancelled int
+	var started atomic.Int64
 	h := newHarness(t, Config{Concurrency: 1}, func(ctx context.Context, _ depresolve.Completion) (depresolve.Result, error) {
+		started.Add(1)
 		<-ctx.Done()
 		mu.Lock()
 		cancelled++
@@ -168,7 +170,7 @@ func TestStopDrainsThenCancels(t *testing.T) {
 	for range 3 {
 		h.publish(t, message(t))
 	}
-	require.Eventually(t, func() bool { return h.l.Stats().Accepted == 3 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return h.l.Stats().Accepted == 3 && started.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
