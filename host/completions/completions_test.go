@@ -153,3 +153,50 @@ func mustVec(t *testing.T, m *completions.PrometheusMetrics, outcome string) pro
 	require.True(t, ok)
 	return vec.WithLabelValues(outcome)
 }
+
+// On a real 3-master cluster: the subscriber sits on one node, completions
+// published by functions running on every master reach it (PUBLISH is
+// cluster-wide), and the cascades run through the cluster client.
+func TestListenerOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	cl := testenv.NewCluster(t, 3)
+	vk := cl.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lib := lua.New(vk, lua.Options{})
+	_, err := lib.Ensure(ctx)
+	require.NoError(t, err)
+	c, err := client.New(ctx, vk, client.Options{Library: lib})
+	require.NoError(t, err)
+	l := completions.New(completions.Config{Enabled: true, Concurrency: 4}, lib, completions.Options{Partitions: c.Partitions()})
+	require.NoError(t, l.Start(ctx))
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	require.Eventually(t, l.Subscribed, 10*time.Second, 5*time.Millisecond)
+
+	var children []keys.ExecutionID
+	for range 12 { // flows spread over the masters
+		r, err := c.CreateFlow(ctx, client.CreateFlowRequest{})
+		require.NoError(t, err)
+		fid := r.ID
+		var ids [2]keys.ExecutionID
+		for i := range ids {
+			m, err := c.CreateExecution(ctx, client.CreateRequest{Flow: &fid, Lane: "default", Payload: []byte("x")})
+			require.NoError(t, err)
+			ids[i] = m.ID
+		}
+		_, err = c.AddDependency(ctx, client.DependencyRequest{Flow: fid, Upstream: ids[0], Downstream: ids[1]})
+		require.NoError(t, err)
+		require.NoError(t, flowtest.Succeed(ctx, lib, ids[0], []byte("a")))
+		children = append(children, ids[1])
+	}
+	for _, id := range children {
+		require.Eventually(t, func() bool {
+			core, err := flowtest.Core(ctx, vk, id)
+			return err == nil && core["public_state"] == "waiting"
+		}, 5*time.Second, 2*time.Millisecond, "%s released", id)
+	}
+	assert.Zero(t, l.Stats().Malformed)
+	assert.Zero(t, l.Stats().Failed)
+}
