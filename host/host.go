@@ -216,7 +216,7 @@ func (h *Host) Run(ctx context.Context) error {
 			Concurrency: h.cfg.Scheduler.Concurrency,
 			CallTimeout: h.cfg.Scheduler.CallTimeout,
 			CallParent:  callCtx,
-		}, h.client, sup, h.svc.HostFor(name), h.met, log)
+		}, h.client, supTarget{sup}, nil, h.met, log)
 		u := &unit{name: name, sc: sc, sup: sup, run: run}
 		h.units = append(h.units, u)
 		sup.Start()
@@ -362,7 +362,7 @@ func (h *Host) ScanOnce(ctx context.Context, name string, partition int, dryRun 
 		Concurrency: h.cfg.Scheduler.Concurrency,
 		CallTimeout: h.cfg.Scheduler.CallTimeout,
 		NoJitter:    true,
-	}, h.client, staticTarget{inst.Scanner()}, h.svc.HostFor(name), h.met, h.scannerLog(name))
+	}, h.client, staticTarget{inst.Scanner()}, instanceHost(inst), h.met, h.scannerLog(name))
 	opts := scheduler.CycleOptions{DryRun: dryRun}
 	if partition >= 0 {
 		if partition > 65535 {
@@ -377,4 +377,27 @@ type staticTarget struct{ s scannerapi.Scanner }
 
 func (t staticTarget) Current() (scannerapi.Scanner, scannerapi.Info, error) {
 	return t.s, t.s.Info(), nil
+}
+
+// instanceHost is the Host an instance's calls run on: its own (its
+// command policy) when it has one.
+func instanceHost(inst supervisor.Instance) scannerapi.Host {
+	if hi, ok := inst.(supervisor.HostInstance); ok {
+		return hi.Host()
+	}
+	return nil
+}
+
+// supTarget lets a scheduler lease the supervisor's current instance per
+// call, so that hot swaps switch between calls.
+type supTarget struct{ s *supervisor.Supervisor }
+
+func (t supTarget) Current() (scannerapi.Scanner, scannerapi.Info, error) { return t.s.Current() }
+
+func (t supTarget) Acquire() (scheduler.Lease, error) {
+	l, err := t.s.Acquire()
+	if err != nil {
+		return scheduler.Lease{}, err
+	}
+	return scheduler.Lease{Scanner: l.Scanner, Info: l.Info, Host: l.Host, Release: l.Release}, nil
 }

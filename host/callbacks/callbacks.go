@@ -156,6 +156,45 @@ func (s *Service) Exec(ctx context.Context, scanner string, cmds []scannerapi.Co
 	if !ok {
 		return nil, fmt.Errorf("callbacks: scanner %q is not registered with the host", scanner)
 	}
+	return s.exec(ctx, scanner, pol, cmds)
+}
+
+// Bind returns the service bound to one scanner under a policy of its own,
+// outside the registry. Each plugin instance gets one: during a hot swap
+// two instances of a scanner run side by side, each under the policy of
+// its own Info, and a rollback must not leave the registry pointing at the
+// policy of the instance it threw away.
+func (s *Service) Bind(scanner string, p Policy) *Bound {
+	return &Bound{s: s, scanner: scanner, pol: p}
+}
+
+// Bound is a scanner's view of the service under one policy. It is both
+// the scannerapi.Host of in-process calls and, through Callbacks, the
+// callback service of one plugin process.
+type Bound struct {
+	s       *Service
+	scanner string
+	pol     Policy
+}
+
+// Exec implements scannerapi.Host.
+func (b *Bound) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	return b.s.exec(ctx, b.scanner, b.pol, cmds)
+}
+
+// Callbacks returns scannerapi.Callbacks for a plugin process: batches of
+// the bound scanner run under the bound policy; batches naming another
+// scanner are refused as a whole.
+func (b *Bound) Callbacks() scannerapi.Callbacks {
+	return scannerapi.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+		if scanner != b.scanner {
+			return nil, fmt.Errorf("callbacks: this plugin instance runs scanner %q, not %q", b.scanner, scanner)
+		}
+		return b.s.exec(ctx, b.scanner, b.pol, cmds)
+	})
+}
+
+func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
 	if len(cmds) > MaxBatch {
 		return nil, fmt.Errorf("callbacks: batch of %d commands exceeds the limit of %d", len(cmds), MaxBatch)
 	}

@@ -198,3 +198,27 @@ func TestUnsupportedDeclarationsReported(t *testing.T) {
 	_, unsupported := PolicyFromInfo(scannerapi.Info{Commands: []string{"HGET", "EVAL", "rename"}}, false)
 	assert.Equal(t, []string{"EVAL", "RENAME"}, unsupported)
 }
+
+// Two instances of one scanner (a hot swap in progress) each run under the
+// policy of their own Info, whatever the registry says.
+func TestBoundPoliciesAreIndependent(t *testing.T) {
+	svc, _, rec := setup(t, testInfo, false)
+	ctx := context.Background()
+	oldPol, _ := PolicyFromInfo(scannerapi.Info{Name: "t", Commands: []string{"GET"}}, false)
+	newPol, _ := PolicyFromInfo(scannerapi.Info{Name: "t", Commands: []string{"HGET"}}, false)
+	oldB, newB := svc.Bind("t", oldPol), svc.Bind("t", newPol)
+
+	r, err := oldB.Exec(ctx, []scannerapi.Command{{"GET", "ff:test:x"}, {"HGET", "ff:test:h", "f"}})
+	require.NoError(t, err)
+	assert.False(t, r[0].Failed())
+	assert.Equal(t, scannerapi.ErrRefused, r[1].ErrClass)
+
+	r, err = newB.Callbacks().Exec(ctx, "t", []scannerapi.Command{{"GET", "ff:test:x"}, {"HGET", "ff:test:h", "f"}})
+	require.NoError(t, err)
+	assert.Equal(t, scannerapi.ErrRefused, r[0].ErrClass)
+	assert.False(t, r[1].Failed())
+	assert.Equal(t, 2, rec.refused[ReasonUndeclaredCommand])
+
+	_, err = newB.Callbacks().Exec(ctx, "other", []scannerapi.Command{{"HGET", "ff:test:h", "f"}})
+	assert.ErrorContains(t, err, `runs scanner "t", not "other"`)
+}

@@ -1,17 +1,23 @@
 // Package launcher turns a scanner's configuration into a running plugin:
 // verify the binary (catalog checks and sha256 pin, every time), start it
-// through scannerapi.Launch with the pin handed down so go-plugin re-checks
-// the bytes it executes, pick the configured scanner out of what the binary
-// serves, check its Info, register its command policy with the callback
-// service, and Configure it with the operator's options.
+// through scannerapi.Launch, pick the configured scanner out of what the
+// binary serves, check its Info, bind the callback service to the command
+// policy of that Info (per instance: during a hot swap two instances of a
+// scanner may run side by side), and Configure it with the operator's
+// options. It also answers the supervisor's questions for hot swaps: what a
+// launch would start now (Check) and whether a configuration change can be
+// applied to a running instance in place (Reconfigure).
 package launcher
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -54,17 +60,21 @@ func New(cfg Config, cat *catalog.Catalog, svc *callbacks.Service, log hclog.Log
 }
 
 // Launch starts a fresh plugin process. Any failure after the process
-// started kills it before returning.
+// started kills it before returning; the Meta returned with an error
+// carries the verified file's sha256 when the catalog checks passed.
 func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.Meta, error) {
 	entry, err := l.catalog.Verify(l.cfg.Binary, l.cfg.Pin)
 	if err != nil {
 		return nil, supervisor.Meta{}, err
 	}
 	meta := supervisor.Meta{Path: entry.Path, SHA256: entry.SHA256}
+	// The plugin's callbacks run under the policy of this instance's own
+	// Info, known only once it answered; until then they are refused.
+	cb := &lateCallbacks{}
 	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{
 		Path:         entry.Path,
 		Logger:       l.log,
-		Callbacks:    l.svc,
+		Callbacks:    cb,
 		StartTimeout: l.cfg.StartTimeout,
 		// Not LaunchConfig.Checksum: with the transport's custom runner
 		// go-plugin's own check opens an empty path and always fails. The
@@ -73,7 +83,8 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 	if err != nil {
 		return nil, meta, err
 	}
-	inst, err := l.prepare(ctx, p, &meta)
+	meta.APIVersion = p.APIVersion()
+	inst, err := l.prepare(ctx, p, &meta, cb)
 	if err != nil {
 		p.Kill()
 		return nil, meta, err
@@ -81,7 +92,56 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 	return inst, meta, nil
 }
 
-func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supervisor.Meta) (*Instance, error) {
+// Check implements supervisor.Checker: the catalog checks and the sha256
+// of the file a launch would start now.
+func (l *Launcher) Check() (supervisor.Meta, error) {
+	entry, err := l.catalog.Verify(l.cfg.Binary, l.cfg.Pin)
+	if err != nil {
+		return supervisor.Meta{}, err
+	}
+	return supervisor.Meta{Path: entry.Path, SHA256: entry.SHA256}, nil
+}
+
+// Config returns the launcher's configuration.
+func (l *Launcher) Config() Config { return l.cfg }
+
+// Reconfigure implements supervisor.Reconfigurer. A running instance takes
+// new options in place when only the options changed and its scanner
+// accepts Configure while it runs (API version 2 and later): they are
+// checked against its schema and applied; a scanner that rejects them
+// keeps the old ones (and the error says so). Anything else (another
+// binary or pin, a version 1 scanner) needs a new process.
+func (l *Launcher) Reconfigure(ctx context.Context, si supervisor.Instance) (bool, error) {
+	inst, ok := si.(*Instance)
+	if !ok {
+		return false, nil
+	}
+	inst.mu.Lock()
+	old := inst.cfg
+	inst.mu.Unlock()
+	if old.Scanner != l.cfg.Scanner || old.Binary != l.cfg.Binary || old.Pin != l.cfg.Pin || old.ReadOnly != l.cfg.ReadOnly {
+		return false, nil
+	}
+	if maps.Equal(old.Options, l.cfg.Options) {
+		return true, nil
+	}
+	if !scannerapi.LiveConfigure(inst.apiVersion) {
+		return false, nil
+	}
+	opts, err := ResolveOptions(l.cfg.Scanner, inst.info.Options, l.cfg.Options)
+	if err != nil {
+		return false, err
+	}
+	if err := inst.sc.Configure(ctx, opts); err != nil {
+		return false, fmt.Errorf("scanner %s rejected the new options (the old ones stay in force): %w", l.cfg.Scanner, err)
+	}
+	inst.mu.Lock()
+	inst.cfg = l.cfg
+	inst.mu.Unlock()
+	return true, nil
+}
+
+func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supervisor.Meta, cb *lateCallbacks) (*Instance, error) {
 	sc, ok := p.Scanner(l.cfg.Scanner)
 	if !ok {
 		var names []string
@@ -103,21 +163,50 @@ func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supe
 	if len(unsupported) > 0 {
 		l.log.Warn("scanner declares commands the host does not run; they will be refused", "commands", strings.Join(unsupported, ","))
 	}
-	l.svc.Register(l.cfg.Scanner, pol)
+	bound := l.svc.Bind(l.cfg.Scanner, pol)
+	cb.set(bound.Callbacks())
 	if err := sc.Configure(ctx, opts); err != nil {
 		return nil, fmt.Errorf("scanner %s rejected its options: %w", l.cfg.Scanner, err)
 	}
-	return &Instance{p: p, sc: sc}, nil
+	return &Instance{p: p, sc: sc, info: info, host: bound, apiVersion: p.APIVersion(), cfg: l.cfg}, nil
+}
+
+// lateCallbacks forwards to callbacks set once the policy is known.
+type lateCallbacks struct {
+	cb atomic.Pointer[scannerapi.Callbacks]
+}
+
+func (c *lateCallbacks) set(cb scannerapi.Callbacks) { c.cb.Store(&cb) }
+
+func (c *lateCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	cb := c.cb.Load()
+	if cb == nil {
+		return nil, fmt.Errorf("callbacks: scanner %q is not ready for commands yet", scanner)
+	}
+	return (*cb).Exec(ctx, scanner, cmds)
 }
 
 // Instance is a launched plugin serving one scanner.
 type Instance struct {
-	p  *scannerapi.Plugin
-	sc scannerapi.Scanner
+	p          *scannerapi.Plugin
+	sc         scannerapi.Scanner
+	info       scannerapi.Info
+	host       scannerapi.Host
+	apiVersion int
+
+	mu  sync.Mutex
+	cfg Config // the configuration it runs with
 }
 
 // Scanner implements supervisor.Instance.
 func (i *Instance) Scanner() scannerapi.Scanner { return i.sc }
+
+// Host implements supervisor.HostInstance: the callback service under
+// this instance's own command policy.
+func (i *Instance) Host() scannerapi.Host { return i.host }
+
+// APIVersion is the contract version negotiated with the plugin.
+func (i *Instance) APIVersion() int { return i.apiVersion }
 
 // Ping implements supervisor.Instance.
 func (i *Instance) Ping(ctx context.Context) error { return i.p.Ping(ctx) }

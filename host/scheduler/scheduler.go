@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -32,6 +33,25 @@ import (
 // while it restarts.
 type Target interface {
 	Current() (scannerapi.Scanner, scannerapi.Info, error)
+}
+
+// Lease is one call's hold on a scanner instance (see Acquirer).
+type Lease struct {
+	Scanner scannerapi.Scanner
+	Info    scannerapi.Info
+	// Host is the instance's own Host; nil means the runner's.
+	Host scannerapi.Host
+	// Release ends the lease once the call returned; nil is allowed.
+	Release func()
+}
+
+// Acquirer is a Target that hands out the scanner per call instead of per
+// cycle. The host's supervisors implement it, so that a hot swap switches
+// between two partition calls of a cycle and the old plugin only has to
+// finish the calls it already has.
+type Acquirer interface {
+	Target
+	Acquire() (Lease, error)
 }
 
 // Recorder receives metrics (host/metrics implements it).
@@ -78,10 +98,23 @@ type Config struct {
 	NoJitter bool
 }
 
+// Tuning is the part of Config that can change while the runner runs
+// (a configuration reload). Interval and Batch apply from the next cycle,
+// Concurrency and CallTimeout from the next call.
+type Tuning struct {
+	Interval    time.Duration
+	Batch       int
+	Concurrency int
+	CallTimeout time.Duration
+}
+
 // Runner runs one scanner. Its methods are safe for concurrent use; Run
 // and Cycle must not overlap.
 type Runner struct {
 	cfg    Config
+	tunMu  sync.Mutex
+	tun    Tuning
+	wake   chan struct{} // Retune wakes Run's sleep
 	client valkey.Client
 	target Target
 	host   scannerapi.Host
@@ -108,6 +141,12 @@ type Status struct {
 	Backlog      int64
 	BacklogKnown bool
 	LastError    string
+	// Failed counts partitions whose fetch or call failed, over all
+	// cycles.
+	Failed int64
+	// CycleErrors counts cycles that could not run at all (scanner
+	// unavailable, no server time).
+	CycleErrors int64
 }
 
 // New returns a runner. host is passed to ScanPartition (a linked scanner
@@ -131,7 +170,38 @@ func New(cfg Config, client valkey.Client, target Target, host scannerapi.Host, 
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Runner{cfg: cfg, client: client, target: target, host: host, rec: rec, log: log, cursors: map[string]uint64{}}
+	return &Runner{
+		cfg: cfg, client: client, target: target, host: host, rec: rec, log: log,
+		cursors: map[string]uint64{},
+		tun:     Tuning{Interval: cfg.Interval, Batch: cfg.Batch, Concurrency: cfg.Concurrency, CallTimeout: cfg.CallTimeout},
+		wake:    make(chan struct{}, 1),
+	}
+}
+
+// Retune changes the runner's tuning while it runs; zero Concurrency and
+// CallTimeout keep their defaults. A sleeping runner wakes to re-plan its
+// next cycle with the new interval.
+func (r *Runner) Retune(t Tuning) {
+	if t.Concurrency <= 0 {
+		t.Concurrency = 8
+	}
+	if t.CallTimeout <= 0 {
+		t.CallTimeout = 5 * time.Second
+	}
+	r.tunMu.Lock()
+	r.tun = t
+	r.tunMu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Tuning returns the current tuning.
+func (r *Runner) Tuning() Tuning {
+	r.tunMu.Lock()
+	defer r.tunMu.Unlock()
+	return r.tun
 }
 
 // Status returns a snapshot of the runner's counters.
@@ -149,7 +219,7 @@ func (r *Runner) lanes() []string {
 }
 
 func (r *Runner) interval(info scannerapi.Info) time.Duration {
-	iv := r.cfg.Interval
+	iv := r.Tuning().Interval
 	if iv == 0 {
 		iv = info.DefaultInterval
 	}
@@ -157,8 +227,8 @@ func (r *Runner) interval(info scannerapi.Info) time.Duration {
 }
 
 func (r *Runner) batch(info scannerapi.Info) int {
-	if r.cfg.Batch > 0 {
-		return r.cfg.Batch
+	if b := r.Tuning().Batch; b > 0 {
+		return b
 	}
 	if info.DefaultBatch > 0 {
 		return info.DefaultBatch
@@ -196,10 +266,42 @@ func (r *Runner) Run(ctx context.Context) {
 		} else {
 			r.log.Trace("scan cycle complete", "cycle", sum.Cycle, "elapsed", sum.Duration)
 		}
-		if !sleep(ctx, r.interval(info)-time.Since(start)) {
+		if !r.sleepUntilNext(ctx, start) {
 			return
 		}
 	}
+}
+
+// sleepUntilNext sleeps until the next cycle is due: one interval after
+// start, re-planned when Retune changes the interval meanwhile.
+func (r *Runner) sleepUntilNext(ctx context.Context, start time.Time) bool {
+	for {
+		iv := r.interval(r.currentInfo())
+		d := time.Until(start.Add(iv))
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+			return true
+		case <-r.wake:
+			t.Stop()
+		}
+	}
+}
+
+// currentInfo is the scanner's Info for planning, or the zero Info when it
+// is unavailable (the interval then falls back to the configured one).
+func (r *Runner) currentInfo() scannerapi.Info {
+	_, info, err := r.target.Current()
+	if err != nil {
+		return scannerapi.Info{}
+	}
+	return info
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -238,7 +340,11 @@ type Summary struct {
 	Scanned      int // ScanPartition calls that succeeded
 	Empty        int // partitions skipped with nothing to do
 	Failed       int // partitions whose call failed
-	FollowUps    int // prompt rescans of partitions that said More
+	// Deferred counts partitions left for the next cycle because a hot
+	// swap switched to a scanner whose sources or family differ from
+	// those the cycle fetched with.
+	Deferred  int
+	FollowUps int // prompt rescans of partitions that said More
 	Processed    int64
 	Skipped      int64
 	Errors       map[ErrorKey]int64
@@ -285,10 +391,12 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	sum := Summary{Cycle: r.cycle, Errors: map[ErrorKey]int64{}}
 	scanner, info, err := r.target.Current()
 	if err != nil {
+		r.cycleError()
 		return sum, fmt.Errorf("scanner %s unavailable: %w", r.cfg.Name, err)
 	}
 	parts, err := r.partitions(info, opts.Partitions)
 	if err != nil {
+		r.cycleError()
 		return sum, err
 	}
 	sum.Partitions = len(parts)
@@ -299,6 +407,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	if err != nil {
 		sum.addErr(classify(err), "time", 1)
 		r.finish(&sum, start, false)
+		r.cycleError()
 		return sum, fmt.Errorf("read server TIME: %w", err)
 	}
 	sum.NowMs = nowMs
@@ -318,7 +427,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	}
 	sum.Lag = time.Duration(lagMs * float64(time.Millisecond))
 
-	more, pluginBacklog := r.scanAll(ctx, scanner, states, lanes, nowMs, batch, opts.DryRun, false, &sum)
+	more, pluginBacklog := r.scanAll(ctx, scanner, info, states, lanes, nowMs, batch, opts.DryRun, false, &sum)
 	if opts.DryRun {
 		// A dry run changes nothing, so a rescan would see the same batch.
 		more = nil
@@ -338,7 +447,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		}
 		sub := r.fetch(ctx, info, more, lanes, now2, batch, &sum)
 		sum.FollowUps += len(sub)
-		more, _ = r.scanAll(ctx, scanner, sub, lanes, now2, batch, opts.DryRun, true, &sum)
+		more, _ = r.scanAll(ctx, scanner, info, sub, lanes, now2, batch, opts.DryRun, true, &sum)
 	}
 
 	r.finish(&sum, start, opts.Partitions == nil)
@@ -372,9 +481,16 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	r.status.Processed += sum.Processed
 	r.status.Skipped += sum.Skipped
 	r.status.Errors += sum.ErrorTotal()
+	r.status.Failed += int64(sum.Failed)
 	if sum.BacklogKnown {
 		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
 	}
+}
+
+func (r *Runner) cycleError() {
+	r.stMu.Lock()
+	r.status.CycleErrors++
+	r.stMu.Unlock()
 }
 
 func (r *Runner) partitions(info scannerapi.Info, only []uint16) ([]keys.Partition, error) {
@@ -518,7 +634,7 @@ func (r *Runner) commitCursors(st *partState) {
 // scanAll calls ScanPartition for every partition with candidates, with
 // bounded concurrency. It returns the partitions that said More and the
 // backlogs the plugin reported in its results.
-func (r *Runner) scanAll(ctx context.Context, scanner scannerapi.Scanner, states []*partState, lanes []string, nowMs int64, batch int, dryRun, followUp bool, sum *Summary) ([]keys.Partition, map[uint16]int64) {
+func (r *Runner) scanAll(ctx context.Context, scanner scannerapi.Scanner, info scannerapi.Info, states []*partState, lanes []string, nowMs int64, batch int, dryRun, followUp bool, sum *Summary) ([]keys.Partition, map[uint16]int64) {
 	var work []*partState
 	for _, st := range states {
 		if len(st.cands) == 0 {
@@ -543,13 +659,25 @@ func (r *Runner) scanAll(ctx context.Context, scanner scannerapi.Scanner, states
 		wg            sync.WaitGroup
 		next          = make(chan *partState)
 	)
-	workers := min(r.cfg.Concurrency, len(work))
+	workers := min(r.Tuning().Concurrency, len(work))
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for st := range next {
-				res, err := r.scanOne(scanner, st, lanes, nowMs, batch, dryRun)
+				lease, err := r.lease(scanner, info)
+				if err == nil && !sameSchedule(info, lease.Info) {
+					release(lease)
+					mu.Lock()
+					sum.Deferred++
+					mu.Unlock()
+					continue
+				}
+				var res *scannerapi.ScanResult
+				if err == nil {
+					res, err = r.scanOne(lease, st, lanes, nowMs, batch, dryRun)
+					release(lease)
+				}
 				mu.Lock()
 				if err != nil {
 					sum.Failed++
@@ -596,8 +724,40 @@ dispatch:
 	return more, pluginBacklog
 }
 
-func (r *Runner) scanOne(scanner scannerapi.Scanner, st *partState, lanes []string, nowMs int64, batch int, dryRun bool) (*scannerapi.ScanResult, error) {
-	ctx, cancel := context.WithTimeout(r.cfg.CallParent, r.cfg.CallTimeout)
+// lease returns the scanner for one call: per call from an Acquirer (a hot
+// swap may switch instances between two calls), else the cycle's.
+func (r *Runner) lease(scanner scannerapi.Scanner, info scannerapi.Info) (Lease, error) {
+	if a, ok := r.target.(Acquirer); ok {
+		l, err := a.Acquire()
+		if err != nil {
+			return Lease{}, fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		return l, nil
+	}
+	return Lease{Scanner: scanner, Info: info}, nil
+}
+
+func release(l Lease) {
+	if l.Release != nil {
+		l.Release()
+	}
+}
+
+// errUnavailable marks calls that found no running scanner.
+var errUnavailable = errors.New("scanner unavailable")
+
+// sameSchedule reports whether candidates fetched for a cycle planned with
+// a can be handed to a scanner whose Info is b.
+func sameSchedule(a, b scannerapi.Info) bool {
+	return a.Name == b.Name && a.Family == b.Family && slices.Equal(a.Sources, b.Sources)
+}
+
+func (r *Runner) scanOne(lease Lease, st *partState, lanes []string, nowMs int64, batch int, dryRun bool) (*scannerapi.ScanResult, error) {
+	scanner, host := lease.Scanner, lease.Host
+	if host == nil {
+		host = r.host
+	}
+	ctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
 	defer cancel()
 	req := &scannerapi.ScanRequest{
 		Scanner:    r.cfg.Name,
@@ -610,7 +770,7 @@ func (r *Runner) scanOne(scanner scannerapi.Scanner, st *partState, lanes []stri
 		DryRun:     dryRun,
 	}
 	t0 := time.Now()
-	res, err := scanner.ScanPartition(ctx, r.host, req)
+	res, err := scanner.ScanPartition(ctx, host, req)
 	r.rec.RPC(r.cfg.Name, "scan_partition", time.Since(t0))
 	if err == nil && res == nil {
 		err = errors.New("scanner returned no result")
@@ -638,7 +798,7 @@ func (r *Runner) backlog(ctx context.Context, scanner scannerapi.Scanner, info s
 		}
 	}
 	if len(ask) > 0 {
-		vals, err := r.sampleBacklog(ctx, scanner, ask)
+		vals, err := r.sampleBacklog(ctx, scanner, info, ask)
 		if err != nil {
 			sum.addErr(scannerapi.ErrTransport, "sample_backlog", 1)
 			r.log.Debug("SampleBacklog failed", "error", err)
@@ -655,14 +815,24 @@ func (r *Runner) backlog(ctx context.Context, scanner scannerapi.Scanner, info s
 	return ok
 }
 
-func (r *Runner) sampleBacklog(ctx context.Context, scanner scannerapi.Scanner, ask []keys.Partition) ([]int64, error) {
+func (r *Runner) sampleBacklog(ctx context.Context, scanner scannerapi.Scanner, info scannerapi.Info, ask []keys.Partition) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(r.cfg.CallParent, r.cfg.CallTimeout)
+	lease, err := r.lease(scanner, info)
+	if err != nil {
+		return nil, err
+	}
+	defer release(lease)
+	scanner = lease.Scanner
+	host := lease.Host
+	if host == nil {
+		host = r.host
+	}
+	cctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
 	defer cancel()
 	t0 := time.Now()
-	vals, err := scanner.SampleBacklog(cctx, r.host, ask)
+	vals, err := scanner.SampleBacklog(cctx, host, ask)
 	r.rec.RPC(r.cfg.Name, "sample_backlog", time.Since(t0))
 	if err != nil {
 		return nil, err
@@ -717,6 +887,9 @@ func classify(err error) scannerapi.ErrorClass {
 // rpcCode names a failed plugin call: the process died, a timeout, a
 // cancellation (shutdown), or any other failure.
 func rpcCode(err error) string {
+	if errors.Is(err, errUnavailable) {
+		return "plugin_unavailable"
+	}
 	if errors.Is(err, scannerapi.ErrPluginExited) {
 		return "plugin_exited"
 	}

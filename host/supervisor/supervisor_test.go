@@ -64,6 +64,28 @@ type fakeLauncher struct {
 	fail    error
 	behave  func(n int, inst *fakeInstance)
 	started chan int
+	// sha is what the "file on disk" hashes to now (default "abc").
+	sha string
+}
+
+func (l *fakeLauncher) meta() Meta {
+	sha := l.sha
+	if sha == "" {
+		sha = "abc"
+	}
+	return Meta{Path: "/p/t", SHA256: sha, Version: "1", APIVersion: 2}
+}
+
+func (l *fakeLauncher) Check() (Meta, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.meta(), nil
+}
+
+func (l *fakeLauncher) setSHA(sha string) {
+	l.mu.Lock()
+	l.sha = sha
+	l.mu.Unlock()
 }
 
 func (l *fakeLauncher) Launch(context.Context) (Instance, Meta, error) {
@@ -78,14 +100,14 @@ func (l *fakeLauncher) Launch(context.Context) (Instance, Meta, error) {
 		}
 	}
 	if l.fail != nil {
-		return nil, Meta{}, l.fail
+		return nil, l.meta(), l.fail
 	}
 	inst := &fakeInstance{pid: 1000 + n, exited: make(chan struct{})}
 	l.insts = append(l.insts, inst)
 	if l.behave != nil {
 		l.behave(n, inst)
 	}
-	return inst, Meta{Path: "/p/t", SHA256: "abc", Version: "1"}, nil
+	return inst, l.meta(), nil
 }
 
 func (l *fakeLauncher) launches() []time.Time {

@@ -1,0 +1,149 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// swapTarget hands out leases; switchAfter calls into a cycle it starts
+// handing out the next scanner, as a hot swap would.
+type swapTarget struct {
+	mu          sync.Mutex
+	scanners    []*testScanner
+	cur         int
+	switchAfter int
+	acquired    int
+	outstanding atomic.Int64
+	hosts       []scannerapi.Host
+	fail        error
+}
+
+func (t *swapTarget) Current() (scannerapi.Scanner, scannerapi.Info, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.scanners[t.cur]
+	return s, s.info, nil
+}
+
+func (t *swapTarget) Acquire() (Lease, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fail != nil {
+		return Lease{}, t.fail
+	}
+	t.acquired++
+	if t.switchAfter > 0 && t.acquired > t.switchAfter && t.cur+1 < len(t.scanners) {
+		t.cur++
+		t.switchAfter = 0
+	}
+	s := t.scanners[t.cur]
+	t.outstanding.Add(1)
+	var h scannerapi.Host
+	if t.cur < len(t.hosts) {
+		h = t.hosts[t.cur]
+	}
+	return Lease{Scanner: s, Info: s.info, Host: h, Release: func() { t.outstanding.Add(-1) }}, nil
+}
+
+// A swap in the middle of a cycle: the calls after the switch go to the
+// new scanner with its own Host, no partition fails or is skipped, and
+// every lease is released.
+func TestLeasePerCallSwitchesMidCycle(t *testing.T) {
+	e := newEnv(t)
+	oldS, newS := &testScanner{info: leaseInfo()}, &testScanner{info: leaseInfo()}
+	var newHostCalls atomic.Int64
+	newHost := scannerapi.HostFunc(func(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+		newHostCalls.Add(1)
+		return make([]scannerapi.Reply, len(cmds)), nil
+	})
+	newS.fn = func(ctx context.Context, h scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+		_, err := h.Exec(ctx, []scannerapi.Command{{"ZREM", req.Candidates[0].Key, req.Candidates[0].Member}})
+		return &scannerapi.ScanResult{Processed: 1}, err
+	}
+	tgt := &swapTarget{scanners: []*testScanner{oldS, newS}, switchAfter: 3, hosts: []scannerapi.Host{nil, newHost}}
+	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, Concurrency: 1, NoJitter: true}, e.client, tgt, nil, nil, nil)
+	for p := range uint16(8) {
+		e.do(t, "ZADD", leaseKey(p), "1000", "m")
+	}
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 8, sum.Scanned)
+	assert.Zero(t, sum.Failed)
+	assert.Zero(t, sum.Deferred)
+	assert.Len(t, oldS.calls, 3)
+	assert.Len(t, newS.calls, 5)
+	assert.Equal(t, int64(5), newHostCalls.Load(), "the new instance's calls use its own Host")
+	assert.Zero(t, tgt.outstanding.Load(), "every lease was released")
+}
+
+// When the new scanner's sources differ from those the cycle fetched
+// with, its remaining partitions wait for the next cycle instead of
+// receiving candidates of a source it may not know.
+func TestLeaseWithOtherSourcesDefers(t *testing.T) {
+	e := newEnv(t)
+	oldS := &testScanner{info: leaseInfo()}
+	ni := leaseInfo()
+	ni.Sources = append(ni.Sources, scannerapi.CandidateSource{Name: "extra", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:extra"})
+	newS := &testScanner{info: ni}
+	tgt := &swapTarget{scanners: []*testScanner{oldS, newS}, switchAfter: 2}
+	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, Concurrency: 1, NoJitter: true}, e.client, tgt, nil, nil, nil)
+	for p := range uint16(5) {
+		e.do(t, "ZADD", leaseKey(p), "1000", "m")
+	}
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 2, sum.Scanned)
+	assert.Equal(t, 3, sum.Deferred)
+	assert.Zero(t, sum.Failed)
+	assert.Empty(t, newS.calls)
+	// The next cycle plans with the new Info and scans them.
+	sum, err = r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 5, sum.Scanned, "the unprocessed partitions are still due")
+	assert.Len(t, newS.calls, 5)
+	assert.Zero(t, tgt.outstanding.Load())
+}
+
+func TestLeaseUnavailableCountsAsFailed(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	tgt := &swapTarget{scanners: []*testScanner{s}, fail: errors.New("plugin is not running")}
+	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, NoJitter: true}, e.client, tgt, nil, nil, nil)
+	e.do(t, "ZADD", leaseKey(1), "1000", "m")
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.Failed)
+	assert.Equal(t, int64(1), sum.Errors[ErrorKey{scannerapi.ErrTransport, "plugin_unavailable"}])
+	assert.Equal(t, int64(1), r.Status().Failed)
+}
+
+// Retune applies a new interval at once: a runner asleep for an hour
+// wakes and runs its next cycle on the new schedule.
+func TestRetuneWakesTheSleep(t *testing.T) {
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	r := e.runner(t, s, Config{Interval: time.Hour}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	require.Eventually(t, func() bool { return r.Status().Cycle == 1 }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, uint64(1), r.Status().Cycle)
+	r.Retune(Tuning{Interval: 100 * time.Millisecond, Batch: 7})
+	require.Eventually(t, func() bool { return r.Status().Cycle >= 3 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 7, r.Tuning().Batch)
+	assert.Equal(t, 8, r.Tuning().Concurrency, "zero keeps the default")
+	cancel()
+	<-done
+}
