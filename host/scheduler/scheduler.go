@@ -334,17 +334,17 @@ type ErrorKey struct {
 
 // Summary is what one cycle did.
 type Summary struct {
-	Cycle        uint64
-	NowMs        int64
-	Partitions   int // partitions visited
-	Scanned      int // ScanPartition calls that succeeded
-	Empty        int // partitions skipped with nothing to do
-	Failed       int // partitions whose call failed
+	Cycle      uint64
+	NowMs      int64
+	Partitions int // partitions visited
+	Scanned    int // ScanPartition calls that succeeded
+	Empty      int // partitions skipped with nothing to do
+	Failed     int // partitions whose call failed
 	// Deferred counts partitions left for the next cycle because a hot
 	// swap switched to a scanner whose sources or family differ from
 	// those the cycle fetched with.
-	Deferred  int
-	FollowUps int // prompt rescans of partitions that said More
+	Deferred     int
+	FollowUps    int // prompt rescans of partitions that said More
 	Processed    int64
 	Skipped      int64
 	Errors       map[ErrorKey]int64
