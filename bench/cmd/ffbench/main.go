@@ -45,12 +45,17 @@ type sizes struct {
 	Burst       int
 	Idle        time.Duration
 	DAGLevels   int
-	DAGRuns     int
+	DAGRuns     int // listener on: chains one after the other
+	// Listener off (reconciler at its 15 s interval): chains run at once.
+	DAGOffLevels int
+	DAGOffChains int
 }
 
 var (
-	fullSizes  = sizes{DrainLeases: 100_000, DrainReps: 3, Burst: 10_000, Idle: 20 * time.Second, DAGLevels: 10, DAGRuns: 5}
-	quickSizes = sizes{DrainLeases: 10_000, DrainReps: 1, Burst: 2_000, Idle: 5 * time.Second, DAGLevels: 10, DAGRuns: 2}
+	fullSizes = sizes{DrainLeases: 100_000, DrainReps: 3, Burst: 10_000, Idle: 20 * time.Second,
+		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5}
+	quickSizes = sizes{DrainLeases: 10_000, DrainReps: 1, Burst: 2_000, Idle: 5 * time.Second,
+		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2}
 )
 
 type bench struct {
@@ -90,14 +95,14 @@ func main() {
 }
 
 func run() error {
-	quick := flag.Bool("quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, 2 DAG runs)")
+	quick := flag.Bool("quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
 	only := flag.String("only", "drain,reclaim,idle,dag", "comma-separated benchmarks to run")
 	binDir := flag.String("bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
 	leases := flag.Int("leases", 0, "drain: expired leases (default 100000, quick 10000)")
 	reps := flag.Int("reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
 	burst := flag.Int("burst", 0, "reclaim: leases in the burst (default 10000, quick 2000)")
 	idle := flag.Duration("idle", 0, "idle: measuring window (default 20s, quick 5s)")
-	dagRuns := flag.Int("dag-runs", 0, "dag: chains per mode (default 5, quick 2)")
+	dagRuns := flag.Int("dag-runs", 0, "dag: chains with the listener on (default 20, quick 5)")
 	concurrency := flag.Int("concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
 	maxLoad := flag.Float64("max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	verbose := flag.Bool("v", false, "host and plugin logs at info level")
@@ -175,7 +180,10 @@ func run() error {
 	step("drain", func() (err error) { rep.Drain, err = b.runDrain(ctx, sz.DrainLeases, sz.DrainReps); return })
 	step("reclaim", func() (err error) { rep.Reclaim, err = b.runReclaim(ctx, sz.Burst); return })
 	step("idle", func() (err error) { rep.Idle, err = b.runIdle(ctx, sz.Idle); return })
-	step("dag", func() (err error) { rep.DAG, err = b.runDAG(ctx, sz.DAGLevels, sz.DAGRuns); return })
+	step("dag", func() (err error) {
+		rep.DAG, err = b.runDAG(ctx, sz.DAGLevels, sz.DAGRuns, sz.DAGOffLevels, sz.DAGOffChains)
+		return
+	})
 	rep.End, rep.LoadEnd = time.Now(), measure.Load()
 	rep.Errors = errs
 	rep.print(os.Stdout)
