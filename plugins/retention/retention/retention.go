@@ -389,7 +389,7 @@ type scan struct {
 	stageErr      bool
 	backlog       int64
 	backlogOK     bool
-	purgedFromDue int64 // purged entries that the backlog counted
+	purgedFromDue int64 // entries removed this scan that the backlog counted
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -559,7 +559,14 @@ func (sc *scan) admitHead(lane, m string, score float64) bool {
 			return false
 		}
 		sc.log.Warn("removing an index member that is not an execution id", "index", key, "member", m)
-		sc.queue = append(sc.queue, op{cmds: []scannerapi.Command{{"ZREM", key, m}}, done: sc.countFailure("remove_invalid")})
+		sc.queue = append(sc.queue, op{cmds: []scannerapi.Command{{"ZREM", key, m}}, done: func(rs []scannerapi.Reply) {
+			if rs[0].Failed() {
+				class, code := failure(rs[0])
+				sc.res.AddError(class, "remove_invalid_"+code, 1)
+				return
+			}
+			sc.purgedFromDue++
+		}})
 		return false
 	case memberNonCanonical:
 		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
@@ -858,17 +865,6 @@ func (sc *scan) failed(it *item, class scannerapi.ErrorClass, code string) {
 	if sc.s.failures.RecordFailure(it.member, sc.req.Cycle) {
 		sc.log.Error("execution keeps failing; skipping it for a while",
 			"execution_id", it.member, "class", class, "code", code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
-	}
-}
-
-func (sc *scan) countFailure(code string) func([]scannerapi.Reply) {
-	return func(rs []scannerapi.Reply) {
-		for _, r := range rs {
-			if r.Failed() {
-				class, c := failure(r)
-				sc.res.AddError(class, code+"_"+c, 1)
-			}
-		}
 	}
 }
 
