@@ -8,7 +8,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -98,6 +100,12 @@ func CommandStats(ctx context.Context, c valkey.Client) (map[string]int64, error
 	if err != nil {
 		return nil, err
 	}
+	return ParseCommandStats(info), nil
+}
+
+// ParseCommandStats reads the calls per command of an INFO commandstats
+// reply.
+func ParseCommandStats(info string) map[string]int64 {
 	out := map[string]int64{}
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
@@ -112,7 +120,7 @@ func CommandStats(ctx context.Context, c valkey.Client) (map[string]int64, error
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // ServerCPU returns the server's used_cpu_user + used_cpu_sys (INFO cpu).
@@ -121,6 +129,11 @@ func ServerCPU(ctx context.Context, c valkey.Client) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	return ParseServerCPU(info), nil
+}
+
+// ParseServerCPU reads used_cpu_user + used_cpu_sys of an INFO cpu reply.
+func ParseServerCPU(info string) time.Duration {
 	var total float64
 	for _, line := range strings.Split(info, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -129,7 +142,39 @@ func ServerCPU(ctx context.Context, c valkey.Client) (time.Duration, error) {
 			total += f
 		}
 	}
-	return time.Duration(total * float64(time.Second)), nil
+	return time.Duration(total * float64(time.Second))
+}
+
+// RawInfo sends one INFO command on a fresh plain TCP connection, without
+// any client handshake, and closes it: the only command it adds to the
+// server's statistics is that INFO.
+func RawInfo(addr, section string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(conn, "INFO %s\r\n", section); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(head, "$") {
+		return "", fmt.Errorf("INFO %s: unexpected reply %q", section, strings.TrimSpace(head))
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil {
+		return "", err
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return string(body[:n]), nil
 }
 
 // InfoField returns one field of an INFO section ("" when absent).

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,36 @@ type drainRun struct {
 	Commands int64 // commands in those batches
 	FCalls   int64 // FCALLs sent (raw)
 	Errors   int64
+	// CPU used during the run: this process (host side: scheduler,
+	// callbacks, linked scanner or raw loop), the plugin process, the server.
+	BenchCPU, PluginCPU, ServerCPU time.Duration
+}
+
+// cpuMeter samples the CPU of the processes taking part in a run.
+type cpuMeter struct {
+	b                 *bench
+	pluginPid         int
+	self, plugin, srv time.Duration
+}
+
+func (b *bench) startCPU(ctx context.Context, pluginPid int) *cpuMeter {
+	m := &cpuMeter{b: b, pluginPid: pluginPid}
+	m.self, _ = measure.ProcCPU(os.Getpid())
+	if pluginPid > 0 {
+		m.plugin, _ = measure.ProcCPU(pluginPid)
+	}
+	m.srv, _ = measure.ServerCPU(ctx, b.client)
+	return m
+}
+
+func (m *cpuMeter) stop(ctx context.Context, run *drainRun) {
+	self, _ := measure.ProcCPU(os.Getpid())
+	srv, _ := measure.ServerCPU(ctx, m.b.client)
+	run.BenchCPU, run.ServerCPU = self-m.self, srv-m.srv
+	if m.pluginPid > 0 {
+		p, _ := measure.ProcCPU(m.pluginPid)
+		run.PluginCPU = p - m.plugin
+	}
 }
 
 func (d drainRun) rate() float64 { return float64(d.Marked) / d.Elapsed.Seconds() }
@@ -200,6 +231,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 	rec := &countingRecorder{Metrics: metrics.New()}
 	svc := callbacks.New(b.lib, rec)
 	var sc scannerapi.Scanner
+	pluginPid := 0
 	switch mode {
 	case modePlugin:
 		cat, err := catalog.New(b.pluginDir)
@@ -219,6 +251,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 			inst.Kill()
 		}()
 		sc = inst.Scanner()
+		pluginPid = inst.Pid()
 		// The launcher registers the plugin's policy (or binds it to the
 		// instance); register it by name too, for the scheduler's Host.
 		pol, _ := callbacks.PolicyFromInfo(sc.Info(), false)
@@ -253,6 +286,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 	rec.execs.Store(0)
 	rec.cmds.Store(0)
 
+	cpu := b.startCPU(ctx, pluginPid)
 	t0 := time.Now()
 	for run.Marked < int64(n) {
 		sum, err := r.Cycle(ctx, scheduler.CycleOptions{})
@@ -267,6 +301,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		}
 	}
 	run.Elapsed = time.Since(t0)
+	cpu.stop(ctx, &run)
 	run.RPCs, run.Execs, run.Commands = rec.rpcs.Load(), rec.execs.Load(), rec.cmds.Load()
 	return run, nil
 }
@@ -279,6 +314,7 @@ func (b *bench) drainRaw(ctx context.Context, n int) (drainRun, error) {
 	run := drainRun{Mode: modeRaw}
 	c := b.client
 	var marked, fcalls, errs atomic.Int64
+	cpu := b.startCPU(ctx, 0)
 	t0 := time.Now()
 	for run.Marked < int64(n) {
 		run.Cycles++
@@ -344,6 +380,7 @@ func (b *bench) drainRaw(ctx context.Context, n int) (drainRun, error) {
 		run.Marked = marked.Load()
 	}
 	run.Elapsed = time.Since(t0)
+	cpu.stop(ctx, &run)
 	run.FCalls, run.Errors = fcalls.Load(), errs.Load()
 	return run, nil
 }

@@ -53,12 +53,17 @@ func (b *bench) idleSnap(ctx context.Context, h *hostproc.Proc, pluginPid int) (
 	if s.pluginCPU, err = measure.ProcCPU(pluginPid); err != nil {
 		return s, err
 	}
-	if s.cmds, err = measure.CommandStats(ctx, b.client); err != nil {
+	// Plain INFO on a throwaway connection: the bench's own client is
+	// closed during the window, so its keep-alive PINGs do not count.
+	info, err := measure.RawInfo(b.srv.Addr, "commandstats")
+	if err != nil {
 		return s, err
 	}
-	if s.serverCPU, err = measure.ServerCPU(ctx, b.client); err != nil {
+	s.cmds = measure.ParseCommandStats(info)
+	if info, err = measure.RawInfo(b.srv.Addr, "cpu"); err != nil {
 		return s, err
 	}
+	s.serverCPU = measure.ParseServerCPU(info)
 	text, err := h.Metrics(ctx)
 	if err != nil {
 		return s, err
@@ -78,7 +83,7 @@ func (b *bench) idleSnap(ctx context.Context, h *hostproc.Proc, pluginPid int) (
 // costs per second: plugin RPCs and callback commands from the host's
 // /metrics, server commands from INFO commandstats (our own INFO calls
 // excluded), and CPU of the host and plugin processes from /proc.
-func (b *bench) runIdle(ctx context.Context, window time.Duration) (*idleResult, error) {
+func (b *bench) runIdle(ctx context.Context, window time.Duration) (_ *idleResult, err error) {
 	res := &idleResult{Window: window, Partitions: int(b.parts.Flow), Interval: leaseexpiry.DefaultInterval,
 		HealthPeriod: 5 * time.Second, LoadBefore: measure.Load()}
 	if err := b.flush(ctx); err != nil {
@@ -99,6 +104,13 @@ func (b *bench) runIdle(ctx context.Context, window time.Duration) (*idleResult,
 	}
 	// Let start-up work (boot, first cycles, lane read) pass.
 	time.Sleep(3 * res.Interval)
+	// Only the host talks to the server during the window.
+	b.disconnect()
+	defer func() {
+		if rerr := b.connect(); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
 	s0, err := b.idleSnap(ctx, h, res.PluginPid)
 	if err != nil {
 		return nil, err

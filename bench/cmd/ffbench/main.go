@@ -74,6 +74,26 @@ func (b *bench) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "ffbench: "+format+"\n", args...)
 }
 
+// connect opens the bench's client to the server (and the library
+// handle on it).
+func (b *bench) connect() error {
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{b.srv.Addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		return err
+	}
+	b.client, b.lib = c, lua.New(c, lua.Options{})
+	return nil
+}
+
+// disconnect closes the bench's client (idle measurements: its keep-alive
+// PINGs would count as server commands).
+func (b *bench) disconnect() {
+	if b.client != nil {
+		b.client.Close()
+		b.client, b.lib = nil, nil
+	}
+}
+
 // flush empties the dataset; the library survives FLUSHALL, the partition
 // record is written again.
 func (b *bench) flush(ctx context.Context) error {
@@ -153,12 +173,10 @@ func run() error {
 		return err
 	}
 	defer b.srv.Stop()
-	b.client, err = valkey.NewClient(valkey.ClientOption{InitAddress: []string{b.srv.Addr}, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
+	if err := b.connect(); err != nil {
 		return err
 	}
-	defer b.client.Close()
-	b.lib = lua.New(b.client, lua.Options{})
+	defer b.disconnect()
 	if err := b.flush(ctx); err != nil {
 		return err
 	}

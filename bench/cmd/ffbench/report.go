@@ -73,13 +73,15 @@ func (d *drainResult) print(w io.Writer, conc int) {
 	p("1. DRAIN: %d expired leases over %d partitions (seeded in %s; snapshot %s; restore %s per run)",
 		d.Leases, d.Partitions, d.SeedTime.Round(time.Millisecond), d.SaveTime.Round(time.Millisecond), avg(d.Restore).Round(time.Millisecond))
 	p("   scheduler concurrency %d, cycles back to back; load %s -> %s", conc, d.LoadBefore, d.LoadAfter)
-	p("   %-11s %4s %10s %12s %7s %7s %9s %9s %7s", "mode", "rep", "time", "leases/s", "cycles", "RPCs", "callbacks", "verified", "errors")
+	p("   %-11s %3s %9s %9s %6s %5s %9s %8s %6s  %s", "mode", "rep", "time", "leases/s", "cycles", "RPCs", "callbacks", "verified", "errors", "CPU s: bench+plugin=host-side, server")
 	for _, x := range d.Runs {
 		rpcs, execs := fmt.Sprint(x.RPCs), fmt.Sprint(x.Execs)
 		if x.Mode == modeRaw {
 			rpcs, execs = "-", "-"
 		}
-		p("   %-11s %4d %10s %12.0f %7d %7s %9s %9d %7d", x.Mode, x.Rep, x.Elapsed.Round(time.Millisecond), x.rate(), x.Cycles, rpcs, execs, x.Verified, x.Errors)
+		p("   %-11s %3d %9s %9.0f %6d %5s %9s %8d %6d  %.2f+%.2f=%.2f, %.2f", x.Mode, x.Rep, x.Elapsed.Round(time.Millisecond), x.rate(),
+			x.Cycles, rpcs, execs, x.Verified, x.Errors, x.BenchCPU.Seconds(), x.PluginCPU.Seconds(),
+			(x.BenchCPU + x.PluginCPU).Seconds(), x.ServerCPU.Seconds())
 	}
 	pl, ok1 := d.median(modePlugin)
 	li, ok2 := d.median(modeLinked)
