@@ -33,7 +33,8 @@
 // {0, code} is counted as class lua with its code; a failed command
 // (transport, WRONGTYPE inside the script, refused) is counted by class and
 // feeds a FailureTracker keyed by budget id: after three consecutive
-// failures the id is skipped for ten cycles. When the host's window is full
+// failures the id is skipped for ten cycles (a batch in which every command
+// got no reply is an outage and does not count against any budget). When the host's window is full
 // and some of it was skipped that way, the same Exec also reads up to
 // "lookahead" due entries past the window, and a second Exec resets as
 // many of those as there were skipped entries, so a pile of poison entries

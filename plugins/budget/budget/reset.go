@@ -252,6 +252,15 @@ func (sc *resetScan) wave(ctx context.Context, items []resetItem, remove []strin
 	if err != nil {
 		return scannerapi.Reply{}, fmt.Errorf("exec: %w", err)
 	}
+	// A batch whose every command got no reply is a connection problem,
+	// not any budget's: the failure tracker does not count it.
+	outage := true
+	for _, r := range replies {
+		if !r.Failed() || r.ErrClass != scannerapi.ErrTransport {
+			outage = false
+			break
+		}
+	}
 	var pageReply scannerapi.Reply
 	i := 0
 	if page != nil {
@@ -265,14 +274,14 @@ func (sc *resetScan) wave(ctx context.Context, items []resetItem, remove []strin
 			i++
 			continue
 		}
-		sc.record(it, replies[i], replies[i+1])
+		sc.record(it, replies[i], replies[i+1], outage)
 		i += 2
 	}
 	return pageReply, nil
 }
 
 // record accounts for one budget's probe and FCALL replies.
-func (sc *resetScan) record(it resetItem, probe, call scannerapi.Reply) {
+func (sc *resetScan) record(it resetItem, probe, call scannerapi.Reply, outage bool) {
 	bid := it.id.String()
 	o := classifyReset(call)
 	switch o.kind {
@@ -293,6 +302,9 @@ func (sc *resetScan) record(it resetItem, probe, call scannerapi.Reply) {
 		sc.log.Warn("ff_reset_budget refused", "budget_id", bid, "code", o.code)
 	case resetFailed:
 		sc.res.AddError(o.class, o.code, 1)
+		if outage {
+			return
+		}
 		if sc.s.failures.RecordFailure(bid, sc.req.Cycle) {
 			sc.log.Error("persistent ff_reset_budget failure; skipping the budget for a while",
 				"budget_id", bid, "class", o.class, "code", o.code, "backoff_cycles", scannerapi.DefaultBackoffCycles)

@@ -120,6 +120,7 @@ func TestHostRunsDependencyReconciler(t *testing.T) {
 	// Rotation past an old stuck child, batch 1.
 	fid := flowIn(p(11))
 	old := chain(fid, 2)
+	time.Sleep(5 * time.Millisecond) // blocked sets are scored by created_at (ms)
 	fresh := chain(fid, 2)
 	blocked, err := vk.Do(ctx, vk.B().Zrange().Key(keys.FlowPart(p(11)).LaneBlockedDependencies("default")).Min("0").Max("-1").Build()).AsStrSlice()
 	require.NoError(t, err)

@@ -19,7 +19,8 @@ import (
 //     the failure tracker: a command on a child's own keys (its core, its
 //     unresolved set, its dep records, the FCALLs on it), or the read of an
 //     upstream core that one of the children waits on (the upstream each
-//     dep record names is seen in the reply to its read);
+//     dep record names is seen in the reply to its read); a batch in which
+//     every command got no reply is an outage and attributes nothing;
 //   - in a dry run, holds every FCALL back (answering a refusal) and
 //     remembers what it would have called.
 //
@@ -111,10 +112,23 @@ func (x *scanExec) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scann
 		x.mu.Unlock()
 	}
 
+	// A batch whose every command got no reply is a connection problem,
+	// not any child's: nothing is attributed.
+	outage := len(cmds) > 0
+	for _, r := range out {
+		if class, ok := tracked(r); !ok || class != scannerapi.ErrTransport {
+			outage = false
+			break
+		}
+	}
+
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.heldBack = append(x.heldBack, held...)
 	for i, c := range cmds {
+		if outage {
+			break
+		}
 		r := out[i]
 		if isUpstreamRead(c) && !r.Failed() {
 			child, ok1 := execOfKey(c[1])

@@ -355,6 +355,7 @@ func rotationScenario(t *testing.T, m mode) observed {
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	old := f.chain(fid, 2)
+	time.Sleep(5 * time.Millisecond) // blocked sets are scored by created_at (ms)
 	fresh := f.chain(fid, 2)
 	require.Equal(t, []string{old[1].String(), fresh[1].String()}, f.blocked(), "the stuck child is the oldest")
 	f.succeed(fresh[0])
