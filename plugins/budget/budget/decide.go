@@ -208,3 +208,17 @@ func number(s string) (float64, bool) {
 	}
 	return f, true
 }
+
+// isOutage reports a batch in which every command got no reply (class
+// transport): the connection failed, not the items.
+func isOutage(replies []scannerapi.Reply) bool {
+	if len(replies) == 0 {
+		return false
+	}
+	for _, r := range replies {
+		if !r.Failed() || r.ErrClass != scannerapi.ErrTransport {
+			return false
+		}
+	}
+	return true
+}

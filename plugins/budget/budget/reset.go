@@ -254,13 +254,7 @@ func (sc *resetScan) wave(ctx context.Context, items []resetItem, remove []strin
 	}
 	// A batch whose every command got no reply is a connection problem,
 	// not any budget's: the failure tracker does not count it.
-	outage := true
-	for _, r := range replies {
-		if !r.Failed() || r.ErrClass != scannerapi.ErrTransport {
-			outage = false
-			break
-		}
-	}
+	outage := isOutage(replies)
 	var pageReply scannerapi.Reply
 	i := 0
 	if page != nil {

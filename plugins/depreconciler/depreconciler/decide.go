@@ -153,3 +153,17 @@ func tracked(r scannerapi.Reply) (scannerapi.ErrorClass, bool) {
 	}
 	return class, class == scannerapi.ErrTransport || class == scannerapi.ErrServer
 }
+
+// isOutage reports a batch in which every command got no reply (class
+// transport): the connection failed, not the items.
+func isOutage(replies []scannerapi.Reply) bool {
+	if len(replies) == 0 {
+		return false
+	}
+	for _, r := range replies {
+		if !r.Failed() || r.ErrClass != scannerapi.ErrTransport {
+			return false
+		}
+	}
+	return true
+}

@@ -103,3 +103,13 @@ func TestTracked(t *testing.T) {
 		assert.Equal(t, tc.class, class, "%+v", tc.r)
 	}
 }
+
+func TestIsOutage(t *testing.T) {
+	tr := scannerapi.Reply{Kind: scannerapi.KindError, Err: "EOF", ErrClass: scannerapi.ErrTransport}
+	srv := scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE x", ErrClass: scannerapi.ErrServer}
+	ok := scannerapi.Reply{Kind: scannerapi.KindString, Str: "x"}
+	assert.False(t, isOutage(nil))
+	assert.True(t, isOutage([]scannerapi.Reply{tr, tr}))
+	assert.False(t, isOutage([]scannerapi.Reply{tr, ok}))
+	assert.False(t, isOutage([]scannerapi.Reply{tr, srv}))
+}

@@ -114,13 +114,7 @@ func (x *scanExec) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scann
 
 	// A batch whose every command got no reply is a connection problem,
 	// not any child's: nothing is attributed.
-	outage := len(cmds) > 0
-	for _, r := range out {
-		if class, ok := tracked(r); !ok || class != scannerapi.ErrTransport {
-			outage = false
-			break
-		}
-	}
+	outage := isOutage(out)
 
 	x.mu.Lock()
 	defer x.mu.Unlock()
