@@ -212,3 +212,24 @@ func TestStartTwice(t *testing.T) {
 	})
 	assert.Error(t, h.l.Start(h.ctx))
 }
+
+// With the server gone the receiver keeps retrying (with backoff) without
+// spinning or failing, and Stop still returns at once.
+func TestServerGoneThenStop(t *testing.T) {
+	srv := testenv.New(t)
+	vk := srv.Client(t)
+	l := New(Config{Enabled: true, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
+		lua.New(vk, lua.Options{}), Options{})
+	require.NoError(t, l.Start(context.Background()))
+	require.Eventually(t, l.Subscribed, 10*time.Second, 5*time.Millisecond)
+	srv.Kill()
+	require.Eventually(t, func() bool { return !l.Subscribed() }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // several failed reconnects
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	require.NoError(t, l.Stop(ctx))
+	assert.Less(t, time.Since(t0), time.Second)
+	assert.Zero(t, l.Stats().Reconnects)
+	assert.Zero(t, l.Stats().Panics)
+}
