@@ -2,8 +2,10 @@
 // config -> boot (Valkey, partitions, library, lanes) -> catalog ->
 // supervisors start plugins -> schedulers tick scanners -> callbacks run
 // their commands -> metrics and the HTTP endpoints report it. Each step
-// lives in its own package; this one only connects them and owns the
-// shutdown sequence.
+// lives in its own package; this one only connects them and owns what
+// spans them: the shutdown sequence, configuration reloads (reload.go),
+// the file watches that drive reloads and hot swaps (watch.go), the
+// completion listener, and the status view (status.go).
 package host
 
 import (
@@ -14,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/ffscan/ffscan/host/boot"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/launcher"
@@ -39,7 +41,8 @@ import (
 // Version is the host build version (set with -ldflags -X).
 var Version = "dev"
 
-// NewLogger builds the host logger from the log config.
+// NewLogger builds the host logger from the log config. Its level can be
+// changed later (a reload of log.level).
 func NewLogger(c config.Log) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:       "ffscan",
@@ -51,27 +54,45 @@ func NewLogger(c config.Log) hclog.Logger {
 
 // Host is a booted host: connected, partitions agreed, library loaded.
 type Host struct {
-	cfg     *config.Config
 	log     hclog.Logger
 	client  valkey.Client
 	lib     *lua.Library
 	svc     *callbacks.Service
 	met     *metrics.Metrics
+	compMet *completions.PrometheusMetrics
 	cat     *catalog.Catalog
 	parts   keys.PartitionConfig
 	lanes   atomic.Pointer[[]string]
 	started time.Time
 
+	cfgMu sync.RWMutex
+	cfg   *config.Config
+
+	src      ConfigSource
+	reloadMu sync.Mutex // serializes reloads
+	reloads  reloadState
+
+	// Set by Run.
+	runCtx  context.Context
+	callCtx context.Context
+	laneNow chan struct{} // asks refreshLanes for an immediate merge
+
 	mu    sync.Mutex
-	units []*unit
+	units map[string]*unit
+	comp  *completions.Listener
+	bg    sync.WaitGroup // scanners being stopped by a reload
 }
 
 // unit is one enabled scanner: its supervisor and its scheduler.
 type unit struct {
-	name string
-	sc   config.Scanner
-	sup  *supervisor.Supervisor
-	run  *scheduler.Runner
+	name   string
+	sc     config.Scanner
+	sup    *supervisor.Supervisor
+	run    *scheduler.Runner
+	cancel context.CancelFunc // stops the runner's dispatch
+	done   chan struct{}      // closed when the runner returned
+
+	watch fileWatch // the plugin binary (watch.go)
 }
 
 // ErrBoot marks failures before any scanner ran (Valkey unreachable,
@@ -81,7 +102,7 @@ var ErrBoot = errors.New("boot failed")
 // Boot connects to Valkey and prepares the keyspace: the partition counts
 // are recorded or checked, the library is loaded, the lanes are merged.
 func Boot(ctx context.Context, cfg *config.Config, log hclog.Logger) (*Host, error) {
-	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now()}
+	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now(), units: map[string]*unit{}, laneNow: make(chan struct{}, 1)}
 	cat, err := catalog.New(cfg.PluginDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
@@ -112,8 +133,24 @@ func Boot(ctx context.Context, cfg *config.Config, log hclog.Logger) (*Host, err
 	h.lanes.Store(&lanes)
 	log.Info("lanes", "lanes", lanes)
 	h.svc = callbacks.New(h.lib, h.met)
+	h.compMet = completions.NewPrometheusMetrics()
+	if err := h.compMet.Register(h.met.Registry); err != nil {
+		return fail(fmt.Errorf("register completion metrics: %w", err))
+	}
+	h.reloads.loadedAt = time.Now()
 	return h, nil
 }
+
+// config returns the configuration in force.
+func (h *Host) config() *config.Config {
+	h.cfgMu.RLock()
+	defer h.cfgMu.RUnlock()
+	return h.cfg
+}
+
+// Config returns the configuration in force (it changes with reloads; do
+// not modify it).
+func (h *Host) Config() *config.Config { return h.config() }
 
 // Lanes returns the lanes the host currently knows.
 func (h *Host) Lanes() []string { return *h.lanes.Load() }
@@ -130,8 +167,9 @@ func (h *Host) refreshLanes(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-h.laneNow:
 		}
-		lanes, err := boot.MergeLanes(ctx, h.client, h.cfg.Lanes, h.log)
+		lanes, err := boot.MergeLanes(ctx, h.client, h.config().Lanes, h.log)
 		if err != nil {
 			if ctx.Err() == nil {
 				h.log.Warn("lane refresh failed; keeping the known lanes", "error", err)
@@ -151,21 +189,21 @@ func (h *Host) Close() { h.client.Close() }
 // Metrics exposes the host's collectors (tests, embedding).
 func (h *Host) Metrics() *metrics.Metrics { return h.met }
 
-func (h *Host) scannerConfig(name string) config.Scanner {
-	if sc, ok := h.cfg.Scanners[name]; ok {
+func scannerConfig(cfg *config.Config, name string) config.Scanner {
+	if sc, ok := cfg.Scanners[name]; ok {
 		return sc
 	}
 	return config.Scanner{Enabled: true, Plugin: name, Options: map[string]string{}}
 }
 
-func (h *Host) launcherFor(name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
+func (h *Host) launcherFor(cfg *config.Config, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
 	return launcher.New(launcher.Config{
 		Scanner:      name,
 		Binary:       sc.Plugin,
 		Pin:          sc.SHA256,
 		Options:      sc.Options,
 		ReadOnly:     readOnly,
-		StartTimeout: h.cfg.Supervisor.StartTimeout,
+		StartTimeout: cfg.Supervisor.StartTimeout,
 	}, h.cat, h.svc, h.scannerLog(name))
 }
 
@@ -175,16 +213,20 @@ func (h *Host) scannerLog(name string) hclog.Logger {
 	return h.log.Named(name).With("scanner", name)
 }
 
-// Run starts every enabled scanner and serves HTTP until ctx is done, then
-// shuts down within cfg.ShutdownTimeout: dispatching stops at once,
-// in-flight scans get half the budget to finish (then their calls are
-// cancelled), plugins are closed gracefully and killed at 90% of it.
+// Run starts every enabled scanner and the completion listener and serves
+// HTTP until ctx is done, reloading the configuration and hot-swapping
+// plugins as files change (see ConfigSource, watch.go). Then it shuts down
+// within the configured shutdown_timeout: dispatching and receiving
+// completions stop at once, in-flight scans and cascades get half the
+// budget to finish (then their calls are cancelled), plugins are closed
+// gracefully and killed at 90% of it.
 func (h *Host) Run(ctx context.Context) error {
+	cfg := h.config()
 	var srv *http.Server
-	if h.cfg.HTTP.Listen != "" {
-		ln, err := net.Listen("tcp", h.cfg.HTTP.Listen)
+	if cfg.HTTP.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {
-			return fmt.Errorf("http.listen %s: %w", h.cfg.HTTP.Listen, err)
+			return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 		}
 		srv = &http.Server{Handler: httpapi.Handler(h.met.Registry, h), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
@@ -192,71 +234,81 @@ func (h *Host) Run(ctx context.Context) error {
 				h.log.Error("http server failed", "error", err)
 			}
 		}()
-		h.log.Info("http listening", "addr", ln.Addr().String())
+		h.log.Info("http listening", "addr", ln.Addr().String(), "admin", cfg.HTTP.Admin)
 	}
 
 	callCtx, abortCalls := context.WithCancel(context.Background())
 	defer abortCalls()
-	var wg sync.WaitGroup
 	h.mu.Lock()
-	for _, name := range h.cfg.Enabled() {
-		sc := h.cfg.Scanners[name]
-		log := h.scannerLog(name)
-		sup := supervisor.New(supervisor.Config{
-			Name:           name,
-			HealthInterval: h.cfg.Supervisor.HealthInterval,
-			StartTimeout:   h.cfg.Supervisor.StartTimeout,
-		}, h.launcherFor(name, sc, false), h.met, log)
-		run := scheduler.New(scheduler.Config{
-			Name:        name,
-			Interval:    sc.Interval,
-			Batch:       sc.Batch,
-			Partitions:  h.parts,
-			LanesFunc:   h.Lanes,
-			Concurrency: h.cfg.Scheduler.Concurrency,
-			CallTimeout: h.cfg.Scheduler.CallTimeout,
-			CallParent:  callCtx,
-		}, h.client, supTarget{sup}, nil, h.met, log)
-		u := &unit{name: name, sc: sc, sup: sup, run: run}
-		h.units = append(h.units, u)
-		sup.Start()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run.Run(ctx)
-		}()
+	h.runCtx, h.callCtx = ctx, callCtx
+	for _, name := range cfg.Enabled() {
+		h.startUnit(cfg, name, cfg.Scanners[name])
 	}
+	h.startCompletions(cfg.Completions)
 	h.mu.Unlock()
 	go h.refreshLanes(ctx)
-	h.log.Info("host running", "scanners", h.cfg.Enabled(), "version", Version)
+	go h.watchFiles(ctx)
+	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion))
 
 	<-ctx.Done()
 	start := time.Now()
-	budget := h.cfg.ShutdownTimeout
+	// A reload in progress finishes first (it may be starting plugins);
+	// none starts after this.
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	budget := h.config().ShutdownTimeout
 	h.log.Info("shutting down", "timeout", budget)
 
-	// 1. Dispatch has stopped (the runners watch ctx); let calls in flight
-	// finish for up to half the budget, then cancel them.
+	// 1. Dispatch has stopped (the runners watch ctx) and the completion
+	// listener stops receiving; calls and cascades in flight get up to
+	// half the budget, then they are cancelled.
+	h.mu.Lock()
+	units := make([]*unit, 0, len(h.units))
+	for _, u := range h.units {
+		units = append(units, u)
+	}
+	comp := h.comp
+	h.mu.Unlock()
 	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
+	go func() {
+		for _, u := range units {
+			<-u.done
+		}
+		close(drained)
+	}()
+	compDone := make(chan struct{})
+	go func() {
+		defer close(compDone)
+		if comp == nil {
+			return
+		}
+		cctx, cancel := context.WithDeadline(context.Background(), start.Add(budget/2))
+		defer cancel()
+		if err := comp.Stop(cctx); err != nil {
+			h.log.Warn("completion listener: cascades still running at the deadline were cancelled", "error", err)
+		}
+	}()
 	if !waitUntil(drained, start.Add(budget/2)) {
 		h.log.Warn("scans still in flight; cancelling them")
 		abortCalls()
 		waitUntil(drained, start.Add(budget*6/10))
 	}
 	abortCalls()
+	waitUntil(compDone, start.Add(budget*6/10))
 
 	// 2. Close plugins gracefully, all at once; kill what remains at 90%.
 	closeCtx, cancel := context.WithDeadline(context.Background(), start.Add(budget*9/10))
 	defer cancel()
 	var sw sync.WaitGroup
-	h.mu.Lock()
-	for _, u := range h.units {
+	for _, u := range units {
 		sw.Add(1)
 		go func() { defer sw.Done(); u.sup.Stop(closeCtx) }()
 	}
-	h.mu.Unlock()
 	sw.Wait()
+	// Scanners a reload was stopping stop under the same deadline.
+	bgDone := make(chan struct{})
+	go func() { h.bg.Wait(); close(bgDone) }()
+	waitUntil(bgDone, start.Add(budget*9/10))
 
 	// 3. HTTP last, so /readyz reports the shutdown until the end.
 	if srv != nil {
@@ -266,6 +318,90 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	h.log.Info("shutdown complete", "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// startUnit starts a scanner's supervisor and runner. h.mu must be held,
+// and Run must have set runCtx.
+func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *unit {
+	log := h.scannerLog(name)
+	sup := supervisor.New(supervisor.Config{
+		Name:           name,
+		HealthInterval: cfg.Supervisor.HealthInterval,
+		StartTimeout:   cfg.Supervisor.StartTimeout,
+		SwapProbation:  probation(cfg.Supervisor.SwapProbation),
+		DrainTimeout:   cfg.Scheduler.CallTimeout + 5*time.Second,
+	}, h.launcherFor(cfg, name, sc, false), h.met, log)
+	run := scheduler.New(scheduler.Config{
+		Name:        name,
+		Interval:    sc.Interval,
+		Batch:       sc.Batch,
+		Partitions:  h.parts,
+		LanesFunc:   h.Lanes,
+		Concurrency: cfg.Scheduler.Concurrency,
+		CallTimeout: cfg.Scheduler.CallTimeout,
+		CallParent:  h.callCtx,
+	}, h.client, supTarget{sup}, nil, h.met, log)
+	ctx, cancel := context.WithCancel(h.runCtx)
+	u := &unit{name: name, sc: sc, sup: sup, run: run, cancel: cancel, done: make(chan struct{})}
+	h.units[name] = u
+	sup.Start()
+	go func() {
+		defer close(u.done)
+		run.Run(ctx)
+	}()
+	return u
+}
+
+// probation maps the config's "0 = none" to the supervisor's "negative =
+// none" (its zero means the default).
+func probation(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
+
+// stopUnit stops a scanner a reload disabled: dispatch stops now, its
+// calls in flight finish (bounded by the call timeout), then the plugin is
+// closed. It runs in the background; Run's shutdown waits for it. h.mu
+// must be held.
+func (h *Host) stopUnit(u *unit, callTimeout time.Duration) {
+	delete(h.units, u.name)
+	u.cancel()
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		select {
+		case <-u.done:
+		case <-time.After(callTimeout + 5*time.Second):
+			h.log.Warn("scanner still busy after its call timeout; stopping its plugin anyway", "scanner", u.name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		u.sup.Stop(ctx)
+		h.log.Info("scanner stopped", "scanner", u.name)
+	}()
+}
+
+// startCompletions starts the completion listener when enabled. h.mu must
+// be held.
+func (h *Host) startCompletions(c config.Completions) {
+	if !c.Enabled {
+		h.comp = nil
+		return
+	}
+	l := completions.New(completions.Config{Enabled: true, Concurrency: c.Concurrency}, h.lib, completions.Options{
+		Logger:     h.log.Named("completions"),
+		Metrics:    h.compMet,
+		Partitions: h.parts,
+	})
+	if err := l.Start(h.runCtx); err != nil {
+		h.log.Error("completion listener did not start; dependency resolution relies on the dependency_reconciler", "error", err)
+		h.comp = nil
+		return
+	}
+	h.comp = l
+	h.log.Info("completion listener started", "concurrency", c.Concurrency)
 }
 
 func waitUntil(ch <-chan struct{}, deadline time.Time) bool {
@@ -294,56 +430,14 @@ func (h *Host) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Status implements httpapi.Source.
-func (h *Host) Status() httpapi.StatusDoc {
-	doc := httpapi.StatusDoc{Version: Version, StartedAt: h.started, Valkey: h.cfg.Valkey.Addrs, Lanes: h.Lanes()}
-	h.mu.Lock()
-	running := map[string]*unit{}
-	for _, u := range h.units {
-		running[u.name] = u
-	}
-	h.mu.Unlock()
-	names := make([]string, 0, len(h.cfg.Scanners))
-	for n := range h.cfg.Scanners {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		sc := h.cfg.Scanners[n]
-		s := httpapi.ScannerStatus{Name: n, Enabled: sc.Enabled, Plugin: sc.Plugin, State: string(supervisor.StateStopped)}
-		if u, ok := running[n]; ok {
-			ss := u.sup.Status()
-			rs := u.run.Status()
-			s.Path, s.Version, s.SHA256, s.Pid = ss.Meta.Path, ss.Meta.Version, ss.Meta.SHA256, ss.Pid
-			s.State, s.Since, s.Restarts, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.LastError
-			if !ss.NextAttempt.IsZero() {
-				t := ss.NextAttempt
-				s.NextAttempt = &t
-			}
-			s.Cycle, s.Processed, s.Skipped, s.Errors = rs.Cycle, rs.Processed, rs.Skipped, rs.Errors
-			if !rs.LastCycleAt.IsZero() {
-				t := rs.LastCycleAt
-				s.LastCycleAt = &t
-				s.LastCycleDuration = rs.LastDuration.Round(time.Microsecond).String()
-			}
-			if rs.BacklogKnown {
-				b := rs.Backlog
-				s.Backlog = &b
-			}
-			s.LastScanError = rs.LastError
-		}
-		doc.Scanners = append(doc.Scanners, s)
-	}
-	return doc
-}
-
 // ScanOnce runs one cycle of a scanner over all partitions (partition < 0)
 // or one, with a plugin process of its own, and returns what it did. In a
 // dry run the scanner is asked not to mutate, and the callback service
 // refuses its writes and FCALLs should it try.
 func (h *Host) ScanOnce(ctx context.Context, name string, partition int, dryRun bool) (scheduler.Summary, error) {
-	sc := h.scannerConfig(name)
-	inst, _, err := h.launcherFor(name, sc, dryRun).Launch(ctx)
+	cfg := h.config()
+	sc := scannerConfig(cfg, name)
+	inst, _, err := h.launcherFor(cfg, name, sc, dryRun).Launch(ctx)
 	if err != nil {
 		return scheduler.Summary{}, err
 	}
@@ -359,8 +453,8 @@ func (h *Host) ScanOnce(ctx context.Context, name string, partition int, dryRun 
 		Batch:       sc.Batch,
 		Partitions:  h.parts,
 		Lanes:       h.Lanes(),
-		Concurrency: h.cfg.Scheduler.Concurrency,
-		CallTimeout: h.cfg.Scheduler.CallTimeout,
+		Concurrency: cfg.Scheduler.Concurrency,
+		CallTimeout: cfg.Scheduler.CallTimeout,
 		NoJitter:    true,
 	}, h.client, staticTarget{inst.Scanner()}, instanceHost(inst), h.met, h.scannerLog(name))
 	opts := scheduler.CycleOptions{DryRun: dryRun}

@@ -13,7 +13,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,8 +38,29 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	Scheduler       Scheduler
 	Supervisor      Supervisor
+	Watch           Watch
+	Completions     Completions
 	// Scanners is keyed by scanner name (Info.Name).
 	Scanners map[string]Scanner
+}
+
+// Watch configures the polling of files a running host reacts to.
+type Watch struct {
+	// Config reloads the configuration when its file changes (SIGHUP
+	// always does).
+	Config bool
+	// Plugins hot-swaps a scanner whose plugin binary changed.
+	Plugins bool
+	// Interval between polls (stat; sha256 only after a change).
+	Interval time.Duration
+}
+
+// Completions configures the completion listener (push-path dependency
+// resolution on ff:dag:completions, see host/completions).
+type Completions struct {
+	Enabled bool
+	// Concurrency bounds the cascades in flight.
+	Concurrency int
 }
 
 // Valkey is how to reach the server or cluster. Credentials stay in the host:
@@ -69,6 +92,9 @@ type Lua struct {
 type HTTP struct {
 	// Listen is host:port; empty disables the listener.
 	Listen string
+	// Admin allows the POST endpoints (config reload, plugin reload) on
+	// the listener.
+	Admin bool
 }
 
 // Log configures hclog.
@@ -91,6 +117,10 @@ type Supervisor struct {
 	HealthInterval time.Duration
 	// StartTimeout bounds launch + handshake + Info + Configure.
 	StartTimeout time.Duration
+	// SwapProbation is how long the old plugin process is kept after a
+	// hot swap, ready to take over again if the new one dies or stops
+	// answering. Zero: stopped as soon as it has drained.
+	SwapProbation time.Duration
 }
 
 // Scanner is the configuration of one scanner.
@@ -117,11 +147,13 @@ func Defaults() Config {
 		Partitions:      keys.DefaultPartitionConfig(),
 		Lanes:           []string{"default"},
 		PluginDir:       "./plugins",
-		HTTP:            HTTP{Listen: "127.0.0.1:9464"},
+		HTTP:            HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:             Log{Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
 		Scheduler:       Scheduler{Concurrency: 8, CallTimeout: 5 * time.Second},
-		Supervisor:      Supervisor{HealthInterval: 5 * time.Second, StartTimeout: 10 * time.Second},
+		Supervisor:      Supervisor{HealthInterval: 5 * time.Second, StartTimeout: 10 * time.Second, SwapProbation: 10 * time.Second},
+		Watch:           Watch{Config: true, Plugins: true, Interval: time.Second},
+		Completions:     Completions{Enabled: true, Concurrency: 16},
 		Scanners:        map[string]Scanner{},
 	}
 }
@@ -190,6 +222,15 @@ func (c *Config) validate() []error {
 	if c.Supervisor.StartTimeout <= 0 {
 		bad("supervisor.start_timeout", "must be positive")
 	}
+	if c.Supervisor.SwapProbation > 10*time.Minute {
+		bad("supervisor.swap_probation", "%s is longer than 10m", c.Supervisor.SwapProbation)
+	}
+	if c.Watch.Interval < 100*time.Millisecond || c.Watch.Interval > time.Hour {
+		bad("watch.interval", "%s is outside 100ms..1h", c.Watch.Interval)
+	}
+	if c.Completions.Concurrency < 1 || c.Completions.Concurrency > 1024 {
+		bad("completions.concurrency", "%d is outside 1..1024", c.Completions.Concurrency)
+	}
 	for name, s := range c.Scanners {
 		p := "scanners." + name
 		if !scannerNameRE.MatchString(name) {
@@ -221,4 +262,35 @@ func (c *Config) Enabled() []string {
 	}
 	sortStrings(out)
 	return out
+}
+
+// RestartKeys lists the settings that differ between c and n but take
+// effect only when the host restarts: the connection to Valkey, the
+// partition counts, the plugin directory, the library loader, the HTTP
+// listener and the log format. A reload that changes any of them is
+// refused, so that what runs never silently differs from the file.
+func (c *Config) RestartKeys(n *Config) []string {
+	var out []string
+	diff := func(key string, changed bool) {
+		if changed {
+			out = append(out, key)
+		}
+	}
+	diff("valkey.addrs", !slices.Equal(c.Valkey.Addrs, n.Valkey.Addrs))
+	diff("valkey.username", c.Valkey.Username != n.Valkey.Username)
+	diff("valkey.password", c.Valkey.Password != n.Valkey.Password)
+	diff("valkey.cluster", c.Valkey.Cluster != n.Valkey.Cluster)
+	diff("valkey.tls", c.Valkey.TLS != n.Valkey.TLS)
+	diff("partitions", c.Partitions != n.Partitions)
+	diff("plugin_dir", c.PluginDir != n.PluginDir)
+	diff("lua.force_replace", c.Lua != n.Lua)
+	diff("http.listen", c.HTTP.Listen != n.HTTP.Listen)
+	diff("log.json", c.Log.JSON != n.Log.JSON)
+	return out
+}
+
+// Equal reports whether two scanner configurations are the same.
+func (s Scanner) Equal(o Scanner) bool {
+	return s.Enabled == o.Enabled && s.Plugin == o.Plugin && s.SHA256 == o.SHA256 &&
+		s.Interval == o.Interval && s.Batch == o.Batch && maps.Equal(s.Options, o.Options)
 }

@@ -170,3 +170,59 @@ func TestShippedConfigsLoad(t *testing.T) {
 		})
 	}
 }
+
+func TestReloadRelatedKeys(t *testing.T) {
+	cfg, err := Load(Sources{Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, Watch{Config: true, Plugins: true, Interval: time.Second}, cfg.Watch)
+	assert.Equal(t, Completions{Enabled: true, Concurrency: 16}, cfg.Completions)
+	assert.True(t, cfg.HTTP.Admin)
+	assert.Equal(t, 10*time.Second, cfg.Supervisor.SwapProbation)
+
+	p := writeFile(t, `
+http: {admin: false}
+supervisor: {swap_probation: 0s}
+watch: {config: false, plugins: false, interval: 250ms}
+completions: {enabled: false, concurrency: 4}
+`)
+	cfg, err = Load(Sources{File: p, Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, Watch{Interval: 250 * time.Millisecond}, cfg.Watch)
+	assert.Equal(t, Completions{Concurrency: 4}, cfg.Completions)
+	assert.False(t, cfg.HTTP.Admin)
+	assert.Zero(t, cfg.Supervisor.SwapProbation)
+
+	p = writeFile(t, `
+supervisor: {swap_probation: 1h}
+watch: {interval: 10ms}
+completions: {concurrency: 0}
+`)
+	_, err = Load(Sources{File: p, Environ: noEnv})
+	require.ErrorIs(t, err, ErrInvalid)
+	for _, want := range []string{
+		"supervisor.swap_probation: 1h0m0s is longer than 10m",
+		"watch.interval: 10ms is outside 100ms..1h",
+		"completions.concurrency: 0 is outside 1..1024",
+	} {
+		assert.ErrorContains(t, err, want)
+	}
+}
+
+func TestRestartKeys(t *testing.T) {
+	a, b := Defaults(), Defaults()
+	assert.Empty(t, a.RestartKeys(&b))
+	b.Valkey.Addrs = []string{"10.0.0.1:6379"}
+	b.Partitions.Flow = 8
+	b.HTTP.Listen = ""
+	b.Log.Level = "debug" // live
+	b.Scheduler.Concurrency = 3
+	b.Scanners = map[string]Scanner{"x": {Enabled: true}}
+	assert.Equal(t, []string{"valkey.addrs", "partitions", "http.listen"}, a.RestartKeys(&b))
+
+	s := Scanner{Enabled: true, Plugin: "p", Options: map[string]string{"a": "1"}}
+	o := s
+	o.Options = map[string]string{"a": "1"}
+	assert.True(t, s.Equal(o))
+	o.Options = map[string]string{"a": "2"}
+	assert.False(t, s.Equal(o))
+}

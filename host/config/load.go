@@ -150,6 +150,7 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 		"http": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"listen": func(k string, v any) { d.str(k, v, &c.HTTP.Listen) },
+				"admin":  func(k string, v any) { d.boolean(k, v, &c.HTTP.Admin) },
 			})
 		},
 		"log": func(key string, v any) {
@@ -169,6 +170,20 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 			d.fields(key, v, map[string]func(string, any){
 				"health_interval": func(k string, v any) { d.duration(k, v, &c.Supervisor.HealthInterval) },
 				"start_timeout":   func(k string, v any) { d.duration(k, v, &c.Supervisor.StartTimeout) },
+				"swap_probation":  func(k string, v any) { d.duration(k, v, &c.Supervisor.SwapProbation) },
+			})
+		},
+		"watch": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"config":   func(k string, v any) { d.boolean(k, v, &c.Watch.Config) },
+				"plugins":  func(k string, v any) { d.boolean(k, v, &c.Watch.Plugins) },
+				"interval": func(k string, v any) { d.duration(k, v, &c.Watch.Interval) },
+			})
+		},
+		"completions": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"enabled":     func(k string, v any) { d.boolean(k, v, &c.Completions.Enabled) },
+				"concurrency": func(k string, v any) { d.integer(k, v, &c.Completions.Concurrency) },
 			})
 		},
 		"scanners": func(key string, v any) { d.scanners(key, v, c.Scanners) },

@@ -1,13 +1,23 @@
 // Package httpapi serves the host's HTTP endpoints: /metrics (Prometheus,
 // from the host's own registry), /healthz (the process is alive), /readyz
-// (Valkey answers and every enabled scanner is running) and /v1/status (an
-// admin JSON view of every scanner). It only reads; nothing here changes the
-// host.
+// (Valkey answers and every enabled scanner is running), /v1/status (an
+// admin JSON view of every scanner, the configuration and the completion
+// listener) and, when the source allows it, two admin actions:
+//
+//	POST /v1/reload                     re-read the configuration
+//	POST /v1/scanners/{name}/reload     hot-swap a scanner's plugin
+//	     ?force=1  swap even if the file is unchanged or was rejected before
+//	     ?wait=0   answer at the switch instead of after the probation
+//
+// Admin requests must carry the header AdminHeader: a browser cannot send
+// it cross-origin without a preflight this server never grants, so a web
+// page the operator visits cannot trigger them.
 package httpapi
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
@@ -15,13 +25,46 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// AdminHeader must be present (any value) on admin requests.
+const AdminHeader = "X-Ffscan-Admin"
+
 // StatusDoc is the /v1/status document.
 type StatusDoc struct {
-	Version   string          `json:"version"`
-	StartedAt time.Time       `json:"started_at"`
-	Valkey    []string        `json:"valkey_addrs"`
-	Lanes     []string        `json:"lanes"`
-	Scanners  []ScannerStatus `json:"scanners"`
+	Version     string             `json:"version"`
+	StartedAt   time.Time          `json:"started_at"`
+	Valkey      []string           `json:"valkey_addrs"`
+	Lanes       []string           `json:"lanes"`
+	ScannerAPI  string             `json:"scanner_api"` // versions this host runs, e.g. "1..2"
+	Config      ConfigStatus       `json:"config"`
+	Completions *CompletionsStatus `json:"completions"`
+	Scanners    []ScannerStatus    `json:"scanners"`
+}
+
+// ConfigStatus describes the configuration in force and its reloads.
+type ConfigStatus struct {
+	File      string    `json:"file,omitempty"`
+	LoadedAt  time.Time `json:"loaded_at"`
+	Reloads   int       `json:"reloads"`
+	Refused   int       `json:"refused"`
+	LastError string    `json:"last_error,omitempty"` // why the last refused reload was refused
+	// LastErrorAt is when that reload was refused.
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+}
+
+// CompletionsStatus is the completion listener's state; null when it is
+// disabled.
+type CompletionsStatus struct {
+	Concurrency int   `json:"concurrency"`
+	Subscribed  bool  `json:"subscribed"`
+	Messages    int64 `json:"messages"`
+	Accepted    int64 `json:"accepted"`
+	Malformed   int64 `json:"malformed"`
+	Dropped     int64 `json:"dropped"`
+	Dispatched  int64 `json:"dispatched"`
+	Failed      int64 `json:"failed"`
+	Panics      int64 `json:"panics"`
+	Resolved    int64 `json:"resolved"`
+	Reconnects  int64 `json:"reconnects"`
 }
 
 // ScannerStatus is one scanner in /v1/status.
@@ -31,22 +74,81 @@ type ScannerStatus struct {
 	Plugin            string     `json:"plugin"`
 	Path              string     `json:"path,omitempty"`
 	Version           string     `json:"version,omitempty"`
+	APIVersion        int        `json:"api_version,omitempty"`
 	SHA256            string     `json:"sha256,omitempty"`
 	Pid               int        `json:"pid,omitempty"`
 	State             string     `json:"state"`
 	Since             time.Time  `json:"since"`
 	NextAttempt       *time.Time `json:"next_attempt,omitempty"`
 	Restarts          int        `json:"restarts"`
+	Swaps             int        `json:"swaps"`
+	LastSwap          *SwapInfo  `json:"last_swap,omitempty"`
 	LastError         string     `json:"last_error,omitempty"`
+	Interval          string     `json:"interval,omitempty"`
+	Batch             int        `json:"batch,omitempty"`
 	Cycle             uint64     `json:"cycle"`
 	LastCycleAt       *time.Time `json:"last_cycle_at,omitempty"`
 	LastCycleDuration string     `json:"last_cycle_duration,omitempty"`
 	Processed         int64      `json:"processed"`
 	Skipped           int64      `json:"skipped"`
 	Errors            int64      `json:"errors"`
+	// FailedPartitions counts partition visits whose fetch or call failed.
+	FailedPartitions int64 `json:"failed_partitions"`
 	// Backlog is null until a complete cycle measured it.
 	Backlog       *int64 `json:"backlog"`
 	LastScanError string `json:"last_scan_error,omitempty"`
+}
+
+// SwapInfo is a scanner's last hot swap (or attempt).
+type SwapInfo struct {
+	At          time.Time `json:"at"`
+	Outcome     string    `json:"outcome"`
+	FromSHA256  string    `json:"from_sha256,omitempty"`
+	ToSHA256    string    `json:"to_sha256,omitempty"`
+	FromVersion string    `json:"from_version,omitempty"`
+	ToVersion   string    `json:"to_version,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Probation   bool      `json:"probation,omitempty"`
+}
+
+// ReloadResult answers POST /v1/reload.
+type ReloadResult struct {
+	// Error is set when the reload was refused; the running
+	// configuration stays.
+	Error   string             `json:"error,omitempty"`
+	Started []string           `json:"started,omitempty"`
+	Stopped []string           `json:"stopped,omitempty"`
+	Retuned []string           `json:"retuned,omitempty"`
+	Plugins []PluginSwapResult `json:"plugins,omitempty"`
+	Notes   []string           `json:"notes,omitempty"`
+}
+
+// PluginSwapResult answers POST /v1/scanners/{name}/reload, and reports
+// each plugin a configuration reload relaunched or reconfigured.
+type PluginSwapResult struct {
+	Scanner     string `json:"scanner"`
+	Outcome     string `json:"outcome"` // supervisor.SwapOutcome
+	Error       string `json:"error,omitempty"`
+	FromSHA256  string `json:"from_sha256,omitempty"`
+	ToSHA256    string `json:"to_sha256,omitempty"`
+	FromVersion string `json:"from_version,omitempty"`
+	ToVersion   string `json:"to_version,omitempty"`
+	Pid         int    `json:"pid,omitempty"`
+}
+
+// ErrNotFound is returned by Admin.ReloadPlugin for an unknown or disabled
+// scanner (HTTP 404).
+var ErrNotFound = errors.New("no such running scanner")
+
+// Admin is implemented by sources that accept admin actions.
+type Admin interface {
+	// AdminEnabled says whether the actions are allowed (http.admin).
+	AdminEnabled() bool
+	// ReloadConfig re-reads the configuration and applies it. A refused
+	// reload returns a result with Error set and a nil error.
+	ReloadConfig(ctx context.Context, reason string) (ReloadResult, error)
+	// ReloadPlugin hot-swaps a scanner's plugin.
+	ReloadPlugin(ctx context.Context, scanner string, force, wait bool) (PluginSwapResult, error)
 }
 
 // Source is what the endpoints read (the host implements it).
@@ -77,10 +179,60 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(src.Status())
+		writeJSON(w, http.StatusOK, src.Status())
 	})
+	if admin, ok := src.(Admin); ok {
+		mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+			if !allowed(w, r, admin) {
+				return
+			}
+			res, err := admin.ReloadConfig(r.Context(), "admin request from "+r.RemoteAddr)
+			switch {
+			case err != nil:
+				writeJSON(w, http.StatusInternalServerError, ReloadResult{Error: err.Error()})
+			case res.Error != "":
+				writeJSON(w, http.StatusConflict, res)
+			default:
+				writeJSON(w, http.StatusOK, res)
+			}
+		})
+		mux.HandleFunc("POST /v1/scanners/{name}/reload", func(w http.ResponseWriter, r *http.Request) {
+			if !allowed(w, r, admin) {
+				return
+			}
+			q := r.URL.Query()
+			res, err := admin.ReloadPlugin(r.Context(), r.PathValue("name"), q.Get("force") == "1" || q.Get("force") == "true", q.Get("wait") != "0" && q.Get("wait") != "false")
+			switch {
+			case errors.Is(err, ErrNotFound):
+				writeJSON(w, http.StatusNotFound, PluginSwapResult{Scanner: r.PathValue("name"), Error: err.Error()})
+			case err != nil:
+				writeJSON(w, http.StatusInternalServerError, PluginSwapResult{Scanner: r.PathValue("name"), Error: err.Error()})
+			case res.Error != "":
+				writeJSON(w, http.StatusConflict, res)
+			default:
+				writeJSON(w, http.StatusOK, res)
+			}
+		})
+	}
 	return mux
+}
+
+func allowed(w http.ResponseWriter, r *http.Request, admin Admin) bool {
+	if !admin.AdminEnabled() {
+		http.Error(w, "admin actions are disabled (http.admin: false)", http.StatusForbidden)
+		return false
+	}
+	if r.Header.Get(AdminHeader) == "" {
+		http.Error(w, "admin requests need the "+AdminHeader+" header", http.StatusForbidden)
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -38,6 +39,8 @@ type Metrics struct {
 	rpcLatency       *prometheus.HistogramVec
 	callbackCommands *prometheus.CounterVec
 	callbackRefused  *prometheus.CounterVec
+	swaps            *prometheus.CounterVec
+	configReloads    *prometheus.CounterVec
 
 	mu    sync.Mutex
 	codes map[string]map[string]bool
@@ -91,12 +94,18 @@ func New() *Metrics {
 	m.callbackRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ffscan_callback_refused_total", Help: "Commands the callback service refused, by reason.",
 	}, []string{"scanner", "reason"})
+	m.swaps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ffscan_plugin_swaps_total", Help: "Hot swap requests by outcome: swapped, kept (probation passed), rolled_back, failed, reconfigured (options applied in place), started (launched a stopped plugin).",
+	}, []string{"scanner", "outcome"})
+	m.configReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ffscan_config_reloads_total", Help: "Configuration reloads by outcome: applied or refused (the running configuration stayed).",
+	}, []string{"outcome"})
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.cycleDuration, m.cycles, m.processed, m.skipped, m.errors, m.partitions,
 		m.backlog, m.lag, m.restarts, m.pluginUp, m.rpcLatency,
-		m.callbackCommands, m.callbackRefused,
+		m.callbackCommands, m.callbackRefused, m.swaps, m.configReloads,
 	)
 	return m
 }
@@ -105,6 +114,16 @@ func New() *Metrics {
 func (m *Metrics) Cycle(scanner string, d time.Duration) {
 	m.cycleDuration.WithLabelValues(scanner).Observe(d.Seconds())
 	m.cycles.WithLabelValues(scanner).Inc()
+}
+
+// Swap implements supervisor.SwapRecorder.
+func (m *Metrics) Swap(scanner string, outcome supervisor.SwapOutcome) {
+	m.swaps.WithLabelValues(scanner, string(outcome)).Inc()
+}
+
+// ConfigReload counts a configuration reload: "applied" or "refused".
+func (m *Metrics) ConfigReload(outcome string) {
+	m.configReloads.WithLabelValues(outcome).Inc()
 }
 
 // Items adds processed and skipped counts.

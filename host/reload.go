@@ -1,0 +1,320 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/launcher"
+	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/supervisor"
+)
+
+// ConfigSource lets a running host re-read its configuration: on SIGHUP
+// (the caller calls ReloadConfig), on an admin request, and when File
+// changes (watch.config).
+type ConfigSource struct {
+	// Load builds a fresh configuration from all its layers (file,
+	// environment, flags) and validates it.
+	Load func() (*config.Config, error)
+	// File is the configuration file to watch; empty: none.
+	File string
+}
+
+// SetConfigSource tells the host where its configuration comes from. Call
+// it before Run.
+func (h *Host) SetConfigSource(src ConfigSource) {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	h.src = src
+	if src.File != "" {
+		h.reloads.fileSig, _ = statFile(src.File)
+		h.reloads.fileSHA, _ = hashFile(src.File)
+	}
+}
+
+// reloadState is what status reports about reloads. Guarded by reloadMu
+// for writes; status reads it under reloadMu too.
+type reloadState struct {
+	loadedAt    time.Time
+	reloads     int
+	refused     int
+	lastError   string
+	lastErrorAt time.Time
+	// The config file as last loaded, for the watch.
+	fileSig fileSig
+	fileSHA string
+}
+
+// ErrReloadRefused wraps the reason a reload was refused; the running
+// configuration stays.
+var ErrReloadRefused = errors.New("configuration reload refused; the running configuration stays")
+
+// ReloadConfig re-reads the configuration through the ConfigSource and
+// applies it (see Reload). A configuration that does not load or validate
+// is refused as a whole, with the reason logged and returned in the
+// result's Error.
+func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadResult, error) {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	if h.src.Load == nil {
+		return httpapi.ReloadResult{}, errors.New("this host has no configuration source to reload from")
+	}
+	var sig fileSig
+	var sha string
+	if h.src.File != "" {
+		sig, _ = statFile(h.src.File)
+		sha, _ = hashFile(h.src.File)
+	}
+	cfg, err := h.src.Load()
+	if err == nil {
+		err = h.check(cfg)
+	}
+	if err != nil {
+		return h.refuse(reason, err), nil
+	}
+	if h.src.File != "" {
+		h.reloads.fileSig, h.reloads.fileSHA = sig, sha
+	}
+	return h.apply(ctx, reason, cfg), nil
+}
+
+// Reload applies cfg to the running host (see ReloadConfig, which loads it
+// first): scanners newly enabled start, scanners disabled or removed stop
+// after the calls they have in flight, interval and batch changes apply
+// from each scanner's next cycle, and a changed plugin, pin or options
+// relaunch the plugin by a hot swap (options reach a scanner of API
+// version 2 or later in place, through Configure). A configuration that
+// changes a setting only a restart can apply (valkey.*, partitions,
+// plugin_dir, lua, http.listen, log.json), names a binary that fails the
+// catalog checks, or gives a running scanner options its schema rejects is
+// refused as a whole and nothing changes.
+func (h *Host) Reload(ctx context.Context, cfg *config.Config, reason string) (httpapi.ReloadResult, error) {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	if err := h.check(cfg); err != nil {
+		return h.refuse(reason, err), nil
+	}
+	return h.apply(ctx, reason, cfg), nil
+}
+
+func (h *Host) refuse(reason string, err error) httpapi.ReloadResult {
+	h.reloads.refused++
+	h.reloads.lastError = err.Error()
+	h.reloads.lastErrorAt = time.Now()
+	h.log.Error(ErrReloadRefused.Error(), "trigger", reason, "reason", err)
+	h.met.ConfigReload("refused")
+	return httpapi.ReloadResult{Error: fmt.Sprintf("%v: %v", ErrReloadRefused, err)}
+}
+
+// check validates a new configuration against the running host. reloadMu
+// must be held.
+func (h *Host) check(n *config.Config) error {
+	old := h.config()
+	var problems []string
+	if ks := old.RestartKeys(n); len(ks) > 0 {
+		problems = append(problems, fmt.Sprintf("%s changed; that takes a restart of ffscan", strings.Join(ks, ", ")))
+	}
+	h.mu.Lock()
+	units := maps.Clone(h.units)
+	h.mu.Unlock()
+	for _, name := range n.Enabled() {
+		sc := n.Scanners[name]
+		key := "scanners." + name
+		u := units[name]
+		if u == nil || sc.Plugin != u.sc.Plugin || sc.SHA256 != u.sc.SHA256 {
+			if _, err := h.cat.Verify(sc.Plugin, sc.SHA256); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", key, err))
+				continue
+			}
+		}
+		if u != nil && sc.Plugin == u.sc.Plugin && !maps.Equal(sc.Options, u.sc.Options) {
+			// The running plugin's schema judges the options now; a new
+			// binary's would only be known once launched.
+			if _, info, err := u.sup.Current(); err == nil {
+				if _, err := launcher.ResolveOptions(name, info.Options, sc.Options); err != nil {
+					problems = append(problems, err.Error())
+				}
+			}
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// apply makes n the configuration in force and changes the running
+// scanners to match. reloadMu must be held and n must have passed check.
+func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpapi.ReloadResult {
+	old := h.config()
+	h.cfgMu.Lock()
+	h.cfg = n
+	h.cfgMu.Unlock()
+	h.reloads.reloads++
+	h.reloads.loadedAt = time.Now()
+	h.met.ConfigReload("applied")
+	res := httpapi.ReloadResult{}
+
+	if old.Log.Level != n.Log.Level {
+		h.log.SetLevel(hclog.LevelFromString(n.Log.Level))
+		res.Notes = append(res.Notes, "log.level is now "+n.Log.Level)
+	}
+	if !equalStrings(old.Lanes, n.Lanes) {
+		select {
+		case h.laneNow <- struct{}{}:
+		default:
+		}
+		res.Notes = append(res.Notes, "lanes merged into ff:idx:lanes")
+	}
+	if old.Supervisor != n.Supervisor {
+		res.Notes = append(res.Notes, "supervisor.* applies to scanners started from now on; running ones keep their settings until disabled and enabled again or the host restarts")
+	}
+
+	h.mu.Lock()
+	if h.runCtx == nil || h.runCtx.Err() != nil {
+		// Not running (yet, or any more): the new configuration is
+		// simply what Run will use.
+		h.mu.Unlock()
+		h.log.Info("configuration reloaded", "trigger", reason)
+		return res
+	}
+	tuneAll := old.Scheduler != n.Scheduler
+	type update struct {
+		u *unit
+		l *launcher.Launcher
+	}
+	var updates []update
+	for name, u := range h.units {
+		sc, ok := n.Scanners[name]
+		if !ok || !sc.Enabled {
+			h.stopUnit(u, old.Scheduler.CallTimeout)
+			res.Stopped = append(res.Stopped, name)
+			continue
+		}
+		if tuneAll || sc.Interval != u.sc.Interval || sc.Batch != u.sc.Batch {
+			u.run.Retune(scheduler.Tuning{Interval: sc.Interval, Batch: sc.Batch, Concurrency: n.Scheduler.Concurrency, CallTimeout: n.Scheduler.CallTimeout})
+			res.Retuned = append(res.Retuned, name)
+		}
+		if sc.Plugin != u.sc.Plugin || sc.SHA256 != u.sc.SHA256 || !maps.Equal(sc.Options, u.sc.Options) {
+			updates = append(updates, update{u, h.launcherFor(n, name, sc, false)})
+		}
+		u.sc = sc
+	}
+	for _, name := range n.Enabled() {
+		if _, ok := h.units[name]; !ok {
+			h.startUnit(n, name, n.Scanners[name])
+			res.Started = append(res.Started, name)
+		}
+	}
+	if old.Completions != n.Completions {
+		if h.comp != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), n.ShutdownTimeout/2)
+			if err := h.comp.Stop(cctx); err != nil {
+				h.log.Warn("completion listener: cascades cut short by the restart", "error", err)
+			}
+			cancel()
+		}
+		h.startCompletions(n.Completions)
+		res.Notes = append(res.Notes, fmt.Sprintf("completion listener restarted (enabled %t, concurrency %d)", n.Completions.Enabled, n.Completions.Concurrency))
+	}
+	h.mu.Unlock()
+
+	// Relaunches run in parallel; each keeps its old plugin if it fails.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, up := range updates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := up.u.sup.Update(ctx, up.l, "configuration reload", nil)
+			out := swapResult(up.u.name, r, err)
+			mu.Lock()
+			res.Plugins = append(res.Plugins, out)
+			mu.Unlock()
+			if out.Error != "" {
+				h.log.Error("configuration reload: the scanner keeps its running plugin", "scanner", up.u.name, "error", out.Error)
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Strings(res.Started)
+	sort.Strings(res.Stopped)
+	sort.Strings(res.Retuned)
+	sort.Slice(res.Plugins, func(i, j int) bool { return res.Plugins[i].Scanner < res.Plugins[j].Scanner })
+	h.log.Info("configuration reloaded", "trigger", reason, "started", res.Started, "stopped", res.Stopped, "retuned", res.Retuned, "relaunched", len(res.Plugins))
+	return res
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func swapResult(name string, r supervisor.SwapResult, err error) httpapi.PluginSwapResult {
+	out := httpapi.PluginSwapResult{
+		Scanner: name, Outcome: string(r.Outcome),
+		FromSHA256: r.From.SHA256, ToSHA256: r.To.SHA256, FromVersion: r.From.Version, ToVersion: r.To.Version,
+	}
+	switch {
+	case err != nil:
+		out.Outcome, out.Error = string(supervisor.SwapFailed), err.Error()
+	case r.Err != nil:
+		out.Error = r.Err.Error()
+	}
+	return out
+}
+
+// AdminEnabled implements httpapi.Admin.
+func (h *Host) AdminEnabled() bool { return h.config().HTTP.Admin }
+
+// ReloadPlugin hot-swaps a running scanner's plugin from the file in the
+// plugin directory (implements httpapi.Admin): the new process is verified
+// (sha256 pin), started and health-checked while the old one serves, then
+// takes over between two calls. Unless force, nothing happens when the
+// file is what already runs, or was already tried and rejected. With wait,
+// it returns once probation is over (kept or rolled back).
+func (h *Host) ReloadPlugin(ctx context.Context, name string, force, wait bool) (httpapi.PluginSwapResult, error) {
+	h.mu.Lock()
+	u := h.units[name]
+	h.mu.Unlock()
+	if u == nil {
+		return httpapi.PluginSwapResult{}, fmt.Errorf("%w: %q is not an enabled scanner of this host", httpapi.ErrNotFound, name)
+	}
+	var settled chan supervisor.SwapResult
+	if wait {
+		settled = make(chan supervisor.SwapResult, 1)
+	}
+	r, err := u.sup.Swap(ctx, force, "reload requested", settled)
+	out := swapResult(name, r, err)
+	if err == nil && wait {
+		select {
+		case final := <-settled:
+			if final.Outcome == supervisor.SwapRolledBack {
+				out = swapResult(name, final, nil)
+			} else if final.Outcome == supervisor.SwapKept {
+				out.Outcome = string(supervisor.SwapKept)
+			}
+		case <-ctx.Done():
+		}
+	}
+	out.Pid = u.sup.Status().Pid
+	return out, nil
+}

@@ -1,0 +1,102 @@
+package host
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// Status implements httpapi.Source: every configured scanner (running or
+// not), the configuration's reload history and the completion listener.
+func (h *Host) Status() httpapi.StatusDoc {
+	cfg := h.config()
+	doc := httpapi.StatusDoc{
+		Version: Version, StartedAt: h.started, Valkey: cfg.Valkey.Addrs, Lanes: h.Lanes(),
+		ScannerAPI: fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion),
+	}
+	h.reloadMu.Lock()
+	doc.Config = httpapi.ConfigStatus{
+		File: h.src.File, LoadedAt: h.reloads.loadedAt, Reloads: h.reloads.reloads,
+		Refused: h.reloads.refused, LastError: h.reloads.lastError,
+	}
+	if !h.reloads.lastErrorAt.IsZero() {
+		t := h.reloads.lastErrorAt
+		doc.Config.LastErrorAt = &t
+	}
+	h.reloadMu.Unlock()
+
+	h.mu.Lock()
+	running := map[string]*unit{}
+	for name, u := range h.units {
+		running[name] = u
+	}
+	comp := h.comp
+	h.mu.Unlock()
+	if comp != nil {
+		st := comp.Stats()
+		doc.Completions = &httpapi.CompletionsStatus{
+			Concurrency: cfg.Completions.Concurrency, Subscribed: st.Subscribed,
+			Messages: st.Messages, Accepted: st.Accepted, Malformed: st.Malformed, Dropped: st.Dropped,
+			Dispatched: st.Dispatched, Failed: st.Failed, Panics: st.Panics, Resolved: st.Resolved, Reconnects: st.Reconnects,
+		}
+	}
+
+	names := make([]string, 0, len(cfg.Scanners))
+	for n := range cfg.Scanners {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		sc := cfg.Scanners[n]
+		s := httpapi.ScannerStatus{Name: n, Enabled: sc.Enabled, Plugin: sc.Plugin, State: string(supervisor.StateStopped)}
+		if u, ok := running[n]; ok {
+			fillStatus(&s, u)
+		}
+		doc.Scanners = append(doc.Scanners, s)
+	}
+	return doc
+}
+
+func fillStatus(s *httpapi.ScannerStatus, u *unit) {
+	ss := u.sup.Status()
+	rs := u.run.Status()
+	s.Path, s.Version, s.APIVersion, s.SHA256, s.Pid = ss.Meta.Path, ss.Meta.Version, ss.Meta.APIVersion, ss.Meta.SHA256, ss.Pid
+	s.State, s.Since, s.Restarts, s.Swaps, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.Swaps, ss.LastError
+	if !ss.NextAttempt.IsZero() {
+		t := ss.NextAttempt
+		s.NextAttempt = &t
+	}
+	if ls := ss.LastSwap; ls != nil {
+		s.LastSwap = &httpapi.SwapInfo{
+			At: ls.At, Outcome: string(ls.Outcome), FromSHA256: ls.From.SHA256, ToSHA256: ls.To.SHA256,
+			FromVersion: ls.From.Version, ToVersion: ls.To.Version, Reason: ls.Reason, Probation: ls.Probation,
+		}
+	}
+	if _, info, err := u.sup.Current(); err == nil {
+		tun := u.run.Tuning()
+		iv := tun.Interval
+		if iv == 0 {
+			iv = info.DefaultInterval
+		}
+		s.Interval = iv.String()
+		s.Batch = tun.Batch
+		if s.Batch == 0 {
+			s.Batch = info.DefaultBatch
+		}
+	}
+	s.Cycle, s.Processed, s.Skipped, s.Errors, s.FailedPartitions = rs.Cycle, rs.Processed, rs.Skipped, rs.Errors, rs.Failed
+	if !rs.LastCycleAt.IsZero() {
+		t := rs.LastCycleAt
+		s.LastCycleAt = &t
+		s.LastCycleDuration = rs.LastDuration.Round(time.Microsecond).String()
+	}
+	if rs.BacklogKnown {
+		b := rs.Backlog
+		s.Backlog = &b
+	}
+	s.LastScanError = rs.LastError
+}
