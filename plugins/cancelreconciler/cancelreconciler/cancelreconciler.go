@@ -404,15 +404,23 @@ func (sc *scan) lookahead(ctx context.Context, window []scannerapi.Candidate, ba
 			sc.admit(e.Member, e.Score)
 		}
 		if len(page) < n+pos.ties {
-			sc.s.setCursor(part, nil) // reached the end of the due range
+			sc.setCursor(nil) // reached the end of the due range
 			return nil
 		}
 		pos = pos.after(pageScores)
 	}
 	// Stopped with entries left: the next scan goes on from here.
-	sc.s.setCursor(part, &pos)
+	sc.setCursor(&pos)
 	sc.lookaheadLeft = true
 	return nil
+}
+
+// setCursor stores where the partition's next look-ahead resumes (not in
+// a dry run, which must leave no trace).
+func (sc *scan) setCursor(pos *pagePos) {
+	if !sc.req.DryRun {
+		sc.s.setCursor(sc.req.Partition.Index, pos)
+	}
 }
 
 // run does the four stages for the flows admitted.

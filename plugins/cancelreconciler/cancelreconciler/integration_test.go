@@ -500,3 +500,33 @@ func TestDryRun(t *testing.T) {
 	assert.Len(t, f.pending(fid), 2)
 	assert.True(t, f.inBacklog("not-a-flow"))
 }
+
+// More stuck flows than one look-ahead may read: the per-partition cursor
+// carries the look-ahead past them over successive scans, so a flow behind
+// them is still reached.
+func TestLookaheadCursorPassesManyStuckFlows(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a", "lookahead": "3"}))
+	for i := range 6 {
+		fid := f.flow("tenant-b")
+		f.member(fid, "tenant-b")
+		f.cancelFlow(fid)
+		f.rescore(fid, 100+i)
+	}
+	fid := f.flow("tenant-a")
+	mine := f.member(fid, "tenant-a")
+	f.cancelFlow(fid)
+	f.rescore(fid, 200)
+
+	var processed []int64
+	for range 3 {
+		_, o := f.scan(s, f.request(2))
+		processed = append(processed, o.Processed)
+	}
+	assert.Equal(t, []int64{0, 0, 1}, processed, "window, then 3 past it, then the cursor goes on to the flow")
+	assert.Equal(t, "terminal/cancelled", f.phase(mine))
+	_, o := f.scan(s, f.request(2))
+	assert.Zero(t, o.Processed)
+	assert.False(t, o.More, "only stuck flows left")
+}

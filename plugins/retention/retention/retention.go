@@ -724,11 +724,11 @@ func (sc *scan) examine(it *item) {
 		{"ZRANGE", ek.Attempts(), "0", "-1"},
 	}
 	cmds = append(cmds, sc.cfg.filter.ReadCommands(it.id)...)
-	sc.queue = append(sc.queue, op{cmds: cmds, done: func(rs []scannerapi.Reply) { sc.decide(it, rs) }})
+	sc.queue = append(sc.queue, op{cmds: cmds, done: func(rs []scannerapi.Reply) { sc.judge(it, rs) }})
 }
 
-// decide reads an examined entry and acts on the verdict.
-func (sc *scan) decide(it *item, rs []scannerapi.Reply) {
+// judge reads an examined entry and acts on the verdict.
+func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
 	for _, r := range rs[:7] {
 		if r.Failed() {
 			class, code := failure(r)
@@ -745,6 +745,9 @@ func (sc *scan) decide(it *item, rs []scannerapi.Reply) {
 		s, _ := rs[0].Text()
 		f, err := strconv.ParseFloat(s, 64)
 		e.inIndex, e.score = err == nil, f
+	}
+	if e.inIndex {
+		it.score = e.score // re-scored since it was read (a replay that ended again)
 	}
 	core, ok := replyStrings(rs[1])
 	if !ok || len(core) != len(coreFields) {
