@@ -43,6 +43,7 @@ func TestHostRunsDependencyReconciler(t *testing.T) {
 	cfg.PluginDir = filepath.Dir(bin)
 	cfg.HTTP.Listen = ""
 	cfg.Supervisor.HealthInterval = 500 * time.Millisecond
+	cfg.Completions.Enabled = false // the reconciler alone: every push is "lost"
 	cfg.Scanners = map[string]config.Scanner{depreconciler.Name: {
 		Enabled: true, Plugin: filepath.Base(bin), Interval: 200 * time.Millisecond, Batch: 1, Options: map[string]string{},
 	}}
