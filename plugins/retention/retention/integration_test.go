@@ -67,6 +67,7 @@ type countingCallbacks struct {
 	execs      int
 	maxUnlink  int
 	writeCalls int
+	gets       int // GET commands (policy reads)
 }
 
 func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
@@ -79,6 +80,8 @@ func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []sca
 			c.writeCalls++
 		case "ZREM", "SREM", "DEL":
 			c.writeCalls++
+		case "GET":
+			c.gets++
 		}
 	}
 	c.mu.Unlock()
@@ -591,4 +594,48 @@ func TestInterruptedPurgesResume(t *testing.T) {
 	assert.Equal(t, int64(2), o.Processed)
 	f.gone(half, extra)
 	f.gone(afterCore, nil)
+}
+
+// The walk reads each entry between the two cutoffs once, a budget at a
+// time, and says More until it has caught up: shorter overrides among them
+// are purged as they are found, default ones are left to the head.
+func TestWalkVisitsEachEntryOnce(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(retention.New(), f.cb)
+	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "3"}))
+	var short, young []keys.ExecutionID
+	for i := range 2 {
+		id := f.finished("ns")
+		f.override(id, 2*time.Hour)
+		f.age(id, 3*time.Hour-time.Duration(i)*time.Minute)
+		short = append(short, id)
+	}
+	for i := range 5 {
+		id := f.finished("ns")
+		f.age(id, 2*time.Hour-time.Duration(i)*time.Minute)
+		young = append(young, id)
+	}
+	var processed []int64
+	var more []bool
+	var gets []int
+	for range 4 {
+		f.cb.mu.Lock()
+		f.cb.gets = 0
+		f.cb.mu.Unlock()
+		_, o := f.scan(s, f.request(50, 0))
+		processed = append(processed, o.Processed)
+		more = append(more, o.More)
+		f.cb.mu.Lock()
+		gets = append(gets, f.cb.gets)
+		f.cb.mu.Unlock()
+	}
+	assert.Equal(t, []int64{2, 0, 0, 0}, processed)
+	assert.Equal(t, []bool{true, true, false, false}, more)
+	assert.Equal(t, []int{3 + 2, 3, 1, 0}, gets, "3 walked (2 of them read again to purge), 3, 1, then nothing new")
+	for _, id := range short {
+		f.gone(id, nil)
+	}
+	for _, id := range young {
+		f.intact(id)
+	}
 }
