@@ -27,8 +27,13 @@ import (
 	"github.com/ffscan/ffscan/keys"
 )
 
-// pluginDir holds the test plugin, built once for the package.
-var pluginDir string
+// pluginDir holds the test plugins, built once for the package;
+// variantDir holds variants of the hostwork plugin (other bytes, other
+// behaviour) that hot-swap tests install into plugin directories of their
+// own.
+var pluginDir, variantDir string
+
+const testplugin = "github.com/ffscan/ffscan/host/internal/testplugin"
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "ffscan-host-plugins-")
@@ -37,18 +42,36 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	_ = os.Chmod(dir, 0o755)
-	for name, pkg := range map[string]string{
-		"hostwork":    "github.com/ffscan/ffscan/host/internal/testplugin",
-		"leaseexpiry": "github.com/ffscan/ffscan/plugins/leaseexpiry",
-	} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build plugin", pkg, err)
+	pluginDir = filepath.Join(dir, "plugins")
+	variantDir = filepath.Join(dir, "variants")
+	_ = os.Mkdir(pluginDir, 0o755)
+	_ = os.Mkdir(variantDir, 0o755)
+	builds := [][3]string{ // output, package, ldflags
+		{filepath.Join(pluginDir, "hostwork"), testplugin, ""},
+		{filepath.Join(pluginDir, "leaseexpiry"), "github.com/ffscan/ffscan/plugins/leaseexpiry", ""},
+		{filepath.Join(variantDir, "v2"), testplugin, "-X main.version=1.0.1"},
+		{filepath.Join(variantDir, "v3"), testplugin, "-X main.version=1.0.2"},
+		{filepath.Join(variantDir, "exit"), testplugin, "-X main.mode=exit"},
+		{filepath.Join(variantDir, "crash"), testplugin, "-X main.version=1.0.9-crash -X main.mode=crash:2s"},
+		{filepath.Join(variantDir, "api1"), testplugin, "-X main.version=0.9.0-api1 -X main.mode=api1"},
+		{filepath.Join(variantDir, "raw99"), testplugin, "-X main.mode=raw99"},
+	}
+	errs := make(chan error, len(builds))
+	for _, b := range builds {
+		go func() {
+			out, err := exec.Command("go", "build", "-ldflags", b[2], "-o", b[0], b[1]).CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("build %s (%s): %v\n%s", b[1], b[2], err, out)
+			}
+			errs <- err
+		}()
+	}
+	for range builds {
+		if err := <-errs; err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}
-	pluginDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -2,15 +2,35 @@
 // "hostwork" moves due members of ff:idx:{p}:hostwork into the set
 // ff:test:{p}:done (ZREM + SADD through the host), optionally sleeping
 // first (option "delay") so a test can kill or stop things mid-scan.
+//
+// Link-time variables (go build -ldflags "-X main.version=... -X
+// main.mode=...") make variants with other bytes and behaviour for the
+// hot-swap and versioning tests:
+//
+//	version          Info.Version (default 1.0.0)
+//	mode=exit        exit at once: fails the handshake
+//	mode=crash:D     serve, then exit with status 3 D after starting
+//	mode=api1        declare scanner API version 1
+//	mode=raw99       answer the handshake with protocol version 99
 package main
 
 import (
 	"context"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+var (
+	version = "1.0.0"
+	mode    = ""
 )
 
 type hostwork struct {
@@ -20,7 +40,7 @@ type hostwork struct {
 
 func (h *hostwork) Info() scannerapi.Info {
 	return scannerapi.Info{
-		Name: "hostwork", Version: "1.0.0", APIVersion: scannerapi.APIVersion,
+		Name: "hostwork", Version: version, APIVersion: apiVersion(),
 		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: 20,
 		Sources: []scannerapi.CandidateSource{{
 			Name: "work", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostwork", Backlog: scannerapi.BacklogDue,
@@ -83,4 +103,39 @@ func (h *hostwork) SampleBacklog(context.Context, scannerapi.Host, []keys.Partit
 	return nil, nil
 }
 
-func main() { scannerapi.Serve(&hostwork{}) }
+func apiVersion() int {
+	if mode == "api1" {
+		return 1
+	}
+	return scannerapi.APIVersion
+}
+
+func main() {
+	switch {
+	case mode == "exit":
+		os.Exit(1)
+	case strings.HasPrefix(mode, "crash:"):
+		d, err := time.ParseDuration(strings.TrimPrefix(mode, "crash:"))
+		if err != nil {
+			panic(err)
+		}
+		time.AfterFunc(d, func() { os.Exit(3) })
+	case mode == "raw99":
+		hs := scannerapi.Handshake
+		hs.ProtocolVersion = 99
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig:  hs,
+			VersionedPlugins: map[int]plugin.PluginSet{99: {"scanners": rawPlugin{}}},
+			GRPCServer:       plugin.DefaultGRPCServer,
+		})
+		return
+	}
+	scannerapi.Serve(&hostwork{})
+}
+
+type rawPlugin struct{ plugin.NetRPCUnsupportedPlugin }
+
+func (rawPlugin) GRPCServer(*plugin.GRPCBroker, *grpc.Server) error { return nil }
+func (rawPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, nil
+}
