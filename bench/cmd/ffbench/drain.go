@@ -153,7 +153,12 @@ func (b *bench) runDrain(ctx context.Context, n, reps int) (*drainResult, error)
 	}
 	res.SaveTime = time.Since(t0)
 
-	modes := []string{modePlugin, modeLinked, modeRaw}
+	modes := b.drainModes
+	for _, m := range modes {
+		if m != modePlugin && m != modeLinked && m != modeRaw {
+			return nil, fmt.Errorf("unknown drain mode %q (want %s, %s or %s)", m, modePlugin, modeLinked, modeRaw)
+		}
+	}
 	for rep := 0; rep < reps; rep++ {
 		for k := range modes {
 			mode := modes[(k+rep)%len(modes)]

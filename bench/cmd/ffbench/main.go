@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -66,6 +67,7 @@ type bench struct {
 	binDir      string
 	pluginDir   string
 	concurrency int
+	drainModes  []string
 	log         hclog.Logger
 	verbose     bool
 }
@@ -126,6 +128,8 @@ func run() error {
 	concurrency := flag.Int("concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
 	maxLoad := flag.Float64("max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	verbose := flag.Bool("v", false, "host and plugin logs at info level")
+	drainModes := flag.String("drain-modes", "plugin,in-process,raw", "drain: modes to run")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (host side) to the file")
 	flag.Parse()
 
 	sz := fullSizes
@@ -139,9 +143,19 @@ func run() error {
 	if *idle > 0 {
 		sz.Idle = *idle
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	want := map[string]bool{}
-	for _, s := range strings.Split(*only, ",") {
-		want[strings.TrimSpace(s)] = true
+	for _, s := range splitList(*only) {
+		want[s] = true
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -164,7 +178,7 @@ func run() error {
 	if *verbose {
 		level = hclog.Info
 	}
-	b := &bench{binDir: bin, pluginDir: filepath.Join(bin, "plugins"), concurrency: *concurrency,
+	b := &bench{binDir: bin, drainModes: splitList(*drainModes), pluginDir: filepath.Join(bin, "plugins"), concurrency: *concurrency,
 		parts: keys.DefaultPartitionConfig(), verbose: *verbose,
 		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
 	// DEBUG RELOAD restores the drain's snapshot between modes.
@@ -206,6 +220,16 @@ func run() error {
 	rep.Errors = errs
 	rep.print(os.Stdout)
 	return errors.Join(errs...)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func setIf(dst *int, v int) {
