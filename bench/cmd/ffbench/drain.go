@@ -235,8 +235,11 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 	run := drainRun{Mode: mode}
 	rec := &countingRecorder{Metrics: metrics.New()}
 	svc := callbacks.New(b.lib, rec)
-	var sc scannerapi.Scanner
-	pluginPid := 0
+	var (
+		sc        scannerapi.Scanner
+		host      scannerapi.Host
+		pluginPid int
+	)
 	switch mode {
 	case modePlugin:
 		cat, err := catalog.New(b.pluginDir)
@@ -255,21 +258,25 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 			cancel()
 			inst.Kill()
 		}()
-		sc = inst.Scanner()
-		pluginPid = inst.Pid()
-		// The launcher registers the plugin's policy (or binds it to the
-		// instance); register it by name too, for the scheduler's Host.
-		pol, _ := callbacks.PolicyFromInfo(sc.Info(), false)
-		svc.Register(leaseexpiry.Name, pol)
+		sc, pluginPid = inst.Scanner(), inst.Pid()
+		// The launcher binds the callback service to this instance's
+		// policy; the plugin calls back through that binding and ignores
+		// the Host argument, which is the same binding here.
+		if hi, ok := inst.(interface{ Host() scannerapi.Host }); ok {
+			host = hi.Host()
+		}
 	case modeLinked:
-		sc = scannerapi.Linked(leaseexpiry.New(), svc)
+		// As the launcher does for a plugin: the callback service bound
+		// to the scanner's declared policy, options resolved against its
+		// schema.
+		sc = scannerapi.Linked(leaseexpiry.New(), nil)
 		info := sc.Info()
 		opts, err := launcher.ResolveOptions(leaseexpiry.Name, info.Options, nil)
 		if err != nil {
 			return run, err
 		}
 		pol, _ := callbacks.PolicyFromInfo(info, false)
-		svc.Register(leaseexpiry.Name, pol)
+		host = svc.Bind(leaseexpiry.Name, pol)
 		if err := sc.Configure(scannerapi.WithLogger(ctx, b.log.Named(leaseexpiry.Name)), opts); err != nil {
 			return run, err
 		}
@@ -282,9 +289,9 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		CallTimeout: 30 * time.Second,
 		CallParent:  scannerapi.WithLogger(context.Background(), b.log.Named(leaseexpiry.Name)),
 		NoJitter:    true,
-	}, b.client, staticTarget{sc}, svc.HostFor(leaseexpiry.Name), rec, b.log.Named("scheduler"))
+	}, b.client, staticTarget{sc}, host, rec, b.log.Named("scheduler"))
 
-	if err := b.warmUp(ctx, sc, svc.HostFor(leaseexpiry.Name)); err != nil {
+	if err := b.warmUp(ctx, sc, host); err != nil {
 		return run, fmt.Errorf("warm-up: %w", err)
 	}
 	rec.rpcs.Store(0)
