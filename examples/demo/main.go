@@ -9,8 +9,8 @@
 //     completion listener and dependency reconciler release D), and a flow
 //     is cancelled with grace 0 for the cancel reconciler to drain;
 //   - two budgets with a short reset interval get usage for budget_reset,
-//     and one without a reset is pushed over its hard limit for the
-//     budget reconciler;
+//     and after 10 s an "operator" lowers the hard limit of a third one,
+//     which never resets, below its usage for the budget reconciler;
 //   - every completed execution becomes a candidate for retention once the
 //     demo config's short retention has passed.
 //
@@ -96,6 +96,7 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 	cancelTick := time.NewTicker(7 * time.Second)
 	usageTick := time.NewTicker(time.Second)
 	report := time.NewTicker(5 * time.Second)
+	tighten := time.After(10 * time.Second)
 	defer func() {
 		create.Stop()
 		flowTick.Stop()
@@ -135,6 +136,13 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 					return fmt.Errorf("usage: %w", err)
 				}
 				n.usage.Add(1)
+			}
+		case <-tighten:
+			// An operator lowers the hard limit of the budget that never
+			// resets below what it has used: budget_reconciler flags it.
+			lim := keys.Budget(c.Partitions(), budgets[2]).Limits()
+			if err := vk.Do(ctx, vk.B().Hset().Key(lim).FieldValue().FieldValue("hard:tokens", "100").Build()).Error(); err != nil {
+				return fmt.Errorf("tighten limit: %w", err)
 			}
 		case <-report.C:
 			printSummary(&n)
