@@ -7,37 +7,12 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // This file holds the pure decision logic of both scanners: what an index
 // member is, what a reply means, and whether a budget is breached. It does
 // no I/O.
-
-// memberKind says what an index member is.
-type memberKind int
-
-const (
-	memberValid        memberKind = iota // a canonical budget id
-	memberNonCanonical                   // a uuid in another spelling: may name keys written by someone else
-	memberGarbage                        // not a budget id in any spelling
-)
-
-// classifyMember parses a budget index member. Only the canonical spelling
-// (lower-case, hyphenated uuid) names the keys the library writes for a
-// budget; ParseBudgetID also accepts other spellings, so they are told apart
-// here.
-func classifyMember(m string) (keys.BudgetID, memberKind) {
-	id, err := keys.ParseBudgetID(m)
-	if err != nil {
-		return keys.BudgetID{}, memberGarbage
-	}
-	if id.String() != m {
-		return keys.BudgetID{}, memberNonCanonical
-	}
-	return id, memberValid
-}
 
 // failureCode is the error code of a failed command: "wrongtype" for a
 // WRONGTYPE error (a key of the wrong type, data that will not fix itself),

@@ -14,18 +14,18 @@ func TestClassifyMember(t *testing.T) {
 	id := keys.NewBudgetID()
 	for _, tc := range []struct {
 		m    string
-		want memberKind
+		want keys.IDForm
 	}{
-		{id.String(), memberValid},
-		{"garbage", memberGarbage},
-		{"", memberGarbage},
-		{"{b:1}:" + id.String(), memberGarbage},
-		{"6F1C2D3E-4A5B-4C6D-8E7F-001122334455", memberNonCanonical},
-		{"6f1c2d3e4a5b4c6d8e7f001122334455", memberNonCanonical},
+		{id.String(), keys.IDCanonical},
+		{"garbage", keys.IDInvalid},
+		{"", keys.IDInvalid},
+		{"{b:1}:" + id.String(), keys.IDInvalid},
+		{"6F1C2D3E-4A5B-4C6D-8E7F-001122334455", keys.IDNonCanonical},
+		{"6f1c2d3e4a5b4c6d8e7f001122334455", keys.IDNonCanonical},
 	} {
-		got, kind := classifyMember(tc.m)
+		got, kind := keys.ClassifyBudgetID(tc.m)
 		assert.Equal(t, tc.want, kind, tc.m)
-		if kind == memberValid {
+		if kind == keys.IDCanonical {
 			assert.Equal(t, tc.m, got.String())
 		}
 	}

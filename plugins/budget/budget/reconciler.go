@@ -127,9 +127,9 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 			continue
 		}
 		seen[c.Member] = true
-		id, kind := classifyMember(c.Member)
+		id, kind := keys.ClassifyBudgetID(c.Member)
 		switch kind {
-		case memberGarbage:
+		case keys.IDInvalid:
 			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 			if req.DryRun {
 				note("would remove invalid member %q", c.Member)
@@ -138,7 +138,7 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 			log.Warn("removing a policies-index member that is not a budget id", "index", policies, "member", c.Member)
 			cmds = append(cmds, scannerapi.Command{"SREM", policies, c.Member})
 			continue
-		case memberNonCanonical:
+		case keys.IDNonCanonical:
 			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
 			note("left non-canonical member %q in place", c.Member)
 			continue

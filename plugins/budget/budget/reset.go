@@ -199,11 +199,11 @@ func (sc *resetScan) admit(member string) (it *resetItem, remove, skipped bool) 
 		return nil, false, false
 	}
 	sc.seen[member] = true
-	id, kind := classifyMember(member)
+	id, kind := keys.ClassifyBudgetID(member)
 	switch kind {
-	case memberGarbage, memberNonCanonical:
+	case keys.IDInvalid, keys.IDNonCanonical:
 		code := "invalid_member"
-		if kind == memberNonCanonical {
+		if kind == keys.IDNonCanonical {
 			code = "non_canonical_member"
 		}
 		sc.res.AddError(scannerapi.ErrInvalid, code, 1)

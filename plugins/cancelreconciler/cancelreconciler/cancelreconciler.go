@@ -126,8 +126,8 @@ const (
 	stuckCycles = 10
 	// stuckLimit bounds the memory of stuck flows.
 	stuckLimit = 100_000
-	// execChunk bounds the commands of one Exec (the host refuses batches
-	// above 10000).
+	// execChunk bounds the commands of one Exec, well below
+	// scannerapi.MaxExecBatch so one callback stays short.
 	execChunk = 4000
 	// flowKeyPrefix marks flow entries in the failure tracker (members are
 	// keyed by their execution id).
@@ -540,9 +540,9 @@ func (sc *scan) flowDrained(f *flow) {
 func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 	var toRead []*member
 	for _, m := range members {
-		id, kind := classifyMember(m.raw)
+		id, kind := keys.ClassifyExecutionID(m.raw)
 		switch kind {
-		case memberGarbage:
+		case keys.IDInvalid:
 			sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 			if sc.req.DryRun {
 				sc.note("would drop invalid member %q of flow %s", m.raw, m.f.member)
@@ -558,7 +558,7 @@ func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 				mm.f.progress = true
 			}})
 			continue
-		case memberNonCanonical:
+		case keys.IDNonCanonical:
 			sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
 			sc.note("left non-canonical member %q of flow %s pending", m.raw, m.f.member)
 			continue
@@ -763,29 +763,9 @@ func (sc *scan) absorbWrites(writes []pendingWrite, replies []scannerapi.Reply) 
 }
 
 // exec runs commands through the host in chunks the host accepts. An error
-// means a chunk could not be run at all.
+// means the first chunk could not be run at all.
 func (sc *scan) exec(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-	out := make([]scannerapi.Reply, 0, len(cmds))
-	for start := 0; start < len(cmds); start += execChunk {
-		chunk := cmds[start:min(start+execChunk, len(cmds))]
-		replies, err := sc.host.Exec(ctx, chunk)
-		if err == nil && len(replies) != len(chunk) {
-			err = fmt.Errorf("host answered %d replies to %d commands", len(replies), len(chunk))
-		}
-		if err != nil {
-			if start == 0 {
-				return nil, err
-			}
-			// Later chunks: the earlier ones ran; report the rest as
-			// failed commands so each is accounted for.
-			for range chunk {
-				out = append(out, scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrTransport})
-			}
-			continue
-		}
-		out = append(out, replies...)
-	}
-	return out, nil
+	return scannerapi.ExecChunked(ctx, sc.host, cmds, execChunk)
 }
 
 func (sc *scan) note(format string, args ...any) {

@@ -13,41 +13,6 @@ import (
 // keys a member's cancel needs, what a reply means, and how the look-ahead
 // pages the backlog. It does no I/O.
 
-// memberKind says what a pending_cancels member is.
-type memberKind int
-
-const (
-	memberValid        memberKind = iota // a canonical execution id
-	memberNonCanonical                   // FlowFabric would accept it, we cannot address its keys
-	memberGarbage                        // not an execution id in any spelling
-)
-
-// classifyMember parses a pending_cancels member. A non-canonical spelling
-// ("{fp:007}:...", upper-case or unhyphenated uuid) may name keys FlowFabric
-// really wrote under that spelling, so it must not be dropped as if it were
-// garbage; anything else can never name an execution.
-func classifyMember(m string) (keys.ExecutionID, memberKind) {
-	id, err := keys.ParseExecutionID(m)
-	if err == nil {
-		return id, memberValid
-	}
-	rest, ok := strings.CutPrefix(m, "{fp:")
-	if !ok {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	num, uuid, ok := strings.Cut(rest, "}:")
-	if !ok || num == "" {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	if n, err := strconv.ParseUint(num, 10, 16); err != nil || n > 65535 {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	if _, err := keys.ParseUUID(uuid); err != nil {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	return keys.ExecutionID{}, memberNonCanonical
-}
-
 // coreFields are read from each member's exec_core before its cancel, in
 // this order: execution_id tells an existing core from a missing one; the
 // next four name the keys ff_cancel_execution needs; lifecycle_phase lets a

@@ -23,18 +23,18 @@ func fail(class scannerapi.ErrorClass, msg string) scannerapi.Reply {
 const eid = "{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f"
 
 func TestClassifyMember(t *testing.T) {
-	for m, want := range map[string]memberKind{
-		eid: memberValid,
-		"{fp:005}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":   memberNonCanonical,
-		"{fp:5}:0B0C6A4E-5B1D-4C3E-9F00-3D2B1A0C9E8F":     memberNonCanonical,
-		"{fp:5}:0b0c6a4e5b1d4c3e9f003d2b1a0c9e8f":         memberNonCanonical,
-		"0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":            memberGarbage,
-		"{fp:99999}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": memberGarbage,
-		"{fp:5}:not-a-uuid":                               memberGarbage,
-		"":                                                memberGarbage,
-		"garbage":                                         memberGarbage,
+	for m, want := range map[string]keys.IDForm{
+		eid: keys.IDCanonical,
+		"{fp:005}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":   keys.IDNonCanonical,
+		"{fp:5}:0B0C6A4E-5B1D-4C3E-9F00-3D2B1A0C9E8F":     keys.IDNonCanonical,
+		"{fp:5}:0b0c6a4e5b1d4c3e9f003d2b1a0c9e8f":         keys.IDNonCanonical,
+		"0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":            keys.IDInvalid,
+		"{fp:99999}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": keys.IDInvalid,
+		"{fp:5}:not-a-uuid":                               keys.IDInvalid,
+		"":                                                keys.IDInvalid,
+		"garbage":                                         keys.IDInvalid,
 	} {
-		_, got := classifyMember(m)
+		_, got := keys.ClassifyExecutionID(m)
 		assert.Equal(t, want, got, "%q", m)
 	}
 }

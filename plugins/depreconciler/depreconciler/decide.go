@@ -12,41 +12,6 @@ import (
 // a command concerns, and how a dry run's intercepted FCALLs are accounted.
 // It does no I/O.
 
-// memberKind says what an index member is.
-type memberKind int
-
-const (
-	memberValid        memberKind = iota // a canonical execution id
-	memberNonCanonical                   // FlowFabric would accept it, we cannot address it
-	memberGarbage                        // not an execution id in any spelling
-)
-
-// classifyMember parses a blocked-set member. A non-canonical spelling
-// ("{fp:007}:...", upper-case or unhyphenated uuid) names keys FlowFabric
-// may really have written, so it is left alone; anything else can never
-// name an execution and is safe to remove.
-func classifyMember(m string) (keys.ExecutionID, memberKind) {
-	id, err := keys.ParseExecutionID(m)
-	if err == nil {
-		return id, memberValid
-	}
-	rest, ok := strings.CutPrefix(m, "{fp:")
-	if !ok {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	num, uuid, ok := strings.Cut(rest, "}:")
-	if !ok || num == "" {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	if _, err := strconv.ParseUint(num, 10, 16); err != nil {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	if _, err := keys.ParseUUID(uuid); err != nil {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	return keys.ExecutionID{}, memberNonCanonical
-}
-
 // execKeyPrefix starts every per-execution key:
 // ff:exec:<routing tag>:<eid>:<suffix>, the eid itself tagged ("{fp:N}:<uuid>").
 const execKeyPrefix = "ff:exec:"

@@ -14,20 +14,20 @@ func TestClassifyMember(t *testing.T) {
 	assert.NoError(t, err)
 	for _, tc := range []struct {
 		m    string
-		want memberKind
+		want keys.IDForm
 	}{
-		{id.String(), memberValid},
-		{"garbage", memberGarbage},
-		{"", memberGarbage},
-		{"{fp:7}", memberGarbage},
-		{"{fp:x}:" + id.UUID().String(), memberGarbage},
-		{"{fp:70000}:" + id.UUID().String(), memberGarbage},
-		{"{fp:007}:" + id.UUID().String(), memberNonCanonical},
-		{"{fp:7}:6F1C2D3E-4A5B-4C6D-8E7F-001122334455", memberNonCanonical},
+		{id.String(), keys.IDCanonical},
+		{"garbage", keys.IDInvalid},
+		{"", keys.IDInvalid},
+		{"{fp:7}", keys.IDInvalid},
+		{"{fp:x}:" + id.UUID().String(), keys.IDInvalid},
+		{"{fp:70000}:" + id.UUID().String(), keys.IDInvalid},
+		{"{fp:007}:" + id.UUID().String(), keys.IDNonCanonical},
+		{"{fp:7}:6F1C2D3E-4A5B-4C6D-8E7F-001122334455", keys.IDNonCanonical},
 	} {
-		got, kind := classifyMember(tc.m)
+		got, kind := keys.ClassifyExecutionID(tc.m)
 		assert.Equal(t, tc.want, kind, tc.m)
-		if kind == memberValid {
+		if kind == keys.IDCanonical {
 			assert.Equal(t, id, got)
 		}
 	}

@@ -182,9 +182,9 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 			continue
 		}
 		window[c.Key]++
-		id, kind := classifyMember(c.Member)
+		id, kind := keys.ClassifyExecutionID(c.Member)
 		switch kind {
-		case memberGarbage:
+		case keys.IDInvalid:
 			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 			if req.DryRun {
 				note("would remove invalid member %q", c.Member)
@@ -193,7 +193,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 			log.Warn("removing a blocked-set member that is not an execution id", "index", c.Key, "member", c.Member)
 			x.queue(scannerapi.Command{"ZREM", c.Key, c.Member})
 			continue
-		case memberNonCanonical:
+		case keys.IDNonCanonical:
 			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
 			note("left non-canonical member %q in place", c.Member)
 			continue

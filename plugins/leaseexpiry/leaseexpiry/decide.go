@@ -4,47 +4,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // This file holds the pure decision logic: what a candidate member is, and
 // what a reply means. It does no I/O.
-
-// memberKind says what an index member is.
-type memberKind int
-
-const (
-	memberValid        memberKind = iota // a canonical execution id
-	memberNonCanonical                   // FlowFabric would accept it, we cannot address it
-	memberGarbage                        // not an execution id in any spelling
-)
-
-// classifyMember parses an index member. A non-canonical spelling
-// ("{fp:007}:...", upper-case or unhyphenated uuid) names keys FlowFabric
-// may really have written, so it must be left alone; anything else can never
-// name an execution and is safe to remove.
-func classifyMember(m string) (keys.ExecutionID, memberKind) {
-	id, err := keys.ParseExecutionID(m)
-	if err == nil {
-		return id, memberValid
-	}
-	rest, ok := strings.CutPrefix(m, "{fp:")
-	if !ok {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	num, uuid, ok := strings.Cut(rest, "}:")
-	if !ok || num == "" {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	if n, err := strconv.ParseUint(num, 10, 16); err != nil || n > 65535 {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	if _, err := keys.ParseUUID(uuid); err != nil {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	return keys.ExecutionID{}, memberNonCanonical
-}
 
 // outcomeKind is what ff_mark_lease_expired_if_due did (or, in a dry run,
 // would do) to one execution.

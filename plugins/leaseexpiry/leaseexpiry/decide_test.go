@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -15,24 +16,24 @@ func arr(rs ...scannerapi.Reply) scannerapi.Reply {
 }
 
 func TestClassifyMember(t *testing.T) {
-	for m, want := range map[string]memberKind{
-		"{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":     memberValid,
-		"{fp:005}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":   memberNonCanonical,
-		"{fp:5}:0B0C6A4E-5B1D-4C3E-9F00-3D2B1A0C9E8F":     memberNonCanonical,
-		"{fp:5}:0b0c6a4e5b1d4c3e9f003d2b1a0c9e8f":         memberNonCanonical,
-		"0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":            memberGarbage,
-		"{fp:99999}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": memberGarbage,
-		"{fp:x}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":     memberGarbage,
-		"{fp:5}:not-a-uuid":                               memberGarbage,
-		"{fp:5}":                                          memberGarbage,
-		"":                                                memberGarbage,
-		"garbage":                                         memberGarbage,
+	for m, want := range map[string]keys.IDForm{
+		"{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":     keys.IDCanonical,
+		"{fp:005}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":   keys.IDNonCanonical,
+		"{fp:5}:0B0C6A4E-5B1D-4C3E-9F00-3D2B1A0C9E8F":     keys.IDNonCanonical,
+		"{fp:5}:0b0c6a4e5b1d4c3e9f003d2b1a0c9e8f":         keys.IDNonCanonical,
+		"0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":            keys.IDInvalid,
+		"{fp:99999}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": keys.IDInvalid,
+		"{fp:x}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":     keys.IDInvalid,
+		"{fp:5}:not-a-uuid":                               keys.IDInvalid,
+		"{fp:5}":                                          keys.IDInvalid,
+		"":                                                keys.IDInvalid,
+		"garbage":                                         keys.IDInvalid,
 	} {
-		_, got := classifyMember(m)
+		_, got := keys.ClassifyExecutionID(m)
 		assert.Equal(t, want, got, "%q", m)
 	}
-	id, kind := classifyMember("{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f")
-	assert.Equal(t, memberValid, kind)
+	id, kind := keys.ClassifyExecutionID("{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f")
+	assert.Equal(t, keys.IDCanonical, kind)
 	assert.Equal(t, uint16(5), id.Partition().Index)
 }
 

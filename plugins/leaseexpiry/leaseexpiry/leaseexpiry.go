@@ -299,9 +299,9 @@ func (sc *scan) admit(member string, score float64) {
 		return
 	}
 	sc.seen[member] = true
-	id, kind := classifyMember(member)
+	id, kind := keys.ClassifyExecutionID(member)
 	switch kind {
-	case memberGarbage:
+	case keys.IDInvalid:
 		sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 		if sc.req.DryRun {
 			sc.note("would remove invalid member %q", member)
@@ -310,7 +310,7 @@ func (sc *scan) admit(member string, score float64) {
 			sc.log.Warn("removing an index member that is not an execution id", "index", sc.index, "member", member)
 		}
 		return
-	case memberNonCanonical:
+	case keys.IDNonCanonical:
 		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
 		sc.note("left non-canonical member %q in place", member)
 		return

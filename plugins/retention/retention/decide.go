@@ -18,40 +18,6 @@ import (
 // or left alone, every key a purge deletes, and how the index is paged. It
 // does no I/O.
 
-// memberKind says what a terminal-index member is.
-type memberKind int
-
-const (
-	memberValid        memberKind = iota // a canonical execution id
-	memberNonCanonical                   // FlowFabric would accept it, we cannot address its keys
-	memberGarbage                        // not an execution id in any spelling
-)
-
-// classifyMember parses a terminal-index member. A non-canonical spelling
-// may name keys FlowFabric wrote under that spelling, so it is left alone;
-// anything else can never name an execution and is removed.
-func classifyMember(m string) (keys.ExecutionID, memberKind) {
-	id, err := keys.ParseExecutionID(m)
-	if err == nil {
-		return id, memberValid
-	}
-	rest, ok := strings.CutPrefix(m, "{fp:")
-	if !ok {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	num, uuid, ok := strings.Cut(rest, "}:")
-	if !ok || num == "" {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	if n, err := strconv.ParseUint(num, 10, 16); err != nil || n > 65535 {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	if _, err := keys.ParseUUID(uuid); err != nil {
-		return keys.ExecutionID{}, memberGarbage
-	}
-	return keys.ExecutionID{}, memberNonCanonical
-}
-
 // retention is the configured retention policy.
 type retention struct {
 	def time.Duration // for executions without an override

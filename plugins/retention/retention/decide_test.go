@@ -15,16 +15,16 @@ import (
 )
 
 func TestClassifyMember(t *testing.T) {
-	for m, want := range map[string]memberKind{
-		"{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":  memberValid,
-		"{fp:05}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": memberNonCanonical,
-		"{fp:5}:0B0C6A4E-5B1D-4C3E-9F00-3D2B1A0C9E8F":  memberNonCanonical,
-		"{fp:5}:x":                             memberGarbage,
-		"0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": memberGarbage,
-		"":                                     memberGarbage,
-		"{fp:70000}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": memberGarbage,
+	for m, want := range map[string]keys.IDForm{
+		"{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":  keys.IDCanonical,
+		"{fp:05}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": keys.IDNonCanonical,
+		"{fp:5}:0B0C6A4E-5B1D-4C3E-9F00-3D2B1A0C9E8F":  keys.IDNonCanonical,
+		"{fp:5}:x":                             keys.IDInvalid,
+		"0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": keys.IDInvalid,
+		"":                                     keys.IDInvalid,
+		"{fp:70000}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": keys.IDInvalid,
 	} {
-		_, got := classifyMember(m)
+		_, got := keys.ClassifyExecutionID(m)
 		assert.Equal(t, want, got, "%q", m)
 	}
 }

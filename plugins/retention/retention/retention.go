@@ -322,7 +322,7 @@ func (s *Scanner) SampleBacklog(ctx context.Context, host scannerapi.Host, parti
 			cmds = append(cmds, scannerapi.Command{"ZCOUNT", pk.LaneTerminal(l), "-inf", cut})
 		}
 	}
-	replies, err := execChunked(ctx, host, cmds)
+	replies, err := scannerapi.ExecChunked(ctx, host, cmds, execChunk)
 	if err != nil {
 		return nil, err
 	}
@@ -549,10 +549,10 @@ func (sc *scan) admitHead(lane, m string, score float64) bool {
 		return false
 	}
 	sc.seen[m] = true
-	id, kind := classifyMember(m)
+	id, kind := keys.ClassifyExecutionID(m)
 	key := sc.pk.LaneTerminal(lane)
 	switch kind {
-	case memberGarbage:
+	case keys.IDInvalid:
 		sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 		if sc.req.DryRun {
 			sc.note("would remove invalid member %q of %s", m, key)
@@ -568,7 +568,7 @@ func (sc *scan) admitHead(lane, m string, score float64) bool {
 			sc.purgedFromDue++
 		}})
 		return false
-	case memberNonCanonical:
+	case keys.IDNonCanonical:
 		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
 		sc.note("left non-canonical member %q of %s in place", m, key)
 		return false
@@ -626,8 +626,8 @@ func (sc *scan) queueWalkPage(lane string, pos cursor, budget int) {
 			if sc.seen[e.Member] {
 				continue
 			}
-			id, kind := classifyMember(e.Member)
-			if kind != memberValid {
+			id, kind := keys.ClassifyExecutionID(e.Member)
+			if kind != keys.IDCanonical {
 				continue // counted when it reaches the head
 			}
 			if r, ok := sc.s.recall(sc.req.Partition.Index, e.Member); ok && r.score == e.Score {
@@ -899,7 +899,7 @@ func (sc *scan) run(ctx context.Context) error {
 		for _, o := range ops {
 			cmds = append(cmds, o.cmds...)
 		}
-		replies, err := execChunked(ctx, sc.host, cmds)
+		replies, err := scannerapi.ExecChunked(ctx, sc.host, cmds, execChunk)
 		if err != nil {
 			if wave == 0 {
 				return fmt.Errorf("exec: %w", err)
@@ -937,31 +937,6 @@ func (sc *scan) note(format string, args ...any) {
 	if len(sc.res.Notes) < 100 {
 		sc.res.Notes = append(sc.res.Notes, fmt.Sprintf(format, args...))
 	}
-}
-
-// execChunked runs commands through the host in chunks it accepts. An error
-// from the first chunk fails the call; a later chunk that cannot run gets
-// failed replies, so each command is accounted for.
-func execChunked(ctx context.Context, host scannerapi.Host, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-	out := make([]scannerapi.Reply, 0, len(cmds))
-	for start := 0; start < len(cmds); start += execChunk {
-		chunk := cmds[start:min(start+execChunk, len(cmds))]
-		replies, err := host.Exec(ctx, chunk)
-		if err == nil && len(replies) != len(chunk) {
-			err = fmt.Errorf("host answered %d replies to %d commands", len(replies), len(chunk))
-		}
-		if err != nil {
-			if start == 0 {
-				return nil, err
-			}
-			for range chunk {
-				out = append(out, scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrTransport})
-			}
-			continue
-		}
-		out = append(out, replies...)
-	}
-	return out, nil
 }
 
 // remembered is a due memo entry handed to a scan.
