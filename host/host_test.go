@@ -98,10 +98,13 @@ func testConfig(t *testing.T, addr string, sc config.Scanner) *config.Config {
 
 // running starts a booted host in the background; stop cancels it and
 // returns how long Run took to return.
-func running(t *testing.T, cfg *config.Config) (h *Host, stop func() time.Duration) {
+func running(t *testing.T, cfg *config.Config, setup ...func(*Host)) (h *Host, stop func() time.Duration) {
 	t.Helper()
 	h, err := Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
 	require.NoError(t, err)
+	for _, f := range setup {
+		f(h)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

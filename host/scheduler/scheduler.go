@@ -239,14 +239,14 @@ func (r *Runner) batch(info scannerapi.Info) int {
 // Run sweeps until ctx is done: a random start delay within the interval
 // (so scanners started together do not hit partition 0 in step), then one
 // cycle, then sleep for the rest of the interval (none if the sweep
-// overran). While the plugin is unavailable it polls every second instead.
+// overran). While the plugin is unavailable it polls every 200 ms instead.
 func (r *Runner) Run(ctx context.Context) {
 	jittered := r.cfg.NoJitter
 	for ctx.Err() == nil {
 		_, info, err := r.target.Current()
 		if err != nil {
 			r.log.Debug("scanner unavailable, waiting", "error", err)
-			sleep(ctx, time.Second)
+			sleep(ctx, unavailablePoll)
 			continue
 		}
 		if !jittered {
@@ -303,6 +303,11 @@ func (r *Runner) currentInfo() scannerapi.Info {
 	}
 	return info
 }
+
+// unavailablePoll is how often Run looks again while the scanner is not
+// running (starting, restarting): a mutex check, so it can be short and
+// the first cycle follows the plugin's start closely.
+const unavailablePoll = 200 * time.Millisecond
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
