@@ -155,3 +155,40 @@ func checkScanner(name string, sc config.Scanner, pi PluginInfo) error {
 	}
 	return fmt.Errorf("binary %s serves %v, not scanner %q", pi.Binary, served, name)
 }
+
+// PinInfo is what `ffscan plugins pin` reports about a scanner's binary.
+type PinInfo struct {
+	Scanner    string
+	Binary     string
+	Path       string
+	SHA256     string
+	Version    string
+	APIVersion int
+}
+
+// PinScanner checks the binary configured for scanner name (or the binary
+// of that name when the scanner is not configured) the way a launch would,
+// except for the pin itself: catalog checks, handshake, the scanner served
+// with a usable Info, the configured options accepted. It returns the
+// sha256 to pin.
+func PinScanner(ctx context.Context, cfg *config.Config, name string, log hclog.Logger) (PinInfo, error) {
+	cat, err := catalog.New(cfg.PluginDir)
+	if err != nil {
+		return PinInfo{}, err
+	}
+	sc := scannerConfig(cfg, name)
+	pi := inspect(ctx, cat, sc.Plugin, "", cfg.Supervisor.StartTimeout, log)
+	out := PinInfo{Scanner: name, Binary: sc.Plugin, Path: pi.Path, SHA256: pi.SHA256, APIVersion: pi.APIVersion}
+	if pi.Err != nil {
+		return out, pi.Err
+	}
+	if err := checkScanner(name, sc, pi); err != nil {
+		return out, err
+	}
+	for _, in := range pi.Scanners {
+		if in.Name == name {
+			out.Version = in.Version
+		}
+	}
+	return out, nil
+}

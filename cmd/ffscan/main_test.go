@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -118,15 +119,33 @@ func alive(pid int) bool {
 type hostProc struct {
 	cmd    *exec.Cmd
 	addr   string // HTTP listen address
-	logs   *bytes.Buffer
+	logs   *syncBuffer
 	exited chan struct{}
+}
+
+// syncBuffer collects a child's output while tests read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // startHost runs `ffscan run` in the background and returns once its
 // status shows the scanner running.
 func startHost(t *testing.T, cfgBody string, extra ...string) *hostProc {
 	t.Helper()
-	hp := &hostProc{addr: freeAddr(t), logs: &bytes.Buffer{}, exited: make(chan struct{})}
+	hp := &hostProc{addr: freeAddr(t), logs: &syncBuffer{}, exited: make(chan struct{})}
 	cfg := writeConfig(t, cfgBody)
 	args := append([]string{"run", "--config", cfg, "--http-listen", hp.addr, "--plugin-dir", pluginDir}, extra...)
 	hp.cmd = exec.Command(ffscanBin, args...)
