@@ -435,37 +435,124 @@ func (h *Host) Ready(ctx context.Context) error {
 // dry run the scanner is asked not to mutate, and the callback service
 // refuses its writes and FCALLs should it try.
 func (h *Host) ScanOnce(ctx context.Context, name string, partition int, dryRun bool) (scheduler.Summary, error) {
-	cfg := h.config()
-	sc := scannerConfig(cfg, name)
-	inst, _, err := h.launcherFor(cfg, name, sc, dryRun).Launch(ctx)
+	s, err := h.OpenSession(ctx, name, SessionOptions{DryRun: dryRun})
 	if err != nil {
 		return scheduler.Summary{}, err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = inst.Close(cctx)
-		inst.Kill()
-	}()
+	defer s.Close()
+	return s.Cycle(ctx, partition)
+}
+
+// SessionOptions say how OpenSession runs a scanner.
+type SessionOptions struct {
+	// Linked, when set, is the scanner itself, run in this process
+	// instead of a plugin process (wrapped with scannerapi.Linked, so it
+	// behaves as a plugin would).
+	Linked scannerapi.Scanner
+	// DryRun asks for dry-run cycles and refuses writes and FCALLs.
+	DryRun bool
+	// Observe, when set, sees every batch the scanner runs through the
+	// callback service, with its replies (refusals included).
+	Observe func(cmds []scannerapi.Command, replies []scannerapi.Reply)
+}
+
+// Session runs cycles of one scanner on demand through the same path as
+// Run: the configured options checked against the scanner's schema, its
+// command policy enforced by the callback service, candidates fetched by
+// the scheduler. Test kits and scan-once use it.
+type Session struct {
+	run    *scheduler.Runner
+	dryRun bool
+	close  func()
+}
+
+// OpenSession prepares a scanner configured as scanners.<name> (or with
+// defaults when it is not configured): a plugin process launched from the
+// plugin directory, or opts.Linked.
+func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions) (*Session, error) {
+	cfg := h.config()
+	sc := scannerConfig(cfg, name)
+	var scanner scannerapi.Scanner
+	var host scannerapi.Host
+	closeFn := func() {}
+	if opts.Linked != nil {
+		info := opts.Linked.Info()
+		if info.Name != name {
+			return nil, fmt.Errorf("the linked scanner is named %q, not %q", info.Name, name)
+		}
+		if err := scannerapi.ValidateInfo(info); err != nil {
+			return nil, err
+		}
+		if err := scheduler.CheckInfo(info); err != nil {
+			return nil, err
+		}
+		resolved, err := launcher.ResolveOptions(name, info.Options, sc.Options)
+		if err != nil {
+			return nil, err
+		}
+		pol, _ := callbacks.PolicyFromInfo(info, opts.DryRun)
+		cb := observed(h.svc.Bind(name, pol).Callbacks(), opts.Observe)
+		scanner = scannerapi.Linked(opts.Linked, cb)
+		host = scannerapi.BindHost(cb, name)
+		if err := scanner.Configure(ctx, resolved); err != nil {
+			return nil, fmt.Errorf("scanner %s rejected its options: %w", name, err)
+		}
+	} else {
+		l := h.launcherFor(cfg, name, sc, opts.DryRun)
+		l.Observe(opts.Observe)
+		inst, _, err := l.Launch(ctx)
+		if err != nil {
+			return nil, err
+		}
+		closeFn = func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = inst.Close(cctx)
+			inst.Kill()
+		}
+		scanner, host = inst.Scanner(), instanceHost(inst)
+	}
 	run := scheduler.New(scheduler.Config{
 		Name:        name,
 		Interval:    sc.Interval,
 		Batch:       sc.Batch,
 		Partitions:  h.parts,
-		Lanes:       h.Lanes(),
+		LanesFunc:   h.Lanes,
 		Concurrency: cfg.Scheduler.Concurrency,
 		CallTimeout: cfg.Scheduler.CallTimeout,
 		NoJitter:    true,
-	}, h.client, staticTarget{inst.Scanner()}, instanceHost(inst), h.met, h.scannerLog(name))
-	opts := scheduler.CycleOptions{DryRun: dryRun}
+	}, h.client, staticTarget{scanner}, host, h.met, h.scannerLog(name))
+	return &Session{run: run, dryRun: opts.DryRun, close: closeFn}, nil
+}
+
+// observed wraps callbacks so obs sees every batch and its replies.
+func observed(cb scannerapi.Callbacks, obs func([]scannerapi.Command, []scannerapi.Reply)) scannerapi.Callbacks {
+	if obs == nil {
+		return cb
+	}
+	return scannerapi.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+		replies, err := cb.Exec(ctx, scanner, cmds)
+		if err == nil {
+			obs(cmds, replies)
+		}
+		return replies, err
+	})
+}
+
+// Cycle runs one cycle over every partition (partition < 0) or one.
+func (s *Session) Cycle(ctx context.Context, partition int) (scheduler.Summary, error) {
+	opts := scheduler.CycleOptions{DryRun: s.dryRun}
 	if partition >= 0 {
 		if partition > 65535 {
 			return scheduler.Summary{}, fmt.Errorf("partition %d is out of range", partition)
 		}
 		opts.Partitions = []uint16{uint16(partition)}
 	}
-	return run.Cycle(ctx, opts)
+	return s.run.Cycle(ctx, opts)
 }
+
+// Close stops the session's plugin process, if any.
+func (s *Session) Close() { s.close() }
 
 type staticTarget struct{ s scannerapi.Scanner }
 

@@ -52,7 +52,12 @@ type Launcher struct {
 	catalog *catalog.Catalog
 	svc     *callbacks.Service
 	log     hclog.Logger
+	observe func([]scannerapi.Command, []scannerapi.Reply)
 }
+
+// Observe makes every batch the launched scanners run through the
+// callback service visible to fn, with its replies (test kits).
+func (l *Launcher) Observe(fn func([]scannerapi.Command, []scannerapi.Reply)) { l.observe = fn }
 
 // New returns a launcher. log should already carry the scanner name.
 func New(cfg Config, cat *catalog.Catalog, svc *callbacks.Service, log hclog.Logger) *Launcher {
@@ -163,12 +168,22 @@ func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supe
 	if len(unsupported) > 0 {
 		l.log.Warn("scanner declares commands the host does not run; they will be refused", "commands", strings.Join(unsupported, ","))
 	}
-	bound := l.svc.Bind(l.cfg.Scanner, pol)
-	cb.set(bound.Callbacks())
+	bound := l.svc.Bind(l.cfg.Scanner, pol).Callbacks()
+	if obs := l.observe; obs != nil {
+		inner := bound
+		bound = scannerapi.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+			replies, err := inner.Exec(ctx, scanner, cmds)
+			if err == nil {
+				obs(cmds, replies)
+			}
+			return replies, err
+		})
+	}
+	cb.set(bound)
 	if err := sc.Configure(ctx, opts); err != nil {
 		return nil, fmt.Errorf("scanner %s rejected its options: %w", l.cfg.Scanner, err)
 	}
-	return &Instance{p: p, sc: sc, info: info, host: bound, apiVersion: p.APIVersion(), cfg: l.cfg}, nil
+	return &Instance{p: p, sc: sc, info: info, host: scannerapi.BindHost(bound, l.cfg.Scanner), apiVersion: p.APIVersion(), cfg: l.cfg}, nil
 }
 
 // lateCallbacks forwards to callbacks set once the policy is known.

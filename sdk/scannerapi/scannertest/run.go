@@ -1,0 +1,436 @@
+package scannertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host"
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// Case describes a scanner for Run.
+type Case struct {
+	// New returns a fresh scanner for the linked run.
+	New func() scannerapi.Scanner
+	// Plugin is the main package of the plugin binary that serves the
+	// same scanner (an import path or a directory, as for go build).
+	// Binary is an already built one. With neither, only the linked run
+	// happens.
+	Plugin string
+	Binary string
+	// Options are the scanner's options, as under scanners.<name>.options
+	// in the host configuration (checked against the scanner's schema).
+	Options map[string]string
+	// Fixtures are commands run on the emptied server before each run,
+	// after the host booted (the flowfabric library is loaded, so FCALLs
+	// work).
+	Fixtures []scannerapi.Command
+	// Setup, if set, runs after Fixtures, for fixtures that need code
+	// (an sdk/client producer, the server's clock, ...).
+	Setup func(t testing.TB, c valkey.Client)
+	// Cycles is the number of cycles each run does (default 1).
+	Cycles int
+	// Only limits every cycle to these partition indexes; nil: all.
+	Only []uint16
+	// DryRun asks the scanner not to mutate; the host refuses its writes
+	// and FCALLs if it tries.
+	DryRun bool
+	// Partitions are the partition counts (default flow 16, budget 4,
+	// quota 4: small, so a test's items are easy to place).
+	Partitions keys.PartitionConfig
+	// Lanes the host knows (default "default").
+	Lanes []string
+	// Check, if set, runs after each run with its report and a client on
+	// the server, to assert what the scanner left behind.
+	Check func(t testing.TB, r Report, c valkey.Client)
+	// Addr is a server to use instead of starting one. It is FLUSHALLed
+	// before each run.
+	Addr string
+}
+
+// Report is what one run did.
+type Report struct {
+	// Mode is "linked" or "plugin".
+	Mode string
+	// Cycles run, and their partition outcomes summed.
+	Cycles                           int
+	Scanned, Empty, Failed, Deferred int
+	// Items the scanner processed and skipped, and its errors by
+	// "class/code".
+	Processed, Skipped int64
+	Errors             map[string]int64
+	// Backlog of the last cycle, if every partition was measured.
+	Backlog      int64
+	BacklogKnown bool
+	// Notes the scanner returned.
+	Notes []string
+	// Commands the scanner ran through the host, by name ("FCALL fn" for
+	// functions); Refused the ones the host refused, by reason
+	// (undeclared_command, key_prefix, dry_run, ...).
+	Commands map[string]int
+	Refused  map[string]int
+	// Keys is every key on the server after the run, dumped as
+	// "type contents" with sorted fields and members.
+	Keys map[string]string
+	// Duration of the cycles.
+	Duration time.Duration
+}
+
+// String summarises the report in a few lines.
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d cycle(s): %d partitions scanned, %d empty, %d failed, %d deferred; %d processed, %d skipped",
+		r.Mode, r.Cycles, r.Scanned, r.Empty, r.Failed, r.Deferred, r.Processed, r.Skipped)
+	if r.BacklogKnown {
+		fmt.Fprintf(&b, "; backlog %d", r.Backlog)
+	}
+	fmt.Fprintf(&b, "; %s", r.Duration.Round(time.Microsecond))
+	if len(r.Errors) > 0 {
+		fmt.Fprintf(&b, "\n  errors: %s", countList(r.Errors))
+	}
+	if len(r.Commands) > 0 {
+		fmt.Fprintf(&b, "\n  commands: %s", countList(r.Commands))
+	}
+	if len(r.Refused) > 0 {
+		fmt.Fprintf(&b, "\n  REFUSED: %s", countList(r.Refused))
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\n  note: %s", n)
+	}
+	fmt.Fprintf(&b, "\n  %d key(s) after the run", len(r.Keys))
+	return b.String()
+}
+
+func countList[V int | int64](m map[string]V) string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// Run runs a scanner the way ffscan does, against a real server with the
+// case's fixtures, and reports what it did: once linked into this process
+// and, when the case names a plugin, once as that plugin's subprocess.
+// Both runs go through an ffscan host (boot, candidate fetching by the
+// scheduler, the callback service enforcing the commands the scanner
+// declared), each on a freshly emptied server with the same fixtures, so
+// their reports should agree; Same checks that they do.
+//
+//	linked, plugin := scannertest.Run(t, scannertest.Case{
+//		New:      func() scannerapi.Scanner { return mine.New() },
+//		Plugin:   "example.com/mine/cmd/mine",
+//		Fixtures: []scannerapi.Command{{"ZADD", "ff:idx:{fp:3}:lane:default:delayed", "1000", id}},
+//	})
+//	scannertest.Same(t, linked, plugin)
+//
+// The server is started with valkey-server or redis-server from PATH
+// (or $FFSCAN_TEST_SERVER) unless Case.Addr names one. Run fails the test
+// on any setup error or failed cycle; per-item errors are in the report.
+func Run(t testing.TB, c Case) (linked, plugin Report) {
+	t.Helper()
+	if c.New == nil {
+		t.Fatal("scannertest: Case.New is required")
+	}
+	name := c.New().Info().Name
+	addr := c.Addr
+	if addr == "" {
+		addr = testenv.New(t).Addr
+	}
+	var binDir string
+	bin := c.Binary
+	if bin == "" && c.Plugin != "" {
+		bin = BuildPlugin(t, c.Plugin)
+	}
+	if bin != "" {
+		// A plugin directory the catalog accepts (not world-writable, a
+		// regular file, no symlink) holding a copy of the binary.
+		binDir = filepath.Join(t.TempDir(), "plugins")
+		if err := os.Mkdir(binDir, 0o755); err != nil {
+			t.Fatalf("scannertest: %v", err)
+		}
+		copyBinary(t, bin, filepath.Join(binDir, name))
+	}
+	linked = runMode(t, c, name, addr, binDir, true)
+	if bin != "" {
+		plugin = runMode(t, c, name, addr, binDir, false)
+	}
+	return linked, plugin
+}
+
+func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mode := "plugin"
+	if linked {
+		mode = "linked"
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("scannertest (%s run of %s): %s", mode, name, fmt.Sprintf(format, args...))
+	}
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		fail("connect: %v", err)
+	}
+	defer client.Close()
+	if err := client.Do(ctx, client.B().Flushall().Build()).Error(); err != nil {
+		fail("FLUSHALL: %v", err)
+	}
+
+	cfg := config.Defaults()
+	cfg.Valkey.Addrs = []string{addr}
+	cfg.Valkey.Cluster = "off"
+	cfg.Partitions = c.Partitions
+	if cfg.Partitions == (keys.PartitionConfig{}) {
+		cfg.Partitions = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+	}
+	if len(c.Lanes) > 0 {
+		cfg.Lanes = c.Lanes
+	}
+	if binDir != "" {
+		cfg.PluginDir = binDir
+	}
+	cfg.HTTP.Listen = ""
+	cfg.Completions.Enabled = false
+	opts := map[string]string{}
+	for k, v := range c.Options {
+		opts[k] = v
+	}
+	cfg.Scanners = map[string]config.Scanner{name: {Enabled: true, Plugin: name, Options: opts}}
+	log := hclog.New(&hclog.LoggerOptions{Name: "scannertest", Level: hclog.Warn, Output: os.Stderr})
+	h, err := host.Boot(ctx, &cfg, log)
+	if err != nil {
+		fail("boot: %v", err)
+	}
+	defer h.Close()
+
+	if len(c.Fixtures) > 0 {
+		replies, err := Exec(ctx, client, c.Fixtures)
+		if err != nil {
+			fail("fixtures: %v", err)
+		}
+		for i, r := range replies {
+			if r.Failed() {
+				fail("fixture %d %v: %s", i, c.Fixtures[i], r.Err)
+			}
+		}
+	}
+	if c.Setup != nil {
+		c.Setup(t, client)
+	}
+
+	rep := Report{Mode: mode, Errors: map[string]int64{}, Commands: map[string]int{}, Refused: map[string]int{}}
+	var mu sync.Mutex
+	sopts := host.SessionOptions{DryRun: c.DryRun, Observe: func(cmds []scannerapi.Command, replies []scannerapi.Reply) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, cmd := range cmds {
+			rep.Commands[commandName(cmd)]++
+			if i < len(replies) && replies[i].ErrClass == scannerapi.ErrRefused {
+				rep.Refused[refusalReason(replies[i].Err)]++
+			}
+		}
+	}}
+	if linked {
+		sopts.Linked = c.New()
+	}
+	sess, err := h.OpenSession(ctx, name, sopts)
+	if err != nil {
+		fail("start: %v", err)
+	}
+	defer sess.Close()
+
+	cycles := max(c.Cycles, 1)
+	t0 := time.Now()
+	for range cycles {
+		parts := []int{-1}
+		if c.Only != nil {
+			parts = parts[:0]
+			for _, p := range c.Only {
+				parts = append(parts, int(p))
+			}
+		}
+		for _, p := range parts {
+			sum, err := sess.Cycle(ctx, p)
+			if err != nil {
+				fail("cycle: %v", err)
+			}
+			add(&rep, sum)
+		}
+	}
+	rep.Duration = time.Since(t0)
+	sess.Close()
+	rep.Keys = snapshot(ctx, t, client)
+	if c.Check != nil {
+		c.Check(t, rep, client)
+	}
+	return rep
+}
+
+func add(r *Report, s scheduler.Summary) {
+	r.Cycles++
+	r.Scanned += s.Scanned
+	r.Empty += s.Empty
+	r.Failed += s.Failed
+	r.Deferred += s.Deferred
+	r.Processed += s.Processed
+	r.Skipped += s.Skipped
+	for k, n := range s.Errors {
+		r.Errors[string(k.Class)+"/"+k.Code] += n
+	}
+	r.Backlog, r.BacklogKnown = s.Backlog, s.BacklogKnown
+	r.Notes = append(r.Notes, s.Notes...)
+}
+
+func commandName(c scannerapi.Command) string {
+	if len(c) == 0 {
+		return "(empty)"
+	}
+	n := strings.ToUpper(c[0])
+	if (n == "FCALL" || n == "FCALL_RO") && len(c) > 1 {
+		return n + " " + c[1]
+	}
+	return n
+}
+
+// refusalReason reads the reason out of the host's refusal text
+// ("refused: <reason>: ...").
+func refusalReason(msg string) string {
+	rest, ok := strings.CutPrefix(msg, "refused: ")
+	if !ok {
+		return "other"
+	}
+	reason, _, _ := strings.Cut(rest, ":")
+	return reason
+}
+
+// snapshot dumps every key on the server.
+func snapshot(ctx context.Context, t testing.TB, c valkey.Client) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatalf("scannertest: SCAN: %v", err)
+		}
+		for _, k := range e.Elements {
+			out[k] = dumpKey(ctx, c, k)
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return out
+		}
+	}
+}
+
+func dumpKey(ctx context.Context, c valkey.Client, k string) string {
+	typ, err := c.Do(ctx, c.B().Type().Key(k).Build()).ToString()
+	if err != nil {
+		return "error " + err.Error()
+	}
+	sorted := func(ss []string) string { sort.Strings(ss); return strings.Join(ss, " ") }
+	switch typ {
+	case "string":
+		v, _ := c.Do(ctx, c.B().Get().Key(k).Build()).ToString()
+		return "string " + strconv.Quote(v)
+	case "hash":
+		m, _ := c.Do(ctx, c.B().Hgetall().Key(k).Build()).AsStrMap()
+		var fs []string
+		for f, v := range m {
+			fs = append(fs, strconv.Quote(f)+"="+strconv.Quote(v))
+		}
+		return "hash " + sorted(fs)
+	case "set":
+		ms, _ := c.Do(ctx, c.B().Smembers().Key(k).Build()).AsStrSlice()
+		for i := range ms {
+			ms[i] = strconv.Quote(ms[i])
+		}
+		return "set " + sorted(ms)
+	case "zset":
+		zs, _ := c.Do(ctx, c.B().Zrange().Key(k).Min("0").Max("-1").Withscores().Build()).AsZScores()
+		var ms []string
+		for _, z := range zs {
+			ms = append(ms, strconv.Quote(z.Member)+"@"+strconv.FormatFloat(z.Score, 'g', -1, 64))
+		}
+		return "zset " + strings.Join(ms, " ")
+	case "list":
+		ls, _ := c.Do(ctx, c.B().Lrange().Key(k).Start(0).Stop(-1).Build()).AsStrSlice()
+		for i := range ls {
+			ls[i] = strconv.Quote(ls[i])
+		}
+		return "list " + strings.Join(ls, " ")
+	}
+	return typ
+}
+
+// Same checks that two reports (typically the linked and the plugin run
+// of one Case) did the same: partition outcomes, items, errors, the
+// commands run and refused, and the set of keys left with their types.
+// Key contents are not compared: they often hold timestamps; assert them
+// in Case.Check.
+func Same(t testing.TB, a, b Report) {
+	t.Helper()
+	var diffs []string
+	cmp := func(what string, x, y any) {
+		if fmt.Sprint(x) != fmt.Sprint(y) {
+			diffs = append(diffs, fmt.Sprintf("%s: %s %v, %s %v", what, a.Mode, x, b.Mode, y))
+		}
+	}
+	cmp("cycles", a.Cycles, b.Cycles)
+	cmp("scanned", a.Scanned, b.Scanned)
+	cmp("empty", a.Empty, b.Empty)
+	cmp("failed", a.Failed, b.Failed)
+	cmp("processed", a.Processed, b.Processed)
+	cmp("skipped", a.Skipped, b.Skipped)
+	cmp("errors", countList(a.Errors), countList(b.Errors))
+	cmp("commands", countList(a.Commands), countList(b.Commands))
+	cmp("refused", countList(a.Refused), countList(b.Refused))
+	cmp("backlog", fmt.Sprint(a.Backlog, a.BacklogKnown), fmt.Sprint(b.Backlog, b.BacklogKnown))
+	cmp("keys", keyTypes(a.Keys), keyTypes(b.Keys))
+	if len(diffs) > 0 {
+		t.Errorf("scannertest: the runs differ:\n  %s\n%s\n%s", strings.Join(diffs, "\n  "), a, b)
+	}
+}
+
+func keyTypes(m map[string]string) string {
+	var out []string
+	for k, v := range m {
+		typ, _, _ := strings.Cut(v, " ")
+		out = append(out, k+":"+typ)
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+func copyBinary(t testing.TB, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatalf("scannertest: %v", err)
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatalf("scannertest: %v", err)
+	}
+}
