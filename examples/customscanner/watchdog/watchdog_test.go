@@ -40,7 +40,9 @@ func TestSelect(t *testing.T) {
 
 func TestClassify(t *testing.T) {
 	str := func(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-	arr := func(a ...scannerapi.Reply) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindArray, Array: a} }
+	arr := func(a ...scannerapi.Reply) scannerapi.Reply {
+		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: a}
+	}
 	nilR := scannerapi.Reply{Kind: scannerapi.KindNil}
 	for want, r := range map[watchdog.Case]scannerapi.Reply{
 		watchdog.CaseOverdue: arr(str("runnable"), str("not_eligible_until_time")),
