@@ -823,7 +823,7 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 	}
 	cfgLine += fmt.Sprintf(", %d reload(s), %d refused", doc.Config.Reloads, doc.Config.Refused)
 	if doc.Config.LastError != "" {
-		cfgLine += "; last refusal: " + doc.Config.LastError
+		cfgLine += "; last refusal: " + oneLine(doc.Config.LastError)
 	}
 	fmt.Fprintln(w, cfgLine)
 	if cs := doc.Completions; cs != nil {
@@ -875,11 +875,17 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 			notes = append(notes, fmt.Sprintf("last swap %s %s", ls.At.Format("15:04:05"), ls.Outcome))
 		}
 		if s.LastError != "" {
-			notes = append(notes, "last error: "+s.LastError)
+			notes = append(notes, "last error: "+oneLine(s.LastError))
 		}
 		if s.LastScanError != "" {
-			notes = append(notes, "last scan error: "+s.LastScanError)
+			notes = append(notes, "last scan error: "+oneLine(s.LastScanError))
 		}
 		fmt.Fprintf(w, "%s: %s\n", s.Name, strings.Join(notes, "; "))
 	}
+}
+
+// oneLine folds a multi-line message (a configuration error lists every
+// problem on its own line) into one line for the status table.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, ":\n", ": ")), " ")
 }

@@ -838,8 +838,11 @@ func (s *Supervisor) endProbation(res *SwapResult) {
 	if old != nil {
 		s.retired[old] = true
 	}
-	if s.st.LastSwap != nil {
-		s.st.LastSwap.Probation = false
+	if ls := s.st.LastSwap; ls != nil && ls.Probation {
+		ls.Probation = false
+		if res == nil && old != nil {
+			ls.Outcome = SwapKept
+		}
 	}
 	s.mu.Unlock()
 	reqs := s.probeReqs
