@@ -93,6 +93,31 @@ func ProcCPU(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * clockTick, nil
 }
 
+// SystemCPU returns the busy CPU time of the whole machine so far, all
+// CPUs together (/proc/stat: user, nice, system, irq, softirq, steal).
+// Its delta minus the CPU of the processes under test is what everything
+// else on the machine used meanwhile.
+func SystemCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system irq softirq steal
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += v
+	}
+	return time.Duration(busy) * clockTick, nil
+}
+
 // CommandStats returns the calls per command from INFO commandstats
 // (lower-case command names, e.g. "zrange", "fcall").
 func CommandStats(ctx context.Context, c valkey.Client) (map[string]int64, error) {

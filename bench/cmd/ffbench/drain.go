@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,9 @@ type drainRun struct {
 	// CPU used during the run: this process (host side: scheduler,
 	// callbacks, linked scanner or raw loop), the plugin process, the server.
 	BenchCPU, PluginCPU, ServerCPU time.Duration
+	// OtherCPU is what the rest of the machine used meanwhile (other
+	// engineers' builds and tests): /proc/stat busy time minus the above.
+	OtherCPU time.Duration
 }
 
 // cpuMeter samples the CPU of the processes taking part in a run.
@@ -53,6 +57,7 @@ type cpuMeter struct {
 	b                 *bench
 	pluginPid         int
 	self, plugin, srv time.Duration
+	sys               time.Duration
 }
 
 func (b *bench) startCPU(ctx context.Context, pluginPid int) *cpuMeter {
@@ -62,10 +67,12 @@ func (b *bench) startCPU(ctx context.Context, pluginPid int) *cpuMeter {
 		m.plugin, _ = measure.ProcCPU(pluginPid)
 	}
 	m.srv, _ = measure.ServerCPU(ctx, b.client)
+	m.sys, _ = measure.SystemCPU()
 	return m
 }
 
 func (m *cpuMeter) stop(ctx context.Context, run *drainRun) {
+	sys, _ := measure.SystemCPU()
 	self, _ := measure.ProcCPU(os.Getpid())
 	srv, _ := measure.ServerCPU(ctx, m.b.client)
 	run.BenchCPU, run.ServerCPU = self-m.self, srv-m.srv
@@ -73,9 +80,16 @@ func (m *cpuMeter) stop(ctx context.Context, run *drainRun) {
 		p, _ := measure.ProcCPU(m.pluginPid)
 		run.PluginCPU = p - m.plugin
 	}
+	run.OtherCPU = max(0, sys-m.sys-run.BenchCPU-run.PluginCPU-run.ServerCPU)
 }
 
 func (d drainRun) rate() float64 { return float64(d.Marked) / d.Elapsed.Seconds() }
+
+// busy is the fraction of the run's wall time the server spent working:
+// a drain is Valkey-bound when it is near 1. Unlike throughput it does not
+// move when the server itself runs slower (a busy neighbour on the same
+// cores), so its ratios are the steadier reading of host-side overhead.
+func (d drainRun) busy() float64 { return d.ServerCPU.Seconds() / d.Elapsed.Seconds() }
 
 type drainResult struct {
 	Leases     int
@@ -105,6 +119,21 @@ func (r *drainResult) median(mode string) (drainRun, bool) {
 		}
 	}
 	return rs[len(rs)/2], true
+}
+
+// medianBusy is the median server busy fraction of a mode's runs.
+func (r *drainResult) medianBusy(mode string) float64 {
+	var v []float64
+	for _, x := range r.Runs {
+		if x.Mode == mode {
+			v = append(v, x.busy())
+		}
+	}
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	return v[len(v)/2]
 }
 
 // countingRecorder counts plugin calls and callback batches on top of the
@@ -319,13 +348,38 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 }
 
 // drainRaw is the Valkey-bound reference: no scanner, no RPC, no callback
-// checks. Per pass: server TIME, then workers take partitions, each one
-// ZRANGE of every due entry and one pipeline of
-// ff_mark_lease_expired_if_due for all of them.
+// checks. Per pass: server TIME, one pipeline with a ZRANGE of every
+// partition's whole due range, then ff_mark_lease_expired_if_due for every
+// member in pipelines of b.rawChunk FCALLs, b.concurrency of them in
+// flight. With rawChunk 0 each worker takes whole partitions instead
+// (ZRANGE, then one pipeline of all its FCALLs).
 func (b *bench) drainRaw(ctx context.Context, n int) (drainRun, error) {
 	run := drainRun{Mode: modeRaw}
 	c := b.client
 	var marked, fcalls, errs atomic.Int64
+	fcall := func(pk keys.FlowPartKeys, member string) (valkey.Completed, bool) {
+		id, err := keys.ParseExecutionID(member)
+		if err != nil {
+			errs.Add(1)
+			return valkey.Completed{}, false
+		}
+		k := keys.Exec(id)
+		return c.B().Fcall().Function(leaseexpiry.Function).Numkeys(4).
+			Key(k.Core(), k.LeaseCurrent(), pk.LeaseExpiry(), k.LeaseHistory()).Arg(member).Build(), true
+	}
+	send := func(cmds valkey.Commands) {
+		fcalls.Add(int64(len(cmds)))
+		for _, r := range c.DoMulti(ctx, cmds...) {
+			arr, err := r.ToArray()
+			if err != nil || len(arr) < 2 {
+				errs.Add(1)
+				continue
+			}
+			if st, _ := arr[1].ToString(); st == "OK" {
+				marked.Add(1)
+			}
+		}
+	}
 	cpu := b.startCPU(ctx, 0)
 	t0 := time.Now()
 	for run.Marked < int64(n) {
@@ -339,56 +393,86 @@ func (b *bench) drainRaw(ctx context.Context, n int) (drainRun, error) {
 		}
 		now := strconv.FormatInt(tm[0]*1000+tm[1]/1000, 10)
 		parts := b.parts.Partitions(keys.FamilyFlow)
-		next := make(chan keys.Partition)
+		zrange := func(p keys.Partition) valkey.Completed {
+			return c.B().Zrange().Key(keys.FlowPart(p).LeaseExpiry()).Min("-inf").Max(now).Byscore().Build()
+		}
+		work := make(chan valkey.Commands)
 		var wg sync.WaitGroup
-		var firstErr atomic.Value
 		for range b.concurrency {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for p := range next {
-					pk := keys.FlowPart(p)
-					due, err := c.Do(ctx, c.B().Zrange().Key(pk.LeaseExpiry()).Min("-inf").Max(now).Byscore().Build()).AsStrSlice()
-					if err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						continue
-					}
-					if len(due) == 0 {
-						continue
-					}
-					cmds := make(valkey.Commands, 0, len(due))
-					for _, m := range due {
-						id, err := keys.ParseExecutionID(m)
-						if err != nil {
-							errs.Add(1)
-							continue
-						}
-						k := keys.Exec(id)
-						cmds = append(cmds, c.B().Fcall().Function(leaseexpiry.Function).Numkeys(4).
-							Key(k.Core(), k.LeaseCurrent(), pk.LeaseExpiry(), k.LeaseHistory()).Arg(m).Build())
-					}
-					fcalls.Add(int64(len(cmds)))
-					for _, r := range c.DoMulti(ctx, cmds...) {
-						arr, err := r.ToArray()
-						if err != nil || len(arr) < 2 {
-							errs.Add(1)
-							continue
-						}
-						if st, _ := arr[1].ToString(); st == "OK" {
-							marked.Add(1)
-						}
-					}
+				for cmds := range work {
+					send(cmds)
 				}
 			}()
 		}
-		for _, p := range parts {
-			next <- p
+		if b.rawChunk <= 0 {
+			// Whole partitions per worker: ZRANGE, then its FCALLs.
+			pw := make(chan keys.Partition)
+			var pwg sync.WaitGroup
+			var firstErr atomic.Value
+			for range b.concurrency {
+				pwg.Add(1)
+				go func() {
+					defer pwg.Done()
+					for p := range pw {
+						due, err := c.Do(ctx, zrange(p)).AsStrSlice()
+						if err != nil {
+							firstErr.CompareAndSwap(nil, err)
+							continue
+						}
+						var cmds valkey.Commands
+						for _, m := range due {
+							if cmd, ok := fcall(keys.FlowPart(p), m); ok {
+								cmds = append(cmds, cmd)
+							}
+						}
+						if len(cmds) > 0 {
+							send(cmds)
+						}
+					}
+				}()
+			}
+			for _, p := range parts {
+				pw <- p
+			}
+			close(pw)
+			pwg.Wait()
+			if err, ok := firstErr.Load().(error); ok {
+				close(work)
+				wg.Wait()
+				return run, err
+			}
+		} else {
+			cmds := make(valkey.Commands, len(parts))
+			for i, p := range parts {
+				cmds[i] = zrange(p)
+			}
+			var batch valkey.Commands
+			for i, r := range c.DoMulti(ctx, cmds...) {
+				due, err := r.AsStrSlice()
+				if err != nil {
+					close(work)
+					wg.Wait()
+					return run, err
+				}
+				for _, m := range due {
+					if cmd, ok := fcall(keys.FlowPart(parts[i]), m); ok {
+						batch = append(batch, cmd)
+					}
+					if len(batch) == b.rawChunk {
+						work <- batch
+						batch = nil
+					}
+				}
+			}
+			if len(batch) > 0 {
+				work <- batch
+			}
 		}
-		close(next)
+		close(work)
 		wg.Wait()
-		if err, ok := firstErr.Load().(error); ok && err != nil {
-			return run, err
-		}
 		run.Marked = marked.Load()
 	}
 	run.Elapsed = time.Since(t0)

@@ -28,6 +28,7 @@ type idleResult struct {
 	HostCPU      time.Duration
 	PluginCPU    time.Duration
 	ServerCPU    time.Duration
+	OtherCPU     time.Duration // the rest of the machine meanwhile
 	HealthPeriod time.Duration
 	LoadBefore   string
 	LoadAfter    string
@@ -38,6 +39,7 @@ type idleSnap struct {
 	hostCPU   time.Duration
 	pluginCPU time.Duration
 	serverCPU time.Duration
+	sysCPU    time.Duration
 	cmds      map[string]int64
 	rpcs      float64
 	callbacks float64
@@ -47,6 +49,9 @@ type idleSnap struct {
 func (b *bench) idleSnap(ctx context.Context, h *hostproc.Proc, pluginPid int) (idleSnap, error) {
 	s := idleSnap{at: time.Now()}
 	var err error
+	if s.sysCPU, err = measure.SystemCPU(); err != nil {
+		return s, err
+	}
 	if s.hostCPU, err = measure.ProcCPU(h.Pid()); err != nil {
 		return s, err
 	}
@@ -129,6 +134,7 @@ func (b *bench) runIdle(ctx context.Context, window time.Duration) (_ *idleResul
 	res.ScanRPCs = s1.rpcs - s0.rpcs
 	res.Callbacks = s1.callbacks - s0.callbacks
 	res.HostCPU, res.PluginCPU, res.ServerCPU = s1.hostCPU-s0.hostCPU, s1.pluginCPU-s0.pluginCPU, s1.serverCPU-s0.serverCPU
+	res.OtherCPU = max(0, s1.sysCPU-s0.sysCPU-res.HostCPU-res.PluginCPU-res.ServerCPU)
 	res.ByCommand = map[string]int64{}
 	for k, v := range s1.cmds {
 		if k == "info" {
@@ -165,5 +171,6 @@ func (r *idleResult) print(w io.Writer) {
 	p("   Valkey commands:     %.1f/s (%s)", float64(r.Commands)/secs, strings.Join(parts, ", "))
 	p("   CPU, %% of one core:  host %.2f%%, plugin %.2f%%, total %.2f%% (target <= 2%%: %s); server %.2f%%",
 		pct(r.HostCPU), pct(r.PluginCPU), pct(r.HostCPU+r.PluginCPU), verdict(pct(r.HostCPU+r.PluginCPU) <= 2), pct(r.ServerCPU))
-	p("   (CPU from /proc/<pid>/stat utime+stime, 10 ms ticks: resolution %.2f%% over this window)", pct(10*time.Millisecond))
+	p("   (CPU from /proc/<pid>/stat utime+stime, 10 ms ticks: resolution %.2f%% over this window;", pct(10*time.Millisecond))
+	p("   the rest of the machine used %.0f%% of one core meanwhile)", pct(r.OtherCPU))
 }

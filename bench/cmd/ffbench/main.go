@@ -68,6 +68,7 @@ type bench struct {
 	pluginDir   string
 	concurrency int
 	drainModes  []string
+	rawChunk    int
 	log         hclog.Logger
 	verbose     bool
 }
@@ -128,6 +129,7 @@ func run() error {
 	concurrency := flag.Int("concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
 	maxLoad := flag.Float64("max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	verbose := flag.Bool("v", false, "host and plugin logs at info level")
+	rawChunk := flag.Int("raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
 	drainModes := flag.String("drain-modes", "plugin,in-process,raw", "drain: modes to run")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (host side) to the file")
 	flag.Parse()
@@ -178,7 +180,7 @@ func run() error {
 	if *verbose {
 		level = hclog.Info
 	}
-	b := &bench{binDir: bin, drainModes: splitList(*drainModes), pluginDir: filepath.Join(bin, "plugins"), concurrency: *concurrency,
+	b := &bench{binDir: bin, drainModes: splitList(*drainModes), rawChunk: *rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: *concurrency,
 		parts: keys.DefaultPartitionConfig(), verbose: *verbose,
 		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
 	// DEBUG RELOAD restores the drain's snapshot between modes.

@@ -73,25 +73,45 @@ func (d *drainResult) print(w io.Writer, conc int) {
 	p("1. DRAIN: %d expired leases over %d partitions (seeded in %s; snapshot %s; restore %s per run)",
 		d.Leases, d.Partitions, d.SeedTime.Round(time.Millisecond), d.SaveTime.Round(time.Millisecond), avg(d.Restore).Round(time.Millisecond))
 	p("   scheduler concurrency %d, cycles back to back; load %s -> %s", conc, d.LoadBefore, d.LoadAfter)
-	p("   %-11s %3s %9s %9s %6s %5s %9s %8s %6s  %s", "mode", "rep", "time", "leases/s", "cycles", "RPCs", "callbacks", "verified", "errors", "CPU s: bench+plugin=host-side, server")
+	p("   %-10s %3s %8s %8s %5s %6s %4s %5s %8s %4s  %s", "mode", "rep", "time", "leases/s", "srv%",
+		"cycles", "RPCs", "cbks", "verified", "errs", "CPU s: bench+plugin=host side | server | rest of machine")
 	for _, x := range d.Runs {
 		rpcs, execs := fmt.Sprint(x.RPCs), fmt.Sprint(x.Execs)
 		if x.Mode == modeRaw {
 			rpcs, execs = "-", "-"
 		}
-		p("   %-11s %3d %9s %9.0f %6d %5s %9s %8d %6d  %.2f+%.2f=%.2f, %.2f", x.Mode, x.Rep, x.Elapsed.Round(time.Millisecond), x.rate(),
-			x.Cycles, rpcs, execs, x.Verified, x.Errors, x.BenchCPU.Seconds(), x.PluginCPU.Seconds(),
-			(x.BenchCPU + x.PluginCPU).Seconds(), x.ServerCPU.Seconds())
+		p("   %-10s %3d %8s %8.0f %5.0f %6d %4s %5s %8d %4d  %.2f+%.2f=%.2f | %.2f | %.2f", x.Mode, x.Rep,
+			x.Elapsed.Round(time.Millisecond), x.rate(), 100*x.busy(), x.Cycles, rpcs, execs, x.Verified, x.Errors,
+			x.BenchCPU.Seconds(), x.PluginCPU.Seconds(), (x.BenchCPU + x.PluginCPU).Seconds(), x.ServerCPU.Seconds(),
+			x.OtherCPU.Seconds())
 	}
+	p("   (srv%%: server CPU / wall time, how busy the run kept Valkey; 100%% is the Valkey-bound limit)")
 	pl, ok1 := d.median(modePlugin)
 	li, ok2 := d.median(modeLinked)
 	raw, ok3 := d.median(modeRaw)
-	if ok1 && ok2 && ok3 {
-		p("   medians: plugin %.0f/s, in-process %.0f/s, raw %.0f/s", pl.rate(), li.rate(), raw.rate())
-		a, b := pl.rate()/li.rate(), pl.rate()/raw.rate()
-		p("   plugin/in-process = %.2f (target >= 0.90: %s)", a, verdict(a >= 0.9))
-		p("   plugin/raw        = %.2f (target >= 0.70: %s)", b, verdict(b >= 0.7))
-		p("   in-process/raw    = %.2f", li.rate()/raw.rate())
+	var meds []string
+	for _, m := range []struct {
+		name string
+		r    drainRun
+		ok   bool
+	}{{"plugin", pl, ok1}, {"in-process", li, ok2}, {"raw", raw, ok3}} {
+		if m.ok {
+			meds = append(meds, fmt.Sprintf("%s %.0f/s (srv %.0f%%)", m.name, m.r.rate(), 100*d.medianBusy(m.r.Mode)))
+		}
+	}
+	p("   medians: %s", strings.Join(meds, ", "))
+	if ok1 && ok2 {
+		a := pl.rate() / li.rate()
+		p("   plugin/in-process = %.2f (target >= 0.90: %s); by server busy time %.2f",
+			a, verdict(a >= 0.9), d.medianBusy(modePlugin)/d.medianBusy(modeLinked))
+	}
+	if ok1 && ok3 {
+		b := pl.rate() / raw.rate()
+		p("   plugin/raw        = %.2f (target >= 0.70: %s); by server busy time %.2f",
+			b, verdict(b >= 0.7), d.medianBusy(modePlugin)/d.medianBusy(modeRaw))
+	}
+	if ok2 && ok3 {
+		p("   in-process/raw    = %.2f; by server busy time %.2f", li.rate()/raw.rate(), d.medianBusy(modeLinked)/d.medianBusy(modeRaw))
 	}
 }
 
