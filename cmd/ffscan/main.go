@@ -62,7 +62,8 @@ commands:
   run                          run the host until SIGTERM or SIGINT; SIGHUP (or a
                                change of the config file) reloads the configuration
   reload [--addr host:port]    make a running host reload its configuration now
-  plugins list                 show each plugin's scanners (name, version, API version, sha256)
+  plugins list [--verbose]     show each plugin's scanners (name, version, API version, sha256;
+                               --verbose: sources, declared commands and functions, options)
   plugins verify               check sha256 pins, file permissions and handshakes
   plugins pin NAME [--write]   print the sha256 pin line of scanner NAME's binary
                                (after checking it), or write it into --config
@@ -300,6 +301,7 @@ func quietLogger(cfg *config.Config, c *common) hclog.Logger {
 
 func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlags("plugins list", stderr)
+	verbose := fs.Bool("verbose", false, "also show each scanner's sources, declared commands and functions, and options")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -325,6 +327,25 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	_ = tw.Flush()
+	if *verbose {
+		for _, pi := range infos {
+			for _, in := range pi.Scanners {
+				fmt.Fprintf(stdout, "\n%s (%s): every %s, batch %d\n", in.Name, pi.Binary, in.DefaultInterval, in.DefaultBatch)
+				for _, src := range in.Sources {
+					fmt.Fprintf(stdout, "  source %s: %s %s", src.Name, src.Kind, src.Key)
+					if src.Backlog != "" {
+						fmt.Fprintf(stdout, " (backlog: %s)", src.Backlog)
+					}
+					fmt.Fprintln(stdout)
+				}
+				fmt.Fprintf(stdout, "  commands: %s\n", orNone(in.Commands))
+				fmt.Fprintf(stdout, "  functions: %s\n", orNone(in.Functions))
+				for _, o := range in.Options {
+					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", o.Name, o.Type, o.Default, o.Description)
+				}
+			}
+		}
+	}
 	if len(infos) == 0 {
 		fmt.Fprintf(stdout, "no plugins in %s\n", cfg.PluginDir)
 	}
@@ -888,4 +909,11 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 // problem on its own line) into one line for the status table.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, ":\n", ": ")), " ")
+}
+
+func orNone(ss []string) string {
+	if len(ss) == 0 {
+		return "none"
+	}
+	return strings.Join(ss, " ")
 }

@@ -315,6 +315,11 @@ func TestPluginsListAndVerify(t *testing.T) {
 	assert.Contains(t, out, "hostwork")
 	assert.Contains(t, out, "1.0.0")
 	assert.Regexp(t, `[0-9a-f]{64}`, out)
+	code, out = ffscan(t, "plugins", "list", "--verbose", "--plugin-dir", pluginDir)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "source work: zset_due ff:idx:{p}:hostwork (backlog: due)")
+	assert.Contains(t, out, "commands: ZREM SADD")
+	assert.Contains(t, out, `option delay (duration, default "0s"): sleep before each partition`)
 
 	good := writeConfig(t, "scanners:\n  hostwork: {options: {delay: 1ms}}\n")
 	code, out = ffscan(t, "plugins", "verify", "--config", good, "--plugin-dir", pluginDir)
