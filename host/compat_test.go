@@ -1,0 +1,64 @@
+package host
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/internal/testenv"
+)
+
+// v1SDKCommit is the last commit before the scanner API was versioned: its
+// sdk/scannerapi had APIVersion 1 and offered only that in the handshake.
+const v1SDKCommit = "3eb3e7d8644487846fcf8f6af2ef22df40bc787f"
+
+// A plugin really built with the old SDK (the test plugin's source and the
+// SDK as they were at v1SDKCommit, taken from git) runs under this host,
+// negotiating API version 1.
+func TestPluginBuiltWithTheOldSDKRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a plugin from git history")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	if err := exec.Command("git", "-C", root, "cat-file", "-e", v1SDKCommit+"^{commit}").Run(); err != nil {
+		t.Skipf("git history with %s is not available: %v", v1SDKCommit, err)
+	}
+	src := t.TempDir()
+	archive := exec.Command("git", "-C", root, "archive", "--format=tar", v1SDKCommit, "go.mod", "go.sum", "keys", "sdk/scannerapi", "host/internal/testplugin")
+	var tarball, stderr bytes.Buffer
+	archive.Stdout, archive.Stderr = &tarball, &stderr
+	require.NoError(t, archive.Run(), stderr.String())
+	untar := exec.Command("tar", "-x", "-C", src)
+	untar.Stdin = &tarball
+	out, err := untar.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	dir := ownPluginDir(t)
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "hostwork"), "./host/internal/testplugin")
+	build.Dir = src
+	// Offline: the old module's dependencies are the ones this module's
+	// build already fetched.
+	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	out, err = build.CombinedOutput()
+	require.NoError(t, err, "build the old plugin: %s", out)
+
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
+	cfg.PluginDir = dir
+	h, _ := running(t, cfg)
+	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, scannerStatus(h).APIVersion)
+	parts := []uint16{2, 12}
+	want := addWork(t, c, parts, 4)
+	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 20*time.Millisecond)
+	assert.Zero(t, scannerStatus(h).Errors)
+}
