@@ -69,8 +69,10 @@ type bench struct {
 	concurrency int
 	drainModes  []string
 	rawChunk    int
-	log         hclog.Logger
-	verbose     bool
+
+	restoreTimes []time.Duration
+	log          hclog.Logger
+	verbose      bool
 }
 
 func (b *bench) logf(format string, args ...any) {

@@ -80,12 +80,17 @@ func (d *drainResult) print(w io.Writer, conc int) {
 		if x.Mode == modeRaw {
 			rpcs, execs = "-", "-"
 		}
-		p("   %-10s %3d %8s %8.0f %5.0f %6d %4s %5s %8d %4d  %.2f+%.2f=%.2f | %.2f | %.2f", x.Mode, x.Rep,
+		mark := ""
+		if x.Disturbed {
+			mark = "  disturbed: not counted"
+		}
+		p("   %-10s %3d %8s %8.0f %5.0f %6d %4s %5s %8d %4d  %.2f+%.2f=%.2f | %.2f | %.2f%s", x.Mode, x.Rep,
 			x.Elapsed.Round(time.Millisecond), x.rate(), 100*x.busy(), x.Cycles, rpcs, execs, x.Verified, x.Errors,
 			x.BenchCPU.Seconds(), x.PluginCPU.Seconds(), (x.BenchCPU + x.PluginCPU).Seconds(), x.ServerCPU.Seconds(),
-			x.OtherCPU.Seconds())
+			x.OtherCPU.Seconds(), mark)
 	}
-	p("   (srv%%: server CPU / wall time, how busy the run kept Valkey; 100%% is the Valkey-bound limit)")
+	p("   (srv%%: server CPU / wall time, how busy the run kept Valkey; 100%% is the Valkey-bound limit. A run during")
+	p("   which the rest of the machine used over %.0f%% of a core is disturbed: shown, not counted, run again.)", 100*maxOtherShare)
 	pl, ok1 := d.median(modePlugin)
 	li, ok2 := d.median(modeLinked)
 	raw, ok3 := d.median(modeRaw)
