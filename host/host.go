@@ -68,8 +68,9 @@ type Host struct {
 	cfgMu sync.RWMutex
 	cfg   *config.Config
 
+	reloadMu sync.Mutex // serializes reloads (held for a whole reload)
+	relMu    sync.Mutex // guards src and reloads (held briefly; status reads them)
 	src      ConfigSource
-	reloadMu sync.Mutex // serializes reloads
 	reloads  reloadState
 
 	// Set by Run.

@@ -33,8 +33,8 @@ type ConfigSource struct {
 // SetConfigSource tells the host where its configuration comes from. Call
 // it before Run.
 func (h *Host) SetConfigSource(src ConfigSource) {
-	h.reloadMu.Lock()
-	defer h.reloadMu.Unlock()
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
 	h.src = src
 	if src.File != "" {
 		h.reloads.fileSig, _ = statFile(src.File)
@@ -42,8 +42,7 @@ func (h *Host) SetConfigSource(src ConfigSource) {
 	}
 }
 
-// reloadState is what status reports about reloads. Guarded by reloadMu
-// for writes; status reads it under reloadMu too.
+// reloadState is what status reports about reloads. Guarded by relMu.
 type reloadState struct {
 	loadedAt    time.Time
 	reloads     int
@@ -66,24 +65,29 @@ var ErrReloadRefused = errors.New("configuration reload refused; the running con
 func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadResult, error) {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
-	if h.src.Load == nil {
+	h.relMu.Lock()
+	src := h.src
+	h.relMu.Unlock()
+	if src.Load == nil {
 		return httpapi.ReloadResult{}, errors.New("this host has no configuration source to reload from")
 	}
 	var sig fileSig
 	var sha string
-	if h.src.File != "" {
-		sig, _ = statFile(h.src.File)
-		sha, _ = hashFile(h.src.File)
+	if src.File != "" {
+		sig, _ = statFile(src.File)
+		sha, _ = hashFile(src.File)
 	}
-	cfg, err := h.src.Load()
+	cfg, err := src.Load()
 	if err == nil {
 		err = h.check(cfg)
 	}
 	if err != nil {
 		return h.refuse(reason, err), nil
 	}
-	if h.src.File != "" {
+	if src.File != "" {
+		h.relMu.Lock()
 		h.reloads.fileSig, h.reloads.fileSHA = sig, sha
+		h.relMu.Unlock()
 	}
 	return h.apply(ctx, reason, cfg), nil
 }
@@ -108,9 +112,11 @@ func (h *Host) Reload(ctx context.Context, cfg *config.Config, reason string) (h
 }
 
 func (h *Host) refuse(reason string, err error) httpapi.ReloadResult {
+	h.relMu.Lock()
 	h.reloads.refused++
 	h.reloads.lastError = err.Error()
 	h.reloads.lastErrorAt = time.Now()
+	h.relMu.Unlock()
 	h.log.Error(ErrReloadRefused.Error(), "trigger", reason, "reason", err)
 	h.met.ConfigReload("refused")
 	return httpapi.ReloadResult{Error: fmt.Sprintf("%v: %v", ErrReloadRefused, err)}
@@ -161,8 +167,10 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	h.cfgMu.Lock()
 	h.cfg = n
 	h.cfgMu.Unlock()
+	h.relMu.Lock()
 	h.reloads.reloads++
 	h.reloads.loadedAt = time.Now()
+	h.relMu.Unlock()
 	h.met.ConfigReload("applied")
 	res := httpapi.ReloadResult{}
 
@@ -182,6 +190,13 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	}
 
 	h.mu.Lock()
+	if h.runCtx != nil {
+		// A shutdown cuts the relaunches short: Run waits for the reload.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(h.runCtx, cancel)()
+	}
 	if h.runCtx == nil || h.runCtx.Err() != nil {
 		// Not running (yet, or any more): the new configuration is
 		// simply what Run will use.

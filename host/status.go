@@ -18,7 +18,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 		Version: Version, StartedAt: h.started, Valkey: cfg.Valkey.Addrs, Lanes: h.Lanes(),
 		ScannerAPI: fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion),
 	}
-	h.reloadMu.Lock()
+	h.relMu.Lock()
 	doc.Config = httpapi.ConfigStatus{
 		File: h.src.File, LoadedAt: h.reloads.loadedAt, Reloads: h.reloads.reloads,
 		Refused: h.reloads.refused, LastError: h.reloads.lastError,
@@ -27,7 +27,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 		t := h.reloads.lastErrorAt
 		doc.Config.LastErrorAt = &t
 	}
-	h.reloadMu.Unlock()
+	h.relMu.Unlock()
 
 	h.mu.Lock()
 	running := map[string]*unit{}

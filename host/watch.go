@@ -122,13 +122,13 @@ func (h *Host) watchFiles(ctx context.Context) {
 // pollConfig reloads the configuration once its file settled into new
 // contents.
 func (h *Host) pollConfig(ctx context.Context, w *fileWatch) {
-	h.reloadMu.Lock()
+	h.relMu.Lock()
 	file := h.src.File
 	if !w.seen {
 		w.seen, w.last = true, h.reloads.fileSig
 	}
 	loadedSHA := h.reloads.fileSHA
-	h.reloadMu.Unlock()
+	h.relMu.Unlock()
 	if file == "" {
 		return
 	}

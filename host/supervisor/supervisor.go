@@ -447,7 +447,8 @@ func (s *Supervisor) Status() Status {
 // launcher, if the file on disk differs from the one running (force: in
 // any case). It returns once the switch happened or was refused; settled,
 // if not nil, receives the final word once probation is over (or at once
-// when there is none). A scanner that is not running (restarting, broken)
+// when there is none): give it room for one value, since the supervisor
+// does not wait for a reader. A scanner that is not running (restarting, broken)
 // is launched at once instead.
 func (s *Supervisor) Swap(ctx context.Context, force bool, reason string, settled chan SwapResult) (SwapResult, error) {
 	return s.request(ctx, &request{kind: reqSwap, force: force, reason: reason, settled: settled})
@@ -477,11 +478,15 @@ func (s *Supervisor) request(ctx context.Context, r *request) (SwapResult, error
 	case <-ctx.Done():
 		return SwapResult{}, ctx.Err()
 	}
+	// The reply channel is buffered: a caller that gives up does not block
+	// the loop, which finishes the request anyway.
 	select {
 	case res := <-r.reply:
 		return res, nil
 	case <-done:
 		return SwapResult{}, ErrStopped
+	case <-ctx.Done():
+		return SwapResult{}, ctx.Err()
 	}
 }
 
@@ -863,7 +868,7 @@ func (s *Supervisor) endProbation(res *SwapResult) {
 		} else if cur != nil {
 			out.To = cur.meta
 		}
-		r.settled <- out
+		settle(r, out)
 	}
 }
 
@@ -927,10 +932,18 @@ func (s *Supervisor) answer(r *request, res SwapResult, final bool) {
 		return
 	}
 	if final {
-		r.settled <- res
+		settle(r, res)
 		return
 	}
 	s.probeReqs = append(s.probeReqs, r)
+}
+
+// settle delivers the final word without ever blocking the loop.
+func settle(r *request, res SwapResult) {
+	select {
+	case r.settled <- res:
+	default:
+	}
 }
 
 func (s *Supervisor) recordSwap(rec SwapRecord) {
