@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ffscan/ffscan/internal/valkeyreply"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/valkey-io/valkey-go"
@@ -83,55 +84,9 @@ func (e libraryExecutor) Exec(ctx context.Context, cmds []scannerapi.Command) ([
 			res = vk.DoMulti(ctx, seg...)
 		}
 		for k, r := range res {
-			out[i+k] = replyOf(r)
+			out[i+k] = valkeyreply.Of(r)
 		}
 		i = j
 	}
 	return out, nil
-}
-
-// replyOf converts a valkey-go result to the transport-neutral form: a
-// RESP error reply is class server, a missing reply class transport.
-func replyOf(r valkey.ValkeyResult) scannerapi.Reply {
-	msg, err := r.ToMessage()
-	if err != nil {
-		if valkey.IsValkeyNil(err) {
-			return scannerapi.Reply{Kind: scannerapi.KindNil}
-		}
-		var verr *valkey.ValkeyError
-		if errors.As(err, &verr) {
-			return scannerapi.Reply{Kind: scannerapi.KindError, Err: verr.Error(), ErrClass: scannerapi.ErrServer}
-		}
-		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrTransport}
-	}
-	return convert(&msg)
-}
-
-func convert(m *valkey.ValkeyMessage) scannerapi.Reply {
-	switch {
-	case m.IsNil():
-		return scannerapi.Reply{Kind: scannerapi.KindNil}
-	case m.IsInt64():
-		v, _ := m.AsInt64()
-		return scannerapi.Reply{Kind: scannerapi.KindInt, Int: v}
-	case m.IsString():
-		v, _ := m.ToString()
-		return scannerapi.Reply{Kind: scannerapi.KindString, Str: v}
-	case m.IsArray():
-		vals, _ := m.ToArray()
-		out := make([]scannerapi.Reply, len(vals))
-		for i := range vals {
-			out[i] = convert(&vals[i])
-		}
-		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: out}
-	}
-	if err := m.Error(); err != nil {
-		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
-	}
-	// Doubles, maps and anything newer: as text (this package reads none).
-	v, err := m.ToAny()
-	if err != nil {
-		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
-	}
-	return scannerapi.Reply{Kind: scannerapi.KindString, Str: fmt.Sprint(v)}
 }

@@ -33,11 +33,9 @@ package scannertest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +44,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/internal/valkeyreply"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -107,72 +106,9 @@ func splitCommand(c scannerapi.Command) (head, ks, tail []string) {
 }
 
 // ReplyOf converts a valkey-go result: a RESP error reply becomes class
-// server, a missing reply (connection, timeout) class transport.
-func ReplyOf(r valkey.ValkeyResult) scannerapi.Reply {
-	msg, err := r.ToMessage()
-	if err != nil {
-		if valkey.IsValkeyNil(err) {
-			return scannerapi.Reply{Kind: scannerapi.KindNil}
-		}
-		var verr *valkey.ValkeyError
-		if errors.As(err, &verr) {
-			return scannerapi.Reply{Kind: scannerapi.KindError, Err: verr.Error(), ErrClass: scannerapi.ErrServer}
-		}
-		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrTransport}
-	}
-	return convert(&msg)
-}
-
-func convert(m *valkey.ValkeyMessage) scannerapi.Reply {
-	switch {
-	case m.IsNil():
-		return scannerapi.Reply{Kind: scannerapi.KindNil}
-	case m.IsInt64():
-		v, _ := m.AsInt64()
-		return scannerapi.Reply{Kind: scannerapi.KindInt, Int: v}
-	case m.IsBool():
-		v, _ := m.AsBool()
-		r := scannerapi.Reply{Kind: scannerapi.KindInt}
-		if v {
-			r.Int = 1
-		}
-		return r
-	case m.IsFloat64():
-		v, _ := m.AsFloat64()
-		return scannerapi.Reply{Kind: scannerapi.KindFloat, Float: v}
-	case m.IsString():
-		v, _ := m.ToString()
-		return scannerapi.Reply{Kind: scannerapi.KindString, Str: v}
-	case m.IsArray():
-		vals, _ := m.ToArray()
-		out := make([]scannerapi.Reply, len(vals))
-		for i := range vals {
-			out[i] = convert(&vals[i])
-		}
-		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: out}
-	case m.IsMap():
-		mm, _ := m.ToMap()
-		ks := make([]string, 0, len(mm))
-		for k := range mm {
-			ks = append(ks, k)
-		}
-		sort.Strings(ks)
-		out := make([]scannerapi.Reply, 0, 2*len(ks))
-		for _, k := range ks {
-			v := mm[k]
-			out = append(out, scannerapi.Reply{Kind: scannerapi.KindString, Str: k}, convert(&v))
-		}
-		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: out}
-	}
-	if err := m.Error(); err != nil {
-		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
-	}
-	v, err := m.ToAny()
-	if err != nil {
-		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
-	}
-	return scannerapi.Reply{Kind: scannerapi.KindString, Str: fmt.Sprint(v)}
-}
+// server, a missing reply (connection, timeout) class transport. It is the
+// conversion the host itself uses.
+func ReplyOf(r valkey.ValkeyResult) scannerapi.Reply { return valkeyreply.Of(r) }
 
 // BuildPlugin builds the main package pkg (an import path or a directory)
 // into a temporary directory removed after the test, and returns the

@@ -1,0 +1,86 @@
+// Package valkeyreply converts valkey-go results into the transport-neutral
+// scannerapi.Reply, in one place for every component that executes scanner
+// commands: the host's callback service, the dependency resolver's library
+// executor and the scanner test kit.
+package valkeyreply
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// Of converts a valkey-go result. A RESP error reply is class server; a
+// result without a reply (connection, timeout, context) is class transport.
+func Of(r valkey.ValkeyResult) scannerapi.Reply {
+	msg, err := r.ToMessage()
+	if err != nil {
+		if valkey.IsValkeyNil(err) {
+			return scannerapi.Reply{Kind: scannerapi.KindNil}
+		}
+		var verr *valkey.ValkeyError
+		if errors.As(err, &verr) {
+			return scannerapi.Reply{Kind: scannerapi.KindError, Err: verr.Error(), ErrClass: scannerapi.ErrServer}
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrTransport}
+	}
+	return convert(&msg)
+}
+
+func convert(m *valkey.ValkeyMessage) scannerapi.Reply {
+	switch {
+	case m.IsNil():
+		return scannerapi.Reply{Kind: scannerapi.KindNil}
+	case m.IsInt64():
+		v, _ := m.AsInt64()
+		return scannerapi.Reply{Kind: scannerapi.KindInt, Int: v}
+	case m.IsBool():
+		v, _ := m.AsBool()
+		r := scannerapi.Reply{Kind: scannerapi.KindInt}
+		if v {
+			r.Int = 1
+		}
+		return r
+	case m.IsFloat64():
+		v, _ := m.AsFloat64()
+		return scannerapi.Reply{Kind: scannerapi.KindFloat, Float: v}
+	case m.IsString():
+		v, _ := m.ToString()
+		return scannerapi.Reply{Kind: scannerapi.KindString, Str: v}
+	case m.IsArray():
+		vals, _ := m.ToArray()
+		out := make([]scannerapi.Reply, len(vals))
+		for i := range vals {
+			out[i] = convert(&vals[i])
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: out}
+	case m.IsMap():
+		// Flattened key, value; sorted by key so replies are deterministic
+		// (RESP3 maps carry no meaningful order).
+		mm, _ := m.ToMap()
+		ks := make([]string, 0, len(mm))
+		for k := range mm {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		out := make([]scannerapi.Reply, 0, 2*len(ks))
+		for _, k := range ks {
+			v := mm[k]
+			out = append(out, scannerapi.Reply{Kind: scannerapi.KindString, Str: k}, convert(&v))
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: out}
+	}
+	if err := m.Error(); err != nil {
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
+	}
+	// Verbatim strings, big numbers and anything newer: as text.
+	v, err := m.ToAny()
+	if err != nil {
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
+	}
+	return scannerapi.Reply{Kind: scannerapi.KindString, Str: fmt.Sprint(v)}
+}
