@@ -129,11 +129,7 @@ func (r *drainResult) median(mode string) (drainRun, bool) {
 	if len(rs) == 0 {
 		return drainRun{}, false
 	}
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && rs[j].Elapsed < rs[j-1].Elapsed; j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
-		}
-	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Elapsed < rs[j].Elapsed })
 	return rs[len(rs)/2], true
 }
 

@@ -107,16 +107,16 @@ func (d *drainResult) print(w io.Writer, conc int) {
 	p("   medians: %s", strings.Join(meds, ", "))
 	if ok1 && ok2 {
 		a := pl.rate() / li.rate()
-		p("   plugin/in-process = %.2f (target >= 0.90: %s); by server busy time %.2f",
+		p("   plugin/in-process = %.3f (target >= 0.90: %s); by server busy time %.3f",
 			a, verdict(a >= 0.9), d.medianBusy(modePlugin)/d.medianBusy(modeLinked))
 	}
 	if ok1 && ok3 {
 		b := pl.rate() / raw.rate()
-		p("   plugin/raw        = %.2f (target >= 0.70: %s); by server busy time %.2f",
+		p("   plugin/raw        = %.3f (target >= 0.70: %s); by server busy time %.3f",
 			b, verdict(b >= 0.7), d.medianBusy(modePlugin)/d.medianBusy(modeRaw))
 	}
 	if ok2 && ok3 {
-		p("   in-process/raw    = %.2f; by server busy time %.2f", li.rate()/raw.rate(), d.medianBusy(modeLinked)/d.medianBusy(modeRaw))
+		p("   in-process/raw    = %.3f; by server busy time %.3f", li.rate()/raw.rate(), d.medianBusy(modeLinked)/d.medianBusy(modeRaw))
 	}
 }
 
