@@ -1,0 +1,56 @@
+package seed_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/bench/seed"
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+)
+
+// TestLeasesSnapshotRestore plants expired leases with the library's
+// functions, and checks that Restore brings back the snapshot exactly.
+func TestLeasesSnapshotRestore(t *testing.T) {
+	srv := testenv.New(t, testenv.WithArgs("--enable-debug-command", "local"))
+	c := srv.Client(t)
+	ctx := context.Background()
+	lib := lua.New(c, lua.Options{})
+	_, err := lib.Ensure(ctx)
+	require.NoError(t, err)
+	parts := keys.PartitionConfig{Flow: 4, Budget: 1, Quota: 1}
+	s := seed.New(lib, parts)
+	s.Chunk = 7 // several pipelines
+
+	ids, err := s.Leases(ctx, 30, time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, ids, 30)
+	for i, id := range ids {
+		assert.Equal(t, uint16(i%4), id.Partition().Index, "round-robin over the partitions")
+	}
+	n, err := c.Do(ctx, c.B().Zcard().Key(keys.FlowPart(parts.Partitions(keys.FamilyFlow)[1]).LeaseExpiry()).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), n)
+	vals, err := seed.Fields(ctx, c, ids, "ownership_state", "lease_expires_at", "nosuchfield")
+	require.NoError(t, err)
+	for _, v := range vals {
+		assert.Equal(t, "leased", v[0])
+		assert.NotEmpty(t, v[1])
+		assert.Empty(t, v[2])
+	}
+
+	require.NoError(t, seed.Snapshot(ctx, c))
+	require.NoError(t, c.Do(ctx, c.B().Hset().Key(keys.Exec(ids[0]).Core()).FieldValue().FieldValue("ownership_state", "changed").Build()).Error())
+	require.NoError(t, seed.Restore(ctx, c))
+	vals, err = seed.Fields(ctx, c, ids[:1], "ownership_state")
+	require.NoError(t, err)
+	assert.Equal(t, "leased", vals[0][0])
+
+	// A second Prepare of the same ids is refused by the library.
+	assert.Error(t, s.Prepare(ctx, ids[:1]))
+}
