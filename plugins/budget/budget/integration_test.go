@@ -3,8 +3,6 @@ package budget_test
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -30,38 +28,16 @@ var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 // part is the budget partition the integration scenarios use.
 var part = keys.Partition{Family: keys.FamilyBudget, Index: 2}
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	scannertest.Cleanup()
 	os.Exit(code)
 }
 
-// pluginBinary builds the budget plugin once per test binary.
+// pluginBinary is the plugin, installed as "budget" in a plugin directory of
+// its own (the host's catalog checks the directory).
 func pluginBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "budget-plugin-")
-		if buildErr != nil {
-			return
-		}
-		_ = os.Chmod(buildDir, 0o755)
-		buildPath = filepath.Join(buildDir, "budget")
-		if out, err := exec.Command("go", "build", "-o", buildPath, pluginPkg).CombinedOutput(); err != nil {
-			buildErr = err
-			buildPath = string(out)
-		}
-	})
-	require.NoError(t, buildErr, buildPath)
-	return buildPath
+	return scannertest.InstallPlugin(t, pluginPkg, t.TempDir(), "budget")
 }
 
 // fixture is a server with the library, a client to create budgets, and

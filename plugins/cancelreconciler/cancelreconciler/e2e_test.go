@@ -17,6 +17,7 @@ import (
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/cancelreconciler/cancelreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
 // The host runs the real plugin binary as a subprocess against state made
@@ -32,7 +33,7 @@ func TestHostCancelsFlowMembersEndToEnd(t *testing.T) {
 
 	dir := filepath.Join(t.TempDir(), "plugins")
 	require.NoError(t, os.Mkdir(dir, 0o755))
-	require.NoError(t, goBuild(filepath.Join(dir, "cancelreconciler"), pluginPkg))
+	scannertest.InstallPlugin(t, pluginPkg, dir, "cancelreconciler")
 	cfg := config.Defaults()
 	cfg.Valkey.Addrs = []string{srv.Addr}
 	cfg.Partitions = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}

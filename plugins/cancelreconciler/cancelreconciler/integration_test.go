@@ -208,24 +208,8 @@ type mode struct {
 	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
 }
 
-var (
-	pluginOnce sync.Once
-	pluginPath string
-	pluginErr  error
-)
-
 func buildPlugin(t *testing.T) string {
-	pluginOnce.Do(func() {
-		dir, err := tempDir()
-		if err != nil {
-			pluginErr = err
-			return
-		}
-		pluginPath = dir + "/cancelreconciler"
-		pluginErr = goBuild(pluginPath, pluginPkg)
-	})
-	require.NoError(t, pluginErr)
-	return pluginPath
+	return scannertest.PluginBinary(t, pluginPkg)
 }
 
 func modes() []mode {

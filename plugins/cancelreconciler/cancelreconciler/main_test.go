@@ -1,31 +1,15 @@
 package cancelreconciler_test
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"testing"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-var buildDir string
-
+// TestMain removes the plugin builds scannertest.PluginBinary made.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	scannertest.Cleanup()
 	os.Exit(code)
-}
-
-func tempDir() (string, error) {
-	d, err := os.MkdirTemp("", "cancelreconciler-test-")
-	buildDir = d
-	return d, err
-}
-
-func goBuild(out, pkg string) error {
-	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return nil
 }

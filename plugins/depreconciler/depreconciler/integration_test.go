@@ -3,8 +3,6 @@ package depreconciler_test
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -33,38 +31,16 @@ var part = keys.Partition{Family: keys.FamilyFlow, Index: 5}
 
 const lane = "default"
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	scannertest.Cleanup()
 	os.Exit(code)
 }
 
-// pluginBinary builds the plugin once per test binary.
+// pluginBinary is the plugin, installed as "depreconciler" in a plugin directory of
+// its own (the host's catalog checks the directory).
 func pluginBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "depreconciler-plugin-")
-		if buildErr != nil {
-			return
-		}
-		_ = os.Chmod(buildDir, 0o755)
-		buildPath = filepath.Join(buildDir, "depreconciler")
-		if out, err := exec.Command("go", "build", "-o", buildPath, pluginPkg).CombinedOutput(); err != nil {
-			buildErr = err
-			buildPath = string(out)
-		}
-	})
-	require.NoError(t, buildErr, buildPath)
-	return buildPath
+	return scannertest.InstallPlugin(t, pluginPkg, t.TempDir(), "depreconciler")
 }
 
 // fixture is a server with the library, a client that builds flows, and

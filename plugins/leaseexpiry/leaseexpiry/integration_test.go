@@ -180,12 +180,6 @@ type mode struct {
 	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
 }
 
-var (
-	pluginOnce sync.Once
-	pluginPath string
-	pluginErr  error
-)
-
 func modes() []mode {
 	return []mode{
 		{"linked", func(_ *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
@@ -201,17 +195,7 @@ func modes() []mode {
 }
 
 func buildPlugin(t *testing.T) string {
-	pluginOnce.Do(func() {
-		dir, err := tempDir()
-		if err != nil {
-			pluginErr = err
-			return
-		}
-		pluginPath = dir + "/leaseexpiry"
-		pluginErr = goBuild(pluginPath, pluginPkg)
-	})
-	require.NoError(t, pluginErr)
-	return pluginPath
+	return scannertest.PluginBinary(t, pluginPkg)
 }
 
 // scenarioResult is what a scenario observed, compared across modes.

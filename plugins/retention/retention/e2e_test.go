@@ -20,6 +20,7 @@ import (
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/retention/retention"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
 // The host runs the real plugin binary as a subprocess against executions
@@ -35,7 +36,7 @@ func TestHostPurgesExpiredExecutionsEndToEnd(t *testing.T) {
 
 	dir := filepath.Join(t.TempDir(), "plugins")
 	require.NoError(t, os.Mkdir(dir, 0o755))
-	require.NoError(t, goBuild(filepath.Join(dir, "retention"), pluginPkg))
+	scannertest.InstallPlugin(t, pluginPkg, dir, "retention")
 	cfg := config.Defaults()
 	cfg.Valkey.Addrs = []string{srv.Addr}
 	cfg.Partitions = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
