@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +46,7 @@ type fixture struct {
 	ctx   context.Context
 	vk    valkey.Client
 	c     *client.Client
-	cb    *countingCallbacks
+	cb    *scannertest.Counter
 	cycle uint64
 }
 
@@ -61,35 +60,7 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, err)
 	c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
 	require.NoError(t, err)
-	return &fixture{t: t, ctx: ctx, vk: vk, c: c, cb: &countingCallbacks{inner: scannertest.Callbacks(vk)}}
-}
-
-// countingCallbacks counts batches and FCALLs on their way to the server.
-type countingCallbacks struct {
-	inner  scannerapi.Callbacks
-	mu     sync.Mutex
-	execs  int
-	fcalls int
-}
-
-func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-	c.mu.Lock()
-	c.execs++
-	for _, cmd := range cmds {
-		if cmd[0] == "FCALL" {
-			c.fcalls++
-		}
-	}
-	c.mu.Unlock()
-	return c.inner.Exec(ctx, scanner, cmds)
-}
-
-func (c *countingCallbacks) reset() (execs, fcalls int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	execs, fcalls = c.execs, c.fcalls
-	c.execs, c.fcalls = 0, 0
-	return
+	return &fixture{t: t, ctx: ctx, vk: vk, c: c, cb: scannertest.NewCounter(scannertest.Callbacks(vk))}
 }
 
 func (f *fixture) do(args ...string) {
@@ -235,7 +206,7 @@ type observed struct {
 }
 
 func (o *observed) add(f *fixture, res *scannerapi.ScanResult) {
-	execs, fcalls := f.cb.reset()
+	execs, fcalls := f.cb.Reset()
 	o.Results = append(o.Results, res)
 	o.Execs = append(o.Execs, execs)
 	o.FCalls = append(o.FCalls, fcalls)
@@ -277,7 +248,7 @@ func resetScenario(t *testing.T, m mode) observed {
 	var o observed
 	req := f.resetRequest(20)
 	require.Len(t, req.Candidates, 6)
-	f.cb.reset()
+	f.cb.Reset()
 	res := f.scan(s, req)
 	o.add(f, res)
 	assert.Equal(t, int64(2), res.Processed, "%+v", res)
@@ -393,7 +364,7 @@ func reconcileScenario(t *testing.T, m mode) observed {
 	var o observed
 	req := f.reconcileRequest(100)
 	require.Len(t, req.Candidates, 7)
-	f.cb.reset()
+	f.cb.Reset()
 	res := f.scan(s, req)
 	o.add(f, res)
 	assert.Equal(t, int64(3), res.Processed, "mark, clear, prune: %+v", res)
@@ -464,12 +435,12 @@ func TestDryRuns(t *testing.T) {
 	f.do("HINCRBY", f.keys(over).Usage(), "tokens", "1")
 	f.do("ZADD", keys.BudgetPart(part).BudgetResets(), "1", "garbage")
 	time.Sleep(150 * time.Millisecond)
-	f.cb.reset()
+	f.cb.Reset()
 
 	req := f.resetRequest(20)
 	req.DryRun = true
 	res := f.scan(reset, req)
-	_, fcalls := f.cb.reset()
+	_, fcalls := f.cb.Reset()
 	assert.Zero(t, fcalls)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Contains(t, res.Notes, "would reset "+due.String()+" and reschedule it in 100ms")

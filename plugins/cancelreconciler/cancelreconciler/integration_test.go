@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +35,7 @@ type fixture struct {
 	vk    valkey.Client
 	lib   *lua.Library
 	c     *client.Client
-	cb    *countingCallbacks
+	cb    *scannertest.Counter
 	cycle uint64
 }
 
@@ -50,35 +49,7 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, err)
 	c, err := client.New(ctx, vk, client.Options{Library: lib})
 	require.NoError(t, err)
-	return &fixture{t: t, ctx: ctx, vk: vk, lib: lib, c: c, cb: &countingCallbacks{inner: scannertest.Callbacks(vk)}}
-}
-
-// countingCallbacks counts batches and FCALLs on their way to the server.
-type countingCallbacks struct {
-	inner  scannerapi.Callbacks
-	mu     sync.Mutex
-	execs  int
-	fcalls int
-}
-
-func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-	c.mu.Lock()
-	c.execs++
-	for _, cmd := range cmds {
-		if cmd[0] == "FCALL" {
-			c.fcalls++
-		}
-	}
-	c.mu.Unlock()
-	return c.inner.Exec(ctx, scanner, cmds)
-}
-
-func (c *countingCallbacks) reset() (execs, fcalls int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	execs, fcalls = c.execs, c.fcalls
-	c.execs, c.fcalls = 0, 0
-	return
+	return &fixture{t: t, ctx: ctx, vk: vk, lib: lib, c: c, cb: scannertest.NewCounter(scannertest.Callbacks(vk))}
 }
 
 func (f *fixture) do(args ...string) {
@@ -191,10 +162,10 @@ type observed struct {
 
 func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, observed) {
 	f.t.Helper()
-	f.cb.reset()
+	f.cb.Reset()
 	res, err := s.ScanPartition(f.ctx, nil, req)
 	require.NoError(f.t, err)
-	execs, fcalls := f.cb.reset()
+	execs, fcalls := f.cb.Reset()
 	errs := append([]scannerapi.ErrorCount(nil), res.Errors...)
 	sort.Slice(errs, func(i, j int) bool {
 		return string(errs[i].Class)+errs[i].Code < string(errs[j].Class)+errs[j].Code

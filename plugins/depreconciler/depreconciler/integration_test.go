@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +50,7 @@ type fixture struct {
 	vk     valkey.Client
 	lib    *lua.Library
 	c      *client.Client
-	cb     *countingCallbacks
+	cb     *scannertest.Counter
 	cycle  uint64
 	cursor map[string]int
 }
@@ -67,35 +66,7 @@ func newFixture(t *testing.T) *fixture {
 	c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
 	require.NoError(t, err)
 	return &fixture{t: t, ctx: ctx, vk: vk, lib: lib, c: c,
-		cb: &countingCallbacks{inner: scannertest.Callbacks(vk)}, cursor: map[string]int{}}
-}
-
-// countingCallbacks counts batches and FCALLs on their way to the server.
-type countingCallbacks struct {
-	inner  scannerapi.Callbacks
-	mu     sync.Mutex
-	execs  int
-	fcalls int
-}
-
-func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-	c.mu.Lock()
-	c.execs++
-	for _, cmd := range cmds {
-		if cmd[0] == "FCALL" {
-			c.fcalls++
-		}
-	}
-	c.mu.Unlock()
-	return c.inner.Exec(ctx, scanner, cmds)
-}
-
-func (c *countingCallbacks) reset() (execs, fcalls int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	execs, fcalls = c.execs, c.fcalls
-	c.execs, c.fcalls = 0, 0
-	return
+		cb: scannertest.NewCounter(scannertest.Callbacks(vk)), cursor: map[string]int{}}
 }
 
 func (f *fixture) do(args ...string) {
@@ -244,7 +215,7 @@ type observed struct {
 }
 
 func (o *observed) add(f *fixture, res *scannerapi.ScanResult) {
-	execs, fcalls := f.cb.reset()
+	execs, fcalls := f.cb.Reset()
 	o.Results = append(o.Results, res)
 	o.Execs = append(o.Execs, execs)
 	o.FCalls = append(o.FCalls, fcalls)
@@ -285,7 +256,7 @@ func mainScenario(t *testing.T, m mode) observed {
 	require.Equal(t, "waiting_children", f.state(ok[1]), "no listener: the push never happened")
 
 	var o observed
-	f.cb.reset()
+	f.cb.Reset()
 	res := f.scan(s, f.request(50))
 	o.add(f, res)
 	// A->B satisfied, D->E impossible (E skipped) and, cascaded, E->G
@@ -414,11 +385,11 @@ func TestDryRun(t *testing.T) {
 	c := f.chain(fid, 2)
 	f.succeed(c[0])
 	f.do("ZADD", f.blockedKey(), "1", "garbage")
-	f.cb.reset()
+	f.cb.Reset()
 	req := f.request(50)
 	req.DryRun = true
 	res := f.scan(s, req)
-	_, fcalls := f.cb.reset()
+	_, fcalls := f.cb.Reset()
 	assert.Zero(t, fcalls)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1}}, res.Errors)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +31,7 @@ type fixture struct {
 	t      *testing.T
 	ctx    context.Context
 	client valkey.Client
-	cb     *countingCallbacks
+	cb     *scannertest.Counter
 	cycle  uint64
 }
 
@@ -42,35 +41,7 @@ func newFixture(t *testing.T) *fixture {
 	ctx := context.Background()
 	_, err := lua.New(client, lua.Options{}).Ensure(ctx)
 	require.NoError(t, err)
-	return &fixture{t: t, ctx: ctx, client: client, cb: &countingCallbacks{inner: scannertest.Callbacks(client)}}
-}
-
-// countingCallbacks counts batches and FCALLs on their way to the server.
-type countingCallbacks struct {
-	inner  scannerapi.Callbacks
-	mu     sync.Mutex
-	execs  int
-	fcalls int
-}
-
-func (c *countingCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-	c.mu.Lock()
-	c.execs++
-	for _, cmd := range cmds {
-		if cmd[0] == "FCALL" {
-			c.fcalls++
-		}
-	}
-	c.mu.Unlock()
-	return c.inner.Exec(ctx, scanner, cmds)
-}
-
-func (c *countingCallbacks) reset() (execs, fcalls int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	execs, fcalls = c.execs, c.fcalls
-	c.execs, c.fcalls = 0, 0
-	return
+	return &fixture{t: t, ctx: ctx, client: client, cb: scannertest.NewCounter(scannertest.Callbacks(client))}
 }
 
 func (f *fixture) fcall(fn string, ks []string, args ...string) scannerapi.FunctionReply {
@@ -237,11 +208,11 @@ func basicScenario(t *testing.T, m mode) scenarioResult {
 	// the old entry.
 	req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "lease_expiry",
 		Key: keys.FlowPart(part).LeaseExpiry(), Member: renewed.String(), Score: staleScore})
-	f.cb.reset()
+	f.cb.Reset()
 
 	var out scenarioResult
 	res := f.scan(s, req)
-	execs, fcalls := f.cb.reset()
+	execs, fcalls := f.cb.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
 
 	assert.Equal(t, int64(1), res.Processed, "%+v", res)
@@ -263,7 +234,7 @@ func basicScenario(t *testing.T, m mode) scenarioResult {
 
 	// Next cycle: the marked lease is known stuck: no FCALL for it.
 	res = f.scan(s, f.request(50))
-	execs, fcalls = f.cb.reset()
+	execs, fcalls = f.cb.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, 0, fcalls, "%+v", res)
@@ -305,7 +276,7 @@ func headOfLineScenario(t *testing.T, m mode) scenarioResult {
 		fresh = append(fresh, id)
 	}
 	time.Sleep(300 * time.Millisecond)
-	f.cb.reset()
+	f.cb.Reset()
 
 	var out scenarioResult
 	req := f.request(5)
@@ -315,7 +286,7 @@ func headOfLineScenario(t *testing.T, m mode) scenarioResult {
 		}
 	}
 	res := f.scan(s, req)
-	execs, fcalls := f.cb.reset()
+	execs, fcalls := f.cb.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
 	assert.Equal(t, int64(3), res.Processed, "%+v", res)
 	assert.Equal(t, 3, fcalls, "only the fresh leases are FCALLed")
@@ -330,7 +301,7 @@ func headOfLineScenario(t *testing.T, m mode) scenarioResult {
 	f.claim(late, 200*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
 	res = f.scan(s, f.request(5))
-	execs, fcalls = f.cb.reset()
+	execs, fcalls = f.cb.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, "leased", f.owner(late))
@@ -373,10 +344,10 @@ func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 	for _, id := range ids {
 		assert.Equal(t, "lease_expired_reclaimable", f.owner(id))
 	}
-	f.cb.reset()
+	f.cb.Reset()
 	res := f.scan(s, f.request(3))
 	assert.False(t, res.More, "only stuck entries left: no rescan")
-	_, fcalls := f.cb.reset()
+	_, fcalls := f.cb.Reset()
 	assert.Zero(t, fcalls, "stuck entries cost no FCALL")
 }
 
@@ -388,11 +359,11 @@ func TestDryRun(t *testing.T) {
 	f.claim(id, 100*time.Millisecond)
 	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", "garbage")
 	time.Sleep(200 * time.Millisecond)
-	f.cb.reset()
+	f.cb.Reset()
 	req := f.request(50)
 	req.DryRun = true
 	res := f.scan(s, req)
-	_, fcalls := f.cb.reset()
+	_, fcalls := f.cb.Reset()
 	assert.Equal(t, 0, fcalls)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Contains(t, res.Notes, fmt.Sprintf("would mark %s expired", id))
