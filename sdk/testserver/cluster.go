@@ -1,4 +1,4 @@
-package testenv
+package testserver
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func (c *Cluster) Stop() {
 // waits until every node reports cluster_state:ok.
 func StartCluster(masters int) (*Cluster, error) {
 	if masters < 1 {
-		return nil, fmt.Errorf("testenv: a cluster needs at least one master")
+		return nil, fmt.Errorf("testserver: a cluster needs at least one master")
 	}
 	c := &Cluster{}
 	fail := func(err error) (*Cluster, error) { c.Stop(); return nil, err }
@@ -56,12 +56,12 @@ func StartCluster(masters int) (*Cluster, error) {
 			hi = 16383
 		}
 		if err := nodeDo(ctx, n.Addr, "CLUSTER", "ADDSLOTSRANGE", fmt.Sprint(lo), fmt.Sprint(hi)); err != nil {
-			return fail(fmt.Errorf("testenv: assign slots %d-%d to %s: %w", lo, hi, n.Addr, err))
+			return fail(fmt.Errorf("testserver: assign slots %d-%d to %s: %w", lo, hi, n.Addr, err))
 		}
 	}
 	for _, n := range c.Nodes[1:] {
 		if err := nodeDo(ctx, n.Addr, "CLUSTER", "MEET", "127.0.0.1", fmt.Sprint(c.Nodes[0].Port)); err != nil {
-			return fail(fmt.Errorf("testenv: CLUSTER MEET from %s: %w", n.Addr, err))
+			return fail(fmt.Errorf("testserver: CLUSTER MEET from %s: %w", n.Addr, err))
 		}
 	}
 	for _, n := range c.Nodes {
@@ -88,7 +88,7 @@ func (c *Cluster) Client(t testing.TB) valkey.Client {
 	t.Helper()
 	cl, err := valkey.NewClient(valkey.ClientOption{InitAddress: c.Addrs(), DisableCache: true})
 	if err != nil {
-		t.Fatalf("testenv: connect to cluster %v: %v", c.Addrs(), err)
+		t.Fatalf("testserver: connect to cluster %v: %v", c.Addrs(), err)
 	}
 	t.Cleanup(cl.Close)
 	return cl
@@ -121,7 +121,7 @@ func waitClusterOK(ctx context.Context, addr string, masters int) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testenv: node %s never reached cluster_state:ok with %d nodes; last CLUSTER INFO: %s", addr, masters, strings.ReplaceAll(strings.TrimSpace(last), "\r\n", " "))
+			return fmt.Errorf("testserver: node %s never reached cluster_state:ok with %d nodes; last CLUSTER INFO: %s", addr, masters, strings.ReplaceAll(strings.TrimSpace(last), "\r\n", " "))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

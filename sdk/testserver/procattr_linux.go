@@ -1,4 +1,4 @@
-package testenv
+package testserver
 
 import "syscall"
 

@@ -1,7 +1,7 @@
-// Package testenv starts real Valkey (or Redis 7.x) servers on loopback for
+// Package testserver starts real Valkey (or Redis 7.x) servers on loopback for
 // tests: a single node, or a small cluster. Tests never talk to a mock; they
 // get a throwaway server on a free port that is torn down with its files.
-package testenv
+package testserver
 
 import (
 	"bufio"
@@ -33,7 +33,7 @@ func ServerBinary() (string, error) {
 			return p, nil
 		}
 	}
-	return "", errors.New("testenv: neither valkey-server nor redis-server is on PATH; install one (e.g. apt-get install -y redis-server) or set FFSCAN_TEST_SERVER")
+	return "", errors.New("testserver: neither valkey-server nor redis-server is on PATH; install one (e.g. apt-get install -y redis-server) or set FFSCAN_TEST_SERVER")
 }
 
 // Server is one running server process.
@@ -89,7 +89,7 @@ func startOnce(bin string, cfg config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "ffscan-testenv-")
+	dir, err := os.MkdirTemp("", "ffscan-testserver-")
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func startOnce(bin string, cfg config) (*Server, error) {
 	s.cmd.SysProcAttr = serverProcAttr()
 	if err := s.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("testenv: start %s: %w", bin, err)
+		return nil, fmt.Errorf("testserver: start %s: %w", bin, err)
 	}
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	if err := s.waitReady(10 * time.Second); err != nil {
@@ -118,7 +118,7 @@ func startOnce(bin string, cfg config) (*Server, error) {
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("testenv: find a free port: %w", err)
+		return 0, fmt.Errorf("testserver: find a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
@@ -131,7 +131,7 @@ func (s *Server) waitReady(limit time.Duration) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
-			return fmt.Errorf("testenv: server on %s exited during start: %s", s.Addr, s.logTail())
+			return fmt.Errorf("testserver: server on %s exited during start: %s", s.Addr, s.logTail())
 		default:
 		}
 		if pingRaw(s.Addr) == nil {
@@ -139,7 +139,7 @@ func (s *Server) waitReady(limit time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("testenv: server on %s not ready after %s: %s", s.Addr, limit, s.logTail())
+	return fmt.Errorf("testserver: server on %s not ready after %s: %s", s.Addr, limit, s.logTail())
 }
 
 func pingRaw(addr string) error {
@@ -219,7 +219,7 @@ func (s *Server) Client(t testing.TB) valkey.Client {
 	// through a cluster client that would spread commands over all nodes.
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true})
 	if err != nil {
-		t.Fatalf("testenv: connect to %s: %v", s.Addr, err)
+		t.Fatalf("testserver: connect to %s: %v", s.Addr, err)
 	}
 	t.Cleanup(c.Close)
 	return c
@@ -231,6 +231,6 @@ func (s *Server) Flush(t testing.TB) {
 	t.Helper()
 	c := s.Client(t)
 	if err := c.Do(context.Background(), c.B().Flushall().Build()).Error(); err != nil {
-		t.Fatalf("testenv: FLUSHALL on %s: %v", s.Addr, err)
+		t.Fatalf("testserver: FLUSHALL on %s: %v", s.Addr, err)
 	}
 }
