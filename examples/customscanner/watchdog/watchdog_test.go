@@ -11,6 +11,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/examples/customscanner/watchdog"
+	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -128,6 +129,7 @@ func field(t testing.TB, vk valkey.Client, id keys.ExecutionID, f string) string
 func TestReportMode(t *testing.T) {
 	f := newFixture(t)
 	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner:  hosttest.Runner{},
 		New:     func() scannerapi.Scanner { return watchdog.New() },
 		Plugin:  "github.com/ffscan/ffscan/examples/customscanner",
 		Options: map[string]string{"max_age": "1h"},
@@ -153,6 +155,7 @@ func TestReportMode(t *testing.T) {
 func TestPromoteMode(t *testing.T) {
 	f := newFixture(t)
 	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner:  hosttest.Runner{},
 		New:     func() scannerapi.Scanner { return watchdog.New() },
 		Plugin:  "github.com/ffscan/ffscan/examples/customscanner",
 		Options: map[string]string{"max_age": "1h", "action": "promote"},
@@ -175,6 +178,7 @@ func TestPromoteMode(t *testing.T) {
 func TestDryRunOnlyReports(t *testing.T) {
 	f := newFixture(t)
 	linked, _ := scannertest.Run(t, scannertest.Case{
+		Runner:  hosttest.Runner{},
 		New:     func() scannerapi.Scanner { return watchdog.New() },
 		Options: map[string]string{"action": "promote"},
 		Setup:   f.setup,

@@ -12,19 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/host"
-	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/host/scheduler"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // Case describes a scanner for Run.
 type Case struct {
+	// Runner is the scanner host the runs go through (required):
+	// hosttest.Runner{} for ffscan's.
+	Runner Runner
 	// New returns a fresh scanner for the linked run.
 	New func() scannerapi.Scanner
 	// Plugin is the main package of the plugin binary that serves the
@@ -138,6 +137,7 @@ func countList[V int | int64](m map[string]V) string {
 // their reports should agree; Same checks that they do.
 //
 //	linked, plugin := scannertest.Run(t, scannertest.Case{
+//		Runner:   hosttest.Runner{},
 //		New:      func() scannerapi.Scanner { return mine.New() },
 //		Plugin:   "example.com/mine/cmd/mine",
 //		Fixtures: []scannerapi.Command{{"ZADD", "ff:idx:{fp:3}:lane:default:delayed", "1000", id}},
@@ -152,10 +152,13 @@ func Run(t testing.TB, c Case) (linked, plugin Report) {
 	if c.New == nil {
 		t.Fatal("scannertest: Case.New is required")
 	}
+	if c.Runner == nil {
+		t.Fatal("scannertest: Case.Runner is required (ffscan's host: github.com/ffscan/ffscan/host/hosttest.Runner{})")
+	}
 	name := c.New().Info().Name
 	addr := c.Addr
 	if addr == "" {
-		addr = testenv.New(t).Addr
+		addr = testserver.New(t).Addr
 	}
 	var binDir string
 	bin := c.Binary
@@ -199,28 +202,19 @@ func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Repor
 		fail("FLUSHALL: %v", err)
 	}
 
-	cfg := config.Defaults()
-	cfg.Valkey.Addrs = []string{addr}
-	cfg.Valkey.Cluster = "off"
-	cfg.Partitions = c.Partitions
-	if cfg.Partitions == (keys.PartitionConfig{}) {
-		cfg.Partitions = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+	parts := c.Partitions
+	if parts == (keys.PartitionConfig{}) {
+		parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 	}
-	if len(c.Lanes) > 0 {
-		cfg.Lanes = c.Lanes
+	lanes := c.Lanes
+	if len(lanes) == 0 {
+		lanes = []string{"default"}
 	}
-	if binDir != "" {
-		cfg.PluginDir = binDir
-	}
-	cfg.HTTP.Listen = ""
-	cfg.Completions.Enabled = false
 	opts := map[string]string{}
 	for k, v := range c.Options {
 		opts[k] = v
 	}
-	cfg.Scanners = map[string]config.Scanner{name: {Enabled: true, Plugin: name, Options: opts}}
-	log := hclog.New(&hclog.LoggerOptions{Name: "scannertest", Level: hclog.Warn, Output: os.Stderr})
-	h, err := host.Boot(ctx, &cfg, log)
+	h, err := c.Runner.Boot(ctx, Boot{Scanner: name, Addr: addr, PluginDir: binDir, Options: opts, Partitions: parts, Lanes: lanes})
 	if err != nil {
 		fail("boot: %v", err)
 	}
@@ -243,7 +237,7 @@ func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Repor
 
 	rep := Report{Mode: mode, Errors: map[string]int64{}, Commands: map[string]int{}, Refused: map[string]int{}}
 	var mu sync.Mutex
-	sopts := host.SessionOptions{DryRun: c.DryRun, Observe: func(cmds []scannerapi.Command, replies []scannerapi.Reply) {
+	sopts := Open{DryRun: c.DryRun, Observe: func(cmds []scannerapi.Command, replies []scannerapi.Reply) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i, cmd := range cmds {
@@ -256,7 +250,7 @@ func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Repor
 	if linked {
 		sopts.Linked = c.New()
 	}
-	sess, err := h.OpenSession(ctx, name, sopts)
+	sess, err := h.Open(ctx, sopts)
 	if err != nil {
 		fail("start: %v", err)
 	}
@@ -289,7 +283,7 @@ func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Repor
 	return rep
 }
 
-func add(r *Report, s scheduler.Summary) {
+func add(r *Report, s Cycle) {
 	r.Cycles++
 	r.Scanned += s.Scanned
 	r.Empty += s.Empty
@@ -298,7 +292,7 @@ func add(r *Report, s scheduler.Summary) {
 	r.Processed += s.Processed
 	r.Skipped += s.Skipped
 	for k, n := range s.Errors {
-		r.Errors[string(k.Class)+"/"+k.Code] += n
+		r.Errors[k] += n
 	}
 	r.Backlog, r.BacklogKnown = s.Backlog, s.BacklogKnown
 	r.Notes = append(r.Notes, s.Notes...)

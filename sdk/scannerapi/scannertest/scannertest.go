@@ -3,31 +3,35 @@
 // server.
 //
 // Run does it all in one call: it starts a server (valkey-server or
-// redis-server from PATH), boots an ffscan host on it, loads the case's
-// fixtures, and runs the scanner through the host exactly as production
-// does (candidates fetched by the scheduler, commands checked against what
-// the scanner declared), first linked, then built and launched as a
-// plugin, each from the same fixtures on an emptied server. It returns a
-// Report per run: partitions scanned, items processed and skipped, errors
-// by class and code, the commands the scanner ran and any the host
-// refused, its notes, and every key left on the server. Same checks that
-// the two runs agree.
+// redis-server from PATH, through sdk/testserver), boots a scanner host on
+// it through the case's Runner, loads the case's fixtures, and runs the
+// scanner through that host exactly as production does (candidates
+// fetched by the scheduler, commands checked against what the scanner
+// declared), first linked, then built and launched as a plugin, each from
+// the same fixtures on an emptied server. It returns a Report per run:
+// partitions scanned, items processed and skipped, errors by class and
+// code, the commands the scanner ran and any the host refused, its notes,
+// and every key left on the server. Same checks that the two runs agree.
 //
 //	linked, plugin := scannertest.Run(t, scannertest.Case{
+//		Runner:   hosttest.Runner{}, // github.com/ffscan/ffscan/host/hosttest
 //		New:      func() scannerapi.Scanner { return mine.New() },
 //		Plugin:   "example.com/mine/cmd/mine",
 //		Options:  map[string]string{"max_age": "1h"},
 //		Fixtures: []scannerapi.Command{{"ZADD", "ff:idx:{fp:3}:lane:default:delayed", "1000", id}},
 //		Check: func(t testing.TB, r scannertest.Report, c valkey.Client) {
-//			assert.Equal(t, int64(1), r.Processed)
+//			if r.Processed != 1 { t.Errorf("processed %d", r.Processed) }
 //		},
 //	})
 //	scannertest.Same(t, linked, plugin)
 //
-// The lower-level helpers below drive a scanner by hand: Callbacks and
-// Host run commands with no allowlist (any command, any key), BuildPlugin
-// and Launch start a plugin process. Production hosts use their own
-// callbacks, which enforce each scanner's allowlist; Run uses those.
+// The package links no host: the host is behind the Runner interface, so
+// a test that only uses the lower-level helpers builds the SDK's few
+// dependencies. Those helpers drive a scanner by hand: Callbacks and Host
+// run commands with no allowlist (any command, any key), BuildPlugin,
+// PluginBinary and Launch start a plugin process, Counter counts what a
+// scanner ran. Production hosts use their own callbacks, which enforce
+// each scanner's allowlist; Run uses those.
 package scannertest
 
 import (
