@@ -54,6 +54,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/depexec"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/depresolve"
@@ -220,7 +221,7 @@ func New(cfg Config, lib *lua.Library, opts Options) *Listener {
 	if ropts.Logger == nil {
 		ropts.Logger = l.log
 	}
-	r := depresolve.New(depresolve.LibraryExecutor(lib), ropts)
+	r := depresolve.New(depexec.LibraryExecutor(lib), ropts)
 	l.cascade = r.Cascade
 	l.queue = make(chan depresolve.Completion, l.cfg.QueueSize)
 	return l

@@ -5,8 +5,8 @@
 // so the two paths cannot drift apart.
 //
 // A Resolver runs over an Executor, which batches commands; a plugin's
-// scannerapi.Host is one, and LibraryExecutor adapts a *lua.Library (and so
-// a valkey-go client) for in-process callers. Every batch is one pipelined
+// scannerapi.Host is one, and the host's depexec.LibraryExecutor adapts its
+// flowfabric library for in-process callers. Every batch is one pipelined
 // round trip: resolving a level of the DAG costs a fixed number of round
 // trips whatever the number of edges.
 //

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ffscan/ffscan/bench/hostproc"
 	"github.com/ffscan/ffscan/bench/measure"
+	"github.com/ffscan/ffscan/host/depexec"
 	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/client"
@@ -176,7 +177,7 @@ func (b *bench) benchListener(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	res := depresolve.New(depresolve.LibraryExecutor(b.lib), depresolve.Options{})
+	res := depresolve.New(depexec.LibraryExecutor(b.lib), depresolve.Options{})
 	lctx, cancel := context.WithCancel(ctx)
 	msgs := make(chan string, 1024)
 	var wg sync.WaitGroup

@@ -1,4 +1,8 @@
-package depresolve
+// Package depexec runs the dependency resolver (sdk/depresolve) in the
+// host process: its executor goes straight to the host's valkey-go
+// client and flowfabric library. It lives host-side so the resolver itself
+// stays pure planning and the depreconciler plugin links no Valkey client.
+package depexec
 
 import (
 	"context"
@@ -9,6 +13,7 @@ import (
 
 	"github.com/ffscan/ffscan/internal/valkeyreply"
 	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/depresolve"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/valkey-io/valkey-go"
 )
@@ -23,7 +28,7 @@ import (
 // TIME (none) and single-key commands (the first argument). Unlike the
 // host's callback service it enforces no allowlist; it is for trusted
 // code.
-func LibraryExecutor(lib *lua.Library) Executor {
+func LibraryExecutor(lib *lua.Library) depresolve.Executor {
 	return libraryExecutor{lib: lib}
 }
 

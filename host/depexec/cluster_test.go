@@ -1,4 +1,4 @@
-package depresolve_test
+package depexec_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/depexec"
 	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
@@ -36,7 +37,7 @@ func TestOnACluster(t *testing.T) {
 	svc := callbacks.New(lib, nil)
 	pol, _ := callbacks.PolicyFromInfo(scannerapi.Info{Name: "deps", Commands: depresolve.Commands, Functions: depresolve.Functions}, false)
 	svc.Register("deps", pol)
-	e := &env{vk: vk, lib: lib, c: c, ctx: ctx, direct: depresolve.LibraryExecutor(lib), plugin: svc.HostFor("deps")}
+	e := &env{vk: vk, lib: lib, c: c, ctx: ctx, direct: depexec.LibraryExecutor(lib), plugin: svc.HostFor("deps")}
 
 	slots := map[uint16]bool{}
 	for i := 0; i < 6; i++ {

@@ -1,4 +1,4 @@
-package depresolve_test
+package depexec_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/depexec"
 	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
@@ -53,7 +54,7 @@ func newEnv(t *testing.T) *env {
 	require.Empty(t, unsupported)
 	svc.Register("dependency_reconciler", pol)
 	return &env{vk: vk, lib: lib, c: c, ctx: ctx,
-		direct: depresolve.LibraryExecutor(lib), plugin: svc.HostFor("dependency_reconciler")}
+		direct: depexec.LibraryExecutor(lib), plugin: svc.HostFor("dependency_reconciler")}
 }
 
 func (e *env) flow(t *testing.T) keys.FlowID {
