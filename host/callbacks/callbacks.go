@@ -20,10 +20,10 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/valkeyreply"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/valkeyreply"
 )
 
 // MaxBatch bounds one Exec call. Plugins batch per partition; a batch far

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ffscan/ffscan/internal/valkeyreply"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/depresolve"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/valkeyreply"
 	"github.com/valkey-io/valkey-go"
 )
 

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffscan/ffscan/internal/flowtest"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/flowtest"
+	testenv "github.com/ffscan/ffscan/sdk/testserver"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 )

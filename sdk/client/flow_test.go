@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/client"
+	testenv "github.com/ffscan/ffscan/sdk/testserver"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 )

@@ -48,8 +48,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/valkeyreply"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/valkeyreply"
 )
 
 // Callbacks returns Callbacks that run every batch on client with one
