@@ -7,12 +7,19 @@ GO        ?= go
 BIN       := bin
 PLUGINS   := $(notdir $(wildcard plugins/*))
 GOFILES    = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go')
+# The repository's Go modules (go.work ties them): `go test ./...` in one
+# directory only reaches that directory's module, so every target that
+# walks packages walks each module.
+MODULES   := . keys lua sdk
+# each_module runs a go command in every module, e.g. $(call each_module,vet ./...)
+each_module = for m in $(MODULES); do echo "($$m) $(GO) $(1)"; (cd $$m && $(GO) $(1)) || exit 1; done
 
 .PHONY: build lua test compat lint run bench proto clean
 
 ## build: the host and every plugin into bin/ (plugins into bin/plugins/)
 build: lua
 	@mkdir -p $(BIN)/plugins
+	@$(call each_module,build ./...)
 	$(GO) build -o $(BIN)/ffscan ./cmd/ffscan
 	@for p in $(PLUGINS); do \
 	  if [ -f plugins/$$p/main.go ]; then echo "$(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p"; \
@@ -22,26 +29,26 @@ build: lua
 ## lua: the exact library source the loader loads, for operators' own tooling
 lua:
 	@mkdir -p $(BIN)
-	$(GO) run ./lua/cmd/genlua -o $(BIN)/flowfabric.lua
+	$(GO) run github.com/ffscan/ffscan/lua/cmd/genlua -o $(BIN)/flowfabric.lua
 	@echo "wrote $(BIN)/flowfabric.lua (load with: valkey-cli -x FUNCTION LOAD REPLACE < $(BIN)/flowfabric.lua)"
 
 ## test: vet, every test with -race against real servers, then the compat replay
 test:
-	$(GO) vet ./...
-	$(GO) test -race -count=1 -skip '^TestCompatVectors$$' ./...
+	@$(call each_module,vet ./...)
+	@$(call each_module,test -race -count=1 -skip '^TestCompatVectors$$' ./...)
 	@$(MAKE) --no-print-directory compat
 
 ## compat: replay FlowFabric's golden vectors against our library
 compat:
 	@out=$$(mktemp); status=0; \
-	$(GO) test -race -count=1 -v -run '^TestCompatVectors$$' ./lua/ >$$out 2>&1 || status=$$?; \
+	(cd lua && $(GO) test -race -count=1 -v -run '^TestCompatVectors$$' . ) >$$out 2>&1 || status=$$?; \
 	if [ $$status -ne 0 ]; then cat $$out; else grep -E '^(compat:|--- |ok )' $$out || true; fi; \
 	rm -f $$out; exit $$status
 
 ## lint: gofmt and go vet
 lint:
 	@bad=$$(gofmt -l $(GOFILES)); if [ -n "$$bad" ]; then echo "gofmt wants to change:"; echo "$$bad"; exit 1; fi
-	$(GO) vet ./...
+	@$(call each_module,vet ./...)
 
 ## run: build, start a throwaway server, run the host with all plugins and a demo workload
 run: build

@@ -1,8 +1,13 @@
 module github.com/ffscan/ffscan
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 require (
+	github.com/ffscan/ffscan/keys v0.0.0
+	github.com/ffscan/ffscan/lua v0.0.0
+	github.com/ffscan/ffscan/sdk v0.0.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0
 	github.com/knadh/koanf/parsers/yaml v1.1.1
@@ -14,7 +19,6 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/valkey-io/valkey-go v1.0.79
 	google.golang.org/grpc v1.85.0
-	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -41,4 +45,11 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace (
+	github.com/ffscan/ffscan/keys => ./keys
+	github.com/ffscan/ffscan/lua => ./lua
+	github.com/ffscan/ffscan/sdk => ./sdk
 )

@@ -14,11 +14,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ffscan/ffscan/internal/testenv"
+	testenv "github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // compatDir finds FlowFabric's golden vectors: $FFSCAN_SHARED_DIR/compat, or
-// ../shared/compat beside the repository (where CI puts it).
+// ../shared/compat beside the repository (where CI puts it). The
+// repository's root is the directory holding go.work: lua is a module of
+// its own, so the nearest go.mod is lua's.
 func compatDir() (string, error) {
 	if d := os.Getenv("FFSCAN_SHARED_DIR"); d != "" {
 		return filepath.Join(d, "compat"), nil
@@ -28,11 +30,11 @@ func compatDir() (string, error) {
 		return "", err
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
 			return filepath.Join(filepath.Dir(dir), "shared", "compat"), nil
 		}
 		if filepath.Dir(dir) == dir {
-			return "", errors.New("go.mod not found above " + wd)
+			return "", errors.New("go.work not found above " + wd + "; set FFSCAN_SHARED_DIR")
 		}
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ffscan/ffscan/internal/testenv"
+	testenv "github.com/ffscan/ffscan/sdk/testserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"

@@ -16,7 +16,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 50); do "$cli" -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-(cd "$root" && go run ./lua/cmd/genlua -o "$work/flowfabric.lua")
+(cd "$root" && go run github.com/ffscan/ffscan/lua/cmd/genlua -o "$work/flowfabric.lua")
 "$cli" -p "$port" -x FUNCTION LOAD REPLACE <"$work/flowfabric.lua" >"$work/load.out" 2>&1
 if ! grep -qx flowfabric "$work/load.out"; then echo "compat-dev: FUNCTION LOAD failed:"; cat "$work/load.out"; exit 1; fi
 (cd "$shared/compat/compatcheck" && go build -o "$work/compatcheck" .)
