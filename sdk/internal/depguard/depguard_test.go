@@ -91,6 +91,10 @@ func writeThirdParty(t *testing.T, root string) string {
 	for _, m := range ffscanModules {
 		mod.WriteString("\t" + m + " => " + filepath.Join(root, strings.TrimPrefix(m, "github.com/ffscan/ffscan/")) + "\n")
 	}
+	// The root module too, unrequired: should an SDK package come to
+	// import it, the build resolves it here and the check below names
+	// what it pulled in, rather than failing on a module lookup.
+	mod.WriteString("\tgithub.com/ffscan/ffscan => " + root + "\n")
 	mod.WriteString(")\n")
 	files := map[string]string{"go.mod": mod.String()}
 	// The modules' checksums, so the offline build verifies what it takes
