@@ -28,13 +28,13 @@ lua:
 ## test: vet, every test with -race against real servers, then the compat replay
 test:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -skip '^TestCompatVectors$$' ./...
+	$(GO) test -race -count=1 -skip '^TestCompat(Vectors|Fuzz)$$' ./...
 	@$(MAKE) --no-print-directory compat
 
-## compat: replay FlowFabric's golden vectors against our library
+## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
 compat:
 	@out=$$(mktemp); status=0; \
-	$(GO) test -race -count=1 -v -run '^TestCompatVectors$$' ./lua/ >$$out 2>&1 || status=$$?; \
+	$(GO) test -race -count=1 -v -run '^TestCompat(Vectors|Fuzz)$$' ./lua/ >$$out 2>&1 || status=$$?; \
 	if [ $$status -ne 0 ]; then cat $$out; else grep -E '^(compat:|--- |ok )' $$out || true; fi; \
 	rm -f $$out; exit $$status
 
