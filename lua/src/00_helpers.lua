@@ -470,3 +470,17 @@ function H.flatten_policy(json)
   end
   return m
 end
+
+-- H.attempt_policy_fields(json) -> field map, or nil plus an
+-- invalid_policy_json error tuple. FlowFabric's callers only ever send a
+-- JSON object (or nothing); anything else is refused before any write
+-- rather than stored as nonsense.
+function H.attempt_policy_fields(json)
+  if not H.is_set(json) then return {} end
+  local ok, v = H.json_decode(json)
+  if not ok then return nil, H.err('invalid_policy_json', 'malformed') end
+  if type(v) ~= 'table' or #v > 0 then
+    return nil, H.err('invalid_policy_json', 'not_object')
+  end
+  return H.flatten_policy(json)
+end

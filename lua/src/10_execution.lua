@@ -117,15 +117,14 @@ redis.register_function('ff_create_execution', function(keys, args)
     redis.call('ZADD', sched_key, H.eligible_score(prio, now), eid)
   end
   redis.call('SADD', all_key, eid)
-  if deadline_at ~= nil and deadline_at > 0 then
+  -- Any given deadline is indexed, zero and negative ones included (due now).
+  if deadline_at ~= nil then
     redis.call('ZADD', deadline_key, H.int(deadline_at), eid)
   end
-  if use_idem then
-    if dedup_ttl ~= nil and dedup_ttl > 0 then
-      redis.call('SET', idem_key, eid, 'PX', H.int(dedup_ttl))
-    else
-      redis.call('SET', idem_key, eid)
-    end
+  -- The idempotency key exists only with a positive TTL: never a key
+  -- without expiry.
+  if use_idem and dedup_ttl ~= nil and dedup_ttl > 0 then
+    redis.call('SET', idem_key, eid, 'PX', H.int(dedup_ttl))
   end
   return H.ok(eid, core.public_state)
 end)

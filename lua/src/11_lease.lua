@@ -60,7 +60,9 @@ redis.register_function('ff_claim_execution', function(keys, args)
   local ttl, e = H.require_number(args[7], 'lease_ttl_ms')
   if e then return e end
   local renew_before, timeout_ms, deadline_at
-  renew_before, e = H.opt_number(args[8], 'renew_before_ms')
+  -- FlowFabric requires renew_before_ms to be a number even though the
+  -- claim only records it.
+  renew_before, e = H.require_number(args[8], 'renew_before_ms')
   if e then return e end
   timeout_ms, e = H.opt_number(args[11], 'attempt_timeout_ms')
   if e then return e end
@@ -69,11 +71,13 @@ redis.register_function('ff_claim_execution', function(keys, args)
 
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
-  if core.lifecycle_phase ~= 'runnable' or core.ownership_state ~= 'unowned'
-      or core.terminal_outcome ~= 'none' then
-    return H.err('execution_not_leaseable')
-  end
-  if core.eligibility_state ~= 'eligible_now' then return H.err('execution_not_eligible') end
+  -- FlowFabric's order and codes: an owned execution is a lease conflict,
+  -- any other non-claimable state (delayed, blocked, terminal) is not
+  -- leaseable.
+  if core.lifecycle_phase ~= 'runnable' then return H.err('execution_not_leaseable') end
+  if core.ownership_state ~= 'unowned' then return H.err('lease_conflict') end
+  if core.eligibility_state ~= 'eligible_now' then return H.err('execution_not_leaseable') end
+  if core.terminal_outcome ~= 'none' then return H.err('execution_not_leaseable') end
   if core.attempt_state == 'running_attempt' then return H.err('active_attempt_exists') end
   if core.attempt_state == 'attempt_interrupted' then
     return H.err('use_claim_resumed_execution')
@@ -81,8 +85,11 @@ redis.register_function('ff_claim_execution', function(keys, args)
   local now = H.now_ms()
   e = H.check_claim_grant(keys[2], worker_id, now, true)
   if e then return e end
-  -- Decoded before any write: malformed JSON raises with nothing committed.
-  local policy_fields = H.flatten_policy(args[10])
+  -- Checked before any write: a malformed or non-object policy is refused
+  -- with nothing written (FlowFabric's callers never send one).
+  local policy_fields
+  policy_fields, e = H.attempt_policy_fields(args[10])
+  if e then return e end
 
   local eid = core.execution_id
   local tag = H.tag_of(core_key)
@@ -143,10 +150,12 @@ redis.register_function('ff_claim_execution', function(keys, args)
   redis.call('ZADD', keys[4], expires, eid)
   redis.call('SADD', keys[5], eid)
   redis.call('ZADD', keys[12], expires, eid)
-  if timeout_ms ~= nil and timeout_ms > 0 then
+  -- Indexed whenever given and not the literal "0", as FlowFabric does
+  -- (a negative value is indexed, already due).
+  if timeout_ms ~= nil and args[11] ~= '0' then
     redis.call('ZADD', keys[13], H.int(now + timeout_ms), eid)
   end
-  if deadline_at ~= nil and deadline_at > 0 then
+  if deadline_at ~= nil and args[12] ~= '0' then
     redis.call('ZADD', keys[14], H.int(deadline_at), eid)
   end
   H.xadd_history(keys[11], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
@@ -230,13 +239,15 @@ end)
 
 -- ff_renew_lease
 -- KEYS: core, lease_current, lease_history, lease_expiry
--- ARGV: eid, attempt_index, attempt_id, lease_id, epoch, ttl_ms, grace_ms
+-- ARGV: eid, attempt_index, attempt_id, lease_id, epoch, lease_ttl_ms,
+--       lease_history_grace_ms (both required numbers)
 redis.register_function('ff_renew_lease', function(keys, args)
   local core_key = keys[1]
-  local ttl, e = H.require_number(args[6], 'ttl_ms')
+  -- Both are required numbers, named as FlowFabric names them.
+  local ttl, e = H.require_number(args[6], 'lease_ttl_ms')
   if e then return e end
   local grace
-  grace, e = H.opt_number(args[7], 'grace_ms')
+  grace, e = H.require_number(args[7], 'lease_history_grace_ms')
   if e then return e end
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
@@ -254,7 +265,7 @@ redis.register_function('ff_renew_lease', function(keys, args)
     'lease_renewal_deadline', renewal, 'last_mutation_at', ts)
   redis.call('HSET', keys[2], 'expires_at', exp_s, 'last_renewed_at', ts,
     'renewal_deadline', renewal)
-  redis.call('PEXPIREAT', keys[2], H.int(expires + (grace or 0)))
+  redis.call('PEXPIREAT', keys[2], H.int(expires + grace))
   -- The lane active index deliberately keeps its claim-time score.
   redis.call('ZADD', keys[4], exp_s, core.execution_id)
   return H.ok(exp_s)
@@ -292,7 +303,8 @@ end)
 redis.register_function('ff_revoke_lease', function(keys, args)
   local core_key = keys[1]
   local expected, reason = args[2], args[3]
-  if not H.is_set(reason) then reason = 'operator' end
+  -- Only a missing reason defaults (FlowFabric stores an empty one as given).
+  if reason == nil then reason = 'operator' end
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
   if core.lifecycle_phase ~= 'active' then return H.not_active(core) end

@@ -92,9 +92,10 @@ redis.register_function('ff_unblock_execution', function(keys, args)
 end)
 
 -- ff_change_priority
--- KEYS: core, eligible. ARGV: eid, priority
+-- KEYS: core, eligible. ARGV: eid, new_priority. Reply: OK, old, new.
 redis.register_function('ff_change_priority', function(keys, args)
-  local p, e = H.require_number(args[2], 'priority')
+  -- FlowFabric names the argument new_priority in its invalid_input detail.
+  local p, e = H.require_number(args[2], 'new_priority')
   if e then return e end
   local core = H.load_core(keys[1])
   if not core then return H.err('execution_not_found') end
@@ -102,7 +103,9 @@ redis.register_function('ff_change_priority', function(keys, args)
     return H.err('execution_not_eligible')
   end
   local prio = H.clamp_priority(p)
+  -- The reply carries the priority before and after, as FlowFabric's does.
+  local old = core.priority or ''
   redis.call('HSET', keys[1], 'priority', H.int(prio), 'last_mutation_at', H.int(H.now_ms()))
   redis.call('ZADD', keys[2], H.eligible_score(prio, core.created_at), core.execution_id)
-  return H.ok(H.int(prio))
+  return H.ok(old, H.int(prio))
 end)

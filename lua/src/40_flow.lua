@@ -283,7 +283,8 @@ redis.register_function('ff_stage_dependency_edge', function(keys, args)
     end
   end
 
-  if not H.is_set(kind) then kind = 'success_only' end
+  -- Only a missing kind defaults (FlowFabric stores an empty one as given).
+  if kind == nil then kind = 'success_only' end
   redis.call('HSET', keys[3],
     'edge_id', edge_id,
     'flow_id', fid,
@@ -325,7 +326,8 @@ redis.register_function('ff_apply_dependency_to_child', function(keys, args)
   end
 
   local eid = core.execution_id
-  if not H.is_set(kind) then kind = 'success_only' end
+  -- Only a missing kind defaults (FlowFabric stores an empty one as given).
+  if kind == nil then kind = 'success_only' end
   redis.call('HSET', keys[4],
     'edge_id', edge_id,
     'flow_id', fid,
