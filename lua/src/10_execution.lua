@@ -143,13 +143,10 @@ redis.register_function('ff_complete_execution', function(keys, args)
   if e then return e end
 
   local eid = core.execution_id
-  local tag = H.tag_of(core_key)
-  local idx = core.current_attempt_index
-  if H.is_set(idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, idx),
-      'attempt_state', 'ended_success', 'ended_at', H.int(now))
-    H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_success', now)
-  end
+  -- The attempt and stream are the caller's KEYS, never rebuilt from
+  -- current_attempt_index (FlowFabric writes the declared keys as given).
+  redis.call('HSET', keys[2], 'attempt_state', 'ended_success', 'ended_at', H.int(now))
+  H.close_stream_meta(keys[9], 'attempt_success', now)
   if H.is_set(args[5]) then redis.call('SET', keys[10], args[5]) end
 
   H.release_lease({core = core_key, lease_current = keys[6], lease_history = keys[7],
@@ -198,14 +195,12 @@ redis.register_function('ff_fail_execution', function(keys, args)
 
   local reason, category = args[5] or '', args[6] or ''
   local eid = core.execution_id
-  local tag = H.tag_of(core_key)
   local idx = core.current_attempt_index
-  if H.is_set(idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, idx),
-      'attempt_state', 'ended_failure', 'ended_at', H.int(now),
-      'failure_reason', reason, 'failure_category', category)
-    H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_failure', now)
-  end
+  -- The attempt and stream are the caller's KEYS (see complete).
+  redis.call('HSET', keys[2],
+    'attempt_state', 'ended_failure', 'ended_at', H.int(now),
+    'failure_reason', reason, 'failure_category', category)
+  H.close_stream_meta(keys[10], 'attempt_failure', now)
 
   -- A malformed or absent retry policy means no retries.
   local policy = H.json_object(args[7]) or {}
@@ -315,18 +310,18 @@ redis.register_function('ff_cancel_execution', function(keys, args)
   local tag = H.tag_of(core_key)
   local idx = core.current_attempt_index
 
+  -- The attempt and stream are the caller's KEYS[2] and KEYS[3].
   if (phase == 'active' or phase == 'suspended') and H.is_set(idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, idx),
+    redis.call('HSET', keys[2],
       'attempt_state', 'ended_cancelled', 'ended_at', ts,
       'failure_reason', 'cancelled: ' .. reason)
   end
   if phase == 'active' then
-    if H.is_set(idx) then
-      H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_cancelled', now)
-    end
+    H.close_stream_meta(keys[3], 'attempt_cancelled', now)
     H.release_lease({core = core_key, lease_current = keys[4], lease_history = keys[5]},
       core, 'cancelled', now)
   elseif phase == 'suspended' then
+    H.close_stream_meta(keys[3], 'attempt_cancelled', now)
     ff_close_suspension(tag, core, keys[8], 'cancelled', 'cancelled', now)
   end
 
@@ -381,12 +376,13 @@ redis.register_function('ff_expire_execution', function(keys, args)
   local idx = core.current_attempt_index
   local f = H.terminal_fields('expired', 'expired', now)
 
+  -- The attempt and stream are the caller's KEYS[2] and KEYS[3].
   if phase == 'active' then
     if H.is_set(idx) then
-      redis.call('HSET', H.attempt_key(tag, eid, idx),
+      redis.call('HSET', keys[2],
         'attempt_state', 'ended_failure', 'ended_at', ts, 'failure_reason', reason)
-      H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'expired', now)
     end
+    H.close_stream_meta(keys[3], 'expired', now)
     redis.call('DEL', keys[4])
     redis.call('ZREM', keys[6], eid)
     redis.call('SREM', keys[7], eid)
@@ -404,9 +400,10 @@ redis.register_function('ff_expire_execution', function(keys, args)
     f.lease_expires_at = ''
   elseif phase == 'suspended' then
     if H.is_set(idx) then
-      redis.call('HSET', H.attempt_key(tag, eid, idx),
+      redis.call('HSET', keys[2],
         'attempt_state', 'ended_failure', 'ended_at', ts, 'failure_reason', reason)
     end
+    H.close_stream_meta(keys[3], 'expired', now)
     ff_close_suspension(tag, core, keys[14], 'expired:' .. reason, nil, now)
     redis.call('ZREM', keys[12], eid)
     redis.call('ZREM', keys[13], eid)

@@ -382,12 +382,10 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
   e = H.check_claim_grant(keys[2], worker_id, now, false)
   if e then return e end
 
-  -- Cap: policy max_reclaim_count, else the caller's default, else 100.
-  local policy_json = args[8]
-  if not H.is_set(policy_json) then
-    policy_json = redis.call('GET', H.sibling_key(core_key, 'policy')) or ''
-  end
-  local policy = H.json_object(policy_json) or {}
+  -- Cap: the execution's stored policy max_reclaim_count, else the
+  -- caller's default, else 100. Like FlowFabric, the policy key is the
+  -- core's sibling (a documented exception to declared-keys-only).
+  local policy = H.json_object(redis.call('GET', H.sibling_key(core_key, 'policy')) or '') or {}
   local cap = tonumber(policy.max_reclaim_count)
   if cap == nil then
     if H.is_set(args[9]) then
@@ -414,8 +412,13 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
     redis.call('ZREM', keys[12], eid)
     redis.call('ZREM', keys[13], eid)
     redis.call('ZREM', keys[14], eid)
-    local f = H.clear_lease_fields(H.terminal_fields('failed', 'failed', now))
-    f.attempt_state = H.terminal_attempt_state(core)
+    -- Only the owner fields are cleared: FlowFabric keeps the lease time
+    -- fields (acquired, expires, renewed, revoked) on this path.
+    local f = H.terminal_fields('failed', 'failed', now)
+    f.current_lease_id = ''
+    f.current_worker_id = ''
+    f.current_worker_instance_id = ''
+    f.attempt_state = 'attempt_terminal'
     f.failure_reason = 'max_reclaims_exceeded'
     H.hset(core_key, f)
     redis.call('ZADD', H.lane_key(tag, H.core_lane(core), 'terminal'), ts, eid)
@@ -424,26 +427,24 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
 
   local old_idx = core.current_attempt_index or ''
   local reclaim_reason = 'lease_' .. (core.ownership_state or '')
-  if H.is_set(old_idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, old_idx),
-      'attempt_state', 'interrupted_reclaimed', 'ended_at', ts,
-      'failure_reason', reclaim_reason)
-    H.close_stream_meta(H.stream_meta_key(tag, eid, old_idx), 'reclaimed', now)
-  end
+  -- Old and new attempt, stream and usage are the caller's KEYS.
+  redis.call('HSET', keys[3],
+    'attempt_state', 'interrupted_reclaimed', 'ended_at', ts,
+    'failure_reason', reclaim_reason)
+  H.close_stream_meta(keys[4], 'reclaimed', now)
 
   local idx = H.int(tonumber(core.total_attempt_count) or 0)
   local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
   local expires = H.int(now + ttl)
   local renewal = H.int(now + math.floor(ttl * 2 / 3))
-  local attempt_key = H.attempt_key(tag, eid, idx)
-  H.hset(attempt_key, {
+  H.hset(keys[5], {
     attempt_id = attempt_id, execution_id = eid, attempt_index = idx,
     attempt_type = 'reclaim', attempt_state = 'started',
     created_at = ts, started_at = ts, lease_id = lease_id, lease_epoch = epoch,
     worker_id = worker_id, worker_instance_id = wiid,
     reclaim_reason = reclaim_reason, previous_attempt_index = old_idx,
   })
-  redis.call('HSET', attempt_key .. ':usage', 'last_usage_report_seq', '0')
+  redis.call('HSET', keys[6], 'last_usage_report_seq', '0')
   redis.call('ZADD', keys[7], ts, idx)
 
   redis.call('DEL', keys[8])
