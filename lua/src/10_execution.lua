@@ -360,7 +360,7 @@ redis.register_function('ff_expire_execution', function(keys, args)
   if not core then
     redis.call('ZREM', keys[10], eid_arg)
     redis.call('ZREM', keys[11], eid_arg)
-    return H.ok('not_found')
+    return H.ok('not_found_cleaned')
   end
   local eid = core.execution_id
   local phase = core.lifecycle_phase

@@ -24,10 +24,19 @@ local FF_UNBLOCKABLE = {
 redis.register_function('ff_promote_delayed', function(keys, args)
   local now, e = H.require_number(args[2], 'now_ms')
   if e then return e end
-  local core = H.load_core(keys[1]) or {}
+  -- A stale scanner entry is dropped; the status says why (FlowFabric's
+  -- strings, which the delayed-promoter scanner counts).
+  local core = H.load_core(keys[1])
+  if not core then
+    redis.call('ZREM', keys[2], args[1])
+    return H.ok('not_found_cleaned')
+  end
   local eid = core.execution_id or args[1]
-  if core.lifecycle_phase ~= 'runnable' or core.eligibility_state ~= 'not_eligible_until_time' then
-    -- The scanner found an entry that no longer belongs in the delayed set.
+  if core.lifecycle_phase ~= 'runnable' then
+    redis.call('ZREM', keys[2], eid)
+    return H.ok('not_runnable_cleaned')
+  end
+  if core.eligibility_state ~= 'not_eligible_until_time' then
     redis.call('ZREM', keys[2], eid)
     return H.ok('not_delayed_cleaned')
   end
