@@ -271,6 +271,8 @@ end
 -- marking (ownership lease_expired_reclaimable, attempt_interrupted,
 -- "expired" event, stream meta closed if open). Index entries are kept.
 function H.mark_lease_expired(core_key, core, history_key, now)
+  -- Idempotent: an execution already marked keeps its first marking.
+  if core.ownership_state == 'lease_expired_reclaimable' then return end
   local ts = H.int(now)
   redis.call('HSET', core_key,
     'ownership_state', 'lease_expired_reclaimable',
@@ -296,14 +298,16 @@ end
 
 -- H.check_lease_fence(core_key, core, history_key, lease_id, epoch,
 -- attempt_id, source, now) -> nil when a worker may act on the active
--- lease, else the error tuple. An all-empty fence passes only for source
--- operator_override. A due lease is marked expired first (committed).
+-- lease, else the error tuple. Order: a partial triple, a missing one
+-- (passes only for source operator_override), then lifecycle, revocation,
+-- expiry and identity. A due lease is marked expired first (committed).
 function H.check_lease_fence(core_key, core, history_key, lease_id, epoch, attempt_id, source, now)
-  if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
+  -- FlowFabric checks the shape of the fence before the lifecycle.
   local given = (H.is_set(lease_id) and 1 or 0) + (H.is_set(epoch) and 1 or 0)
     + (H.is_set(attempt_id) and 1 or 0)
-  if given == 0 and source ~= 'operator_override' then return H.err('fence_required') end
   if given ~= 0 and given ~= 3 then return H.err('partial_fence_triple') end
+  if given == 0 and source ~= 'operator_override' then return H.err('fence_required') end
+  if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
   if core.ownership_state == 'lease_revoked' then return H.err('lease_revoked') end
   if core.ownership_state == 'lease_expired_reclaimable' then return H.err('lease_expired') end
   local exp = tonumber(core.lease_expires_at)
@@ -441,6 +445,12 @@ function H.terminal_fields(outcome, public_state, now)
     last_mutation_at = ts,
   }
 end
+
+-- The lane index suffixes a runnable execution may sit in.
+H.RUNNABLE_SET_SUFFIXES = {
+  'eligible', 'delayed', 'blocked:dependencies', 'blocked:budget',
+  'blocked:quota', 'blocked:route', 'blocked:operator',
+}
 
 -- H.runnable_set_key(tag, core) -> the lane index a runnable execution sits
 -- in for its eligibility_state, or nil when there is none.

@@ -407,9 +407,20 @@ redis.register_function('ff_expire_execution', function(keys, args)
     ff_close_suspension(tag, core, keys[14], 'expired:' .. reason, nil, now)
     redis.call('ZREM', keys[12], eid)
     redis.call('ZREM', keys[13], eid)
-  else
+  elseif phase == 'runnable' then
+    -- The lane's runnable sets are not among the KEYS: derived from the
+    -- core's tag and lane as FlowFabric does (documented exception). A
+    -- state with no set of its own (a lane-state block) is removed from
+    -- every runnable set of the lane.
     local set_key = H.runnable_set_key(tag, core)
-    if set_key then redis.call('ZREM', set_key, eid) end
+    if set_key then
+      redis.call('ZREM', set_key, eid)
+    else
+      local lane = H.core_lane(core)
+      for _, suffix in ipairs(H.RUNNABLE_SET_SUFFIXES) do
+        redis.call('ZREM', H.lane_key(tag, lane, suffix), eid)
+      end
+    end
   end
 
   redis.call('ZREM', keys[10], eid)

@@ -252,10 +252,25 @@ redis.register_function('ff_renew_lease', function(keys, args)
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
   local now = H.now_ms()
-  -- Renewal always needs the full fence, so no override source is passed.
-  e = H.check_lease_fence(core_key, core, keys[3], args[4], args[5], args[3], '', now)
-  if e then return e end
-  if (args[2] or '') ~= (core.current_attempt_index or '') then return H.err('stale_lease') end
+  -- FlowFabric's renewal order: fence shape (no override), lifecycle,
+  -- revocation (by state or by a recorded revocation time), expiry, then
+  -- attempt index, attempt id, lease id and epoch.
+  local given = (H.is_set(args[3]) and 1 or 0) + (H.is_set(args[4]) and 1 or 0)
+    + (H.is_set(args[5]) and 1 or 0)
+  if given ~= 0 and given ~= 3 then return H.err('partial_fence_triple') end
+  if given == 0 then return H.err('fence_required') end
+  if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
+  if core.ownership_state == 'lease_revoked' or H.is_set(core.lease_revoked_at) then
+    return H.err('lease_revoked')
+  end
+  if (tonumber(core.lease_expires_at) or 0) <= now then
+    H.mark_lease_expired(core_key, core, keys[3], now)
+    return H.err('lease_expired')
+  end
+  if args[2] ~= (core.current_attempt_index or '') or args[3] ~= core.current_attempt_id
+      or args[4] ~= core.current_lease_id or args[5] ~= core.current_lease_epoch then
+    return H.err('stale_lease')
+  end
 
   local ts = H.int(now)
   local expires = now + ttl

@@ -56,13 +56,17 @@ end)
 -- KEYS: core, eligible, target blocked set. ARGV: eid, reason, detail, now_ms
 redis.register_function('ff_block_execution_for_admission', function(keys, args)
   local reason, detail = args[2] or '', args[3] or ''
+  -- FlowFabric's order: existence, lifecycle (a terminal execution answers
+  -- execution_not_active with its details), then the reason; now_ms is
+  -- validated where it is first used.
+  local core = H.load_core(keys[1])
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase == 'terminal' then return H.not_active(core) end
+  if core.lifecycle_phase ~= 'runnable' then return H.err('execution_not_eligible') end
   local state = FF_ADMISSION_BLOCKS[reason]
   if not state then return H.err('invalid_blocking_reason') end
   local now, e = H.require_number(args[4], 'now_ms')
   if e then return e end
-  local core = H.load_core(keys[1])
-  if not core then return H.err('execution_not_found') end
-  if core.lifecycle_phase ~= 'runnable' then return H.err('execution_not_eligible') end
   local eid = core.execution_id
   local ts = H.int(now)
   -- Stored as rate_limited for every reason (FlowFabric's value, which

@@ -479,29 +479,29 @@ end)
 -- The reconciler's repair for a child whose last dependency resolved but
 -- which was never released.
 redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
-  local now, bad_now = H.require_number(args[2], 'now_ms')
-  if bad_now then return bad_now end
   local core = H.hgetall(keys[1])
   if next(core) == nil then
     return {0, 'execution_not_found'}
   end
   local eid = args[1]
   if not H.is_set(eid) then eid = core.execution_id end
-  if not ffflow.not_terminal(core) then
-    return {0, 'terminal'}
-  end
+  -- FlowFabric's order: lifecycle, eligibility, then terminal outcome.
   if core.lifecycle_phase ~= 'runnable' then
     return {0, 'not_runnable'}
   end
   if core.eligibility_state ~= 'blocked_by_dependencies' then
     return {0, 'not_blocked_by_deps'}
   end
-  local unresolved = redis.call('SCARD', keys[5])
-  if unresolved > 0 then
-    local unsatisfied = redis.call('HGET', keys[4], 'unsatisfied_required_count')
-    if not H.is_set(unsatisfied) then unsatisfied = '0' end
-    return {0, 'deps_not_satisfied', unsatisfied, H.int(unresolved)}
+  if not ffflow.not_terminal(core) then
+    return {0, 'terminal'}
   end
+  local unsatisfied = tonumber(redis.call('HGET', keys[4], 'unsatisfied_required_count') or '0') or 0
+  local unresolved = redis.call('SCARD', keys[5])
+  if unsatisfied > 0 or unresolved > 0 then
+    return {0, 'deps_not_satisfied', H.int(unsatisfied), H.int(unresolved)}
+  end
+  local now, bad_now = H.require_number(args[2], 'now_ms')
+  if bad_now then return bad_now end
   if not ffflow.release_child(keys[1], core, eid, keys[3], keys[2], now) then
     -- Owned by a worker although runnable: leave it to the lease paths.
     return {0, 'not_runnable'}
