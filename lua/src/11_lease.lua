@@ -175,9 +175,6 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
   local worker_id, wiid, lane, lease_id = args[2] or '', args[3] or '', args[4] or '', args[6] or ''
   local ttl, e = H.require_number(args[7], 'lease_ttl_ms')
   if e then return e end
-  local remaining
-  remaining, e = H.opt_number(args[8], 'remaining_attempt_timeout_ms')
-  if e then return e end
 
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
@@ -187,6 +184,14 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
   if core.attempt_state ~= 'attempt_interrupted' then return H.err('not_a_resumed_execution') end
   local now = H.now_ms()
   e = H.check_claim_grant(keys[2], worker_id, now, true)
+  if e then
+    -- FlowFabric drops an expired grant here (the plain claim keeps it).
+    if e[2] == 'claim_grant_expired' then redis.call('DEL', keys[2]) end
+    return e
+  end
+  -- Validated where FlowFabric first uses it, but before any write.
+  local remaining
+  remaining, e = H.opt_number(args[8], 'remaining_attempt_timeout_ms')
   if e then return e end
 
   local eid = core.execution_id
@@ -198,13 +203,12 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
   local expires = H.int(now + ttl)
   local renewal = H.int(now + math.floor(ttl * 2 / 3))
 
-  if H.is_set(idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, idx),
-      'attempt_state', 'started', 'resumed_at', ts,
-      'lease_id', lease_id, 'lease_epoch', epoch,
-      'worker_id', worker_id, 'worker_instance_id', wiid,
-      'suspended_at', '', 'suspension_id', '')
-  end
+  -- The resumed attempt is the caller's KEYS[6].
+  redis.call('HSET', keys[6],
+    'attempt_state', 'started', 'resumed_at', ts,
+    'lease_id', lease_id, 'lease_epoch', epoch,
+    'worker_id', worker_id, 'worker_instance_id', wiid,
+    'suspended_at', '', 'suspension_id', '')
   redis.call('DEL', keys[7])
   redis.call('HSET', keys[7],
     'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
@@ -220,6 +224,7 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
     current_lane = lane,
     lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
     lease_renewal_deadline = renewal,
+    lease_expired_at = '', lease_revoked_at = '', lease_revoke_reason = '',
     last_transition_at = ts, last_mutation_at = ts,
   })
 
