@@ -25,10 +25,11 @@ lua:
 	$(GO) run ./lua/cmd/genlua -o $(BIN)/flowfabric.lua
 	@echo "wrote $(BIN)/flowfabric.lua (load with: valkey-cli -x FUNCTION LOAD REPLACE < $(BIN)/flowfabric.lua)"
 
-## test: vet, every test with -race against real servers, then the compat replay
+## test: vet, every test with -race against real servers on the key-guarded library
+## (a function touching a key outside its KEYS fails), then the compat replays
 test:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -skip '^TestCompat(Vectors|Fuzz)$$' ./...
+	$(GO) test -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' ./...
 	@$(MAKE) --no-print-directory compat
 
 ## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library

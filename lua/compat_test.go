@@ -56,7 +56,8 @@ func TestCompatFuzz(t *testing.T) {
 }
 
 // replayCompatSet replays one vector directory under the shared compat
-// directory and prints a summary line starting with label.
+// directory against the key-guarded library and prints a summary line
+// starting with label.
 func replayCompatSet(t *testing.T, set, label string) {
 	t.Helper()
 	dir, err := compatDir()
@@ -74,9 +75,12 @@ func replayCompatSet(t *testing.T, set, label string) {
 		t.Fatalf("build compatcheck: %v\n%s", err, out)
 	}
 
+	// Replayed against the key-guarded build: a function touching a key
+	// outside its KEYS (and the listed exceptions) fails its vector.
 	srv := testenv.New(t)
-	if _, err := New(srv.Client(t), Options{}).Ensure(context.Background()); err != nil {
-		t.Fatal(err)
+	c := srv.Client(t)
+	if err := c.Do(context.Background(), c.B().FunctionLoad().Replace().FunctionCode(guardedLibrary()).Build()).Error(); err != nil {
+		t.Fatalf("load the key-guarded library: %v", err)
 	}
 
 	args := []string{"-addr", srv.Addr, "-vectors", filepath.Join(dir, set), "-missing", "skip", "-max-diff", "40"}
