@@ -36,7 +36,7 @@ test:
 compat:
 	@out=$$(mktemp); status=0; \
 	$(GO) test -race -count=1 -v -run '^TestCompat(Vectors|Fuzz)$$' ./lua/ >$$out 2>&1 || status=$$?; \
-	if [ $$status -ne 0 ]; then cat $$out; else grep -E '^(compat:|--- |ok )' $$out || true; fi; \
+	if [ $$status -ne 0 ]; then cat $$out; else grep -E '^(compat( fuzz)?:|--- |ok )' $$out || true; fi; \
 	rm -f $$out; exit $$status
 
 ## lint: gofmt and go vet

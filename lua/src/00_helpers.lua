@@ -354,21 +354,25 @@ end
 -- else the invalid_capabilities tuple. Rules: non-empty, no comma, no byte
 -- <= 0x20 or 0x7F, at most 256 tokens and 4096 bytes in all.
 function H.validate_cap_tokens(list, side)
-  if #list > 256 then return H.err('invalid_capabilities', side .. ':too_many_tokens') end
+  -- FlowFabric's order and codes: each token first, then the count, then
+  -- the size of the comma-joined list.
   local total = 0
   for i = 1, #list do
     local tok = list[i]
-    if type(tok) ~= 'string' then return H.err('invalid_capabilities', side .. ':not_a_string') end
+    if type(tok) ~= 'string' then return H.err('invalid_capabilities', side .. ':non_string_token') end
     if tok == '' then return H.err('invalid_capabilities', side .. ':empty_token') end
     if string.find(tok, ',', 1, true) then
       return H.err('invalid_capabilities', side .. ':comma_in_token')
     end
     if string.find(tok, '[%z\1-\32\127]') then
-      return H.err('invalid_capabilities', side .. ':invalid_byte_in_token')
+      return H.err('invalid_capabilities', side .. ':control_or_whitespace')
     end
     total = total + #tok
   end
-  if total > 4096 then return H.err('invalid_capabilities', side .. ':too_many_bytes') end
+  if #list > 256 then return H.err('invalid_capabilities', side .. ':too_many_tokens') end
+  if #list > 0 and total + #list - 1 > 4096 then
+    return H.err('invalid_capabilities', side .. ':too_many_bytes')
+  end
   return nil
 end
 

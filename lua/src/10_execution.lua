@@ -17,11 +17,31 @@ local function ff_create_policy_caps(policy_json)
   local req = rr.required_capabilities
   if req == nil or req == cjson.null then return '' end
   if type(req) ~= 'table' then
-    return nil, H.err('invalid_policy_json', 'routing_requirements.required_capabilities:not_array')
+    return nil, H.err('invalid_capabilities', 'required:not_array')
   end
   local e = H.validate_cap_tokens(req, 'required')
   if e then return nil, e end
   return table.concat(H.sorted_unique(req), ',')
+end
+
+-- Tags of a create: nil for none, else a field map, or nil plus the
+-- invalid_input error for anything but an object of string, number or
+-- boolean values.
+local function ff_create_tags(tags_json)
+  if not H.is_set(tags_json) then return nil end
+  local ok, t = H.json_decode(tags_json)
+  if not ok or type(t) ~= 'table' or #t > 0 then
+    return nil, H.err('invalid_input', 'tags_json must be a JSON object')
+  end
+  local m = {}
+  for k, v in pairs(t) do
+    local kind = type(v)
+    if kind ~= 'string' and kind ~= 'number' and kind ~= 'boolean' then
+      return nil, H.err('invalid_input', 'tags_json value of ' .. tostring(k) .. ' must be a string')
+    end
+    m[tostring(k)] = tostring(v)
+  end
+  return m
 end
 
 -- ff_create_execution
@@ -38,24 +58,6 @@ redis.register_function('ff_create_execution', function(keys, args)
 
   local priority, e = H.require_number(args[5], 'priority')
   if e then return e end
-  local delay_until, dedup_ttl, deadline_at
-  delay_until, e = H.opt_number(args[9], 'delay_until')
-  if e then return e end
-  dedup_ttl, e = H.opt_number(args[10], 'dedup_ttl_ms')
-  if e then return e end
-  deadline_at, e = H.opt_number(args[12], 'execution_deadline_at')
-  if e then return e end
-  local caps
-  caps, e = ff_create_policy_caps(policy_json)
-  if e then return e end
-  local tags = nil
-  if H.is_set(tags_json) then
-    local ok, t = H.json_decode(tags_json)
-    if not ok or type(t) ~= 'table' then
-      return H.err('invalid_input', 'tags_json must be a JSON object')
-    end
-    tags = t
-  end
 
   -- Idempotency first, then the exec itself: both answer DUPLICATE.
   local use_idem = not H.is_noop_key(idem_key)
@@ -64,6 +66,24 @@ redis.register_function('ff_create_execution', function(keys, args)
     if existing then return H.duplicate(existing) end
   end
   if redis.call('EXISTS', core_key) == 1 then return H.duplicate(eid) end
+
+  local caps
+  caps, e = ff_create_policy_caps(policy_json)
+  if e then return e end
+  -- Refused before any write, after the checks FlowFabric runs first:
+  -- a delay or deadline that is not a number (FlowFabric fails half-way)
+  -- and tags that are not an object of scalars (FlowFabric stores nonsense
+  -- for a null or nested value).
+  local delay_until, deadline_at
+  delay_until, e = H.opt_number(args[9], 'delay_until')
+  if e then return e end
+  deadline_at, e = H.opt_number(args[12], 'execution_deadline_at')
+  if e then return e end
+  local tags
+  tags, e = ff_create_tags(tags_json)
+  if e then return e end
+  -- A dedup TTL that is not a number means no dedup, as in FlowFabric.
+  local dedup_ttl = tonumber(args[10]) or 0
 
   local now = H.now_ms()
   local ts = H.int(now)
@@ -94,22 +114,16 @@ redis.register_function('ff_create_execution', function(keys, args)
   if delayed then
     core.eligibility_state = 'not_eligible_until_time'
     core.blocking_reason = 'waiting_for_delay'
-    core.blocking_detail = 'delayed until ' .. H.int(delay_until)
+    core.blocking_detail = 'delayed until ' .. args[9]
     core.public_state = 'delayed'
-    core.delay_until = H.int(delay_until)
+    core.delay_until = args[9]
   end
   if caps ~= '' then core.required_capabilities = caps end
   H.hset(core_key, core)
 
   if H.is_set(payload) then redis.call('SET', payload_key, payload) end
   if H.is_set(policy_json) then redis.call('SET', policy_key, policy_json) end
-  if tags then
-    local m = {}
-    for k, v in pairs(tags) do
-      if v ~= cjson.null then m[tostring(k)] = H.scalar_string(v) end
-    end
-    H.hset(tags_key, m)
-  end
+  if tags then H.hset(tags_key, tags) end
 
   if delayed then
     redis.call('ZADD', sched_key, H.int(delay_until), eid)
@@ -123,7 +137,7 @@ redis.register_function('ff_create_execution', function(keys, args)
   end
   -- The idempotency key exists only with a positive TTL: never a key
   -- without expiry.
-  if use_idem and dedup_ttl ~= nil and dedup_ttl > 0 then
+  if use_idem and dedup_ttl > 0 then
     redis.call('SET', idem_key, eid, 'PX', H.int(dedup_ttl))
   end
   return H.ok(eid, core.public_state)
