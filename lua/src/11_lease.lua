@@ -295,7 +295,12 @@ end)
 -- KEYS: core, lease_current, lease_expiry, lease_history. ARGV: eid
 redis.register_function('ff_mark_lease_expired_if_due', function(keys, args)
   local core_key = keys[1]
-  local core = H.load_core(core_key) or {}
+  local core = H.load_core(core_key)
+  if not core then
+    -- The execution is gone: its index entry is stale.
+    redis.call('ZREM', keys[3], args[1])
+    return H.already('execution_not_found')
+  end
   local eid = core.execution_id or args[1]
   if core.lifecycle_phase ~= 'active' then
     -- A stale scanner entry: nothing holds a lease any more.
@@ -307,9 +312,8 @@ redis.register_function('ff_mark_lease_expired_if_due', function(keys, args)
   if core.ownership_state == 'unowned' then
     -- Active but unowned holds no lease: the index entry is stale.
     redis.call('ZREM', keys[3], eid)
-    return H.already('not_leased')
+    return H.already('unowned')
   end
-  if core.ownership_state ~= 'leased' then return H.already('not_leased') end
   local now = H.now_ms()
   local exp = tonumber(core.lease_expires_at)
   if exp == nil or exp > now then return H.already('not_yet_expired') end
