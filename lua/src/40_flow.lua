@@ -109,7 +109,7 @@ end
 -- any_of / quorum resolution. The dep is already marked and SREMed.
 -- unsatisfied_required_count is deliberately left alone under these
 -- policies; the group counters decide.
-function ffflow.resolve_group(keys, args, core, dep, variant, now)
+function ffflow.resolve_group(keys, args, core, dep, variant, now, gone)
   local edge_id, outcome, fid, eid = args[1], args[2], args[4], args[5]
   local success = outcome == 'success'
   local counter = 'failed'
@@ -130,7 +130,7 @@ function ffflow.resolve_group(keys, args, core, dep, variant, now)
     return {1, 'OK', 'already_fired', ''}
   end
 
-  if success and H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
+  if success and not gone and H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
     redis.call('COPY', keys[11], keys[10], 'REPLACE')
   end
 
@@ -156,9 +156,10 @@ function ffflow.resolve_group(keys, args, core, dep, variant, now)
       'cancel_siblings_pending_flag', 'true',
       'cancel_siblings_reason', reason,
       'cancel_siblings_pending_members', table.concat(ffflow.running_siblings(keys, fid, edge_id), '|'))
-    redis.call('SADD', keys[14], fid .. '|' .. eid)
+    redis.call('SADD', keys[14], fid .. '|' .. (eid or ''))
   end
 
+  if gone then return {1, 'OK', verdict, ''} end
   if verdict == 'satisfied' then
     ffflow.release_child(keys[1], core, eid, keys[5], keys[7], now)
     return {1, 'OK', 'satisfied', ''}
@@ -399,10 +400,11 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
   if dep.state == 'satisfied' or dep.state == 'impossible' then
     return {1, 'OK', 'already_resolved'}
   end
+  -- A vanished child does not stop the resolution: the edge and counters
+  -- are still recorded and the reply carries no child effect, as in
+  -- FlowFabric.
   local core = H.hgetall(keys[1])
-  if next(core) == nil then
-    return {0, 'execution_not_found'}
-  end
+  local gone = next(core) == nil
   if not H.is_set(eid) then eid = core.execution_id end
 
   local success = outcome == 'success'
@@ -413,7 +415,7 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
 
   local variant = redis.call('HGET', keys[12], 'policy_variant')
   if variant == 'any_of' or variant == 'quorum' then
-    return ffflow.resolve_group(keys, args, core, dep, variant, now)
+    return ffflow.resolve_group(keys, args, core, dep, variant, now, gone)
   end
 
   -- all_of (or no group hash at all): every edge must succeed.
@@ -430,6 +432,7 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
         redis.call('HSET', keys[12], 'group_state', 'satisfied')
       end
     end
+    if gone then return {1, 'OK', 'satisfied', ''} end
     -- Data passing: the child's input becomes the upstream's result.
     if H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
       redis.call('COPY', keys[11], keys[10], 'REPLACE')
@@ -449,6 +452,7 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
       redis.call('HSET', keys[12], 'group_state', 'impossible')
     end
   end
+  if gone then return {1, 'OK', 'impossible', ''} end
   if ffflow.not_terminal(core) then
     ffflow.skip_child(keys, core, eid, now)
     return {1, 'OK', 'impossible', 'child_skipped'}
