@@ -32,17 +32,19 @@ lua:
 	$(GO) run github.com/ffscan/ffscan/lua/cmd/genlua -o $(BIN)/flowfabric.lua
 	@echo "wrote $(BIN)/flowfabric.lua (load with: valkey-cli -x FUNCTION LOAD REPLACE < $(BIN)/flowfabric.lua)"
 
-## test: vet, every test with -race against real servers, then the compat replay
+## test: vet, every test with -race against real servers on the key-guarded library
+## (a function touching a key outside its KEYS fails), then the compat replays
 test:
 	@$(call each_module,vet ./...)
-	@$(call each_module,test -race -count=1 -skip '^TestCompatVectors$$' ./...)
+	@$(call each_module,vet -tags ffscan_keyguard ./...)
+	@$(call each_module,test -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' ./...)
 	@$(MAKE) --no-print-directory compat
 
-## compat: replay FlowFabric's golden vectors against our library
+## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
 compat:
 	@out=$$(mktemp); status=0; \
-	(cd lua && $(GO) test -race -count=1 -v -run '^TestCompatVectors$$' . ) >$$out 2>&1 || status=$$?; \
-	if [ $$status -ne 0 ]; then cat $$out; else grep -E '^(compat:|--- |ok )' $$out || true; fi; \
+	(cd lua && $(GO) test -race -count=1 -v -run '^TestCompat(Vectors|Fuzz)$$' . ) >$$out 2>&1 || status=$$?; \
+	if [ $$status -ne 0 ]; then cat $$out; else grep -E '^(compat( fuzz)?:|--- |ok )' $$out || true; fi; \
 	rm -f $$out; exit $$status
 
 ## lint: gofmt and go vet

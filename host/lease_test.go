@@ -50,7 +50,8 @@ func leaseFor(t *testing.T, c valkey.Client, part keys.Partition, ttl time.Durat
 		[]string{k.Core(), k.ClaimGrant(), pk.LaneEligible(lane), pk.LeaseExpiry(), pk.WorkerLeases("wi-1"),
 			k.Attempt(0), k.AttemptUsage(0), k.AttemptPolicy(0), k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(),
 			pk.LaneActive(lane), pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		id.String(), "worker-1", "wi-1", lane, "", keys.NewUUID().String(), strconv.FormatInt(ttl.Milliseconds(), 10), "", keys.NewUUID().String(), "", "", "")
+		id.String(), "worker-1", "wi-1", lane, "", keys.NewUUID().String(), strconv.FormatInt(ttl.Milliseconds(), 10),
+		strconv.FormatInt(ttl.Milliseconds()*2/3, 10), keys.NewUUID().String(), "", "", "")
 	return id
 }
 

@@ -47,12 +47,27 @@ var notImplRe = regexp.MustCompile(`^(\d+) not implemented$`)
 // not have yet are reported as not implemented (by name), never as passed;
 // any replayed vector that differs fails the test.
 func TestCompatVectors(t *testing.T) {
+	replayCompatSet(t, "vectors", "compat")
+}
+
+// TestCompatFuzz replays the scenarios differential testing against
+// FlowFabric's library found (recorded from FlowFabric, so they pin its
+// behaviour where the golden vectors are silent), with its own summary line.
+func TestCompatFuzz(t *testing.T) {
+	replayCompatSet(t, "fuzz", "compat fuzz")
+}
+
+// replayCompatSet replays one vector directory under the shared compat
+// directory against the key-guarded library and prints a summary line
+// starting with label.
+func replayCompatSet(t *testing.T, set, label string) {
+	t.Helper()
 	dir, err := compatDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "vectors")); err != nil {
-		t.Skipf("compat vectors not found at %s (no ../shared beside this clone); skipping the replay", dir)
+	if _, err := os.Stat(filepath.Join(dir, set)); err != nil {
+		t.Skipf("compat %s not found at %s (no ../shared beside this clone); skipping the replay", set, dir)
 	}
 
 	bin := filepath.Join(t.TempDir(), "compatcheck")
@@ -62,12 +77,15 @@ func TestCompatVectors(t *testing.T) {
 		t.Fatalf("build compatcheck: %v\n%s", err, out)
 	}
 
+	// Replayed against the key-guarded build: a function touching a key
+	// outside its KEYS (and the listed exceptions) fails its vector.
 	srv := testenv.New(t)
-	if _, err := New(srv.Client(t), Options{}).Ensure(context.Background()); err != nil {
-		t.Fatal(err)
+	c := srv.Client(t)
+	if err := c.Do(context.Background(), c.B().FunctionLoad().Replace().FunctionCode(guardedLibrary()).Build()).Error(); err != nil {
+		t.Fatalf("load the key-guarded library: %v", err)
 	}
 
-	args := []string{"-addr", srv.Addr, "-vectors", filepath.Join(dir, "vectors"), "-missing", "skip", "-max-diff", "40"}
+	args := []string{"-addr", srv.Addr, "-vectors", filepath.Join(dir, set), "-missing", "skip", "-max-diff", "40"}
 	if skip := os.Getenv("FFSCAN_COMPAT_SKIP"); skip != "" {
 		args = append(args, "-skip", skip)
 	}
@@ -99,15 +117,15 @@ func TestCompatVectors(t *testing.T) {
 		t.Fatalf("compatcheck printed no summary (exit %v)\nstdout:\n%s\nstderr:\n%s", runErr, stdout.String(), stderr.String())
 	}
 	for _, n := range notImplNames {
-		fmt.Printf("compat: not yet implemented: %s\n", n)
+		fmt.Printf("%s: not yet implemented: %s\n", label, n)
 	}
 	for _, n := range failNames {
-		fmt.Printf("compat: FAILED: %s\n", n)
+		fmt.Printf("%s: FAILED: %s\n", label, n)
 	}
-	summary := fmt.Sprintf("compat: %d passed, %d failed, %d not implemented", passed, failed, notImpl)
+	summary := fmt.Sprintf("%s: %d passed, %d failed, %d not implemented", label, passed, failed, notImpl)
 	fmt.Println(summary)
 	t.Log(summary)
 	if failed > 0 || (runErr != nil && failed == 0) {
-		t.Fatalf("compat replay failed (exit %v):\n%s\n%s", runErr, stdout.String(), stderr.String())
+		t.Fatalf("%s replay failed (exit %v):\n%s\n%s", label, runErr, stdout.String(), stderr.String())
 	}
 }

@@ -79,6 +79,11 @@ func assemble() {
 	sum := sha256.Sum256([]byte(body.String()))
 	version = release + "." + hex.EncodeToString(sum[:])[:12]
 
+	if keyGuardBuild {
+		// A different build: never mistaken for the plain one by the loader.
+		version += "-keyguard"
+	}
+
 	var out strings.Builder
 	fmt.Fprintf(&out, "#!lua name=%s\n", LibraryName)
 	fmt.Fprintf(&out, "-- ffscan build of the %s library, FlowFabric contract level %s.\n", LibraryName, ContractVersion)
@@ -86,4 +91,7 @@ func assemble() {
 	out.WriteString("-- generated: our build version, compared by the ffscan loader\n")
 	fmt.Fprintf(&out, "redis.register_function('ffscan_version', function(keys, args)\n  return '%s'\nend)\n", version)
 	assembled = out.String()
+	if keyGuardBuild {
+		assembled = withKeyGuard(assembled)
+	}
 }

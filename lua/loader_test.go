@@ -28,7 +28,8 @@ func TestSourceShape(t *testing.T) {
 	assert.True(t, strings.HasPrefix(src, "#!lua name=flowfabric\n"))
 	assert.Equal(t, 1, strings.Count(src, "#!lua"), "exactly one shebang")
 	assert.Contains(t, src, "'"+Version()+"'")
-	assert.Regexp(t, `^1\.[0-9a-f]{12}$`, Version())
+	assert.Regexp(t, `^1\.[0-9a-f]{12}(-keyguard)?$`, Version())
+	assert.Equal(t, KeyGuarded(), strings.HasSuffix(Version(), "-keyguard"), "the guarded build carries its own version")
 }
 
 func TestEnsureOnEmptyServerLoads(t *testing.T) {

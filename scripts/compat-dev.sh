@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Developer loop for the Lua library: start a throwaway server, load the
 # assembled library, replay the FlowFabric golden vectors, stop the server.
-# Usage: scripts/compat-dev.sh [compatcheck flags, e.g. -run claim_ -max-diff 0]
+# Usage: [COMPAT_SET=fuzz] scripts/compat-dev.sh [compatcheck flags, e.g. -run claim_ -max-diff 0]
+# COMPAT_SET picks the vector directory under compat/ (default: vectors).
 # make test runs the same replay as a Go test (lua/compat_test.go).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,4 +21,4 @@ for _ in $(seq 50); do "$cli" -p "$port" ping >/dev/null 2>&1 && break; sleep 0.
 "$cli" -p "$port" -x FUNCTION LOAD REPLACE <"$work/flowfabric.lua" >"$work/load.out" 2>&1
 if ! grep -qx flowfabric "$work/load.out"; then echo "compat-dev: FUNCTION LOAD failed:"; cat "$work/load.out"; exit 1; fi
 (cd "$shared/compat/compatcheck" && go build -o "$work/compatcheck" .)
-"$work/compatcheck" -addr "127.0.0.1:$port" -vectors "$shared/compat/vectors" -missing skip "$@"
+"$work/compatcheck" -addr "127.0.0.1:$port" -vectors "$shared/compat/${COMPAT_SET:-vectors}" -missing skip "$@"

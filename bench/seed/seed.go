@@ -198,7 +198,8 @@ func (s *Seeder) claimCall(id keys.ExecutionID, ttl time.Duration) lua.Call {
 			pk.WorkerLeases(DefaultInstance), k.Attempt(0), k.AttemptUsage(0), k.AttemptPolicy(0), k.Attempts(),
 			k.LeaseCurrent(), k.LeaseHistory(), pk.LaneActive(s.Lane), pk.AttemptTimeout(), pk.ExecutionDeadline()},
 		Args: []string{id.String(), DefaultWorkerID, DefaultInstance, s.Lane, "", keys.NewUUID().String(),
-			strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), "", keys.NewUUID().String(), "", "", ""},
+			strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), strconv.FormatInt(max(ttl.Milliseconds(), 1)*2/3, 10),
+			keys.NewUUID().String(), "", "", ""},
 	}
 }
 

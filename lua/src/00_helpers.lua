@@ -271,6 +271,8 @@ end
 -- marking (ownership lease_expired_reclaimable, attempt_interrupted,
 -- "expired" event, stream meta closed if open). Index entries are kept.
 function H.mark_lease_expired(core_key, core, history_key, now)
+  -- Idempotent: an execution already marked keeps its first marking.
+  if core.ownership_state == 'lease_expired_reclaimable' then return end
   local ts = H.int(now)
   redis.call('HSET', core_key,
     'ownership_state', 'lease_expired_reclaimable',
@@ -296,14 +298,16 @@ end
 
 -- H.check_lease_fence(core_key, core, history_key, lease_id, epoch,
 -- attempt_id, source, now) -> nil when a worker may act on the active
--- lease, else the error tuple. An all-empty fence passes only for source
--- operator_override. A due lease is marked expired first (committed).
+-- lease, else the error tuple. Order: a partial triple, a missing one
+-- (passes only for source operator_override), then lifecycle, revocation,
+-- expiry and identity. A due lease is marked expired first (committed).
 function H.check_lease_fence(core_key, core, history_key, lease_id, epoch, attempt_id, source, now)
-  if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
+  -- FlowFabric checks the shape of the fence before the lifecycle.
   local given = (H.is_set(lease_id) and 1 or 0) + (H.is_set(epoch) and 1 or 0)
     + (H.is_set(attempt_id) and 1 or 0)
-  if given == 0 and source ~= 'operator_override' then return H.err('fence_required') end
   if given ~= 0 and given ~= 3 then return H.err('partial_fence_triple') end
+  if given == 0 and source ~= 'operator_override' then return H.err('fence_required') end
+  if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
   if core.ownership_state == 'lease_revoked' then return H.err('lease_revoked') end
   if core.ownership_state == 'lease_expired_reclaimable' then return H.err('lease_expired') end
   local exp = tonumber(core.lease_expires_at)
@@ -350,21 +354,25 @@ end
 -- else the invalid_capabilities tuple. Rules: non-empty, no comma, no byte
 -- <= 0x20 or 0x7F, at most 256 tokens and 4096 bytes in all.
 function H.validate_cap_tokens(list, side)
-  if #list > 256 then return H.err('invalid_capabilities', side .. ':too_many_tokens') end
+  -- FlowFabric's order and codes: each token first, then the count, then
+  -- the size of the comma-joined list.
   local total = 0
   for i = 1, #list do
     local tok = list[i]
-    if type(tok) ~= 'string' then return H.err('invalid_capabilities', side .. ':not_a_string') end
+    if type(tok) ~= 'string' then return H.err('invalid_capabilities', side .. ':non_string_token') end
     if tok == '' then return H.err('invalid_capabilities', side .. ':empty_token') end
     if string.find(tok, ',', 1, true) then
       return H.err('invalid_capabilities', side .. ':comma_in_token')
     end
     if string.find(tok, '[%z\1-\32\127]') then
-      return H.err('invalid_capabilities', side .. ':invalid_byte_in_token')
+      return H.err('invalid_capabilities', side .. ':control_or_whitespace')
     end
     total = total + #tok
   end
-  if total > 4096 then return H.err('invalid_capabilities', side .. ':too_many_bytes') end
+  if #list > 256 then return H.err('invalid_capabilities', side .. ':too_many_tokens') end
+  if #list > 0 and total + #list - 1 > 4096 then
+    return H.err('invalid_capabilities', side .. ':too_many_bytes')
+  end
   return nil
 end
 
@@ -442,6 +450,12 @@ function H.terminal_fields(outcome, public_state, now)
   }
 end
 
+-- The lane index suffixes a runnable execution may sit in.
+H.RUNNABLE_SET_SUFFIXES = {
+  'eligible', 'delayed', 'blocked:dependencies', 'blocked:budget',
+  'blocked:quota', 'blocked:route', 'blocked:operator',
+}
+
 -- H.runnable_set_key(tag, core) -> the lane index a runnable execution sits
 -- in for its eligibility_state, or nil when there is none.
 function H.runnable_set_key(tag, core)
@@ -469,4 +483,18 @@ function H.flatten_policy(json)
     if val ~= cjson.null then m[tostring(k)] = H.scalar_string(val) end
   end
   return m
+end
+
+-- H.attempt_policy_fields(json) -> field map, or nil plus an
+-- invalid_policy_json error tuple. FlowFabric's callers only ever send a
+-- JSON object (or nothing); anything else is refused before any write
+-- rather than stored as nonsense.
+function H.attempt_policy_fields(json)
+  if not H.is_set(json) then return {} end
+  local ok, v = H.json_decode(json)
+  if not ok then return nil, H.err('invalid_policy_json', 'malformed') end
+  if type(v) ~= 'table' or #v > 0 then
+    return nil, H.err('invalid_policy_json', 'not_object')
+  end
+  return H.flatten_policy(json)
 end

@@ -17,11 +17,31 @@ local function ff_create_policy_caps(policy_json)
   local req = rr.required_capabilities
   if req == nil or req == cjson.null then return '' end
   if type(req) ~= 'table' then
-    return nil, H.err('invalid_policy_json', 'routing_requirements.required_capabilities:not_array')
+    return nil, H.err('invalid_capabilities', 'required:not_array')
   end
   local e = H.validate_cap_tokens(req, 'required')
   if e then return nil, e end
   return table.concat(H.sorted_unique(req), ',')
+end
+
+-- Tags of a create: nil for none, else a field map, or nil plus the
+-- invalid_input error for anything but an object of string, number or
+-- boolean values.
+local function ff_create_tags(tags_json)
+  if not H.is_set(tags_json) then return nil end
+  local ok, t = H.json_decode(tags_json)
+  if not ok or type(t) ~= 'table' or #t > 0 then
+    return nil, H.err('invalid_input', 'tags_json must be a JSON object')
+  end
+  local m = {}
+  for k, v in pairs(t) do
+    local kind = type(v)
+    if kind ~= 'string' and kind ~= 'number' and kind ~= 'boolean' then
+      return nil, H.err('invalid_input', 'tags_json value of ' .. tostring(k) .. ' must be a string')
+    end
+    m[tostring(k)] = tostring(v)
+  end
+  return m
 end
 
 -- ff_create_execution
@@ -38,24 +58,6 @@ redis.register_function('ff_create_execution', function(keys, args)
 
   local priority, e = H.require_number(args[5], 'priority')
   if e then return e end
-  local delay_until, dedup_ttl, deadline_at
-  delay_until, e = H.opt_number(args[9], 'delay_until')
-  if e then return e end
-  dedup_ttl, e = H.opt_number(args[10], 'dedup_ttl_ms')
-  if e then return e end
-  deadline_at, e = H.opt_number(args[12], 'execution_deadline_at')
-  if e then return e end
-  local caps
-  caps, e = ff_create_policy_caps(policy_json)
-  if e then return e end
-  local tags = nil
-  if H.is_set(tags_json) then
-    local ok, t = H.json_decode(tags_json)
-    if not ok or type(t) ~= 'table' then
-      return H.err('invalid_input', 'tags_json must be a JSON object')
-    end
-    tags = t
-  end
 
   -- Idempotency first, then the exec itself: both answer DUPLICATE.
   local use_idem = not H.is_noop_key(idem_key)
@@ -64,6 +66,24 @@ redis.register_function('ff_create_execution', function(keys, args)
     if existing then return H.duplicate(existing) end
   end
   if redis.call('EXISTS', core_key) == 1 then return H.duplicate(eid) end
+
+  local caps
+  caps, e = ff_create_policy_caps(policy_json)
+  if e then return e end
+  -- Refused before any write, after the checks FlowFabric runs first:
+  -- a delay or deadline that is not a number (FlowFabric fails half-way)
+  -- and tags that are not an object of scalars (FlowFabric stores nonsense
+  -- for a null or nested value).
+  local delay_until, deadline_at
+  delay_until, e = H.opt_number(args[9], 'delay_until')
+  if e then return e end
+  deadline_at, e = H.opt_number(args[12], 'execution_deadline_at')
+  if e then return e end
+  local tags
+  tags, e = ff_create_tags(tags_json)
+  if e then return e end
+  -- A dedup TTL that is not a number means no dedup, as in FlowFabric.
+  local dedup_ttl = tonumber(args[10]) or 0
 
   local now = H.now_ms()
   local ts = H.int(now)
@@ -94,22 +114,16 @@ redis.register_function('ff_create_execution', function(keys, args)
   if delayed then
     core.eligibility_state = 'not_eligible_until_time'
     core.blocking_reason = 'waiting_for_delay'
-    core.blocking_detail = 'delayed until ' .. H.int(delay_until)
+    core.blocking_detail = 'delayed until ' .. args[9]
     core.public_state = 'delayed'
-    core.delay_until = H.int(delay_until)
+    core.delay_until = args[9]
   end
   if caps ~= '' then core.required_capabilities = caps end
   H.hset(core_key, core)
 
   if H.is_set(payload) then redis.call('SET', payload_key, payload) end
   if H.is_set(policy_json) then redis.call('SET', policy_key, policy_json) end
-  if tags then
-    local m = {}
-    for k, v in pairs(tags) do
-      if v ~= cjson.null then m[tostring(k)] = H.scalar_string(v) end
-    end
-    H.hset(tags_key, m)
-  end
+  if tags then H.hset(tags_key, tags) end
 
   if delayed then
     redis.call('ZADD', sched_key, H.int(delay_until), eid)
@@ -117,15 +131,14 @@ redis.register_function('ff_create_execution', function(keys, args)
     redis.call('ZADD', sched_key, H.eligible_score(prio, now), eid)
   end
   redis.call('SADD', all_key, eid)
-  if deadline_at ~= nil and deadline_at > 0 then
+  -- Any given deadline is indexed, zero and negative ones included (due now).
+  if deadline_at ~= nil then
     redis.call('ZADD', deadline_key, H.int(deadline_at), eid)
   end
-  if use_idem then
-    if dedup_ttl ~= nil and dedup_ttl > 0 then
-      redis.call('SET', idem_key, eid, 'PX', H.int(dedup_ttl))
-    else
-      redis.call('SET', idem_key, eid)
-    end
+  -- The idempotency key exists only with a positive TTL: never a key
+  -- without expiry.
+  if use_idem and dedup_ttl > 0 then
+    redis.call('SET', idem_key, eid, 'PX', H.int(dedup_ttl))
   end
   return H.ok(eid, core.public_state)
 end)
@@ -144,13 +157,10 @@ redis.register_function('ff_complete_execution', function(keys, args)
   if e then return e end
 
   local eid = core.execution_id
-  local tag = H.tag_of(core_key)
-  local idx = core.current_attempt_index
-  if H.is_set(idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, idx),
-      'attempt_state', 'ended_success', 'ended_at', H.int(now))
-    H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_success', now)
-  end
+  -- The attempt and stream are the caller's KEYS, never rebuilt from
+  -- current_attempt_index (FlowFabric writes the declared keys as given).
+  redis.call('HSET', keys[2], 'attempt_state', 'ended_success', 'ended_at', H.int(now))
+  H.close_stream_meta(keys[9], 'attempt_success', now)
   if H.is_set(args[5]) then redis.call('SET', keys[10], args[5]) end
 
   H.release_lease({core = core_key, lease_current = keys[6], lease_history = keys[7],
@@ -199,14 +209,12 @@ redis.register_function('ff_fail_execution', function(keys, args)
 
   local reason, category = args[5] or '', args[6] or ''
   local eid = core.execution_id
-  local tag = H.tag_of(core_key)
   local idx = core.current_attempt_index
-  if H.is_set(idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, idx),
-      'attempt_state', 'ended_failure', 'ended_at', H.int(now),
-      'failure_reason', reason, 'failure_category', category)
-    H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_failure', now)
-  end
+  -- The attempt and stream are the caller's KEYS (see complete).
+  redis.call('HSET', keys[2],
+    'attempt_state', 'ended_failure', 'ended_at', H.int(now),
+    'failure_reason', reason, 'failure_category', category)
+  H.close_stream_meta(keys[10], 'attempt_failure', now)
 
   -- A malformed or absent retry policy means no retries.
   local policy = H.json_object(args[7]) or {}
@@ -316,18 +324,18 @@ redis.register_function('ff_cancel_execution', function(keys, args)
   local tag = H.tag_of(core_key)
   local idx = core.current_attempt_index
 
+  -- The attempt and stream are the caller's KEYS[2] and KEYS[3].
   if (phase == 'active' or phase == 'suspended') and H.is_set(idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, idx),
+    redis.call('HSET', keys[2],
       'attempt_state', 'ended_cancelled', 'ended_at', ts,
       'failure_reason', 'cancelled: ' .. reason)
   end
   if phase == 'active' then
-    if H.is_set(idx) then
-      H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'attempt_cancelled', now)
-    end
+    H.close_stream_meta(keys[3], 'attempt_cancelled', now)
     H.release_lease({core = core_key, lease_current = keys[4], lease_history = keys[5]},
       core, 'cancelled', now)
   elseif phase == 'suspended' then
+    H.close_stream_meta(keys[3], 'attempt_cancelled', now)
     ff_close_suspension(tag, core, keys[8], 'cancelled', 'cancelled', now)
   end
 
@@ -366,7 +374,7 @@ redis.register_function('ff_expire_execution', function(keys, args)
   if not core then
     redis.call('ZREM', keys[10], eid_arg)
     redis.call('ZREM', keys[11], eid_arg)
-    return H.ok('not_found')
+    return H.ok('not_found_cleaned')
   end
   local eid = core.execution_id
   local phase = core.lifecycle_phase
@@ -382,12 +390,13 @@ redis.register_function('ff_expire_execution', function(keys, args)
   local idx = core.current_attempt_index
   local f = H.terminal_fields('expired', 'expired', now)
 
+  -- The attempt and stream are the caller's KEYS[2] and KEYS[3].
   if phase == 'active' then
     if H.is_set(idx) then
-      redis.call('HSET', H.attempt_key(tag, eid, idx),
+      redis.call('HSET', keys[2],
         'attempt_state', 'ended_failure', 'ended_at', ts, 'failure_reason', reason)
-      H.close_stream_meta(H.stream_meta_key(tag, eid, idx), 'expired', now)
     end
+    H.close_stream_meta(keys[3], 'expired', now)
     redis.call('DEL', keys[4])
     redis.call('ZREM', keys[6], eid)
     redis.call('SREM', keys[7], eid)
@@ -405,15 +414,27 @@ redis.register_function('ff_expire_execution', function(keys, args)
     f.lease_expires_at = ''
   elseif phase == 'suspended' then
     if H.is_set(idx) then
-      redis.call('HSET', H.attempt_key(tag, eid, idx),
+      redis.call('HSET', keys[2],
         'attempt_state', 'ended_failure', 'ended_at', ts, 'failure_reason', reason)
     end
+    H.close_stream_meta(keys[3], 'expired', now)
     ff_close_suspension(tag, core, keys[14], 'expired:' .. reason, nil, now)
     redis.call('ZREM', keys[12], eid)
     redis.call('ZREM', keys[13], eid)
-  else
+  elseif phase == 'runnable' then
+    -- The lane's runnable sets are not among the KEYS: derived from the
+    -- core's tag and lane as FlowFabric does (documented exception). A
+    -- state with no set of its own (a lane-state block) is removed from
+    -- every runnable set of the lane.
     local set_key = H.runnable_set_key(tag, core)
-    if set_key then redis.call('ZREM', set_key, eid) end
+    if set_key then
+      redis.call('ZREM', set_key, eid)
+    else
+      local lane = H.core_lane(core)
+      for _, suffix in ipairs(H.RUNNABLE_SET_SUFFIXES) do
+        redis.call('ZREM', H.lane_key(tag, lane, suffix), eid)
+      end
+    end
   end
 
   redis.call('ZREM', keys[10], eid)
@@ -432,15 +453,16 @@ end)
 -- cannot collide.
 redis.register_function('ff_set_execution_tags', function(keys, args)
   local n = #args
+  -- FlowFabric's order: argument shape, existence, then each key.
   if n == 0 or n % 2 ~= 0 then
-    return H.err('invalid_args', 'expected key/value pairs')
+    return H.err('invalid_input', 'tags must be non-empty even-length key/value pairs')
   end
+  if redis.call('EXISTS', keys[1]) == 0 then return H.err('execution_not_found') end
   for i = 1, n, 2 do
     if not string.find(args[i], '^[a-z][a-z0-9_]*%.[^.]') then
       return H.err('invalid_tag_key', args[i])
     end
   end
-  if redis.call('EXISTS', keys[1]) == 0 then return H.err('execution_not_found') end
   redis.call('HSET', keys[2], unpack(args))
   redis.call('HSET', keys[1], 'last_mutation_at', H.int(H.now_ms()))
   return H.ok(H.int(n / 2))

@@ -60,7 +60,9 @@ redis.register_function('ff_claim_execution', function(keys, args)
   local ttl, e = H.require_number(args[7], 'lease_ttl_ms')
   if e then return e end
   local renew_before, timeout_ms, deadline_at
-  renew_before, e = H.opt_number(args[8], 'renew_before_ms')
+  -- FlowFabric requires renew_before_ms to be a number even though the
+  -- claim only records it.
+  renew_before, e = H.require_number(args[8], 'renew_before_ms')
   if e then return e end
   timeout_ms, e = H.opt_number(args[11], 'attempt_timeout_ms')
   if e then return e end
@@ -69,11 +71,13 @@ redis.register_function('ff_claim_execution', function(keys, args)
 
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
-  if core.lifecycle_phase ~= 'runnable' or core.ownership_state ~= 'unowned'
-      or core.terminal_outcome ~= 'none' then
-    return H.err('execution_not_leaseable')
-  end
-  if core.eligibility_state ~= 'eligible_now' then return H.err('execution_not_eligible') end
+  -- FlowFabric's order and codes: an owned execution is a lease conflict,
+  -- any other non-claimable state (delayed, blocked, terminal) is not
+  -- leaseable.
+  if core.lifecycle_phase ~= 'runnable' then return H.err('execution_not_leaseable') end
+  if core.ownership_state ~= 'unowned' then return H.err('lease_conflict') end
+  if core.eligibility_state ~= 'eligible_now' then return H.err('execution_not_leaseable') end
+  if core.terminal_outcome ~= 'none' then return H.err('execution_not_leaseable') end
   if core.attempt_state == 'running_attempt' then return H.err('active_attempt_exists') end
   if core.attempt_state == 'attempt_interrupted' then
     return H.err('use_claim_resumed_execution')
@@ -81,8 +85,11 @@ redis.register_function('ff_claim_execution', function(keys, args)
   local now = H.now_ms()
   e = H.check_claim_grant(keys[2], worker_id, now, true)
   if e then return e end
-  -- Decoded before any write: malformed JSON raises with nothing committed.
-  local policy_fields = H.flatten_policy(args[10])
+  -- Checked before any write: a malformed or non-object policy is refused
+  -- with nothing written (FlowFabric's callers never send one).
+  local policy_fields
+  policy_fields, e = H.attempt_policy_fields(args[10])
+  if e then return e end
 
   local eid = core.execution_id
   local tag = H.tag_of(core_key)
@@ -143,10 +150,12 @@ redis.register_function('ff_claim_execution', function(keys, args)
   redis.call('ZADD', keys[4], expires, eid)
   redis.call('SADD', keys[5], eid)
   redis.call('ZADD', keys[12], expires, eid)
-  if timeout_ms ~= nil and timeout_ms > 0 then
+  -- Indexed whenever given and not the literal "0", as FlowFabric does
+  -- (a negative value is indexed, already due).
+  if timeout_ms ~= nil and args[11] ~= '0' then
     redis.call('ZADD', keys[13], H.int(now + timeout_ms), eid)
   end
-  if deadline_at ~= nil and deadline_at > 0 then
+  if deadline_at ~= nil and args[12] ~= '0' then
     redis.call('ZADD', keys[14], H.int(deadline_at), eid)
   end
   H.xadd_history(keys[11], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
@@ -166,9 +175,6 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
   local worker_id, wiid, lane, lease_id = args[2] or '', args[3] or '', args[4] or '', args[6] or ''
   local ttl, e = H.require_number(args[7], 'lease_ttl_ms')
   if e then return e end
-  local remaining
-  remaining, e = H.opt_number(args[8], 'remaining_attempt_timeout_ms')
-  if e then return e end
 
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
@@ -178,6 +184,14 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
   if core.attempt_state ~= 'attempt_interrupted' then return H.err('not_a_resumed_execution') end
   local now = H.now_ms()
   e = H.check_claim_grant(keys[2], worker_id, now, true)
+  if e then
+    -- FlowFabric drops an expired grant here (the plain claim keeps it).
+    if e[2] == 'claim_grant_expired' then redis.call('DEL', keys[2]) end
+    return e
+  end
+  -- Validated where FlowFabric first uses it, but before any write.
+  local remaining
+  remaining, e = H.opt_number(args[8], 'remaining_attempt_timeout_ms')
   if e then return e end
 
   local eid = core.execution_id
@@ -189,13 +203,12 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
   local expires = H.int(now + ttl)
   local renewal = H.int(now + math.floor(ttl * 2 / 3))
 
-  if H.is_set(idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, idx),
-      'attempt_state', 'started', 'resumed_at', ts,
-      'lease_id', lease_id, 'lease_epoch', epoch,
-      'worker_id', worker_id, 'worker_instance_id', wiid,
-      'suspended_at', '', 'suspension_id', '')
-  end
+  -- The resumed attempt is the caller's KEYS[6].
+  redis.call('HSET', keys[6],
+    'attempt_state', 'started', 'resumed_at', ts,
+    'lease_id', lease_id, 'lease_epoch', epoch,
+    'worker_id', worker_id, 'worker_instance_id', wiid,
+    'suspended_at', '', 'suspension_id', '')
   redis.call('DEL', keys[7])
   redis.call('HSET', keys[7],
     'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
@@ -211,6 +224,7 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
     current_lane = lane,
     lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
     lease_renewal_deadline = renewal,
+    lease_expired_at = '', lease_revoked_at = '', lease_revoke_reason = '',
     last_transition_at = ts, last_mutation_at = ts,
   })
 
@@ -230,21 +244,38 @@ end)
 
 -- ff_renew_lease
 -- KEYS: core, lease_current, lease_history, lease_expiry
--- ARGV: eid, attempt_index, attempt_id, lease_id, epoch, ttl_ms, grace_ms
+-- ARGV: eid, attempt_index, attempt_id, lease_id, epoch, lease_ttl_ms,
+--       lease_history_grace_ms (both required numbers)
 redis.register_function('ff_renew_lease', function(keys, args)
   local core_key = keys[1]
-  local ttl, e = H.require_number(args[6], 'ttl_ms')
+  -- Both are required numbers, named as FlowFabric names them.
+  local ttl, e = H.require_number(args[6], 'lease_ttl_ms')
   if e then return e end
   local grace
-  grace, e = H.opt_number(args[7], 'grace_ms')
+  grace, e = H.require_number(args[7], 'lease_history_grace_ms')
   if e then return e end
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
   local now = H.now_ms()
-  -- Renewal always needs the full fence, so no override source is passed.
-  e = H.check_lease_fence(core_key, core, keys[3], args[4], args[5], args[3], '', now)
-  if e then return e end
-  if (args[2] or '') ~= (core.current_attempt_index or '') then return H.err('stale_lease') end
+  -- FlowFabric's renewal order: fence shape (no override), lifecycle,
+  -- revocation (by state or by a recorded revocation time), expiry, then
+  -- attempt index, attempt id, lease id and epoch.
+  local given = (H.is_set(args[3]) and 1 or 0) + (H.is_set(args[4]) and 1 or 0)
+    + (H.is_set(args[5]) and 1 or 0)
+  if given ~= 0 and given ~= 3 then return H.err('partial_fence_triple') end
+  if given == 0 then return H.err('fence_required') end
+  if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
+  if core.ownership_state == 'lease_revoked' or H.is_set(core.lease_revoked_at) then
+    return H.err('lease_revoked')
+  end
+  if (tonumber(core.lease_expires_at) or 0) <= now then
+    H.mark_lease_expired(core_key, core, keys[3], now)
+    return H.err('lease_expired')
+  end
+  if args[2] ~= (core.current_attempt_index or '') or args[3] ~= core.current_attempt_id
+      or args[4] ~= core.current_lease_id or args[5] ~= core.current_lease_epoch then
+    return H.err('stale_lease')
+  end
 
   local ts = H.int(now)
   local expires = now + ttl
@@ -254,7 +285,7 @@ redis.register_function('ff_renew_lease', function(keys, args)
     'lease_renewal_deadline', renewal, 'last_mutation_at', ts)
   redis.call('HSET', keys[2], 'expires_at', exp_s, 'last_renewed_at', ts,
     'renewal_deadline', renewal)
-  redis.call('PEXPIREAT', keys[2], H.int(expires + (grace or 0)))
+  redis.call('PEXPIREAT', keys[2], H.int(expires + grace))
   -- The lane active index deliberately keeps its claim-time score.
   redis.call('ZADD', keys[4], exp_s, core.execution_id)
   return H.ok(exp_s)
@@ -264,7 +295,12 @@ end)
 -- KEYS: core, lease_current, lease_expiry, lease_history. ARGV: eid
 redis.register_function('ff_mark_lease_expired_if_due', function(keys, args)
   local core_key = keys[1]
-  local core = H.load_core(core_key) or {}
+  local core = H.load_core(core_key)
+  if not core then
+    -- The execution is gone: its index entry is stale.
+    redis.call('ZREM', keys[3], args[1])
+    return H.already('execution_not_found')
+  end
   local eid = core.execution_id or args[1]
   if core.lifecycle_phase ~= 'active' then
     -- A stale scanner entry: nothing holds a lease any more.
@@ -276,9 +312,8 @@ redis.register_function('ff_mark_lease_expired_if_due', function(keys, args)
   if core.ownership_state == 'unowned' then
     -- Active but unowned holds no lease: the index entry is stale.
     redis.call('ZREM', keys[3], eid)
-    return H.already('not_leased')
+    return H.already('unowned')
   end
-  if core.ownership_state ~= 'leased' then return H.already('not_leased') end
   local now = H.now_ms()
   local exp = tonumber(core.lease_expires_at)
   if exp == nil or exp > now then return H.already('not_yet_expired') end
@@ -292,7 +327,8 @@ end)
 redis.register_function('ff_revoke_lease', function(keys, args)
   local core_key = keys[1]
   local expected, reason = args[2], args[3]
-  if not H.is_set(reason) then reason = 'operator' end
+  -- Only a missing reason defaults (FlowFabric stores an empty one as given).
+  if reason == nil then reason = 'operator' end
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
   if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
@@ -370,12 +406,10 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
   e = H.check_claim_grant(keys[2], worker_id, now, false)
   if e then return e end
 
-  -- Cap: policy max_reclaim_count, else the caller's default, else 100.
-  local policy_json = args[8]
-  if not H.is_set(policy_json) then
-    policy_json = redis.call('GET', H.sibling_key(core_key, 'policy')) or ''
-  end
-  local policy = H.json_object(policy_json) or {}
+  -- Cap: the execution's stored policy max_reclaim_count, else the
+  -- caller's default, else 100. Like FlowFabric, the policy key is the
+  -- core's sibling (a documented exception to declared-keys-only).
+  local policy = H.json_object(redis.call('GET', H.sibling_key(core_key, 'policy')) or '') or {}
   local cap = tonumber(policy.max_reclaim_count)
   if cap == nil then
     if H.is_set(args[9]) then
@@ -402,8 +436,13 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
     redis.call('ZREM', keys[12], eid)
     redis.call('ZREM', keys[13], eid)
     redis.call('ZREM', keys[14], eid)
-    local f = H.clear_lease_fields(H.terminal_fields('failed', 'failed', now))
-    f.attempt_state = H.terminal_attempt_state(core)
+    -- Only the owner fields are cleared: FlowFabric keeps the lease time
+    -- fields (acquired, expires, renewed, revoked) on this path.
+    local f = H.terminal_fields('failed', 'failed', now)
+    f.current_lease_id = ''
+    f.current_worker_id = ''
+    f.current_worker_instance_id = ''
+    f.attempt_state = 'attempt_terminal'
     f.failure_reason = 'max_reclaims_exceeded'
     H.hset(core_key, f)
     redis.call('ZADD', H.lane_key(tag, H.core_lane(core), 'terminal'), ts, eid)
@@ -412,26 +451,24 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
 
   local old_idx = core.current_attempt_index or ''
   local reclaim_reason = 'lease_' .. (core.ownership_state or '')
-  if H.is_set(old_idx) then
-    redis.call('HSET', H.attempt_key(tag, eid, old_idx),
-      'attempt_state', 'interrupted_reclaimed', 'ended_at', ts,
-      'failure_reason', reclaim_reason)
-    H.close_stream_meta(H.stream_meta_key(tag, eid, old_idx), 'reclaimed', now)
-  end
+  -- Old and new attempt, stream and usage are the caller's KEYS.
+  redis.call('HSET', keys[3],
+    'attempt_state', 'interrupted_reclaimed', 'ended_at', ts,
+    'failure_reason', reclaim_reason)
+  H.close_stream_meta(keys[4], 'reclaimed', now)
 
   local idx = H.int(tonumber(core.total_attempt_count) or 0)
   local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
   local expires = H.int(now + ttl)
   local renewal = H.int(now + math.floor(ttl * 2 / 3))
-  local attempt_key = H.attempt_key(tag, eid, idx)
-  H.hset(attempt_key, {
+  H.hset(keys[5], {
     attempt_id = attempt_id, execution_id = eid, attempt_index = idx,
     attempt_type = 'reclaim', attempt_state = 'started',
     created_at = ts, started_at = ts, lease_id = lease_id, lease_epoch = epoch,
     worker_id = worker_id, worker_instance_id = wiid,
     reclaim_reason = reclaim_reason, previous_attempt_index = old_idx,
   })
-  redis.call('HSET', attempt_key .. ':usage', 'last_usage_report_seq', '0')
+  redis.call('HSET', keys[6], 'last_usage_report_seq', '0')
   redis.call('ZADD', keys[7], ts, idx)
 
   redis.call('DEL', keys[8])

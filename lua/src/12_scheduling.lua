@@ -24,10 +24,19 @@ local FF_UNBLOCKABLE = {
 redis.register_function('ff_promote_delayed', function(keys, args)
   local now, e = H.require_number(args[2], 'now_ms')
   if e then return e end
-  local core = H.load_core(keys[1]) or {}
+  -- A stale scanner entry is dropped; the status says why (FlowFabric's
+  -- strings, which the delayed-promoter scanner counts).
+  local core = H.load_core(keys[1])
+  if not core then
+    redis.call('ZREM', keys[2], args[1])
+    return H.ok('not_found_cleaned')
+  end
   local eid = core.execution_id or args[1]
-  if core.lifecycle_phase ~= 'runnable' or core.eligibility_state ~= 'not_eligible_until_time' then
-    -- The scanner found an entry that no longer belongs in the delayed set.
+  if core.lifecycle_phase ~= 'runnable' then
+    redis.call('ZREM', keys[2], eid)
+    return H.ok('not_runnable_cleaned')
+  end
+  if core.eligibility_state ~= 'not_eligible_until_time' then
     redis.call('ZREM', keys[2], eid)
     return H.ok('not_delayed_cleaned')
   end
@@ -47,13 +56,17 @@ end)
 -- KEYS: core, eligible, target blocked set. ARGV: eid, reason, detail, now_ms
 redis.register_function('ff_block_execution_for_admission', function(keys, args)
   local reason, detail = args[2] or '', args[3] or ''
+  -- FlowFabric's order: existence, lifecycle (a terminal execution answers
+  -- execution_not_active with its details), then the reason; now_ms is
+  -- validated where it is first used.
+  local core = H.load_core(keys[1])
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase == 'terminal' then return H.not_active(core) end
+  if core.lifecycle_phase ~= 'runnable' then return H.err('execution_not_eligible') end
   local state = FF_ADMISSION_BLOCKS[reason]
   if not state then return H.err('invalid_blocking_reason') end
   local now, e = H.require_number(args[4], 'now_ms')
   if e then return e end
-  local core = H.load_core(keys[1])
-  if not core then return H.err('execution_not_found') end
-  if core.lifecycle_phase ~= 'runnable' then return H.err('execution_not_eligible') end
   local eid = core.execution_id
   local ts = H.int(now)
   -- Stored as rate_limited for every reason (FlowFabric's value, which
@@ -92,9 +105,10 @@ redis.register_function('ff_unblock_execution', function(keys, args)
 end)
 
 -- ff_change_priority
--- KEYS: core, eligible. ARGV: eid, priority
+-- KEYS: core, eligible. ARGV: eid, new_priority. Reply: OK, old, new.
 redis.register_function('ff_change_priority', function(keys, args)
-  local p, e = H.require_number(args[2], 'priority')
+  -- FlowFabric names the argument new_priority in its invalid_input detail.
+  local p, e = H.require_number(args[2], 'new_priority')
   if e then return e end
   local core = H.load_core(keys[1])
   if not core then return H.err('execution_not_found') end
@@ -102,7 +116,9 @@ redis.register_function('ff_change_priority', function(keys, args)
     return H.err('execution_not_eligible')
   end
   local prio = H.clamp_priority(p)
+  -- The reply carries the priority before and after, as FlowFabric's does.
+  local old = core.priority or ''
   redis.call('HSET', keys[1], 'priority', H.int(prio), 'last_mutation_at', H.int(H.now_ms()))
   redis.call('ZADD', keys[2], H.eligible_score(prio, core.created_at), core.execution_id)
-  return H.ok(H.int(prio))
+  return H.ok(old, H.int(prio))
 end)

@@ -9,23 +9,31 @@
 --       reset_interval_ms, now_ms, n, dim x n, hard x n, soft x n
 redis.register_function('ff_create_budget', function(keys, args)
   local bid = args[1]
-  local interval, bad = H.opt_number(args[7], 'reset_interval_ms')
-  if bad then return bad end
-  interval = interval or 0
-  local now, bad_now = H.require_number(args[8], 'now_ms')
-  if bad_now then return bad_now end
-  local n = tonumber(args[9])
-  if n == nil or n < 0 or #args < 9 + 3 * n then
-    return H.err('invalid_input', 'dimension count does not match the arguments')
-  end
-
   -- The partition index lists every budget homed here, and is kept even when
   -- the definition already exists (a lost SADD heals on the next create).
-  redis.call('SADD', keys[5], bid)
   if redis.call('EXISTS', keys[1]) == 1 then
+    redis.call('SADD', keys[5], bid)
     return {1, 'ALREADY_SATISFIED', bid}
   end
+  local n, bad_n = H.require_number(args[9], 'dim_count')
+  if bad_n then
+    -- FlowFabric has indexed the id by the time it answers this.
+    redis.call('SADD', keys[5], bid)
+    return bad_n
+  end
+  -- Refused before any write (FlowFabric would fail half-way through its
+  -- writes): a dimension count the arguments do not carry, and a reset
+  -- interval or now_ms that is not a number (an empty interval included).
+  if n < 0 or n ~= math.floor(n) or #args < 9 + 3 * n then
+    return H.err('invalid_input', 'dimension count does not match the arguments')
+  end
+  local interval, bad = H.require_number(args[7], 'reset_interval_ms')
+  if bad then return bad end
+  local now, bad_now = H.require_number(args[8], 'now_ms')
+  if bad_now then return bad_now end
 
+  redis.call('SADD', keys[5], bid)
+  -- Stored as given, as FlowFabric stores them.
   redis.call('HSET', keys[1],
     'budget_id', bid,
     'scope_type', args[2],
@@ -33,11 +41,11 @@ redis.register_function('ff_create_budget', function(keys, args)
     'enforcement_mode', args[4],
     'on_hard_limit', args[5],
     'on_soft_limit', args[6],
-    'reset_interval_ms', interval,
+    'reset_interval_ms', args[7],
     'breach_count', 0,
     'soft_breach_count', 0,
-    'created_at', now,
-    'last_updated_at', now)
+    'created_at', args[8],
+    'last_updated_at', args[8])
 
   for i = 1, n do
     local dim = args[9 + i]
@@ -47,7 +55,7 @@ redis.register_function('ff_create_budget', function(keys, args)
   end
 
   if interval > 0 then
-    local next_reset = now + interval
+    local next_reset = tostring(now + interval)
     redis.call('HSET', keys[1], 'next_reset_at', next_reset)
     redis.call('ZADD', keys[4], next_reset, bid)
   end
@@ -61,24 +69,29 @@ end)
 -- HARD_BREACH dim current limit. A hard breach is a success row that applies
 -- nothing but still counts the breach.
 redis.register_function('ff_report_usage_and_check', function(keys, args)
-  local n = tonumber(args[1])
-  if n == nil or n < 0 or #args < 3 + 2 * n then
+  local n, bad_n = H.require_number(args[1], 'dim_count')
+  if bad_n then return bad_n end
+  if n < 0 or n ~= math.floor(n) or #args < 2 + 2 * n then
     return H.err('invalid_input', 'dimension count does not match the arguments')
   end
-  local now, bad_now = H.require_number(args[2 + 2 * n], 'now_ms')
-  if bad_now then return bad_now end
+  local now_raw = args[2 + 2 * n]
   local dedup_key = args[3 + 2 * n] or ''
 
+  if dedup_key ~= '' and redis.call('EXISTS', dedup_key) == 1 then
+    return {1, 'ALREADY_APPLIED'}
+  end
+
+  -- Refused here, before any write (FlowFabric would fail mid-report);
+  -- now_ms is stored as given.
+  local _, bad_now = H.require_number(now_raw, 'now_ms')
+  if bad_now then return bad_now end
   local deltas = {}
   for i = 1, n do
     local d, bad = H.require_number(args[1 + n + i], 'delta')
     if bad then return bad end
     deltas[i] = d
   end
-
-  if dedup_key ~= '' and redis.call('EXISTS', dedup_key) == 1 then
-    return {1, 'ALREADY_APPLIED'}
-  end
+  local now = now_raw
 
   -- Hard limits first, for every dimension, so a breaching report leaves
   -- all dimensions untouched (all-or-nothing).
@@ -95,7 +108,8 @@ redis.register_function('ff_report_usage_and_check', function(keys, args)
           'last_breach_at', now,
           'last_breach_dim', dim,
           'last_updated_at', now)
-        return {1, 'HARD_BREACH', dim, cur_raw or '0', hard_raw}
+        -- FlowFabric echoes the usage as a number and the limit as stored.
+        return {1, 'HARD_BREACH', dim, tostring(cur), hard_raw}
       end
     end
   end
@@ -114,7 +128,8 @@ redis.register_function('ff_report_usage_and_check', function(keys, args)
     local soft = tonumber(soft_raw) or 0
     if soft > 0 and totals[i] > soft then
       redis.call('HINCRBY', keys[3], 'soft_breach_count', 1)
-      reply = {1, 'SOFT_BREACH', dim, H.int(totals[i]), soft_raw}
+      -- Both echoed as numbers (a stored 007 answers 7), as FlowFabric does.
+      reply = {1, 'SOFT_BREACH', dim, tostring(totals[i]), tostring(soft)}
       break
     end
   end
@@ -137,6 +152,7 @@ redis.register_function('ff_reset_budget', function(keys, args)
   local bid = args[1]
   local now, bad_now = H.require_number(args[2], 'now_ms')
   if bad_now then return bad_now end
+  local now_raw = args[2]
 
   local fields = redis.call('HKEYS', keys[2])
   if #fields > 0 then
@@ -150,19 +166,19 @@ redis.register_function('ff_reset_budget', function(keys, args)
 
   redis.call('HINCRBY', keys[1], 'reset_count', 1)
   redis.call('HSET', keys[1],
-    'last_reset_at', now,
-    'last_updated_at', now,
+    'last_reset_at', now_raw,
+    'last_updated_at', now_raw,
     'last_breach_at', '',
     'last_breach_dim', '')
 
   local interval = tonumber(redis.call('HGET', keys[1], 'reset_interval_ms')) or 0
-  local next_reset = 0
+  local next_reset = '0'
   if interval > 0 then
-    next_reset = now + interval
+    next_reset = tostring(now + interval)
     redis.call('HSET', keys[1], 'next_reset_at', next_reset)
     redis.call('ZADD', keys[3], next_reset, bid)
   else
     redis.call('ZREM', keys[3], bid)
   end
-  return {1, 'OK', H.int(next_reset)}
+  return {1, 'OK', next_reset}
 end)

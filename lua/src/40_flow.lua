@@ -65,6 +65,7 @@ function ffflow.skip_child(keys, core, eid, now)
   end
   redis.call('HSET', keys[1],
     'lifecycle_phase', 'terminal',
+    'ownership_state', 'unowned',
     'eligibility_state', 'not_applicable',
     'blocking_reason', 'none',
     'blocking_detail', '',
@@ -108,7 +109,7 @@ end
 -- any_of / quorum resolution. The dep is already marked and SREMed.
 -- unsatisfied_required_count is deliberately left alone under these
 -- policies; the group counters decide.
-function ffflow.resolve_group(keys, args, core, dep, variant, now)
+function ffflow.resolve_group(keys, args, core, dep, variant, now, gone)
   local edge_id, outcome, fid, eid = args[1], args[2], args[4], args[5]
   local success = outcome == 'success'
   local counter = 'failed'
@@ -129,7 +130,7 @@ function ffflow.resolve_group(keys, args, core, dep, variant, now)
     return {1, 'OK', 'already_fired', ''}
   end
 
-  if success and H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
+  if success and not gone and H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
     redis.call('COPY', keys[11], keys[10], 'REPLACE')
   end
 
@@ -155,9 +156,10 @@ function ffflow.resolve_group(keys, args, core, dep, variant, now)
       'cancel_siblings_pending_flag', 'true',
       'cancel_siblings_reason', reason,
       'cancel_siblings_pending_members', table.concat(ffflow.running_siblings(keys, fid, edge_id), '|'))
-    redis.call('SADD', keys[14], fid .. '|' .. eid)
+    redis.call('SADD', keys[14], fid .. '|' .. (eid or ''))
   end
 
+  if gone then return {1, 'OK', verdict, ''} end
   if verdict == 'satisfied' then
     ffflow.release_child(keys[1], core, eid, keys[5], keys[7], now)
     return {1, 'OK', 'satisfied', ''}
@@ -198,12 +200,11 @@ end)
 -- ARGV: fid, eid, now_ms (ignored: server time)
 redis.register_function('ff_add_execution_to_flow', function(keys, args)
   local fid, eid = args[1], args[2]
+  -- FlowFabric's order: the flow (missing, then terminal, even for a
+  -- member), the execution, then membership.
   local flow = H.hgetall(keys[1])
   if next(flow) == nil then
     return {0, 'flow_not_found'}
-  end
-  if redis.call('SISMEMBER', keys[2], eid) == 1 then
-    return {1, 'ALREADY_SATISFIED', eid, flow.node_count or '0'}
   end
   if ffflow.flow_is_terminal(flow.public_flow_state) then
     return {0, 'flow_already_terminal'}
@@ -211,17 +212,23 @@ redis.register_function('ff_add_execution_to_flow', function(keys, args)
   if redis.call('EXISTS', keys[4]) == 0 then
     return {0, 'execution_not_found'}
   end
+  -- A live flow is (re)listed in the index before anything else is written.
+  redis.call('SADD', keys[3], fid)
   local current = redis.call('HGET', keys[4], 'flow_id')
-  if H.is_set(current) then
-    if current == fid then
-      return {1, 'ALREADY_SATISFIED', eid, flow.node_count or '0'}
+  if redis.call('SISMEMBER', keys[2], eid) == 1 then
+    if H.is_set(current) and current ~= fid then
+      return {0, 'already_member_of_different_flow:' .. current}
     end
+    -- A member already: the back-pointer is (re)stamped, nothing counted.
+    redis.call('HSET', keys[4], 'flow_id', fid)
+    return {1, 'ALREADY_SATISFIED', eid, flow.node_count or '0'}
+  end
+  if H.is_set(current) and current ~= fid then
     -- The owning flow is part of the code string itself (a FlowFabric quirk).
     return {0, 'already_member_of_different_flow:' .. current}
   end
 
   local now = H.now_ms()
-  redis.call('SADD', keys[3], fid)
   redis.call('SADD', keys[2], eid)
   redis.call('HSET', keys[4], 'flow_id', fid)
   local nodes = redis.call('HINCRBY', keys[1], 'node_count', 1)
@@ -237,8 +244,6 @@ end)
 redis.register_function('ff_stage_dependency_edge', function(keys, args)
   local fid, edge_id, up, down = args[1], args[2], args[3], args[4]
   local kind, data_ref, expected = args[5], args[6] or '', args[7]
-  local now, bad_now = H.require_number(args[8], 'now_ms')
-  if bad_now then return bad_now end
   if up == down then
     return {0, 'self_referencing_edge'}
   end
@@ -250,16 +255,12 @@ redis.register_function('ff_stage_dependency_edge', function(keys, args)
     return {0, 'flow_already_terminal'}
   end
   -- Optimistic concurrency on the graph: an exact string match.
-  if flow.graph_revision ~= expected then
+  if (flow.graph_revision or '0') ~= expected then
     return {0, 'stale_graph_revision'}
   end
   if redis.call('SISMEMBER', keys[2], up) == 0 or redis.call('SISMEMBER', keys[2], down) == 0 then
     return {0, 'execution_not_in_flow'}
   end
-  if redis.call('EXISTS', keys[3]) == 1 then
-    return {0, 'dependency_already_exists'}
-  end
-
   -- The new edge closes a cycle iff the upstream is reachable from the
   -- downstream. Breadth-first over out-sets; past 1000 nodes we refuse
   -- rather than risk admitting a cycle.
@@ -282,8 +283,17 @@ redis.register_function('ff_stage_dependency_edge', function(keys, args)
       end
     end
   end
+  if redis.call('EXISTS', keys[3]) == 1 then
+    return {0, 'dependency_already_exists'}
+  end
+  -- Validated where FlowFabric first uses it (before any write); stored
+  -- as given.
+  local _, bad_now = H.require_number(args[8], 'now_ms')
+  if bad_now then return bad_now end
+  local now = args[8]
 
-  if not H.is_set(kind) then kind = 'success_only' end
+  -- Only a missing kind defaults (FlowFabric stores an empty one as given).
+  if kind == nil then kind = 'success_only' end
   redis.call('HSET', keys[3],
     'edge_id', edge_id,
     'flow_id', fid,
@@ -310,22 +320,25 @@ end)
 redis.register_function('ff_apply_dependency_to_child', function(keys, args)
   local fid, edge_id, up, rev = args[1], args[2], args[3], args[4]
   local kind, data_ref = args[5], args[6] or ''
-  local now, bad_now = H.require_number(args[7], 'now_ms')
-  if bad_now then return bad_now end
   local core = H.hgetall(keys[1])
   if next(core) == nil then
     return {0, 'execution_not_found'}
   end
   if H.is_set(core.flow_id) and core.flow_id ~= fid then
-    return {0, 'execution_not_in_flow'}
+    return {0, 'execution_already_in_flow'}
   end
   -- One application per edge: the dep hash is the marker.
   if redis.call('EXISTS', keys[4]) == 1 then
     return {1, 'OK', 'already_applied'}
   end
+  -- Validated before any write; stored as given.
+  local _, bad_now = H.require_number(args[7], 'now_ms')
+  if bad_now then return bad_now end
+  local now = args[7]
 
   local eid = core.execution_id
-  if not H.is_set(kind) then kind = 'success_only' end
+  -- Only a missing kind defaults (FlowFabric stores an empty one as given).
+  if kind == nil then kind = 'success_only' end
   redis.call('HSET', keys[4],
     'edge_id', edge_id,
     'flow_id', fid,
@@ -387,10 +400,11 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
   if dep.state == 'satisfied' or dep.state == 'impossible' then
     return {1, 'OK', 'already_resolved'}
   end
+  -- A vanished child does not stop the resolution: the edge and counters
+  -- are still recorded and the reply carries no child effect, as in
+  -- FlowFabric.
   local core = H.hgetall(keys[1])
-  if next(core) == nil then
-    return {0, 'execution_not_found'}
-  end
+  local gone = next(core) == nil
   if not H.is_set(eid) then eid = core.execution_id end
 
   local success = outcome == 'success'
@@ -401,7 +415,7 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
 
   local variant = redis.call('HGET', keys[12], 'policy_variant')
   if variant == 'any_of' or variant == 'quorum' then
-    return ffflow.resolve_group(keys, args, core, dep, variant, now)
+    return ffflow.resolve_group(keys, args, core, dep, variant, now, gone)
   end
 
   -- all_of (or no group hash at all): every edge must succeed.
@@ -411,17 +425,19 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
     local remaining = redis.call('HINCRBY', keys[2], 'unsatisfied_required_count', -1)
     redis.call('HSET', keys[2], 'last_dependency_update_at', now)
     if group_exists then
-      local succeeded = redis.call('HINCRBY', keys[12], 'succeeded', 1)
-      local n = tonumber(redis.call('HGET', keys[12], 'n')) or 0
-      if group_state == 'pending' and succeeded >= n then
+      redis.call('HINCRBY', keys[12], 'succeeded', 1)
+      -- FlowFabric's rule: the group is satisfied when the child's
+      -- unsatisfied count reaches 0.
+      if remaining == 0 then
         redis.call('HSET', keys[12], 'group_state', 'satisfied')
       end
     end
+    if gone then return {1, 'OK', 'satisfied', ''} end
     -- Data passing: the child's input becomes the upstream's result.
     if H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
       redis.call('COPY', keys[11], keys[10], 'REPLACE')
     end
-    if remaining <= 0 then
+    if remaining == 0 then
       ffflow.release_child(keys[1], core, eid, keys[5], keys[7], now)
     end
     return {1, 'OK', 'satisfied', ''}
@@ -436,6 +452,7 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
       redis.call('HSET', keys[12], 'group_state', 'impossible')
     end
   end
+  if gone then return {1, 'OK', 'impossible', ''} end
   if ffflow.not_terminal(core) then
     ffflow.skip_child(keys, core, eid, now)
     return {1, 'OK', 'impossible', 'child_skipped'}
@@ -477,29 +494,29 @@ end)
 -- The reconciler's repair for a child whose last dependency resolved but
 -- which was never released.
 redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
-  local now, bad_now = H.require_number(args[2], 'now_ms')
-  if bad_now then return bad_now end
   local core = H.hgetall(keys[1])
   if next(core) == nil then
     return {0, 'execution_not_found'}
   end
   local eid = args[1]
   if not H.is_set(eid) then eid = core.execution_id end
-  if not ffflow.not_terminal(core) then
-    return {0, 'terminal'}
-  end
+  -- FlowFabric's order: lifecycle, eligibility, then terminal outcome.
   if core.lifecycle_phase ~= 'runnable' then
     return {0, 'not_runnable'}
   end
   if core.eligibility_state ~= 'blocked_by_dependencies' then
     return {0, 'not_blocked_by_deps'}
   end
-  local unresolved = redis.call('SCARD', keys[5])
-  if unresolved > 0 then
-    local unsatisfied = redis.call('HGET', keys[4], 'unsatisfied_required_count')
-    if not H.is_set(unsatisfied) then unsatisfied = '0' end
-    return {0, 'deps_not_satisfied', unsatisfied, H.int(unresolved)}
+  if not ffflow.not_terminal(core) then
+    return {0, 'terminal'}
   end
+  local unsatisfied = tonumber(redis.call('HGET', keys[4], 'unsatisfied_required_count') or '0') or 0
+  local unresolved = redis.call('SCARD', keys[5])
+  if unsatisfied > 0 or unresolved > 0 then
+    return {0, 'deps_not_satisfied', H.int(unsatisfied), H.int(unresolved)}
+  end
+  local now, bad_now = H.require_number(args[2], 'now_ms')
+  if bad_now then return bad_now end
   if not ffflow.release_child(keys[1], core, eid, keys[3], keys[2], now) then
     -- Owned by a worker although runnable: leave it to the lease paths.
     return {0, 'not_runnable'}

@@ -149,7 +149,7 @@ func (w *Worker) parseIndexedID(s string) (keys.ExecutionID, bool) {
 func claimRetryable(err error) bool {
 	for _, s := range []error{
 		ErrExecutionNotFound, ErrExecutionNotEligible, ErrExecutionNotInEligibleSet,
-		ErrExecutionNotLeaseable, ErrGrantAlreadyExists, ErrInvalidClaimGrant, ErrClaimGrantExpired,
+		ErrExecutionNotLeaseable, ErrLeaseConflict, ErrGrantAlreadyExists, ErrInvalidClaimGrant, ErrClaimGrantExpired,
 		ErrActiveAttemptExists, ErrNotAResumedExecution, ErrUseClaimResumedExecution,
 		ErrExecutionNotReclaimable, ErrCapabilityMismatch, ErrMaxRetriesExhausted,
 	} {

@@ -19,6 +19,7 @@ const (
 	workerID       = "flowtest-worker"
 	workerInstance = "flowtest-instance"
 	leaseTTLms     = "60000"
+	renewBeforeMs  = "40000" // two thirds of leaseTTLms, as workers renew
 )
 
 // Lease is a claimed execution.
@@ -60,7 +61,7 @@ func Claim(ctx context.Context, lib *lua.Library, id keys.ExecutionID) (Lease, e
 			pk.WorkerLeases(workerInstance), ek.Attempt(i), ek.AttemptUsage(i), ek.AttemptPolicy(i),
 			ek.Attempts(), ek.LeaseCurrent(), ek.LeaseHistory(), pk.LaneActive(lane), pk.AttemptTimeout(),
 			pk.ExecutionDeadline()},
-		Args: []string{id.String(), workerID, workerInstance, lane, "", l.LeaseID, leaseTTLms, "",
+		Args: []string{id.String(), workerID, workerInstance, lane, "", l.LeaseID, leaseTTLms, renewBeforeMs,
 			l.AttemptID, "", "", ""},
 	})
 	f, err := fields(res)

@@ -247,7 +247,7 @@ func (w *Watchdog) promote(ctx context.Context, host scannerapi.Host, req *scann
 			res.AddError(scannerapi.ErrLua, fr.Code, 1)
 		case fr.Field(0) == "not_yet_due":
 			res.Skipped++
-		default: // promoted, not_delayed_cleaned
+		default: // promoted, or a stale entry dropped (not_found_cleaned, not_runnable_cleaned, not_delayed_cleaned)
 			res.Processed++
 			if len(res.Notes) < maxNotes {
 				res.Notes = append(res.Notes, fmt.Sprintf("%s %s", fr.Field(0), old[i].c.Member))

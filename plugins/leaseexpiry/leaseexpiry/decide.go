@@ -16,7 +16,7 @@ type outcomeKind int
 
 const (
 	outMarked   outcomeKind = iota // lease marked expired now
-	outStuck                       // nothing to do; the entry stays in the index with its score (already expired/revoked, not leased)
+	outStuck                       // nothing to do; the entry stays in the index with its score (already expired or revoked)
 	outCleaned                     // stale entry: the function removed it from the index
 	outNotDue                      // renewed since it was read; the entry moved
 	outLuaError                    // {0, code}
@@ -35,7 +35,8 @@ const (
 	detailNotActive      = "not_active"
 	detailAlreadyExpired = "already_expired"
 	detailAlreadyRevoked = "already_revoked"
-	detailNotLeased      = "not_leased"
+	detailUnowned        = "unowned"             // active but unowned: the function dropped the entry
+	detailNotFound       = "execution_not_found" // the execution is gone: the function dropped the entry
 	detailNotYetExpired  = "not_yet_expired"
 )
 
@@ -55,11 +56,11 @@ func classifyReply(r scannerapi.Reply) outcome {
 	switch detail {
 	case detailMarked:
 		return outcome{kind: outMarked, code: detail}
-	case detailNotActive:
+	case detailNotActive, detailUnowned, detailNotFound:
 		return outcome{kind: outCleaned, code: detail}
 	case detailNotYetExpired:
 		return outcome{kind: outNotDue, code: detail}
-	case detailAlreadyExpired, detailAlreadyRevoked, detailNotLeased:
+	case detailAlreadyExpired, detailAlreadyRevoked:
 		return outcome{kind: outStuck, code: detail}
 	}
 	// A success we do not know: the function re-validated and committed
@@ -106,8 +107,8 @@ func predict(r scannerapi.Reply, nowMs int64) outcome {
 		return outcome{kind: outStuck, code: detailAlreadyExpired}
 	case owner == "lease_revoked":
 		return outcome{kind: outStuck, code: detailAlreadyRevoked}
-	case owner != "leased":
-		return outcome{kind: outStuck, code: detailNotLeased}
+	case owner == "unowned":
+		return outcome{kind: outCleaned, code: detailUnowned}
 	}
 	e, err := strconv.ParseFloat(exp, 64)
 	if err != nil || e > float64(nowMs) {

@@ -46,7 +46,8 @@ func TestClassifyReply(t *testing.T) {
 		{"marked", arr(num(1), str("OK"), str("marked_expired")), outcome{kind: outMarked, code: "marked_expired"}},
 		{"already expired", arr(num(1), str("ALREADY_SATISFIED"), str("already_expired")), outcome{kind: outStuck, code: "already_expired"}},
 		{"already revoked", arr(num(1), str("ALREADY_SATISFIED"), str("already_revoked")), outcome{kind: outStuck, code: "already_revoked"}},
-		{"not leased", arr(num(1), str("ALREADY_SATISFIED"), str("not_leased")), outcome{kind: outStuck, code: "not_leased"}},
+		{"unowned", arr(num(1), str("ALREADY_SATISFIED"), str("unowned")), outcome{kind: outCleaned, code: "unowned"}},
+		{"gone", arr(num(1), str("ALREADY_SATISFIED"), str("execution_not_found")), outcome{kind: outCleaned, code: "execution_not_found"}},
 		{"stale", arr(num(1), str("ALREADY_SATISFIED"), str("not_active")), outcome{kind: outCleaned, code: "not_active"}},
 		{"renewed", arr(num(1), str("ALREADY_SATISFIED"), str("not_yet_expired")), outcome{kind: outNotDue, code: "not_yet_expired"}},
 		{"unknown success", arr(num(1), str("OK"), str("something_new")), outcome{kind: outNotDue, code: "unknown:something_new"}},
@@ -85,7 +86,7 @@ func TestPredictMirrorsTheFunction(t *testing.T) {
 		"no expiry":      {core("active", "leased", ""), outNotDue},
 		"expired":        {core("active", "lease_expired_reclaimable", "1"), outStuck},
 		"revoked":        {core("active", "lease_revoked", "1"), outStuck},
-		"unowned active": {core("active", "unowned", "1"), outStuck},
+		"unowned active": {core("active", "unowned", "1"), outCleaned}, // the function drops the stale entry
 		"terminal":       {core("terminal", "unowned", "1"), outCleaned},
 		"missing core":   {core("", "", ""), outCleaned},
 		"bad reply":      {str("x"), outFailed},

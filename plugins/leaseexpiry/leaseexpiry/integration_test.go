@@ -83,7 +83,8 @@ func (f *fixture) claim(id keys.ExecutionID, ttl time.Duration) lease {
 		[]string{k.Core(), k.ClaimGrant(), pk.LaneEligible(lane), pk.LeaseExpiry(), pk.WorkerLeases("wi-1"),
 			k.Attempt(0), k.AttemptUsage(0), k.AttemptPolicy(0), k.Attempts(), k.LeaseCurrent(), k.LeaseHistory(),
 			pk.LaneActive(lane), pk.AttemptTimeout(), pk.ExecutionDeadline()},
-		id.String(), "worker-1", "wi-1", lane, "", leaseID, strconv.FormatInt(ttl.Milliseconds(), 10), "", attemptID, "", "", "")
+		id.String(), "worker-1", "wi-1", lane, "", leaseID, strconv.FormatInt(ttl.Milliseconds(), 10),
+		strconv.FormatInt(ttl.Milliseconds()*2/3, 10), attemptID, "", "", "")
 	return lease{id: leaseID, epoch: r.Field(1), attemptID: attemptID}
 }
 
@@ -91,7 +92,7 @@ func (f *fixture) renew(id keys.ExecutionID, l lease, ttl time.Duration) {
 	f.t.Helper()
 	k := keys.Exec(id)
 	f.fcall("ff_renew_lease", []string{k.Core(), k.LeaseCurrent(), k.LeaseHistory(), keys.FlowPart(part).LeaseExpiry()},
-		id.String(), "0", l.attemptID, l.id, l.epoch, strconv.FormatInt(ttl.Milliseconds(), 10), "")
+		id.String(), "0", l.attemptID, l.id, l.epoch, strconv.FormatInt(ttl.Milliseconds(), 10), "0")
 }
 
 func (f *fixture) owner(id keys.ExecutionID) string {

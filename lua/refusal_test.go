@@ -1,0 +1,138 @@
+package lua
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+)
+
+// Inputs FlowFabric's own callers never send, on which FlowFabric stores
+// nonsense or fails half-way: ours refuses them with an error reply and
+// writes nothing (docs/compat.md, "Deliberate refusals").
+
+const (
+	rfEID   = "{fp:7}:e0000000-0000-4000-8000-00000000000a"
+	rfCore  = "ff:exec:{fp:7}:" + rfEID + ":core"
+	rfLane  = "default"
+	rfBID   = "b0000000-0000-4000-8000-00000000000b"
+	rfBudge = "ff:budget:{b:3}:" + rfBID
+)
+
+func rfExecKey(suffix string) string { return "ff:exec:{fp:7}:" + rfEID + ":" + suffix }
+func rfIdx(name string) string       { return "ff:idx:{fp:7}:" + name }
+
+// keyspace is every key with its DUMP, so any write (value, type, a new or
+// deleted key) shows as a difference.
+func keyspace(t *testing.T, c valkey.Client) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	names, err := c.Do(ctx, c.B().Keys().Pattern("*").Build()).AsStrSlice()
+	require.NoError(t, err)
+	out := make(map[string]string, len(names))
+	for _, k := range names {
+		d, err := c.Do(ctx, c.B().Dump().Key(k).Build()).ToString()
+		require.NoError(t, err)
+		out[k] = d
+	}
+	return out
+}
+
+func fcallArgs(c valkey.Client, fn string, keys []string, args ...string) valkey.ValkeyResult {
+	return c.Do(context.Background(), c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+}
+
+// replyOf returns a library reply row as strings.
+func replyOf(t *testing.T, r valkey.ValkeyResult) []string {
+	t.Helper()
+	vals, err := r.ToArray()
+	require.NoError(t, err)
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		if n, err := v.AsInt64(); err == nil {
+			out[i] = map[int64]string{0: "0", 1: "1"}[n]
+			continue
+		}
+		s, err := v.ToString()
+		require.NoError(t, err)
+		out[i] = s
+	}
+	return out
+}
+
+func refusalServer(t *testing.T) valkey.Client {
+	t.Helper()
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	loadRaw(t, c, guardedLibrary())
+	return c
+}
+
+func createExecution(t *testing.T, c valkey.Client, tagsJSON string) valkey.ValkeyResult {
+	t.Helper()
+	return fcallArgs(c, "ff_create_execution",
+		[]string{rfCore, rfExecKey("payload"), rfExecKey("policy"), rfExecKey("tags"),
+			rfIdx("lane:" + rfLane + ":eligible"), "ff:noop:{fp:7}", rfIdx("execution_deadline"), rfIdx("all_executions")},
+		rfEID, "ns", rfLane, "task", "0", "tester", "{}", "", "", "", tagsJSON, "", "7")
+}
+
+func TestRefusesNullTagValueWritingNothing(t *testing.T) {
+	c := refusalServer(t)
+	before := keyspace(t, c)
+	got := replyOf(t, createExecution(t, c, `{"app.owner":"alice","app.gone":null}`))
+	assert.Equal(t, []string{"0", "invalid_input", "tags_json value of app.gone must be a string"}, got)
+	assert.Equal(t, before, keyspace(t, c), "a refused create writes nothing")
+
+	// The same create with scalar tags goes through (numbers as FlowFabric
+	// stores them).
+	require.Equal(t, "1", replyOf(t, createExecution(t, c, `{"app.owner":"alice","app.tier":2}`))[0])
+	tags, err := c.Do(context.Background(), c.B().Hgetall().Key(rfExecKey("tags")).Build()).AsStrMap()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"app.owner": "alice", "app.tier": "2"}, tags)
+}
+
+func TestRefusesEmptyBudgetResetIntervalWritingNothing(t *testing.T) {
+	c := refusalServer(t)
+	keys := []string{rfBudge, rfBudge + ":limits", rfBudge + ":usage", "ff:idx:{b:3}:budget_resets", "ff:idx:{b:3}:budget_policies"}
+	create := func(interval string) []string {
+		return replyOf(t, fcallArgs(c, "ff_create_budget", keys,
+			rfBID, "lane", "default", "strict", "fail", "warn", interval, "1700000000000", "1", "tokens", "100", "80"))
+	}
+	before := keyspace(t, c)
+	assert.Equal(t, []string{"0", "invalid_input", "reset_interval_ms must be a number, got: "}, create(""))
+	assert.Equal(t, before, keyspace(t, c), "a refused create writes nothing")
+
+	assert.Equal(t, []string{"1", "OK", rfBID}, create("0"))
+}
+
+func TestRefusesNonObjectAttemptPolicyWritingNothing(t *testing.T) {
+	c := refusalServer(t)
+	require.Equal(t, "1", replyOf(t, createExecution(t, c, ""))[0])
+	grant := replyOf(t, fcallArgs(c, "ff_issue_claim_grant",
+		[]string{rfCore, rfExecKey("claim_grant"), rfIdx("lane:" + rfLane + ":eligible")},
+		rfEID, "worker-1", "worker-1-i1", rfLane, "", "60000", "", "", ""))
+	require.Equal(t, "1", grant[0], "grant: %v", grant)
+
+	claim := func(policy string) []string {
+		att := "ff:attempt:{fp:7}:" + rfEID + ":0"
+		return replyOf(t, fcallArgs(c, "ff_claim_execution",
+			[]string{rfCore, rfExecKey("claim_grant"), rfIdx("lane:" + rfLane + ":eligible"), rfIdx("lease_expiry"),
+				rfIdx("worker:worker-1-i1:leases"), att, att + ":usage", att + ":policy", rfExecKey("attempts"),
+				rfExecKey("lease:current"), rfExecKey("lease:history"), rfIdx("lane:" + rfLane + ":active"),
+				rfIdx("attempt_timeout"), rfIdx("execution_deadline")},
+			rfEID, "worker-1", "worker-1-i1", rfLane, "", "11111111-0000-4000-8000-000000000001", "30000", "20000",
+			"aaaaaaaa-0000-4000-8000-000000000001", policy, "", ""))
+	}
+	for _, policy := range []string{`[1,2]`, `5`, `"text"`, `{not json`} {
+		before := keyspace(t, c)
+		got := claim(policy)
+		require.Len(t, got, 3, policy)
+		assert.Equal(t, []string{"0", "invalid_policy_json"}, got[:2], policy)
+		assert.Equal(t, before, keyspace(t, c), "a refused claim writes nothing (%s)", policy)
+	}
+	// The grant survived the refusals: a well-formed claim goes through.
+	assert.Equal(t, "1", claim(`{"timeout_ms":45000}`)[0])
+}
