@@ -50,10 +50,6 @@ func (sweeper) ScanPartition(ctx context.Context, h scannerapi.Host, req *scanne
 	return res, nil
 }
 
-func (sweeper) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}
-
 // A linked run through the real host: the scheduler fetches the due
 // members, the callback service runs the declared ZREMs and refuses the
 // undeclared DEL, and the report says so.

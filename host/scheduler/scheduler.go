@@ -829,7 +829,12 @@ func (r *Runner) sampleBacklog(ctx context.Context, scanner scannerapi.Scanner, 
 		return nil, err
 	}
 	defer release(lease)
-	scanner = lease.Scanner
+	// Launched and linked scanners always answer; a bare scanner that
+	// measures nothing itself has no backlog to report between scans.
+	sampler, ok := lease.Scanner.(scannerapi.BacklogSampler)
+	if !ok {
+		return nil, nil
+	}
 	host := lease.Host
 	if host == nil {
 		host = r.host
@@ -837,10 +842,13 @@ func (r *Runner) sampleBacklog(ctx context.Context, scanner scannerapi.Scanner, 
 	cctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
 	defer cancel()
 	t0 := time.Now()
-	vals, err := scanner.SampleBacklog(cctx, host, ask)
+	vals, err := sampler.SampleBacklog(cctx, host, ask)
 	r.rec.RPC(r.cfg.Name, "sample_backlog", time.Since(t0))
 	if err != nil {
 		return nil, err
+	}
+	if vals == nil {
+		return nil, nil // not measured
 	}
 	if len(vals) != len(ask) {
 		return nil, fmt.Errorf("SampleBacklog returned %d values for %d partitions", len(vals), len(ask))

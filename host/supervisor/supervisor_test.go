@@ -24,9 +24,6 @@ func (nopScanner) Configure(context.Context, map[string]string) error { return n
 func (nopScanner) ScanPartition(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
 	return &scannerapi.ScanResult{}, nil
 }
-func (nopScanner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}
 
 // fakeInstance stands in for a plugin process (the real transport is
 // exercised in host's end-to-end tests).

@@ -105,9 +105,16 @@ type Scanner interface {
 	// (the host counts it and retries the partition next cycle); per-item
 	// failures belong in ScanResult.Errors.
 	ScanPartition(ctx context.Context, host Host, req *ScanRequest) (*ScanResult, error)
+}
+
+// BacklogSampler is implemented by scanners that measure their own
+// backlog. Most do not need to: the host counts a source's backlog itself
+// (BacklogDue, BacklogSize), and a scanner can report the depth it saw in
+// ScanResult.Backlog. A scanner whose sources declare BacklogPlugin and
+// that does not implement it reports no backlog between scans.
+type BacklogSampler interface {
 	// SampleBacklog returns the backlog depth of each given partition, in
-	// order, for scanners whose sources declare BacklogPlugin. Others may
-	// return nil, nil.
+	// order. A nil slice means "not measured".
 	SampleBacklog(ctx context.Context, host Host, partitions []keys.Partition) ([]int64, error)
 }
 

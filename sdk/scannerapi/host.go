@@ -71,8 +71,16 @@ func (h boundHost) Exec(ctx context.Context, cmds []Command) ([]Reply, error) {
 //
 // The host can then drive linked and launched scanners through the same
 // code path, and a benchmark or test compares like with like.
-func Linked(s Scanner, cb Callbacks) Scanner {
+func Linked(s Scanner, cb Callbacks) HostScanner {
 	return &linked{s: s, cb: cb, name: s.Info().Name}
+}
+
+// HostScanner is a scanner as the host drives it, whether launched
+// (Plugin.Scanners) or linked (Linked): it always answers SampleBacklog,
+// with nil ("not measured") when the scanner is not a BacklogSampler.
+type HostScanner interface {
+	Scanner
+	BacklogSampler
 }
 
 type linked struct {
@@ -125,11 +133,15 @@ func (l *linked) ScanPartition(ctx context.Context, host Host, req *ScanRequest)
 
 func (l *linked) SampleBacklog(ctx context.Context, host Host, partitions []keys.Partition) (out []int64, err error) {
 	defer recoverInto(l.name, "SampleBacklog", &err)
+	sampler, ok := l.s.(BacklogSampler)
+	if !ok {
+		return nil, nil // not measured, as a launched plugin answers
+	}
 	h, err := l.host(host)
 	if err != nil {
 		return nil, err
 	}
-	return l.s.SampleBacklog(l.ctx(ctx), h, partitions)
+	return sampler.SampleBacklog(l.ctx(ctx), h, partitions)
 }
 
 // recoverInto turns a panic of a scanner method into an error.

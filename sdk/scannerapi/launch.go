@@ -234,8 +234,8 @@ func baseEnv() []string {
 // SampleBacklog makes the plugin's commands go to LaunchConfig.Callbacks
 // under the scanner's name; passing a Host sends them to that Host for the
 // duration of the call.
-func (p *Plugin) Scanners() []Scanner {
-	out := make([]Scanner, len(p.scanners))
+func (p *Plugin) Scanners() []HostScanner {
+	out := make([]HostScanner, len(p.scanners))
 	for i, s := range p.scanners {
 		out[i] = s
 	}
@@ -243,7 +243,7 @@ func (p *Plugin) Scanners() []Scanner {
 }
 
 // Scanner returns the plugin's scanner with the given name.
-func (p *Plugin) Scanner(name string) (Scanner, bool) {
+func (p *Plugin) Scanner(name string) (HostScanner, bool) {
 	for _, s := range p.scanners {
 		if s.info.Name == name {
 			return s, true

@@ -104,7 +104,7 @@ func launch(t *testing.T, cb scannerapi.Callbacks) *scannerapi.Plugin {
 	return p
 }
 
-func scannerByName(t *testing.T, p *scannerapi.Plugin, name string) scannerapi.Scanner {
+func scannerByName(t *testing.T, p *scannerapi.Plugin, name string) scannerapi.HostScanner {
 	t.Helper()
 	s, ok := p.Scanner(name)
 	require.True(t, ok, "plugin serves %s", name)
@@ -176,6 +176,14 @@ func TestLaunchedScannerMatchesLinked(t *testing.T) {
 	b, err = scannerByName(t, p, "panicker").SampleBacklog(ctx, nil, parts)
 	require.NoError(t, err)
 	assert.Equal(t, []int64{}, b)
+	// A scanner that is not a BacklogSampler answers "not measured",
+	// launched or linked.
+	b, err = scannerByName(t, p, "spawner").SampleBacklog(ctx, nil, parts)
+	require.NoError(t, err)
+	assert.Nil(t, b)
+	b, err = scannerapi.Linked(testscanners.Spawner{}, cb).SampleBacklog(ctx, nil, parts)
+	require.NoError(t, err)
+	assert.Nil(t, b)
 }
 
 func TestExplicitHostOverridesCallbacks(t *testing.T) {

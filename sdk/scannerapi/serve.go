@@ -239,8 +239,12 @@ func (s *pluginServer) SampleBacklog(ctx context.Context, req *pb.SampleBacklogR
 	for i, p := range req.GetPartitions() {
 		parts[i] = partitionFromPB(p)
 	}
+	sampler, ok := sc.(BacklogSampler)
+	if !ok {
+		return &pb.SampleBacklogResponse{}, nil // not measured
+	}
 	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
-	depths, err := sc.SampleBacklog(WithLogger(ctx, log), host, parts)
+	depths, err := sampler.SampleBacklog(WithLogger(ctx, log), host, parts)
 	if err != nil {
 		return nil, err
 	}

@@ -260,9 +260,3 @@ func (w *Watchdog) promote(ctx context.Context, host scannerapi.Host, req *scann
 func age(nowMs int64, score float64) time.Duration {
 	return (time.Duration(nowMs-int64(score)) * time.Millisecond).Round(time.Second)
 }
-
-// SampleBacklog implements scannerapi.Scanner: the host measures this
-// scanner's backlog itself (due entries), so there is nothing to sample.
-func (w *Watchdog) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}

@@ -99,10 +99,6 @@ func (h *hostwork) ScanPartition(ctx context.Context, host scannerapi.Host, req 
 	return res, nil
 }
 
-func (h *hostwork) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}
-
 func apiVersion() int {
 	if mode == "api1" {
 		return 1

@@ -82,12 +82,6 @@ func (s *Reconciler) Configure(ctx context.Context, options map[string]string) e
 	return nil
 }
 
-// SampleBacklog implements scannerapi.Scanner: the host counts the set
-// (BacklogSize).
-func (s *Reconciler) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}
-
 // write is one pending write and how to account for its reply.
 type write struct {
 	cmd  scannerapi.Command

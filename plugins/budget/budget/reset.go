@@ -100,12 +100,6 @@ func (s *Reset) Configure(ctx context.Context, options map[string]string) error 
 	return nil
 }
 
-// SampleBacklog implements scannerapi.Scanner: the host counts due entries
-// itself (BacklogDue).
-func (s *Reset) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}
-
 // resetItem is one budget to reset.
 type resetItem struct {
 	id keys.BudgetID

@@ -239,12 +239,6 @@ func intOption(options map[string]string, name string, def, lo, hi int) (int, er
 	return n, nil
 }
 
-// SampleBacklog implements scannerapi.Scanner: the host measures the
-// backlog itself (ZCARD, BacklogSize).
-func (s *Scanner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}
-
 // flow is one backlog entry the scan works on.
 type flow struct {
 	member string // as stored in the backlog (ZREM and ack use it verbatim)

@@ -150,12 +150,6 @@ func (s *Scanner) Configure(ctx context.Context, options map[string]string) erro
 	return nil
 }
 
-// SampleBacklog implements scannerapi.Scanner: the host counts the blocked
-// sets itself (BacklogSize).
-func (s *Scanner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}
-
 // ScanPartition implements scannerapi.Scanner.
 func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
 	if req.Partition.Family != keys.FamilyFlow {

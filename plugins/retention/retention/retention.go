@@ -270,7 +270,7 @@ func durationOption(options map[string]string, name string, def time.Duration) (
 	return d, nil
 }
 
-// SampleBacklog implements scannerapi.Scanner: per partition, the terminal
+// SampleBacklog implements scannerapi.BacklogSampler: per partition, the terminal
 // entries older than now - default_retention over every lane (the lanes
 // the host passed in requests and those in ff:idx:lanes). Two Execs for
 // all partitions: TIME and the lanes, then the counts.

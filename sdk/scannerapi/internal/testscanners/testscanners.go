@@ -110,7 +110,7 @@ func (Sleeper) ScanPartition(ctx context.Context, _ scannerapi.Host, req *scanne
 	return nil, ctx.Err()
 }
 
-// SampleBacklog implements scannerapi.Scanner.
+// SampleBacklog implements scannerapi.BacklogSampler.
 func (Sleeper) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
 	return nil, nil
 }
@@ -129,14 +129,14 @@ func (Panicker) ScanPartition(context.Context, scannerapi.Host, *scannerapi.Scan
 	panic("boom")
 }
 
-// SampleBacklog implements scannerapi.Scanner.
+// SampleBacklog implements scannerapi.BacklogSampler.
 func (Panicker) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
 	return []int64{}, nil
 }
 
 // Spawner starts a long "sleep" child process (which stays in the
 // plugin's process group) and writes the child's pid to the path in the
-// first candidate's member.
+// first candidate's member. It is not a BacklogSampler.
 type Spawner struct{}
 
 // Info implements scannerapi.Scanner.
@@ -158,11 +158,6 @@ func (Spawner) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannera
 		}
 	}
 	return &scannerapi.ScanResult{Processed: 1}, nil
-}
-
-// SampleBacklog implements scannerapi.Scanner.
-func (Spawner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
 }
 
 // WithAPIVersion makes s declare contract version v, as a scanner built
