@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // FCall builds an FCALL of a library function:
@@ -13,6 +14,20 @@ func FCall(fn string, keys []string, args ...string) Command {
 	cmd = append(cmd, "FCALL", fn, strconv.Itoa(len(keys)))
 	cmd = append(cmd, keys...)
 	return append(cmd, args...)
+}
+
+// ParseFCall reads an FCALL or FCALL_RO command back into its function,
+// KEYS and ARGV. ok is false for any other command and for one whose key
+// count does not fit its arguments.
+func ParseFCall(c Command) (fn string, keys, args []string, ok bool) {
+	if len(c) < 3 || !(strings.EqualFold(c[0], "FCALL") || strings.EqualFold(c[0], "FCALL_RO")) {
+		return "", nil, nil, false
+	}
+	n, err := strconv.Atoi(c[2])
+	if err != nil || n < 0 || 3+n > len(c) {
+		return "", nil, nil, false
+	}
+	return c[1], c[3 : 3+n], c[3+n:], true
 }
 
 // ReplyError is a command that got no usable reply: Reply.Err was set.
@@ -197,6 +212,17 @@ func (r *ScanResult) AddError(class ErrorClass, code string, n int64) {
 		}
 	}
 	r.Errors = append(r.Errors, ErrorCount{Class: class, Code: code, Count: n})
+}
+
+// MaxNotes is how many notes a result carries; later ones are dropped.
+const MaxNotes = 100
+
+// Note adds a human-readable line to the result (for scan-once and dry
+// runs), up to MaxNotes.
+func (r *ScanResult) Note(format string, args ...any) {
+	if len(r.Notes) < MaxNotes {
+		r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+	}
 }
 
 // ErrorTotal is the sum of the result's error counts.

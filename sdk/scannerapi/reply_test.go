@@ -106,3 +106,30 @@ func TestParseScoredMembers(t *testing.T) {
 	_, err = scannerapi.ParseScoredMembers(str("x"))
 	assert.ErrorIs(t, err, scannerapi.ErrMalformedReply)
 }
+
+func TestParseFCall(t *testing.T) {
+	fn, ks, args, ok := scannerapi.ParseFCall(scannerapi.FCall("ff_x", []string{"k1", "k2"}, "a"))
+	require.True(t, ok)
+	assert.Equal(t, "ff_x", fn)
+	assert.Equal(t, []string{"k1", "k2"}, ks)
+	assert.Equal(t, []string{"a"}, args)
+	_, ks, args, ok = scannerapi.ParseFCall(scannerapi.Command{"fcall_ro", "f", "0"})
+	require.True(t, ok)
+	assert.Empty(t, ks)
+	assert.Empty(t, args)
+	for _, c := range []scannerapi.Command{
+		{"HGET", "k", "f"}, {"FCALL", "f"}, {"FCALL", "f", "x", "k"}, {"FCALL", "f", "2", "k"}, {"FCALL", "f", "-1"},
+	} {
+		_, _, _, ok := scannerapi.ParseFCall(c)
+		assert.False(t, ok, "%q", c)
+	}
+}
+
+func TestNoteIsCapped(t *testing.T) {
+	var r scannerapi.ScanResult
+	for i := 0; i < scannerapi.MaxNotes+5; i++ {
+		r.Note("line %d", i)
+	}
+	require.Len(t, r.Notes, scannerapi.MaxNotes)
+	assert.Equal(t, "line 0", r.Notes[0])
+}

@@ -27,10 +27,6 @@ func (Scanner) Configure(context.Context, map[string]string) error { return nil 
 func (Scanner) ScanPartition(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
 	return &scannerapi.ScanResult{}, nil
 }
-
-func (Scanner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
-	return nil, nil
-}
 `,
 	"cmd/thirdparty/main.go": `package main
 

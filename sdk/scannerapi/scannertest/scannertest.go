@@ -40,7 +40,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,14 +91,12 @@ func Exec(ctx context.Context, client valkey.Client, cmds []scannerapi.Command) 
 // needs them: FCALL/FCALL_RO's KEYS, none for keyless commands, else the
 // first argument.
 func splitCommand(c scannerapi.Command) (head, ks, tail []string) {
+	if _, ks, tail, ok := scannerapi.ParseFCall(c); ok {
+		return c[:3], ks, tail
+	}
 	switch strings.ToUpper(c[0]) {
 	case "FCALL", "FCALL_RO":
-		if len(c) >= 3 {
-			if n, err := strconv.Atoi(c[2]); err == nil && n >= 0 && 3+n <= len(c) {
-				return c[:3], c[3 : 3+n], c[3+n:]
-			}
-		}
-		return c, nil, nil
+		return c, nil, nil // malformed: sent as it is, the server answers
 	case "TIME", "PING", "ECHO", "INFO", "FUNCTION", "DBSIZE":
 		return c, nil, nil
 	}
