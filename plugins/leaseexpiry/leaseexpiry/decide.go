@@ -2,9 +2,9 @@ package leaseexpiry
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // This file holds the pure decision logic: what a candidate member is, and
@@ -44,10 +44,8 @@ const (
 func classifyReply(r scannerapi.Reply) outcome {
 	fr, err := scannerapi.ParseFunctionReply(r)
 	if err != nil {
-		if re, ok := err.(*scannerapi.ReplyError); ok {
-			return outcome{kind: outFailed, class: re.Class, code: errorCode(re.Msg)}
-		}
-		return outcome{kind: outFailed, class: scannerapi.ErrServer, code: "malformed_reply"}
+		class, code := scanutil.Classify(err)
+		return outcome{kind: outFailed, class: class, code: code}
 	}
 	if !fr.Success {
 		return outcome{kind: outLuaError, class: scannerapi.ErrLua, code: fr.Code}
@@ -68,22 +66,6 @@ func classifyReply(r scannerapi.Reply) outcome {
 	return outcome{kind: outNotDue, code: "unknown:" + detail}
 }
 
-// errorCode makes a short metric code of a RESP error message: its first
-// word when that is an upper-case error prefix (WRONGTYPE, NOSCRIPT, ERR),
-// else "error".
-func errorCode(msg string) string {
-	w, _, _ := strings.Cut(msg, " ")
-	if w == "" || len(w) > 24 {
-		return "error"
-	}
-	for i := 0; i < len(w); i++ {
-		if c := w[i]; !(c >= 'A' && c <= 'Z' || c == '_') {
-			return "error"
-		}
-	}
-	return w
-}
-
 // dryRunFields are the core fields a dry run reads to predict the function.
 var dryRunFields = []string{"lifecycle_phase", "ownership_state", "lease_expires_at"}
 
@@ -91,9 +73,9 @@ var dryRunFields = []string{"lifecycle_phase", "ownership_state", "lease_expires
 // dry run (HMGET core lifecycle_phase ownership_state lease_expires_at),
 // with the host's now in place of the server's TIME.
 func predict(r scannerapi.Reply, nowMs int64) outcome {
-	if err := r.AsError(); err != nil {
-		re := err.(*scannerapi.ReplyError)
-		return outcome{kind: outFailed, class: re.Class, code: errorCode(re.Msg)}
+	if r.Failed() {
+		class, code := scanutil.ClassifyReply(r)
+		return outcome{kind: outFailed, class: class, code: code}
 	}
 	if r.Kind != scannerapi.KindArray || len(r.Array) != len(dryRunFields) {
 		return outcome{kind: outFailed, class: scannerapi.ErrServer, code: "malformed_reply"}
@@ -116,30 +98,3 @@ func predict(r scannerapi.Reply, nowMs int64) outcome {
 	}
 	return outcome{kind: outMarked, code: detailMarked}
 }
-
-// pagePos is a position in the due range of the index read newest first:
-// the next page starts at score hi (inclusive), skipping the first off
-// members that have exactly that score.
-type pagePos struct {
-	hi  float64
-	off int
-}
-
-// advance returns the position after a page that started at from and
-// returned these scores (descending).
-func advance(from pagePos, scores []float64) pagePos {
-	if len(scores) == 0 {
-		return from
-	}
-	last := scores[len(scores)-1]
-	n := 0
-	for i := len(scores) - 1; i >= 0 && scores[i] == last; i-- {
-		n++
-	}
-	if last == from.hi {
-		n += from.off
-	}
-	return pagePos{hi: last, off: n}
-}
-
-func formatScore(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

@@ -95,22 +95,6 @@ func TestPredictMirrorsTheFunction(t *testing.T) {
 	}
 }
 
-func TestAdvance(t *testing.T) {
-	from := pagePos{hi: 100}
-	assert.Equal(t, pagePos{hi: 90, off: 1}, advance(from, []float64{100, 95, 90}))
-	assert.Equal(t, pagePos{hi: 90, off: 2}, advance(from, []float64{100, 90, 90}))
-	// A page entirely at the start score moves the offset on.
-	assert.Equal(t, pagePos{hi: 100, off: 5}, advance(pagePos{hi: 100, off: 2}, []float64{100, 100, 100}))
-	assert.Equal(t, from, advance(from, nil))
-}
-
-func TestErrorCode(t *testing.T) {
-	assert.Equal(t, "WRONGTYPE", errorCode("WRONGTYPE Operation against a key"))
-	assert.Equal(t, "ERR", errorCode("ERR Error running script"))
-	assert.Equal(t, "error", errorCode("dial tcp: connection refused"))
-	assert.Equal(t, "error", errorCode(""))
-}
-
 func TestConfigure(t *testing.T) {
 	s := New()
 	ctx := t.Context()
@@ -122,18 +106,4 @@ func TestConfigure(t *testing.T) {
 	assert.Error(t, s.Configure(ctx, map[string]string{"bogus": "1"}))
 	assert.Equal(t, "a", s.filter.Namespace, "a rejected configuration keeps the old one")
 	assert.NoError(t, scannerapi.ValidateInfo(s.Info()))
-}
-
-func TestStuckMemory(t *testing.T) {
-	s := New()
-	s.rememberStuck("e", 10, 1)
-	assert.True(t, s.isStuck("e", 10, 2))
-	assert.False(t, s.isStuck("e", 11, 3), "a new score is a new lease")
-	assert.False(t, s.isStuck("e", 10, 3), "and the old memory is gone")
-	s.rememberStuck("old", 1, 5)
-	s.rememberStuck("fresh", 1, 60)
-	s.gcStuck(60)
-	s.gcStuck(60) // once per cycle
-	assert.False(t, s.isStuck("old", 1, 61))
-	assert.True(t, s.isStuck("fresh", 1, 61))
 }

@@ -30,11 +30,17 @@
 //     with reclaim (which re-adds the entry with a new score), and reclaim
 //     discovery relies on the entry staying.
 //   - Remember what is stuck, and look past the window from the other end.
-//     An entry the function left in place (already expired or revoked, not
-//     leased, or just marked) keeps its exact score until someone acts on it
-//     (reclaim and renewal re-score it, cancel and completion remove it), so
-//     the pair (execution id, score) identifies a stuck entry precisely. We
-//     keep those pairs in memory and skip them without an FCALL. When the
+//     An entry the function reports left in place (already expired or
+//     revoked) keeps its exact score until someone acts on it (reclaim and
+//     renewal re-score it, cancel and completion remove it), so the pair
+//     (execution id, score) identifies a stuck entry precisely. We keep
+//     those pairs in memory (scanutil.Memory) and skip them without an
+//     FCALL. Only what the server answered is remembered: a lease we just
+//     marked is not, because a failover to a replica that missed the mark
+//     would leave it leased with the same score and skipped forever; the
+//     next cycle's FCALL reads the mark back ("already_expired") and that
+//     is remembered. Entries are re-verified every stuckTTL cycles, and the
+//     whole memory (and the cursors) is dropped when a callback fails. When the
 //     host's window is full, the scanner also reads the due range newest
 //     first (ZRANGE ... BYSCORE REV LIMIT), down to the window, in pages
 //     pipelined with the FCALLs of the previous page: newly expired leases
@@ -50,7 +56,8 @@
 // one callback per look-ahead page (200 entries by default, 500 at most per
 // scan), each read pipelined with the previous page's FCALLs; a filter adds
 // one stage of reads to the same pipeline. A lost memory (plugin restart)
-// costs one FCALL per stuck entry, once.
+// costs one FCALL per stuck entry, once; so does re-verifying it every
+// stuckTTL cycles.
 //
 // # Index members that are not execution ids
 //
@@ -83,6 +90,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // Name is the scanner's name.
@@ -102,9 +110,12 @@ const (
 	// OptionLookahead is the option bounding the entries read past the
 	// host's window per partition scan (0 turns the look-ahead off).
 	OptionLookahead = "lookahead"
+	// maxLookahead bounds the lookahead option.
+	maxLookahead = 1_000_000
 	// stuckLimit bounds the memory of stuck entries.
 	stuckLimit = 200_000
-	// stuckTTL is how many cycles a stuck entry not seen again is kept.
+	// stuckTTL is how many cycles a stuck entry is trusted before the
+	// function is asked again.
 	stuckTTL = 50
 )
 
@@ -112,27 +123,20 @@ const (
 // use by different partitions.
 type Scanner struct {
 	failures *scannerapi.FailureTracker
+	stuck    *scanutil.Memory[struct{}] // (partition, execution id, score) left in place, as the function answered
+	cursors  scanutil.Cursors[uint16]   // partition -> where the next deep read resumes
 
 	mu        sync.Mutex
 	filter    scannerapi.Filter
 	lookahead int
-	stuck     map[string]stuckEntry // execution id -> the entry left in place
-	stuckGC   uint64
-	cursors   map[uint16]pagePos // partition -> where the next deep read resumes
-}
-
-type stuckEntry struct {
-	score    float64
-	lastSeen uint64
 }
 
 // New returns a scanner with default options.
 func New() *Scanner {
 	return &Scanner{
 		failures:  scannerapi.NewFailureTracker(),
+		stuck:     scanutil.NewMemory[struct{}](stuckLimit),
 		lookahead: DefaultLookahead,
-		stuck:     make(map[string]stuckEntry),
-		cursors:   make(map[uint16]pagePos),
 	}
 }
 
@@ -165,24 +169,17 @@ func (s *Scanner) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Scanner) Configure(ctx context.Context, options map[string]string) error {
-	for k := range options {
-		switch k {
-		case scannerapi.OptionNamespace, scannerapi.OptionInstanceTag, OptionLookahead:
-		default:
-			return fmt.Errorf("unknown option %q", k)
-		}
-	}
-	f, err := scannerapi.ParseFilter(options)
+	o, err := scanutil.ParseOptions(s.Info().Options, options)
 	if err != nil {
 		return err
 	}
-	look := DefaultLookahead
-	if v, ok := options[OptionLookahead]; ok && v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("option %s: %q is not a non-negative integer", OptionLookahead, v)
-		}
-		look = n
+	f, err := scannerapi.ParseFilter(o.Map())
+	if err != nil {
+		return err
+	}
+	look, err := o.Int(OptionLookahead, 0, maxLookahead)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.filter, s.lookahead = f, look
@@ -200,22 +197,18 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	filter, look := s.filter, s.lookahead
 	s.mu.Unlock()
 	sc := &scan{
-		s: s, host: host, req: req, filter: filter,
+		s: s, req: req, filter: filter,
 		index: keys.FlowPart(req.Partition).LeaseExpiry(),
 		seen:  make(map[string]bool, len(req.Candidates)),
 		res:   &scannerapi.ScanResult{},
 		log:   scannerapi.Logger(ctx),
 	}
-	s.gcStuck(req.Cycle)
 
-	var windowLow, windowHigh float64
+	var windowHigh float64
 	window := 0
 	for _, c := range req.Candidates {
 		if c.Source != "lease_expiry" {
 			continue
-		}
-		if window == 0 || c.Score < windowLow {
-			windowLow = c.Score
 		}
 		if window == 0 || c.Score > windowHigh {
 			windowHigh = c.Score
@@ -230,20 +223,33 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	if window >= batch && look > 0 {
 		// The window may hide due entries behind it: read the due range
 		// newest first, down to the window's highest score.
-		sc.deep = true
 		sc.budget = look
 		sc.pageSize = min(look, max(4*batch, 100))
 		sc.low = windowHigh
-		sc.next = &pagePos{hi: float64(req.NowMs)}
-		if c, ok := s.cursor(req.Partition.Index); ok && c.hi >= sc.low && c.hi <= float64(req.NowMs) {
+		top := scanutil.From(float64(req.NowMs))
+		sc.next = &top
+		if c, ok := s.cursors.Get(req.Partition.Index); ok && c.Score >= sc.low && c.Score <= float64(req.NowMs) {
 			// Half the budget for the newest entries, half to go on
 			// where the previous scan stopped.
 			sc.resume = &c
 			sc.topPage = max(1, min(sc.pageSize, look/2))
 		}
 	}
-	if err := sc.run(ctx); err != nil {
-		return nil, err
+	waves, err := scanutil.Waves(ctx, host, sc.buildWave)
+	if err != nil {
+		// What the failed wave's commands did is unknown, and a transport
+		// failure may be a failover: forget everything derived from the
+		// store.
+		s.stuck.Reset()
+		s.cursors.Reset()
+		if waves == 0 {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+		// Earlier waves did their work; count what this one could not do
+		// and let the host come back.
+		sc.res.AddError(scannerapi.ErrTransport, "exec", int64(sc.inFlight))
+		sc.res.More = true
+		return sc.res, nil
 	}
 	if window >= batch && look == 0 && sc.res.Processed > 0 {
 		sc.res.More = true // FlowFabric's behaviour: come back for the rest
@@ -258,12 +264,11 @@ type item struct {
 	score  float64
 }
 
-// scan is the state of one ScanPartition call: a pipeline of waves, each
+// scan is the state of one ScanPartition call: a series of waves, each
 // one Exec carrying the actions for items that are ready, the filter reads
 // for items that need them and the next look-ahead page read.
 type scan struct {
 	s      *Scanner
-	host   scannerapi.Host
 	req    *scannerapi.ScanRequest
 	filter scannerapi.Filter
 	index  string
@@ -274,14 +279,14 @@ type scan struct {
 	toFilter []item   // need filter reads
 	toAct    []item   // ready for the FCALL
 	toRemove []string // members to ZREM
+	inFlight int      // items in the wave being sent
 
 	// Look-ahead state.
-	deep     bool
-	next     *pagePos // the page to read in the next wave, nil when done
-	resume   *pagePos // the cursor of the previous scan, used after the first page
-	topPage  int      // size of the first page when resuming (0: pageSize)
-	low      float64  // lowest score a page may return (the window's top)
-	budget   int      // entries left to read this scan
+	next     *scanutil.ZPos // the page to read in the next wave, nil when done
+	resume   *scanutil.ZPos // the cursor of the previous scan, used after the first page
+	topPage  int            // size of the first page when resuming (0: pageSize)
+	low      float64        // lowest score a page may return (the window's top)
+	budget   int            // entries left to read this scan
 	pageSize int
 	acted    bool // the look-ahead found work (an FCALL for a page entry)
 	inPage   bool // admit is called for a page entry
@@ -298,7 +303,7 @@ func (sc *scan) admit(member string, score float64) {
 	case keys.IDInvalid:
 		sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 		if sc.req.DryRun {
-			sc.note("would remove invalid member %q", member)
+			sc.res.Note("would remove invalid member %q", member)
 		} else {
 			sc.toRemove = append(sc.toRemove, member)
 			sc.log.Warn("removing an index member that is not an execution id", "index", sc.index, "member", member)
@@ -306,7 +311,7 @@ func (sc *scan) admit(member string, score float64) {
 		return
 	case keys.IDNonCanonical:
 		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-		sc.note("left non-canonical member %q in place", member)
+		sc.res.Note("left non-canonical member %q in place", member)
 		return
 	}
 	eid := id.String()
@@ -314,7 +319,7 @@ func (sc *scan) admit(member string, score float64) {
 		sc.res.Skipped++
 		return
 	}
-	if sc.s.isStuck(eid, score, sc.req.Cycle) {
+	if _, stuck := sc.s.stuck.Recall(sc.req.Partition.Index, eid, score, sc.req.Cycle); stuck {
 		sc.res.Skipped++
 		return
 	}
@@ -329,131 +334,77 @@ func (sc *scan) admit(member string, score float64) {
 	}
 }
 
-// wave is what one Exec carries, so its replies can be matched back.
-type wave struct {
-	cmds      []scannerapi.Command
-	act       []item
-	filter    []item
-	filterPer int
-	page      *pagePos
-	pageN     int
-}
-
-func (sc *scan) run(ctx context.Context) error {
-	for waves := 0; ; waves++ {
-		w := sc.buildWave()
-		if len(w.cmds) == 0 {
-			return nil
-		}
-		replies, err := sc.host.Exec(ctx, w.cmds)
-		if err == nil && len(replies) != len(w.cmds) {
-			err = fmt.Errorf("host answered %d replies to %d commands", len(replies), len(w.cmds))
-		}
-		if err != nil {
-			if waves == 0 {
-				return fmt.Errorf("exec: %w", err)
-			}
-			// Earlier waves did their work; count what this one could not
-			// do and let the host come back.
-			sc.res.AddError(scannerapi.ErrTransport, "exec", int64(len(w.act)+len(w.filter)))
-			sc.res.More = true
-			return nil
-		}
-		sc.absorb(w, replies)
-	}
-}
-
-func (sc *scan) buildWave() wave {
-	var w wave
+// buildWave puts the scan's queued work into the next wave.
+func (sc *scan) buildWave(b *scanutil.Batch) {
 	for _, m := range sc.toRemove {
-		w.cmds = append(w.cmds, scannerapi.Command{"ZREM", sc.index, m})
+		// No handler: a failed ZREM is retried when the member is read
+		// again.
+		b.Add(nil, scannerapi.Command{"ZREM", sc.index, m})
 	}
 	sc.toRemove = nil
-	w.act, sc.toAct = sc.toAct, nil
-	for _, it := range w.act {
+	act, filter := sc.toAct, sc.toFilter
+	sc.toAct, sc.toFilter = nil, nil
+	sc.inFlight = len(act) + len(filter)
+	for _, it := range act {
+		it := it
 		k := keys.Exec(it.id)
 		if sc.req.DryRun {
-			w.cmds = append(w.cmds, append(scannerapi.Command{"HMGET", k.Core()}, dryRunFields...))
+			b.Add(func(r []scannerapi.Reply) { sc.record(it, predict(r[0], sc.req.NowMs)) },
+				append(scannerapi.Command{"HMGET", k.Core()}, dryRunFields...))
 		} else {
-			w.cmds = append(w.cmds, scannerapi.FCall(Function,
-				[]string{k.Core(), k.LeaseCurrent(), sc.index, k.LeaseHistory()}, k.ID()))
+			b.Add(func(r []scannerapi.Reply) { sc.record(it, classifyReply(r[0])) },
+				scannerapi.FCall(Function, []string{k.Core(), k.LeaseCurrent(), sc.index, k.LeaseHistory()}, k.ID()))
 		}
 	}
-	w.filter, sc.toFilter = sc.toFilter, nil
-	for _, it := range w.filter {
-		rc := sc.filter.ReadCommands(it.id)
-		w.filterPer = len(rc)
-		w.cmds = append(w.cmds, rc...)
+	for _, it := range filter {
+		it := it
+		b.Add(func(r []scannerapi.Reply) {
+			if sc.filter.Decide(r) {
+				sc.toAct = append(sc.toAct, it)
+			} else {
+				sc.res.Skipped++
+			}
+		}, sc.filter.ReadCommands(it.id)...)
 	}
 	if sc.next != nil && sc.budget > 0 {
 		n := min(sc.pageSize, sc.budget)
 		if sc.topPage > 0 {
 			n, sc.topPage = min(n, sc.topPage), 0
 		}
-		w.page, w.pageN = sc.next, n
+		from := *sc.next
 		sc.next = nil
 		sc.budget -= n
-		w.cmds = append(w.cmds, scannerapi.Command{"ZRANGE", sc.index,
-			formatScore(w.page.hi), formatScore(sc.low), "BYSCORE", "REV",
-			"LIMIT", strconv.Itoa(w.page.off), strconv.Itoa(n), "WITHSCORES"})
-	}
-	return w
-}
-
-func (sc *scan) absorb(w wave, replies []scannerapi.Reply) {
-	i := len(w.cmds) - len(w.act) - len(w.filter)*w.filterPer
-	if w.page != nil {
-		i--
-	}
-	// ZREM replies (first in the wave) need no handling: a failed one is
-	// retried when the member is read again.
-	for _, it := range w.act {
-		sc.record(it, replies[i])
-		i++
-	}
-	for _, it := range w.filter {
-		if sc.filter.Decide(replies[i : i+w.filterPer]) {
-			sc.toAct = append(sc.toAct, it)
-		} else {
-			sc.res.Skipped++
-		}
-		i += w.filterPer
-	}
-	if w.page != nil {
-		sc.absorbPage(*w.page, w.pageN, replies[i])
+		b.Add(func(r []scannerapi.Reply) { sc.absorbPage(from, n, r[0]) },
+			append(scannerapi.Command{"ZRANGE", sc.index}, from.Range(sc.low, true, n)...))
 	}
 }
 
-// record accounts for one action's reply.
-func (sc *scan) record(it item, r scannerapi.Reply) {
-	var o outcome
-	if sc.req.DryRun {
-		o = predict(r, sc.req.NowMs)
-	} else {
-		o = classifyReply(r)
-	}
+// record accounts for one action's outcome.
+func (sc *scan) record(it item, o outcome) {
 	eid := it.id.String()
 	switch o.kind {
 	case outMarked:
 		sc.res.Processed++
 		sc.s.failures.RecordSuccess(eid)
 		if sc.req.DryRun {
-			sc.note("would mark %s expired", eid)
-		} else {
-			sc.s.rememberStuck(eid, it.score, sc.req.Cycle)
+			sc.res.Note("would mark %s expired", eid)
 		}
+		// Not remembered: the mark is only known once it is read back.
 	case outStuck:
+		// The server says the entry stays as it is: worth remembering.
 		sc.res.Skipped++
 		sc.s.failures.RecordSuccess(eid)
-		sc.s.rememberStuck(eid, it.score, sc.req.Cycle)
+		if stored, first := sc.s.stuck.Remember(sc.req.Partition.Index, eid, it.score, struct{}{}, sc.req.Cycle, stuckTTL); !stored && first {
+			sc.log.Warn("stuck-entry memory is full; stuck entries are re-checked with an FCALL until it drains", "limit", stuckLimit)
+		}
 		if sc.req.DryRun {
-			sc.note("%s: %s", eid, o.code)
+			sc.res.Note("%s: %s", eid, o.code)
 		}
 	case outCleaned, outNotDue:
 		sc.res.Skipped++
 		sc.s.failures.RecordSuccess(eid)
 		if sc.req.DryRun {
-			sc.note("%s: %s", eid, o.code)
+			sc.res.Note("%s: %s", eid, o.code)
 		}
 	case outLuaError, outFailed:
 		sc.res.AddError(o.class, o.code, 1)
@@ -466,15 +417,14 @@ func (sc *scan) record(it item, r scannerapi.Reply) {
 
 // absorbPage admits a look-ahead page and decides where the next one
 // starts.
-func (sc *scan) absorbPage(from pagePos, n int, r scannerapi.Reply) {
+func (sc *scan) absorbPage(from scanutil.ZPos, n int, r scannerapi.Reply) {
 	page, err := scannerapi.ParseScoredMembers(r)
 	if err != nil {
 		sc.res.AddError(scannerapi.ErrServer, "lookahead_read", 1)
 		sc.log.Warn("look-ahead read failed", "index", sc.index, "error", err)
 		return
 	}
-	entries := len(page)
-	scores := make([]float64, 0, entries)
+	scores := make([]float64, 0, len(page))
 	sc.inPage = true
 	for _, e := range page {
 		scores = append(scores, e.Score)
@@ -482,17 +432,17 @@ func (sc *scan) absorbPage(from pagePos, n int, r scannerapi.Reply) {
 	}
 	sc.inPage = false
 	part := sc.req.Partition.Index
-	if entries < n {
+	if len(page) < n {
 		// Reached the window: the whole due range has been seen.
-		sc.s.setCursor(part, nil)
+		sc.s.cursors.Clear(part)
 		return
 	}
-	pos := advance(from, scores)
+	pos := from.Next(scores)
 	if r := sc.resume; r != nil {
 		// The first page came from the top (newest due leases first);
 		// continue where the previous scan stopped if that is deeper.
 		sc.resume = nil
-		if r.hi < pos.hi || r.hi == pos.hi && r.off > pos.off {
+		if r.Score < pos.Score || r.Score == pos.Score && r.Skip > pos.Skip {
 			pos = *r
 		}
 	}
@@ -502,79 +452,8 @@ func (sc *scan) absorbPage(from pagePos, n int, r scannerapi.Reply) {
 	}
 	// Out of budget with entries left: resume here next time, and ask the
 	// host to come back soon if this scan was still finding work.
-	sc.s.setCursor(part, &pos)
+	sc.s.cursors.Set(part, pos)
 	if sc.acted {
 		sc.res.More = true
-	}
-}
-
-func (sc *scan) note(format string, args ...any) {
-	if len(sc.res.Notes) < 100 {
-		sc.res.Notes = append(sc.res.Notes, fmt.Sprintf(format, args...))
-	}
-}
-
-// isStuck reports an entry known to be left in place with this exact
-// score, and refreshes it.
-func (s *Scanner) isStuck(eid string, score float64, cycle uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.stuck[eid]
-	if !ok {
-		return false
-	}
-	if e.score != score {
-		delete(s.stuck, eid) // re-scored: a new lease
-		return false
-	}
-	e.lastSeen = cycle
-	s.stuck[eid] = e
-	return true
-}
-
-func (s *Scanner) rememberStuck(eid string, score float64, cycle uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.stuck[eid]; !ok && len(s.stuck) >= stuckLimit {
-		return
-	}
-	s.stuck[eid] = stuckEntry{score: score, lastSeen: cycle}
-}
-
-// gcStuck drops stuck entries not seen for stuckTTL cycles, once per cycle.
-func (s *Scanner) gcStuck(cycle uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if cycle == s.stuckGC {
-		return
-	}
-	s.stuckGC = cycle
-	if cycle < stuckTTL {
-		return
-	}
-	for k, e := range s.stuck {
-		if e.lastSeen+stuckTTL < cycle || e.lastSeen > cycle {
-			delete(s.stuck, k)
-		}
-	}
-}
-
-// cursor returns where partition part's next deep read resumes.
-func (s *Scanner) cursor(part uint16) (pagePos, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.cursors[part]
-	return c, ok
-}
-
-// setCursor stores or clears where partition part's next deep read
-// resumes.
-func (s *Scanner) setCursor(part uint16, pos *pagePos) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if pos == nil {
-		delete(s.cursors, part)
-	} else {
-		s.cursors[part] = *pos
 	}
 }
