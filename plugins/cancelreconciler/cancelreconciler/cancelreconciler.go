@@ -81,6 +81,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // Name is the scanner's name.
@@ -138,12 +139,11 @@ const (
 // concurrent use by different partitions.
 type Scanner struct {
 	failures *scannerapi.FailureTracker
+	stuck    *scanutil.Memory[struct{}] // backlog entries (flow, score) left in place without progress
+	cursors  scanutil.Cursors[uint16]   // partition -> where the next look-ahead resumes
 
-	mu      sync.Mutex
-	cfg     config
-	stuck   map[string]stuckFlow // backlog member -> the entry left in place
-	stuckGC uint64               // cycle of the last collection
-	cursors map[uint16]pagePos   // partition -> where the next look-ahead resumes
+	mu  sync.Mutex
+	cfg config
 }
 
 type config struct {
@@ -152,18 +152,12 @@ type config struct {
 	members   int
 }
 
-type stuckFlow struct {
-	score float64
-	until uint64 // cycle from which the flow is looked at again
-}
-
 // New returns a scanner with default options.
 func New() *Scanner {
 	return &Scanner{
 		failures: scannerapi.NewFailureTracker(),
+		stuck:    scanutil.NewMemory[struct{}](stuckLimit),
 		cfg:      config{lookahead: DefaultLookahead, members: DefaultMembersPerFlow},
-		stuck:    make(map[string]stuckFlow),
-		cursors:  make(map[uint16]pagePos),
 	}
 }
 
@@ -199,44 +193,33 @@ func (s *Scanner) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Scanner) Configure(ctx context.Context, options map[string]string) error {
-	for k := range options {
-		switch k {
-		case scannerapi.OptionNamespace, scannerapi.OptionInstanceTag, OptionLookahead, OptionMembersPerFlow:
-		default:
-			return fmt.Errorf("unknown option %q", k)
-		}
-	}
-	f, err := scannerapi.ParseFilter(options)
+	o, err := scanutil.ParseOptions(s.Info().Options, options)
 	if err != nil {
 		return err
 	}
-	cfg := config{filter: f, lookahead: DefaultLookahead, members: DefaultMembersPerFlow}
-	if cfg.lookahead, err = intOption(options, OptionLookahead, DefaultLookahead, 0, 1_000_000); err != nil {
+	var cfg config
+	if cfg.filter, err = scannerapi.ParseFilter(o.Map()); err != nil {
 		return err
 	}
-	if cfg.members, err = intOption(options, OptionMembersPerFlow, DefaultMembersPerFlow, 1, MaxMembersPerFlow); err != nil {
+	if cfg.lookahead, err = o.Int(OptionLookahead, 0, 1_000_000); err != nil {
+		return err
+	}
+	if cfg.members, err = o.Int(OptionMembersPerFlow, 1, MaxMembersPerFlow); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	s.cfg = cfg
-	// What was stuck under the old options (a filter) may not be now.
-	s.stuck = make(map[string]stuckFlow)
-	s.cursors = make(map[uint16]pagePos)
 	s.mu.Unlock()
-	scannerapi.Logger(ctx).Info("configured", "filter", f.String(), "lookahead", cfg.lookahead, "members_per_flow", cfg.members)
+	// What was stuck under the old options (a filter) may not be now.
+	s.dropDerived()
+	scannerapi.Logger(ctx).Info("configured", "filter", cfg.filter.String(), "lookahead", cfg.lookahead, "members_per_flow", cfg.members)
 	return nil
 }
 
-func intOption(options map[string]string, name string, def, lo, hi int) (int, error) {
-	v, ok := options[name]
-	if !ok || v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		return 0, fmt.Errorf("option %s: %q is not an integer in %d..%d", name, v, lo, hi)
-	}
-	return n, nil
+// dropDerived forgets everything the scanner derived from the store.
+func (s *Scanner) dropDerived() {
+	s.stuck.Reset()
+	s.cursors.Reset()
 }
 
 // flow is one backlog entry the scan works on.
@@ -275,20 +258,14 @@ type scan struct {
 
 	seen  map[string]bool
 	flows []*flow
-	// writes queued for the next stage's Exec (plain commands and acks of
-	// garbage members), with what to do with their replies.
-	writes []pendingWrite
+	// writes ride along with the next stage's Exec (plain commands and acks
+	// of garbage members), each with what to do with its reply.
+	writes  scanutil.Batch
+	nWrites int
 	// What decides More, and whether flows without progress are stuck.
 	windowFull    bool
 	lookaheadLeft bool
 	stageErr      bool // an Exec failed as a whole after the first stage
-}
-
-// pendingWrite is a write riding along with a stage, and how its reply is
-// accounted.
-type pendingWrite struct {
-	cmd  scannerapi.Command
-	done func(r scannerapi.Reply)
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -306,7 +283,6 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		log:     scannerapi.Logger(ctx),
 		seen:    make(map[string]bool, len(req.Candidates)),
 	}
-	s.gcStuck(req.Cycle)
 	batch := req.Batch
 	if batch <= 0 {
 		batch = DefaultBatch
@@ -327,10 +303,12 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	sc.windowFull = len(window) >= batch
 	if sc.windowFull && skipped > 0 && cfg.lookahead > 0 {
 		if err := sc.lookahead(ctx, window, batch); err != nil {
+			s.dropDerived()
 			return nil, err
 		}
 	}
 	if err := sc.run(ctx); err != nil {
+		s.dropDerived()
 		return nil, err
 	}
 	return sc.res, nil
@@ -349,14 +327,15 @@ func (sc *scan) admit(m string, score float64) bool {
 	if err != nil {
 		sc.res.AddError(scannerapi.ErrInvalid, "invalid_flow_id", 1)
 		if sc.req.DryRun {
-			sc.note("would remove invalid backlog entry %q", m)
+			sc.res.Note("would remove invalid backlog entry %q", m)
 			return false
 		}
 		sc.log.Warn("removing a backlog entry that is not a flow id", "index", sc.backlog, "member", m)
-		sc.writes = append(sc.writes, pendingWrite{cmd: scannerapi.Command{"ZREM", sc.backlog, m}})
+		sc.write(scannerapi.Command{"ZREM", sc.backlog, m}, nil)
 		return false
 	}
-	if sc.s.isStuck(m, score, sc.req.Cycle) || sc.s.failures.ShouldSkip(flowKeyPrefix+m, sc.req.Cycle) {
+	_, stuck := sc.s.stuck.Recall(sc.req.Partition.Index, m, score, sc.req.Cycle)
+	if stuck || sc.s.failures.ShouldSkip(flowKeyPrefix+m, sc.req.Cycle) {
 		sc.res.Skipped++
 		return false
 	}
@@ -366,30 +345,36 @@ func (sc *scan) admit(m string, score float64) bool {
 
 // lookahead reads backlog pages past the host's window until the scan has a
 // batch of flows it can work on, the due range ends or the budget is spent.
+// Each page re-reads the ties of its start (LIMIT 0 n+Skip; admit drops
+// what was seen), so flows acknowledged between two scans cannot make a
+// cursor skip one it has not seen.
 func (sc *scan) lookahead(ctx context.Context, window []scannerapi.Candidate, batch int) error {
 	scores := make([]float64, len(window))
 	for i, c := range window {
 		scores[i] = c.Score
 	}
-	pos := pagePos{score: window[0].Score}.after(scores)
+	pos := scanutil.From(window[0].Score).Next(scores)
 	part := sc.req.Partition.Index
-	if c, ok := sc.s.cursor(part); ok && c.score >= pos.score && c.score <= float64(sc.req.NowMs) {
+	if c, ok := sc.s.cursors.Get(part); ok && c.Score >= pos.Score && c.Score <= float64(sc.req.NowMs) {
 		pos = c
 	}
 	budget := sc.cfg.lookahead
 	for len(sc.flows) < batch && budget > 0 {
 		n := min(budget, max(batch, 100))
 		budget -= n
-		replies, err := sc.exec(ctx, []scannerapi.Command{{"ZRANGE", sc.backlog,
-			formatScore(pos.score), strconv.FormatInt(sc.req.NowMs, 10), "BYSCORE",
-			"LIMIT", "0", strconv.Itoa(n + pos.ties), "WITHSCORES"}})
-		if err != nil {
+		var page []scannerapi.ScoredMember
+		var perr error
+		var b scanutil.Batch
+		b.Add(func(r []scannerapi.Reply) {
+			if page, perr = scannerapi.ParseScoredMembers(r[0]); perr != nil {
+				class, code := scanutil.ClassifyReply(r[0])
+				sc.res.AddError(class, "lookahead_"+code, 1)
+			}
+		}, append(scannerapi.Command{"ZRANGE", sc.backlog}, scanutil.From(pos.Score).Range(float64(sc.req.NowMs), false, n+pos.Skip)...))
+		if err := b.Exec(ctx, sc.host); err != nil {
 			return err
 		}
-		page, perr := scannerapi.ParseScoredMembers(replies[0])
 		if perr != nil {
-			class, code := replyFailure(replies[0])
-			sc.res.AddError(class, "lookahead_"+code, 1)
 			return nil
 		}
 		pageScores := make([]float64, len(page))
@@ -397,11 +382,11 @@ func (sc *scan) lookahead(ctx context.Context, window []scannerapi.Candidate, ba
 			pageScores[i] = e.Score
 			sc.admit(e.Member, e.Score)
 		}
-		if len(page) < n+pos.ties {
+		if len(page) < n+pos.Skip {
 			sc.setCursor(nil) // reached the end of the due range
 			return nil
 		}
-		pos = pos.after(pageScores)
+		pos = scanutil.From(pos.Score).Next(pageScores)
 	}
 	// Stopped with entries left: the next scan goes on from here.
 	sc.setCursor(&pos)
@@ -411,9 +396,13 @@ func (sc *scan) lookahead(ctx context.Context, window []scannerapi.Candidate, ba
 
 // setCursor stores where the partition's next look-ahead resumes (not in
 // a dry run, which must leave no trace).
-func (sc *scan) setCursor(pos *pagePos) {
-	if !sc.req.DryRun {
-		sc.s.setCursor(sc.req.Partition.Index, pos)
+func (sc *scan) setCursor(pos *scanutil.ZPos) {
+	switch {
+	case sc.req.DryRun:
+	case pos == nil:
+		sc.s.cursors.Clear(sc.req.Partition.Index)
+	default:
+		sc.s.cursors.Set(sc.req.Partition.Index, *pos)
 	}
 }
 
@@ -430,84 +419,107 @@ func (sc *scan) run(ctx context.Context) error {
 	return nil
 }
 
+// write queues a write to ride along with the next stage. done (nil: count
+// a failure as write_<code>) reads its reply.
+func (sc *scan) write(cmd scannerapi.Command, done func(r scannerapi.Reply)) {
+	sc.nWrites++
+	sc.writes.Add(func(r []scannerapi.Reply) {
+		if done != nil {
+			done(r[0])
+		} else if r[0].Failed() {
+			class, code := scanutil.ClassifyReply(r[0])
+			sc.res.AddError(class, "write_"+code, 1)
+		}
+	}, cmd)
+}
+
+// stage starts a stage's batch with the writes waiting to ride along.
+func (sc *scan) stage() (b *scanutil.Batch, writes int) {
+	w := sc.writes
+	writes = sc.nWrites
+	sc.writes, sc.nWrites = scanutil.Batch{}, 0
+	return &w, writes
+}
+
+// exec runs a stage's batch through the host in chunks the host accepts.
+// An error means the first chunk could not be run at all.
+func (sc *scan) exec(ctx context.Context, b *scanutil.Batch) error {
+	return b.ExecChunked(ctx, sc.host, execChunk)
+}
+
 // readFlows is stage 1: existence, a sample of pending members and the
 // cancel reason of every flow, in one Exec. Writes queued by admit (ZREM
 // of unparsable entries) ride along.
 func (sc *scan) readFlows(ctx context.Context) ([]*member, error) {
-	if len(sc.flows) == 0 && len(sc.writes) == 0 {
-		return nil, nil
-	}
-	cmds, writes := sc.takeWrites()
-	first := len(cmds)
+	b, _ := sc.stage()
+	var members []*member
 	for _, f := range sc.flows {
-		cmds = append(cmds,
+		f := f
+		b.Add(func(r []scannerapi.Reply) { members = append(members, sc.absorbFlow(f, r)...) },
 			scannerapi.Command{"EXISTS", f.keys.Core()},
 			scannerapi.Command{"SRANDMEMBER", f.keys.PendingCancels(), strconv.Itoa(sc.cfg.members)},
 			scannerapi.Command{"HGET", f.keys.Core(), "cancel_reason"})
 	}
-	replies, err := sc.exec(ctx, cmds)
-	if err != nil {
+	if err := sc.exec(ctx, b); err != nil {
 		return nil, fmt.Errorf("flow reads: %w", err)
 	}
-	sc.absorbWrites(writes, replies[:first])
+	return members, nil
+}
+
+// absorbFlow reads a flow's three replies and returns its pending members.
+func (sc *scan) absorbFlow(f *flow, r []scannerapi.Reply) []*member {
+	if bad, ok := firstFailure(r); ok {
+		class, code := scanutil.ClassifyReply(bad)
+		sc.res.AddError(class, "flow_read_"+code, 1)
+		f.retry = true
+		if sc.s.failures.RecordFailure(flowKeyPrefix+f.member, sc.req.Cycle) {
+			sc.log.Error("flow keeps failing; skipping it for a while", "flow_id", f.member, "class", class, "code", code)
+		}
+		return nil
+	}
+	if r[0].Kind != scannerapi.KindInt || r[1].Kind != scannerapi.KindArray && !r[1].IsNil() {
+		sc.res.AddError(scannerapi.ErrServer, "flow_read_malformed_reply", 1)
+		f.retry = true
+		return nil
+	}
+	sc.s.failures.RecordSuccess(flowKeyPrefix + f.member)
+	if r[0].Int == 0 {
+		sc.flowGone(f)
+		return nil
+	}
+	f.reason = flowReason(r[2])
+	f.sampled = len(r[1].Array)
+	if f.sampled == 0 {
+		sc.flowDrained(f)
+		return nil
+	}
 	var members []*member
-	for i, f := range sc.flows {
-		r := replies[first+3*i : first+3*i+3]
-		if bad, ok := firstFailure(r); ok {
-			class, code := replyFailure(bad)
-			sc.res.AddError(class, "flow_read_"+code, 1)
-			f.retry = true
-			if sc.s.failures.RecordFailure(flowKeyPrefix+f.member, sc.req.Cycle) {
-				sc.log.Error("flow keeps failing; skipping it for a while", "flow_id", f.member, "class", class, "code", code)
-			}
-			continue
-		}
-		if r[0].Kind != scannerapi.KindInt || r[1].Kind != scannerapi.KindArray && !r[1].IsNil() {
-			sc.res.AddError(scannerapi.ErrServer, "flow_read_malformed_reply", 1)
-			f.retry = true
-			continue
-		}
-		sc.s.failures.RecordSuccess(flowKeyPrefix + f.member)
-		if r[0].Int == 0 {
-			sc.flowGone(f)
-			continue
-		}
-		f.reason = flowReason(r[2])
-		f.sampled = len(r[1].Array)
-		if f.sampled == 0 {
-			sc.flowDrained(f)
-			continue
-		}
-		for _, e := range r[1].Array {
-			m, ok := e.Text()
-			if !ok {
-				continue
-			}
+	for _, e := range r[1].Array {
+		if m, ok := e.Text(); ok {
 			members = append(members, &member{f: f, raw: m})
 		}
 	}
-	return members, nil
+	return members
 }
 
 // flowGone handles a backlog entry whose flow core no longer exists: its
 // owed cancels go with it.
 func (sc *scan) flowGone(f *flow) {
 	if sc.req.DryRun {
-		sc.note("would drop vanished flow %s from the backlog", f.member)
+		sc.res.Note("would drop vanished flow %s from the backlog", f.member)
 		sc.res.Processed++
 		return
 	}
-	sc.writes = append(sc.writes,
-		pendingWrite{cmd: scannerapi.Command{"DEL", f.keys.PendingCancels()}},
-		pendingWrite{cmd: scannerapi.Command{"ZREM", sc.backlog, f.member}, done: func(r scannerapi.Reply) {
-			if r.Failed() {
-				class, code := replyFailure(r)
-				sc.res.AddError(class, "backlog_remove_"+code, 1)
-				return
-			}
-			f.progress, f.removed = true, true
-			sc.res.Processed++
-		}})
+	sc.write(scannerapi.Command{"DEL", f.keys.PendingCancels()}, nil)
+	sc.write(scannerapi.Command{"ZREM", sc.backlog, f.member}, func(r scannerapi.Reply) {
+		if r.Failed() {
+			class, code := scanutil.ClassifyReply(r)
+			sc.res.AddError(class, "backlog_remove_"+code, 1)
+			return
+		}
+		f.progress, f.removed = true, true
+		sc.res.Processed++
+	})
 }
 
 // flowDrained removes a flow with nothing pending from the backlog (the
@@ -515,17 +527,17 @@ func (sc *scan) flowGone(f *flow) {
 // SREM and the ZREM, or a set emptied by hand).
 func (sc *scan) flowDrained(f *flow) {
 	if sc.req.DryRun {
-		sc.note("would drop drained flow %s from the backlog", f.member)
+		sc.res.Note("would drop drained flow %s from the backlog", f.member)
 		return
 	}
-	sc.writes = append(sc.writes, pendingWrite{cmd: scannerapi.Command{"ZREM", sc.backlog, f.member}, done: func(r scannerapi.Reply) {
+	sc.write(scannerapi.Command{"ZREM", sc.backlog, f.member}, func(r scannerapi.Reply) {
 		if r.Failed() {
-			class, code := replyFailure(r)
+			class, code := scanutil.ClassifyReply(r)
 			sc.res.AddError(class, "backlog_remove_"+code, 1)
 			return
 		}
 		f.progress, f.removed = true, true
-	}})
+	})
 }
 
 // readMembers is stage 2: the core (and filter reads) of every pending
@@ -539,22 +551,22 @@ func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 		case keys.IDInvalid:
 			sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 			if sc.req.DryRun {
-				sc.note("would drop invalid member %q of flow %s", m.raw, m.f.member)
+				sc.res.Note("would drop invalid member %q of flow %s", m.raw, m.f.member)
 				continue
 			}
 			sc.log.Warn("dropping a pending cancel that is not an execution id", "flow_id", m.f.member, "member", m.raw)
 			mm := m
-			sc.writes = append(sc.writes, pendingWrite{cmd: sc.ackCommand(m), done: func(r scannerapi.Reply) {
+			sc.write(sc.ackCommand(m), func(r scannerapi.Reply) {
 				if o := classifyAck(r); o != nil {
 					sc.res.AddError(o.class, "ack_"+o.code, 1)
 					return
 				}
 				mm.f.progress = true
-			}})
+			})
 			continue
 		case keys.IDNonCanonical:
 			sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			sc.note("left non-canonical member %q of flow %s pending", m.raw, m.f.member)
+			sc.res.Note("left non-canonical member %q of flow %s pending", m.raw, m.f.member)
 			continue
 		}
 		if sc.s.failures.ShouldSkip(m.raw, sc.req.Cycle) {
@@ -564,60 +576,57 @@ func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 		m.id = id
 		toRead = append(toRead, m)
 	}
-	cmds, writes := sc.takeWrites()
-	first := len(cmds)
-	per := 1
-	for _, m := range toRead {
-		cmds = append(cmds, append(scannerapi.Command{"HMGET", keys.Exec(m.id).Core()}, coreFields...))
-		fc := sc.cfg.filter.ReadCommands(m.id)
-		per = 1 + len(fc)
-		cmds = append(cmds, fc...)
-	}
-	if len(cmds) == 0 {
-		return nil
-	}
-	replies, err := sc.exec(ctx, cmds)
-	if err != nil {
-		sc.stageFailed(err, len(writes), toRead)
-		return nil
-	}
-	sc.absorbWrites(writes, replies[:first])
+	b, writes := sc.stage()
 	var toCancel []*member
-	for i, m := range toRead {
-		r := replies[first+per*i : first+per*(i+1)]
-		if r[0].Failed() {
-			class, code := replyFailure(r[0])
-			sc.memberFailed(m, class, "core_read_"+code)
-			continue
-		}
-		m.core = parseCore(r[0])
-		if !m.core.badReply && !m.core.exists {
-			// Gone (e.g. purged by retention): nothing to cancel, whoever's
-			// it was, and nothing the filter could read.
-			m.gone = true
-			m.out = outcome{kind: outNotFound, code: codeNotFound}
-			toCancel = append(toCancel, m)
-			continue
-		}
-		if !sc.cfg.filter.Decide(r[1:]) {
-			sc.res.Skipped++
-			continue
-		}
-		if _, err := cancelKeys(m.id, m.core); err != nil {
-			sc.memberFailed(m, scannerapi.ErrInvalid, err.Error())
-			continue
-		}
-		toCancel = append(toCancel, m)
+	for _, m := range toRead {
+		m := m
+		cmds := append([]scannerapi.Command{append(scannerapi.Command{"HMGET", keys.Exec(m.id).Core()}, coreFields...)},
+			sc.cfg.filter.ReadCommands(m.id)...)
+		b.Add(func(r []scannerapi.Reply) {
+			if sc.absorbCore(m, r) {
+				toCancel = append(toCancel, m)
+			}
+		}, cmds...)
+	}
+	if err := sc.exec(ctx, b); err != nil {
+		sc.stageFailed(err, writes, toRead)
+		return nil
 	}
 	return toCancel
+}
+
+// absorbCore reads a member's core (and filter) replies; true when the
+// member goes on to the cancel stage.
+func (sc *scan) absorbCore(m *member, r []scannerapi.Reply) bool {
+	if r[0].Failed() {
+		class, code := scanutil.ClassifyReply(r[0])
+		sc.memberFailed(m, class, "core_read_"+code)
+		return false
+	}
+	m.core = parseCore(r[0])
+	if !m.core.badReply && !m.core.exists {
+		// Gone (e.g. purged by retention): nothing to cancel, whoever's it
+		// was, and nothing the filter could read.
+		m.gone = true
+		m.out = outcome{kind: outNotFound, code: codeNotFound}
+		return true
+	}
+	if !sc.cfg.filter.Decide(r[1:]) {
+		sc.res.Skipped++
+		return false
+	}
+	if _, err := cancelKeys(m.id, m.core); err != nil {
+		sc.memberFailed(m, scannerapi.ErrInvalid, err.Error())
+		return false
+	}
+	return true
 }
 
 // cancel is stage 3: ff_cancel_execution for every member, in one Exec.
 // It returns the members that are done.
 func (sc *scan) cancel(ctx context.Context, members []*member) []*member {
-	var done []*member
-	var cmds []scannerapi.Command
-	var called []*member
+	var done, called []*member
+	var b scanutil.Batch
 	for _, m := range members {
 		if m.gone {
 			done = append(done, m)
@@ -628,25 +637,20 @@ func (sc *scan) cancel(ctx context.Context, members []*member) []*member {
 			done = append(done, m)
 			continue
 		}
+		m := m
 		ks, _ := cancelKeys(m.id, m.core)
-		cmds = append(cmds, scannerapi.FCall(FunctionCancel, ks, m.id.String(), m.f.reason, Source, "", ""))
 		called = append(called, m)
+		b.Add(func(r []scannerapi.Reply) {
+			m.out = classifyCancel(r[0])
+			if m.out.kind.done() {
+				done = append(done, m)
+				return
+			}
+			sc.memberFailed(m, m.out.class, m.out.code)
+		}, scannerapi.FCall(FunctionCancel, ks, m.id.String(), m.f.reason, Source, "", ""))
 	}
-	if len(cmds) == 0 {
-		return done
-	}
-	replies, err := sc.exec(ctx, cmds)
-	if err != nil {
+	if err := sc.exec(ctx, &b); err != nil {
 		sc.stageFailed(err, 0, called)
-		return done
-	}
-	for i, m := range called {
-		m.out = classifyCancel(replies[i])
-		if m.out.kind.done() {
-			done = append(done, m)
-			continue
-		}
-		sc.memberFailed(m, m.out.class, m.out.code)
 	}
 	return done
 }
@@ -657,30 +661,25 @@ func (sc *scan) ack(ctx context.Context, done []*member) {
 	if sc.req.DryRun {
 		for _, m := range done {
 			sc.res.Processed++
-			sc.note("%s of flow %s: %s", m.raw, m.f.member, m.out.code)
+			sc.res.Note("%s of flow %s: %s", m.raw, m.f.member, m.out.code)
 		}
 		return
 	}
-	if len(done) == 0 {
-		return
+	var b scanutil.Batch
+	for _, m := range done {
+		m := m
+		b.Add(func(r []scannerapi.Reply) {
+			if o := classifyAck(r[0]); o != nil {
+				sc.memberFailed(m, o.class, "ack_"+o.code)
+				return
+			}
+			sc.res.Processed++
+			m.f.progress = true
+			sc.s.failures.RecordSuccess(m.raw)
+		}, sc.ackCommand(m))
 	}
-	cmds := make([]scannerapi.Command, len(done))
-	for i, m := range done {
-		cmds[i] = sc.ackCommand(m)
-	}
-	replies, err := sc.exec(ctx, cmds)
-	if err != nil {
+	if err := sc.exec(ctx, &b); err != nil {
 		sc.stageFailed(err, 0, done)
-		return
-	}
-	for i, m := range done {
-		if o := classifyAck(replies[i]); o != nil {
-			sc.memberFailed(m, o.class, "ack_"+o.code)
-			continue
-		}
-		sc.res.Processed++
-		m.f.progress = true
-		sc.s.failures.RecordSuccess(m.raw)
 	}
 }
 
@@ -690,8 +689,9 @@ func (sc *scan) ackCommand(m *member) scannerapi.Command {
 
 // finish remembers flows on which the scan made no progress although
 // nothing failed that is worth retrying (every member left was filtered,
-// backed off or corrupt), and decides whether the host should come back at
-// once: only when the scan made progress and work is left.
+// backed off or corrupt: what the scan read back), and decides whether the
+// host should come back at once: only when the scan made progress and work
+// is left.
 func (sc *scan) finish() {
 	if sc.req.DryRun {
 		return // nothing changed: a rescan would see the same
@@ -706,7 +706,9 @@ func (sc *scan) finish() {
 			continue
 		}
 		if !f.retry && !f.removed && !sc.stageErr {
-			sc.s.rememberStuck(f.member, f.score, sc.req.Cycle)
+			if stored, first := sc.s.stuck.Remember(sc.req.Partition.Index, f.member, f.score, struct{}{}, sc.req.Cycle, stuckCycles); !stored && first {
+				sc.log.Warn("stuck-flow memory is full; stuck flows are re-read until it drains", "limit", stuckLimit)
+			}
 		}
 	}
 	sc.res.More = progress && (capped || sc.windowFull || sc.lookaheadLeft || sc.stageErr)
@@ -728,44 +730,14 @@ func (sc *scan) memberFailed(m *member, class scannerapi.ErrorClass, code string
 }
 
 // stageFailed accounts for a stage whose Exec failed as a whole after an
-// earlier stage did its work: its members are retried next cycle.
+// earlier stage did its work: its members are retried next cycle, and
+// what the scanner derived from the store is dropped (the outcome of the
+// stage's commands is unknown; the failure may be a failover).
 func (sc *scan) stageFailed(err error, writes int, members []*member) {
 	sc.log.Warn("exec failed", "error", err)
 	sc.res.AddError(scannerapi.ErrTransport, "exec", int64(writes+len(members)))
 	sc.stageErr = true
-}
-
-func (sc *scan) takeWrites() ([]scannerapi.Command, []pendingWrite) {
-	writes := sc.writes
-	sc.writes = nil
-	cmds := make([]scannerapi.Command, 0, len(writes))
-	for _, w := range writes {
-		cmds = append(cmds, w.cmd)
-	}
-	return cmds, writes
-}
-
-func (sc *scan) absorbWrites(writes []pendingWrite, replies []scannerapi.Reply) {
-	for i, w := range writes {
-		if w.done != nil {
-			w.done(replies[i])
-		} else if replies[i].Failed() {
-			class, code := replyFailure(replies[i])
-			sc.res.AddError(class, "write_"+code, 1)
-		}
-	}
-}
-
-// exec runs commands through the host in chunks the host accepts. An error
-// means the first chunk could not be run at all.
-func (sc *scan) exec(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-	return scannerapi.ExecChunked(ctx, sc.host, cmds, execChunk)
-}
-
-func (sc *scan) note(format string, args ...any) {
-	if len(sc.res.Notes) < 100 {
-		sc.res.Notes = append(sc.res.Notes, fmt.Sprintf(format, args...))
-	}
+	sc.s.dropDerived()
 }
 
 // firstFailure returns the first failed reply of a group.
@@ -776,61 +748,4 @@ func firstFailure(rs []scannerapi.Reply) (scannerapi.Reply, bool) {
 		}
 	}
 	return scannerapi.Reply{}, false
-}
-
-// isStuck reports a flow remembered as stuck with this exact score, until
-// its recheck cycle.
-func (s *Scanner) isStuck(member string, score float64, cycle uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.stuck[member]
-	if !ok {
-		return false
-	}
-	if e.score != score || e.until <= cycle || e.until > cycle+stuckCycles {
-		delete(s.stuck, member)
-		return false
-	}
-	return true
-}
-
-func (s *Scanner) rememberStuck(member string, score float64, cycle uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.stuck[member]; !ok && len(s.stuck) >= stuckLimit {
-		return
-	}
-	s.stuck[member] = stuckFlow{score: score, until: cycle + stuckCycles}
-}
-
-// gcStuck drops entries past their recheck cycle, once per cycle.
-func (s *Scanner) gcStuck(cycle uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if cycle == s.stuckGC {
-		return
-	}
-	s.stuckGC = cycle
-	for k, e := range s.stuck {
-		if e.until <= cycle || e.until > cycle+stuckCycles {
-			delete(s.stuck, k)
-		}
-	}
-}
-
-func (s *Scanner) cursor(part uint16) (pagePos, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.cursors[part]
-	return c, ok
-}
-
-func (s *Scanner) setCursor(part uint16, pos *pagePos) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if pos == nil {
-		delete(s.cursors, part)
-	} else {
-		s.cursors[part] = *pos
-	}
 }

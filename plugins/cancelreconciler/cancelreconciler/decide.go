@@ -3,10 +3,10 @@ package cancelreconciler
 import (
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // This file holds the pure decision logic: what a member string is, which
@@ -181,33 +181,8 @@ func predict(c memberCore) outcome {
 }
 
 func failedOutcome(err error) outcome {
-	var re *scannerapi.ReplyError
-	if errors.As(err, &re) {
-		return outcome{kind: outFailed, class: re.Class, code: errorCode(re.Msg)}
-	}
-	return outcome{kind: outFailed, class: scannerapi.ErrServer, code: "malformed_reply"}
-}
-
-// replyFailure classes a failed plain command for the result's errors.
-func replyFailure(r scannerapi.Reply) (scannerapi.ErrorClass, string) {
-	o := failedOutcome(r.AsError())
-	return o.class, o.code
-}
-
-// errorCode makes a short metric code of a RESP error message: its first
-// word when that is an upper-case error prefix (WRONGTYPE, NOSCRIPT, ERR),
-// else "error".
-func errorCode(msg string) string {
-	w, _, _ := strings.Cut(msg, " ")
-	if w == "" || len(w) > 24 {
-		return "error"
-	}
-	for i := 0; i < len(w); i++ {
-		if c := w[i]; !(c >= 'A' && c <= 'Z' || c == '_') {
-			return "error"
-		}
-	}
-	return w
+	class, code := scanutil.Classify(err)
+	return outcome{kind: outFailed, class: class, code: code}
 }
 
 // flowReason is the reason a member is cancelled with: the flow's
@@ -219,29 +194,3 @@ func flowReason(r scannerapi.Reply) string {
 	s, _ := r.Text()
 	return s
 }
-
-// pagePos is where a look-ahead page of the backlog starts: at score
-// (inclusive), where the first ties members with exactly that score have
-// been seen. A page is read from offset 0 with ties extra entries and the
-// seen ones are dropped, so members acknowledged (removed) meanwhile can
-// not make it skip unseen ones.
-type pagePos struct {
-	score float64
-	ties  int
-}
-
-// after returns the position after a page whose scores (ascending) were
-// read from pos.
-func (pos pagePos) after(scores []float64) pagePos {
-	if len(scores) == 0 {
-		return pos
-	}
-	last := scores[len(scores)-1]
-	n := 0
-	for i := len(scores) - 1; i >= 0 && scores[i] == last; i-- {
-		n++
-	}
-	return pagePos{score: last, ties: n}
-}
-
-func formatScore(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

@@ -145,23 +145,6 @@ func TestFlowReason(t *testing.T) {
 	assert.Equal(t, "budget", flowReason(str("budget")))
 }
 
-func TestPagePosAfter(t *testing.T) {
-	p := pagePos{score: 10}
-	assert.Equal(t, p, p.after(nil))
-	assert.Equal(t, pagePos{score: 12, ties: 1}, p.after([]float64{10, 11, 12}))
-	assert.Equal(t, pagePos{score: 12, ties: 3}, p.after([]float64{11, 12, 12, 12}))
-	// A page entirely inside one score counts every entry of it (the read
-	// started at offset 0 of that score).
-	assert.Equal(t, pagePos{score: 10, ties: 4}, pagePos{score: 10, ties: 2}.after([]float64{10, 10, 10, 10}))
-}
-
-func TestErrorCode(t *testing.T) {
-	assert.Equal(t, "WRONGTYPE", errorCode("WRONGTYPE Operation"))
-	assert.Equal(t, "ERR", errorCode("ERR unknown"))
-	assert.Equal(t, "error", errorCode("dial tcp: refused"))
-	assert.Equal(t, "error", errorCode(""))
-}
-
 func TestConfigureValidates(t *testing.T) {
 	s := New()
 	ctx := t.Context()
@@ -174,16 +157,4 @@ func TestConfigureValidates(t *testing.T) {
 	assert.Error(t, s.Configure(ctx, map[string]string{"bogus": "1"}))
 	assert.Equal(t, 10, s.cfg.members, "a rejected configuration keeps the old one")
 	require.NoError(t, scannerapi.ValidateInfo(s.Info()))
-}
-
-func TestStuckMemory(t *testing.T) {
-	s := New()
-	s.rememberStuck("f", 5, 100)
-	assert.True(t, s.isStuck("f", 5, 101))
-	assert.False(t, s.isStuck("f", 6, 101), "re-scored: not the entry we remembered")
-	s.rememberStuck("f", 5, 100)
-	assert.True(t, s.isStuck("f", 5, 109))
-	assert.False(t, s.isStuck("f", 5, 110), "looked at again after stuckCycles")
-	s.rememberStuck("g", 1, 100)
-	assert.False(t, s.isStuck("g", 1, 50), "a host that restarted counting releases it")
 }

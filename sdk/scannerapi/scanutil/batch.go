@@ -45,7 +45,21 @@ func (b *Batch) Exec(ctx context.Context, host scannerapi.Host) error {
 	if len(b.cmds) == 0 {
 		return nil
 	}
-	replies, err := host.Exec(ctx, b.cmds)
+	return b.dispatch(host.Exec(ctx, b.cmds))
+}
+
+// ExecChunked is Exec for batches that may exceed what one callback should
+// carry: the commands go in Execs of at most chunk commands
+// (scannerapi.ExecChunked). An error means the first chunk could not run;
+// a later chunk that fails shows as failed replies of its commands.
+func (b *Batch) ExecChunked(ctx context.Context, host scannerapi.Host, chunk int) error {
+	if len(b.cmds) == 0 {
+		return nil
+	}
+	return b.dispatch(scannerapi.ExecChunked(ctx, host, b.cmds, chunk))
+}
+
+func (b *Batch) dispatch(replies []scannerapi.Reply, err error) error {
 	if err != nil {
 		return err
 	}

@@ -233,6 +233,27 @@ func TestBatchAndWaves(t *testing.T) {
 	assert.Equal(t, 2, waves)
 	assert.Equal(t, []string{"a=1", "b=1", "c=1", "aa=2", "bb=2", "cc=2"}, got)
 
+	// ExecChunked splits a large batch over several callbacks and still
+	// hands every group its own replies.
+	var big scanutil.Batch
+	sum := 0
+	for i := 0; i < 25; i++ {
+		i := i
+		big.Add(func(r []scannerapi.Reply) {
+			require.Len(t, r, 1)
+			assert.Equal(t, int64(i+1), r[0].Int)
+			sum++
+		}, scannerapi.Command{"INCRBY", "n" + strconv.Itoa(i), strconv.Itoa(i + 1)})
+	}
+	calls := 0
+	counting := scannerapi.HostFunc(func(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+		calls++
+		return host.Exec(ctx, cmds)
+	})
+	require.NoError(t, big.ExecChunked(ctx, counting, 10))
+	assert.Equal(t, 25, sum)
+	assert.Equal(t, 3, calls)
+
 	// A failed Exec, or one that answers the wrong number of replies,
 	// runs no handler: the outcome of every command is unknown.
 	failing := scannerapi.HostFunc(func(context.Context, []scannerapi.Command) ([]scannerapi.Reply, error) {

@@ -11,7 +11,10 @@ import (
 // (lexicographic), so skipping a count of them is exact as long as none of
 // them is removed between two pages; a member removed meanwhile can make a
 // page skip a tie it has not seen, which the next sweep from the start
-// picks up. It works for either direction (BYSCORE or BYSCORE REV).
+// picks up. A scanner that cannot afford that re-reads the ties instead
+// (LIMIT 0 n+Skip, dropping members it has seen) and advances with
+// From(p.Score).Next(scores) over the whole page. It works for either
+// direction (BYSCORE or BYSCORE REV).
 type ZPos struct {
 	Score float64
 	Skip  int
