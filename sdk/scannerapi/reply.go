@@ -30,6 +30,30 @@ func ParseFCall(c Command) (fn string, keys, args []string, ok bool) {
 	return c[1], c[3 : 3+n], c[3+n:], true
 }
 
+// FirstKey returns the key a command addresses first, as cluster routing
+// sees it: an FCALL's first KEYS element, nothing for keyless commands
+// (TIME, PING, ECHO, INFO, FUNCTION, DBSIZE) and FCALLs without KEYS, else
+// the first argument.
+func FirstKey(c Command) (string, bool) {
+	if len(c) == 0 {
+		return "", false
+	}
+	if _, ks, _, ok := ParseFCall(c); ok {
+		if len(ks) == 0 {
+			return "", false
+		}
+		return ks[0], true
+	}
+	switch strings.ToUpper(c[0]) {
+	case "FCALL", "FCALL_RO", "TIME", "PING", "ECHO", "INFO", "FUNCTION", "DBSIZE":
+		return "", false
+	}
+	if len(c) < 2 {
+		return "", false
+	}
+	return c[1], true
+}
+
 // ReplyError is a command that got no usable reply: Reply.Err was set.
 type ReplyError struct {
 	Class ErrorClass // transport, server or refused

@@ -133,3 +133,20 @@ func TestNoteIsCapped(t *testing.T) {
 	require.Len(t, r.Notes, scannerapi.MaxNotes)
 	assert.Equal(t, "line 0", r.Notes[0])
 }
+
+func TestFirstKey(t *testing.T) {
+	k, ok := scannerapi.FirstKey(scannerapi.FCall("ff_resolve_dependency", []string{"a", "b"}, "x"))
+	assert.True(t, ok)
+	assert.Equal(t, "a", k)
+	_, ok = scannerapi.FirstKey(scannerapi.FCall("f", nil, "x"))
+	assert.False(t, ok, "an FCALL without KEYS")
+	_, ok = scannerapi.FirstKey(scannerapi.Command{"FCALL", "f", "bad"})
+	assert.False(t, ok, "a malformed FCALL")
+	_, ok = scannerapi.FirstKey(scannerapi.Command{"TIME"})
+	assert.False(t, ok)
+	_, ok = scannerapi.FirstKey(scannerapi.Command{"ping"})
+	assert.False(t, ok)
+	k, ok = scannerapi.FirstKey(scannerapi.Command{"HMGET", "key", "f"})
+	assert.True(t, ok)
+	assert.Equal(t, "key", k)
+}

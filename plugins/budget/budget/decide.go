@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // This file holds the pure decision logic of both scanners: what an index
@@ -27,11 +28,8 @@ func failureCode(err error, fallback string) string {
 
 // failureClass is the class of a failed command's error.
 func failureClass(err error) scannerapi.ErrorClass {
-	var re *scannerapi.ReplyError
-	if errors.As(err, &re) && re.Class != "" {
-		return re.Class
-	}
-	return scannerapi.ErrServer
+	class, _ := scanutil.Classify(err)
+	return class
 }
 
 // resetKind is what ff_reset_budget did to one budget.
@@ -182,18 +180,4 @@ func number(s string) (float64, bool) {
 		return 0, false
 	}
 	return f, true
-}
-
-// isOutage reports a batch in which every command got no reply (class
-// transport): the connection failed, not the items.
-func isOutage(replies []scannerapi.Reply) bool {
-	if len(replies) == 0 {
-		return false
-	}
-	for _, r := range replies {
-		if !r.Failed() || r.ErrClass != scannerapi.ErrTransport {
-			return false
-		}
-	}
-	return true
 }

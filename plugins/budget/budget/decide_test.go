@@ -114,13 +114,3 @@ func TestNumber(t *testing.T) {
 		assert.False(t, ok, s)
 	}
 }
-
-func TestIsOutage(t *testing.T) {
-	tr := scannerapi.Reply{Kind: scannerapi.KindError, Err: "EOF", ErrClass: scannerapi.ErrTransport}
-	srv := scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE x", ErrClass: scannerapi.ErrServer}
-	ok := scannerapi.Reply{Kind: scannerapi.KindString, Str: "x"}
-	assert.False(t, isOutage(nil))
-	assert.True(t, isOutage([]scannerapi.Reply{tr, tr}))
-	assert.False(t, isOutage([]scannerapi.Reply{tr, ok}))
-	assert.False(t, isOutage([]scannerapi.Reply{tr, srv}))
-}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // budget_reconciler defaults and options.
@@ -59,21 +60,13 @@ func (s *Reconciler) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Reconciler) Configure(ctx context.Context, options map[string]string) error {
-	prune := true
-	for k, v := range options {
-		switch k {
-		case OptionPruneOrphans:
-			if v == "" {
-				continue
-			}
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("option %s: %q is not a boolean", OptionPruneOrphans, v)
-			}
-			prune = b
-		default:
-			return fmt.Errorf("unknown option %q", k)
-		}
+	o, err := scanutil.ParseOptions(s.Info().Options, options)
+	if err != nil {
+		return err
+	}
+	prune, err := o.Bool(OptionPruneOrphans)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.prune = prune
@@ -99,11 +92,6 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 	s.mu.Unlock()
 	log := scannerapi.Logger(ctx)
 	res := &scannerapi.ScanResult{}
-	note := func(format string, args ...any) {
-		if len(res.Notes) < 100 {
-			res.Notes = append(res.Notes, fmt.Sprintf(format, args...))
-		}
-	}
 	bp := keys.BudgetPart(req.Partition)
 	policies := bp.BudgetPolicies()
 
@@ -126,7 +114,7 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 		case keys.IDInvalid:
 			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 			if req.DryRun {
-				note("would remove invalid member %q", c.Member)
+				res.Note("would remove invalid member %q", c.Member)
 				continue
 			}
 			log.Warn("removing a policies-index member that is not a budget id", "index", policies, "member", c.Member)
@@ -134,7 +122,7 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 			continue
 		case keys.IDNonCanonical:
 			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			note("left non-canonical member %q in place", c.Member)
+			res.Note("left non-canonical member %q in place", c.Member)
 			continue
 		}
 		ids = append(ids, id)
@@ -183,12 +171,12 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 		case actPrune:
 			if !prune {
 				res.Skipped++
-				note("%s: definition gone; pruning is off", bid)
+				res.Note("%s: definition gone; pruning is off", bid)
 				continue
 			}
 			if req.DryRun {
 				res.Processed++
-				note("would prune %s (definition gone)", bid)
+				res.Note("would prune %s (definition gone)", bid)
 				continue
 			}
 			writes = append(writes,
@@ -199,14 +187,14 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 		case actMark:
 			if req.DryRun {
 				res.Processed++
-				note("would mark %s breached", bid)
+				res.Note("would mark %s breached", bid)
 				continue
 			}
 			writes = append(writes, write{cmd: scannerapi.Command{"HSETNX", bk.Usage(), BreachedAtField, now}, bid: bid, kind: actMark})
 		case actClear:
 			if req.DryRun {
 				res.Processed++
-				note("would clear the breach marker of %s", bid)
+				res.Note("would clear the breach marker of %s", bid)
 				continue
 			}
 			writes = append(writes, write{cmd: scannerapi.Command{"HDEL", bk.Usage(), BreachedAtField}, bid: bid, kind: actClear})

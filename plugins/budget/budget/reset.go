@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // Scanner names and versions.
@@ -77,21 +78,13 @@ func (s *Reset) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Reset) Configure(ctx context.Context, options map[string]string) error {
-	look := DefaultResetLookahead
-	for k, v := range options {
-		switch k {
-		case OptionLookahead:
-			if v == "" {
-				continue
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return fmt.Errorf("option %s: %q is not a non-negative integer", OptionLookahead, v)
-			}
-			look = n
-		default:
-			return fmt.Errorf("unknown option %q", k)
-		}
+	o, err := scanutil.ParseOptions(s.Info().Options, options)
+	if err != nil {
+		return err
+	}
+	look, err := o.Int(OptionLookahead, 0, 1_000_000)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.lookahead = look
@@ -202,7 +195,7 @@ func (sc *resetScan) admit(member string) (it *resetItem, remove, skipped bool) 
 		}
 		sc.res.AddError(scannerapi.ErrInvalid, code, 1)
 		if sc.req.DryRun {
-			sc.note("would remove %s %q", code, member)
+			sc.res.Note("would remove %s %q", code, member)
 			return nil, false, false
 		}
 		sc.log.Warn("removing a reset-index member that is not a canonical budget id", "index", sc.index, "member", member, "code", code)
@@ -248,7 +241,7 @@ func (sc *resetScan) wave(ctx context.Context, items []resetItem, remove []strin
 	}
 	// A batch whose every command got no reply is a connection problem,
 	// not any budget's: the failure tracker does not count it.
-	outage := isOutage(replies)
+	outage := scanutil.IsOutage(replies)
 	var pageReply scannerapi.Reply
 	i := 0
 	if page != nil {
@@ -319,14 +312,14 @@ func (sc *resetScan) predict(it resetItem, r scannerapi.Reply) {
 	}
 	if f[0] == "" {
 		sc.res.AddError(scannerapi.ErrInvalid, "definition_missing", 1)
-		sc.note("%s: definition missing; the library would drop its index entry", bid)
+		sc.res.Note("%s: definition missing; the library would drop its index entry", bid)
 		return
 	}
 	sc.res.Processed++
 	if iv, _ := strconv.ParseInt(f[1], 10, 64); iv > 0 {
-		sc.note("would reset %s and reschedule it in %dms", bid, iv)
+		sc.res.Note("would reset %s and reschedule it in %dms", bid, iv)
 	} else {
-		sc.note("would reset %s and unschedule it", bid)
+		sc.res.Note("would reset %s and unschedule it", bid)
 	}
 }
 
@@ -353,10 +346,4 @@ func (sc *resetScan) absorbPage(r scannerapi.Reply, want int) (items []resetItem
 		}
 	}
 	return items, remove
-}
-
-func (sc *resetScan) note(format string, args ...any) {
-	if len(sc.res.Notes) < 100 {
-		sc.res.Notes = append(sc.res.Notes, fmt.Sprintf(format, args...))
-	}
 }

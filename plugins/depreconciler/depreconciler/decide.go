@@ -1,7 +1,6 @@
 package depreconciler
 
 import (
-	"strconv"
 	"strings"
 
 	"github.com/ffscan/ffscan/keys"
@@ -40,36 +39,6 @@ func execOfKey(key string) (keys.ExecutionID, bool) {
 		return keys.ExecutionID{}, false
 	}
 	return id, true
-}
-
-// firstKey returns the key a command addresses first: an FCALL's first
-// KEYS element, else the first argument. Keyless commands have none.
-func firstKey(c scannerapi.Command) (string, bool) {
-	if len(c) == 0 {
-		return "", false
-	}
-	switch strings.ToUpper(c[0]) {
-	case "FCALL", "FCALL_RO":
-		if len(c) < 4 {
-			return "", false
-		}
-		n, err := strconv.Atoi(c[2])
-		if err != nil || n < 1 {
-			return "", false
-		}
-		return c[3], true
-	case "TIME", "PING":
-		return "", false
-	}
-	if len(c) < 2 {
-		return "", false
-	}
-	return c[1], true
-}
-
-// isFCall reports an FCALL.
-func isFCall(c scannerapi.Command) bool {
-	return len(c) > 0 && strings.EqualFold(c[0], "FCALL")
 }
 
 // isUpstreamRead reports the read of a dep record's upstream:
@@ -117,18 +86,4 @@ func tracked(r scannerapi.Reply) (scannerapi.ErrorClass, bool) {
 		class = scannerapi.ErrServer
 	}
 	return class, class == scannerapi.ErrTransport || class == scannerapi.ErrServer
-}
-
-// isOutage reports a batch in which every command got no reply (class
-// transport): the connection failed, not the items.
-func isOutage(replies []scannerapi.Reply) bool {
-	if len(replies) == 0 {
-		return false
-	}
-	for _, r := range replies {
-		if !r.Failed() || r.ErrClass != scannerapi.ErrTransport {
-			return false
-		}
-	}
-	return true
 }

@@ -49,19 +49,6 @@ func TestExecOfKey(t *testing.T) {
 	}
 }
 
-func TestFirstKey(t *testing.T) {
-	k, ok := firstKey(scannerapi.FCall("ff_resolve_dependency", []string{"a", "b"}, "x"))
-	assert.True(t, ok)
-	assert.Equal(t, "a", k)
-	_, ok = firstKey(scannerapi.FCall("f", nil, "x"))
-	assert.False(t, ok)
-	_, ok = firstKey(scannerapi.Command{"TIME"})
-	assert.False(t, ok)
-	k, ok = firstKey(scannerapi.Command{"HMGET", "key", "f"})
-	assert.True(t, ok)
-	assert.Equal(t, "key", k)
-}
-
 func TestIsUpstreamRead(t *testing.T) {
 	id, _ := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 1}, keys.NewUUID())
 	assert.True(t, isUpstreamRead(scannerapi.Command{"HGET", keys.Exec(id).Dep(keys.NewUUID()), "upstream_execution_id"}))
@@ -102,14 +89,4 @@ func TestTracked(t *testing.T) {
 		assert.Equal(t, tc.ok, ok, "%+v", tc.r)
 		assert.Equal(t, tc.class, class, "%+v", tc.r)
 	}
-}
-
-func TestIsOutage(t *testing.T) {
-	tr := scannerapi.Reply{Kind: scannerapi.KindError, Err: "EOF", ErrClass: scannerapi.ErrTransport}
-	srv := scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE x", ErrClass: scannerapi.ErrServer}
-	ok := scannerapi.Reply{Kind: scannerapi.KindString, Str: "x"}
-	assert.False(t, isOutage(nil))
-	assert.True(t, isOutage([]scannerapi.Reply{tr, tr}))
-	assert.False(t, isOutage([]scannerapi.Reply{tr, ok}))
-	assert.False(t, isOutage([]scannerapi.Reply{tr, srv}))
 }

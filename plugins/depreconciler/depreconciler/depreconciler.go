@@ -64,13 +64,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/depresolve"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // Name is the scanner's name.
@@ -132,14 +132,11 @@ func (s *Scanner) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Scanner) Configure(ctx context.Context, options map[string]string) error {
-	for k := range options {
-		switch k {
-		case scannerapi.OptionNamespace, scannerapi.OptionInstanceTag:
-		default:
-			return fmt.Errorf("unknown option %q", k)
-		}
+	o, err := scanutil.ParseOptions(s.Info().Options, options)
+	if err != nil {
+		return err
 	}
-	f, err := scannerapi.ParseFilter(options)
+	f, err := scannerapi.ParseFilter(o.Map())
 	if err != nil {
 		return err
 	}
@@ -160,11 +157,6 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	s.mu.Unlock()
 	log := scannerapi.Logger(ctx)
 	res := &scannerapi.ScanResult{}
-	note := func(format string, args ...any) {
-		if len(res.Notes) < 100 {
-			res.Notes = append(res.Notes, fmt.Sprintf(format, args...))
-		}
-	}
 	x := newScanExec(host, req.DryRun)
 
 	// 1-2. Classify the members of every lane's window.
@@ -181,7 +173,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		case keys.IDInvalid:
 			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 			if req.DryRun {
-				note("would remove invalid member %q", c.Member)
+				res.Note("would remove invalid member %q", c.Member)
 				continue
 			}
 			log.Warn("removing a blocked-set member that is not an execution id", "index", c.Key, "member", c.Member)
@@ -189,12 +181,12 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 			continue
 		case keys.IDNonCanonical:
 			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			note("left non-canonical member %q in place", c.Member)
+			res.Note("left non-canonical member %q in place", c.Member)
 			continue
 		}
 		if id.Partition() != req.Partition {
 			res.AddError(scannerapi.ErrInvalid, "foreign_member", 1)
-			note("left %s in place: it belongs to partition %s", id, id.Partition())
+			res.Note("left %s in place: it belongs to partition %s", id, id.Partition())
 			continue
 		}
 		if seen[id] {
@@ -254,7 +246,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		held := x.held()
 		out.Errors = withoutHeldBack(out.Errors, int64(len(held)))
 		for _, c := range held {
-			note("would call %s", describeCall(c))
+			res.Note("would call %s", describeCall(c))
 		}
 		res.Processed += int64(len(held))
 		for _, e := range out.Errors {
@@ -304,26 +296,15 @@ func describeCall(c scannerapi.Command) string {
 	if len(c) < 3 {
 		return fmt.Sprint(c)
 	}
+	fn, ks, args, ok := scannerapi.ParseFCall(c)
+	if !ok {
+		return fmt.Sprint(c)
+	}
 	child := ""
-	if k, ok := firstKey(c); ok {
-		if id, ok := execOfKey(k); ok {
+	if len(ks) > 0 {
+		if id, ok := execOfKey(ks[0]); ok {
 			child = id.String()
 		}
 	}
-	var args []string
-	if n := numKeys(c); 3+n <= len(c) {
-		args = c[3+n:]
-	}
-	return fmt.Sprintf("%s on %s %v", c[1], child, args)
-}
-
-func numKeys(c scannerapi.Command) int {
-	if len(c) < 3 {
-		return 0
-	}
-	n, err := strconv.Atoi(c[2])
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
+	return fmt.Sprintf("%s on %s %v", fn, child, args)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/depresolve"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // scanExec is the executor one scan hands to the resolver (and the filter):
@@ -83,7 +84,7 @@ func (x *scanExec) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scann
 	at := make([]int, 0, len(cmds)) // index in out of each sent command after pre
 	var held []scannerapi.Command
 	for i, c := range cmds {
-		if x.dryRun && isFCall(c) {
+		if _, _, _, fcall := scannerapi.ParseFCall(c); x.dryRun && fcall {
 			out[i] = dryRunReply()
 			held = append(held, c)
 			continue
@@ -114,7 +115,7 @@ func (x *scanExec) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scann
 
 	// A batch whose every command got no reply is a connection problem,
 	// not any child's: nothing is attributed.
-	outage := isOutage(out)
+	outage := scanutil.IsOutage(out)
 
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -137,7 +138,7 @@ func (x *scanExec) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scann
 		if !ok {
 			continue
 		}
-		key, ok := firstKey(c)
+		key, ok := scannerapi.FirstKey(c)
 		if !ok {
 			continue
 		}
