@@ -235,7 +235,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 			sc.topPage = max(1, min(sc.pageSize, look/2))
 		}
 	}
-	waves, err := scanutil.Waves(ctx, host, sc.buildWave)
+	waves, err := scanutil.Waves(ctx, host, 0, sc.buildWave)
 	if err != nil {
 		// What the failed wave's commands did is unknown, and a transport
 		// failure may be a failover: forget everything derived from the

@@ -167,32 +167,6 @@ func TestChunks(t *testing.T) {
 	assert.Empty(t, chunks(nil, 100))
 }
 
-func TestCursorFresh(t *testing.T) {
-	sm := func(pairs ...any) []scannerapi.ScoredMember {
-		var out []scannerapi.ScoredMember
-		for i := 0; i < len(pairs); i += 2 {
-			out = append(out, scannerapi.ScoredMember{Member: pairs[i].(string), Score: float64(pairs[i+1].(int))})
-		}
-		return out
-	}
-	c := cursor{score: 10, member: "b", ties: 2}
-	fresh, next := c.fresh(sm("a", 10, "b", 10, "c", 10, "d", 11))
-	assert.Equal(t, sm("c", 10, "d", 11), fresh, "a and b at score 10 were handled")
-	assert.Equal(t, cursor{score: 11, member: "d", ties: 1}, next)
-
-	fresh, next = c.fresh(sm("a", 10, "b", 10, "c", 10))
-	assert.Equal(t, sm("c", 10), fresh)
-	assert.Equal(t, cursor{score: 10, member: "c", ties: 3}, next, "a tie group: count all of it")
-
-	fresh, next = c.fresh(sm("a", 10))
-	assert.Empty(t, fresh)
-	assert.Equal(t, c, next, "nothing past the cursor")
-
-	fresh, next = c.fresh(nil)
-	assert.Empty(t, fresh)
-	assert.Equal(t, c, next)
-}
-
 func TestConfigureValidates(t *testing.T) {
 	s := New()
 	ctx := t.Context()
@@ -207,20 +181,21 @@ func TestConfigureValidates(t *testing.T) {
 	require.NoError(t, scannerapi.ValidateInfo(s.Info()))
 }
 
-func TestMemory(t *testing.T) {
+func TestDueMemos(t *testing.T) {
 	s := New()
-	stored, _ := s.remember(1, "{fp:1}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f", memo{lane: "l", score: 5, dueAt: 100})
+	const a, b, c = "{fp:1}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f", "{fp:1}:1b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f", "{fp:1}:2b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f"
+	stored, _ := s.memo.Remember(1, a, 5, memo{lane: "l", dueAt: 100}, 10, 0)
 	require.True(t, stored)
-	s.remember(1, "{fp:1}:1b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f", memo{lane: "l", score: 4, dueAt: 50})
-	s.remember(1, "{fp:1}:2b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f", memo{lane: "l", score: 3, recheck: 20})
+	s.memo.Remember(1, b, 4, memo{lane: "l", dueAt: 50}, 10, 0)
+	s.memo.Remember(1, c, 3, memo{lane: "l", recheck: 20}, 10, 0)
 	due, total := s.dueMemos(1, 60, 10, 10)
-	assert.Equal(t, 1, total)
-	assert.Equal(t, "{fp:1}:1b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f", due[0].member)
+	assert.Equal(t, 1, total, "only the one due at 50 by server time 60")
+	assert.Equal(t, b, due[0].member)
 	due, total = s.dueMemos(1, 100, 20, 1)
 	assert.Equal(t, 3, total)
 	assert.Len(t, due, 1)
 	assert.Equal(t, float64(3), due[0].score, "oldest first")
-	s.forget(1, "{fp:1}:1b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f")
-	assert.Equal(t, 2, s.memoN)
+	assert.Equal(t, "l", due[0].lane)
+	assert.Empty(t, s.memo.Entries(2, 20, nil), "entries are per partition")
 	assert.True(t, memoDue(memo{recheck: 100}, 0, 5), "a host that restarted counting releases it")
 }

@@ -97,6 +97,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // Name is the scanner's name.
@@ -141,14 +142,13 @@ const (
 type Scanner struct {
 	failures *scannerapi.FailureTracker
 
-	mu       sync.Mutex
-	cfg      config
-	memo     map[uint16]map[string]memo // partition -> execution id -> what is known
-	memoN    int
-	memoFull bool // logged once
-	walks    map[laneKey]cursor
-	heads    map[laneKey]cursor
-	lanes    map[string]bool // lanes seen in requests, for SampleBacklog
+	memo  *scanutil.Memory[memo]    // (partition, execution id, score) -> what is known of an entry left in place
+	walks scanutil.Cursors[laneKey] // where each lane's walk between the cutoffs resumes
+	heads scanutil.Cursors[laneKey] // where each lane's look-ahead past the host's window resumes
+
+	mu    sync.Mutex
+	cfg   config
+	lanes map[string]bool // lanes seen in requests, for SampleBacklog
 }
 
 type config struct {
@@ -162,10 +162,10 @@ type laneKey struct {
 	lane string
 }
 
-// memo is what the scanner knows about an entry it left in place.
+// memo is what the scanner read of an entry it left in place (its index
+// score is the memory's key with the member).
 type memo struct {
 	lane    string
-	score   float64
 	dueAt   int64  // look again at this server time (ms), when recheck is 0
 	recheck uint64 // look again at this cycle (filtered, not terminal, failing)
 }
@@ -175,9 +175,7 @@ func New() *Scanner {
 	return &Scanner{
 		failures: scannerapi.NewFailureTracker(),
 		cfg:      config{ret: retention{def: DefaultRetention, min: DefaultMinRetention}, lookahead: DefaultLookahead},
-		memo:     map[uint16]map[string]memo{},
-		walks:    map[laneKey]cursor{},
-		heads:    map[laneKey]cursor{},
+		memo:     scanutil.NewMemory[memo](memoLimit),
 		lanes:    map[string]bool{},
 	}
 }
@@ -216,58 +214,38 @@ func (s *Scanner) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Scanner) Configure(ctx context.Context, options map[string]string) error {
-	for k := range options {
-		switch k {
-		case scannerapi.OptionNamespace, scannerapi.OptionInstanceTag, OptionDefaultRetention, OptionMinRetention, OptionLookahead:
-		default:
-			return fmt.Errorf("unknown option %q", k)
-		}
-	}
-	f, err := scannerapi.ParseFilter(options)
+	o, err := scanutil.ParseOptions(s.Info().Options, options)
 	if err != nil {
 		return err
 	}
-	cfg := config{filter: f, ret: retention{def: DefaultRetention, min: DefaultMinRetention}, lookahead: DefaultLookahead}
-	if cfg.ret.def, err = durationOption(options, OptionDefaultRetention, DefaultRetention); err != nil {
+	var cfg config
+	if cfg.filter, err = scannerapi.ParseFilter(o.Map()); err != nil {
 		return err
 	}
-	if cfg.ret.min, err = durationOption(options, OptionMinRetention, DefaultMinRetention); err != nil {
+	if cfg.ret.min, err = o.Duration(OptionMinRetention, Floor); err != nil {
+		return fmt.Errorf("%w (the floor: the host's candidate cutoff)", err)
+	}
+	if cfg.ret.def, err = o.Duration(OptionDefaultRetention, cfg.ret.min); err != nil {
+		return fmt.Errorf("%w (%s)", err, OptionMinRetention)
+	}
+	if cfg.lookahead, err = o.Int(OptionLookahead, 0, 1_000_000); err != nil {
 		return err
-	}
-	if cfg.ret.min < Floor {
-		return fmt.Errorf("option %s: %s is below the floor of %s (the host's candidate cutoff)", OptionMinRetention, cfg.ret.min, Floor)
-	}
-	if cfg.ret.def < cfg.ret.min {
-		return fmt.Errorf("option %s: %s is shorter than %s (%s)", OptionDefaultRetention, cfg.ret.def, OptionMinRetention, cfg.ret.min)
-	}
-	if v, ok := options[OptionLookahead]; ok && v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1_000_000 {
-			return fmt.Errorf("option %s: %q is not an integer in 0..1000000", OptionLookahead, v)
-		}
-		cfg.lookahead = n
 	}
 	s.mu.Lock()
 	s.cfg = cfg
-	// Due times and stuck verdicts were computed under the old options.
-	s.memo, s.memoN = map[uint16]map[string]memo{}, 0
-	s.walks, s.heads = map[laneKey]cursor{}, map[laneKey]cursor{}
 	s.mu.Unlock()
-	scannerapi.Logger(ctx).Info("configured", "filter", f.String(), "default_retention", cfg.ret.def,
+	// Due times and stuck verdicts were computed under the old options.
+	s.dropDerived()
+	scannerapi.Logger(ctx).Info("configured", "filter", cfg.filter.String(), "default_retention", cfg.ret.def,
 		"min_retention", cfg.ret.min, "lookahead", cfg.lookahead)
 	return nil
 }
 
-func durationOption(options map[string]string, name string, def time.Duration) (time.Duration, error) {
-	v, ok := options[name]
-	if !ok || v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("option %s: %q is not a positive duration", name, v)
-	}
-	return d, nil
+// dropDerived forgets everything the scanner derived from the store.
+func (s *Scanner) dropDerived() {
+	s.memo.Reset()
+	s.walks.Reset()
+	s.heads.Reset()
 }
 
 // SampleBacklog implements scannerapi.BacklogSampler: per partition, the terminal
@@ -358,12 +336,6 @@ type item struct {
 	purge  purgeKeys
 }
 
-// op is a group of commands in one wave and what to do with their replies.
-type op struct {
-	cmds []scannerapi.Command
-	done func([]scannerapi.Reply)
-}
-
 // scan is the state of one ScanPartition call: a pipeline of waves, each
 // ONE Exec (split only above the host's batch limit) carrying everything
 // that is ready: page reads, policy reads of walked entries, the batched
@@ -381,7 +353,7 @@ type scan struct {
 	cutDef, cutMin int64 // score bounds: head <= cutDef < walk <= cutMin
 
 	seen  map[string]bool
-	queue []op // for the next wave
+	queue scanutil.Batch // for the next wave
 
 	progress      bool // something was purged or cleaned
 	more          bool // due work was left (a full window, a look-ahead or memory with entries left)
@@ -459,7 +431,7 @@ func (sc *scan) queueBacklog(lanes []string) {
 	for i, l := range lanes {
 		cmds[i] = scannerapi.Command{"ZCOUNT", sc.pk.LaneTerminal(l), "-inf", strconv.FormatInt(sc.cutDef, 10)}
 	}
-	sc.queue = append(sc.queue, op{cmds: cmds, done: func(rs []scannerapi.Reply) {
+	sc.queue.Add(func(rs []scannerapi.Reply) {
 		sc.backlogOK = true
 		for _, r := range rs {
 			if r.Failed() || r.Kind != scannerapi.KindInt {
@@ -468,7 +440,7 @@ func (sc *scan) queueBacklog(lanes []string) {
 			}
 			sc.backlog += r.Int
 		}
-	}})
+	}, cmds...)
 }
 
 // startHead admits the host's window of a lane and, when it is full and
@@ -499,35 +471,34 @@ func (sc *scan) startHead(lane string, window []scannerapi.Candidate) {
 	for _, c := range window {
 		scores = append(scores, scannerapi.ScoredMember{Member: c.Member, Score: c.Score})
 	}
-	_, pos := cursor{score: math.Inf(-1)}.fresh(scores)
+	_, pos := scanutil.From(math.Inf(-1)).Fresh(scores)
 	lk := laneKey{sc.req.Partition.Index, lane}
-	if c, ok := sc.s.headCursor(lk); ok && (c.score > pos.score || c.score == pos.score && c.member > pos.member) {
+	if c, ok := sc.s.heads.Get(lk); ok && (c.Score > pos.Score || c.Score == pos.Score && c.Member > pos.Member) {
 		pos = c
 	}
 	sc.queueHeadPage(lane, pos, sc.cfg.lookahead, acted)
 }
 
 // queueHeadPage reads the next look-ahead page of a lane's head.
-func (sc *scan) queueHeadPage(lane string, pos cursor, budget, acted int) {
+func (sc *scan) queueHeadPage(lane string, pos scanutil.ZPos, budget, acted int) {
 	n := min(pageSize, budget)
 	key := sc.pk.LaneTerminal(lane)
 	lk := laneKey{sc.req.Partition.Index, lane}
-	cmd := scannerapi.Command{"ZRANGE", key, formatScore(pos.score), strconv.FormatInt(sc.cutDef, 10),
-		"BYSCORE", "LIMIT", "0", strconv.Itoa(n + pos.ties), "WITHSCORES"}
-	sc.queue = append(sc.queue, op{cmds: []scannerapi.Command{cmd}, done: func(rs []scannerapi.Reply) {
+	cmd := append(scannerapi.Command{"ZRANGE", key}, pos.Reread(float64(sc.cutDef), n)...)
+	sc.queue.Add(func(rs []scannerapi.Reply) {
 		page, err := scannerapi.ParseScoredMembers(rs[0])
 		if err != nil {
-			class, code := failure(rs[0])
+			class, code := scanutil.ClassifyReply(rs[0])
 			sc.res.AddError(class, "lookahead_"+code, 1)
 			return
 		}
-		fresh, next := pos.fresh(page)
+		fresh, next := pos.Fresh(page)
 		for _, e := range fresh {
 			if sc.admitHead(lane, e.Member, e.Score) {
 				acted++
 			}
 		}
-		if len(page) < n+pos.ties {
+		if len(page) < n+pos.Skip {
 			sc.setHeadCursor(lk, nil) // reached the default cutoff
 			return
 		}
@@ -539,7 +510,7 @@ func (sc *scan) queueHeadPage(lane string, pos cursor, budget, acted int) {
 		if acted > 0 {
 			sc.more = true
 		}
-	}})
+	}, cmd)
 }
 
 // admitHead classifies an entry of the head; true when it will be
@@ -555,22 +526,22 @@ func (sc *scan) admitHead(lane, m string, score float64) bool {
 	case keys.IDInvalid:
 		sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
 		if sc.req.DryRun {
-			sc.note("would remove invalid member %q of %s", m, key)
+			sc.res.Note("would remove invalid member %q of %s", m, key)
 			return false
 		}
 		sc.log.Warn("removing an index member that is not an execution id", "index", key, "member", m)
-		sc.queue = append(sc.queue, op{cmds: []scannerapi.Command{{"ZREM", key, m}}, done: func(rs []scannerapi.Reply) {
+		sc.queue.Add(func(rs []scannerapi.Reply) {
 			if rs[0].Failed() {
-				class, code := failure(rs[0])
+				class, code := scanutil.ClassifyReply(rs[0])
 				sc.res.AddError(class, "remove_invalid_"+code, 1)
 				return
 			}
 			sc.purgedFromDue++
-		}})
+		}, scannerapi.Command{"ZREM", key, m})
 		return false
 	case keys.IDNonCanonical:
 		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-		sc.note("left non-canonical member %q of %s in place", m, key)
+		sc.res.Note("left non-canonical member %q of %s in place", m, key)
 		return false
 	}
 	if sc.skip(m, score) {
@@ -587,7 +558,7 @@ func (sc *scan) skip(m string, score float64) bool {
 		sc.res.Skipped++
 		return true
 	}
-	if e, ok := sc.s.recall(sc.req.Partition.Index, m); ok && e.score == score && !memoDue(e, sc.req.NowMs, sc.req.Cycle) {
+	if e, ok := sc.s.memo.Recall(sc.req.Partition.Index, m, score, sc.req.Cycle); ok && !memoDue(e, sc.req.NowMs, sc.req.Cycle) {
 		sc.res.Skipped++
 		return true
 	}
@@ -600,27 +571,26 @@ func (sc *scan) startWalk(lane string) {
 		return
 	}
 	lk := laneKey{sc.req.Partition.Index, lane}
-	pos := cursor{score: float64(sc.cutDef)}
-	if c, ok := sc.s.walkCursor(lk); ok && c.score >= pos.score {
+	pos := scanutil.From(float64(sc.cutDef))
+	if c, ok := sc.s.walks.Get(lk); ok && c.Score >= pos.Score {
 		pos = c
 	}
 	sc.queueWalkPage(lane, pos, sc.cfg.lookahead)
 }
 
-func (sc *scan) queueWalkPage(lane string, pos cursor, budget int) {
+func (sc *scan) queueWalkPage(lane string, pos scanutil.ZPos, budget int) {
 	n := min(pageSize, budget)
 	key := sc.pk.LaneTerminal(lane)
 	lk := laneKey{sc.req.Partition.Index, lane}
-	cmd := scannerapi.Command{"ZRANGE", key, formatScore(pos.score), strconv.FormatInt(sc.cutMin, 10),
-		"BYSCORE", "LIMIT", "0", strconv.Itoa(n + pos.ties), "WITHSCORES"}
-	sc.queue = append(sc.queue, op{cmds: []scannerapi.Command{cmd}, done: func(rs []scannerapi.Reply) {
+	cmd := append(scannerapi.Command{"ZRANGE", key}, pos.Reread(float64(sc.cutMin), n)...)
+	sc.queue.Add(func(rs []scannerapi.Reply) {
 		page, err := scannerapi.ParseScoredMembers(rs[0])
 		if err != nil {
-			class, code := failure(rs[0])
+			class, code := scanutil.ClassifyReply(rs[0])
 			sc.res.AddError(class, "walk_"+code, 1)
 			return
 		}
-		fresh, next := pos.fresh(page)
+		fresh, next := pos.Fresh(page)
 		var walked []*item
 		for _, e := range fresh {
 			if sc.seen[e.Member] {
@@ -630,7 +600,7 @@ func (sc *scan) queueWalkPage(lane string, pos cursor, budget int) {
 			if kind != keys.IDCanonical {
 				continue // counted when it reaches the head
 			}
-			if r, ok := sc.s.recall(sc.req.Partition.Index, e.Member); ok && r.score == e.Score {
+			if _, ok := sc.s.memo.Recall(sc.req.Partition.Index, e.Member, e.Score, sc.req.Cycle); ok {
 				continue // known; queued by queueRemembered when due
 			}
 			sc.seen[e.Member] = true
@@ -638,16 +608,16 @@ func (sc *scan) queueWalkPage(lane string, pos cursor, budget int) {
 		}
 		sc.classify(walked)
 		if !sc.req.DryRun {
-			sc.s.setWalkCursor(lk, next)
+			sc.s.walks.Set(lk, next)
 		}
-		if len(page) == n+pos.ties {
+		if len(page) == n+pos.Skip {
 			if budget-n > 0 {
 				sc.queueWalkPage(lane, next, budget-n)
 			} else {
 				sc.walkLeft = true
 			}
 		}
-	}})
+	}, cmd)
 }
 
 // classify reads the policy (and the filter) of walked entries and decides
@@ -665,14 +635,14 @@ func (sc *scan) classify(items []*item) {
 		per = 1 + len(fc)
 		cmds = append(cmds, fc...)
 	}
-	sc.queue = append(sc.queue, op{cmds: cmds, done: func(rs []scannerapi.Reply) {
+	sc.queue.Add(func(rs []scannerapi.Reply) {
 		for i, it := range items {
 			r := rs[i*per : (i+1)*per]
 			if !sc.cfg.filter.Decide(r[1:]) {
 				continue // another tenant's: never ours to remember
 			}
 			if r[0].Failed() {
-				class, code := failure(r[0])
+				class, code := scanutil.ClassifyReply(r[0])
 				sc.res.AddError(class, "policy_read_"+code, 1)
 				// Look at it properly in the next scan.
 				sc.remember(it, memo{dueAt: sc.req.NowMs})
@@ -688,7 +658,7 @@ func (sc *scan) classify(items []*item) {
 				sc.remember(it, memo{dueAt: due})
 			}
 		}
-	}})
+	}, cmds...)
 }
 
 // queueRemembered examines the partition's remembered entries that are
@@ -724,14 +694,14 @@ func (sc *scan) examine(it *item) {
 		{"ZRANGE", ek.Attempts(), "0", "-1"},
 	}
 	cmds = append(cmds, sc.cfg.filter.ReadCommands(it.id)...)
-	sc.queue = append(sc.queue, op{cmds: cmds, done: func(rs []scannerapi.Reply) { sc.judge(it, rs) }})
+	sc.queue.Add(func(rs []scannerapi.Reply) { sc.judge(it, rs) }, cmds...)
 }
 
 // judge reads an examined entry and acts on the verdict.
 func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
 	for _, r := range rs[:7] {
 		if r.Failed() {
-			class, code := failure(r)
+			class, code := scanutil.ClassifyReply(r)
 			sc.failed(it, class, "read_"+code)
 			return
 		}
@@ -774,7 +744,7 @@ func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
 	v := decide(e, sc.req.NowMs, sc.cfg.ret)
 	switch v.kind {
 	case vLeft:
-		sc.s.forget(sc.req.Partition.Index, it.member)
+		sc.s.memo.Forget(sc.req.Partition.Index, it.member)
 		sc.s.failures.RecordSuccess(it.member)
 	case vKept:
 		sc.res.Skipped++
@@ -785,12 +755,12 @@ func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
 		sc.remember(it, memo{recheck: sc.req.Cycle + stuckCycles})
 	case vNotTerminal:
 		sc.res.Skipped++
-		sc.note("left %s in place: in %s but %s, not terminal", it.member, sc.pk.LaneTerminal(it.lane), e.phase)
+		sc.res.Note("left %s in place: in %s but %s, not terminal", it.member, sc.pk.LaneTerminal(it.lane), e.phase)
 		sc.remember(it, memo{recheck: sc.req.Cycle + stuckCycles})
 	case vClean:
 		if sc.req.DryRun {
 			sc.res.Processed++
-			sc.note("would remove the index entries of %s (its core is gone)", it.member)
+			sc.res.Note("would remove the index entries of %s (its core is gone)", it.member)
 			return
 		}
 		sc.finalize(it)
@@ -806,7 +776,7 @@ func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
 		it.purge = pk
 		if sc.req.DryRun {
 			sc.res.Processed++
-			sc.note("would purge %s (%d keys)", it.member, len(pk.leaves)+len(pk.last))
+			sc.res.Note("would purge %s (%d keys)", it.member, len(pk.leaves)+len(pk.last))
 			return
 		}
 		sc.deleteLeaves(it)
@@ -821,16 +791,16 @@ func (sc *scan) deleteLeaves(it *item) {
 	for i, p := range parts {
 		cmds[i] = append(scannerapi.Command{"UNLINK"}, p...)
 	}
-	sc.queue = append(sc.queue, op{cmds: cmds, done: func(rs []scannerapi.Reply) {
+	sc.queue.Add(func(rs []scannerapi.Reply) {
 		for _, r := range rs {
 			if r.Failed() {
-				class, code := failure(r)
+				class, code := scanutil.ClassifyReply(r)
 				sc.failed(it, class, "delete_"+code)
 				return
 			}
 		}
 		sc.finalize(it)
-	}})
+	}, cmds...)
 }
 
 // finalize deletes what is left of an execution in one command (the
@@ -844,10 +814,10 @@ func (sc *scan) finalize(it *item) {
 	cmds = append(cmds,
 		scannerapi.Command{"ZREM", sc.pk.LaneTerminal(it.lane), it.member},
 		scannerapi.Command{"SREM", sc.pk.AllExecutions(), it.member})
-	sc.queue = append(sc.queue, op{cmds: cmds, done: func(rs []scannerapi.Reply) {
+	sc.queue.Add(func(rs []scannerapi.Reply) {
 		for _, r := range rs {
 			if r.Failed() {
-				class, code := failure(r)
+				class, code := scanutil.ClassifyReply(r)
 				sc.failed(it, class, "delete_"+code)
 				return
 			}
@@ -857,9 +827,9 @@ func (sc *scan) finalize(it *item) {
 		if it.head || it.score <= float64(sc.cutDef) {
 			sc.purgedFromDue++
 		}
-		sc.s.forget(sc.req.Partition.Index, it.member)
+		sc.s.memo.Forget(sc.req.Partition.Index, it.member)
 		sc.s.failures.RecordSuccess(it.member)
-	}})
+	}, cmds...)
 }
 
 // failed counts a failure of an entry and feeds the tracker.
@@ -875,48 +845,46 @@ func (sc *scan) remember(it *item, m memo) {
 	if sc.req.DryRun {
 		return
 	}
-	m.lane, m.score = it.lane, it.score
-	if stored, first := sc.s.remember(sc.req.Partition.Index, it.member, m); !stored && first {
+	m.lane = it.lane
+	// ttl 0: memoDue decides when the entry is looked at again (its due
+	// time, or its recheck cycle).
+	if stored, first := sc.s.memo.Remember(sc.req.Partition.Index, it.member, it.score, m, sc.req.Cycle, 0); !stored && first {
 		sc.log.Warn("retention memory is full; entries left in place are re-read, and shorter overrides wait for the default, until it drains", "limit", memoLimit)
 	}
 }
 
-func (sc *scan) setHeadCursor(lk laneKey, c *cursor) {
-	if !sc.req.DryRun {
-		sc.s.setHeadCursor(lk, c)
+func (sc *scan) setHeadCursor(lk laneKey, c *scanutil.ZPos) {
+	switch {
+	case sc.req.DryRun:
+	case c == nil:
+		sc.s.heads.Clear(lk)
+	default:
+		sc.s.heads.Set(lk, *c)
 	}
 }
 
 // run executes waves until nothing is queued.
 func (sc *scan) run(ctx context.Context) error {
-	for wave := 0; ; wave++ {
-		ops := sc.queue
-		sc.queue = nil
-		if len(ops) == 0 {
-			return nil
-		}
-		var cmds []scannerapi.Command
-		for _, o := range ops {
-			cmds = append(cmds, o.cmds...)
-		}
-		replies, err := scannerapi.ExecChunked(ctx, sc.host, cmds, execChunk)
-		if err != nil {
-			if wave == 0 {
-				return fmt.Errorf("exec: %w", err)
-			}
-			// Earlier waves did their work; what this one carried is
-			// retried next cycle.
-			sc.log.Warn("exec failed", "error", err)
-			sc.res.AddError(scannerapi.ErrTransport, "exec", int64(len(ops)))
-			sc.stageErr = true
-			return nil
-		}
-		at := 0
-		for _, o := range ops {
-			o.done(replies[at : at+len(o.cmds)])
-			at += len(o.cmds)
-		}
+	carried := 0
+	waves, err := scanutil.Waves(ctx, sc.host, execChunk, func(b *scanutil.Batch) {
+		*b, sc.queue = sc.queue, scanutil.Batch{}
+		carried = b.Groups()
+	})
+	if err == nil {
+		return nil
 	}
+	// What the failed wave's commands did is unknown (the failure may be
+	// a failover): forget what was derived from the store.
+	sc.s.dropDerived()
+	if waves == 0 {
+		return fmt.Errorf("exec: %w", err)
+	}
+	// Earlier waves did their work; what this one carried is retried next
+	// cycle.
+	sc.log.Warn("exec failed", "error", err)
+	sc.res.AddError(scannerapi.ErrTransport, "exec", int64(carried))
+	sc.stageErr = true
+	return nil
 }
 
 // finish reports the backlog and whether the host should come back at once.
@@ -947,46 +915,6 @@ type remembered struct {
 	score  float64
 }
 
-func (s *Scanner) recall(part uint16, member string) (memo, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, ok := s.memo[part][member]
-	return m, ok
-}
-
-// remember stores what is known of an entry. stored is false when the
-// memory is full; first is true the first time that happens since it last
-// had room, so it is logged once.
-func (s *Scanner) remember(part uint16, member string, m memo) (stored, first bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	pm := s.memo[part]
-	if pm == nil {
-		pm = map[string]memo{}
-		s.memo[part] = pm
-	}
-	if _, ok := pm[member]; !ok {
-		if s.memoN >= memoLimit {
-			first = !s.memoFull
-			s.memoFull = true
-			return false, first
-		}
-		s.memoN++
-	}
-	pm[member] = m
-	return true, false
-}
-
-func (s *Scanner) forget(part uint16, member string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.memo[part][member]; ok {
-		delete(s.memo[part], member)
-		s.memoN--
-		s.memoFull = false
-	}
-}
-
 func memoDue(m memo, nowMs int64, cycle uint64) bool {
 	if m.recheck != 0 {
 		return m.recheck <= cycle || m.recheck > cycle+stuckCycles
@@ -997,18 +925,14 @@ func memoDue(m memo, nowMs int64, cycle uint64) bool {
 // dueMemos returns up to limit remembered entries of a partition that are
 // due, oldest first, and how many are due in all.
 func (s *Scanner) dueMemos(part uint16, nowMs int64, cycle uint64, limit int) ([]remembered, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []remembered
-	for member, m := range s.memo[part] {
-		if !memoDue(m, nowMs, cycle) {
-			continue
-		}
-		id, err := keys.ParseExecutionID(member)
+	entries := s.memo.Entries(part, cycle, func(e scanutil.Entry[memo]) bool { return memoDue(e.Value, nowMs, cycle) })
+	out := make([]remembered, 0, len(entries))
+	for _, e := range entries {
+		id, err := keys.ParseExecutionID(e.Member)
 		if err != nil {
 			continue
 		}
-		out = append(out, remembered{member: member, id: id, lane: m.lane, score: m.score})
+		out = append(out, remembered{member: e.Member, id: id, lane: e.Value.lane, score: e.Score})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].score != out[j].score {
@@ -1021,34 +945,4 @@ func (s *Scanner) dueMemos(part uint16, nowMs int64, cycle uint64, limit int) ([
 		out = out[:limit]
 	}
 	return out, total
-}
-
-func (s *Scanner) headCursor(lk laneKey) (cursor, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.heads[lk]
-	return c, ok
-}
-
-func (s *Scanner) setHeadCursor(lk laneKey, c *cursor) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c == nil {
-		delete(s.heads, lk)
-	} else {
-		s.heads[lk] = *c
-	}
-}
-
-func (s *Scanner) walkCursor(lk laneKey) (cursor, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.walks[lk]
-	return c, ok
-}
-
-func (s *Scanner) setWalkCursor(lk laneKey, c cursor) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.walks[lk] = c
 }

@@ -34,6 +34,10 @@ func (b *Batch) Add(handle func(replies []scannerapi.Reply), cmds ...scannerapi.
 // Len returns the number of commands in the batch.
 func (b *Batch) Len() int { return len(b.cmds) }
 
+// Groups returns the number of groups in the batch (for accounting what
+// a failed batch carried).
+func (b *Batch) Groups() int { return len(b.groups) }
+
 // Commands returns the batch's commands, in order.
 func (b *Batch) Commands() []scannerapi.Command { return b.cmds }
 
@@ -78,17 +82,25 @@ func (b *Batch) dispatch(replies []scannerapi.Reply, err error) error {
 
 // Waves runs a scan as a series of batches ("waves"): build fills a fresh
 // batch from the scan's queues, the batch runs, its handlers fill the
-// queues for the next wave, until build adds nothing. It returns the
-// number of waves that ran (their handlers did their work) and the error
-// of the wave that failed, if one did; nothing runs after it.
-func Waves(ctx context.Context, host scannerapi.Host, build func(*Batch)) (int, error) {
+// queues for the next wave, until build adds nothing. A wave goes in one
+// Exec when chunk <= 0, else in Execs of at most chunk commands
+// (ExecChunked). It returns the number of waves that ran (their handlers
+// did their work) and the error of the wave that failed, if one did;
+// nothing runs after it.
+func Waves(ctx context.Context, host scannerapi.Host, chunk int, build func(*Batch)) (int, error) {
 	for n := 0; ; n++ {
 		var b Batch
 		build(&b)
 		if b.Len() == 0 {
 			return n, nil
 		}
-		if err := b.Exec(ctx, host); err != nil {
+		var err error
+		if chunk > 0 {
+			err = b.ExecChunked(ctx, host, chunk)
+		} else {
+			err = b.Exec(ctx, host)
+		}
+		if err != nil {
 			return n, fmt.Errorf("wave %d: %w", n+1, err)
 		}
 	}

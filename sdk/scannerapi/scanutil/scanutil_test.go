@@ -213,7 +213,7 @@ func TestBatchAndWaves(t *testing.T) {
 
 	queue := []string{"a", "b", "c"}
 	var got []string
-	waves, err := scanutil.Waves(ctx, host, func(b *scanutil.Batch) {
+	waves, err := scanutil.Waves(ctx, host, 0, func(b *scanutil.Batch) {
 		work := queue
 		queue = nil
 		for _, k := range work {
@@ -264,12 +264,88 @@ func TestBatchAndWaves(t *testing.T) {
 	})
 	for _, h := range []scannerapi.Host{failing, short} {
 		called := false
-		waves, err := scanutil.Waves(ctx, h, func(b *scanutil.Batch) {
+		waves, err := scanutil.Waves(ctx, h, 0, func(b *scanutil.Batch) {
 			b.Add(func([]scannerapi.Reply) { called = true }, scannerapi.Command{"GET", "k"}, scannerapi.Command{"GET", "j"})
 		})
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "wave 1")
 		assert.Zero(t, waves)
 		assert.False(t, called)
+	}
+}
+
+func TestZPosFresh(t *testing.T) {
+	sm := func(pairs ...any) []scannerapi.ScoredMember {
+		var out []scannerapi.ScoredMember
+		for i := 0; i < len(pairs); i += 2 {
+			out = append(out, scannerapi.ScoredMember{Member: pairs[i].(string), Score: float64(pairs[i+1].(int))})
+		}
+		return out
+	}
+	p := scanutil.ZPos{Score: 10, Member: "b", Skip: 2}
+	fresh, next := p.Fresh(sm("a", 10, "b", 10, "c", 10, "d", 11))
+	assert.Equal(t, sm("c", 10, "d", 11), fresh, "a and b at score 10 were seen")
+	assert.Equal(t, scanutil.ZPos{Score: 11, Member: "d", Skip: 1}, next)
+
+	fresh, next = p.Fresh(sm("a", 10, "b", 10, "c", 10))
+	assert.Equal(t, sm("c", 10), fresh)
+	assert.Equal(t, scanutil.ZPos{Score: 10, Member: "c", Skip: 3}, next, "a tie group counts all of it")
+
+	fresh, next = p.Fresh(sm("a", 10))
+	assert.Empty(t, fresh)
+	assert.Equal(t, p, next, "nothing past the position")
+
+	fresh, next = p.Fresh(nil)
+	assert.Empty(t, fresh)
+	assert.Equal(t, p, next)
+
+	fresh, _ = scanutil.From(10).Fresh(sm("a", 10, "b", 12))
+	assert.Equal(t, sm("a", 10, "b", 12), fresh, "From lies before every member of its score")
+}
+
+// TestZPosFreshSurvivesRemovals pages a real sorted set full of ties while
+// members already seen are removed between pages (as acknowledgements
+// and purges do): every member is still seen exactly once.
+func TestZPosFreshSurvivesRemovals(t *testing.T) {
+	srv := testserver.New(t)
+	host := scannertest.Host(srv.Client(t))
+	ctx := context.Background()
+	var cmds []scannerapi.Command
+	for i := 0; i < 60; i++ {
+		cmds = append(cmds, scannerapi.Command{"ZADD", "z", strconv.Itoa(i / 9), "m" + strconv.Itoa(100+i)})
+	}
+	_, err := host.Exec(ctx, cmds)
+	require.NoError(t, err)
+
+	seen := map[string]int{}
+	pos := scanutil.From(math.Inf(-1))
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 100)
+		const n = 4
+		replies, err := host.Exec(ctx, []scannerapi.Command{append(scannerapi.Command{"ZRANGE", "z"}, pos.Reread(math.Inf(1), n)...)})
+		require.NoError(t, err)
+		page, err := scannerapi.ParseScoredMembers(replies[0])
+		require.NoError(t, err)
+		fresh, next := pos.Fresh(page)
+		var rem []scannerapi.Command
+		for i, e := range fresh {
+			seen[e.Member]++
+			if i%2 == 0 {
+				rem = append(rem, scannerapi.Command{"ZREM", "z", e.Member})
+			}
+		}
+		if len(rem) > 0 {
+			_, err = host.Exec(ctx, rem)
+			require.NoError(t, err)
+		}
+		short := len(page) < n+pos.Skip // the end of the set
+		pos = next
+		if short {
+			break
+		}
+	}
+	assert.Len(t, seen, 60)
+	for m, c := range seen {
+		assert.Equal(t, 1, c, m)
 	}
 }
