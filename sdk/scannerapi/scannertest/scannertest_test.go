@@ -139,6 +139,24 @@ func TestSameNamesWhatDiffers(t *testing.T) {
 		t.Errorf("equal reports differ: %v", r.errors)
 	}
 
+	// Keys compare by shape: ids minted per run, on other partitions.
+	minted := base
+	minted.Mode = "plugin"
+	base2 := base
+	base2.Keys = map[string]string{"ff:exec:{fp:3}:{fp:3}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f:core": "hash"}
+	minted.Keys = map[string]string{"ff:exec:{fp:9}:{fp:9}:1c0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f:core": "hash"}
+	r = &recorder{TB: t}
+	Same(r, base2, minted)
+	if len(r.errors) != 0 {
+		t.Errorf("keys of the same shape differ: %v", r.errors)
+	}
+	minted.Keys = map[string]string{"ff:exec:{fp:9}:{fp:9}:1c0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f:policy": "string"}
+	r = &recorder{TB: t}
+	Same(r, base2, minted)
+	if len(r.errors) != 1 {
+		t.Errorf("keys of another shape compare equal")
+	}
+
 	other := same
 	other.Processed = 4
 	other.Refused = map[string]int{"dry_run": 1}
