@@ -173,62 +173,14 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 	return res
 }
 
-// mode builds a scanner under test on a fixture's callbacks: linked
-// in-process, or served by the real plugin binary.
-type mode struct {
-	name string
-	make func(t *testing.T, cb scannerapi.Callbacks, name string) scannerapi.Scanner
-}
-
-func modes() []mode {
-	return []mode{
-		{"linked", func(_ *testing.T, cb scannerapi.Callbacks, name string) scannerapi.Scanner {
-			if name == budget.ResetName {
-				return scannerapi.Linked(budget.NewReset(), cb)
-			}
-			return scannerapi.Linked(budget.NewReconciler(), cb)
-		}},
-		{"plugin", func(t *testing.T, cb scannerapi.Callbacks, name string) scannerapi.Scanner {
-			p := scannertest.Launch(t, pluginBinary(t), cb)
-			require.Len(t, p.Scanners(), 2, "one binary serves both scanners")
-			s, ok := p.Scanner(name)
-			require.True(t, ok)
-			return s
-		}},
-	}
-}
-
-// observed is what a scenario saw, compared across modes.
-type observed struct {
-	Results []*scannerapi.ScanResult
-	Execs   []int
-	FCalls  []int
-}
-
-func (o *observed) add(f *fixture, res *scannerapi.ScanResult) {
-	execs, fcalls := f.cb.Reset()
-	o.Results = append(o.Results, res)
-	o.Execs = append(o.Execs, execs)
-	o.FCalls = append(o.FCalls, fcalls)
-}
-
-func agree(t *testing.T, scenario func(t *testing.T, m mode) observed) {
-	var got []observed
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { got = append(got, scenario(t, m)) })
-	}
-	require.Len(t, got, 2)
-	assert.Equal(t, got[0], got[1], "linked and plugin runs observe the same")
-}
-
 // budget_reset (9.1): a due budget is reset and rescheduled, a budget not
 // yet due is untouched, a due budget whose interval was set to 0 is reset
 // and unscheduled, garbage and non-canonical members are removed (P3), an
 // orphan id is reported and dropped, a wrong-type usage key fails and
 // stays; all in one Exec.
-func resetScenario(t *testing.T, m mode) observed {
+func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.make(t, f.cb, budget.ResetName)
+	s := m.Scanner(t, f.cb, budget.ResetName)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	index := keys.BudgetPart(part).BudgetResets()
 
@@ -245,12 +197,12 @@ func resetScenario(t *testing.T, m mode) observed {
 	f.do("ZADD", index, "2", "6F1C2D3E-4A5B-4C6D-8E7F-001122334455")
 	time.Sleep(250 * time.Millisecond)
 
-	var o observed
+	var o scannertest.Observation
 	req := f.resetRequest(20)
 	require.Len(t, req.Candidates, 6)
 	f.cb.Reset()
 	res := f.scan(s, req)
-	o.add(f, res)
+	o.Add(f.cb, res)
 	assert.Equal(t, int64(2), res.Processed, "%+v", res)
 	assert.ElementsMatch(t, []scannerapi.ErrorCount{
 		{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1},
@@ -287,20 +239,20 @@ func resetScenario(t *testing.T, m mode) observed {
 
 	// Next cycle: only the poison entry is due; it fails again.
 	res = f.scan(s, f.resetRequest(20))
-	o.add(f, res)
+	o.Add(f.cb, res)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1}}, res.Errors)
 	return o
 }
 
-func TestResetLinkedAndPluginAgree(t *testing.T) { agree(t, resetScenario) }
+func TestResetLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), resetScenario) }
 
 // A window full of entries backed off after repeated failures does not
 // hide a due budget behind it: the look-ahead finds it. With the
 // look-ahead off (FlowFabric's fixed window) it would wait forever.
-func poisonScenario(t *testing.T, m mode) observed {
+func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.make(t, f.cb, budget.ResetName)
+	s := m.Scanner(t, f.cb, budget.ResetName)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	index := keys.BudgetPart(part).BudgetResets()
 	var poison []keys.BudgetID
@@ -313,16 +265,16 @@ func poisonScenario(t *testing.T, m mode) observed {
 	good := f.budget(100*time.Millisecond, 0, 5)
 	time.Sleep(150 * time.Millisecond)
 
-	var o observed
+	var o scannertest.Observation
 	for i := 0; i < 3; i++ { // three failures back the head off
 		res := f.scan(s, f.resetRequest(2))
-		o.add(f, res)
+		o.Add(f.cb, res)
 		assert.Equal(t, int64(0), res.Processed)
 		assert.Equal(t, int64(2), res.ErrorTotal())
 	}
 	assert.Equal(t, "5", f.hget(f.keys(good).Usage(), "tokens"), "hidden behind the window so far")
 	res := f.scan(s, f.resetRequest(2))
-	o.add(f, res)
+	o.Add(f.cb, res)
 	assert.Equal(t, int64(1), res.Processed, "%+v", res)
 	assert.Equal(t, int64(2), res.Skipped, "the backed-off head")
 	assert.Equal(t, "0", f.hget(f.keys(good).Usage(), "tokens"))
@@ -334,16 +286,16 @@ func poisonScenario(t *testing.T, m mode) observed {
 	return o
 }
 
-func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) { agree(t, poisonScenario) }
+func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), poisonScenario) }
 
 // budget_reconciler (9.2): a lifetime budget over its hard limit is marked,
 // a marked one back under is cleared, one exactly at its limit is left, a
 // resetting budget is skipped, an orphan id is pruned from both indexes, a
 // wrong-type usage key is counted and left, a garbage member is removed.
 // All reads in one Exec, the writes in a second.
-func reconcileScenario(t *testing.T, m mode) observed {
+func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.make(t, f.cb, budget.ReconcilerName)
+	s := m.Scanner(t, f.cb, budget.ReconcilerName)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	bp := keys.BudgetPart(part)
 
@@ -361,12 +313,12 @@ func reconcileScenario(t *testing.T, m mode) observed {
 	f.do("ZADD", bp.BudgetResets(), "99", orphan.String())
 	f.do("SADD", bp.BudgetPolicies(), "garbage")
 
-	var o observed
+	var o scannertest.Observation
 	req := f.reconcileRequest(100)
 	require.Len(t, req.Candidates, 7)
 	f.cb.Reset()
 	res := f.scan(s, req)
-	o.add(f, res)
+	o.Add(f.cb, res)
 	assert.Equal(t, int64(3), res.Processed, "mark, clear, prune: %+v", res)
 	assert.Equal(t, int64(1), res.Skipped, "the resetting budget")
 	assert.ElementsMatch(t, []scannerapi.ErrorCount{
@@ -394,7 +346,7 @@ func reconcileScenario(t *testing.T, m mode) observed {
 
 	// A second pass changes nothing: one read Exec, no writes.
 	res = f.scan(s, f.reconcileRequest(100))
-	o.add(f, res)
+	o.Add(f.cb, res)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1}}, res.Errors)
 	assert.Equal(t, 1, o.Execs[1])
@@ -402,13 +354,15 @@ func reconcileScenario(t *testing.T, m mode) observed {
 	// Back under the limit (e.g. the drift was repaired): the marker goes.
 	f.do("HSET", f.keys(over).Usage(), "tokens", "90")
 	res = f.scan(s, f.reconcileRequest(100))
-	o.add(f, res)
+	o.Add(f.cb, res)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Equal(t, "", f.hget(f.keys(over).Usage(), budget.BreachedAtField))
 	return o
 }
 
-func TestReconcileLinkedAndPluginAgree(t *testing.T) { agree(t, reconcileScenario) }
+func TestReconcileLinkedAndPluginAgree(t *testing.T) {
+	scannertest.Agree(t, modes(), reconcileScenario)
+}
 
 // prune_orphans=false leaves an orphan id where it is.
 func TestReconcilerPruneOff(t *testing.T) {
@@ -464,4 +418,29 @@ func TestInfoValid(t *testing.T) {
 	assert.Equal(t, 15*time.Second, budget.NewReset().Info().DefaultInterval)
 	assert.Equal(t, 20, budget.NewReset().Info().DefaultBatch)
 	assert.Equal(t, 30*time.Second, budget.NewReconciler().Info().DefaultInterval)
+}
+
+// modes are the linked scanner and the plugin binary, for scenarios that
+// build their own requests.
+func modes() []scannertest.Mode {
+	return scannertest.Modes(pluginPkg, func(name string) scannerapi.Scanner {
+		switch name {
+		case budget.ResetName:
+			return budget.NewReset()
+		case budget.ReconcilerName:
+			return budget.NewReconciler()
+		}
+		return nil
+	})
+}
+
+// One binary serves both scanners, and its Info lists them.
+func TestOneBinaryServesBothScanners(t *testing.T) {
+	srv := testenv.New(t)
+	p := scannertest.Launch(t, scannertest.PluginBinary(t, pluginPkg), scannertest.Callbacks(srv.Client(t)))
+	var names []string
+	for _, s := range p.Scanners() {
+		names = append(names, s.Info().Name)
+	}
+	assert.ElementsMatch(t, []string{budget.ResetName, budget.ReconcilerName}, names)
 }

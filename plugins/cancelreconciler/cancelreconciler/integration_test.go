@@ -151,8 +151,8 @@ func (f *fixture) request(batch int) *scannerapi.ScanRequest {
 	return req
 }
 
-// observed is what one scan did, comparable across modes (error order is
-// normalized; notes name random ids and are left out).
+// observed is what the modes must agree on for one scan: the counts, the
+// errors in a stable order, More, and the cost.
 type observed struct {
 	Processed, Skipped int64
 	Errors             []scannerapi.ErrorCount
@@ -173,39 +173,6 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scan
 	return res, observed{Processed: res.Processed, Skipped: res.Skipped, Errors: errs, More: res.More, Execs: execs, FCalls: fcalls}
 }
 
-// mode builds the scanner under test on a fixture's callbacks.
-type mode struct {
-	name string
-	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
-}
-
-func buildPlugin(t *testing.T) string {
-	return scannertest.PluginBinary(t, pluginPkg)
-}
-
-func modes() []mode {
-	return []mode{
-		{"linked", func(_ *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
-			return scannerapi.Linked(cancelreconciler.New(), cb)
-		}},
-		{"plugin", func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
-			p := scannertest.Launch(t, buildPlugin(t), cb)
-			s, ok := p.Scanner(cancelreconciler.Name)
-			require.True(t, ok)
-			return s
-		}},
-	}
-}
-
-func bothModesAgree(t *testing.T, scenario func(t *testing.T, m mode) []observed) {
-	var results [][]observed
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { results = append(results, scenario(t, m)) })
-	}
-	require.Len(t, results, 2)
-	assert.Equal(t, results[0], results[1], "linked and plugin runs observe the same")
-}
-
 // The main scenario of §10.2: a cancelled flow's eligible and active
 // members are cancelled with the flow's reason, an already completed one and
 // one whose core is gone are acknowledged as done (P6), a garbage member is
@@ -213,9 +180,9 @@ func bothModesAgree(t *testing.T, scenario func(t *testing.T, m mode) []observed
 // flow and an unparsable backlog entry leave the backlog. Then the flow,
 // whose only pending member is filtered out, is remembered as stuck and
 // costs nothing.
-func basicScenario(t *testing.T, m mode) []observed {
+func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, cancelreconciler.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
 
 	fid := f.flow("tenant-a")
@@ -284,15 +251,15 @@ func basicScenario(t *testing.T, m mode) []observed {
 	return out
 }
 
-func TestBasicLinkedAndPluginAgree(t *testing.T) { bothModesAgree(t, basicScenario) }
+func TestBasicLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), basicScenario) }
 
 // P3: flows whose members this scanner must leave alone (another tenant's)
 // fill the host's window; the flows behind them are still reached, in the
 // next scan, through the look-ahead. With the look-ahead off (FlowFabric's
 // fixed window) they are not.
-func headOfLineScenario(t *testing.T, m mode) []observed {
+func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, cancelreconciler.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
 	score := 1000
 	var foreign []keys.FlowID
@@ -354,7 +321,9 @@ func headOfLineScenario(t *testing.T, m mode) []observed {
 	return out
 }
 
-func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) { bothModesAgree(t, headOfLineScenario) }
+func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
+	scannertest.Agree(t, modes(), headOfLineScenario)
+}
 
 // A flow with more pending members than one scan takes is drained over
 // successive scans, each saying More until the last.
@@ -484,4 +453,10 @@ func TestLookaheadCursorPassesManyStuckFlows(t *testing.T) {
 	_, o := f.scan(s, f.request(2))
 	assert.Zero(t, o.Processed)
 	assert.False(t, o.More, "only stuck flows left")
+}
+
+// modes are the linked scanner and the plugin binary, for scenarios that
+// build their own requests.
+func modes() []scannertest.Mode {
+	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return cancelreconciler.New() })
 }

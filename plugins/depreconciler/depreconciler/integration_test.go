@@ -188,56 +188,14 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 	return res
 }
 
-type mode struct {
-	name string
-	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
-}
-
-func modes() []mode {
-	return []mode{
-		{"linked", func(_ *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
-			return scannerapi.Linked(depreconciler.New(), cb)
-		}},
-		{"plugin", func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
-			p := scannertest.Launch(t, pluginBinary(t), cb)
-			s, ok := p.Scanner(depreconciler.Name)
-			require.True(t, ok)
-			return s
-		}},
-	}
-}
-
-// observed is what a scenario saw, compared across modes.
-type observed struct {
-	Results []*scannerapi.ScanResult
-	Execs   []int
-	FCalls  []int
-}
-
-func (o *observed) add(f *fixture, res *scannerapi.ScanResult) {
-	execs, fcalls := f.cb.Reset()
-	o.Results = append(o.Results, res)
-	o.Execs = append(o.Execs, execs)
-	o.FCalls = append(o.FCalls, fcalls)
-}
-
-func agree(t *testing.T, scenario func(t *testing.T, m mode) observed) {
-	var got []observed
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { got = append(got, scenario(t, m)) })
-	}
-	require.Len(t, got, 2)
-	assert.Equal(t, got[0], got[1], "linked and plugin runs observe the same")
-}
-
 // The main scenario of 8.3, with no completion listener running: a child
 // whose parent completed is released; a failed parent skips its child and,
 // through the cascade, the grandchild; an all_of child waits until every
 // parent finished; a child of a running parent is left alone; garbage and
 // foreign members are handled.
-func mainScenario(t *testing.T, m mode) observed {
+func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, depreconciler.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	ok := f.chain(fid, 3)    // A -> B -> C
@@ -255,10 +213,10 @@ func mainScenario(t *testing.T, m mode) observed {
 	f.do("ZADD", f.blockedKey(), "2", other.String())
 	require.Equal(t, "waiting_children", f.state(ok[1]), "no listener: the push never happened")
 
-	var o observed
+	var o scannertest.Observation
 	f.cb.Reset()
 	res := f.scan(s, f.request(50))
-	o.add(f, res)
+	o.Add(f.cb, res)
 	// A->B satisfied, D->E impossible (E skipped) and, cascaded, E->G
 	// impossible (G skipped), H->J satisfied.
 	assert.Equal(t, int64(4), res.Processed, "%+v", res)
@@ -285,20 +243,20 @@ func mainScenario(t *testing.T, m mode) observed {
 	// I finishes: the next pass releases J, nothing else changes.
 	f.succeed(i)
 	res = f.scan(s, f.request(50))
-	o.add(f, res)
+	o.Add(f.cb, res)
 	assert.Equal(t, int64(1), res.Processed, "%+v", res)
 	assert.Equal(t, "waiting", f.state(j))
 	assert.True(t, f.eligible(j))
 	return o
 }
 
-func TestMainLinkedAndPluginAgree(t *testing.T) { agree(t, mainScenario) }
+func TestMainLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), mainScenario) }
 
 // Rotation (P3): with batch 1 an old child stuck behind a running parent
 // does not keep a newer resolvable child waiting: the window moves on.
-func rotationScenario(t *testing.T, m mode) observed {
+func rotationScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, depreconciler.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	old := f.chain(fid, 2)
@@ -307,11 +265,11 @@ func rotationScenario(t *testing.T, m mode) observed {
 	require.Equal(t, []string{old[1].String(), fresh[1].String()}, f.blocked(), "the stuck child is the oldest")
 	f.succeed(fresh[0])
 
-	var o observed
+	var o scannertest.Observation
 	scans := 0
 	for ; scans < 3 && !f.eligible(fresh[1]); scans++ {
 		res := f.scan(s, f.request(1))
-		o.add(f, res)
+		o.Add(f.cb, res)
 	}
 	assert.True(t, f.eligible(fresh[1]))
 	assert.LessOrEqual(t, scans, 2)
@@ -319,14 +277,14 @@ func rotationScenario(t *testing.T, m mode) observed {
 	return o
 }
 
-func TestRotationLinkedAndPluginAgree(t *testing.T) { agree(t, rotationScenario) }
+func TestRotationLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), rotationScenario) }
 
 // Poison children (a wrong-type unresolved set; an upstream whose core is
 // not a hash) are counted, do not stop the healthy child in the same
 // batch, and are backed off after three failing scans.
-func poisonScenario(t *testing.T, m mode) observed {
+func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, depreconciler.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	a := f.chain(fid, 2)
@@ -337,14 +295,14 @@ func poisonScenario(t *testing.T, m mode) observed {
 	f.do("RENAME", keys.Exec(b[0]).Core(), keys.Exec(b[0]).Core()+":moved")
 	f.do("SET", keys.Exec(b[0]).Core(), "not a hash")
 
-	var o observed
+	var o scannertest.Observation
 	var errs, skipped []int64
 	for n := 0; n < 5; n++ {
 		if n == 1 {
 			f.succeed(good[0])
 		}
 		res := f.scan(s, f.request(50))
-		o.add(f, res)
+		o.Add(f.cb, res)
 		errs = append(errs, res.ErrorTotal())
 		skipped = append(skipped, res.Skipped)
 	}
@@ -354,7 +312,7 @@ func poisonScenario(t *testing.T, m mode) observed {
 	return o
 }
 
-func TestPoisonLinkedAndPluginAgree(t *testing.T) { agree(t, poisonScenario) }
+func TestPoisonLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), poisonScenario) }
 
 // The filter applies to the downstream execution: a child of another
 // namespace is left blocked.
@@ -436,4 +394,10 @@ func TestInfo(t *testing.T) {
 	assert.Equal(t, scannerapi.SourceZSetRotate, info.Sources[0].Kind)
 	assert.ElementsMatch(t, []string{"TIME", "HGET", "HMGET", "SMEMBERS", "ZREM"}, info.Commands)
 	assert.Error(t, depreconciler.New().Configure(context.Background(), map[string]string{"lookahead": "1"}))
+}
+
+// modes are the linked scanner and the plugin binary, for scenarios that
+// build their own requests.
+func modes() []scannertest.Mode {
+	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return depreconciler.New() })
 }

@@ -147,44 +147,13 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 	return res
 }
 
-// mode builds the scanner under test on a fixture's callbacks.
-type mode struct {
-	name string
-	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
-}
-
-func modes() []mode {
-	return []mode{
-		{"linked", func(_ *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
-			return scannerapi.Linked(leaseexpiry.New(), cb)
-		}},
-		{"plugin", func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
-			p := scannertest.Launch(t, buildPlugin(t), cb)
-			s, ok := p.Scanner(leaseexpiry.Name)
-			require.True(t, ok)
-			return s
-		}},
-	}
-}
-
-func buildPlugin(t *testing.T) string {
-	return scannertest.PluginBinary(t, pluginPkg)
-}
-
-// scenarioResult is what a scenario observed, compared across modes.
-type scenarioResult struct {
-	Results []*scannerapi.ScanResult
-	FCalls  []int
-	Execs   []int
-}
-
 // The main scenario of §7.1: an expired lease is marked, a lease renewed
 // after the host read it is not, stale entries are cleaned, a garbage
 // member is removed, an execution of another namespace is left alone, and
 // a marked lease is not re-FCALLed on the next scan.
-func basicScenario(t *testing.T, m mode) scenarioResult {
+func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, leaseexpiry.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
 
 	expired := f.create("tenant-a")
@@ -212,7 +181,7 @@ func basicScenario(t *testing.T, m mode) scenarioResult {
 		Key: keys.FlowPart(part).LeaseExpiry(), Member: renewed.String(), Score: staleScore})
 	f.cb.Reset()
 
-	var out scenarioResult
+	var out scannertest.Observation
 	res := f.scan(s, req)
 	execs, fcalls := f.cb.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, res), append(out.FCalls, fcalls), append(out.Execs, execs)
@@ -301,9 +270,9 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 }
 
 func TestBasicLinkedAndPluginAgree(t *testing.T) {
-	var results []scenarioResult
+	var results []scannertest.Observation
 	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { results = append(results, basicScenario(t, m)) })
+		t.Run(m.Name, func(t *testing.T) { results = append(results, basicScenario(t, m)) })
 	}
 	require.Len(t, results, 2)
 	assert.Equal(t, results[0], results[1], "linked and plugin runs observe the same")
@@ -312,9 +281,9 @@ func TestBasicLinkedAndPluginAgree(t *testing.T) {
 // P3: a head window full of marked leases must not hide leases that expire
 // later. With the look-ahead the new ones are marked in one scan; with it
 // off (FlowFabric's behaviour) they are not.
-func headOfLineScenario(t *testing.T, m mode) scenarioResult {
+func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, leaseexpiry.Name)
 	var stuck []keys.ExecutionID
 	for i := 0; i < 8; i++ {
 		id := f.create("ns")
@@ -337,7 +306,7 @@ func headOfLineScenario(t *testing.T, m mode) scenarioResult {
 	time.Sleep(300 * time.Millisecond)
 	f.cb.Reset()
 
-	var out scenarioResult
+	var out scannertest.Observation
 	req := f.request(5)
 	for _, c := range req.Candidates {
 		for _, id := range fresh {
@@ -368,9 +337,9 @@ func headOfLineScenario(t *testing.T, m mode) scenarioResult {
 }
 
 func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
-	var results []scenarioResult
+	var results []scannertest.Observation
 	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { results = append(results, headOfLineScenario(t, m)) })
+		t.Run(m.Name, func(t *testing.T) { results = append(results, headOfLineScenario(t, m)) })
 	}
 	require.Len(t, results, 2)
 	assert.Equal(t, results[0], results[1])
@@ -463,4 +432,10 @@ func TestPoisonEntryBacksOff(t *testing.T) {
 	}
 	assert.Equal(t, []int64{1, 1, 1, 0, 0}, errs, "three failures, then backoff")
 	assert.Equal(t, "lease_expired_reclaimable", f.owner(good))
+}
+
+// modes are the linked scanner and the plugin binary, for scenarios that
+// build their own requests.
+func modes() []scannertest.Mode {
+	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return leaseexpiry.New() })
 }

@@ -292,38 +292,6 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scan
 	return res, observed{Processed: res.Processed, Skipped: res.Skipped, Errors: errs, More: res.More, Backlog: res.Backlog, Execs: execs, Writes: writes}
 }
 
-type mode struct {
-	name string
-	make func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner
-}
-
-func buildPlugin(t *testing.T) string {
-	return scannertest.PluginBinary(t, pluginPkg)
-}
-
-func modes() []mode {
-	return []mode{
-		{"linked", func(_ *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
-			return scannerapi.Linked(retention.New(), cb)
-		}},
-		{"plugin", func(t *testing.T, cb scannerapi.Callbacks) scannerapi.Scanner {
-			p := scannertest.Launch(t, buildPlugin(t), cb)
-			s, ok := p.Scanner(retention.Name)
-			require.True(t, ok)
-			return s
-		}},
-	}
-}
-
-func bothModesAgree(t *testing.T, scenario func(t *testing.T, m mode) []observed) {
-	var results [][]observed
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { results = append(results, scenario(t, m)) })
-	}
-	require.Len(t, results, 2)
-	assert.Equal(t, results[0], results[1], "linked and plugin runs observe the same")
-}
-
 // The main scenario of §8.2 with P4 fixed: an execution past the default
 // retention is deleted entirely (every key, every index entry), a younger
 // one stays, a shorter per-execution override is honoured (found by the
@@ -331,9 +299,9 @@ func bothModesAgree(t *testing.T, scenario func(t *testing.T, m mode) []observed
 // keeps its execution, a non-terminal execution with a stale terminal
 // entry is never touched, an entry whose core is gone leaves both indexes,
 // a garbage member is removed, another tenant's execution stays.
-func basicScenario(t *testing.T, m mode) []observed {
+func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, retention.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
 
 	old := f.finished("tenant-a")
@@ -399,15 +367,15 @@ func basicScenario(t *testing.T, m mode) []observed {
 	return out
 }
 
-func TestBasicLinkedAndPluginAgree(t *testing.T) { bothModesAgree(t, basicScenario) }
+func TestBasicLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), basicScenario) }
 
 // P3: entries a longer override keeps fill the host's window; the due
 // entries behind them are reached through the look-ahead once the kept
 // ones are known. With the look-ahead off (FlowFabric's fixed window) they
 // are not.
-func headOfLineScenario(t *testing.T, m mode) []observed {
+func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
-	s := m.make(t, f.cb)
+	s := m.Scanner(t, f.cb, retention.Name)
 	var kept []keys.ExecutionID
 	for i := range 5 {
 		id := f.finished("ns")
@@ -455,7 +423,9 @@ func headOfLineScenario(t *testing.T, m mode) []observed {
 	return out
 }
 
-func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) { bothModesAgree(t, headOfLineScenario) }
+func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
+	scannertest.Agree(t, modes(), headOfLineScenario)
+}
 
 // P4's throughput cap is gone: a full window that made progress says More,
 // so the host rescans at once until the due entries are exhausted.
@@ -622,4 +592,10 @@ func TestWalkVisitsEachEntryOnce(t *testing.T) {
 	for _, id := range young {
 		f.intact(id)
 	}
+}
+
+// modes are the linked scanner and the plugin binary, for scenarios that
+// build their own requests.
+func modes() []scannertest.Mode {
+	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return retention.New() })
 }
