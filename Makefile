@@ -22,8 +22,8 @@ build: lua
 	@$(call each_module,build ./...)
 	$(GO) build -o $(BIN)/ffscan ./cmd/ffscan
 	@for p in $(PLUGINS); do \
-	  if [ -f plugins/$$p/main.go ]; then echo "$(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p"; \
-	    $(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p; fi; \
+	  if [ -f plugins/$$p/cmd/$$p/main.go ]; then echo "$(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p/cmd/$$p"; \
+	    $(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p/cmd/$$p; fi; \
 	done
 
 ## lua: the exact library source the loader loads, for operators' own tooling

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	_ = os.Mkdir(variantDir, 0o755)
 	builds := [][3]string{ // output, package, ldflags
 		{filepath.Join(pluginDir, "hostwork"), testplugin, ""},
-		{filepath.Join(pluginDir, "leaseexpiry"), "github.com/ffscan/ffscan/plugins/leaseexpiry", ""},
+		{filepath.Join(pluginDir, "leaseexpiry"), "github.com/ffscan/ffscan/plugins/leaseexpiry/cmd/leaseexpiry", ""},
 		{filepath.Join(pluginDir, "customscanner"), "github.com/ffscan/ffscan/examples/customscanner", ""},
 		{filepath.Join(variantDir, "v2"), testplugin, "-X main.version=1.0.1"},
 		{filepath.Join(variantDir, "v3"), testplugin, "-X main.version=1.0.2"},

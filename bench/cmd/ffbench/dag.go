@@ -32,7 +32,7 @@ const (
 
 const (
 	reconcilerScanner = "dependency_reconciler"
-	reconcilerBinary  = "depreconciler"
+	reconcilerBinary  = "dependencyreconciler"
 )
 
 // dagMode is one way of resolving edges and what it measured.

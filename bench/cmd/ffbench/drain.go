@@ -20,7 +20,7 @@ import (
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/plugins/leaseexpiry/leaseexpiry"
+	"github.com/ffscan/ffscan/plugins/leaseexpiry"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 

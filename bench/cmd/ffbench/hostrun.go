@@ -11,7 +11,7 @@ import (
 	"github.com/ffscan/ffscan/bench/hostproc"
 	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/bench/seed"
-	"github.com/ffscan/ffscan/plugins/leaseexpiry/leaseexpiry"
+	"github.com/ffscan/ffscan/plugins/leaseexpiry"
 )
 
 // startHost runs the real host binary with lease_expiry (plugin binary

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ffscan/ffscan/bench/hostproc"
 	"github.com/ffscan/ffscan/bench/measure"
-	"github.com/ffscan/ffscan/plugins/leaseexpiry/leaseexpiry"
+	"github.com/ffscan/ffscan/plugins/leaseexpiry"
 )
 
 type idleResult struct {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/plugins/cancelreconciler/cancelreconciler"
+	"github.com/ffscan/ffscan/plugins/cancelreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"

@@ -16,7 +16,7 @@ import (
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/plugins/budget/budget"
+	"github.com/ffscan/ffscan/plugins/budget"
 	"github.com/ffscan/ffscan/sdk/client"
 )
 

@@ -15,12 +15,12 @@ import (
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
-	"github.com/ffscan/ffscan/plugins/leaseexpiry/leaseexpiry"
+	"github.com/ffscan/ffscan/plugins/leaseexpiry"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-const pluginPkg = "github.com/ffscan/ffscan/plugins/leaseexpiry"
+const pluginPkg = "github.com/ffscan/ffscan/plugins/leaseexpiry/cmd/leaseexpiry"
 
 var part = keys.Partition{Family: keys.FamilyFlow, Index: 5}
 

@@ -14,13 +14,13 @@ import (
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
-	"github.com/ffscan/ffscan/plugins/budget/budget"
+	"github.com/ffscan/ffscan/plugins/budget"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-const pluginPkg = "github.com/ffscan/ffscan/plugins/budget"
+const pluginPkg = "github.com/ffscan/ffscan/plugins/budget/cmd/budget"
 
 var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 

@@ -1,4 +1,4 @@
-package retention_test
+package retentiontrimmer_test
 
 import (
 	"os"

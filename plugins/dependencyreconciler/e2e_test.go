@@ -1,4 +1,4 @@
-package depreconciler_test
+package dependencyreconciler_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
-	"github.com/ffscan/ffscan/plugins/depreconciler/depreconciler"
+	"github.com/ffscan/ffscan/plugins/dependencyreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
@@ -71,7 +71,7 @@ func TestHostRunsDependencyReconciler(t *testing.T) {
 	f := &missedPush{parts: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
-		New:        func() scannerapi.Scanner { return depreconciler.New() },
+		New:        func() scannerapi.Scanner { return dependencyreconciler.New() },
 		Plugin:     pluginPkg,
 		Partitions: f.parts,
 		Setup:      f.setup,

@@ -1,4 +1,4 @@
-package depreconciler
+package dependencyreconciler
 
 import (
 	"testing"

@@ -16,13 +16,13 @@ import (
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
-	"github.com/ffscan/ffscan/plugins/cancelreconciler/cancelreconciler"
+	"github.com/ffscan/ffscan/plugins/cancelreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-const pluginPkg = "github.com/ffscan/ffscan/plugins/cancelreconciler"
+const pluginPkg = "github.com/ffscan/ffscan/plugins/cancelreconciler/cmd/cancelreconciler"
 
 // part is the partition every flow of a test lives on.
 var part = keys.Partition{Family: keys.FamilyFlow, Index: 3}
