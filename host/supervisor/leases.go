@@ -1,0 +1,119 @@
+package supervisor
+
+// This file is the call leases: how a caller borrows the current
+// instance for one RPC, and how an instance is drained before it goes.
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// Lease is one call's hold on the current instance. Release it when the
+// call returns: a swapped-out instance is stopped only once its leases are
+// released (or DrainTimeout passed).
+type Lease struct {
+	Scanner scannerapi.Scanner
+	Info    scannerapi.Info
+	// Host is the instance's own Host (its command policy), nil when the
+	// instance has none.
+	Host scannerapi.Host
+	// Generation changes with every instance switch.
+	Generation uint64
+	release    func()
+}
+
+// Release ends the lease. It is safe to call more than once.
+func (l *Lease) Release() {
+	if l.release != nil {
+		l.release()
+		l.release = nil
+	}
+}
+
+// slot is one instance and its bookkeeping.
+type slot struct {
+	inst     Instance
+	meta     Meta
+	info     scannerapi.Info
+	host     scannerapi.Host
+	launcher Launcher
+	started  time.Time
+	gen      uint64
+	// inflight counts leases; drained is closed once the slot is retired
+	// and inflight is zero (both guarded by Supervisor.mu).
+	inflight int
+	retired  bool
+	drained  chan struct{}
+}
+
+// Current implements scheduler.Target.
+func (s *Supervisor) Current() (scannerapi.Scanner, scannerapi.Info, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil || s.st.State != StateRunning {
+		return nil, scannerapi.Info{}, fmt.Errorf("%w (state %s)", ErrUnavailable, s.st.State)
+	}
+	return s.cur.inst.Scanner(), s.cur.info, nil
+}
+
+// Acquire leases the current instance for one call. Calls made under a
+// lease finish on the instance they started on, even if a swap switches
+// to a new one meanwhile.
+func (s *Supervisor) Acquire() (Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.cur
+	if sl == nil || s.st.State != StateRunning {
+		return Lease{}, fmt.Errorf("%w (state %s)", ErrUnavailable, s.st.State)
+	}
+	sl.inflight++
+	var once sync.Once
+	return Lease{
+		Scanner: sl.inst.Scanner(), Info: sl.info, Host: sl.host, Generation: sl.gen,
+		release: func() { once.Do(func() { s.release(sl) }) },
+	}, nil
+}
+
+func (s *Supervisor) release(sl *slot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl.inflight--
+	if sl.inflight == 0 && sl.retired && sl.drained != nil {
+		close(sl.drained)
+		sl.drained = nil
+	}
+}
+
+// drain marks sl as retired: it takes no new leases (it is no longer
+// current) and its drained channel closes once its calls are done.
+func (s *Supervisor) drain(sl *slot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl.retired = true
+	sl.drained = make(chan struct{})
+	if sl.inflight == 0 {
+		close(sl.drained)
+		sl.drained = nil
+	}
+}
+
+// isDrained reports whether a retired slot has no calls in flight.
+func (s *Supervisor) waitDrained(sl *slot) bool {
+	s.mu.Lock()
+	ch := sl.drained
+	s.mu.Unlock()
+	if ch == nil {
+		return true
+	}
+	t := time.NewTimer(s.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
