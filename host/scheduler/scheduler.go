@@ -13,11 +13,8 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -416,7 +413,8 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		return sum, fmt.Errorf("read server TIME: %w", err)
 	}
 	sum.NowMs = nowMs
-	states := r.fetch(ctx, info, parts, lanes, nowMs, batch, &sum)
+	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum}
+	states := sw.fetch(ctx, parts, nowMs)
 
 	// Backlog and lag are only meaningful when every partition of the
 	// family was read: a partial sum would under-report (P8).
@@ -432,12 +430,12 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	}
 	sum.Lag = time.Duration(lagMs * float64(time.Millisecond))
 
-	more, pluginBacklog := r.scanAll(ctx, scanner, info, states, lanes, nowMs, batch, opts.DryRun, false, &sum)
+	more, pluginBacklog := sw.dispatch(ctx, states, nowMs, false)
 	if opts.DryRun {
 		// A dry run changes nothing, so a rescan would see the same batch.
 		more = nil
 	}
-	if !r.backlog(ctx, scanner, info, states, pluginBacklog, &sum) {
+	if !sw.backlog(ctx, states, pluginBacklog) {
 		complete = false
 	}
 	sum.BacklogKnown = complete && hasBacklog(info)
@@ -450,9 +448,9 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 			sum.addErr(classify(err), "time", 1)
 			break
 		}
-		sub := r.fetch(ctx, info, more, lanes, now2, batch, &sum)
+		sub := sw.fetch(ctx, more, now2)
 		sum.FollowUps += len(sub)
-		more, _ = r.scanAll(ctx, scanner, info, sub, lanes, now2, batch, opts.DryRun, true, &sum)
+		more, _ = sw.dispatch(ctx, sub, now2, true)
 	}
 
 	r.finish(&sum, start, opts.Partitions == nil)
@@ -498,421 +496,10 @@ func (r *Runner) cycleError() {
 	r.stMu.Unlock()
 }
 
-func (r *Runner) partitions(info scannerapi.Info, only []uint16) ([]keys.Partition, error) {
-	all := r.cfg.Partitions.Partitions(info.Family)
-	if only == nil {
-		return all, nil
-	}
-	out := make([]keys.Partition, 0, len(only))
-	for _, i := range only {
-		if int(i) >= len(all) {
-			return nil, fmt.Errorf("partition %d out of range: family %s has %d partitions", i, info.Family, len(all))
-		}
-		out = append(out, all[i])
-	}
-	return out, nil
-}
-
-func (r *Runner) serverTime(ctx context.Context) (int64, error) {
-	t, err := r.client.Do(ctx, r.client.B().Time().Build()).AsIntSlice()
-	if err != nil {
-		return 0, err
-	}
-	if len(t) != 2 {
-		return 0, fmt.Errorf("TIME returned %d elements", len(t))
-	}
-	return t[0]*1000 + t[1]/1000, nil
-}
-
-// pipelineChunk bounds the commands of one DoMulti so a large partition
-// count does not build one huge pipeline.
-const pipelineChunk = 1024
-
-// fetch reads candidates and backlog counts of the given partitions.
-func (r *Runner) fetch(ctx context.Context, info scannerapi.Info, parts []keys.Partition, lanes []string, nowMs int64, batch int, sum *Summary) []*partState {
-	type slot struct {
-		st   *partState
-		sk   sourceKey
-		kind int // 0 read, 1 backlog
-		cur  uint64
-	}
-	states := make([]*partState, len(parts))
-	var cmds valkey.Commands
-	var slots []slot
-	r.curMu.Lock()
-	for i, p := range parts {
-		st := &partState{p: p, next: map[string]uint64{}, sampled: true}
-		states[i] = st
-		for _, sk := range expand(info.Sources, p, lanes) {
-			cur := r.cursors[sk.key]
-			cmds = append(cmds, readCmd(r.client, sk, nowMs, batch, cur))
-			slots = append(slots, slot{st: st, sk: sk, kind: 0, cur: cur})
-			if c, ok := backlogCmd(r.client, sk, nowMs); ok {
-				cmds = append(cmds, c)
-				slots = append(slots, slot{st: st, sk: sk, kind: 1})
-			}
-		}
-	}
-	r.curMu.Unlock()
-
-	results := make([]valkey.ValkeyResult, 0, len(cmds))
-	for i := 0; i < len(cmds); i += pipelineChunk {
-		results = append(results, r.client.DoMulti(ctx, cmds[i:min(i+pipelineChunk, len(cmds))]...)...)
-	}
-	for i, res := range results {
-		s := slots[i]
-		st := s.st
-		if s.kind == 1 {
-			n, err := res.AsInt64()
-			if err != nil {
-				st.sampled = false
-				sum.addErr(classify(err), "backlog", 1)
-				continue
-			}
-			st.backlog += n
-			continue
-		}
-		if err := r.parseRead(res, s.sk, s.cur, batch, st, nowMs); err != nil {
-			st.fetchError = true
-			st.sampled = false
-			sum.addErr(classify(err), "fetch", 1)
-			r.log.Debug("candidate fetch failed", "partition", st.p.Tag(), "key", s.sk.key, "error", err)
-		}
-	}
-	return states
-}
-
-func (r *Runner) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, batch int, st *partState, nowMs int64) error {
-	add := func(member string, score float64) {
-		st.cands = append(st.cands, scannerapi.Candidate{Source: sk.src.Name, Key: sk.key, Lane: sk.lane, Member: member, Score: score})
-	}
-	switch sk.src.Kind {
-	case scannerapi.SourceSetScan:
-		e, err := res.AsScanEntry()
-		if err != nil {
-			return err
-		}
-		for _, m := range e.Elements {
-			add(m, 0)
-		}
-		st.next[sk.key] = e.Cursor // 0 once the scan wrapped
-	default:
-		zs, err := res.AsZScores()
-		if err != nil {
-			return err
-		}
-		for _, z := range zs {
-			add(z.Member, z.Score)
-		}
-		if sk.src.Kind == scannerapi.SourceZSetRotate {
-			// A short window means the end was reached: wrap.
-			if len(zs) < batch {
-				st.next[sk.key] = 0
-			} else {
-				st.next[sk.key] = cur + uint64(batch)
-			}
-		} else if len(zs) > 0 {
-			// Lag is measured against the source's own due bound.
-			due := zs[0].Score - float64(sk.src.ScoreOffset.Milliseconds())
-			if !st.hasDue || due < st.oldestDue {
-				st.oldestDue, st.hasDue = due, true
-			}
-		}
-	}
-	return nil
-}
-
-// commitCursors advances a partition's cursors once its candidates were
-// handled (or there were none); after a failed call they stay, so the
-// same window is retried next cycle instead of being skipped.
-func (r *Runner) commitCursors(st *partState) {
-	if len(st.next) == 0 {
-		return
-	}
-	r.curMu.Lock()
-	for k, v := range st.next {
-		r.cursors[k] = v
-	}
-	r.curMu.Unlock()
-}
-
-// scanAll calls ScanPartition for every partition with candidates, with
-// bounded concurrency. It returns the partitions that said More and the
-// backlogs the plugin reported in its results.
-func (r *Runner) scanAll(ctx context.Context, scanner scannerapi.Scanner, info scannerapi.Info, states []*partState, lanes []string, nowMs int64, batch int, dryRun, followUp bool, sum *Summary) ([]keys.Partition, map[uint16]int64) {
-	var work []*partState
-	for _, st := range states {
-		if len(st.cands) == 0 {
-			// Follow-up passes revisit partitions already counted.
-			switch {
-			case st.fetchError && !followUp:
-				sum.Failed++
-			case !st.fetchError:
-				if !followUp {
-					sum.Empty++
-				}
-				r.commitCursors(st)
-			}
-			continue
-		}
-		work = append(work, st)
-	}
-	var (
-		mu            sync.Mutex
-		more          []keys.Partition
-		pluginBacklog = map[uint16]int64{}
-		wg            sync.WaitGroup
-		next          = make(chan *partState)
-	)
-	workers := min(r.Tuning().Concurrency, len(work))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for st := range next {
-				lease, err := r.lease(scanner, info)
-				if err == nil && !sameSchedule(info, lease.Info) {
-					release(lease)
-					mu.Lock()
-					sum.Deferred++
-					mu.Unlock()
-					continue
-				}
-				var res *scannerapi.ScanResult
-				if err == nil {
-					res, err = r.scanOne(lease, st, lanes, nowMs, batch, dryRun)
-					release(lease)
-				}
-				mu.Lock()
-				if err != nil {
-					sum.Failed++
-					sum.addErr(scannerapi.ErrTransport, rpcCode(err), 1)
-					r.setLastError(fmt.Sprintf("%s: %v", st.p.Tag(), err))
-					mu.Unlock()
-					continue
-				}
-				sum.Scanned++
-				sum.Processed += res.Processed
-				sum.Skipped += res.Skipped
-				for _, e := range res.Errors {
-					sum.addErr(e.Class, e.Code, e.Count)
-				}
-				for _, n := range res.Notes {
-					sum.Notes = append(sum.Notes, st.p.Tag()+": "+n)
-				}
-				if res.More {
-					more = append(more, st.p)
-				}
-				if res.HasBacklog {
-					pluginBacklog[st.p.Index] = res.Backlog
-				}
-				mu.Unlock()
-				if !st.fetchError {
-					r.commitCursors(st)
-				}
-			}
-		}()
-	}
-	// Dispatch stops when ctx is done (shutdown); calls already running
-	// finish under their own deadline.
-dispatch:
-	for _, st := range work {
-		select {
-		case next <- st:
-		case <-ctx.Done():
-			break dispatch
-		}
-	}
-	close(next)
-	wg.Wait()
-	sort.Slice(more, func(i, j int) bool { return more[i].Index < more[j].Index })
-	return more, pluginBacklog
-}
-
-// lease returns the scanner for one call: per call from an Acquirer (a hot
-// swap may switch instances between two calls), else the cycle's.
-func (r *Runner) lease(scanner scannerapi.Scanner, info scannerapi.Info) (Lease, error) {
-	if a, ok := r.target.(Acquirer); ok {
-		l, err := a.Acquire()
-		if err != nil {
-			return Lease{}, fmt.Errorf("%w: %w", errUnavailable, err)
-		}
-		return l, nil
-	}
-	return Lease{Scanner: scanner, Info: info}, nil
-}
-
-func release(l Lease) {
-	if l.Release != nil {
-		l.Release()
-	}
-}
-
-// errUnavailable marks calls that found no running scanner.
-var errUnavailable = errors.New("scanner unavailable")
-
-// sameSchedule reports whether candidates fetched for a cycle planned with
-// a can be handed to a scanner whose Info is b.
-func sameSchedule(a, b scannerapi.Info) bool {
-	return a.Name == b.Name && a.Family == b.Family && slices.Equal(a.Sources, b.Sources)
-}
-
-func (r *Runner) scanOne(lease Lease, st *partState, lanes []string, nowMs int64, batch int, dryRun bool) (*scannerapi.ScanResult, error) {
-	scanner, host := lease.Scanner, lease.Host
-	if host == nil {
-		host = r.host
-	}
-	ctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
-	defer cancel()
-	req := &scannerapi.ScanRequest{
-		Scanner:    r.cfg.Name,
-		Partition:  st.p,
-		NowMs:      nowMs,
-		Cycle:      r.cycle,
-		Batch:      batch,
-		Lanes:      lanes,
-		Candidates: st.cands,
-		DryRun:     dryRun,
-	}
-	t0 := time.Now()
-	res, err := scanner.ScanPartition(ctx, host, req)
-	r.rec.RPC(r.cfg.Name, "scan_partition", time.Since(t0))
-	if err == nil && res == nil {
-		err = errors.New("scanner returned no result")
-	}
-	return res, err
-}
-
-// backlog totals the cycle's backlog: per partition the plugin's own
-// number when its scan result carried one (it replaces the host's sample),
-// otherwise the host's counts plus, for sources with plugin backlog, one
-// batched SampleBacklog call for all remaining partitions. It returns false
-// when some partition could not be sampled.
-func (r *Runner) backlog(ctx context.Context, scanner scannerapi.Scanner, info scannerapi.Info, states []*partState, got map[uint16]int64, sum *Summary) bool {
-	ok := true
-	var ask []keys.Partition
-	var askIdx []int
-	for i, st := range states {
-		if v, has := got[st.p.Index]; has {
-			st.backlog = v
-			continue
-		}
-		if needsPluginBacklog(info) {
-			ask = append(ask, st.p)
-			askIdx = append(askIdx, i)
-		}
-	}
-	if len(ask) > 0 {
-		vals, err := r.sampleBacklog(ctx, scanner, info, ask)
-		if err != nil {
-			sum.addErr(scannerapi.ErrTransport, "sample_backlog", 1)
-			r.log.Debug("SampleBacklog failed", "error", err)
-			ok = false
-		} else {
-			for j, v := range vals {
-				states[askIdx[j]].backlog += v
-			}
-		}
-	}
-	for _, st := range states {
-		sum.Backlog += st.backlog
-	}
-	return ok
-}
-
-func (r *Runner) sampleBacklog(ctx context.Context, scanner scannerapi.Scanner, info scannerapi.Info, ask []keys.Partition) ([]int64, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	lease, err := r.lease(scanner, info)
-	if err != nil {
-		return nil, err
-	}
-	defer release(lease)
-	// Launched and linked scanners always answer; a bare scanner that
-	// measures nothing itself has no backlog to report between scans.
-	sampler, ok := lease.Scanner.(scannerapi.BacklogSampler)
-	if !ok {
-		return nil, nil
-	}
-	host := lease.Host
-	if host == nil {
-		host = r.host
-	}
-	cctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
-	defer cancel()
-	t0 := time.Now()
-	vals, err := sampler.SampleBacklog(cctx, host, ask)
-	r.rec.RPC(r.cfg.Name, "sample_backlog", time.Since(t0))
-	if err != nil {
-		return nil, err
-	}
-	if vals == nil {
-		return nil, nil // not measured
-	}
-	if len(vals) != len(ask) {
-		return nil, fmt.Errorf("SampleBacklog returned %d values for %d partitions", len(vals), len(ask))
-	}
-	return vals, nil
-}
-
 func (r *Runner) setLastError(s string) {
 	r.stMu.Lock()
 	r.status.LastError = s
 	r.stMu.Unlock()
-}
-
-func needsPluginBacklog(info scannerapi.Info) bool {
-	for _, s := range info.Sources {
-		if s.Backlog == scannerapi.BacklogPlugin {
-			return true
-		}
-	}
-	return false
-}
-
-func hasBacklog(info scannerapi.Info) bool {
-	for _, s := range info.Sources {
-		if s.Backlog != scannerapi.BacklogNone {
-			return true
-		}
-	}
-	return false
-}
-
-func hasDueSource(info scannerapi.Info) bool {
-	for _, s := range info.Sources {
-		if s.Kind == scannerapi.SourceZSetDue {
-			return true
-		}
-	}
-	return false
-}
-
-// classify maps a valkey-go error to an error class.
-func classify(err error) scannerapi.ErrorClass {
-	if _, ok := valkey.IsValkeyErr(err); ok {
-		return scannerapi.ErrServer
-	}
-	return scannerapi.ErrTransport
-}
-
-// rpcCode names a failed plugin call: the process died, a timeout, a
-// cancellation (shutdown), or any other failure.
-func rpcCode(err error) string {
-	if errors.Is(err, errUnavailable) {
-		return "plugin_unavailable"
-	}
-	if errors.Is(err, scannerapi.ErrPluginExited) {
-		return "plugin_exited"
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return "rpc_timeout"
-	}
-	if errors.Is(err, context.Canceled) {
-		return "rpc_canceled"
-	}
-	return "rpc_error"
 }
 
 type nopRecorder struct{}
