@@ -1,0 +1,183 @@
+package main
+
+// ffscan status and ffscan reload: requests to a running host.
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ffscan/ffscan/host/httpapi"
+)
+
+// hostAddr is the HTTP address of the running host: --addr, else the
+// configuration's http.listen.
+func hostAddr(fs *flag.FlagSet, c *common, addr string) (string, error) {
+	if addr == "" {
+		cfg, err := c.load(fs)
+		if err != nil {
+			return "", err
+		}
+		addr = cfg.HTTP.Listen
+	}
+	if addr == "" {
+		return "", usageError{errors.New("no address: http.listen is empty; pass --addr")}
+	}
+	return addr, nil
+}
+
+func cmdReload(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("reload", stderr)
+	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	a, err := hostAddr(fs, c, *addr)
+	if err != nil {
+		return err
+	}
+	var res httpapi.ReloadResult
+	if _, err := (httpapi.Client{Addr: a}).Post("/v1/reload", 2*time.Minute, &res); err != nil {
+		return err
+	}
+	if res.Error != "" {
+		return errors.New(res.Error)
+	}
+	fmt.Fprintln(stdout, "configuration reloaded")
+	for _, l := range []struct {
+		what  string
+		names []string
+	}{{"started", res.Started}, {"stopped", res.Stopped}, {"retuned", res.Retuned}} {
+		if len(l.names) > 0 {
+			fmt.Fprintf(stdout, "  %s: %s\n", l.what, strings.Join(l.names, ", "))
+		}
+	}
+	failed := 0
+	for _, p := range res.Plugins {
+		fmt.Fprintf(stdout, "  %s: %s\n", p.Scanner, describeSwap(p))
+		if p.Error != "" {
+			failed++
+		}
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintf(stdout, "  note: %s\n", n)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d scanner(s) kept their running plugin", failed)
+	}
+	return nil
+}
+
+func cmdStatus(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("status", stderr)
+	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
+	raw := fs.Bool("json", false, "print the raw JSON document")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	a, err := hostAddr(fs, c, *addr)
+	if err != nil {
+		return err
+	}
+	cl := httpapi.Client{Addr: a}
+	if *raw {
+		body, err := cl.RawStatus(5 * time.Second)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(body)
+		return err
+	}
+	doc, err := cl.Status(5 * time.Second)
+	if err != nil {
+		return err
+	}
+	printStatus(stdout, doc)
+	return nil
+}
+
+func printStatus(w io.Writer, doc httpapi.StatusDoc) {
+	fmt.Fprintf(w, "ffscan %s (scanner API %s), up since %s, valkey %s, lanes %s\n", doc.Version, doc.ScannerAPI, doc.StartedAt.Format(time.RFC3339), strings.Join(doc.Valkey, ","), strings.Join(doc.Lanes, ","))
+	cfgLine := "config: loaded " + doc.Config.LoadedAt.Format(time.RFC3339)
+	if doc.Config.File != "" {
+		cfgLine = "config: " + doc.Config.File + ", loaded " + doc.Config.LoadedAt.Format(time.RFC3339)
+	}
+	cfgLine += fmt.Sprintf(", %d reload(s), %d refused", doc.Config.Reloads, doc.Config.Refused)
+	if doc.Config.LastError != "" {
+		cfgLine += "; last refusal: " + oneLine(doc.Config.LastError)
+	}
+	fmt.Fprintln(w, cfgLine)
+	if cs := doc.Completions; cs != nil {
+		sub := "subscribed"
+		if !cs.Subscribed {
+			sub = "NOT subscribed"
+		}
+		fmt.Fprintf(w, "completions: %s, concurrency %d, %d messages (%d malformed, %d dropped), %d cascades (%d failed), %d edges resolved, %d reconnects\n",
+			sub, cs.Concurrency, cs.Messages, cs.Malformed, cs.Dropped, cs.Dispatched, cs.Failed, cs.Resolved, cs.Reconnects)
+	} else {
+		fmt.Fprintln(w, "completions: disabled")
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCANNER\tENABLED\tSTATE\tPID\tVERSION\tAPI\tSHA256\tRESTARTS\tSWAPS\tCYCLE\tLAST CYCLE\tPROCESSED\tERRORS\tBACKLOG")
+	for _, s := range doc.Scanners {
+		last, backlog, api, sha := "-", "-", "-", "-"
+		if s.LastCycleAt != nil {
+			last = s.LastCycleAt.Format("15:04:05") + " (" + s.LastCycleDuration + ")"
+		}
+		if s.Backlog != nil {
+			backlog = fmt.Sprint(*s.Backlog)
+		}
+		if s.APIVersion > 0 {
+			api = fmt.Sprint(s.APIVersion)
+		}
+		if len(s.SHA256) >= 12 {
+			sha = s.SHA256[:12]
+		}
+		version := s.Version
+		if version == "" {
+			version = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%t\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n",
+			s.Name, s.Enabled, s.State, s.Pid, version, api, sha, s.Restarts, s.Swaps, s.Cycle, last, s.Processed, s.Errors, backlog)
+	}
+	_ = tw.Flush()
+	for _, s := range doc.Scanners {
+		var notes []string
+		if s.Path != "" {
+			notes = append(notes, "plugin "+s.Path)
+		} else {
+			notes = append(notes, "plugin "+s.Plugin)
+		}
+		if s.Interval != "" {
+			notes = append(notes, fmt.Sprintf("interval %s, batch %d", s.Interval, s.Batch))
+		}
+		if ls := s.LastSwap; ls != nil {
+			notes = append(notes, fmt.Sprintf("last swap %s %s", ls.At.Format("15:04:05"), ls.Outcome))
+		}
+		if s.LastError != "" {
+			notes = append(notes, "last error: "+oneLine(s.LastError))
+		}
+		if s.LastScanError != "" {
+			notes = append(notes, "last scan error: "+oneLine(s.LastScanError))
+		}
+		fmt.Fprintf(w, "%s: %s\n", s.Name, strings.Join(notes, "; "))
+	}
+}
+
+// oneLine folds a multi-line message (a configuration error lists every
+// problem on its own line) into one line for the status table.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, ":\n", ": ")), " ")
+}
+
+func orNone(ss []string) string {
+	if len(ss) == 0 {
+		return "none"
+	}
+	return strings.Join(ss, " ")
+}

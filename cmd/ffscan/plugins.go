@@ -1,0 +1,195 @@
+package main
+
+// ffscan plugins list | verify | reload | pin.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ffscan/ffscan/host"
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/httpapi"
+)
+
+func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("plugins list", stderr)
+	verbose := fs.Bool("verbose", false, "also show each scanner's sources, declared commands and functions, and options")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := c.load(fs)
+	if err != nil {
+		return err
+	}
+	infos, err := host.ListPlugins(context.Background(), cfg, quietLogger(cfg, c))
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BINARY\tSCANNER\tVERSION\tAPI\tFAMILY\tSHA256")
+	failed := 0
+	for _, pi := range infos {
+		if pi.Err != nil {
+			failed++
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\tERROR: %v\n", pi.Binary, pi.Err)
+			continue
+		}
+		for _, in := range pi.Scanners {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pi.Binary, in.Name, in.Version, in.APIVersion, in.Family, pi.SHA256)
+		}
+	}
+	_ = tw.Flush()
+	if *verbose {
+		for _, pi := range infos {
+			for _, in := range pi.Scanners {
+				fmt.Fprintf(stdout, "\n%s (%s): every %s, batch %d\n", in.Name, pi.Binary, in.DefaultInterval, in.DefaultBatch)
+				for _, src := range in.Sources {
+					fmt.Fprintf(stdout, "  source %s: %s %s", src.Name, src.Kind, src.Key)
+					if src.Backlog != "" {
+						fmt.Fprintf(stdout, " (backlog: %s)", src.Backlog)
+					}
+					fmt.Fprintln(stdout)
+				}
+				fmt.Fprintf(stdout, "  commands: %s\n", orNone(in.Commands))
+				fmt.Fprintf(stdout, "  functions: %s\n", orNone(in.Functions))
+				for _, o := range in.Options {
+					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", o.Name, o.Type, o.Default, o.Description)
+				}
+			}
+		}
+	}
+	if len(infos) == 0 {
+		fmt.Fprintf(stdout, "no plugins in %s\n", cfg.PluginDir)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d plugin(s) could not be read", failed)
+	}
+	return nil
+}
+
+func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("plugins verify", stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := c.load(fs)
+	if err != nil {
+		return err
+	}
+	res, err := host.VerifyPlugins(context.Background(), cfg, quietLogger(cfg, c))
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range res {
+		who := "scanner " + r.Scanner + " (" + r.Binary + ")"
+		if r.Scanner == "" {
+			who = "binary " + r.Binary + " (not configured)"
+		}
+		if r.Err != nil {
+			failed++
+			fmt.Fprintf(stdout, "FAIL %s: %v\n", who, r.Err)
+			continue
+		}
+		fmt.Fprintf(stdout, "ok   %s sha256 %s\n", who, r.SHA256)
+	}
+	if len(res) == 0 {
+		fmt.Fprintln(stdout, "nothing to verify: no scanners configured and no plugins found")
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d failed verification", failed, len(res))
+	}
+	return nil
+}
+
+func describeSwap(p httpapi.PluginSwapResult) string {
+	sha := func(s string) string {
+		if len(s) > 12 {
+			return s[:12]
+		}
+		return s
+	}
+	switch p.Outcome {
+	case "swapped", "kept":
+		return fmt.Sprintf("%s: now version %s, sha256 %s (was %s, %s), pid %d", p.Outcome, p.ToVersion, sha(p.ToSHA256), p.FromVersion, sha(p.FromSHA256), p.Pid)
+	case "rolled_back":
+		return fmt.Sprintf("rolled back to version %s, sha256 %s, pid %d: %s", p.ToVersion, sha(p.ToSHA256), p.Pid, p.Error)
+	case "unchanged":
+		return fmt.Sprintf("unchanged: the file is what runs (sha256 %s); --force swaps anyway", sha(p.FromSHA256))
+	case "reconfigured":
+		return "options applied in place"
+	case "started":
+		return "was not running; launching it now"
+	}
+	return fmt.Sprintf("%s: %s", p.Outcome, p.Error)
+}
+
+func cmdPluginsReload(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("plugins reload", stderr)
+	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
+	force := fs.Bool("force", false, "swap even if the file is what runs, or was tried and rejected before")
+	noWait := fs.Bool("no-wait", false, "return at the switch instead of after the probation")
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	a, err := hostAddr(fs, c, *addr)
+	if err != nil {
+		return err
+	}
+	q := "?force=0"
+	if *force {
+		q = "?force=1"
+	}
+	if *noWait {
+		q += "&wait=0"
+	}
+	var res httpapi.PluginSwapResult
+	if _, err := (httpapi.Client{Addr: a}).Post("/v1/scanners/"+pos[0]+"/reload"+q, 3*time.Minute, &res); err != nil {
+		return err
+	}
+	if res.Outcome == "" && res.Error != "" {
+		return errors.New(res.Error)
+	}
+	fmt.Fprintf(stdout, "scanner %s: %s\n", pos[0], describeSwap(res))
+	switch res.Outcome {
+	case "failed", "rolled_back":
+		return fmt.Errorf("the previous plugin keeps serving")
+	}
+	return nil
+}
+
+func cmdPluginsPin(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("plugins pin", stderr)
+	write := fs.Bool("write", false, "write the pin into the --config file instead of printing it")
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	name := pos[0]
+	if *write && c.configFile == "" {
+		return usageError{errors.New("--write needs --config (or $FFSCAN_CONFIG)")}
+	}
+	cfg, err := c.load(fs)
+	if err != nil {
+		return err
+	}
+	pi, err := host.PinScanner(context.Background(), cfg, name, quietLogger(cfg, c))
+	if err != nil {
+		return fmt.Errorf("not pinning %s: %w", name, err)
+	}
+	if !*write {
+		fmt.Fprintf(stdout, "# %s: %s, version %s, scanner API %d\n", name, pi.Path, pi.Version, pi.APIVersion)
+		fmt.Fprintf(stdout, "scanners:\n  %s:\n    sha256: \"%s\"\n", name, pi.SHA256)
+		return nil
+	}
+	if err := config.WritePin(c.configFile, name, pi.SHA256); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "pinned scanners.%s.sha256 to %s in %s (version %s); a running host picks it up on reload\n", name, pi.SHA256, c.configFile, pi.Version)
+	return nil
+}

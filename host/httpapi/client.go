@@ -1,0 +1,77 @@
+package httpapi
+
+// The admin client: what `ffscan status`, `ffscan reload` and
+// `ffscan plugins reload` send to a running host.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Client talks to a running host's HTTP listener.
+type Client struct {
+	// Addr is the listener's host:port.
+	Addr string
+}
+
+// Post sends an admin request (with the admin header) and decodes the JSON
+// answer into out. It returns the HTTP status; a refusal (403) and an
+// answer that is not JSON are errors that quote the host.
+func (c Client) Post(path string, timeout time.Duration, out any) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, "http://"+c.Addr+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set(AdminHeader, "ffscan-cli")
+	resp, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode == http.StatusForbidden {
+		return resp.StatusCode, fmt.Errorf("the host refused: %s", strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return resp.StatusCode, fmt.Errorf("POST %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return resp.StatusCode, nil
+}
+
+// RawStatus reads /v1/status as the host sent it.
+func (c Client) RawStatus(timeout time.Duration) ([]byte, error) {
+	resp, err := (&http.Client{Timeout: timeout}).Get("http://" + c.Addr + "/v1/status")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/status: %s", resp.Status)
+	}
+	return body, nil
+}
+
+// Status reads and decodes /v1/status.
+func (c Client) Status(timeout time.Duration) (StatusDoc, error) {
+	body, err := c.RawStatus(timeout)
+	if err != nil {
+		return StatusDoc{}, err
+	}
+	var doc StatusDoc
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&doc); err != nil {
+		return StatusDoc{}, fmt.Errorf("decode status: %w", err)
+	}
+	return doc, nil
+}
