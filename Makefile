@@ -11,8 +11,13 @@ GOFILES    = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 # directory only reaches that directory's module, so every target that
 # walks packages walks each module.
 MODULES   := . keys lua sdk
-# each_module runs a go command in every module, e.g. $(call each_module,vet ./...)
+# each_module runs a go command in every module, e.g. $(call each_module,build ./...)
 each_module = for m in $(MODULES); do echo "($$m) $(GO) $(1)"; (cd $$m && $(GO) $(1)) || exit 1; done
+# ALL_PKGS names every package of every module for one go command run from
+# the root (go.work): one vet or test run schedules all packages together,
+# so a long package of one module overlaps the others instead of waiting
+# for its module's turn.
+ALL_PKGS  := ./... $(foreach m,$(filter-out .,$(MODULES)),github.com/ffscan/ffscan/$(m)/...)
 
 .PHONY: build lua test compat lint run bench proto clean
 
@@ -35,9 +40,9 @@ lua:
 ## test: vet, every test with -race against real servers on the key-guarded library
 ## (a function touching a key outside its KEYS fails), then the compat replays
 test:
-	@$(call each_module,vet ./...)
-	@$(call each_module,vet -tags ffscan_keyguard ./...)
-	@$(call each_module,test -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' ./...)
+	$(GO) vet $(ALL_PKGS)
+	$(GO) vet -tags ffscan_keyguard $(ALL_PKGS)
+	$(GO) test -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS)
 	@$(MAKE) --no-print-directory compat
 
 ## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
@@ -50,7 +55,7 @@ compat:
 ## lint: gofmt and go vet
 lint:
 	@bad=$$(gofmt -l $(GOFILES)); if [ -n "$$bad" ]; then echo "gofmt wants to change:"; echo "$$bad"; exit 1; fi
-	@$(call each_module,vet ./...)
+	$(GO) vet $(ALL_PKGS)
 
 ## run: build, start a throwaway server, run the host with all plugins and a demo workload
 run: build
