@@ -23,6 +23,7 @@ const v1SDKCommit = "3eb3e7d8644487846fcf8f6af2ef22df40bc787f"
 // SDK as they were at v1SDKCommit, taken from git) runs under this host,
 // negotiating API version 1.
 func TestPluginBuiltWithTheOldSDKRuns(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a plugin from git history")
 	}

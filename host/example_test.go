@@ -20,6 +20,7 @@ import (
 // configured like any scanner, reports, and after a reload to promote
 // mode repairs the stuck execution in place (API v2: no new process).
 func TestExampleThirdPartyScannerRunsUnderTheHost(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})

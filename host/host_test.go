@@ -213,6 +213,7 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestEndToEndThroughPluginProcess(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 200 * time.Millisecond})
@@ -267,6 +268,7 @@ func TestEndToEndThroughPluginProcess(t *testing.T) {
 // it and every item is still handled (items stay in the index until the
 // scanner removes them, so a lost call only delays them).
 func TestKillPluginMidCycleRestartsWithoutLoss(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Batch: 2, Options: map[string]string{"delay": "150ms"}})
@@ -292,6 +294,7 @@ func TestKillPluginMidCycleRestartsWithoutLoss(t *testing.T) {
 }
 
 func TestWrongSHA256IsRefusedWithAClearError(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{SHA256: strings.Repeat("0", 64)})
 	h, _ := running(t, cfg)
@@ -310,6 +313,7 @@ func TestWrongSHA256IsRefusedWithAClearError(t *testing.T) {
 // Cancelling Run while a scan is in flight (SIGTERM's path) stops within
 // the shutdown timeout and leaves no plugin process behind.
 func TestShutdownDuringScanIsBounded(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "30s"}})
@@ -329,6 +333,7 @@ func TestShutdownDuringScanIsBounded(t *testing.T) {
 }
 
 func TestScanOnceDryRunDoesNotMutate(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
@@ -355,6 +360,7 @@ func TestScanOnceDryRunDoesNotMutate(t *testing.T) {
 }
 
 func TestBootRefusesPartitionMismatch(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	h, err := Boot(context.Background(), cfg, hclog.NewNullLogger())

@@ -63,6 +63,7 @@ func ownership(c valkey.Client, id keys.ExecutionID) string {
 // The real lease_expiry plugin, run by the host as a subprocess, marks
 // leases created through the library within its interval + 1 s of expiry.
 func TestLeaseExpiryPluginMarksExpiredLeases(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	const interval = 1500 * time.Millisecond

@@ -74,6 +74,7 @@ func statusOf(h *Host, name string) httpapi.ScannerStatus {
 // next cycle, and an options change reaches the running (API v2) plugin
 // in place.
 func TestReloadEnablesAndDisablesScanners(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	f := newFileConfig(t, srv.Addr, pluginDir)
@@ -135,6 +136,7 @@ scanners:
 // A disabled scanner stops only after its call in flight: the items of
 // that call are finished, none is lost.
 func TestDisableFinishesTheCallInFlight(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "1s"}})
@@ -159,6 +161,7 @@ func TestDisableFinishesTheCallInFlight(t *testing.T) {
 // An invalid configuration is refused as a whole, with the reason; the
 // running configuration and scanners stay exactly as they were.
 func TestInvalidReloadIsRefusedAndTheOldConfigKeepsRunning(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	f := newFileConfig(t, srv.Addr, pluginDir)
@@ -212,6 +215,7 @@ scanners:
 // The admin endpoints: config reload and plugin reload over HTTP, refused
 // without the admin header or with http.admin off.
 func TestAdminEndpoints(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.HTTP.Listen = freeAddr(t)
@@ -266,6 +270,7 @@ func TestAdminEndpoints(t *testing.T) {
 // The completion listener runs with the host: subscribed after boot,
 // visible in /v1/status and /metrics, restarted or stopped by a reload.
 func TestCompletionListenerIsWired(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})

@@ -151,6 +151,7 @@ func (c *cycleClock) finish() (time.Duration, int) {
 // handled exactly once, and every old process is gone at the end. Half
 // of the swaps come from the file watch, half from the admin call.
 func TestHotSwapUnderLoad(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	const interval = 200 * time.Millisecond
@@ -233,6 +234,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 // A new binary that fails its handshake never serves; the old one keeps
 // serving without a gap, and the file watch does not retry the same file.
 func TestHotSwapToBinaryThatFailsHandshakeKeepsTheOld(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
@@ -272,6 +274,7 @@ func TestHotSwapToBinaryThatFailsHandshakeKeepsTheOld(t *testing.T) {
 // A new binary that crashes right after the switch is rolled back: the
 // old process, kept on probation, serves again.
 func TestHotSwapToBinaryThatCrashesRollsBack(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
@@ -308,6 +311,7 @@ func TestHotSwapToBinaryThatCrashesRollsBack(t *testing.T) {
 // swap. A plugin speaking a version this host does not run is refused
 // with a message naming both sides.
 func TestOlderAPIVersionRunsAndNewerIsRefused(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
@@ -347,6 +351,7 @@ func TestOlderAPIVersionRunsAndNewerIsRefused(t *testing.T) {
 }
 
 func TestNewerAPIVersionIsRefused(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	cfg.PluginDir = ownPluginDir(t)

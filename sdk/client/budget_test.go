@@ -35,6 +35,7 @@ func (e *flowEnv) used(t *testing.T, bid keys.BudgetID, dim string) int64 {
 }
 
 func TestCreateAndReadBudget(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	bid := keys.NewBudgetID()
 	req := client.CreateBudgetRequest{ID: bid, ScopeType: "lane", ScopeID: "default", ResetInterval: time.Hour,
@@ -71,6 +72,7 @@ func TestCreateAndReadBudget(t *testing.T) {
 }
 
 func TestBudgetSoftAndHardBreach(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	bid := e.budget(t, 0, client.BudgetDimension{Name: "tokens", Hard: 100, Soft: 80}, client.BudgetDimension{Name: "cost", Hard: 10})
 	tokens := func(n int64) client.UsageDelta { return client.UsageDelta{Dimension: "tokens", Delta: n} }
@@ -107,6 +109,7 @@ func TestBudgetSoftAndHardBreach(t *testing.T) {
 }
 
 func TestUsageReportIsIdempotent(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	bid := e.budget(t, 0, client.BudgetDimension{Name: "tokens", Hard: 100})
 	d := client.UsageDelta{Dimension: "tokens", Delta: 30}
@@ -133,6 +136,7 @@ func TestUsageReportIsIdempotent(t *testing.T) {
 }
 
 func TestResetBudget(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	bid := e.budget(t, time.Minute, client.BudgetDimension{Name: "tokens", Hard: 100}, client.BudgetDimension{Name: "cost", Soft: 5})
 	e.report(t, bid, "", client.UsageDelta{Dimension: "tokens", Delta: 70}, client.UsageDelta{Dimension: "cost", Delta: 6})
@@ -170,6 +174,7 @@ func TestResetBudget(t *testing.T) {
 }
 
 func TestBudgetRefusalsWriteNothing(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	bid := e.budget(t, 0, client.BudgetDimension{Name: "tokens", Hard: 10})
 	before := e.keyspace(t)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestScriptErrorsMatchSentinelsAndDetailTypes(t *testing.T) {
+	t.Parallel()
 	err := newScriptError("ff_complete_execution", "execution_not_active", []string{"success", "3", "terminal", "att-1"})
 	assert.ErrorIs(t, err, ErrExecutionNotActive)
 	assert.NotErrorIs(t, err, ErrStaleLease)
@@ -57,12 +58,14 @@ func TestScriptErrorsMatchSentinelsAndDetailTypes(t *testing.T) {
 }
 
 func TestValidationErrorIsInvalidArgument(t *testing.T) {
+	t.Parallel()
 	err := invalid("Priority", "%d is outside", 9001)
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Equal(t, "invalid Priority: 9001 is outside", err.Error())
 }
 
 func TestCapabilityCSVSortsAndDedupes(t *testing.T) {
+	t.Parallel()
 	csv, err := capabilityCSV("Capabilities", []string{"b", "a", "b", "东京-gpu"})
 	require.NoError(t, err)
 	assert.Equal(t, "a,b,东京-gpu", csv)
@@ -71,6 +74,7 @@ func TestCapabilityCSVSortsAndDedupes(t *testing.T) {
 }
 
 func TestStoredPolicyParsing(t *testing.T) {
+	t.Parallel()
 	retry, timeout := parseStoredPolicy(`{"retry_policy":{"max_retries":2,"backoff":{"type":"fixed","delay_ms":5}},"timeout_policy":{"attempt_timeout_ms":700}}`)
 	assert.JSONEq(t, `{"max_retries":2,"backoff":{"type":"fixed","delay_ms":5}}`, retry)
 	assert.Equal(t, int64(700), timeout)

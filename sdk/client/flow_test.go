@@ -13,6 +13,7 @@ import (
 )
 
 func TestCreateFlowAddMembersAndRead(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	fid := keys.NewFlowID()
 	r, err := e.c.CreateFlow(e.ctx, client.CreateFlowRequest{ID: fid, Namespace: "ns-a", Kind: "pipeline"})
@@ -55,6 +56,7 @@ func TestCreateFlowAddMembersAndRead(t *testing.T) {
 }
 
 func TestAddFlowMemberRefusals(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	fid := e.flow(t)
 	part := e.c.Partitions().FlowPartition(fid)
@@ -96,6 +98,7 @@ func TestAddFlowMemberRefusals(t *testing.T) {
 }
 
 func TestAddDependencyBlocksChildAndIsRetrySafe(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	fid := e.flow(t)
 	a, b := e.member(t, fid, "a"), e.member(t, fid, "b")
@@ -138,6 +141,7 @@ func TestAddDependencyBlocksChildAndIsRetrySafe(t *testing.T) {
 // A crash between staging and applying leaves a staged edge; the retry
 // with the same id applies it.
 func TestAddDependencyResumesAStagedEdge(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	fid := e.flow(t)
 	a, b := e.member(t, fid, "a"), e.member(t, fid, "b")
@@ -162,6 +166,7 @@ func TestAddDependencyResumesAStagedEdge(t *testing.T) {
 // the stage stale; the client re-reads the revision and succeeds once. A
 // graph that keeps changing fails with the typed error and writes nothing.
 func TestAddDependencyRetriesOnceOnStaleRevision(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	ic := &interceptor{Client: e.vk, function: "ff_stage_dependency_edge"}
 	c, err := client.New(e.ctx, ic, client.Options{})
@@ -191,6 +196,7 @@ func TestAddDependencyRetriesOnceOnStaleRevision(t *testing.T) {
 }
 
 func TestEdgeErrorsAreTypedAndWriteNothing(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	fid, other := e.flow(t), e.flow(t)
 	a, b, c := e.member(t, fid, "a"), e.member(t, fid, "b"), e.member(t, fid, "c")
@@ -272,6 +278,7 @@ func newCancelFixture(t *testing.T, e *flowEnv) cancelFixture {
 // a manual drain cancels each member with its real keys, counts the
 // already finished one as done (P6) and empties both.
 func TestCancelFlowGraceZeroThenDrain(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	f := newCancelFixture(t, e)
 	fk, pk := keys.Flow(e.c.Partitions(), f.fid), keys.FlowPart(e.c.Partitions().FlowPartition(f.fid))
@@ -327,6 +334,7 @@ func TestCancelFlowGraceZeroThenDrain(t *testing.T) {
 }
 
 func TestCancelFlowWaitCancelsEveryMember(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	f := newCancelFixture(t, e)
 	r, err := e.c.CancelFlow(e.ctx, f.fid, client.CancelFlowOptions{Reason: "stop", Wait: true})
@@ -351,6 +359,7 @@ func TestCancelFlowWaitCancelsEveryMember(t *testing.T) {
 // A member whose lease was revoked refuses a flow_cascade cancel; the
 // drain cancels it with an operator override instead.
 func TestCancelFlowWaitCancelsARevokedMember(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	fid := e.flow(t)
 	m := e.member(t, fid, "m")
@@ -373,6 +382,7 @@ func TestCancelFlowWaitCancelsARevokedMember(t *testing.T) {
 }
 
 func TestCancelFlowOtherPolicies(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 
 	// flow_only: the flow is cancelled, members are untouched, nothing queued.
@@ -411,6 +421,7 @@ func TestCancelFlowOtherPolicies(t *testing.T) {
 }
 
 func TestDrainLeavesFailuresPending(t *testing.T) {
+	t.Parallel()
 	e := newFlowEnv(t)
 	fid := e.flow(t)
 	m := e.member(t, fid, "m")

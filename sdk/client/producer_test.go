@@ -13,6 +13,7 @@ import (
 )
 
 func TestCreateSoloWritesTheExecution(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	r, err := e.c.CreateExecution(ctx, client.CreateRequest{
@@ -55,6 +56,7 @@ func TestCreateSoloWritesTheExecution(t *testing.T) {
 }
 
 func TestCreateDelayedWithDeadline(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	until := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	deadline := time.Now().Add(2 * time.Hour).Truncate(time.Millisecond)
@@ -75,6 +77,7 @@ func TestCreateDelayedWithDeadline(t *testing.T) {
 }
 
 func TestCreateIsIdempotent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	req := client.CreateRequest{Lane: "default", IdempotencyKey: "order-7"}
@@ -100,6 +103,7 @@ func TestCreateIsIdempotent(t *testing.T) {
 }
 
 func TestCreateRejectsBadInputWithoutWriting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	// The ID case needs a flow whose partition is not lane "zzz"'s solo
@@ -163,6 +167,7 @@ func manyCaps(n int) []string {
 }
 
 func TestCreateInFlow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	fid := e.createFlow(t)
@@ -184,6 +189,7 @@ func TestCreateInFlow(t *testing.T) {
 }
 
 func TestCreateInMissingOrFinishedFlowWritesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	missing := keys.NewFlowID()
@@ -201,6 +207,7 @@ func TestCreateInMissingOrFinishedFlowWritesNothing(t *testing.T) {
 }
 
 func TestChangePriority(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{Priority: 1})
@@ -221,6 +228,7 @@ func TestChangePriority(t *testing.T) {
 }
 
 func TestSetTags(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{})
@@ -240,6 +248,7 @@ func TestSetTags(t *testing.T) {
 }
 
 func TestCancelWaitingExecution(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{})
@@ -266,12 +275,14 @@ func TestCancelWaitingExecution(t *testing.T) {
 }
 
 func TestGetExecutionNotFound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	_, err := e.c.GetExecution(testCtx(t), keys.SoloExecutionID(e.c.Partitions(), "x", keys.NewUUID()))
 	assert.ErrorIs(t, err, client.ErrExecutionNotFound)
 }
 
 func TestNewChecksPartitionConfig(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	_, err := client.New(ctx, e.vk, client.Options{RequireStoredPartitions: true})

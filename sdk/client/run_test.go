@@ -15,6 +15,7 @@ import (
 )
 
 func TestRunHandlesEveryOutcome(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var ids []keys.ExecutionID
 	want := map[keys.ExecutionID]string{}
@@ -81,6 +82,7 @@ func TestRunHandlesEveryOutcome(t *testing.T) {
 }
 
 func TestRunSurfacesLeaseLossToTheHandler(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.create(t, client.CreateRequest{})
 	w := e.worker(t, client.WorkerOptions{LeaseTTL: 600 * time.Millisecond, PollInterval: 10 * time.Millisecond})
@@ -119,6 +121,7 @@ func TestRunSurfacesLeaseLossToTheHandler(t *testing.T) {
 }
 
 func TestRunStopsWhenTheWorkerCloses(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w, err := e.c.NewWorker(testCtx(t), client.WorkerOptions{WorkerID: "w", Lanes: []string{"default"}})
 	require.NoError(t, err)

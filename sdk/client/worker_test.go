@@ -13,6 +13,7 @@ import (
 )
 
 func TestWorkerRegistersAndUnregisters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	w, err := e.c.NewWorker(ctx, client.WorkerOptions{WorkerID: "w1", InstanceID: "w1-a",
@@ -40,6 +41,7 @@ func TestWorkerRegistersAndUnregisters(t *testing.T) {
 }
 
 func TestDuplicateInstanceIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	first := e.worker(t, client.WorkerOptions{InstanceID: "dup"})
@@ -58,6 +60,7 @@ func TestDuplicateInstanceIsRefused(t *testing.T) {
 }
 
 func TestWorkerAliveGuardIsRefreshed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := e.worker(t, client.WorkerOptions{InstanceID: "fresh", LeaseTTL: 200 * time.Millisecond})
 	alive := keys.WorkerAlive("default", "fresh")
@@ -83,6 +86,7 @@ func TestWorkerAliveGuardIsRefreshed(t *testing.T) {
 }
 
 func TestWorkerRejectsBadOptionsWithoutWriting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	cases := map[string]client.WorkerOptions{
@@ -104,6 +108,7 @@ func TestWorkerRejectsBadOptionsWithoutWriting(t *testing.T) {
 }
 
 func TestWorkerRefusesPartitionMismatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.do(t, "HSET", keys.ConfigPartitions, "num_flow_partitions", "64", "num_budget_partitions", "32", "num_quota_partitions", "32")
 	_, err := e.c.NewWorker(testCtx(t), client.WorkerOptions{WorkerID: "w", Lanes: []string{"default"}})
@@ -115,6 +120,7 @@ func TestWorkerRefusesPartitionMismatch(t *testing.T) {
 }
 
 func TestClaimRunCompleteRoundTrip(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{Kind: "resize", Payload: []byte("img"), Tags: map[string]string{"app.x": "1"},
@@ -155,6 +161,7 @@ func TestClaimRunCompleteRoundTrip(t *testing.T) {
 }
 
 func TestReplayedCompleteIsAlreadyApplied(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	e.create(t, client.CreateRequest{})
@@ -171,6 +178,7 @@ func TestReplayedCompleteIsAlreadyApplied(t *testing.T) {
 }
 
 func TestCompleteAfterOperatorCancelIsAnError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{})
@@ -187,6 +195,7 @@ func TestCompleteAfterOperatorCancelIsAnError(t *testing.T) {
 }
 
 func TestFailRetriesThenFailsTerminally(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{Retry: &client.RetryPolicy{MaxRetries: 1, Backoff: client.FixedBackoff(time.Millisecond)}})
@@ -213,6 +222,7 @@ func TestFailRetriesThenFailsTerminally(t *testing.T) {
 }
 
 func TestFailOptionsOverrideThePolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	e.create(t, client.CreateRequest{Retry: &client.RetryPolicy{MaxRetries: 5, Backoff: client.FixedBackoff(time.Second)}})
@@ -230,6 +240,7 @@ func TestFailOptionsOverrideThePolicy(t *testing.T) {
 }
 
 func TestWorkerCancel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{})
@@ -245,6 +256,7 @@ func TestWorkerCancel(t *testing.T) {
 }
 
 func TestClaimTakesTheBestOfTheChunk(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// Equal priorities are served oldest first; created_at has ms
 	// resolution, so make sure the two really differ.
@@ -262,6 +274,7 @@ func TestClaimTakesTheBestOfTheChunk(t *testing.T) {
 }
 
 func TestLanesAreClaimedRoundRobin(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.create(t, client.CreateRequest{Lane: "lane-a"})
 	b := e.create(t, client.CreateRequest{Lane: "lane-b"})
@@ -274,6 +287,7 @@ func TestLanesAreClaimedRoundRobin(t *testing.T) {
 }
 
 func TestCapabilityMismatchMovesToBlockedRoute(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{RequiredCapabilities: []string{"gpu", "cuda"}})
@@ -305,6 +319,7 @@ func TestCapabilityMismatchMovesToBlockedRoute(t *testing.T) {
 }
 
 func TestConcurrencyPermits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	for i := 0; i < 4; i++ {
@@ -334,6 +349,7 @@ func TestConcurrencyPermits(t *testing.T) {
 }
 
 func TestClaimFromGrant(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{Payload: []byte("p")})
@@ -368,6 +384,7 @@ func TestClaimFromGrant(t *testing.T) {
 }
 
 func TestResumedAttemptUsesClaimResumed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{})
@@ -397,6 +414,7 @@ func TestResumedAttemptUsesClaimResumed(t *testing.T) {
 }
 
 func TestLeaseRenewalKeepsALongTaskAlive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{})
@@ -418,6 +436,7 @@ func TestLeaseRenewalKeepsALongTaskAlive(t *testing.T) {
 }
 
 func TestLeaseLossCancelsTheTaskContext(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{})
@@ -446,6 +465,7 @@ func TestLeaseLossCancelsTheTaskContext(t *testing.T) {
 }
 
 func TestDeadWorkersTaskIsReclaimed(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"abandon", "close"} {
 		t.Run(how, func(t *testing.T) {
 			e := newEnv(t)
@@ -491,6 +511,7 @@ func TestDeadWorkersTaskIsReclaimed(t *testing.T) {
 }
 
 func TestReclaimCapFailsTheExecution(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{MaxReclaims: 1})
@@ -512,6 +533,7 @@ func TestReclaimCapFailsTheExecution(t *testing.T) {
 }
 
 func TestTaskErrorsAreTyped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	e.create(t, client.CreateRequest{})
@@ -526,6 +548,7 @@ func TestTaskErrorsAreTyped(t *testing.T) {
 }
 
 func TestReplayedFailAndCancelAreAlreadyApplied(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	retrying := e.create(t, client.CreateRequest{Lane: "r", Retry: &client.RetryPolicy{MaxRetries: 3, Backoff: client.FixedBackoff(time.Hour)}})
@@ -571,6 +594,7 @@ func TestReplayedFailAndCancelAreAlreadyApplied(t *testing.T) {
 }
 
 func TestStaleTaskIsFencedAfterATakeover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := testCtx(t)
 	id := e.create(t, client.CreateRequest{})
@@ -600,6 +624,7 @@ func TestStaleTaskIsFencedAfterATakeover(t *testing.T) {
 }
 
 func TestForeignGrantIsSkipped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.create(t, client.CreateRequest{})
 	ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
