@@ -37,7 +37,7 @@ func TestEndpoints(t *testing.T) {
 
 	h := Handler(reg, fakeSource{})
 	code, body := get(t, h, "/healthz")
-	assert.Equal(t, 200, code)
+	assert.Equal(t, 200, code, body)
 	code, body = get(t, h, "/readyz")
 	assert.Equal(t, 200, code, body)
 	code, body = get(t, h, "/metrics")

@@ -36,12 +36,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// pluginBinary is the plugin, installed as "dependencyreconciler" in a plugin directory of
-// its own (the host's catalog checks the directory).
-func pluginBinary(t *testing.T) string {
-	return scannertest.InstallPlugin(t, pluginPkg, t.TempDir(), "dependencyreconciler")
-}
-
 // fixture is a server with the library, a client that builds flows, and
 // the host's part: the rotating candidate read and command execution.
 type fixture struct {

@@ -253,7 +253,7 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 	res = f.scan(s, f.request(10))
 	assert.Equal(t, int64(0), res.Processed)
 	f.cb.Reset()
-	res = f.scan(s, f.request(10))
+	f.scan(s, f.request(10))
 	_, fcalls := f.cb.Reset()
 	assert.Zero(t, fcalls, "remembered after it was read back")
 	f.do("HSET", keys.Exec(id).Core(), "ownership_state", "leased")

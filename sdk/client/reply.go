@@ -62,23 +62,6 @@ func parseReply(function string, res valkey.ValkeyResult) (reply, error) {
 	return reply{}, fmt.Errorf("%s: %w: status flag %d", function, ErrUnexpectedReply, ok)
 }
 
-// parseBareReply reads a reply that is a flat array of strings without the
-// leading 1/0 (the admission function family).
-func parseBareReply(function string, res valkey.ValkeyResult) ([]string, error) {
-	if err := res.Error(); err != nil {
-		return nil, fmt.Errorf("%s: %w", function, err)
-	}
-	arr, err := res.ToArray()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", function, ErrUnexpectedReply, err)
-	}
-	strs, err := messageStrings(arr)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", function, ErrUnexpectedReply, err)
-	}
-	return strs, nil
-}
-
 // messageStrings converts reply elements to strings. Lua numbers arrive as
 // integers and Lua false as nil; both are mapped to their string form so
 // callers see what the library meant, not how RESP encoded it.

@@ -12,5 +12,3 @@ func pluginProcAttr() *syscall.SysProcAttr { return nil }
 func killGroup(pid int) error {
 	return errors.New("scannerapi: launching plugins is only supported on unix")
 }
-
-func processAlive(pid int) bool { return false }

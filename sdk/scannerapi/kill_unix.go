@@ -19,9 +19,3 @@ func killGroup(pid int) error {
 	}
 	return err
 }
-
-// processAlive reports whether a process with this pid exists (it may be a
-// zombie).
-func processAlive(pid int) bool {
-	return syscall.Kill(pid, 0) == nil
-}
