@@ -18,6 +18,11 @@ each_module = for m in $(MODULES); do echo "($$m) $(GO) $(1)"; (cd $$m && $(GO) 
 # so a long package of one module overlaps the others instead of waiting
 # for its module's turn.
 ALL_PKGS  := ./... $(foreach m,$(filter-out .,$(MODULES)),github.com/ffscan/ffscan/$(m)/...)
+# TEST_P is how many test packages run at once. Most of a package's test
+# time is spent waiting on servers and plugin subprocesses, not on the CPU,
+# so twice the core count keeps a 2-core machine busy (84 s -> 52 s for the
+# package tests on one).
+TEST_P    ?= 4
 
 .PHONY: build lua test compat lint run bench proto clean
 
@@ -42,7 +47,7 @@ lua:
 test:
 	$(GO) vet $(ALL_PKGS)
 	$(GO) vet -tags ffscan_keyguard $(ALL_PKGS)
-	$(GO) test -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS)
+	$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS)
 	@$(MAKE) --no-print-directory compat
 
 ## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
