@@ -47,8 +47,15 @@ lua:
 test:
 	$(GO) vet $(ALL_PKGS)
 	$(GO) vet -tags ffscan_keyguard $(ALL_PKGS)
-	$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS)
-	@$(MAKE) --no-print-directory compat
+	@# The compat replays run beside the package tests; their summary is
+	@# printed after them, and either failing fails the target.
+	@compat=$$(mktemp); \
+	($(MAKE) --no-print-directory compat >$$compat 2>&1) & cpid=$$!; \
+	echo "$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS)"; \
+	$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS) || tstatus=$$?; \
+	wait $$cpid || cstatus=$$?; \
+	cat $$compat; rm -f $$compat; \
+	if [ "$${tstatus:-0}" -ne 0 ] || [ "$${cstatus:-0}" -ne 0 ]; then echo "make test: FAILED (package tests exit $${tstatus:-0}, compat exit $${cstatus:-0})"; exit 1; fi
 
 ## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
 compat:
