@@ -35,6 +35,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // Name is the scanner's name (scanners.delayed_watchdog in the host
@@ -92,11 +93,17 @@ func (w *Watchdog) Info() scannerapi.Info {
 // Configure implements scannerapi.Scanner. It may be called while scans
 // run (API version 2); the new options apply to the next call.
 func (w *Watchdog) Configure(_ context.Context, opts map[string]string) error {
-	age, err := time.ParseDuration(opts["max_age"])
-	if err != nil || age < time.Minute {
-		return fmt.Errorf("max_age %q: must be a duration of at least 1m", opts["max_age"])
+	// ParseOptions refuses options the scanner did not declare and fills
+	// in the declared defaults; the checks below are this scanner's own.
+	o, err := scanutil.ParseOptions(w.Info().Options, opts)
+	if err != nil {
+		return err
 	}
-	action := opts["action"]
+	age, err := o.Duration("max_age", time.Minute)
+	if err != nil {
+		return fmt.Errorf("max_age %q: must be a duration of at least 1m", o.String("max_age"))
+	}
+	action := o.String("action")
 	if action != ActionReport && action != ActionPromote {
 		return fmt.Errorf("action %q: must be %s or %s", action, ActionReport, ActionPromote)
 	}
