@@ -229,6 +229,7 @@ scanners:
 // SIGTERM while a scan is in flight: the process exits within
 // shutdown_timeout and its plugin is gone with it.
 func TestSIGTERMDuringScanExitsWithinTimeout(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	hp := startHost(t, slowConfig, "--valkey-addr", srv.Addr)
 	st, err := getStatus(hp.addr)
@@ -255,6 +256,7 @@ func TestSIGTERMDuringScanExitsWithinTimeout(t *testing.T) {
 // SIGKILL of the host: nothing can clean up, yet the plugin is gone within
 // 5 s (Pdeathsig, and the SDK's parent watch).
 func TestSIGKILLHostLeavesNoPlugin(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	hp := startHost(t, slowConfig, "--valkey-addr", srv.Addr)
 	st, err := getStatus(hp.addr)
@@ -273,6 +275,7 @@ func TestSIGKILLHostLeavesNoPlugin(t *testing.T) {
 }
 
 func TestStatusCommand(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	hp := startHost(t, "partitions: {flow: 16}\nscanners:\n  hostwork: {interval: 100ms}\n", "--valkey-addr", srv.Addr)
 	code, out := ffscan(t, "status", "--addr", hp.addr)
@@ -286,6 +289,7 @@ func TestStatusCommand(t *testing.T) {
 
 // --valkey-addr works without any configuration file.
 func TestScanOnceWithoutConfigFile(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	redisCLI(t, srv.Addr, "ZADD", "ff:idx:{fp:7}:hostwork", "1", "a", "2", "b")
 	redisCLI(t, srv.Addr, "ZADD", "ff:idx:{fp:200}:hostwork", "1", "c")
@@ -310,6 +314,7 @@ func TestScanOnceWithoutConfigFile(t *testing.T) {
 }
 
 func TestPluginsListAndVerify(t *testing.T) {
+	t.Parallel()
 	code, out := ffscan(t, "plugins", "list", "--plugin-dir", pluginDir)
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "hostwork")
@@ -340,6 +345,7 @@ func TestPluginsListAndVerify(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	code, _ := ffscan(t, "version")
 	assert.Equal(t, 0, code)
 	code, _ = ffscan(t)

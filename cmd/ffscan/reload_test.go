@@ -35,6 +35,7 @@ func statusOf(t *testing.T, addr, name string) (state string, pid int, sha strin
 // SIGHUP reloads the configuration file: a scanner enabled in it starts;
 // an invalid edit is refused and the host keeps running as it was.
 func TestSIGHUPReloadsTheConfig(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	body := "partitions: {flow: 16}\nwatch: {config: false}\nscanners:\n  hostwork: {interval: 100ms}\n  other: {enabled: false, plugin: hostwork}\n"
 	hp := startHost(t, body, "--valkey-addr", srv.Addr)
@@ -88,6 +89,7 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 // `ffscan plugins reload` hot-swaps through the admin endpoint; `ffscan
 // reload` reports a refused configuration with exit status 1.
 func TestPluginsReloadAndReloadCommands(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	hp := startHost(t, "partitions: {flow: 16}\nsupervisor: {swap_probation: 200ms}\nscanners:\n  hostwork: {interval: 100ms}\n", "--valkey-addr", srv.Addr)
 	_, pid, sha := statusOf(t, hp.addr, "hostwork")
@@ -120,6 +122,7 @@ func TestPluginsReloadAndReloadCommands(t *testing.T) {
 }
 
 func TestPluginsPin(t *testing.T) {
+	t.Parallel()
 	code, out := ffscan(t, "plugins", "list", "--plugin-dir", pluginDir)
 	require.Equal(t, 0, code, out)
 	sha := regexpSHA.FindString(out)

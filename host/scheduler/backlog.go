@@ -6,7 +6,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -72,9 +71,9 @@ func (sw *sweep) sampleBacklog(ctx context.Context, ask []keys.Partition) ([]int
 	}
 	cctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
 	defer cancel()
-	t0 := time.Now()
+	t0 := r.clk.Now()
 	vals, err := sampler.SampleBacklog(cctx, host, ask)
-	r.rec.RPC(r.cfg.Name, "sample_backlog", time.Since(t0))
+	r.rec.RPC(r.cfg.Name, "sample_backlog", r.since(t0))
 	if err != nil {
 		return nil, err
 	}

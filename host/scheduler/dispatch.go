@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -159,9 +158,9 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 		Candidates: st.cands,
 		DryRun:     sw.dryRun,
 	}
-	t0 := time.Now()
+	t0 := r.clk.Now()
 	res, err := scanner.ScanPartition(ctx, host, req)
-	r.rec.RPC(r.cfg.Name, "scan_partition", time.Since(t0))
+	r.rec.RPC(r.cfg.Name, "scan_partition", r.since(t0))
 	if err == nil && res == nil {
 		err = errors.New("scanner returned no result")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -59,6 +60,7 @@ func (t *swapTarget) Acquire() (Lease, error) {
 // new scanner with its own Host, no partition fails or is skipped, and
 // every lease is released.
 func TestLeasePerCallSwitchesMidCycle(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	oldS, newS := &testScanner{info: leaseInfo()}, &testScanner{info: leaseInfo()}
 	var newHostCalls atomic.Int64
@@ -90,6 +92,7 @@ func TestLeasePerCallSwitchesMidCycle(t *testing.T) {
 // with, its remaining partitions wait for the next cycle instead of
 // receiving candidates of a source it may not know.
 func TestLeaseWithOtherSourcesDefers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	oldS := &testScanner{info: leaseInfo()}
 	ni := leaseInfo()
@@ -115,6 +118,7 @@ func TestLeaseWithOtherSourcesDefers(t *testing.T) {
 }
 
 func TestLeaseUnavailableCountsAsFailed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	tgt := &swapTarget{scanners: []*testScanner{s}, fail: errors.New("plugin is not running")}
@@ -128,20 +132,34 @@ func TestLeaseUnavailableCountsAsFailed(t *testing.T) {
 }
 
 // Retune applies a new interval at once: a runner asleep for an hour
-// wakes and runs its next cycle on the new schedule.
+// wakes and runs its next cycle on the new schedule. The runner's clock is
+// manual, so the test sees each sleep it plans instead of waiting on it.
 func TestRetuneWakesTheSleep(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
-	r := e.runner(t, s, Config{Interval: time.Hour}, nil)
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	r := e.runner(t, s, Config{Interval: time.Hour, Clock: clk}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
-	require.Eventually(t, func() bool { return r.Status().Cycle == 1 }, 10*time.Second, 5*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
+	wait := func(within time.Duration) time.Duration {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer wcancel()
+		d, err := clk.WaitForTimerWithin(wctx, within)
+		require.NoError(t, err, "the runner planned no sleep")
+		return d
+	}
+	assert.Equal(t, time.Hour, wait(-1), "after cycle 1 it sleeps one interval")
 	assert.Equal(t, uint64(1), r.Status().Cycle)
+	clk.Advance(time.Minute)
 	r.Retune(Tuning{Interval: 100 * time.Millisecond, Batch: 7})
-	require.Eventually(t, func() bool { return r.Status().Cycle >= 3 }, 10*time.Second, 5*time.Millisecond)
+	// Re-planned: cycle 1 started more than the new interval ago, so
+	// cycle 2 runs at once, and the next sleep is the new interval.
+	assert.Equal(t, 100*time.Millisecond, wait(100*time.Millisecond))
+	assert.Equal(t, uint64(2), r.Status().Cycle)
 	assert.Equal(t, 7, r.Tuning().Batch)
 	assert.Equal(t, 8, r.Tuning().Concurrency, "zero keeps the default")
 	cancel()

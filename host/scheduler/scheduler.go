@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -93,6 +94,8 @@ type Config struct {
 	// NoJitter starts the first cycle at once instead of after a random
 	// delay within the interval (tests, scan-once).
 	NoJitter bool
+	// Clock is the time source (the system clock).
+	Clock clock.Clock
 }
 
 // Tuning is the part of Config that can change while the runner runs
@@ -108,6 +111,7 @@ type Tuning struct {
 // Runner runs one scanner. Its methods are safe for concurrent use; Run
 // and Cycle must not overlap.
 type Runner struct {
+	clk    clock.Clock
 	cfg    Config
 	tunMu  sync.Mutex
 	tun    Tuning
@@ -168,7 +172,7 @@ func New(cfg Config, client valkey.Client, target Target, host scannerapi.Host, 
 		log = hclog.NewNullLogger()
 	}
 	return &Runner{
-		cfg: cfg, client: client, target: target, host: host, rec: rec, log: log,
+		cfg: cfg, client: client, target: target, host: host, rec: rec, log: log, clk: clock.Or(cfg.Clock),
 		cursors: map[string]uint64{},
 		tun:     Tuning{Interval: cfg.Interval, Batch: cfg.Batch, Concurrency: cfg.Concurrency, CallTimeout: cfg.CallTimeout},
 		wake:    make(chan struct{}, 1),
@@ -243,18 +247,18 @@ func (r *Runner) Run(ctx context.Context) {
 		_, info, err := r.target.Current()
 		if err != nil {
 			r.log.Debug("scanner unavailable, waiting", "error", err)
-			sleep(ctx, unavailablePoll)
+			r.sleep(ctx, unavailablePoll)
 			continue
 		}
 		if !jittered {
 			// Once, when the scanner first becomes available: plugins of
 			// one host come up at about the same moment.
 			jittered = true
-			if !sleep(ctx, rand.N(r.interval(info))) {
+			if !r.sleep(ctx, rand.N(r.interval(info))) {
 				return
 			}
 		}
-		start := time.Now()
+		start := r.clk.Now()
 		sum, err := r.Cycle(ctx, CycleOptions{})
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("scan cycle failed", "error", err)
@@ -274,16 +278,16 @@ func (r *Runner) Run(ctx context.Context) {
 func (r *Runner) sleepUntilNext(ctx context.Context, start time.Time) bool {
 	for {
 		iv := r.interval(r.currentInfo())
-		d := time.Until(start.Add(iv))
+		d := start.Add(iv).Sub(r.clk.Now())
 		if d <= 0 {
 			return ctx.Err() == nil
 		}
-		t := time.NewTimer(d)
+		t := r.clk.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
-		case <-t.C:
+		case <-t.C():
 			return true
 		case <-r.wake:
 			t.Stop()
@@ -306,19 +310,21 @@ func (r *Runner) currentInfo() scannerapi.Info {
 // the first cycle follows the plugin's start closely.
 const unavailablePoll = 200 * time.Millisecond
 
-func sleep(ctx context.Context, d time.Duration) bool {
+func (r *Runner) sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
-	t := time.NewTimer(d)
+	t := r.clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }
+
+func (r *Runner) since(t time.Time) time.Duration { return clock.Since(r.clk, t) }
 
 // CycleOptions narrow a cycle (scan-once).
 type CycleOptions struct {
@@ -388,7 +394,7 @@ type partState struct {
 // read the clock fails the cycle; failures of single partitions are counted
 // in the summary and do not stop the others.
 func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) {
-	start := time.Now()
+	start := r.clk.Now()
 	r.cycle++
 	sum := Summary{Cycle: r.cycle, Errors: map[ErrorKey]int64{}}
 	scanner, info, err := r.target.Current()
@@ -465,7 +471,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 
 // finish records the cycle's metrics and status.
 func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
-	sum.Duration = time.Since(start)
+	sum.Duration = r.since(start)
 	if fullCycle {
 		r.rec.Cycle(r.cfg.Name, sum.Duration)
 	}

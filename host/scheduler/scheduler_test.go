@@ -135,6 +135,7 @@ func leaseKey(p uint16) string {
 }
 
 func TestEmptyPartitionsCostNoCalls(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	rec := &recRecorder{}
@@ -181,6 +182,7 @@ func TestEmptyPartitionsCostNoCalls(t *testing.T) {
 // A scanner that works through its candidates and says More while a full
 // batch came back is called again in the same cycle until it is done.
 func TestMoreTriggersPromptRescan(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	s.fn = func(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
@@ -210,6 +212,7 @@ func TestMoreTriggersPromptRescan(t *testing.T) {
 
 // More is bounded: a scanner that always says More cannot hold the cycle.
 func TestFollowUpsAreBounded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	s.fn = func(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
@@ -224,6 +227,7 @@ func TestFollowUpsAreBounded(t *testing.T) {
 }
 
 func TestFailingCallDoesNotStopOthers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	s.fn = func(ctx context.Context, _ scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
@@ -252,6 +256,7 @@ func TestFailingCallDoesNotStopOthers(t *testing.T) {
 }
 
 func TestRotateCursorAdvancesAndWraps(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	info := scannerapi.Info{
 		Name: "rot", Family: keys.FamilyBudget, DefaultBatch: 2,
@@ -278,6 +283,7 @@ func TestRotateCursorAdvancesAndWraps(t *testing.T) {
 }
 
 func TestSetScanCursorAdvancesAndWraps(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	info := scannerapi.Info{
 		Name: "scan", Family: keys.FamilyQuota, DefaultBatch: 10,
@@ -323,6 +329,7 @@ func TestSetScanCursorAdvancesAndWraps(t *testing.T) {
 }
 
 func TestLaneSourcesReadEveryLane(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	info := scannerapi.Info{
 		Name: "lanes", Family: keys.FamilyFlow, DefaultBatch: 10,
@@ -348,6 +355,7 @@ func TestLaneSourcesReadEveryLane(t *testing.T) {
 // P8: a partition that could not be sampled leaves the gauge alone instead
 // of writing a partial sum.
 func TestBacklogNotWrittenWhenAPartitionFailed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	rec := &recRecorder{}
@@ -365,6 +373,7 @@ func TestBacklogNotWrittenWhenAPartitionFailed(t *testing.T) {
 }
 
 func TestPluginBacklogSampledInOneCall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	info := scannerapi.Info{
 		Name: "pb", Family: keys.FamilyBudget, DefaultBatch: 10,
@@ -398,6 +407,7 @@ func TestPluginBacklogSampledInOneCall(t *testing.T) {
 }
 
 func TestScanOnePartitionAndDryRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	rec := &recRecorder{}
@@ -417,6 +427,7 @@ func TestScanOnePartitionAndDryRun(t *testing.T) {
 }
 
 func TestRunStopsOnCancel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	r := e.runner(t, s, Config{Interval: 100 * time.Millisecond}, nil)
@@ -433,6 +444,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 }
 
 func TestCheckInfo(t *testing.T) {
+	t.Parallel()
 	ok := leaseInfo()
 	require.NoError(t, CheckInfo(ok))
 	bad := func(mut func(*scannerapi.Info)) error {
@@ -454,6 +466,7 @@ func TestCheckInfo(t *testing.T) {
 // nodes, and the scanner's writes and FCALLs route through the callback
 // service to the right node.
 func TestClusterCycle(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewCluster(t, 3)
 	client := cl.Client(t)
 	lib := lua.New(client, lua.Options{})
@@ -496,6 +509,7 @@ func TestClusterCycle(t *testing.T) {
 
 // Lanes are asked for at every cycle, so a lane added after boot is read.
 func TestLanesFuncIsReadEachCycle(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	info := scannerapi.Info{
 		Name: "lanes", Family: keys.FamilyFlow, DefaultBatch: 10,

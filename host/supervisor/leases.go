@@ -108,12 +108,12 @@ func (s *Supervisor) waitDrained(sl *slot) bool {
 	if ch == nil {
 		return true
 	}
-	t := time.NewTimer(s.cfg.DrainTimeout)
+	t := s.clk.NewTimer(s.cfg.DrainTimeout)
 	defer t.Stop()
 	select {
 	case <-ch:
 		return true
-	case <-t.C:
+	case <-t.C():
 		return false
 	}
 }

@@ -46,8 +46,8 @@ func (s *Supervisor) loop(ctx context.Context) {
 		s.mu.Unlock()
 		s.rec.PluginUp(s.cfg.Name, false)
 		failed.inst.Kill()
-		s.log.Error("plugin failed; restarting", "reason", reason, "ran_for", time.Since(failed.started).Round(time.Millisecond))
-		if time.Since(failed.started) >= s.cfg.StableAfter {
+		s.log.Error("plugin failed; restarting", "reason", reason, "ran_for", s.since(failed.started).Round(time.Millisecond))
+		if s.since(failed.started) >= s.cfg.StableAfter {
 			s.streak = 0
 		}
 		s.rec.Restart(s.cfg.Name)
@@ -72,7 +72,7 @@ func (s *Supervisor) start(ctx context.Context, l Launcher) (*slot, error) {
 		inst.Kill() // stopped while launching
 		return &slot{meta: meta}, ctx.Err()
 	}
-	sl := &slot{inst: inst, meta: meta, info: inst.Scanner().Info(), launcher: l, started: time.Now()}
+	sl := &slot{inst: inst, meta: meta, info: inst.Scanner().Info(), launcher: l, started: s.clk.Now()}
 	if hi, ok := inst.(HostInstance); ok {
 		sl.host = hi.Host()
 	}
@@ -93,7 +93,7 @@ func (s *Supervisor) install(sl *slot) {
 // probation of a swap) until the current instance must be replaced; it
 // returns why.
 func (s *Supervisor) watch(ctx context.Context) string {
-	t := time.NewTicker(s.cfg.HealthInterval)
+	t := s.clk.NewTicker(s.cfg.HealthInterval)
 	defer t.Stop()
 	misses := 0
 	var last *slot
@@ -109,9 +109,9 @@ func (s *Supervisor) watch(ctx context.Context) string {
 		stopProbe := func() {}
 		if prev != nil {
 			prevExited = prev.inst.Exited()
-			pt := time.NewTicker(min(s.cfg.HealthInterval, time.Second))
-			end := time.NewTimer(time.Until(s.probeEnd))
-			probeTick, probeEnd = pt.C, end.C
+			pt := s.clk.NewTicker(min(s.cfg.HealthInterval, time.Second))
+			end := s.clk.NewTimer(s.probeEnd.Sub(s.clk.Now()))
+			probeTick, probeEnd = pt.C(), end.C()
 			stopProbe = func() { pt.Stop(); end.Stop() }
 		}
 		ping := func() string {
@@ -140,7 +140,7 @@ func (s *Supervisor) watch(ctx context.Context) string {
 			}
 			return reason, true
 		}
-		reason, stop := s.watchOnce(ctx, cur, prev, prevExited, probeTick, probeEnd, t.C, ping, fail)
+		reason, stop := s.watchOnce(ctx, cur, prev, prevExited, probeTick, probeEnd, t.C(), ping, fail)
 		stopProbe()
 		if stop {
 			return reason
@@ -185,7 +185,7 @@ func (s *Supervisor) watchOnce(ctx context.Context, cur, prev *slot, prevExited 
 // request during the wait cuts it short (an operator fixed something). It
 // returns false when ctx ended during the wait.
 func (s *Supervisor) failed(ctx context.Context, reason string) bool {
-	now := time.Now()
+	now := s.clk.Now()
 	s.crashes = append(s.crashes, now)
 	keep := s.crashes[:0]
 	for _, c := range s.crashes {
@@ -215,12 +215,12 @@ func (s *Supervisor) failed(ctx context.Context, reason string) bool {
 	s.setState(state, reason)
 	s.st.NextAttempt = now.Add(wait)
 	s.mu.Unlock()
-	t := time.NewTimer(wait)
+	t := s.clk.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	case r := <-s.reqs:
 		if r.kind == reqUpdate {

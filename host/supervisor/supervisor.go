@@ -28,6 +28,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/ffscan/ffscan/host/clock"
+
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -138,6 +140,9 @@ type Config struct {
 	// DrainTimeout bounds the wait for an old instance's calls in flight
 	// before it is stopped anyway (30 s).
 	DrainTimeout time.Duration
+	// Clock is the time source (the system clock); tests pass a
+	// clock.Manual to drive backoffs and probation without waiting.
+	Clock clock.Clock
 }
 
 func (c *Config) defaults() {
@@ -189,6 +194,7 @@ var ErrStopped = errors.New("supervisor is stopped")
 
 // Supervisor supervises one scanner's plugin.
 type Supervisor struct {
+	clk  clock.Clock
 	cfg  Config
 	rec  Recorder
 	log  hclog.Logger
@@ -223,14 +229,17 @@ func New(cfg Config, l Launcher, rec Recorder, log hclog.Logger) *Supervisor {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
+	clk := clock.Or(cfg.Clock)
 	return &Supervisor{
-		cfg: cfg, launch: l, rec: rec, log: log,
+		cfg: cfg, launch: l, rec: rec, log: log, clk: clk,
 		reqs:     make(chan *request),
-		st:       Status{State: StateStopped, Since: time.Now()},
+		st:       Status{State: StateStopped, Since: clk.Now()},
 		rejected: map[string]string{},
 		retired:  map[*slot]bool{},
 	}
 }
+
+func (s *Supervisor) since(t time.Time) time.Duration { return clock.Since(s.clk, t) }
 
 // Start launches the supervision loop.
 func (s *Supervisor) Start() {
@@ -307,7 +316,7 @@ func (s *Supervisor) Status() Status {
 // setState must be called with mu held.
 func (s *Supervisor) setState(st State, lastErr string) {
 	s.st.State = st
-	s.st.Since = time.Now()
+	s.st.Since = s.clk.Now()
 	if lastErr != "" {
 		s.st.LastError = lastErr
 	}

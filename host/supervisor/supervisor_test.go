@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -118,25 +119,45 @@ type countRec struct{ restarts atomic.Int64 }
 func (r *countRec) Restart(string)        { r.restarts.Add(1) }
 func (r *countRec) PluginUp(string, bool) {}
 
+// waitTimer waits for the supervisor to arm a timer on the manual clock
+// (the test's signal that it is waiting) and returns its delay.
+func waitTimer(t *testing.T, clk *clock.Manual) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := clk.WaitForTimer(ctx)
+	require.NoError(t, err, "the supervisor armed no timer")
+	return d
+}
+
 func TestCrashedPluginRestartsWithBackoff(t *testing.T) {
-	// The first four instances crash right after starting; the fifth stays.
-	l := &fakeLauncher{behave: func(n int, inst *fakeInstance) {
+	t.Parallel()
+	// The first four instances are dead on arrival; the fifth stays.
+	l := &fakeLauncher{started: make(chan int, 10), behave: func(n int, inst *fakeInstance) {
 		if n <= 4 {
-			go func() { time.Sleep(10 * time.Millisecond); inst.crash() }()
+			inst.crash()
 		}
 	}}
 	rec := &countRec{}
-	s := New(Config{Name: "t", BackoffMin: 40 * time.Millisecond, BackoffMax: 10 * time.Second, CrashLoopCount: 100, HealthInterval: time.Hour}, l, rec, nil)
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	s := New(Config{Name: "t", BackoffMin: 40 * time.Millisecond, BackoffMax: 10 * time.Second, CrashLoopCount: 100,
+		HealthInterval: time.Hour, Clock: clk}, l, rec, nil)
 	s.Start()
 	defer s.Stop(context.Background())
 
-	require.Eventually(t, func() bool { return len(l.launches()) >= 5 && s.Status().State == StateRunning }, 20*time.Second, 10*time.Millisecond)
-	times := l.launches()
-	// Delays double: 40, 80, 160, 320 ms at least (lower bounds only).
+	// Each restart waits for exactly the doubled backoff on the clock,
+	// and not a moment less: the next launch only happens once the test
+	// advances the clock by the whole delay.
+	require.Equal(t, 1, <-l.started)
 	for i, want := range []time.Duration{40, 80, 160, 320} {
-		gap := times[i+1].Sub(times[i])
-		assert.GreaterOrEqual(t, gap, want*time.Millisecond, "gap %d", i)
+		d := waitTimer(t, clk)
+		assert.Equal(t, want*time.Millisecond, d, "backoff %d", i)
+		clk.Advance(d - time.Millisecond)
+		assert.Len(t, l.launches(), i+1, "no launch before the backoff has passed")
+		clk.Advance(time.Millisecond)
+		require.Equal(t, i+2, <-l.started)
 	}
+	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 20*time.Second, time.Millisecond)
 	st := s.Status()
 	assert.Equal(t, 4, st.Restarts)
 	assert.Equal(t, int64(4), rec.restarts.Load())
@@ -148,23 +169,36 @@ func TestCrashedPluginRestartsWithBackoff(t *testing.T) {
 }
 
 func TestCrashLoopMarksBroken(t *testing.T) {
-	l := &fakeLauncher{behave: func(_ int, inst *fakeInstance) { inst.crash() }}
-	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, CrashLoopWindow: time.Minute, BrokenCooldown: time.Hour, HealthInterval: time.Hour}, l, nil, nil)
+	t.Parallel()
+	l := &fakeLauncher{started: make(chan int, 10), behave: func(_ int, inst *fakeInstance) { inst.crash() }}
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, CrashLoopWindow: time.Minute,
+		BrokenCooldown: time.Hour, HealthInterval: time.Hour, Clock: clk}, l, nil, nil)
 	s.Start()
 	defer s.Stop(context.Background())
 
-	require.Eventually(t, func() bool { return s.Status().State == StateBroken }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, <-l.started)
+	clk.Advance(waitTimer(t, clk))
+	require.Equal(t, 2, <-l.started)
+	clk.Advance(waitTimer(t, clk))
+	require.Equal(t, 3, <-l.started)
+	// The third failure within the window trips the breaker: the next
+	// attempt waits out the cool-down.
+	assert.Equal(t, time.Hour, waitTimer(t, clk))
 	st := s.Status()
-	assert.Len(t, l.launches(), 3)
-	assert.WithinDuration(t, time.Now().Add(time.Hour), st.NextAttempt, time.Minute)
+	assert.Equal(t, StateBroken, st.State)
+	assert.Equal(t, clk.Now().Add(time.Hour), st.NextAttempt)
 	_, _, err := s.Current()
 	assert.ErrorIs(t, err, ErrUnavailable)
-	// It stays broken: no further launches during the cool-down.
-	time.Sleep(200 * time.Millisecond)
+	// It stays broken for the whole cool-down, then tries once more.
+	clk.Advance(time.Hour - time.Second)
 	assert.Len(t, l.launches(), 3)
+	clk.Advance(time.Second)
+	require.Equal(t, 4, <-l.started)
 }
 
 func TestLaunchFailuresBreakWithTheReason(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{fail: errors.New("plugin /p/t: sha256 mismatch: the file's sha256 is aa but the configured pin is bb")}
 	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, BrokenCooldown: time.Hour}, l, nil, nil)
 	s.Start()
@@ -174,6 +208,7 @@ func TestLaunchFailuresBreakWithTheReason(t *testing.T) {
 }
 
 func TestUnhealthyPluginIsReplaced(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{behave: func(n int, inst *fakeInstance) { inst.pingFail.Store(n == 1) }}
 	s := New(Config{Name: "t", HealthInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond}, l, nil, nil)
 	s.Start()
@@ -191,6 +226,7 @@ func TestUnhealthyPluginIsReplaced(t *testing.T) {
 }
 
 func TestStopClosesThePlugin(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{}
 	s := New(Config{Name: "t", HealthInterval: time.Hour}, l, nil, nil)
 	s.Start()

@@ -148,7 +148,7 @@ func (s *Supervisor) handle(ctx context.Context, r *request) {
 		if ck, ok := l.(Checker); ok {
 			m, err := ck.Check()
 			if err != nil {
-				s.recordSwap(SwapRecord{At: time.Now(), From: from, Outcome: SwapFailed, Reason: err.Error()})
+				s.recordSwap(SwapRecord{At: s.clk.Now(), From: from, Outcome: SwapFailed, Reason: err.Error()})
 				s.answer(r, SwapResult{Outcome: SwapFailed, From: from, Err: fmt.Errorf("%w; the running plugin (sha256 %s) keeps serving", err, short(from.SHA256))}, true)
 				return
 			}
@@ -176,7 +176,7 @@ func (s *Supervisor) swap(ctx context.Context, r *request, l Launcher) {
 	s.mu.Unlock()
 	from := old.meta
 	s.log.Info("hot swap: starting the new plugin beside the running one", "reason", r.reason, "running_pid", old.inst.Pid(), "running_sha256", short(from.SHA256))
-	t0 := time.Now()
+	t0 := s.clk.Now()
 	sl, err := s.start(ctx, l)
 	if err == nil {
 		err = s.check(ctx, sl)
@@ -193,7 +193,7 @@ func (s *Supervisor) swap(ctx context.Context, r *request, l Launcher) {
 			s.rejected[sl.meta.SHA256] = err.Error()
 		}
 		s.log.Error("hot swap failed; the running plugin keeps serving", "error", err, "pid", old.inst.Pid(), "sha256", short(from.SHA256))
-		s.recordSwap(SwapRecord{At: time.Now(), From: from, To: sl.meta, Outcome: SwapFailed, Reason: err.Error()})
+		s.recordSwap(SwapRecord{At: s.clk.Now(), From: from, To: sl.meta, Outcome: SwapFailed, Reason: err.Error()})
 		s.answer(r, SwapResult{Outcome: SwapFailed, From: from, To: sl.meta, Err: fmt.Errorf("%w; the running plugin (pid %d, sha256 %s) keeps serving", err, old.inst.Pid(), short(from.SHA256))}, true)
 		return
 	}
@@ -204,12 +204,12 @@ func (s *Supervisor) swap(ctx context.Context, r *request, l Launcher) {
 	s.launch = l
 	s.st.Swaps++
 	s.prev = old
-	s.probeEnd = time.Now().Add(max(s.cfg.SwapProbation, 0))
+	s.probeEnd = s.clk.Now().Add(max(s.cfg.SwapProbation, 0))
 	s.mu.Unlock()
-	s.log.Info("hot swap: switched", "pid", sl.inst.Pid(), "sha256", short(sl.meta.SHA256), "version", sl.meta.Version, "old_pid", old.inst.Pid(), "prepared_in", time.Since(t0).Round(time.Millisecond))
+	s.log.Info("hot swap: switched", "pid", sl.inst.Pid(), "sha256", short(sl.meta.SHA256), "version", sl.meta.Version, "old_pid", old.inst.Pid(), "prepared_in", s.since(t0).Round(time.Millisecond))
 	// The old instance gets no new calls; it finishes the ones it has.
 	s.drain(old)
-	s.recordSwap(SwapRecord{At: time.Now(), From: from, To: sl.meta, Outcome: SwapDone, Reason: r.reason, Probation: s.cfg.SwapProbation > 0})
+	s.recordSwap(SwapRecord{At: s.clk.Now(), From: from, To: sl.meta, Outcome: SwapDone, Reason: r.reason, Probation: s.cfg.SwapProbation > 0})
 	s.answer(r, SwapResult{Outcome: SwapDone, From: from, To: sl.meta}, false)
 	if s.cfg.SwapProbation <= 0 {
 		s.endProbation(nil)
@@ -230,14 +230,14 @@ func (s *Supervisor) check(ctx context.Context, sl *slot) error {
 	if err := ping(); err != nil {
 		return err
 	}
-	t := time.NewTimer(s.cfg.SwapCheck)
+	t := s.clk.NewTimer(s.cfg.SwapCheck)
 	defer t.Stop()
 	select {
 	case <-sl.inst.Exited():
 		return fmt.Errorf("new plugin (pid %d) exited within %s of starting", sl.inst.Pid(), s.cfg.SwapCheck)
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-t.C():
 	}
 	return ping()
 }
@@ -315,7 +315,7 @@ func (s *Supervisor) rollback(reason string) {
 	s.launch = good.launcher
 	s.mu.Unlock()
 	bad.inst.Kill()
-	why := fmt.Sprintf("new plugin (pid %d, sha256 %s) %s %s after the switch", bad.inst.Pid(), short(bad.meta.SHA256), reason, time.Since(bad.started).Round(time.Millisecond))
+	why := fmt.Sprintf("new plugin (pid %d, sha256 %s) %s %s after the switch", bad.inst.Pid(), short(bad.meta.SHA256), reason, s.since(bad.started).Round(time.Millisecond))
 	if bad.meta.SHA256 != good.meta.SHA256 {
 		s.rejected[bad.meta.SHA256] = why
 	}
@@ -327,7 +327,7 @@ func (s *Supervisor) rollback(reason string) {
 	s.st.LastError = "hot swap rolled back: " + why
 	s.mu.Unlock()
 	res := SwapResult{Outcome: SwapRolledBack, From: bad.meta, To: good.meta, Err: errors.New(why)}
-	s.recordSwap(SwapRecord{At: time.Now(), From: bad.meta, To: good.meta, Outcome: SwapRolledBack, Reason: why})
+	s.recordSwap(SwapRecord{At: s.clk.Now(), From: bad.meta, To: good.meta, Outcome: SwapRolledBack, Reason: why})
 	s.endProbation(&res)
 }
 

@@ -66,6 +66,7 @@ func exited(f *fakeInstance) bool {
 // on the old instance, which is stopped only once that lease is released
 // and probation is over; leases taken after go to the new instance.
 func TestSwapSwitchesBetweenCallsAndDrainsTheOld(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{}
 	rec := &swapRec{}
 	s := running(t, Config{SwapProbation: 50 * time.Millisecond}, l, rec)
@@ -101,6 +102,7 @@ func TestSwapSwitchesBetweenCallsAndDrainsTheOld(t *testing.T) {
 }
 
 func TestSwapToTheSameFileIsANoOpUnlessForced(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{}
 	s := running(t, Config{SwapProbation: -1}, l, nil)
 	res, err := s.Swap(context.Background(), false, "test", nil)
@@ -119,6 +121,7 @@ func TestSwapToTheSameFileIsANoOpUnlessForced(t *testing.T) {
 // serves: the old one serves throughout, and the same file is not retried
 // until forced.
 func TestFailedSwapKeepsTheOld(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{}
 	s := running(t, Config{}, l, nil)
 
@@ -167,6 +170,7 @@ func TestFailedSwapKeepsTheOld(t *testing.T) {
 // A new instance that crashes right after the switch is rolled back to the
 // old one, which never stopped.
 func TestCrashAfterSwitchRollsBack(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{}
 	rec := &swapRec{}
 	s := running(t, Config{SwapProbation: 10 * time.Second}, l, rec)
@@ -208,6 +212,7 @@ func TestCrashAfterSwitchRollsBack(t *testing.T) {
 // A new instance that stops answering pings during probation is rolled
 // back too.
 func TestUnhealthyAfterSwitchRollsBack(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{}
 	s := running(t, Config{SwapProbation: 10 * time.Second, HealthInterval: 20 * time.Millisecond}, l, nil)
 	var newInst atomic.Pointer[fakeInstance]
@@ -240,6 +245,7 @@ func (r *reconfLauncher) Reconfigure(context.Context, Instance) (bool, error) {
 }
 
 func TestUpdateReconfiguresInPlaceOrSwaps(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{}
 	s := running(t, Config{SwapProbation: -1}, l, nil)
 
@@ -265,6 +271,7 @@ func TestUpdateReconfiguresInPlaceOrSwaps(t *testing.T) {
 // A reload of a scanner that is not running (broken after a bad binary)
 // launches at once instead of waiting out the cool-down.
 func TestSwapOfABrokenScannerLaunchesNow(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{fail: errors.New("bad binary")}
 	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 2, BrokenCooldown: time.Hour, HealthInterval: time.Hour}, l, nil, nil)
 	s.Start()
@@ -281,6 +288,7 @@ func TestSwapOfABrokenScannerLaunchesNow(t *testing.T) {
 
 // Stop during probation stops both instances.
 func TestStopDuringProbationStopsBoth(t *testing.T) {
+	t.Parallel()
 	l := &fakeLauncher{}
 	s := New(Config{Name: "t", SwapProbation: time.Hour, HealthInterval: time.Hour, SwapCheck: time.Millisecond}, l, nil, nil)
 	s.Start()
