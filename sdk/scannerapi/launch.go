@@ -74,6 +74,10 @@ type Plugin struct {
 	exitCtx    context.Context // done once the process has exited
 	exitCancel context.CancelFunc
 	closed     sync.Once
+	// socketDir is the directory go-plugin made for the process's unix
+	// sockets; go-plugin removes it only when it still knows the process,
+	// so shutdown removes it too.
+	socketDir string
 }
 
 // Launch starts a plugin process, completes the go-plugin handshake
@@ -119,7 +123,8 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	p.client = plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: hostPluginSets(&grpcPlugin{}),
-		RunnerFunc: func(l hclog.Logger, spec *exec.Cmd, _ string) (runner.Runner, error) {
+		RunnerFunc: func(l hclog.Logger, spec *exec.Cmd, socketDir string) (runner.Runner, error) {
+			p.socketDir = socketDir
 			// go-plugin hands us a placeholder command that carries the
 			// environment it needs (cookie, versions, mTLS cert, socket
 			// dir); the real command takes that environment over.
@@ -332,6 +337,9 @@ func (p *Plugin) shutdown() {
 		p.client.Kill()
 		if p.runner != nil {
 			<-p.runner.exited
+		}
+		if p.socketDir != "" {
+			_ = os.RemoveAll(p.socketDir)
 		}
 	})
 }

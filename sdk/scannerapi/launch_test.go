@@ -389,7 +389,10 @@ func TestPluginDiesWithParent(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			plugin := testPlugin(t)
 			helper := exec.Command(os.Args[0], "-test.run=^$")
-			helper.Env = append(os.Environ(), helperEnv+"="+mode, "FFSCAN_TEST_PLUGIN="+plugin)
+			// The helper dies without cleaning up: its temporary files
+			// (go-plugin's socket directory) go in a directory the test
+			// removes.
+			helper.Env = append(os.Environ(), helperEnv+"="+mode, "FFSCAN_TEST_PLUGIN="+plugin, "TMPDIR="+t.TempDir())
 			helper.Stderr = os.Stderr
 			helper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			out, err := helper.StdoutPipe()
