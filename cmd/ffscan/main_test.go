@@ -149,7 +149,10 @@ func startHost(t *testing.T, cfgBody string, extra ...string) *hostProc {
 	cfg := writeConfig(t, cfgBody)
 	args := append([]string{"run", "--config", cfg, "--http-listen", hp.addr, "--plugin-dir", pluginDir}, extra...)
 	hp.cmd = exec.Command(ffscanBin, args...)
-	hp.cmd.Env = cleanEnv()
+	// The host is killed at the end, so nothing it made in the temporary
+	// directory (go-plugin's socket directories) is cleaned by it: give
+	// it one the test removes.
+	hp.cmd.Env = append(cleanEnv(), "TMPDIR="+t.TempDir())
 	hp.cmd.Stdout, hp.cmd.Stderr = hp.logs, hp.logs
 	require.NoError(t, hp.cmd.Start())
 	go func() { _ = hp.cmd.Wait(); close(hp.exited) }()
