@@ -448,6 +448,7 @@ func runHelper(mode string) {
 			scannerapi.Handshake.MagicCookieKey + "=" + scannerapi.Handshake.MagicCookieValue,
 			"PLUGIN_PROTOCOL_VERSIONS=" + strconv.Itoa(scannerapi.APIVersion),
 			"PLUGIN_MIN_PORT=10000", "PLUGIN_MAX_PORT=25000",
+			"TMPDIR=" + os.Getenv("TMPDIR"), // its socket goes where the test cleans
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		out, err := cmd.StdoutPipe()
