@@ -124,30 +124,16 @@ func (f *fixture) inPolicies(member string) bool {
 	return ok
 }
 
-func (f *fixture) now() int64 {
-	f.t.Helper()
-	tm, err := f.vk.Do(f.ctx, f.vk.B().Time().Build()).AsStrSlice()
-	require.NoError(f.t, err)
-	secs, _ := strconv.ParseInt(tm[0], 10, 64)
-	micros, _ := strconv.ParseInt(tm[1], 10, 64)
-	return secs*1000 + micros/1000
-}
+func (f *fixture) now() int64 { return scannertest.ServerNowMs(f.t, f.vk) }
 
 // resetRequest plays the host for budget_reset: server time, then the due
 // head of the resets index.
 func (f *fixture) resetRequest(batch int) *scannerapi.ScanRequest {
 	f.t.Helper()
 	now := f.now()
-	index := keys.BudgetPart(part).BudgetResets()
-	zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(index).Min("-inf").Max(strconv.FormatInt(now, 10)).
-		Byscore().Limit(0, int64(batch)).Withscores().Build()).AsZScores()
-	require.NoError(f.t, err)
 	f.cycle++
-	req := &scannerapi.ScanRequest{Scanner: budget.ResetName, Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch}
-	for _, z := range zs {
-		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "budget_resets", Key: index, Member: z.Member, Score: z.Score})
-	}
-	return req
+	return &scannerapi.ScanRequest{Scanner: budget.ResetName, Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
+		Candidates: scannertest.DueCandidates(f.t, f.vk, "budget_resets", keys.BudgetPart(part).BudgetResets(), now, batch)}
 }
 
 // reconcileRequest plays the host for budget_reconciler: one SSCAN step

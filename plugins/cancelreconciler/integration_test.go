@@ -134,21 +134,10 @@ func (f *fixture) inBacklog(member string) bool {
 // request plays the host: server time, then the due head of the backlog.
 func (f *fixture) request(batch int) *scannerapi.ScanRequest {
 	f.t.Helper()
-	tm, err := f.vk.Do(f.ctx, f.vk.B().Time().Build()).AsStrSlice()
-	require.NoError(f.t, err)
-	secs, _ := strconv.ParseInt(tm[0], 10, 64)
-	micros, _ := strconv.ParseInt(tm[1], 10, 64)
-	now := secs*1000 + micros/1000
-	backlog := keys.FlowPart(part).CancelBacklog()
-	zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(backlog).Min("-inf").Max(strconv.FormatInt(now, 10)).
-		Byscore().Limit(0, int64(batch)).Withscores().Build()).AsZScores()
-	require.NoError(f.t, err)
+	now := scannertest.ServerNowMs(f.t, f.vk)
 	f.cycle++
-	req := &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch}
-	for _, z := range zs {
-		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "cancel_backlog", Key: backlog, Member: z.Member, Score: z.Score})
-	}
-	return req
+	return &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
+		Candidates: scannertest.DueCandidates(f.t, f.vk, "cancel_backlog", keys.FlowPart(part).CancelBacklog(), now, batch)}
 }
 
 // observed is what the modes must agree on for one scan: the counts, the

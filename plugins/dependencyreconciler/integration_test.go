@@ -144,14 +144,7 @@ func (f *fixture) blocked() []string {
 	return m
 }
 
-func (f *fixture) now() int64 {
-	f.t.Helper()
-	tm, err := f.vk.Do(f.ctx, f.vk.B().Time().Build()).AsStrSlice()
-	require.NoError(f.t, err)
-	secs, _ := strconv.ParseInt(tm[0], 10, 64)
-	micros, _ := strconv.ParseInt(tm[1], 10, 64)
-	return secs*1000 + micros/1000
-}
+func (f *fixture) now() int64 { return scannertest.ServerNowMs(f.t, f.vk) }
 
 // request plays the host's zset_rotate read: the next window of batch
 // members by rank, the cursor advancing by a full window and wrapping

@@ -123,21 +123,10 @@ func (f *fixture) inIndex(member string) bool {
 // request plays the host: server time, then the due head of the index.
 func (f *fixture) request(batch int) *scannerapi.ScanRequest {
 	f.t.Helper()
-	tm, err := f.client.Do(f.ctx, f.client.B().Time().Build()).AsStrSlice()
-	require.NoError(f.t, err)
-	secs, _ := strconv.ParseInt(tm[0], 10, 64)
-	micros, _ := strconv.ParseInt(tm[1], 10, 64)
-	now := secs*1000 + micros/1000
-	index := keys.FlowPart(part).LeaseExpiry()
-	zs, err := f.client.Do(f.ctx, f.client.B().Zrange().Key(index).Min("-inf").Max(strconv.FormatInt(now, 10)).
-		Byscore().Limit(0, int64(batch)).Withscores().Build()).AsZScores()
-	require.NoError(f.t, err)
+	now := scannertest.ServerNowMs(f.t, f.client)
 	f.cycle++
-	req := &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch}
-	for _, z := range zs {
-		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "lease_expiry", Key: index, Member: z.Member, Score: z.Score})
-	}
-	return req
+	return &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
+		Candidates: scannertest.DueCandidates(f.t, f.client, "lease_expiry", keys.FlowPart(part).LeaseExpiry(), now, batch)}
 }
 
 func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {

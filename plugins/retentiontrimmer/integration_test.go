@@ -105,14 +105,7 @@ func (f *fixture) do(args ...string) valkey.ValkeyResult {
 	return r
 }
 
-func (f *fixture) now() int64 {
-	f.t.Helper()
-	tm, err := f.vk.Do(f.ctx, f.vk.B().Time().Build()).AsStrSlice()
-	require.NoError(f.t, err)
-	secs, _ := strconv.ParseInt(tm[0], 10, 64)
-	micros, _ := strconv.ParseInt(tm[1], 10, 64)
-	return secs*1000 + micros/1000
-}
+func (f *fixture) now() int64 { return scannertest.ServerNowMs(f.t, f.vk) }
 
 // create makes an execution on part through sdk/client.
 func (f *fixture) create(ns, onLane string) keys.ExecutionID {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/testserver"
@@ -170,5 +171,30 @@ func TestSameNamesWhatDiffers(t *testing.T) {
 		if !strings.Contains(r.errors[0], want) {
 			t.Errorf("Same's report lacks %q:\n%s", want, r.errors[0])
 		}
+	}
+}
+
+func TestServerNowAndDueCandidates(t *testing.T) {
+	c := testserver.New(t).Client(t)
+	now := ServerNowMs(t, c)
+	if d := time.Since(time.UnixMilli(now)); d > time.Minute || d < -time.Minute {
+		t.Fatalf("server time %d is %v away from the local clock", now, d)
+	}
+	ctx := context.Background()
+	for i, m := range []string{"c", "a", "b", "late"} {
+		score := now - int64(10-i)
+		if m == "late" {
+			score = now + 60_000
+		}
+		if err := c.Do(ctx, c.B().Zadd().Key("ff:idx:z").ScoreMember().ScoreMember(float64(score), m).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := DueCandidates(t, c, "src", "ff:idx:z", now, 2)
+	if len(got) != 2 || got[0].Member != "c" || got[1].Member != "a" || got[0].Source != "src" || got[0].Key != "ff:idx:z" || got[0].Score != float64(now-10) {
+		t.Fatalf("due window: %+v", got)
+	}
+	if all := DueCandidates(t, c, "src", "ff:idx:z", now, 10); len(all) != 3 {
+		t.Fatalf("a member due later is not a candidate: %+v", all)
 	}
 }
