@@ -61,9 +61,12 @@ type Host struct {
 	met     *metrics.Metrics
 	compMet *completions.PrometheusMetrics
 	cat     *catalog.Catalog
-	parts   keys.PartitionConfig
-	lanes   atomic.Pointer[[]string]
-	started time.Time
+	res     resolver
+	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
+	readOnly bool
+	parts    keys.PartitionConfig
+	lanes    atomic.Pointer[[]string]
+	started  time.Time
 
 	cfgMu sync.RWMutex
 	cfg   *config.Config
@@ -103,6 +106,18 @@ var ErrBoot = errors.New("boot failed")
 // Boot connects to Valkey and prepares the keyspace: the partition counts
 // are recorded or checked, the library is loaded, the lanes are merged.
 func Boot(ctx context.Context, cfg *config.Config, log hclog.Logger) (*Host, error) {
+	return bootHost(ctx, cfg, log, false)
+}
+
+// BootReadOnly is Boot for a host that must not change the keyspace
+// (scan-once --dry-run): the partition counts are checked when recorded
+// but not recorded, the lanes are read but not merged, and the library is
+// not loaded (a dry run refuses every FCALL anyway). Run is refused.
+func BootReadOnly(ctx context.Context, cfg *config.Config, log hclog.Logger) (*Host, error) {
+	return bootHost(ctx, cfg, log, true)
+}
+
+func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnly bool) (*Host, error) {
 	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now(), units: map[string]*unit{}, laneNow: make(chan struct{}, 1)}
 	cat, err := catalog.New(cfg.PluginDir)
 	if err != nil {
@@ -117,19 +132,32 @@ func Boot(ctx context.Context, cfg *config.Config, log hclog.Logger) (*Host, err
 		h.client.Close()
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
 	}
-	parts, created, err := boot.EnsurePartitions(ctx, h.client, cfg.Partitions)
-	if err != nil {
-		return fail(err)
-	}
-	h.parts = parts
-	log.Info("partitions", "flow", parts.Flow, "budget", parts.Budget, "quota", parts.Quota, "recorded_now", created)
-	h.lib, err = boot.LoadLibrary(ctx, h.client, cfg.Lua.ForceReplace, log)
-	if err != nil {
-		return fail(err)
-	}
-	lanes, err := boot.MergeLanes(ctx, h.client, cfg.Lanes, log)
-	if err != nil {
-		return fail(err)
+	h.readOnly = readOnly
+	var lanes []string
+	if readOnly {
+		parts, recorded, err := boot.ReadPartitions(ctx, h.client, cfg.Partitions)
+		if err != nil {
+			return fail(err)
+		}
+		h.parts = parts
+		log.Info("partitions (read only)", "flow", parts.Flow, "budget", parts.Budget, "quota", parts.Quota, "recorded", recorded)
+		h.lib = lua.New(h.client, lua.Options{})
+		if lanes, err = boot.ReadLanes(ctx, h.client, cfg.Lanes, log); err != nil {
+			return fail(err)
+		}
+	} else {
+		parts, created, err := boot.EnsurePartitions(ctx, h.client, cfg.Partitions)
+		if err != nil {
+			return fail(err)
+		}
+		h.parts = parts
+		log.Info("partitions", "flow", parts.Flow, "budget", parts.Budget, "quota", parts.Quota, "recorded_now", created)
+		if h.lib, err = boot.LoadLibrary(ctx, h.client, cfg.Lua.ForceReplace, log); err != nil {
+			return fail(err)
+		}
+		if lanes, err = boot.MergeLanes(ctx, h.client, cfg.Lanes, log); err != nil {
+			return fail(err)
+		}
 	}
 	h.lanes.Store(&lanes)
 	log.Info("lanes", "lanes", lanes)
@@ -190,11 +218,19 @@ func (h *Host) Close() { h.client.Close() }
 // Metrics exposes the host's collectors (tests, embedding).
 func (h *Host) Metrics() *metrics.Metrics { return h.met }
 
-func scannerConfig(cfg *config.Config, name string) config.Scanner {
-	if sc, ok := cfg.Scanners[name]; ok {
-		return sc
+// scannerConfig is the configuration of scanner name (defaults when it is
+// not configured), with the binary that serves it resolved.
+func (h *Host) scannerConfig(ctx context.Context, cfg *config.Config, name string) (config.Scanner, error) {
+	sc, ok := cfg.Scanners[name]
+	if !ok {
+		sc = config.Scanner{Enabled: true, Options: map[string]string{}}
 	}
-	return config.Scanner{Enabled: true, Plugin: name, Options: map[string]string{}}
+	bin, err := h.res.pluginFor(ctx, h.cat, name, sc, cfg.Supervisor.StartTimeout, h.log)
+	if err != nil {
+		return sc, err
+	}
+	sc.Plugin = bin
+	return sc, nil
 }
 
 func (h *Host) launcherFor(cfg *config.Config, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
@@ -222,7 +258,19 @@ func (h *Host) scannerLog(name string) hclog.Logger {
 // budget to finish (then their calls are cancelled), plugins are closed
 // gracefully and killed at 90% of it.
 func (h *Host) Run(ctx context.Context) error {
-	cfg := h.config()
+	if h.readOnly {
+		return errors.New("this host was booted read only; it runs dry-run sessions, not scanners")
+	}
+	cfg, err := h.res.resolveAll(ctx, h.config(), h.cat, h.log)
+	if err != nil {
+		return err
+	}
+	h.cfgMu.Lock()
+	h.cfg = cfg
+	h.cfgMu.Unlock()
+	if len(cfg.Enabled()) == 0 {
+		h.log.Warn("no scanners enabled: this host runs none until a reload enables some (list them under scanners:, as configs/ffscan.yaml does for the shipped set)")
+	}
 	var srv *http.Server
 	if cfg.HTTP.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
@@ -471,8 +519,14 @@ type Session struct {
 // defaults when it is not configured): a plugin process launched from the
 // plugin directory, or opts.Linked.
 func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions) (*Session, error) {
+	if h.readOnly && !opts.DryRun {
+		return nil, errors.New("this host was booted read only; it opens dry-run sessions only")
+	}
 	cfg := h.config()
-	sc := scannerConfig(cfg, name)
+	sc, ok := cfg.Scanners[name]
+	if !ok {
+		sc = config.Scanner{Enabled: true, Options: map[string]string{}}
+	}
 	var scanner scannerapi.Scanner
 	var host scannerapi.Host
 	closeFn := func() {}
@@ -499,6 +553,10 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 			return nil, fmt.Errorf("scanner %s rejected its options: %w", name, err)
 		}
 	} else {
+		var err error
+		if sc, err = h.scannerConfig(ctx, cfg, name); err != nil {
+			return nil, err
+		}
 		l := h.launcherFor(cfg, name, sc, opts.DryRun)
 		l.Observe(opts.Observe)
 		inst, _, err := l.Launch(ctx)

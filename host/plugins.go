@@ -38,6 +38,9 @@ func ListPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]P
 	if err != nil {
 		return nil, err
 	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w in plugin_dir %s (`make build` puts ffscan's own in bin/plugins, the default for bin/ffscan)", ErrNoPlugins, cat.Dir())
+	}
 	pins := pinsByBinary(cfg)
 	var out []PluginInfo
 	for _, name := range names {
@@ -49,7 +52,7 @@ func ListPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]P
 func pinsByBinary(cfg *config.Config) map[string]string {
 	pins := map[string]string{}
 	for _, sc := range cfg.Scanners {
-		if sc.SHA256 != "" {
+		if sc.SHA256 != "" && sc.Plugin != "" {
 			pins[sc.Plugin] = sc.SHA256
 		}
 	}
@@ -109,9 +112,16 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 	used := map[string]bool{}
 	infos := map[string]PluginInfo{}
 	pins := pinsByBinary(cfg)
+	var res resolver
 	var out []VerifyResult
 	for _, n := range names {
 		sc := cfg.Scanners[n]
+		bin, err := res.pluginFor(ctx, cat, n, sc, cfg.Supervisor.StartTimeout, log)
+		if err != nil {
+			out = append(out, VerifyResult{Scanner: n, Err: err})
+			continue
+		}
+		sc.Plugin = bin
 		used[sc.Plugin] = true
 		pi, ok := infos[sc.Plugin]
 		if !ok || sc.SHA256 != "" {
@@ -127,6 +137,9 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 	all, err := cat.List()
 	if err != nil {
 		return out, err
+	}
+	if len(all) == 0 {
+		return out, fmt.Errorf("%w in plugin_dir %s (`make build` puts ffscan's own in bin/plugins, the default for bin/ffscan)", ErrNoPlugins, cat.Dir())
 	}
 	for _, b := range all {
 		if used[b] {
@@ -166,8 +179,8 @@ type PinInfo struct {
 	APIVersion int
 }
 
-// PinScanner checks the binary configured for scanner name (or the binary
-// of that name when the scanner is not configured) the way a launch would,
+// PinScanner checks the binary that serves scanner name (configured, or
+// found by what the plugins declare) the way a launch would,
 // except for the pin itself: catalog checks, handshake, the scanner served
 // with a usable Info, the configured options accepted. It returns the
 // sha256 to pin.
@@ -176,7 +189,16 @@ func PinScanner(ctx context.Context, cfg *config.Config, name string, log hclog.
 	if err != nil {
 		return PinInfo{}, err
 	}
-	sc := scannerConfig(cfg, name)
+	sc, ok := cfg.Scanners[name]
+	if !ok {
+		sc = config.Scanner{Enabled: true}
+	}
+	var res resolver
+	bin, err := res.pluginFor(ctx, cat, name, sc, cfg.Supervisor.StartTimeout, log)
+	if err != nil {
+		return PinInfo{Scanner: name}, err
+	}
+	sc.Plugin = bin
 	pi := inspect(ctx, cat, sc.Plugin, "", cfg.Supervisor.StartTimeout, log)
 	out := PinInfo{Scanner: name, Binary: sc.Plugin, Path: pi.Path, SHA256: pi.SHA256, APIVersion: pi.APIVersion}
 	if pi.Err != nil {

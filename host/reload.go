@@ -79,6 +79,9 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 	}
 	cfg, err := src.Load()
 	if err == nil {
+		cfg, err = h.res.resolveAll(ctx, cfg, h.cat, h.log)
+	}
+	if err == nil {
 		err = h.check(cfg)
 	}
 	if err != nil {
@@ -105,7 +108,11 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 func (h *Host) Reload(ctx context.Context, cfg *config.Config, reason string) (httpapi.ReloadResult, error) {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
-	if err := h.check(cfg); err != nil {
+	cfg, err := h.res.resolveAll(ctx, cfg, h.cat, h.log)
+	if err == nil {
+		err = h.check(cfg)
+	}
+	if err != nil {
 		return h.refuse(reason, err), nil
 	}
 	return h.apply(ctx, reason, cfg), nil

@@ -179,7 +179,8 @@ scanners:
 	}{
 		{"unknown key", "scanners:\n  hostwork: {interval: 200ms, intervall: 1s}\n", "scanners.hostwork.intervall: unknown key"},
 		{"bad value", "scanners:\n  hostwork: {interval: fast}\n", `scanners.hostwork.interval: "fast" is not a duration`},
-		{"missing binary", "scanners:\n  hostwork: {interval: 200ms}\n  nothere: {}\n", `scanners.nothere: plugin "nothere": plugin not found`},
+		{"unknown scanner", "scanners:\n  hostwork: {interval: 200ms}\n  nothere: {}\n", `scanners.nothere: no plugin in ` + h.Config().PluginDir + ` declares scanner "nothere"`},
+		{"missing binary", "scanners:\n  hostwork: {interval: 200ms}\n  nothere: {plugin: nothere}\n", `scanners.nothere: plugin "nothere": plugin not found`},
 		{"wrong pin", "scanners:\n  hostwork: {interval: 200ms, sha256: \"" + strings.Repeat("0", 64) + "\"}\n", "scanners.hostwork: plugin"},
 		{"option the plugin rejects", "scanners:\n  hostwork: {interval: 200ms, options: {delay: soon}}\n", `scanners.hostwork.options.delay: "soon" is not a duration`},
 		{"unknown option", "scanners:\n  hostwork: {interval: 200ms, options: {speed: 3}}\n", "scanners.hostwork.options.speed: unknown option (the scanner accepts: delay)"},

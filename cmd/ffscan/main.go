@@ -72,6 +72,12 @@ exit status: 0 ok, 1 runtime failure, 2 bad usage or configuration
 // usageError marks errors that exit with status 2.
 type usageError struct{ error }
 
+// reported marks an error the command has printed itself; it still sets
+// the exit status.
+type reported struct{ error }
+
+func (r reported) Unwrap() error { return r.error }
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
@@ -118,7 +124,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "ffscan %s: %v\n", cmd, err)
+	var rep reported
+	if !errors.As(err, &rep) {
+		fmt.Fprintf(stderr, "ffscan %s: %v\n", cmd, err)
+	}
 	var ue usageError
 	var mm *keys.PartitionMismatchError
 	if errors.As(err, &ue) || errors.Is(err, config.ErrInvalid) || errors.As(err, &mm) {

@@ -65,10 +65,17 @@ func writeConfig(t *testing.T, body string) string {
 // ffscan runs the binary to completion.
 func ffscan(t *testing.T, args ...string) (int, string) {
 	t.Helper()
+	return ffscanEnv(t, nil, args...)
+}
+
+// ffscanEnv runs the binary to completion with env added to a clean
+// environment.
+func ffscanEnv(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ffscanBin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

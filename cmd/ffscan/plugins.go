@@ -62,9 +62,6 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if len(infos) == 0 {
-		fmt.Fprintf(stdout, "no plugins in %s\n", cfg.PluginDir)
-	}
 	if failed > 0 {
 		return fmt.Errorf("%d plugin(s) could not be read", failed)
 	}
@@ -81,12 +78,12 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	res, err := host.VerifyPlugins(context.Background(), cfg, quietLogger(cfg, c))
-	if err != nil {
-		return err
-	}
 	failed := 0
 	for _, r := range res {
 		who := "scanner " + r.Scanner + " (" + r.Binary + ")"
+		if r.Binary == "" {
+			who = "scanner " + r.Scanner
+		}
 		if r.Scanner == "" {
 			who = "binary " + r.Binary + " (not configured)"
 		}
@@ -97,8 +94,8 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "ok   %s sha256 %s\n", who, r.SHA256)
 	}
-	if len(res) == 0 {
-		fmt.Fprintln(stdout, "nothing to verify: no scanners configured and no plugins found")
+	if err != nil {
+		return err
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d failed verification", failed, len(res))

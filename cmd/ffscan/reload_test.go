@@ -161,9 +161,15 @@ func TestPluginsPin(t *testing.T) {
 	code, out = ffscan(t, "plugins", "verify", "--config", flow, "--plugin-dir", pluginDir)
 	require.Equal(t, 0, code, out)
 
-	// Not in the file: refused (adding it would enable it).
+	// A scanner no plugin declares is a configuration error.
 	code, out = ffscan(t, "plugins", "pin", "third", "--write", "--config", file, "--plugin-dir", pluginDir)
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, `declares scanner "third"`)
+	// Not in the file: refused (adding it would enable it).
+	without := writeConfig(t, "scanners:\n  other: {plugin: hostwork, enabled: false}\n")
+	code, out = ffscan(t, "plugins", "pin", "hostwork", "--write", "--config", without, "--plugin-dir", pluginDir)
 	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "scanners.hostwork is not in the file")
 	code, out = ffscan(t, "plugins", "pin", "hostwork", "--write", "--plugin-dir", pluginDir)
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "--write needs --config")

@@ -38,20 +38,33 @@ func cmdScanOnce(args []string, stdout, stderr io.Writer) error {
 	log := quietLogger(cfg, c)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	h, err := host.Boot(ctx, cfg, log)
+	boot := host.Boot
+	if *dryRun {
+		// A dry run leaves the keyspace as it found it: no partition
+		// record, no lane merge, no library load.
+		boot = host.BootReadOnly
+	}
+	h, err := boot(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	sum, err := h.ScanOnce(ctx, *name, *partition, *dryRun)
-	printSummary(stdout, *name, *dryRun, sum)
-	if err != nil {
-		return err
+	if err == nil && sum.Failed > 0 {
+		err = fmt.Errorf("%d partition(s) failed", sum.Failed)
 	}
-	if sum.Failed > 0 {
-		return fmt.Errorf("%d partition(s) failed", sum.Failed)
+	if err == nil {
+		printSummary(stdout, *name, *dryRun, sum)
+		return nil
 	}
-	return nil
+	// The error comes first; a summary follows only when the cycle got
+	// somewhere, marked as the partial result it is.
+	fmt.Fprintf(stderr, "ffscan scan-once: %v\n", err)
+	if sum.Partitions > 0 {
+		fmt.Fprintln(stderr, "what the cycle did before it failed:")
+		printSummary(stderr, *name, *dryRun, sum)
+	}
+	return reported{err}
 }
 
 func printSummary(w io.Writer, name string, dryRun bool, s scheduler.Summary) {

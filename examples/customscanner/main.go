@@ -10,8 +10,7 @@
 //	go build -o /var/lib/ffscan/plugins/customscanner ./examples/customscanner
 //
 //	scanners:
-//	  delayed_watchdog:
-//	    plugin: customscanner
+//	  delayed_watchdog:   # served by whichever binary declares it
 //	    interval: 1m
 //	    options: {max_age: 1h, action: report}
 package main

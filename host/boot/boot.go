@@ -112,6 +112,30 @@ func EnsurePartitions(ctx context.Context, client valkey.Client, want keys.Parti
 	return stored, created, nil
 }
 
+// ReadPartitions is EnsurePartitions without the write: the recorded counts
+// checked against want, or want itself (recorded false) when none are
+// recorded yet, for runs that must not change the keyspace.
+func ReadPartitions(ctx context.Context, client valkey.Client, want keys.PartitionConfig) (keys.PartitionConfig, bool, error) {
+	if err := want.Validate(); err != nil {
+		return want, false, err
+	}
+	h, err := client.Do(ctx, client.B().Hgetall().Key(keys.ConfigPartitions).Build()).AsStrMap()
+	if err != nil {
+		return want, false, fmt.Errorf("%s: HGETALL: %w", keys.ConfigPartitions, err)
+	}
+	if len(h) == 0 {
+		return want, false, nil
+	}
+	stored, err := keys.ParsePartitionHash(h)
+	if err != nil {
+		return want, true, err
+	}
+	if err := want.CheckAgainst(stored); err != nil {
+		return stored, true, err
+	}
+	return stored, true, nil
+}
+
 // MergeLanes adds the configured lanes to ff:idx:lanes and returns the union
 // with the lanes already recorded there (sorted), so lane-scoped sources
 // also cover lanes that producers created. Recorded lanes that fail
@@ -129,6 +153,21 @@ func MergeLanes(ctx context.Context, client valkey.Client, configured []string, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: SMEMBERS: %w", keys.LanesIndex, err)
 	}
+	return unionLanes(configured, stored, log), nil
+}
+
+// ReadLanes is MergeLanes without the write: the union of the configured
+// lanes and those recorded in ff:idx:lanes, for runs that must not change
+// the keyspace (scan-once --dry-run).
+func ReadLanes(ctx context.Context, client valkey.Client, configured []string, log hclog.Logger) ([]string, error) {
+	stored, err := client.Do(ctx, client.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("%s: SMEMBERS: %w", keys.LanesIndex, err)
+	}
+	return unionLanes(configured, stored, log), nil
+}
+
+func unionLanes(configured, stored []string, log hclog.Logger) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, l := range append(append([]string{}, configured...), stored...) {
@@ -145,7 +184,7 @@ func MergeLanes(ctx context.Context, client valkey.Client, configured []string, 
 		out = append(out, l)
 	}
 	sort.Strings(out)
-	return out, nil
+	return out
 }
 
 // LoadLibrary makes every primary serve a compatible flowfabric library and

@@ -6,7 +6,7 @@
 // mapstructure, so that every unknown key and every bad value is reported
 // with its full dotted path and a plain reason, for example
 //
-//	scanners.leaseexpiry.interval: "fast" is not a duration
+//	scanners.lease_expiry.interval: "fast" is not a duration
 //
 // and all problems are reported at once rather than one per restart.
 package config
@@ -14,6 +14,8 @@ package config
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -29,6 +31,7 @@ type Config struct {
 	// Lanes the host knows of at boot; merged with ff:idx:lanes.
 	Lanes []string
 	// PluginDir is where plugin binaries live (see host/catalog).
+	// Default: DefaultPluginDir.
 	PluginDir string
 	Lua       Lua
 	HTTP      HTTP
@@ -127,7 +130,9 @@ type Supervisor struct {
 type Scanner struct {
 	// Enabled defaults to true once the scanner is listed.
 	Enabled bool
-	// Plugin is the binary name in PluginDir; defaults to the scanner name.
+	// Plugin is the binary in PluginDir that serves the scanner. Empty:
+	// the binary whose plugin declares a scanner of this name (the host
+	// finds it; see host.resolver).
 	Plugin string
 	// SHA256 pins the binary (hex); checked before every launch.
 	SHA256 string
@@ -146,7 +151,7 @@ func Defaults() Config {
 		Valkey:          Valkey{Addrs: []string{"127.0.0.1:6379"}, Cluster: "auto"},
 		Partitions:      keys.DefaultPartitionConfig(),
 		Lanes:           []string{"default"},
-		PluginDir:       "./plugins",
+		PluginDir:       DefaultPluginDir(),
 		HTTP:            HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:             Log{Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
@@ -156,6 +161,23 @@ func Defaults() Config {
 		Completions:     Completions{Enabled: true, Concurrency: 16},
 		Scanners:        map[string]Scanner{},
 	}
+}
+
+// DefaultPluginDir is the directory "plugins" beside the running executable
+// (symlinks resolved): bin/plugins for bin/ffscan, where `make build` puts
+// them, and the layout an install keeps (…/bin/ffscan, …/bin/plugins/). A
+// default relative to the working directory would find whatever folder
+// happens to be called plugins there (in the repository: the plugins'
+// source). Empty when the executable's path cannot be read.
+func DefaultPluginDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	return filepath.Join(filepath.Dir(exe), "plugins")
 }
 
 // MinInterval is the shortest allowed scanner interval; FlowFabric clamps to
@@ -200,7 +222,7 @@ func (c *Config) validate() []error {
 		}
 	}
 	if c.PluginDir == "" {
-		bad("plugin_dir", "must not be empty")
+		bad("plugin_dir", "must not be empty (and the default, the plugins directory beside the ffscan executable, is unknown: the executable's path could not be read)")
 	}
 	switch c.Log.Level {
 	case "trace", "debug", "info", "warn", "error":
@@ -236,7 +258,7 @@ func (c *Config) validate() []error {
 		if !scannerNameRE.MatchString(name) {
 			bad(p, "scanner name %q must be 1-64 of a-z, 0-9, '_' and '-'", name)
 		}
-		if !pluginNameRE.MatchString(s.Plugin) {
+		if s.Plugin != "" && !pluginNameRE.MatchString(s.Plugin) {
 			bad(p+".plugin", "%q is not a plain file name", s.Plugin)
 		}
 		if s.SHA256 != "" && !sha256RE.MatchString(s.SHA256) {

@@ -35,6 +35,12 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, 5*time.Second, cfg.Scheduler.CallTimeout)
 	assert.Equal(t, "info", cfg.Log.Level)
 	assert.Empty(t, cfg.Scanners)
+	// The plugins beside the executable, wherever it is run from.
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	exe, err = filepath.EvalSymlinks(exe)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(filepath.Dir(exe), "plugins"), cfg.PluginDir)
 }
 
 func TestFileValues(t *testing.T) {
@@ -60,7 +66,7 @@ scanners:
 	assert.Equal(t, keys.PartitionConfig{Flow: 64, Budget: 8, Quota: 4}, cfg.Partitions)
 	le := cfg.Scanners["leaseexpiry"]
 	assert.True(t, le.Enabled, "listing a scanner enables it")
-	assert.Equal(t, "leaseexpiry", le.Plugin, "plugin defaults to the scanner name")
+	assert.Empty(t, le.Plugin, "no plugin named: the host finds the binary that declares the scanner")
 	assert.Equal(t, 1500*time.Millisecond, le.Interval)
 	assert.Equal(t, 50, le.Batch)
 	assert.Equal(t, map[string]string{"limit": "50", "verbose": "true"}, le.Options)

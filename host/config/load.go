@@ -199,7 +199,7 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 		return
 	}
 	for _, name := range sortedKeys(m) {
-		s := Scanner{Enabled: true, Plugin: name, Options: map[string]string{}}
+		s := Scanner{Enabled: true, Options: map[string]string{}}
 		key := join(path, name)
 		d.fields(key, m[name], map[string]func(string, any){
 			"enabled":  func(k string, v any) { d.boolean(k, v, &s.Enabled) },

@@ -124,7 +124,10 @@ func setPin(body []byte, name, sha string) ([]byte, error) {
 		if rest != "" && !strings.HasPrefix(rest, "#") {
 			return nil, fmt.Errorf("scanners.%s is not a mapping this tool can edit; add sha256: %q yourself", name, sha)
 		}
-		child := ni + 2
+		// The block's keys sit at the indent of its first line; deeper
+		// lines belong to nested mappings (options:) and say nothing
+		// about where the pin goes.
+		child := -1
 		for j := i + 1; j < len(lines); j++ {
 			c := lines[j]
 			if blank(c) {
@@ -133,11 +136,16 @@ func setPin(body []byte, name, sha string) ([]byte, error) {
 			if indent(c) <= ni {
 				break
 			}
-			child = indent(c)
+			if child < 0 {
+				child = indent(c)
+			}
 			if _, ok := key(c, "sha256"); ok && indent(c) == child {
 				lines[j] = strings.Repeat(" ", child) + pinLine
 				return []byte(strings.Join(lines, "\n")), nil
 			}
+		}
+		if child < 0 {
+			child = ni + 2
 		}
 		out := append([]string{}, lines[:i+1]...)
 		out = append(out, strings.Repeat(" ", child)+pinLine)

@@ -1,0 +1,173 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/config"
+)
+
+// ErrNoPlugins says the plugin directory holds no plugin binaries where
+// some were needed. A plugin_dir pointing at the wrong folder (the
+// plugins' source tree, a directory that was never built into) shows up
+// here instead of as one launch failure per scanner.
+var ErrNoPlugins = errors.New("no plugin binaries")
+
+// resolver finds the binary that serves a scanner whose configuration names
+// none: the binary in the plugin directory that declares the scanner in its
+// Info. A binary's declarations are read by launching it briefly and kept
+// per file name and sha256, so later resolutions (reloads) launch only the
+// binaries that changed.
+type resolver struct {
+	mu    sync.Mutex
+	known map[string]declared // by binary name
+}
+
+// declared is what one binary said it serves.
+type declared struct {
+	sha      string
+	scanners []string
+	err      error
+}
+
+// declarations returns, for every binary in the directory, what it
+// declares, launching those not seen before at their current contents.
+func (r *resolver) declarations(ctx context.Context, cat *catalog.Catalog, timeout time.Duration, log hclog.Logger) (map[string]declared, error) {
+	names, err := cat.List()
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.known == nil {
+		r.known = map[string]declared{}
+	}
+	out := map[string]declared{}
+	for _, name := range names {
+		entry, err := cat.Verify(name, "")
+		if err != nil {
+			out[name] = declared{err: err}
+			continue
+		}
+		if d, ok := r.known[name]; ok && d.sha == entry.SHA256 && d.err == nil {
+			out[name] = d
+			continue
+		}
+		pi := inspect(ctx, cat, name, "", timeout, log)
+		d := declared{sha: pi.SHA256, err: pi.Err}
+		for _, in := range pi.Scanners {
+			d.scanners = append(d.scanners, in.Name)
+		}
+		r.known[name] = d
+		out[name] = d
+	}
+	return out, nil
+}
+
+// pluginFor returns the binary that serves scanner name: sc.Plugin when
+// the configuration names one, else the one binary that declares name (a
+// binary of that very name wins when several do).
+func (r *resolver) pluginFor(ctx context.Context, cat *catalog.Catalog, name string, sc config.Scanner, timeout time.Duration, log hclog.Logger) (string, error) {
+	if sc.Plugin != "" {
+		return sc.Plugin, nil
+	}
+	decls, err := r.declarations(ctx, cat, timeout, log)
+	if err != nil {
+		return "", err
+	}
+	return chooseBinary(cat.Dir(), name, decls)
+}
+
+func chooseBinary(dir, name string, decls map[string]declared) (string, error) {
+	if len(decls) == 0 {
+		return "", fmt.Errorf("%w: scanners.%s: %w in plugin_dir %s (`make build` puts ffscan's own in bin/plugins, the default for bin/ffscan)", config.ErrInvalid, name, ErrNoPlugins, dir)
+	}
+	var servers, unreadable []string
+	known := map[string]bool{}
+	for bin, d := range decls {
+		if d.err != nil {
+			unreadable = append(unreadable, fmt.Sprintf("%s (%v)", bin, d.err))
+			continue
+		}
+		for _, s := range d.scanners {
+			known[s] = true
+			if s == name {
+				servers = append(servers, bin)
+			}
+		}
+	}
+	sort.Strings(servers)
+	switch {
+	case len(servers) == 1:
+		return servers[0], nil
+	case len(servers) > 1:
+		for _, b := range servers {
+			if b == name {
+				return b, nil
+			}
+		}
+		return "", fmt.Errorf("%w: scanners.%s: served by %s in %s; say which with scanners.%s.plugin", config.ErrInvalid, name, strings.Join(servers, " and "), dir, name)
+	}
+	msg := fmt.Sprintf("scanners.%s: no plugin in %s declares scanner %q", name, dir, name)
+	if len(known) > 0 {
+		msg += " (they declare " + strings.Join(sortedKeys(known), ", ") + ")"
+	}
+	if len(unreadable) > 0 {
+		sort.Strings(unreadable)
+		msg += "; could not read " + strings.Join(unreadable, ", ")
+	}
+	return "", fmt.Errorf("%w: %s", config.ErrInvalid, msg)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// resolveAll returns a copy of cfg in which every enabled scanner names the
+// binary that serves it; a disabled one does where it can be resolved, and
+// is resolved again when a reload enables it. Every enabled scanner that
+// cannot be resolved is reported, each by its key.
+func (r *resolver) resolveAll(ctx context.Context, cfg *config.Config, cat *catalog.Catalog, log hclog.Logger) (*config.Config, error) {
+	out := *cfg
+	out.Scanners = maps.Clone(cfg.Scanners)
+	var errs []error
+	for _, name := range sortedNames(cfg.Scanners) {
+		sc := cfg.Scanners[name]
+		bin, err := r.pluginFor(ctx, cat, name, sc, cfg.Supervisor.StartTimeout, log)
+		if err != nil {
+			if sc.Enabled {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		sc.Plugin = bin
+		out.Scanners[name] = sc
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &out, nil
+}
+
+func sortedNames(m map[string]config.Scanner) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
