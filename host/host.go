@@ -97,6 +97,11 @@ type unit struct {
 	done   chan struct{}      // closed when the runner returned
 
 	watch fileWatch // the plugin binary (watch.go)
+
+	// notApplied says why the configuration's plugin, pin or options for
+	// this scanner are not what runs (a reload's update failed); empty
+	// when they are. Guarded by Host.mu.
+	notApplied string
 }
 
 // ErrBoot marks failures before any scanner ran (Valkey unreachable,

@@ -213,8 +213,9 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	}
 	tuneAll := old.Scheduler != n.Scheduler
 	type update struct {
-		u *unit
-		l *launcher.Launcher
+		u    *unit
+		l    *launcher.Launcher
+		prev config.Scanner // what runs until the update succeeds
 	}
 	var updates []update
 	for name, u := range h.units {
@@ -229,7 +230,7 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 			res.Retuned = append(res.Retuned, name)
 		}
 		if sc.Plugin != u.sc.Plugin || sc.SHA256 != u.sc.SHA256 || !maps.Equal(sc.Options, u.sc.Options) {
-			updates = append(updates, update{u, h.launcherFor(n, name, sc, false)})
+			updates = append(updates, update{u, h.launcherFor(n, name, sc, false), u.sc})
 		}
 		u.sc = sc
 	}
@@ -264,8 +265,22 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 			mu.Lock()
 			res.Plugins = append(res.Plugins, out)
 			mu.Unlock()
+			// What runs is what status shows: a plugin, pin or options
+			// the update could not bring in stay out of the unit's
+			// configuration (so the next reload tries them again) and
+			// are reported as not applied until one succeeds.
+			h.mu.Lock()
 			if out.Error != "" {
-				h.log.Error("configuration reload: the scanner keeps its running plugin", "scanner", up.u.name, "error", out.Error)
+				sc := up.u.sc
+				sc.Plugin, sc.SHA256, sc.Options = up.prev.Plugin, up.prev.SHA256, up.prev.Options
+				up.u.sc = sc
+				up.u.notApplied = fmt.Sprintf("%s: the configuration's plugin, pin or options are not running: %s", time.Now().UTC().Format(time.RFC3339), out.Error)
+			} else {
+				up.u.notApplied = ""
+			}
+			h.mu.Unlock()
+			if out.Error != "" {
+				h.log.Error("configuration reload: the scanner keeps its running plugin and options", "scanner", up.u.name, "error", out.Error)
 			}
 		}()
 	}

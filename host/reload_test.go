@@ -308,3 +308,49 @@ func TestCompletionListenerIsWired(t *testing.T) {
 		return comp != nil && comp.Subscribed && comp.Concurrency == 5
 	}, 20*time.Second, 10*time.Millisecond)
 }
+
+// Options a running scanner refuses on reload are not silently taken for
+// what runs: status names them as not applied, with the reason, and shows
+// the failed attempt as the last swap; the configuration generation is
+// counted; the next reload tries again, and once the options apply the
+// note is gone.
+func TestRefusedOptionsShowInStatus(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	f := newFileConfig(t, srv.Addr, pluginDir)
+	// Only this test's reloads: no watch reloading the file behind it.
+	f.base = strings.Replace(f.base, "watch: {interval: 100ms}", "watch: {config: false, plugins: false}", 1)
+	f.write(t, "scanners:\n  hostwork: {interval: 100ms, options: {delay: 1ms}}\n")
+	h := f.start(t)
+	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, h.Status().Config.Generation)
+	assert.Regexp(t, "^[0-9a-f]{64}$", h.Status().Config.FileSHA256)
+	pid := scannerStatus(h).Pid
+
+	f.write(t, "scanners:\n  hostwork: {interval: 100ms, options: {delay: -1s}}\n")
+	res, err := h.ReloadConfig(context.Background(), "test")
+	require.NoError(t, err)
+	require.Len(t, res.Plugins, 1)
+	assert.Contains(t, res.Plugins[0].Error, "delay -1s is negative")
+	st := scannerStatus(h)
+	assert.Contains(t, st.NotApplied, "delay -1s is negative")
+	require.NotNil(t, st.LastSwap)
+	assert.Equal(t, "failed", st.LastSwap.Outcome)
+	assert.Contains(t, st.LastSwap.Reason, "delay -1s is negative")
+	assert.Equal(t, pid, st.Pid, "the running plugin keeps serving")
+	assert.Equal(t, 2, h.Status().Config.Generation)
+
+	// The same file again: tried again (not taken as already running).
+	res, err = h.ReloadConfig(context.Background(), "test")
+	require.NoError(t, err)
+	require.Len(t, res.Plugins, 1, "the refused options are tried again")
+	assert.NotEmpty(t, scannerStatus(h).NotApplied)
+
+	f.write(t, "scanners:\n  hostwork: {interval: 100ms, options: {delay: 2ms}}\n")
+	res, err = h.ReloadConfig(context.Background(), "test")
+	require.NoError(t, err)
+	require.Len(t, res.Plugins, 1)
+	assert.Empty(t, res.Plugins[0].Error)
+	assert.Empty(t, scannerStatus(h).NotApplied)
+	assert.Equal(t, 4, h.Status().Config.Generation)
+}

@@ -20,7 +20,8 @@ func (h *Host) Status() httpapi.StatusDoc {
 	}
 	h.relMu.Lock()
 	doc.Config = httpapi.ConfigStatus{
-		File: h.src.File, LoadedAt: h.reloads.loadedAt, Reloads: h.reloads.reloads,
+		File: h.src.File, FileSHA256: h.reloads.fileSHA, Generation: 1 + h.reloads.reloads,
+		LoadedAt: h.reloads.loadedAt, Reloads: h.reloads.reloads,
 		Refused: h.reloads.refused, LastError: h.reloads.lastError,
 	}
 	if !h.reloads.lastErrorAt.IsZero() {
@@ -31,8 +32,10 @@ func (h *Host) Status() httpapi.StatusDoc {
 
 	h.mu.Lock()
 	running := map[string]*unit{}
+	notApplied := map[string]string{}
 	for name, u := range h.units {
 		running[name] = u
+		notApplied[name] = u.notApplied
 	}
 	comp := h.comp
 	h.mu.Unlock()
@@ -55,6 +58,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 		s := httpapi.ScannerStatus{Name: n, Enabled: sc.Enabled, Plugin: sc.Plugin, State: string(supervisor.StateStopped)}
 		if u, ok := running[n]; ok {
 			fillStatus(&s, u)
+			s.NotApplied = notApplied[n]
 		}
 		doc.Scanners = append(doc.Scanners, s)
 	}

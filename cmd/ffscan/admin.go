@@ -11,18 +11,19 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 )
 
 // hostAddr is the HTTP address of the running host: --addr, else the
-// configuration's http.listen.
+// configuration's http.listen, read without judging the rest of the file
+// (a mistake elsewhere in it is the running host's to refuse on reload).
 func hostAddr(fs *flag.FlagSet, c *common, addr string) (string, error) {
 	if addr == "" {
-		cfg, err := c.load(fs)
-		if err != nil {
-			return "", err
+		var err error
+		if addr, err = config.HTTPListen(c.sources(fs)); err != nil {
+			return "", fmt.Errorf("%w (pass --addr host:port)", err)
 		}
-		addr = cfg.HTTP.Listen
 	}
 	if addr == "" {
 		return "", usageError{errors.New("no address: http.listen is empty; pass --addr")}
@@ -106,9 +107,16 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 	if doc.Config.File != "" {
 		cfgLine = "config: " + doc.Config.File + ", loaded " + doc.Config.LoadedAt.Format(time.RFC3339)
 	}
-	cfgLine += fmt.Sprintf(", %d reload(s), %d refused", doc.Config.Reloads, doc.Config.Refused)
+	if len(doc.Config.FileSHA256) >= 12 {
+		cfgLine += " (sha256 " + doc.Config.FileSHA256[:12] + ")"
+	}
+	cfgLine += fmt.Sprintf(", generation %d, %d reload(s), %d refused", doc.Config.Generation, doc.Config.Reloads, doc.Config.Refused)
 	if doc.Config.LastError != "" {
-		cfgLine += "; last refusal: " + oneLine(doc.Config.LastError)
+		at := ""
+		if doc.Config.LastErrorAt != nil {
+			at = " at " + doc.Config.LastErrorAt.Format("15:04:05")
+		}
+		cfgLine += "; last refusal" + at + ": " + oneLine(doc.Config.LastError)
 	}
 	fmt.Fprintln(w, cfgLine)
 	if cs := doc.Completions; cs != nil {
@@ -157,7 +165,14 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 			notes = append(notes, fmt.Sprintf("interval %s, batch %d", s.Interval, s.Batch))
 		}
 		if ls := s.LastSwap; ls != nil {
-			notes = append(notes, fmt.Sprintf("last swap %s %s", ls.At.Format("15:04:05"), ls.Outcome))
+			swap := fmt.Sprintf("last swap %s %s", ls.At.Format("15:04:05"), ls.Outcome)
+			if ls.Reason != "" {
+				swap += " (" + oneLine(ls.Reason) + ")"
+			}
+			notes = append(notes, swap)
+		}
+		if s.NotApplied != "" {
+			notes = append(notes, "NOT APPLIED: "+oneLine(s.NotApplied))
 		}
 		if s.LastError != "" {
 			notes = append(notes, "last error: "+oneLine(s.LastError))

@@ -81,7 +81,7 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 	// The CLI shows it all.
 	code, out := ffscan(t, "status", "--addr", hp.addr)
 	require.Equal(t, 0, code, out)
-	assert.Contains(t, out, "1 reload(s), 1 refused; last refusal:")
+	assert.Contains(t, out, "generation 2, 1 reload(s), 1 refused; last refusal at ")
 	assert.Contains(t, out, "SWAPS")
 	assert.Contains(t, out, "hostwork: plugin "+filepath.Join(pluginDir, "hostwork"))
 }

@@ -38,6 +38,24 @@ var ErrInvalid = errors.New("invalid configuration")
 // Load reads the configuration from its sources and validates it. Every
 // problem found is reported, each naming its key.
 func Load(src Sources) (*Config, error) {
+	ko, err := layers(src)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Defaults()
+	d := &decoder{}
+	d.root(&cfg, ko.Raw())
+	d.errs = append(d.errs, cfg.validate()...)
+	if len(d.errs) > 0 {
+		sort.Slice(d.errs, func(i, j int) bool { return d.errs[i].Error() < d.errs[j].Error() })
+		return nil, fmt.Errorf("%w:\n%w", ErrInvalid, errors.Join(d.errs...))
+	}
+	return &cfg, nil
+}
+
+// layers merges the file, the environment and the flags, later ones
+// winning.
+func layers(src Sources) (*koanf.Koanf, error) {
 	ko := koanf.New(".")
 	if src.File != "" {
 		if err := ko.Load(file.Provider(src.File), yaml.Parser()); err != nil {
@@ -60,15 +78,29 @@ func Load(src Sources) (*Config, error) {
 			return nil, fmt.Errorf("%w: flags: %v", ErrInvalid, err)
 		}
 	}
-	cfg := Defaults()
-	d := &decoder{}
-	d.root(&cfg, ko.Raw())
-	d.errs = append(d.errs, cfg.validate()...)
-	if len(d.errs) > 0 {
-		sort.Slice(d.errs, func(i, j int) bool { return d.errs[i].Error() < d.errs[j].Error() })
-		return nil, fmt.Errorf("%w:\n%w", ErrInvalid, errors.Join(d.errs...))
+	return ko, nil
+}
+
+// HTTPListen returns http.listen from the same layers as Load, without
+// judging the rest of the configuration: client commands (status, reload)
+// need only the address of the running host, and must work exactly when
+// the file has a mistake (reload is how the host gets to refuse it and
+// say why). Only a file that cannot be read or parsed as YAML, or an
+// http.listen that is not a string, is an error.
+func HTTPListen(src Sources) (string, error) {
+	ko, err := layers(src)
+	if err != nil {
+		return "", err
 	}
-	return &cfg, nil
+	addr := Defaults().HTTP.Listen
+	if v := ko.Get("http.listen"); v != nil {
+		s, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("%w: http.listen: %s is not a string", ErrInvalid, describe(v))
+		}
+		addr = s
+	}
+	return addr, nil
 }
 
 // envKey maps FFSCAN_SHUTDOWN_TIMEOUT to shutdown_timeout and

@@ -42,11 +42,17 @@ type StatusDoc struct {
 
 // ConfigStatus describes the configuration in force and its reloads.
 type ConfigStatus struct {
-	File      string    `json:"file,omitempty"`
-	LoadedAt  time.Time `json:"loaded_at"`
-	Reloads   int       `json:"reloads"`
-	Refused   int       `json:"refused"`
-	LastError string    `json:"last_error,omitempty"` // why the last refused reload was refused
+	File string `json:"file,omitempty"`
+	// FileSHA256 is the sha256 of the file as last applied (compare it
+	// with sha256sum of the file on disk).
+	FileSHA256 string `json:"file_sha256,omitempty"`
+	// Generation counts the configurations this host has run: 1 is the
+	// one it started with, each applied reload adds one.
+	Generation int       `json:"generation"`
+	LoadedAt   time.Time `json:"loaded_at"`
+	Reloads    int       `json:"reloads"`
+	Refused    int       `json:"refused"`
+	LastError  string    `json:"last_error,omitempty"` // why the last refused reload was refused
 	// LastErrorAt is when that reload was refused.
 	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
 }
@@ -97,6 +103,10 @@ type ScannerStatus struct {
 	// Backlog is null until a complete cycle measured it.
 	Backlog       *int64 `json:"backlog"`
 	LastScanError string `json:"last_scan_error,omitempty"`
+	// NotApplied says why the configured plugin, pin or options of this
+	// scanner are not what runs (a reload's update failed; the next
+	// reload tries again). Empty when they are.
+	NotApplied string `json:"not_applied,omitempty"`
 }
 
 // SwapInfo is a scanner's last hot swap (or attempt).

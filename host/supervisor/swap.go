@@ -131,6 +131,7 @@ func (s *Supervisor) handle(ctx context.Context, r *request) {
 		if rc, ok := l.(Reconfigurer); ok {
 			applied, err := rc.Reconfigure(r.ctx, cur.inst)
 			if err != nil {
+				s.recordSwap(SwapRecord{At: s.clk.Now(), From: from, To: from, Outcome: SwapFailed, Reason: "options not applied in place: " + err.Error()})
 				s.answer(r, SwapResult{Outcome: SwapFailed, From: from, To: from, Err: err}, true)
 				return
 			}

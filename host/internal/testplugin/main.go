@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -54,6 +55,11 @@ func (h *hostwork) Configure(_ context.Context, opts map[string]string) error {
 	d, err := time.ParseDuration(opts["delay"])
 	if err != nil {
 		return err
+	}
+	if d < 0 {
+		// A value the schema lets through but the scanner refuses, as
+		// real scanners do with out-of-range options.
+		return fmt.Errorf("delay %s is negative", d)
 	}
 	h.mu.Lock()
 	h.delay = d
