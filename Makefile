@@ -43,7 +43,8 @@ lua:
 	@echo "wrote $(BIN)/flowfabric.lua (load with: valkey-cli -x FUNCTION LOAD REPLACE < $(BIN)/flowfabric.lua)"
 
 ## test: vet, every test with -race against real servers on the key-guarded library
-## (a function touching a key outside its KEYS fails), then the compat replays
+## (a function touching a key outside its KEYS fails), the compat replays, then
+## make run's start and Ctrl-C (scripts/check-run.sh)
 test:
 	$(GO) vet $(ALL_PKGS)
 	$(GO) vet -tags ffscan_keyguard $(ALL_PKGS)
@@ -56,6 +57,10 @@ test:
 	wait $$cpid || cstatus=$$?; \
 	cat $$compat; rm -f $$compat; \
 	if [ "$${tstatus:-0}" -ne 0 ] || [ "$${cstatus:-0}" -ne 0 ]; then echo "make test: FAILED (package tests exit $${tstatus:-0}, compat exit $${cstatus:-0})"; exit 1; fi
+	@# make run as a user runs it: up with every scanner, Ctrl-C stops it
+	@# gracefully and leaves nothing behind.
+	@$(MAKE) --no-print-directory build >/dev/null
+	./scripts/check-run.sh
 
 ## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
 compat:

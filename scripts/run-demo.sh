@@ -3,7 +3,13 @@
 # plugin (configs/demo.yaml) and the demo workload (examples/demo), and print
 # a live per-scanner summary until Ctrl-C; then stop everything and remove
 # the temporary files. Expects `make build` to have run (make run does it).
+#
+# Job control (set -m) puts every background process in a process group of
+# its own, so the terminal's Ctrl-C reaches only this script: each child
+# then gets exactly one SIGTERM from cleanup, and the host shuts down
+# gracefully (a second signal would make it exit at once).
 set -euo pipefail
+set -m
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
@@ -30,11 +36,21 @@ cleanup() {
   trap - EXIT INT TERM
   echo
   echo "run: stopping (demo, host, server) and removing $work"
-  for ((i=${#pids[@]}-1; i>=0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
+  # Newest first: the status view and the demo, then the host (it drains
+  # within shutdown_timeout, 5 s in demo.yaml, and stops its plugins),
+  # then the server.
+  for ((i=${#pids[@]}-1; i>=0; i--)); do
+    p=${pids[$i]}
+    kill -TERM "$p" 2>/dev/null || continue
+    for _ in $(seq 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then
+      echo "run: pid $p did not stop within 15 s; killing it"
+      kill -KILL "$p" 2>/dev/null || true
+    fi
   done
+  if [ -n "${host_log:-}" ] && grep -q "shutdown complete" "$host_log"; then
+    echo "run: the host shut down gracefully ($(grep -o 'shutdown complete.*' "$host_log" | head -1))"
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -50,8 +66,11 @@ echo "run: $(basename "$server") on 127.0.0.1:$port (data in $work)"
 
 go build -o "$work/demo" ./examples/demo
 
-FFSCAN_HTTP__LISTEN="127.0.0.1:$http_port" ./bin/ffscan run --config configs/demo.yaml \
-  --valkey-addr "127.0.0.1:$port" >"$work/host.log" 2>&1 &
+# The host's temporary files (its plugins' sockets) go under $work too.
+mkdir "$work/tmp"
+host_log="$work/host.log"
+TMPDIR="$work/tmp" FFSCAN_HTTP__LISTEN="127.0.0.1:$http_port" ./bin/ffscan run --config configs/demo.yaml \
+  --valkey-addr "127.0.0.1:$port" >"$host_log" 2>&1 &
 pids+=($!)
 host_pid=$!
 for _ in $(seq 100); do
@@ -66,10 +85,14 @@ pids+=($!)
 echo "run: demo workload running (log in $work/demo.log). Ctrl-C to stop."
 echo
 
-while true; do
-  sleep 3
-  if ! kill -0 "$host_pid" 2>/dev/null; then echo "run: the host exited:"; tail -20 "$work/host.log"; exit 1; fi
-  echo "---- $(date +%H:%M:%S)"
-  ./bin/ffscan status --addr "127.0.0.1:$http_port" | cut -c1-160 || true
-  tail -n 1 "$work/demo.log" 2>/dev/null || true
-done
+# The compact view (ffscan status --watch) until Ctrl-C; it fails when the
+# host stops answering.
+./bin/ffscan status --watch 3s --addr "127.0.0.1:$http_port" &
+pids+=($!)
+watch_pid=$!
+# wait returns on Ctrl-C too (the trap runs cleanup through exit).
+if ! wait "$watch_pid"; then
+  echo "run: the host stopped answering; its log ends:"
+  tail -20 "$host_log"
+  exit 1
+fi

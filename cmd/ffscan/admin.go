@@ -77,14 +77,21 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlags("status", stderr)
 	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
 	raw := fs.Bool("json", false, "print the raw JSON document")
+	watch := fs.Duration("watch", 0, "print a compact view with rates every DURATION (e.g. 3s) until interrupted")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *watch != 0 && (*watch < 100*time.Millisecond || *raw) {
+		return usageError{errors.New("--watch takes a duration of at least 100ms, and not with --json")}
 	}
 	a, err := hostAddr(fs, c, *addr)
 	if err != nil {
 		return err
 	}
 	cl := httpapi.Client{Addr: a}
+	if *watch > 0 {
+		return watchStatus(cl, *watch, stdout)
+	}
 	if *raw {
 		body, err := cl.RawStatus(5 * time.Second)
 		if err != nil {

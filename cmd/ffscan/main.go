@@ -54,8 +54,9 @@ commands:
             [--addr host:port] [--force] [--no-wait]
   scan-once --scanner NAME     run one cycle of one scanner and print a summary
             [--partition N] [--dry-run]
-  status [--addr host:port] [--json]
-                               show the status of a running host
+  status [--addr host:port] [--json | --watch 3s]
+                               show the status of a running host (--watch: a
+                               compact view with rates, refreshed until Ctrl-C)
   version                      print the version
 
 flags accepted by every command:
