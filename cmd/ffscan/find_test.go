@@ -8,9 +8,12 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -151,4 +154,26 @@ func TestDryRunWritesNothing(t *testing.T) {
 	n, err := c.Do(ctx, c.B().Exists().Key("ff:config:partitions", "ff:idx:lanes").Build()).AsInt64()
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, n)
+}
+
+// `ffscan run` with no scanner configured says so at once, loudly.
+func TestRunWithoutScannersSaysSo(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	addr := freeAddr(t)
+	logs := &syncBuffer{}
+	cmd := exec.Command(ffscanBin, "run", "--valkey-addr", srv.Addr, "--http-listen", addr)
+	cmd.Env = append(cleanEnv(), "TMPDIR="+t.TempDir())
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	require.Eventually(t, func() bool {
+		_, err := getStatus(addr)
+		return err == nil
+	}, 60*time.Second, 20*time.Millisecond, logs.String())
+	assert.Contains(t, logs.String(), "[WARN]  ffscan: no scanners enabled: this host runs none")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	<-exited
 }
