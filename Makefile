@@ -44,7 +44,8 @@ lua:
 
 ## test: vet, every test with -race against real servers on the key-guarded library
 ## (a function touching a key outside its KEYS fails), the compat replays, then
-## make run's start and Ctrl-C (scripts/check-run.sh)
+## make run's start and Ctrl-C (scripts/check-run.sh) and the plugin guide's
+## steps as a third party runs them (scripts/check-guide.sh)
 test:
 	$(GO) vet $(ALL_PKGS)
 	$(GO) vet -tags ffscan_keyguard $(ALL_PKGS)
@@ -61,6 +62,8 @@ test:
 	@# gracefully and leaves nothing behind.
 	@$(MAKE) --no-print-directory build >/dev/null
 	./scripts/check-run.sh
+	@# The plugin guide's first steps, outside this repository's modules.
+	./scripts/check-guide.sh
 
 ## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
 compat:

@@ -356,7 +356,15 @@ func (p *Plugin) callContext(ctx context.Context) (context.Context, context.Canc
 // RemoteError, a dead process ErrPluginExited.
 func (p *Plugin) rpcError(parent context.Context, scanner, method string, err error) error {
 	st, ok := status.FromError(err)
-	if perr := parent.Err(); perr != nil && p.exitCtx.Err() == nil {
+	perr := parent.Err()
+	if dl, has := parent.Deadline(); perr == nil && has && !time.Now().Before(dl) {
+		// The deadline passed but the context's timer has not fired yet
+		// (a busy process runs timers late). The plugin's deadline was
+		// derived from ours and is never earlier, so its
+		// DeadlineExceeded can arrive first: it is still our deadline.
+		perr = context.DeadlineExceeded
+	}
+	if perr != nil && p.exitCtx.Err() == nil {
 		// The caller gave up (deadline, shutdown): say so, at once.
 		return fmt.Errorf("scanner %s: %s: %w", scanner, method, perr)
 	}
