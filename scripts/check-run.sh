@@ -11,16 +11,36 @@ cd "$root"
 tmp=$(mktemp -d -t ffscan-check-run-XXXXXX)
 out="$tmp/run.out"
 mkdir "$tmp/t"
+# descendants PID prints every process below PID (the demo's children run
+# in process groups of their own, so a group kill would miss them).
+descendants() {
+  local c
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    echo "$c"
+    descendants "$c"
+  done
+}
 fail() {
   echo "check-run: $*" >&2
   echo "---- make run printed:" >&2
   tail -40 "$out" >&2 || true
-  kill -KILL -- "-$pid" 2>/dev/null || true
+  # Take everything down, whatever state the demo is in: its own cleanup
+  # first (SIGTERM), then SIGKILL for whatever is left.
+  local left
+  left=$(descendants "$pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  # shellcheck disable=SC2086
+  kill -KILL "$pid" $left 2>/dev/null || true
   rm -rf "$tmp"
   exit 1
 }
 
-TMPDIR="$tmp/t" bash scripts/run-demo.sh >"$out" 2>&1 &
+# env --default-signal=INT: SIGINT as a terminal's make run has it, even
+# when this script inherited it ignored (a background job of a
+# non-interactive shell does, and bash cannot trap a signal ignored at its
+# start).
+TMPDIR="$tmp/t" env --default-signal=INT bash scripts/run-demo.sh >"$out" 2>&1 &
 pid=$!
 # Up when a compact status screen shows all six scanners running.
 for _ in $(seq 1200); do
