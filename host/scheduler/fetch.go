@@ -57,42 +57,113 @@ type sweep struct {
 	sum     *Summary
 }
 
-// fetch reads candidates and backlog counts of the given partitions.
+// fetch reads candidates and backlog counts of the given partitions in at
+// most two pipelined rounds, so that an empty partition costs one command
+// per source (most partitions of an idle deployment are empty):
+//
+//   - a due backlog on a due-ordered source is the number of members the
+//     candidate read returned when it returned fewer than a batch (same
+//     bounds); only a full batch needs its ZCOUNT, in the second round;
+//   - a size backlog is read first (ZCARD/SCARD), and the candidates only
+//     where it is not zero, in the second round;
+//   - any other backlog is read beside the candidates.
 func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64) []*partState {
-	r, info, lanes, sum := sw.r, sw.info, sw.lanes, sw.sum
-	type slot struct {
-		st   *partState
-		sk   sourceKey
-		kind int // 0 read, 1 backlog
-		cur  uint64
-	}
+	r := sw.r
 	states := make([]*partState, len(parts))
-	var cmds valkey.Commands
-	var slots []slot
+	var first []fetchOp
 	r.curMu.Lock()
 	for i, p := range parts {
 		st := &partState{p: p, next: map[string]uint64{}, sampled: true}
 		states[i] = st
-		for _, sk := range expand(info.Sources, p, lanes) {
-			cur := r.cursors[sk.key]
-			cmds = append(cmds, readCmd(r.client, sk, nowMs, sw.batch, cur))
-			slots = append(slots, slot{st: st, sk: sk, kind: 0, cur: cur})
-			if c, ok := backlogCmd(r.client, sk, nowMs); ok {
-				cmds = append(cmds, c)
-				slots = append(slots, slot{st: st, sk: sk, kind: 1})
+		for _, sk := range expand(sw.info.Sources, p, sw.lanes) {
+			op := fetchOp{st: st, sk: sk, cur: r.cursors[sk.key]}
+			switch plan(sk.src) {
+			case sizeFirst:
+				op.kind = opSize
+				first = append(first, op)
+			case countFromRead:
+				op.kind, op.countIfFull = opRead, true
+				first = append(first, op)
+			case readAndCount:
+				op.kind = opRead
+				first = append(first, op, fetchOp{st: st, sk: sk, kind: opCount})
+			default:
+				op.kind = opRead
+				first = append(first, op)
 			}
 		}
 	}
 	r.curMu.Unlock()
+	second := sw.runOps(ctx, first, nowMs)
+	sw.runOps(ctx, second, nowMs)
+	return states
+}
 
+// How a source's candidates and backlog are read (see fetch).
+const (
+	readOnly      = iota // no host-side backlog
+	countFromRead        // due backlog: the read's length, ZCOUNT only after a full batch
+	sizeFirst            // size backlog: ZCARD/SCARD, the read only when not empty
+	readAndCount         // a backlog the read cannot stand in for: both at once
+)
+
+func plan(s scannerapi.CandidateSource) int {
+	switch s.Backlog {
+	case scannerapi.BacklogDue:
+		if s.Kind == scannerapi.SourceZSetDue {
+			return countFromRead
+		}
+		return readAndCount
+	case scannerapi.BacklogSize:
+		return sizeFirst
+	}
+	return readOnly
+}
+
+// fetchOp is one command of the fetch: a candidate read, a size read or a
+// due count of one source key of one partition.
+type fetchOp struct {
+	st   *partState
+	sk   sourceKey
+	kind int
+	cur  uint64 // the source's cursor (reads)
+	// countIfFull: a read whose length is the due backlog unless it is a
+	// full batch, which then needs a count.
+	countIfFull bool
+}
+
+const (
+	opRead = iota
+	opSize
+	opCount
+)
+
+// runOps runs ops in pipelined chunks, applies their replies to the
+// partitions' states, and returns the follow-up ops the replies call for.
+func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetchOp {
+	if len(ops) == 0 {
+		return nil
+	}
+	r, sum := sw.r, sw.sum
+	cmds := make(valkey.Commands, len(ops))
+	for i, op := range ops {
+		switch op.kind {
+		case opRead:
+			cmds[i] = readCmd(r.client, op.sk, nowMs, sw.batch, op.cur)
+		case opSize, opCount:
+			cmds[i], _ = backlogCmd(r.client, op.sk, nowMs)
+		}
+	}
 	results := make([]valkey.ValkeyResult, 0, len(cmds))
 	for i := 0; i < len(cmds); i += pipelineChunk {
 		results = append(results, r.client.DoMulti(ctx, cmds[i:min(i+pipelineChunk, len(cmds))]...)...)
 	}
+	var next []fetchOp
 	for i, res := range results {
-		s := slots[i]
-		st := s.st
-		if s.kind == 1 {
+		op := ops[i]
+		st := op.st
+		switch op.kind {
+		case opCount:
 			n, err := res.AsInt64()
 			if err != nil {
 				st.sampled = false
@@ -100,19 +171,47 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 				continue
 			}
 			st.backlog += n
-			continue
-		}
-		if err := sw.parseRead(res, s.sk, s.cur, st, nowMs); err != nil {
-			st.fetchError = true
-			st.sampled = false
-			sum.addErr(classify(err), "fetch", 1)
-			r.log.Debug("candidate fetch failed", "partition", st.p.Tag(), "key", s.sk.key, "error", err)
+		case opSize:
+			n, err := res.AsInt64()
+			if err != nil {
+				// Without the size the candidates were not read either.
+				st.sampled = false
+				st.fetchError = true
+				sum.addErr(classify(err), "fetch", 1)
+				r.log.Debug("candidate source size read failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
+				continue
+			}
+			st.backlog += n
+			if n > 0 {
+				next = append(next, fetchOp{st: st, sk: op.sk, kind: opRead, cur: op.cur})
+			} else if op.sk.src.Kind != scannerapi.SourceZSetDue {
+				// Empty: a rank window or scan cursor starts over.
+				st.next[op.sk.key] = 0
+			}
+		case opRead:
+			n, err := sw.parseRead(res, op.sk, op.cur, st, nowMs)
+			if err != nil {
+				st.fetchError = true
+				st.sampled = false
+				sum.addErr(classify(err), "fetch", 1)
+				r.log.Debug("candidate fetch failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
+				continue
+			}
+			if op.countIfFull {
+				if n < sw.batch {
+					st.backlog += int64(n)
+				} else {
+					next = append(next, fetchOp{st: st, sk: op.sk, kind: opCount})
+				}
+			}
 		}
 	}
-	return states
+	return next
 }
 
-func (sw *sweep) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, st *partState, nowMs int64) error {
+// parseRead adds a read's candidates to st and returns how many the read
+// returned.
+func (sw *sweep) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, st *partState, nowMs int64) (int, error) {
 	batch := sw.batch
 	add := func(member string, score float64) {
 		st.cands = append(st.cands, scannerapi.Candidate{Source: sk.src.Name, Key: sk.key, Lane: sk.lane, Member: member, Score: score})
@@ -121,16 +220,17 @@ func (sw *sweep) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, st
 	case scannerapi.SourceSetScan:
 		e, err := res.AsScanEntry()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for _, m := range e.Elements {
 			add(m, 0)
 		}
 		st.next[sk.key] = e.Cursor // 0 once the scan wrapped
+		return len(e.Elements), nil
 	default:
 		zs, err := res.AsZScores()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for _, z := range zs {
 			add(z.Member, z.Score)
@@ -149,8 +249,8 @@ func (sw *sweep) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, st
 				st.oldestDue, st.hasDue = due, true
 			}
 		}
+		return len(zs), nil
 	}
-	return nil
 }
 
 // commitCursors advances a partition's cursors once its candidates were

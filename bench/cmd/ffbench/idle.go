@@ -20,6 +20,7 @@ type idleResult struct {
 	HostPid    int
 	PluginPid  int
 	Cycles     uint64
+	Sources    int // the scanner's candidate sources (per partition)
 
 	ScanRPCs     float64 // ScanPartition + SampleBacklog calls (host metrics)
 	Callbacks    float64 // callback commands (host metrics)
@@ -90,7 +91,7 @@ func (b *bench) idleSnap(ctx context.Context, h *hostproc.Proc, pluginPid int) (
 // excluded), and CPU of the host and plugin processes from /proc.
 func (b *bench) runIdle(ctx context.Context, window time.Duration) (_ *idleResult, err error) {
 	res := &idleResult{Window: window, Partitions: int(b.parts.Flow), Interval: leaseexpiry.DefaultInterval,
-		HealthPeriod: 5 * time.Second, LoadBefore: measure.Load()}
+		Sources: len(leaseexpiry.New().Info().Sources), HealthPeriod: 5 * time.Second, LoadBefore: measure.Load()}
 	if err := b.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -169,6 +170,13 @@ func (r *idleResult) print(w io.Writer) {
 		parts = append(parts, fmt.Sprintf("%s %.1f", strings.ToUpper(k), float64(r.ByCommand[k])/secs))
 	}
 	p("   Valkey commands:     %.1f/s (%s)", float64(r.Commands)/secs, strings.Join(parts, ", "))
+	if visits := float64(r.Cycles) * float64(r.Partitions) * float64(r.Sources); visits > 0 {
+		// TIME is once per cycle and PING the client's keep-alive: neither
+		// is per partition.
+		per := float64(r.Commands-r.ByCommand["time"]-r.ByCommand["ping"]) / visits
+		p("   per empty partition: %.2f commands per source per interval (%d cycles x %d partitions x %d source(s); target 1.0: %s)",
+			per, r.Cycles, r.Partitions, r.Sources, verdict(per <= 1.0))
+	}
 	p("   CPU, %% of one core:  host %.2f%%, plugin %.2f%%, total %.2f%% (target <= 2%%: %s); server %.2f%%",
 		pct(r.HostCPU), pct(r.PluginCPU), pct(r.HostCPU+r.PluginCPU), verdict(pct(r.HostCPU+r.PluginCPU) <= 2), pct(r.ServerCPU))
 	p("   (CPU from /proc/<pid>/stat utime+stime, 10 ms ticks: resolution %.2f%% over this window;", pct(10*time.Millisecond))
