@@ -64,9 +64,12 @@ type Host struct {
 	res     resolver
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
 	readOnly bool
-	parts    keys.PartitionConfig
-	lanes    atomic.Pointer[[]string]
-	started  time.Time
+
+	libMu   sync.Mutex
+	libErr  error // the last library check's failure; nil when it passed
+	parts   keys.PartitionConfig
+	lanes   atomic.Pointer[[]string]
+	started time.Time
 
 	cfgMu sync.RWMutex
 	cfg   *config.Config
@@ -217,6 +220,49 @@ func (h *Host) refreshLanes(ctx context.Context) {
 	}
 }
 
+// LibraryCheck is how often a running host checks that every primary
+// still serves the flowfabric library. A server restarted without
+// persistence (or a new primary that never had it) has lost it; the
+// host's own FCALLs would reload it on "function not found", but
+// producers and workers would fail until then, and an idle host makes
+// none.
+const LibraryCheck = 5 * time.Second
+
+// watchLibrary reloads the library wherever it went missing, every
+// LibraryCheck, until ctx ends.
+func (h *Host) watchLibrary(ctx context.Context) {
+	t := time.NewTicker(LibraryCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := h.checkLibrary(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error("flowfabric library check failed; checking again", "error", err, "in", LibraryCheck)
+		}
+	}
+}
+
+// checkLibrary makes every primary serve the library (lua.Library.Ensure)
+// and logs every node where it had to load or replace it: at run time
+// that means the server lost it.
+func (h *Host) checkLibrary(ctx context.Context) error {
+	results, err := h.lib.Ensure(ctx)
+	for _, r := range results {
+		if r.Action == lua.ActionKept || r.Action == lua.ActionFlowFabric {
+			continue
+		}
+		h.log.Warn("flowfabric library reloaded at run time (the server had lost it: restarted without persistence, or a new primary)",
+			"node", r.Node, "action", string(r.Action), "found", r.Found, "version", lua.Version())
+	}
+	h.libMu.Lock()
+	h.libErr = err
+	h.libMu.Unlock()
+	return err
+}
+
 // Close releases the Valkey client.
 func (h *Host) Close() { h.client.Close() }
 
@@ -301,6 +347,7 @@ func (h *Host) Run(ctx context.Context) error {
 	h.startCompletions(cfg.Completions)
 	h.mu.Unlock()
 	go h.refreshLanes(ctx)
+	go h.watchLibrary(ctx)
 	go h.watchFiles(ctx)
 	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion))
 
@@ -473,6 +520,12 @@ func waitUntil(ch <-chan struct{}, deadline time.Time) bool {
 func (h *Host) Ready(ctx context.Context) error {
 	if err := h.client.Do(ctx, h.client.B().Ping().Build()).Error(); err != nil {
 		return fmt.Errorf("valkey: %w", err)
+	}
+	h.libMu.Lock()
+	libErr := h.libErr
+	h.libMu.Unlock()
+	if libErr != nil {
+		return fmt.Errorf("flowfabric library: %w", libErr)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
