@@ -328,7 +328,8 @@ func TestShutdownDuringScanIsBounded(t *testing.T) {
 	time.Sleep(time.Second)
 
 	took := stop()
-	assert.Less(t, took, cfg.ShutdownTimeout+time.Second, "Run returned within the shutdown timeout")
+	// The alternative is the 30 s delay; the margin is for a busy machine.
+	assert.Less(t, took, cfg.ShutdownTimeout+5*time.Second, "Run returned within the shutdown timeout")
 	require.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 20*time.Millisecond, "plugin gone")
 }
 

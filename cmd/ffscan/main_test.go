@@ -253,11 +253,13 @@ func TestSIGTERMDuringScanExitsWithinTimeout(t *testing.T) {
 	require.NoError(t, hp.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-hp.exited:
-	case <-time.After(3*time.Second + 2*time.Second):
+	case <-time.After(3*time.Second + 8*time.Second):
 		t.Fatalf("ffscan did not exit within the shutdown timeout: %s", hp.logs.String())
 	}
 	took := time.Since(t0)
-	assert.Less(t, took, 3*time.Second+time.Second)
+	// The alternative is the plugin's 30 s delay; the margin is for a busy
+	// machine (the watchdog itself exits at the shutdown timeout).
+	assert.Less(t, took, 3*time.Second+5*time.Second)
 	assert.Equal(t, 0, hp.cmd.ProcessState.ExitCode(), hp.logs.String())
 	assert.Contains(t, hp.logs.String(), "shutdown complete")
 	require.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 20*time.Millisecond, "no orphan plugin")

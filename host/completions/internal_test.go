@@ -176,7 +176,8 @@ func TestStopDrainsThenCancels(t *testing.T) {
 	t0 := time.Now()
 	err := h.l.Stop(ctx)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Less(t, time.Since(t0), 2*time.Second)
+	// The alternative is waiting for a cascade that never ends.
+	assert.Less(t, time.Since(t0), 10*time.Second)
 	st := h.l.Stats()
 	assert.Equal(t, int64(1), st.Dispatched, "the one in flight was cancelled")
 	assert.Equal(t, int64(1), st.Failed)
@@ -229,7 +230,8 @@ func TestServerGoneThenStop(t *testing.T) {
 	defer cancel()
 	t0 := time.Now()
 	require.NoError(t, l.Stop(ctx))
-	assert.Less(t, time.Since(t0), time.Second)
+	// Stopped without waiting out its context (5 s) in a reconnect loop.
+	assert.Less(t, time.Since(t0), 4*time.Second)
 	assert.Zero(t, l.Stats().Reconnects)
 	assert.Zero(t, l.Stats().Panics)
 }
