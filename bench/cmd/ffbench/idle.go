@@ -171,9 +171,14 @@ func (r *idleResult) print(w io.Writer) {
 	}
 	p("   Valkey commands:     %.1f/s (%s)", float64(r.Commands)/secs, strings.Join(parts, ", "))
 	if visits := float64(r.Cycles) * float64(r.Partitions) * float64(r.Sources); visits > 0 {
-		// TIME is once per cycle and PING the client's keep-alive: neither
-		// is per partition.
-		per := float64(r.Commands-r.ByCommand["time"]-r.ByCommand["ping"]) / visits
+		// The candidate and backlog reads; the rest is per cycle (TIME),
+		// per connection (PING) or per host (the library check's ROLE and
+		// FUNCTION LIST).
+		var reads int64
+		for _, c := range []string{"zrange", "zcount", "zcard", "scard", "sscan"} {
+			reads += r.ByCommand[c]
+		}
+		per := float64(reads) / visits
 		// The window's edges can add part of one cycle to the commands.
 		p("   per empty partition: %.2f commands per source per interval (%d cycles x %d partitions x %d source(s); target 1.0: %s)",
 			per, r.Cycles, r.Partitions, r.Sources, verdict(per <= float64(r.Cycles+1)/float64(r.Cycles)))
