@@ -156,7 +156,10 @@ func startPool(ctx context.Context, c *client.Client, n int, out io.Writer) (*po
 			}
 		}()
 	}
+	// The handlers may already be writing to out.
+	outMu.Lock()
 	fmt.Fprintf(out, "started %d workers\n", n)
+	outMu.Unlock()
 	return p, nil
 }
 
