@@ -697,5 +697,5 @@ func (t supTarget) Acquire() (scheduler.Lease, error) {
 	if err != nil {
 		return scheduler.Lease{}, err
 	}
-	return scheduler.Lease{Scanner: l.Scanner, Info: l.Info, Host: l.Host, Release: l.Release}, nil
+	return scheduler.Lease{Scanner: l.Scanner, Info: l.Info, Host: l.Host, Release: l.Release, Outcome: l.Outcome}, nil
 }

@@ -372,3 +372,22 @@ func TestBootRefusesPartitionMismatch(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "num_flow_partitions: configured 32, stored 16")
 }
+
+// A plugin whose calls keep running into call_timeout (here: a delay far
+// longer than the timeout, while it still answers pings) is restarted,
+// and status says why.
+func TestPluginWithHungCallsIsRestarted(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "1h"}})
+	cfg.Scheduler.CallTimeout = 200 * time.Millisecond
+	h, _ := running(t, cfg)
+	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	pid := scannerStatus(h).Pid
+	addWork(t, c, []uint16{3}, 1)
+	require.Eventually(t, func() bool { return scannerStatus(h).Restarts >= 1 }, 60*time.Second, 20*time.Millisecond)
+	st := scannerStatus(h)
+	assert.Contains(t, st.LastError, "calls in a row ran into their deadline")
+	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond, "the hung plugin is gone")
+}

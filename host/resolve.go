@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -119,22 +120,13 @@ func chooseBinary(dir, name string, decls map[string]declared) (string, error) {
 	}
 	msg := fmt.Sprintf("scanners.%s: no plugin in %s declares scanner %q", name, dir, name)
 	if len(known) > 0 {
-		msg += " (they declare " + strings.Join(sortedKeys(known), ", ") + ")"
+		msg += " (they declare " + strings.Join(slices.Sorted(maps.Keys(known)), ", ") + ")"
 	}
 	if len(unreadable) > 0 {
 		sort.Strings(unreadable)
 		msg += "; could not read " + strings.Join(unreadable, ", ")
 	}
 	return "", fmt.Errorf("%w: %s", config.ErrInvalid, msg)
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // resolveAll returns a copy of cfg in which every enabled scanner names the
@@ -145,7 +137,7 @@ func (r *resolver) resolveAll(ctx context.Context, cfg *config.Config, cat *cata
 	out := *cfg
 	out.Scanners = maps.Clone(cfg.Scanners)
 	var errs []error
-	for _, name := range sortedNames(cfg.Scanners) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Scanners)) {
 		sc := cfg.Scanners[name]
 		bin, err := r.pluginFor(ctx, cat, name, sc, cfg.Supervisor.StartTimeout, log)
 		if err != nil {
@@ -161,13 +153,4 @@ func (r *resolver) resolveAll(ctx context.Context, cfg *config.Config, cat *cata
 		return nil, errors.Join(errs...)
 	}
 	return &out, nil
-}
-
-func sortedNames(m map[string]config.Scanner) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -102,14 +102,21 @@ func EnsurePartitions(ctx context.Context, client valkey.Client, want keys.Parti
 	if err != nil {
 		return want, created, fmt.Errorf("%s: read back: %w", keys.ConfigPartitions, err)
 	}
+	stored, err := checkStored(h, want)
+	return stored, created, err
+}
+
+// checkStored parses the recorded partition counts and checks want
+// against them; on a mismatch it returns the stored counts with the error.
+func checkStored(h map[string]string, want keys.PartitionConfig) (keys.PartitionConfig, error) {
 	stored, err := keys.ParsePartitionHash(h)
 	if err != nil {
-		return want, created, err
+		return want, err
 	}
 	if err := want.CheckAgainst(stored); err != nil {
-		return stored, created, err
+		return stored, err
 	}
-	return stored, created, nil
+	return stored, nil
 }
 
 // ReadPartitions is EnsurePartitions without the write: the recorded counts
@@ -126,14 +133,8 @@ func ReadPartitions(ctx context.Context, client valkey.Client, want keys.Partiti
 	if len(h) == 0 {
 		return want, false, nil
 	}
-	stored, err := keys.ParsePartitionHash(h)
-	if err != nil {
-		return want, true, err
-	}
-	if err := want.CheckAgainst(stored); err != nil {
-		return stored, true, err
-	}
-	return stored, true, nil
+	stored, err := checkStored(h, want)
+	return stored, true, err
 }
 
 // MergeLanes adds the configured lanes to ff:idx:lanes and returns the union

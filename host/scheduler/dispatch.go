@@ -64,6 +64,11 @@ func (sw *sweep) dispatch(ctx context.Context, states []*partState, nowMs int64,
 				var res *scannerapi.ScanResult
 				if err == nil {
 					res, err = sw.scanOne(lease, st, nowMs)
+					if lease.Outcome != nil {
+						// A deadline of the call's own, not the host's
+						// shutdown cutting calls short.
+						lease.Outcome(errors.Is(err, context.DeadlineExceeded) && r.cfg.CallParent.Err() == nil)
+					}
 					release(lease)
 				}
 				mu.Lock()

@@ -41,6 +41,11 @@ type Lease struct {
 	Host scannerapi.Host
 	// Release ends the lease once the call returned; nil is allowed.
 	Release func()
+	// Outcome, when set, hears after each ScanPartition call whether it
+	// ended at its own call deadline (the scanner did not answer in
+	// call_timeout), so the instance's owner can restart a plugin that
+	// hangs in its calls while still answering health checks.
+	Outcome func(timedOut bool)
 }
 
 // Acquirer is a Target that hands out the scanner per call instead of per

@@ -23,6 +23,16 @@ type Lease struct {
 	// Generation changes with every instance switch.
 	Generation uint64
 	release    func()
+	outcome    func(timedOut bool)
+}
+
+// Outcome reports how the call made under the lease ended: timedOut when
+// it ran into its own deadline. Config.HungCalls such calls in a row on
+// one instance (none answered in between) restart it.
+func (l *Lease) Outcome(timedOut bool) {
+	if l.outcome != nil {
+		l.outcome(timedOut)
+	}
 }
 
 // Release ends the lease. It is safe to call more than once.
@@ -47,6 +57,9 @@ type slot struct {
 	inflight int
 	retired  bool
 	drained  chan struct{}
+	// timeouts counts calls in a row that ran into their deadline
+	// (guarded by Supervisor.mu).
+	timeouts int
 }
 
 // Current implements scheduler.Target.
@@ -74,7 +87,28 @@ func (s *Supervisor) Acquire() (Lease, error) {
 	return Lease{
 		Scanner: sl.inst.Scanner(), Info: sl.info, Host: sl.host, Generation: sl.gen,
 		release: func() { once.Do(func() { s.release(sl) }) },
+		outcome: func(timedOut bool) { s.callOutcome(sl, timedOut) },
 	}, nil
+}
+
+// callOutcome counts a call's end on sl; the HungCalls-th timeout in a row
+// on the current instance asks the loop to restart it.
+func (s *Supervisor) callOutcome(sl *slot, timedOut bool) {
+	s.mu.Lock()
+	if !timedOut {
+		sl.timeouts = 0
+		s.mu.Unlock()
+		return
+	}
+	sl.timeouts++
+	trip := sl.timeouts == s.cfg.HungCalls && sl == s.cur
+	s.mu.Unlock()
+	if trip {
+		select {
+		case s.hung <- sl:
+		default: // one restart request pending is enough
+		}
+	}
 }
 
 func (s *Supervisor) release(sl *slot) {

@@ -174,6 +174,15 @@ func (s *Supervisor) watchOnce(ctx context.Context, cur, prev *slot, prevExited 
 				return r, true
 			}
 		}
+	case sl := <-s.hung:
+		if sl == cur {
+			s.mu.Lock()
+			n := sl.timeouts
+			s.mu.Unlock()
+			if r, stop := fail(fmt.Sprintf("%d calls in a row ran into their deadline (the plugin answers health checks but not calls)", n)); stop {
+				return r, true
+			}
+		}
 	case req := <-s.reqs:
 		s.handle(ctx, req)
 	}

@@ -1,9 +1,11 @@
 // Package supervisor keeps one scanner's plugin process alive: launch it,
-// ping it on an interval, and when it dies or stops answering, kill what is
-// left and launch it again after an exponential backoff (1 s doubling to
-// 60 s). A crash loop (by default 5 failures within 2 minutes) trips a
-// breaker: the scanner is marked broken and left alone for a long cool-down
-// instead of burning CPU and log lines, and the state is visible in status.
+// ping it on an interval, and when it dies, stops answering, or keeps
+// running its calls into their deadline (a plugin can hang in its calls and
+// still answer pings), kill what is left and launch it again after an
+// exponential backoff (1 s doubling to 60 s). A crash loop (by default 5
+// failures within 2 minutes) trips a breaker: the scanner is marked broken
+// and retried after a cool-down of a minute (the backoff's cap) instead of
+// burning CPU and log lines, and the state is visible in status.
 //
 // It also hot-swaps the plugin (Swap, Update): the new process is started
 // and health-checked while the old one keeps serving; callers hold a Lease
@@ -123,8 +125,13 @@ type Config struct {
 	// (5 within 2 min).
 	CrashLoopCount  int
 	CrashLoopWindow time.Duration
+	// HungCalls is how many ScanPartition calls in a row may run into
+	// their deadline on one instance before it is restarted (3): a plugin
+	// stuck in its calls may still answer health checks.
+	HungCalls int
 	// BrokenCooldown is how long a broken scanner waits before one more
-	// try (10 min).
+	// try (1 min: a crash-looping plugin keeps being retried, visibly
+	// broken in between, rather than parked for long).
 	BrokenCooldown time.Duration
 	// StableAfter is how long an instance must run before the backoff
 	// resets (CrashLoopWindow).
@@ -157,7 +164,10 @@ func (c *Config) defaults() {
 	def(&c.BackoffMin, time.Second)
 	def(&c.BackoffMax, 60*time.Second)
 	def(&c.CrashLoopWindow, 2*time.Minute)
-	def(&c.BrokenCooldown, 10*time.Minute)
+	def(&c.BrokenCooldown, time.Minute)
+	if c.HungCalls <= 0 {
+		c.HungCalls = 3
+	}
 	def(&c.StableAfter, c.CrashLoopWindow)
 	def(&c.SwapCheck, 500*time.Millisecond)
 	def(&c.DrainTimeout, 30*time.Second)
@@ -199,6 +209,7 @@ type Supervisor struct {
 	rec  Recorder
 	log  hclog.Logger
 	reqs chan *request
+	hung chan *slot // an instance whose calls keep timing out
 
 	mu       sync.Mutex
 	st       Status
@@ -233,6 +244,7 @@ func New(cfg Config, l Launcher, rec Recorder, log hclog.Logger) *Supervisor {
 	return &Supervisor{
 		cfg: cfg, launch: l, rec: rec, log: log, clk: clk,
 		reqs:     make(chan *request),
+		hung:     make(chan *slot, 1),
 		st:       Status{State: StateStopped, Since: clk.Now()},
 		rejected: map[string]string{},
 		retired:  map[*slot]bool{},
