@@ -386,8 +386,11 @@ func TestPluginWithHungCallsIsRestarted(t *testing.T) {
 	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
 	pid := scannerStatus(h).Pid
 	addWork(t, c, []uint16{3}, 1)
-	require.Eventually(t, func() bool { return scannerStatus(h).Restarts >= 1 }, 60*time.Second, 20*time.Millisecond)
-	st := scannerStatus(h)
-	assert.Contains(t, st.LastError, "calls in a row ran into their deadline")
+	// The restart is counted a moment before its reason is recorded:
+	// wait for both.
+	require.Eventually(t, func() bool {
+		st := scannerStatus(h)
+		return st.Restarts >= 1 && strings.Contains(st.LastError, "calls in a row ran into their deadline")
+	}, 60*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond, "the hung plugin is gone")
 }

@@ -59,9 +59,11 @@ func TestLostLibraryIsReloaded(t *testing.T) {
 	require.NoError(t, c.Do(context.Background(), c.B().FunctionFlush().Build()).Error())
 	require.True(t, lua.IsFunctionNotFound(fcallVersion()), "the server lost the library")
 
-	// The host's periodic check (every LibraryCheck) loads it again.
-	require.Eventually(t, func() bool { return fcallVersion() == nil }, 3*LibraryCheck, 20*time.Millisecond)
-	assert.Contains(t, logs.String(), "flowfabric library reloaded at run time")
+	// The host's periodic check (every LibraryCheck) loads it again, then
+	// says so (the line follows the load: wait for both).
+	require.Eventually(t, func() bool {
+		return fcallVersion() == nil && strings.Contains(logs.String(), "flowfabric library reloaded at run time")
+	}, 3*LibraryCheck, 20*time.Millisecond, logs.String())
 	assert.Contains(t, logs.String(), `action=loaded found="no library"`)
 	require.NoError(t, h.Ready(context.Background()))
 }

@@ -73,7 +73,10 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 	st, err := getStatus(hp.addr)
 	require.NoError(t, err)
 	assert.Contains(t, st.Config.LastError, `scanners.hostwork.interval: "never" is not a duration`)
-	assert.Contains(t, hp.logs.String(), "configuration reload refused; the running configuration stays")
+	// The log comes through a pipe, apart from the status: wait for it.
+	require.Eventually(t, func() bool {
+		return strings.Contains(hp.logs.String(), "configuration reload refused; the running configuration stays")
+	}, 20*time.Second, 20*time.Millisecond)
 	state, pid2, _ := statusOf(t, hp.addr, "hostwork")
 	assert.Equal(t, "running", state)
 	assert.Equal(t, pid, pid2)
