@@ -56,6 +56,7 @@ func TestMain(m *testing.M) {
 		{filepath.Join(variantDir, "crash"), testplugin, "-X main.version=1.0.9-crash -X main.mode=crash:2s"},
 		{filepath.Join(variantDir, "api1"), testplugin, "-X main.version=0.9.0-api1 -X main.mode=api1"},
 		{filepath.Join(variantDir, "raw99"), testplugin, "-X main.mode=raw99"},
+		{filepath.Join(variantDir, "greedy"), testplugin, "-X main.mode=greedy"},
 	}
 	errs := make(chan error, len(builds))
 	for _, b := range builds {
@@ -393,4 +394,19 @@ func TestPluginWithHungCallsIsRestarted(t *testing.T) {
 		return st.Restarts >= 1 && strings.Contains(st.LastError, "calls in a row ran into their deadline")
 	}, 60*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond, "the hung plugin is gone")
+}
+
+// A plugin that declares commands no plugin may run (FLUSHALL, CONFIG) is
+// refused at launch, with the reason, instead of running with a warning.
+func TestPluginDeclaringDeniedCommandsIsRefused(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	cfg.PluginDir = ownPluginDir(t)
+	install(t, cfg.PluginDir, "hostwork", variant("greedy"))
+	h, _ := running(t, cfg)
+	require.Eventually(t, func() bool {
+		return strings.Contains(scannerStatus(h).LastError, "declares commands no plugin may run: CONFIG, FLUSHALL")
+	}, 30*time.Second, 20*time.Millisecond)
+	assert.NotEqual(t, "running", scannerStatus(h).State)
 }

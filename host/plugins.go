@@ -159,6 +159,9 @@ func checkScanner(name string, sc config.Scanner, pi PluginInfo) error {
 		if err := scheduler.CheckInfo(info); err != nil {
 			return err
 		}
+		if err := launcher.CheckCommands(name, info); err != nil {
+			return err
+		}
 		_, err := launcher.ResolveOptions(name, info.Options, sc.Options)
 		return err
 	}

@@ -44,6 +44,7 @@ const (
 	ReasonArity              = "arity"
 	ReasonCrossSlot          = "cross_slot"
 	ReasonDryRun             = "dry_run"
+	ReasonProtectedKey       = "protected_key"
 )
 
 // Recorder receives the service's counts (host/metrics implements it).
@@ -288,6 +289,13 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 	if o, bad := checkKeys(ks); bad {
 		return o
 	}
+	if spec.write {
+		for _, k := range ks {
+			if strings.HasPrefix(k, ProtectedPrefix) {
+				return refuse(ReasonProtectedKey, "%s %q: %s* is read-only to plugins", name, k, ProtectedPrefix)
+			}
+		}
+	}
 	b := s.client.B().Arbitrary(name).Keys(ks...).Args(rest...)
 	if spec.write {
 		return op{plain: b.Build(), isPlain: true}
@@ -317,6 +325,11 @@ func (s *Service) checkFCall(pol Policy, args []string) op {
 	}
 	return op{call: lua.Call{Function: fn, Keys: ks, Args: args[2+n:]}}
 }
+
+// ProtectedPrefix starts the deployment's own configuration (the partition
+// counts every process must agree on): plugins may read it, never write
+// it; one HSET there stops every later host from starting.
+const ProtectedPrefix = "ff:config:"
 
 // checkKeys enforces the ff: prefix, and one slot per command: FlowFabric's
 // hash tags keep related keys together, and a command spanning slots would

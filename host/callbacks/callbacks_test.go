@@ -222,3 +222,26 @@ func TestBoundPoliciesAreIndependent(t *testing.T) {
 	_, err = newB.Callbacks().Exec(ctx, "other", []scannerapi.Command{{"HGET", "ff:test:h", "f"}})
 	assert.ErrorContains(t, err, `runs scanner "t", not "other"`)
 }
+
+// ff:config:* (the partition counts every process must agree on) is
+// readable by a plugin and never writable, whatever it declared.
+func TestConfigKeysAreReadOnly(t *testing.T) {
+	svc, client, rec := setup(t, testInfo, false)
+	ctx := context.Background()
+	require.NoError(t, client.Do(ctx, client.B().Hset().Key("ff:config:partitions").FieldValue().FieldValue("num_flow_partitions", "256").Build()).Error())
+	replies, err := svc.Exec(ctx, "t", []scannerapi.Command{
+		{"HGETALL", "ff:config:partitions"},
+		{"HSET", "ff:config:partitions", "num_flow_partitions", "8"},
+		{"DEL", "ff:config:partitions"},
+	})
+	require.NoError(t, err)
+	assert.False(t, replies[0].Failed(), "reading is allowed: %+v", replies[0])
+	for _, r := range replies[1:] {
+		assert.Equal(t, scannerapi.ErrRefused, r.ErrClass)
+		assert.Contains(t, r.Err, "protected_key")
+	}
+	assert.Equal(t, 2, rec.refused[ReasonProtectedKey])
+	v, err := client.Do(ctx, client.B().Hget().Key("ff:config:partitions").Field("num_flow_partitions").Build()).ToString()
+	require.NoError(t, err)
+	assert.Equal(t, "256", v, "nothing written")
+}

@@ -1,5 +1,10 @@
 package callbacks
 
+import (
+	"maps"
+	"slices"
+)
+
 // keyPos says which arguments of a command are keys. The host must know
 // this to hold plugins to the ff: prefix and to route commands in a cluster,
 // so a command that is not in the table is refused even when a scanner
@@ -101,4 +106,10 @@ var commandTable = map[string]cmdSpec{
 func Supported(command string) bool {
 	_, ok := commandTable[command]
 	return ok
+}
+
+// SupportedCommands lists the commands plugins may declare, sorted (for
+// error messages and documentation).
+func SupportedCommands() []string {
+	return slices.Sorted(maps.Keys(commandTable))
 }

@@ -164,10 +164,10 @@ func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supe
 	if err != nil {
 		return nil, err
 	}
-	pol, unsupported := callbacks.PolicyFromInfo(info, l.cfg.ReadOnly)
-	if len(unsupported) > 0 {
-		l.log.Warn("scanner declares commands the host does not run; they will be refused", "commands", strings.Join(unsupported, ","))
+	if err := CheckCommands(l.cfg.Scanner, info); err != nil {
+		return nil, err
 	}
+	pol, _ := callbacks.PolicyFromInfo(info, l.cfg.ReadOnly)
 	bound := l.svc.Bind(l.cfg.Scanner, pol).Callbacks()
 	if obs := l.observe; obs != nil {
 		inner := bound
@@ -299,6 +299,18 @@ func checkType(t scannerapi.OptionType, v string) error {
 		if _, err := time.ParseDuration(v); err != nil {
 			return fmt.Errorf("is not a duration")
 		}
+	}
+	return nil
+}
+
+// CheckCommands refuses a scanner that declares commands the host never
+// runs for a plugin (administrative, scripting, multi-slot: anything
+// outside the callback service's table). Such a plugin is refused
+// outright rather than started with a warning nobody reads.
+func CheckCommands(scanner string, info scannerapi.Info) error {
+	if _, unsupported := callbacks.PolicyFromInfo(info, false); len(unsupported) > 0 {
+		return fmt.Errorf("scanner %s declares commands no plugin may run: %s (the host runs: %s)",
+			scanner, strings.Join(unsupported, ", "), strings.Join(callbacks.SupportedCommands(), " "))
 	}
 	return nil
 }

@@ -40,13 +40,18 @@ type hostwork struct {
 }
 
 func (h *hostwork) Info() scannerapi.Info {
+	commands := []string{"ZREM", "SADD"}
+	if mode == "greedy" {
+		// Asks for what no plugin may run.
+		commands = append(commands, "FLUSHALL", "CONFIG")
+	}
 	return scannerapi.Info{
 		Name: "hostwork", Version: version, APIVersion: apiVersion(),
 		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: 20,
 		Sources: []scannerapi.CandidateSource{{
 			Name: "work", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostwork", Backlog: scannerapi.BacklogDue,
 		}},
-		Commands: []string{"ZREM", "SADD"},
+		Commands: commands,
 		Options:  []scannerapi.OptionSpec{{Name: "delay", Type: scannerapi.OptionDuration, Default: "0s", Description: "sleep before each partition"}},
 	}
 }
