@@ -263,8 +263,12 @@ func (h *Host) checkLibrary(ctx context.Context) error {
 	return err
 }
 
-// Close releases the Valkey client.
-func (h *Host) Close() { h.client.Close() }
+// Close releases the Valkey client and removes the private copies of the
+// plugin binaries.
+func (h *Host) Close() {
+	h.client.Close()
+	_ = h.cat.Close()
+}
 
 // Metrics exposes the host's collectors (tests, embedding).
 func (h *Host) Metrics() *metrics.Metrics { return h.met }

@@ -34,6 +34,7 @@ func ListPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]P
 	if err != nil {
 		return nil, err
 	}
+	defer cat.Close()
 	names, err := cat.List()
 	if err != nil {
 		return nil, err
@@ -61,13 +62,13 @@ func pinsByBinary(cfg *config.Config) map[string]string {
 
 func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, timeout time.Duration, log hclog.Logger) PluginInfo {
 	pi := PluginInfo{Binary: name}
-	entry, err := cat.Verify(name, pin)
+	entry, err := cat.Stage(name, pin)
 	if err != nil {
 		pi.Err = err
 		return pi
 	}
 	pi.Path, pi.SHA256 = entry.Path, entry.SHA256
-	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{Path: entry.Path, Logger: log.Named(name), StartTimeout: timeout})
+	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{Path: entry.ExecPath, Logger: log.Named(name), StartTimeout: timeout})
 	if err != nil {
 		pi.Err = err
 		return pi
@@ -104,6 +105,7 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 	if err != nil {
 		return nil, err
 	}
+	defer cat.Close()
 	var names []string
 	for n := range cfg.Scanners {
 		names = append(names, n)
@@ -192,6 +194,7 @@ func PinScanner(ctx context.Context, cfg *config.Config, name string, log hclog.
 	if err != nil {
 		return PinInfo{}, err
 	}
+	defer cat.Close()
 	sc, ok := cfg.Scanners[name]
 	if !ok {
 		sc = config.Scanner{Enabled: true}

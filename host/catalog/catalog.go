@@ -15,7 +15,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // Entry is a verified plugin binary.
@@ -26,11 +29,17 @@ type Entry struct {
 	Path string
 	// SHA256 is the hex digest of the file as it was read.
 	SHA256 string
+	// ExecPath, set by Stage, is a private copy of exactly the bytes that
+	// were hashed: what a launch executes.
+	ExecPath string
 }
 
 // Catalog is a plugin directory.
 type Catalog struct {
 	dir string
+
+	mu    sync.Mutex
+	stage string // private directory of staged copies; made on first Stage
 }
 
 // New returns the catalog of dir (made absolute so launches do not depend
@@ -88,42 +97,174 @@ func (c *Catalog) List() ([]string, error) {
 // when pin is non-empty its sha256 must equal pin. The hash is computed over
 // the bytes on disk now; call Verify right before every launch.
 func (c *Catalog) Verify(name, pin string) (Entry, error) {
-	if name == "" || strings.ContainsRune(name, os.PathSeparator) || name == "." || name == ".." {
-		return Entry{}, fmt.Errorf("plugin %q: not a plain file name", name)
-	}
-	dinfo, err := os.Stat(c.dir)
+	path, err := c.check(name)
 	if err != nil {
-		return Entry{}, fmt.Errorf("plugin_dir %s: %w", c.dir, err)
-	}
-	if dinfo.Mode().Perm()&0o002 != 0 {
-		return Entry{}, fmt.Errorf("plugin_dir %s is %w (mode %s): anyone could replace a plugin; chmod o-w it", c.dir, ErrWorldWritable, dinfo.Mode().Perm())
-	}
-	path := filepath.Join(c.dir, name)
-	info, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Entry{}, fmt.Errorf("plugin %q: %w in %s", name, ErrNotFound, c.dir)
-	}
-	if err != nil {
-		return Entry{}, fmt.Errorf("plugin %q: %w", name, err)
-	}
-	if info.Mode()&fs.ModeSymlink != 0 {
-		target, _ := os.Readlink(path)
-		return Entry{}, fmt.Errorf("%w: %s -> %s; copy the binary into the plugin directory instead", ErrSymlink, path, target)
-	}
-	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
-		return Entry{}, fmt.Errorf("%w: %s (mode %s)", ErrNotExecutable, path, info.Mode())
-	}
-	if info.Mode().Perm()&0o002 != 0 {
-		return Entry{}, fmt.Errorf("plugin %s is %w (mode %s): anyone could replace its code; chmod o-w it", path, ErrWorldWritable, info.Mode().Perm())
+		return Entry{}, err
 	}
 	sum, err := hashFile(path)
 	if err != nil {
 		return Entry{}, fmt.Errorf("plugin %s: hash: %w", path, err)
 	}
-	if pin != "" && !strings.EqualFold(pin, sum) {
-		return Entry{}, fmt.Errorf("plugin %s: %w: the file's sha256 is %s but the configured pin is %s; refusing to launch it (if the new binary is intended, update the pin)", path, ErrHashMismatch, sum, strings.ToLower(pin))
+	if err := checkPin(path, pin, sum); err != nil {
+		return Entry{}, err
 	}
 	return Entry{Name: name, Path: path, SHA256: sum}, nil
+}
+
+func checkPin(path, pin, sum string) error {
+	if pin != "" && !strings.EqualFold(pin, sum) {
+		return fmt.Errorf("plugin %s: %w: the file's sha256 is %s but the configured pin is %s; refusing to launch it (if the new binary is intended, update the pin)", path, ErrHashMismatch, sum, strings.ToLower(pin))
+	}
+	return nil
+}
+
+// Stage is Verify for a launch: it reads the file once, hashes and checks
+// those bytes, and copies them into a directory private to this catalog
+// (content-addressed, 0700), returning the copy as ExecPath. Executing
+// ExecPath runs exactly what was verified: replacing the file in
+// plugin_dir between the check and the exec (a race Verify-then-exec
+// leaves open) changes nothing. Close removes the copies.
+func (c *Catalog) Stage(name, pin string) (Entry, error) {
+	path, err := c.check(name)
+	if err != nil {
+		return Entry{}, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return Entry{}, fmt.Errorf("plugin %s: %w", path, err)
+	}
+	defer f.Close()
+	// The checks again, on the file actually opened (it may have been
+	// replaced since check looked at the name).
+	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 || info.Mode().Perm()&0o002 != 0 {
+		return Entry{}, fmt.Errorf("%w: %s changed while it was being checked", ErrNotExecutable, path)
+	}
+	body, err := io.ReadAll(f)
+	if err != nil {
+		return Entry{}, fmt.Errorf("plugin %s: read: %w", path, err)
+	}
+	h := sha256.Sum256(body)
+	sum := hex.EncodeToString(h[:])
+	if err := checkPin(path, pin, sum); err != nil {
+		return Entry{}, err
+	}
+	dir, err := c.stageDir()
+	if err != nil {
+		return Entry{}, err
+	}
+	exec := filepath.Join(dir, sum[:16]+"-"+name)
+	if err := writeStaged(exec, body, sum); err != nil {
+		return Entry{}, fmt.Errorf("plugin %s: stage a private copy: %w", path, err)
+	}
+	return Entry{Name: name, Path: path, SHA256: sum, ExecPath: exec}, nil
+}
+
+// writeStaged puts body at path unless a copy with the same contents is
+// already there; it replaces the file atomically so a running plugin's
+// executable is never written to.
+func writeStaged(path string, body []byte, sum string) error {
+	if have, err := hashFile(path); err == nil && have == sum {
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".stage-*")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(body)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o500)); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func (c *Catalog) stageDir() (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stage == "" {
+		sweepStaged()
+		d, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", stagePrefix, os.Getpid()))
+		if err != nil {
+			return "", fmt.Errorf("private plugin copies: %w", err)
+		}
+		c.stage = d // MkdirTemp makes it 0700
+	}
+	return c.stage, nil
+}
+
+// stagePrefix starts the name of every staging directory, followed by the
+// pid of the process that made it.
+const stagePrefix = "ffscan-exec-"
+
+// sweepStaged removes the staging directories of processes that are gone
+// without closing their catalog (a host killed with SIGKILL), so copies
+// of plugin binaries do not pile up in the temporary directory. Only
+// directories of this user whose process no longer exists are touched.
+func sweepStaged() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), stagePrefix+"*"))
+	for _, d := range dirs {
+		rest := strings.TrimPrefix(filepath.Base(d), stagePrefix)
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Lstat(d, &st) != nil || int(st.Uid) != os.Getuid() || st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+// Close removes the staged copies. Running plugins keep running (their
+// executables stay open); the catalog stages anew if used again.
+func (c *Catalog) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stage == "" {
+		return nil
+	}
+	err := os.RemoveAll(c.stage)
+	c.stage = ""
+	return err
+}
+
+// check runs the checks on the name and the file's metadata and returns
+// its path.
+func (c *Catalog) check(name string) (string, error) {
+	if name == "" || strings.ContainsRune(name, os.PathSeparator) || name == "." || name == ".." {
+		return "", fmt.Errorf("plugin %q: not a plain file name", name)
+	}
+	dinfo, err := os.Stat(c.dir)
+	if err != nil {
+		return "", fmt.Errorf("plugin_dir %s: %w", c.dir, err)
+	}
+	if dinfo.Mode().Perm()&0o002 != 0 {
+		return "", fmt.Errorf("plugin_dir %s is %w (mode %s): anyone could replace a plugin; chmod o-w it", c.dir, ErrWorldWritable, dinfo.Mode().Perm())
+	}
+	path := filepath.Join(c.dir, name)
+	info, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("plugin %q: %w in %s", name, ErrNotFound, c.dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("plugin %q: %w", name, err)
+	}
+	if info.Mode()&fs.ModeSymlink != 0 {
+		target, _ := os.Readlink(path)
+		return "", fmt.Errorf("%w: %s -> %s; copy the binary into the plugin directory instead", ErrSymlink, path, target)
+	}
+	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%w: %s (mode %s)", ErrNotExecutable, path, info.Mode())
+	}
+	if info.Mode().Perm()&0o002 != 0 {
+		return "", fmt.Errorf("plugin %s is %w (mode %s): anyone could replace its code; chmod o-w it", path, ErrWorldWritable, info.Mode().Perm())
+	}
+	return path, nil
 }
 
 func hashFile(path string) (string, error) {

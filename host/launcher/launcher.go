@@ -68,7 +68,10 @@ func New(cfg Config, cat *catalog.Catalog, svc *callbacks.Service, log hclog.Log
 // started kills it before returning; the Meta returned with an error
 // carries the verified file's sha256 when the catalog checks passed.
 func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.Meta, error) {
-	entry, err := l.catalog.Verify(l.cfg.Binary, l.cfg.Pin)
+	// The process runs a private copy of exactly the bytes that were
+	// checked (and pinned), so replacing the file in plugin_dir between
+	// the check and the exec cannot slip other code in.
+	entry, err := l.catalog.Stage(l.cfg.Binary, l.cfg.Pin)
 	if err != nil {
 		return nil, supervisor.Meta{}, err
 	}
@@ -77,13 +80,10 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 	// Info, known only once it answered; until then they are refused.
 	cb := &lateCallbacks{}
 	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{
-		Path:         entry.Path,
+		Path:         entry.ExecPath,
 		Logger:       l.log,
 		Callbacks:    cb,
 		StartTimeout: l.cfg.StartTimeout,
-		// Not LaunchConfig.Checksum: with the transport's custom runner
-		// go-plugin's own check opens an empty path and always fails. The
-		// window between our hash and the exec remains (known gap).
 	})
 	if err != nil {
 		return nil, meta, err

@@ -320,6 +320,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		if err != nil {
 			return run, err
 		}
+		defer cat.Close()
 		l := launcher.New(launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry", StartTimeout: 30 * time.Second},
 			cat, svc, b.log.Named(leaseexpiry.Name))
 		inst, _, err := l.Launch(ctx)
