@@ -14,6 +14,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -98,6 +99,10 @@ type HTTP struct {
 	// Admin allows the POST endpoints (config reload, plugin reload) on
 	// the listener.
 	Admin bool
+	// AdminRemote accepts Admin on a listener reachable from other
+	// machines (any address but loopback). The admin endpoints have no
+	// authentication of their own, so this must be chosen explicitly.
+	AdminRemote bool
 }
 
 // Log configures hclog.
@@ -221,6 +226,9 @@ func (c *Config) validate() []error {
 			bad(fmt.Sprintf("lanes[%d]", i), "%v", err)
 		}
 	}
+	if c.HTTP.Admin && !c.HTTP.AdminRemote && c.HTTP.Listen != "" && !loopbackListen(c.HTTP.Listen) {
+		bad("http.listen", "%q is reachable from other machines and http.admin is on: anyone who reaches it could reload the configuration and swap plugins (the admin endpoints have no authentication); bind to 127.0.0.1, set http.admin: false, or accept it with http.admin_remote: true", c.HTTP.Listen)
+	}
 	if c.PluginDir == "" {
 		bad("plugin_dir", "must not be empty (and the default, the plugins directory beside the ffscan executable, is unknown: the executable's path could not be read)")
 	}
@@ -315,4 +323,19 @@ func (c *Config) RestartKeys(n *Config) []string {
 func (s Scanner) Equal(o Scanner) bool {
 	return s.Enabled == o.Enabled && s.Plugin == o.Plugin && s.SHA256 == o.SHA256 &&
 		s.Interval == o.Interval && s.Batch == o.Batch && maps.Equal(s.Options, o.Options)
+}
+
+// loopbackListen reports whether a listen address (host:port) accepts
+// connections from this machine only: a loopback IP or "localhost". An
+// empty host, 0.0.0.0 or :: listen everywhere.
+func loopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -232,3 +232,29 @@ func TestRestartKeys(t *testing.T) {
 	o.Options = map[string]string{"a": "2"}
 	assert.False(t, s.Equal(o))
 }
+
+// Admin endpoints on a listener other machines can reach must be chosen
+// explicitly: they have no authentication of their own.
+func TestRemoteAdminMustBeExplicit(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{"http: {listen: \"127.0.0.1:9464\"}\n", true},
+		{"http: {listen: \"localhost:9464\"}\n", true},
+		{"http: {listen: \"[::1]:9464\"}\n", true},
+		{"http: {listen: \"0.0.0.0:9464\"}\n", false},
+		{"http: {listen: \":9464\"}\n", false},
+		{"http: {listen: \"10.0.0.7:9464\"}\n", false},
+		{"http: {listen: \"0.0.0.0:9464\", admin: false}\n", true},
+		{"http: {listen: \"0.0.0.0:9464\", admin_remote: true}\n", true},
+	} {
+		_, err := Load(Sources{File: writeFile(t, tc.body), Environ: noEnv})
+		if tc.ok {
+			assert.NoError(t, err, tc.body)
+			continue
+		}
+		assert.ErrorIs(t, err, ErrInvalid, tc.body)
+		assert.ErrorContains(t, err, "is reachable from other machines and http.admin is on", tc.body)
+	}
+}

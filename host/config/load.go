@@ -181,8 +181,9 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 		},
 		"http": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
-				"listen": func(k string, v any) { d.str(k, v, &c.HTTP.Listen) },
-				"admin":  func(k string, v any) { d.boolean(k, v, &c.HTTP.Admin) },
+				"listen":       func(k string, v any) { d.str(k, v, &c.HTTP.Listen) },
+				"admin":        func(k string, v any) { d.boolean(k, v, &c.HTTP.Admin) },
+				"admin_remote": func(k string, v any) { d.boolean(k, v, &c.HTTP.AdminRemote) },
 			})
 		},
 		"log": func(key string, v any) {

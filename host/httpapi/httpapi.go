@@ -18,7 +18,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -188,7 +191,10 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		if !hostAllowed(w, r) {
+			return
+		}
 		writeJSON(w, http.StatusOK, src.Status())
 	})
 	if admin, ok := src.(Admin); ok {
@@ -227,7 +233,28 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 	return mux
 }
 
+// hostAllowed refuses /v1 requests whose Host is a DNS name other than
+// localhost: a web page can point its own name at 127.0.0.1 (DNS
+// rebinding) and then talk to this listener as if same-origin, but it
+// cannot make the browser send an IP address or "localhost" as the Host
+// of its own origin. Reach the API by IP or as localhost.
+func hostAllowed(w http.ResponseWriter, r *http.Request) bool {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" || net.ParseIP(host) != nil {
+		return true
+	}
+	http.Error(w, fmt.Sprintf("Host %q refused: the API answers requests addressed to an IP address or localhost only", r.Host), http.StatusForbidden)
+	return false
+}
+
 func allowed(w http.ResponseWriter, r *http.Request, admin Admin) bool {
+	if !hostAllowed(w, r) {
+		return false
+	}
 	if !admin.AdminEnabled() {
 		http.Error(w, "admin actions are disabled (http.admin: false)", http.StatusForbidden)
 		return false

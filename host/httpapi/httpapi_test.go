@@ -24,7 +24,7 @@ func (f fakeSource) Ready(context.Context) error { return f.ready }
 func get(t *testing.T, h http.Handler, path string) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9464"+path, nil))
 	b, _ := io.ReadAll(rec.Result().Body)
 	return rec.Code, string(b)
 }
@@ -56,4 +56,36 @@ func TestEndpoints(t *testing.T) {
 	assert.Contains(t, body, "scanner a is broken")
 	code, _ = get(t, notReady, "/healthz")
 	assert.Equal(t, 200, code, "liveness does not depend on readiness")
+}
+
+// /v1 answers requests addressed to an IP address or localhost, and
+// refuses other names (DNS rebinding: a page whose own name resolves to
+// 127.0.0.1); the plain probes stay open.
+func TestV1RefusesForeignHostNames(t *testing.T) {
+	h := Handler(prometheus.NewRegistry(), &fakeAdmin{})
+	do := func(method, target string) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(method, target, nil)
+		req.Header.Set(AdminHeader, "test")
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	for _, target := range []string{"http://127.0.0.1:9464", "http://localhost:9464", "http://[::1]:9464", "http://10.0.0.7:9464"} {
+		assert.Equal(t, http.StatusOK, do(http.MethodGet, target+"/v1/status"), target)
+	}
+	assert.Equal(t, http.StatusForbidden, do(http.MethodGet, "http://attacker.example:9464/v1/status"))
+	assert.Equal(t, http.StatusForbidden, do(http.MethodPost, "http://attacker.example:9464/v1/reload"))
+	assert.Equal(t, http.StatusOK, do(http.MethodPost, "http://127.0.0.1:9464/v1/reload"))
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "http://attacker.example:9464/healthz"), "probes stay open")
+}
+
+// fakeAdmin is a source that accepts admin actions.
+type fakeAdmin struct{ fakeSource }
+
+func (*fakeAdmin) AdminEnabled() bool { return true }
+func (*fakeAdmin) ReloadConfig(context.Context, string) (ReloadResult, error) {
+	return ReloadResult{}, nil
+}
+func (*fakeAdmin) ReloadPlugin(_ context.Context, name string, _, _ bool) (PluginSwapResult, error) {
+	return PluginSwapResult{Scanner: name, Outcome: "unchanged"}, nil
 }
