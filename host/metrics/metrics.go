@@ -190,7 +190,7 @@ func (m *Metrics) CallbackRefused(scanner, reason string) {
 
 func boundClass(c scannerapi.ErrorClass) string {
 	switch c {
-	case scannerapi.ErrTransport, scannerapi.ErrLua, scannerapi.ErrRefused, scannerapi.ErrServer:
+	case scannerapi.ErrTransport, scannerapi.ErrLua, scannerapi.ErrRefused, scannerapi.ErrServer, scannerapi.ErrInvalid:
 		return string(c)
 	}
 	return "other"

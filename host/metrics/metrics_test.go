@@ -63,3 +63,13 @@ func TestNamesAndUnits(t *testing.T) {
 	}
 	assert.Equal(t, 1.5, testutil.ToFloat64(m.lag.WithLabelValues("s")))
 }
+
+// Every class a scanner can report is exported under its own name:
+// docs/operations.md alerts on "invalid", so it must not turn into "other".
+func TestEveryClassIsExported(t *testing.T) {
+	m := New()
+	for _, c := range []scannerapi.ErrorClass{scannerapi.ErrTransport, scannerapi.ErrLua, scannerapi.ErrRefused, scannerapi.ErrServer, scannerapi.ErrInvalid} {
+		m.Errors("s", c, "x", 1)
+		assert.Equal(t, float64(1), testutil.ToFloat64(m.errors.WithLabelValues("s", string(c), "x")), c)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/valkeyreply"
 )
 
 // scanAll calls ScanPartition for every partition with candidates, with
@@ -174,7 +175,7 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 
 // classify maps a valkey-go error to an error class.
 func classify(err error) scannerapi.ErrorClass {
-	if _, ok := valkey.IsValkeyErr(err); ok {
+	if verr, ok := valkey.IsValkeyErr(err); ok && !valkeyreply.Transient(verr) {
 		return scannerapi.ErrServer
 	}
 	return scannerapi.ErrTransport

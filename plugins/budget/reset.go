@@ -286,7 +286,7 @@ func (sc *resetScan) record(it resetItem, probe, call scannerapi.Reply, outage b
 		if outage {
 			return
 		}
-		if sc.s.failures.RecordFailure(bid, sc.req.Cycle) {
+		if sc.s.failures.RecordFailureClass(bid, sc.req.Cycle, o.class) {
 			sc.log.Error("persistent ff_reset_budget failure; skipping the budget for a while",
 				"budget_id", bid, "class", o.class, "code", o.code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
 		}

@@ -472,7 +472,7 @@ func (sc *scan) absorbFlow(f *flow, r []scannerapi.Reply) []*member {
 		class, code := scanutil.ClassifyReply(bad)
 		sc.res.AddError(class, "flow_read_"+code, 1)
 		f.retry = true
-		if sc.s.failures.RecordFailure(flowKeyPrefix+f.member, sc.req.Cycle) {
+		if sc.s.failures.RecordFailureClass(flowKeyPrefix+f.member, sc.req.Cycle, class) {
 			sc.log.Error("flow keeps failing; skipping it for a while", "flow_id", f.member, "class", class, "code", code)
 		}
 		return nil
@@ -722,7 +722,7 @@ func (sc *scan) memberFailed(m *member, class scannerapi.ErrorClass, code string
 	if class != scannerapi.ErrInvalid {
 		m.f.retry = true
 	}
-	if sc.s.failures.RecordFailure(m.raw, sc.req.Cycle) {
+	if sc.s.failures.RecordFailureClass(m.raw, sc.req.Cycle, class) {
 		sc.log.Error("member cancel keeps failing; skipping it for a while",
 			"execution_id", m.raw, "flow_id", m.f.member, "class", class, "code", code,
 			"backoff_cycles", scannerapi.DefaultBackoffCycles)

@@ -269,7 +269,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 				s.failures.RecordSuccess(eid)
 				continue
 			}
-			if s.failures.RecordFailure(eid, req.Cycle) {
+			if s.failures.RecordFailureClass(eid, req.Cycle, class) {
 				log.Error("reconciling this child keeps failing; skipping it for a while",
 					"execution_id", eid, "class", class, "backoff_cycles", scannerapi.DefaultBackoffCycles)
 			}

@@ -408,7 +408,7 @@ func (sc *scan) record(it item, o outcome) {
 		}
 	case outLuaError, outFailed:
 		sc.res.AddError(o.class, o.code, 1)
-		if sc.s.failures.RecordFailure(eid, sc.req.Cycle) {
+		if sc.s.failures.RecordFailureClass(eid, sc.req.Cycle, o.class) {
 			sc.log.Error("persistent FCALL failure; skipping the execution for a while",
 				"execution_id", eid, "class", o.class, "code", o.code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
 		}

@@ -165,7 +165,7 @@ func (sc *scan) finalize(it *item) {
 // failed counts a failure of an entry and feeds the tracker.
 func (sc *scan) failed(it *item, class scannerapi.ErrorClass, code string) {
 	sc.res.AddError(class, code, 1)
-	if sc.s.failures.RecordFailure(it.member, sc.req.Cycle) {
+	if sc.s.failures.RecordFailureClass(it.member, sc.req.Cycle, class) {
 		sc.log.Error("execution keeps failing; skipping it for a while",
 			"execution_id", it.member, "class", class, "code", code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
 	}

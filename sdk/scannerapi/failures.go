@@ -87,6 +87,18 @@ func (t *FailureTracker) ShouldSkip(key string, cycle uint64) bool {
 	return false
 }
 
+// RecordFailureClass is RecordFailure for a failure of the given class:
+// a failure of class transport (no reply: a connection, a timeout, or the
+// cluster declining for a moment with TRYAGAIN, MOVED, CLUSTERDOWN,
+// LOADING, READONLY...) says nothing about the item and is not counted;
+// the item is simply tried again next time.
+func (t *FailureTracker) RecordFailureClass(key string, cycle uint64, class ErrorClass) bool {
+	if class == ErrTransport {
+		return false
+	}
+	return t.RecordFailure(key, cycle)
+}
+
 // RecordFailure counts a failure of key at cycle. It returns true when this
 // failure starts a backoff (the count reached the threshold and the item
 // was not already backed off), so the caller can log it once.

@@ -89,3 +89,17 @@ func TestFailureTrackerConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.LessOrEqual(t, ft.Len(), 17)
 }
+
+// Transport failures (no reply, or the cluster declining for a moment)
+// never back an item off, however many there are; other classes do.
+func TestFailureTrackerIgnoresTransport(t *testing.T) {
+	ft := scannerapi.NewFailureTracker()
+	for c := uint64(1); c <= 10; c++ {
+		assert.False(t, ft.RecordFailureClass("e", c, scannerapi.ErrTransport))
+		assert.False(t, ft.ShouldSkip("e", c))
+	}
+	assert.Equal(t, 0, ft.Len(), "nothing counted")
+	assert.False(t, ft.RecordFailureClass("e", 11, scannerapi.ErrServer))
+	assert.False(t, ft.RecordFailureClass("e", 12, scannerapi.ErrLua))
+	assert.True(t, ft.RecordFailureClass("e", 13, scannerapi.ErrServer), "the third item failure backs off")
+}

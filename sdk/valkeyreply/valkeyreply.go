@@ -8,14 +8,17 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
-// Of converts a valkey-go result. A RESP error reply is class server; a
-// result without a reply (connection, timeout, context) is class transport.
+// Of converts a valkey-go result. A RESP error reply is class server,
+// except the cluster's transient ones (see Transient), which are class
+// transport like a result without a reply (connection, timeout, context):
+// the command did not run, it should simply be tried again.
 func Of(r valkey.ValkeyResult) scannerapi.Reply {
 	msg, err := r.ToMessage()
 	if err != nil {
@@ -24,7 +27,11 @@ func Of(r valkey.ValkeyResult) scannerapi.Reply {
 		}
 		var verr *valkey.ValkeyError
 		if errors.As(err, &verr) {
-			return scannerapi.Reply{Kind: scannerapi.KindError, Err: verr.Error(), ErrClass: scannerapi.ErrServer}
+			class := scannerapi.ErrServer
+			if Transient(verr) {
+				class = scannerapi.ErrTransport
+			}
+			return scannerapi.Reply{Kind: scannerapi.KindError, Err: verr.Error(), ErrClass: class}
 		}
 		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrTransport}
 	}
@@ -83,4 +90,27 @@ func convert(m *valkey.ValkeyMessage) scannerapi.Reply {
 		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: scannerapi.ErrServer}
 	}
 	return scannerapi.Reply{Kind: scannerapi.KindString, Str: fmt.Sprint(v)}
+}
+
+// Transient reports the error replies with which a server declines a
+// command it did not run, for a moment, because of the cluster's state: a
+// slot migrating (TRYAGAIN, and MOVED/ASK the client did not follow), a
+// failover under way (CLUSTERDOWN, MASTERDOWN, READONLY from a demoted
+// primary), a restart loading its data (LOADING). They say nothing about
+// the item: counting them against it (a poison backoff, a page) would
+// punish work for the cluster's weather.
+func Transient(err *valkey.ValkeyError) bool {
+	if err == nil {
+		return false
+	}
+	if err.IsTryAgain() || err.IsClusterDown() || err.IsLoading() {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range []string{"MOVED ", "ASK ", "MASTERDOWN", "READONLY"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
