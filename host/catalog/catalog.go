@@ -60,6 +60,7 @@ var (
 	ErrNotFound      = errors.New("plugin not found")
 	ErrSymlink       = errors.New("plugin is a symlink")
 	ErrWorldWritable = errors.New("world-writable")
+	ErrForeignOwner  = errors.New("owned by another user")
 	ErrNotExecutable = errors.New("plugin is not an executable regular file")
 	ErrHashMismatch  = errors.New("sha256 mismatch")
 )
@@ -136,8 +137,12 @@ func (c *Catalog) Stage(name, pin string) (Entry, error) {
 	defer f.Close()
 	// The checks again, on the file actually opened (it may have been
 	// replaced since check looked at the name).
-	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 || info.Mode().Perm()&0o002 != 0 {
+	info, err := f.Stat()
+	if err != nil || !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 || info.Mode().Perm()&0o002 != 0 {
 		return Entry{}, fmt.Errorf("%w: %s changed while it was being checked", ErrNotExecutable, path)
+	}
+	if err := ownedByUsOrRoot("plugin "+path, info); err != nil {
+		return Entry{}, err
 	}
 	body, err := io.ReadAll(f)
 	if err != nil {
@@ -246,6 +251,9 @@ func (c *Catalog) check(name string) (string, error) {
 	if dinfo.Mode().Perm()&0o002 != 0 {
 		return "", fmt.Errorf("plugin_dir %s is %w (mode %s): anyone could replace a plugin; chmod o-w it", c.dir, ErrWorldWritable, dinfo.Mode().Perm())
 	}
+	if err := ownedByUsOrRoot("plugin_dir "+c.dir, dinfo); err != nil {
+		return "", err
+	}
 	path := filepath.Join(c.dir, name)
 	info, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -264,7 +272,23 @@ func (c *Catalog) check(name string) (string, error) {
 	if info.Mode().Perm()&0o002 != 0 {
 		return "", fmt.Errorf("plugin %s is %w (mode %s): anyone could replace its code; chmod o-w it", path, ErrWorldWritable, info.Mode().Perm())
 	}
+	if err := ownedByUsOrRoot("plugin "+path, info); err != nil {
+		return "", err
+	}
 	return path, nil
+}
+
+// ownedByUsOrRoot refuses a file or directory owned by a user other than
+// the host's own or root: that user could replace the code the host runs.
+func ownedByUsOrRoot(what string, info fs.FileInfo) error {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil // not a Unix file system: nothing to compare
+	}
+	if uid := int(st.Uid); uid != 0 && uid != os.Getuid() {
+		return fmt.Errorf("%s is %w (uid %d): only this user (uid %d) or root may own plugins, since the owner could replace their code; chown it", what, ErrForeignOwner, uid, os.Getuid())
+	}
+	return nil
 }
 
 func hashFile(path string) (string, error) {

@@ -95,3 +95,23 @@ func TestNotFoundAndNotExecutable(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"good"}, names)
 }
+
+// A plugin or plugin directory owned by another user (neither this one
+// nor root) is refused: that user could replace the code.
+func TestForeignOwnerRefused(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("changing a file's owner needs root")
+	}
+	c, dir := setup(t)
+	p := filepath.Join(dir, "theirs")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o755))
+	require.NoError(t, os.Chown(p, 65534, 65534))
+	_, err := c.Verify("theirs", "")
+	require.ErrorIs(t, err, ErrForeignOwner)
+	assert.Contains(t, err.Error(), "uid 65534")
+
+	require.NoError(t, os.Chown(dir, 65534, 65534))
+	_, err = c.Verify("good", "")
+	require.ErrorIs(t, err, ErrForeignOwner)
+	assert.Contains(t, err.Error(), "plugin_dir")
+}

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -224,6 +225,13 @@ func (c *Config) validate() []error {
 	for i, l := range c.Lanes {
 		if err := keys.ValidateLane(l); err != nil {
 			bad(fmt.Sprintf("lanes[%d]", i), "%v", err)
+		}
+	}
+	if c.HTTP.Listen != "" {
+		if _, port, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+			bad("http.listen", "%q is not host:port (e.g. \"127.0.0.1:9464\"; empty disables the listener)", c.HTTP.Listen)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			bad("http.listen", "%q: port %q is not a number in 0..65535", c.HTTP.Listen, port)
 		}
 	}
 	if c.HTTP.Admin && !c.HTTP.AdminRemote && c.HTTP.Listen != "" && !loopbackListen(c.HTTP.Listen) {

@@ -258,3 +258,15 @@ func TestRemoteAdminMustBeExplicit(t *testing.T) {
 		assert.ErrorContains(t, err, "is reachable from other machines and http.admin is on", tc.body)
 	}
 }
+
+// A listen address that cannot be bound is a configuration error at load,
+// not a failure after boot.
+func TestBadListenAddressIsRefusedAtLoad(t *testing.T) {
+	for _, l := range []string{"9464", "localhost", "127.0.0.1:http", "127.0.0.1:70000"} {
+		_, err := Load(Sources{Environ: noEnv, Flags: map[string]any{"http.listen": l}})
+		assert.ErrorIs(t, err, ErrInvalid, l)
+		assert.ErrorContains(t, err, "http.listen", l)
+	}
+	_, err := Load(Sources{Environ: noEnv, Flags: map[string]any{"http.listen": ""}})
+	assert.NoError(t, err, "empty disables the listener")
+}
