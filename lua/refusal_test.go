@@ -136,3 +136,20 @@ func TestRefusesNonObjectAttemptPolicyWritingNothing(t *testing.T) {
 	// The grant survived the refusals: a well-formed claim goes through.
 	assert.Equal(t, "1", claim(`{"timeout_ms":45000}`)[0])
 }
+
+// A liveness TTL PX cannot take (zero, negative, fractional) fails
+// FlowFabric's registration at its first write; ours refuses it with
+// nothing written, and a whole positive TTL registers.
+func TestRefusesUnusableWorkerTTLWritingNothing(t *testing.T) {
+	c := refusalServer(t)
+	keys := []string{"ff:worker:ns:w-1:alive", "ff:worker:ns:w-1:caps", "ff:idx:ns:workers"}
+	register := func(ttl string) []string {
+		return replyOf(t, fcallArgs(c, "ff_register_worker", keys, "w-1", "w", "default", "", ttl, "1700000000000"))
+	}
+	before := keyspace(t, c)
+	for _, ttl := range []string{"0", "-5", "1.5"} {
+		assert.Equal(t, []string{"0", "invalid_input", "ttl_ms must be a positive whole number, got: " + ttl}, register(ttl), ttl)
+		assert.Equal(t, before, keyspace(t, c), "a refused registration writes nothing (ttl %s)", ttl)
+	}
+	assert.Equal(t, []string{"1", "OK", "registered"}, register("30000"))
+}
