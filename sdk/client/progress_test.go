@@ -1,0 +1,62 @@
+package client_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/client"
+)
+
+// A task reports progress on its execution; bad input is refused at the
+// edge, a revoked lease by the library, a finished task by the client,
+// and none of those writes anything.
+func TestUpdateProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	id := e.create(t, client.CreateRequest{Kind: "render"})
+	w := e.worker(t, client.WorkerOptions{InstanceID: "p1"})
+	task := claim(t, w)
+	core := keys.Exec(id).Core()
+	field := func(f string) string {
+		v, err := e.do(t, "HGET", core, f).ToString()
+		if err != nil {
+			return ""
+		}
+		return v
+	}
+
+	require.NoError(t, task.UpdateProgress(ctx, 40, "halfway there"))
+	assert.Equal(t, "40", field("progress_pct"))
+	assert.Equal(t, "halfway there", field("progress_message"))
+	assert.NotEmpty(t, field("progress_updated_at"))
+
+	// An empty message keeps the stored one.
+	require.NoError(t, task.UpdateProgress(ctx, 70, ""))
+	assert.Equal(t, "70", field("progress_pct"))
+	assert.Equal(t, "halfway there", field("progress_message"))
+
+	var ve *client.ValidationError
+	require.ErrorAs(t, task.UpdateProgress(ctx, 101, ""), &ve)
+	require.ErrorAs(t, task.UpdateProgress(ctx, -1, ""), &ve)
+	assert.Equal(t, "70", field("progress_pct"), "refused at the edge: nothing written")
+
+	// An operator revokes the lease: the library refuses the update.
+	ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
+	require.NoError(t, e.do(t, "FCALL", "ff_revoke_lease", "5", core, ek.LeaseCurrent(), ek.LeaseHistory(),
+		pk.LeaseExpiry(), pk.WorkerLeases("p1"), id.String(), "", "operator").Error())
+	err := task.UpdateProgress(ctx, 90, "nearly")
+	require.ErrorIs(t, err, client.ErrLeaseRevoked)
+	assert.Equal(t, "70", field("progress_pct"))
+
+	// A finished task answers ErrTaskFinished without a call.
+	id2 := e.create(t, client.CreateRequest{Kind: "render"})
+	task2 := claim(t, e.worker(t, client.WorkerOptions{InstanceID: "p2"}))
+	require.Equal(t, id2, task2.ID())
+	_, err = task2.Complete(ctx, nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, task2.UpdateProgress(ctx, 10, ""), client.ErrTaskFinished)
+}
