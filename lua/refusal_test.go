@@ -153,3 +153,26 @@ func TestRefusesUnusableWorkerTTLWritingNothing(t *testing.T) {
 	}
 	assert.Equal(t, []string{"1", "OK", "registered"}, register("30000"))
 }
+
+// ff_set_flow_tags moves tags an older layout kept on the flow core into
+// the flow's tags hash on its first call, once (tags_migrated=1).
+func TestFlowTagsMigrateInlineTagsOnce(t *testing.T) {
+	c := refusalServer(t)
+	ctx := context.Background()
+	core, tags := "ff:flow:{fp:5}:f0000000-0000-4000-8000-000000000005:core", "ff:flow:{fp:5}:f0000000-0000-4000-8000-000000000005:tags"
+	require.NoError(t, c.Do(ctx, c.B().Hset().Key(core).FieldValue().FieldValue("flow_id", "f0000000-0000-4000-8000-000000000005").FieldValue("legacy.owner", "ops").Build()).Error())
+	assert.Equal(t, []string{"1", "OK", "1"}, replyOf(t, fcallArgs(c, "ff_set_flow_tags", []string{core, tags}, "app.tier", "gold")))
+	got, err := c.Do(ctx, c.B().Hgetall().Key(tags).Build()).AsStrMap()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"legacy.owner": "ops", "app.tier": "gold"}, got)
+	inline, err := c.Do(ctx, c.B().Hexists().Key(core).Field("legacy.owner").Build()).AsBool()
+	require.NoError(t, err)
+	assert.False(t, inline, "moved off the core")
+
+	// Once marked, a tag-like field on the core is no longer scanned.
+	require.NoError(t, c.Do(ctx, c.B().Hset().Key(core).FieldValue().FieldValue("late.field", "x").Build()).Error())
+	assert.Equal(t, []string{"1", "OK", "1"}, replyOf(t, fcallArgs(c, "ff_set_flow_tags", []string{core, tags}, "app.tier", "silver")))
+	still, err := c.Do(ctx, c.B().Hexists().Key(core).Field("late.field").Build()).AsBool()
+	require.NoError(t, err)
+	assert.True(t, still)
+}

@@ -498,3 +498,29 @@ function H.attempt_policy_fields(json)
   end
   return H.flatten_policy(json)
 end
+
+-- H.TAG_KEY matches a caller-namespaced tag name, "<caller>.<field>":
+-- a lowercase caller, a dot, then at least one character that is not a
+-- dot. Tags from different callers cannot collide.
+H.TAG_KEY = '^[a-z][a-z0-9_]*%.[^.]'
+
+-- H.tag_pairs_error(args) -> the invalid_input tuple for an empty or odd
+-- list of tag pairs, else nil.
+function H.tag_pairs_error(args)
+  local n = #args
+  if n == 0 or n % 2 ~= 0 then
+    return H.err('invalid_input', 'tags must be non-empty even-length key/value pairs')
+  end
+  return nil
+end
+
+-- H.tag_key_error(args) -> invalid_tag_key with the first tag name of the
+-- pairs that is not caller-namespaced, else nil.
+function H.tag_key_error(args)
+  for i = 1, #args, 2 do
+    if not string.find(args[i], H.TAG_KEY) then
+      return H.err('invalid_tag_key', args[i])
+    end
+  end
+  return nil
+end

@@ -452,18 +452,13 @@ end)
 -- Keys must be namespaced "<caller>.<field>" so tags from different callers
 -- cannot collide.
 redis.register_function('ff_set_execution_tags', function(keys, args)
-  local n = #args
   -- FlowFabric's order: argument shape, existence, then each key.
-  if n == 0 or n % 2 ~= 0 then
-    return H.err('invalid_input', 'tags must be non-empty even-length key/value pairs')
-  end
+  local e = H.tag_pairs_error(args)
+  if e then return e end
   if redis.call('EXISTS', keys[1]) == 0 then return H.err('execution_not_found') end
-  for i = 1, n, 2 do
-    if not string.find(args[i], '^[a-z][a-z0-9_]*%.[^.]') then
-      return H.err('invalid_tag_key', args[i])
-    end
-  end
+  e = H.tag_key_error(args)
+  if e then return e end
   redis.call('HSET', keys[2], unpack(args))
   redis.call('HSET', keys[1], 'last_mutation_at', H.int(H.now_ms()))
-  return H.ok(H.int(n / 2))
+  return H.ok(H.int(#args / 2))
 end)

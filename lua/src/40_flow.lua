@@ -588,3 +588,37 @@ redis.register_function('ff_ack_cancel_member', function(keys, args)
   end
   return {1, 'OK'}
 end)
+
+-- ff_set_flow_tags
+-- KEYS: flow core, flow tags. ARGV: key1, value1, key2, value2, ...
+-- Reply: OK, <pairs written>. Tags live in the flow's own tags hash. The
+-- first call also moves tags an older layout kept on the flow core (fields
+-- named like tags) into it and marks the core tags_migrated=1, so later
+-- calls skip that scan.
+redis.register_function('ff_set_flow_tags', function(keys, args)
+  -- FlowFabric's order: argument shape, existence, then each key.
+  local e = H.tag_pairs_error(args)
+  if e then return e end
+  if redis.call('EXISTS', keys[1]) == 0 then return H.err('flow_not_found') end
+  e = H.tag_key_error(args)
+  if e then return e end
+  if redis.call('HGET', keys[1], 'tags_migrated') ~= '1' then
+    local flat = redis.call('HGETALL', keys[1])
+    local moved, names = {}, {}
+    for i = 1, #flat, 2 do
+      if string.find(flat[i], H.TAG_KEY) then
+        moved[#moved + 1] = flat[i]
+        moved[#moved + 1] = flat[i + 1]
+        names[#names + 1] = flat[i]
+      end
+    end
+    if #moved > 0 then
+      redis.call('HSET', keys[2], unpack(moved))
+      redis.call('HDEL', keys[1], unpack(names))
+    end
+    redis.call('HSET', keys[1], 'tags_migrated', '1')
+  end
+  redis.call('HSET', keys[2], unpack(args))
+  redis.call('HSET', keys[1], 'last_mutation_at', H.int(H.now_ms()))
+  return H.ok(H.int(#args / 2))
+end)

@@ -41,16 +41,42 @@ var tagKeyPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*\.[^.]`)
 // as "<caller>.<field>" (e.g. "billing.customer"). Keys are sent sorted so
 // the call is deterministic.
 func (c *Client) SetTags(ctx context.Context, id keys.ExecutionID, tags map[string]string) error {
+	args, err := c.tagPairs(tags)
+	if err != nil {
+		return err
+	}
+	ek := keys.Exec(id)
+	_, err = c.call(ctx, lua.Call{Function: "ff_set_execution_tags", Keys: []string{ek.Core(), ek.Tags()}, Args: args})
+	return err
+}
+
+// SetFlowTags adds or overwrites tags of a flow (ff_set_flow_tags), with
+// the same rules as SetTags. A flow that does not exist answers
+// ErrFlowNotFound.
+func (c *Client) SetFlowTags(ctx context.Context, fid keys.FlowID, tags map[string]string) error {
+	args, err := c.tagPairs(tags)
+	if err != nil {
+		return err
+	}
+	fk := keys.Flow(c.parts, fid)
+	_, err = c.call(ctx, lua.Call{Function: "ff_set_flow_tags", Keys: []string{fk.Core(), fk.Tags()}, Args: args})
+	return err
+}
+
+// tagPairs checks tags at the edge (non-empty, namespaced keys, the size
+// limits) and returns them as key/value arguments, sorted by key so the
+// call is deterministic.
+func (c *Client) tagPairs(tags map[string]string) ([]string, error) {
 	if len(tags) == 0 {
-		return invalid("tags", "no tags given")
+		return nil, invalid("tags", "no tags given")
 	}
 	if _, err := c.tagsJSON(tags); err != nil {
-		return err
+		return nil, err
 	}
 	names := make([]string, 0, len(tags))
 	for k := range tags {
 		if !tagKeyPattern.MatchString(k) {
-			return invalid(fmt.Sprintf("tags[%q]", k), "key must look like <caller>.<field>, e.g. billing.customer")
+			return nil, invalid(fmt.Sprintf("tags[%q]", k), "key must look like <caller>.<field>, e.g. billing.customer")
 		}
 		names = append(names, k)
 	}
@@ -59,9 +85,7 @@ func (c *Client) SetTags(ctx context.Context, id keys.ExecutionID, tags map[stri
 	for _, k := range names {
 		args = append(args, k, tags[k])
 	}
-	ek := keys.Exec(id)
-	_, err := c.call(ctx, lua.Call{Function: "ff_set_execution_tags", Keys: []string{ek.Core(), ek.Tags()}, Args: args})
-	return err
+	return args, nil
 }
 
 // CancelOptions describe a producer-side cancel.

@@ -60,3 +60,31 @@ func TestUpdateProgress(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, task2.UpdateProgress(ctx, 10, ""), client.ErrTaskFinished)
 }
+
+// Flow tags: written to the flow's tags hash; bad keys refused at the edge
+// with nothing written; a missing flow is ErrFlowNotFound.
+func TestSetFlowTags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	fid := e.createFlow(t)
+	fk := keys.Flow(e.c.Partitions(), fid)
+	require.NoError(t, e.c.SetFlowTags(ctx, fid, map[string]string{"billing.owner": "team-a", "app.tier": "gold"}))
+	got, err := e.do(t, "HGETALL", fk.Tags()).AsStrMap()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"billing.owner": "team-a", "app.tier": "gold"}, got)
+	migrated, err := e.do(t, "HGET", fk.Core(), "tags_migrated").ToString()
+	require.NoError(t, err)
+	assert.Equal(t, "1", migrated)
+
+	var ve *client.ValidationError
+	require.ErrorAs(t, e.c.SetFlowTags(ctx, fid, map[string]string{"owner": "x"}), &ve)
+	require.ErrorAs(t, e.c.SetFlowTags(ctx, fid, nil), &ve)
+	got, err = e.do(t, "HGETALL", fk.Tags()).AsStrMap()
+	require.NoError(t, err)
+	assert.Len(t, got, 2, "refused at the edge: nothing written")
+
+	missing, err := keys.ParseFlowID("f0000000-0000-4000-8000-0000000000ff")
+	require.NoError(t, err)
+	require.ErrorIs(t, e.c.SetFlowTags(ctx, missing, map[string]string{"app.x": "1"}), client.ErrFlowNotFound)
+}
