@@ -236,8 +236,9 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
   if remaining ~= nil and remaining > 0 then
     redis.call('ZADD', keys[10], H.int(now + remaining), eid)
   end
+  -- FlowFabric's field order: the attempt index before its id.
   H.xadd_history(keys[8], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
-    'attempt_id', attempt_id, 'attempt_index', idx, 'worker_id', worker_id,
+    'attempt_index', idx, 'attempt_id', attempt_id, 'worker_id', worker_id,
     'reason', 'claim_resumed', 'ts', ts)
   return H.ok(lease_id, epoch, expires, attempt_id, idx, 'resumed')
 end)

@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,4 +89,48 @@ func TestSetFlowTags(t *testing.T) {
 	missing, err := keys.ParseFlowID("f0000000-0000-4000-8000-0000000000ff")
 	require.NoError(t, err)
 	require.ErrorIs(t, e.c.SetFlowTags(ctx, missing, map[string]string{"app.x": "1"}), client.ErrFlowNotFound)
+}
+
+// Delay parks the execution with its attempt; once promoted it is
+// claimed again as the same attempt, resumed.
+func TestDelayThenResume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	id := e.create(t, client.CreateRequest{Kind: "poll"})
+	w := e.worker(t, client.WorkerOptions{InstanceID: "d1"})
+	task := claim(t, w)
+	attempt := task.AttemptID()
+
+	var ve *client.ValidationError
+	require.ErrorAs(t, task.Delay(ctx, time.Now().Add(-time.Second)), &ve)
+
+	until := time.Now().Add(time.Hour)
+	require.NoError(t, task.Delay(ctx, until))
+	require.ErrorIs(t, task.Delay(ctx, until), client.ErrTaskFinished)
+	s := e.state(t, id)
+	assert.Equal(t, client.PhaseRunnable, s.LifecyclePhase)
+	assert.Equal(t, "delayed", s.PublicState)
+	pk := keys.FlowPart(id.Partition())
+	score, ok := e.zscore(t, pk.LaneDelayed("default"), id.String())
+	require.True(t, ok)
+	assert.Equal(t, float64(until.UnixMilli()), score)
+	assert.Equal(t, 0, w.InFlight(), "the permit returned")
+
+	// Promote as the delayed promoter would at that time, then claim.
+	require.NoError(t, e.do(t, "FCALL", "ff_promote_delayed", "3", keys.Exec(id).Core(), pk.LaneDelayed("default"),
+		pk.LaneEligible("default"), id.String(), strconv.FormatInt(until.UnixMilli()+1, 10)).Error())
+	again := claim(t, w)
+	assert.Equal(t, id, again.ID())
+	assert.Equal(t, "resumed", again.AttemptType())
+	assert.Equal(t, attempt, again.AttemptID(), "the same attempt continues")
+	assert.Equal(t, uint64(2), again.LeaseEpoch())
+
+	// Waiting for children parks it in the dependency set.
+	require.NoError(t, again.WaitForChildren(ctx))
+	s = e.state(t, id)
+	assert.Equal(t, "waiting_children", s.PublicState)
+	_, ok = e.zscore(t, pk.LaneBlockedDependencies("default"), id.String())
+	assert.True(t, ok)
+	require.ErrorIs(t, again.WaitForChildren(ctx), client.ErrTaskFinished)
 }
