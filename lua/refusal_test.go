@@ -176,3 +176,26 @@ func TestFlowTagsMigrateInlineTagsOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, still)
 }
+
+// A jitter that is not a number, reached when the rate limit is hit (where
+// FlowFabric's admission fails on it), is refused; the window keeps its
+// admissions.
+func TestRefusesNonNumericJitterAtTheLimit(t *testing.T) {
+	c := refusalServer(t)
+	q := "ff:quota:{q:1}:d0000000-0000-4000-8000-000000000001"
+	admit := func(eid, now, jitter string) []string {
+		return replyOf(t, fcallArgs(c, "ff_check_admission_and_record",
+			[]string{q + ":window:default", q + ":concurrency", q, q + ":admitted:" + eid, q + ":admitted_set"},
+			now, "60", "1", "0", eid, jitter))
+	}
+	assert.Equal(t, []string{"ADMITTED"}, admit("{fp:1}:e1", "1700000000000", "soon"), "below the limit the jitter is not used")
+	before := keyspace(t, c)
+	assert.Equal(t, []string{"0", "invalid_input", "jitter_ms must be a number, got: soon"}, admit("{fp:1}:e2", "1700000001000", "soon"))
+	assert.Equal(t, before, keyspace(t, c))
+	// (replyOf reads numbers as the 1/0 status flag: read this one raw.)
+	raw, err := fcallArgs(c, "ff_check_admission_and_record",
+		[]string{q + ":window:default", q + ":concurrency", q, q + ":admitted:{fp:1}:e2", q + ":admitted_set"},
+		"1700000001000", "60", "1", "0", "{fp:1}:e2", "0").AsStrSlice()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"RATE_EXCEEDED", "59000"}, raw)
+}
