@@ -622,3 +622,46 @@ redis.register_function('ff_set_flow_tags', function(keys, args)
   redis.call('HSET', keys[1], 'last_mutation_at', H.int(H.now_ms()))
   return H.ok(H.int(#args / 2))
 end)
+
+-- ff_set_edge_group_policy
+-- KEYS: flow core, edge group (of the downstream execution). ARGV:
+-- policy_variant (all_of | any_of | quorum), on_satisfied
+-- (cancel_remaining | let_run; required for any_of and quorum), k (quorum
+-- size, at least 1 for quorum), now_ms. Reply: OK, set | OK, already_set.
+-- The policy is fixed once an edge into the group was applied.
+redis.register_function('ff_set_edge_group_policy', function(keys, args)
+  local variant = args[1]
+  local on_satisfied = args[2] or ''
+  if redis.call('EXISTS', keys[1]) == 0 then return H.err('flow_not_found') end
+  if variant ~= 'all_of' and variant ~= 'any_of' and variant ~= 'quorum' then
+    return H.err('invalid_input', 'unsupported_policy_variant: ' .. tostring(variant))
+  end
+  local k = tonumber(args[3] or '0') or 0
+  if variant == 'quorum' and k < 1 then
+    return H.err('invalid_input', 'quorum k must be >= 1')
+  end
+  if variant ~= 'all_of' and on_satisfied ~= 'cancel_remaining' and on_satisfied ~= 'let_run' then
+    return H.err('invalid_input', 'on_satisfied required for any_of/quorum: cancel_remaining | let_run')
+  end
+  if (tonumber(redis.call('HGET', keys[2], 'n') or '0') or 0) > 0 then
+    return H.err('invalid_input', 'edge_group_policy_already_fixed: dependencies already staged')
+  end
+  -- Restating the stored variant changes nothing (on_satisfied and k
+  -- included), as in FlowFabric.
+  if redis.call('HGET', keys[2], 'policy_variant') == variant then
+    return H.ok('already_set')
+  end
+  local k_s = tostring(k)
+  if k == math.floor(k) and math.abs(k) < 1e15 then k_s = H.int(k) end
+  redis.call('HSET', keys[2],
+    'policy_variant', variant,
+    'on_satisfied', on_satisfied,
+    'k', k_s,
+    'n', '0',
+    'succeeded', '0',
+    'failed', '0',
+    'skipped', '0',
+    'group_state', 'pending',
+    'created_at', args[4] or '')
+  return H.ok('set')
+end)
