@@ -131,6 +131,7 @@ do
     ff_stage_dependency_edge = {flow_graph_of(1)},
     ff_report_usage_and_check = {dedup_key_arg},
     ff_resolve_dependency = {flow_graph_of(13), exec_core_of_tag},
+    ff_reconcile_sibling_cancel_group = {exec_core_of_tag},
   }
 
   local function allowed(name, key, keys, args)

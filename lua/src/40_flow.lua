@@ -665,3 +665,70 @@ redis.register_function('ff_set_edge_group_policy', function(keys, args)
     'created_at', args[4] or '')
   return H.ok('set')
 end)
+
+-- The sibling-cancel bookkeeping of an any_of/quorum group with
+-- on_satisfied cancel_remaining: when the group fires, the downstream's
+-- edge group carries cancel_siblings_pending_flag "true" and the
+-- '|'-separated ids of the siblings still running
+-- (cancel_siblings_pending_members), and '<flow_id>|<downstream eid>' is
+-- added to the partition's pending_cancel_groups set. The dispatcher
+-- cancels the siblings, then drains; the reconciler finishes drains a
+-- crash interrupted.
+
+-- cancel_group_args(args) -> the pending set member, or nil plus the
+-- invalid_args tuple.
+local function cancel_group_member(args)
+  local flow_id, downstream = args[1] or '', args[2] or ''
+  if not H.is_set(flow_id) or not H.is_set(downstream) then
+    return nil, H.err('invalid_args', 'flow_id and downstream_eid required')
+  end
+  return flow_id .. '|' .. downstream
+end
+
+local PENDING_FIELDS = {'cancel_siblings_pending_flag', 'cancel_siblings_pending_members'}
+
+-- ff_drain_sibling_cancel_group
+-- KEYS: pending_cancel_groups, edge group. ARGV: flow_id, downstream eid.
+-- Reply: OK, drained | already_drained | drained_sans_group, "". The
+-- reason and satisfied_at stay on the group.
+redis.register_function('ff_drain_sibling_cancel_group', function(keys, args)
+  local member, e = cancel_group_member(args)
+  if e then return e end
+  local removed = redis.call('SREM', keys[1], member)
+  local group = redis.call('EXISTS', keys[2]) == 1
+  if group then redis.call('HDEL', keys[2], unpack(PENDING_FIELDS)) end
+  if removed == 0 then return H.ok('already_drained', '') end
+  if not group then return H.ok('drained_sans_group', '') end
+  return H.ok('drained', '')
+end)
+
+-- ff_reconcile_sibling_cancel_group
+-- KEYS: pending_cancel_groups, edge group. ARGV: flow_id, downstream eid.
+-- Reply: OK, no_op, not_in_set | siblings_running; OK, sremmed_stale,
+-- missing_edgegroup | flag_cleared; OK, completed_drain, "". A group whose
+-- siblings still run is the dispatcher's: left alone. Reads the siblings'
+-- cores (same hash tag as the group; a missing core counts as ended).
+redis.register_function('ff_reconcile_sibling_cancel_group', function(keys, args)
+  local member, e = cancel_group_member(args)
+  if e then return e end
+  if redis.call('SISMEMBER', keys[1], member) == 0 then return H.ok('no_op', 'not_in_set') end
+  if redis.call('EXISTS', keys[2]) == 0 then
+    redis.call('SREM', keys[1], member)
+    return H.ok('sremmed_stale', 'missing_edgegroup')
+  end
+  if redis.call('HGET', keys[2], 'cancel_siblings_pending_flag') ~= 'true' then
+    redis.call('SREM', keys[1], member)
+    return H.ok('sremmed_stale', 'flag_cleared')
+  end
+  local members = redis.call('HGET', keys[2], 'cancel_siblings_pending_members') or ''
+  local tag = string.match(keys[2], '(%b{})') or ''
+  if H.is_set(members) and H.is_set(tag) then
+    for sibling in string.gmatch(members, '([^|]+)') do
+      local phase = redis.call('HGET', 'ff:exec:' .. tag .. ':' .. sibling .. ':core', 'lifecycle_phase')
+      if H.is_set(phase) and phase ~= 'terminal' then return H.ok('no_op', 'siblings_running') end
+    end
+  end
+  redis.call('HDEL', keys[2], unpack(PENDING_FIELDS))
+  redis.call('SREM', keys[1], member)
+  return H.ok('completed_drain', '')
+end)
