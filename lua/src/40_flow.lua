@@ -651,8 +651,7 @@ redis.register_function('ff_set_edge_group_policy', function(keys, args)
   if redis.call('HGET', keys[2], 'policy_variant') == variant then
     return H.ok('already_set')
   end
-  local k_s = tostring(k)
-  if k == math.floor(k) and math.abs(k) < 1e15 then k_s = H.int(k) end
+  local k_s = tostring(k) -- as Lua prints it, as FlowFabric stores it
   redis.call('HSET', keys[2],
     'policy_variant', variant,
     'on_satisfied', on_satisfied,

@@ -4,12 +4,8 @@
 -- (ff:idx:<ns>:workers), which keeps an instance until someone removes it.
 -- These keys carry no hash tag.
 
--- numstr(n) -> the decimal FlowFabric stores for a number it was given:
--- integers in full, anything else as Lua prints it.
-local function numstr(n)
-  if n == math.floor(n) and math.abs(n) < 1e15 then return H.int(n) end
-  return tostring(n)
-end
+-- Numbers are stored as Lua prints them (tostring), as FlowFabric does.
+local function numstr(n) return tostring(n) end
 
 -- A liveness TTL must be a whole number of milliseconds above zero: PX
 -- refuses anything else, which in FlowFabric's library fails the call
