@@ -46,6 +46,86 @@ local FF_CLAIM_ATTEMPT_TYPE = {
   pending_replay_attempt = 'replay',
 }
 
+-- start_fresh_attempt(core_key, core, k, p) -> idx, epoch, expires,
+-- attempt_type: the writes of a fresh claim, shared by ff_claim_execution
+-- and ff_issue_grant_and_claim. Creates attempt total_attempt_count
+-- (with its usage and policy), the lease, the core's active state, and
+-- the index entries. k: lease_expiry, worker_leases, attempts,
+-- lease_current, active, attempt_timeout, execution_deadline, eligible.
+-- p: worker_id, wiid, lane, lease_id, attempt_id, ttl, renew_before (nil:
+-- two thirds of ttl), policy_fields, timeout_ms/timeout_raw,
+-- deadline_at/deadline_raw, now.
+local function start_fresh_attempt(core_key, core, k, p)
+  local eid = core.execution_id
+  local tag = H.tag_of(core_key)
+  local ts = H.int(p.now)
+  local idx = H.int(tonumber(core.total_attempt_count) or 0)
+  local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
+  local expires = H.int(p.now + p.ttl)
+  local renew_before = p.renew_before
+  if renew_before == nil then renew_before = math.floor(p.ttl * 2 / 3) end
+  local renewal = H.int(p.now + renew_before)
+  local attempt_type = FF_CLAIM_ATTEMPT_TYPE[core.attempt_state] or 'initial'
+
+  local attempt_key = H.attempt_key(tag, eid, idx)
+  local attempt = {
+    attempt_id = p.attempt_id, execution_id = eid, attempt_index = idx,
+    attempt_type = attempt_type, attempt_state = 'started',
+    created_at = ts, started_at = ts, lease_id = p.lease_id, lease_epoch = epoch,
+    worker_id = p.worker_id, worker_instance_id = p.wiid,
+  }
+  if attempt_type == 'retry' then
+    attempt.retry_reason = core.pending_retry_reason or ''
+    attempt.previous_attempt_index = core.pending_previous_attempt_index or ''
+  elseif attempt_type == 'replay' then
+    attempt.replay_reason = core.pending_replay_reason or ''
+    attempt.replay_requested_by = core.pending_replay_requested_by or ''
+    attempt.replayed_from_attempt_index = core.pending_previous_attempt_index or ''
+  end
+  H.hset(attempt_key, attempt)
+  redis.call('HSET', attempt_key .. ':usage', 'last_usage_report_seq', '0')
+  H.hset(attempt_key .. ':policy', p.policy_fields)
+  redis.call('ZADD', k.attempts, ts, idx)
+
+  redis.call('DEL', k.lease_current)
+  redis.call('HSET', k.lease_current,
+    'lease_id', p.lease_id, 'lease_epoch', epoch, 'execution_id', eid,
+    'attempt_id', p.attempt_id, 'worker_id', p.worker_id, 'worker_instance_id', p.wiid,
+    'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
+    'renewal_deadline', renewal)
+
+  local f = {
+    lifecycle_phase = 'active', ownership_state = 'leased',
+    eligibility_state = 'not_applicable', blocking_reason = 'none',
+    blocking_detail = '', attempt_state = 'running_attempt', public_state = 'active',
+    total_attempt_count = H.int(tonumber(idx) + 1), current_attempt_index = idx,
+    current_attempt_id = p.attempt_id, current_lease_id = p.lease_id,
+    current_lease_epoch = epoch, current_worker_id = p.worker_id,
+    current_worker_instance_id = p.wiid, current_lane = p.lane,
+    lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
+    lease_renewal_deadline = renewal,
+    pending_retry_reason = '', pending_replay_reason = '',
+    pending_replay_requested_by = '', pending_previous_attempt_index = '',
+    last_transition_at = ts, last_mutation_at = ts,
+  }
+  if not H.is_set(core.started_at) then f.started_at = ts end
+  H.hset(core_key, f)
+
+  redis.call('ZREM', k.eligible, eid)
+  redis.call('ZADD', k.lease_expiry, expires, eid)
+  redis.call('SADD', k.worker_leases, eid)
+  redis.call('ZADD', k.active, expires, eid)
+  -- Indexed whenever given and not the literal "0", as FlowFabric does
+  -- (a negative value is indexed, already due).
+  if p.timeout_ms ~= nil and p.timeout_raw ~= '0' then
+    redis.call('ZADD', k.attempt_timeout, H.int(p.now + p.timeout_ms), eid)
+  end
+  if p.deadline_at ~= nil and p.deadline_raw ~= '0' then
+    redis.call('ZADD', k.execution_deadline, H.int(p.deadline_at), eid)
+  end
+  return idx, epoch, expires, attempt_type
+end
+
 -- ff_claim_execution
 -- KEYS: core, claim_grant, eligible, lease_expiry, worker_leases,
 --       attempt(i), usage(i), policy(i), attempts, lease_current,
@@ -91,73 +171,18 @@ redis.register_function('ff_claim_execution', function(keys, args)
   policy_fields, e = H.attempt_policy_fields(args[10])
   if e then return e end
 
-  local eid = core.execution_id
-  local tag = H.tag_of(core_key)
-  local ts = H.int(now)
-  local idx = H.int(tonumber(core.total_attempt_count) or 0)
-  local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
-  local expires = H.int(now + ttl)
-  if renew_before == nil then renew_before = math.floor(ttl * 2 / 3) end
-  local renewal = H.int(now + renew_before)
-  local attempt_type = FF_CLAIM_ATTEMPT_TYPE[core.attempt_state] or 'initial'
-
-  local attempt_key = H.attempt_key(tag, eid, idx)
-  local attempt = {
-    attempt_id = attempt_id, execution_id = eid, attempt_index = idx,
-    attempt_type = attempt_type, attempt_state = 'started',
-    created_at = ts, started_at = ts, lease_id = lease_id, lease_epoch = epoch,
-    worker_id = worker_id, worker_instance_id = wiid,
-  }
-  if attempt_type == 'retry' then
-    attempt.retry_reason = core.pending_retry_reason or ''
-    attempt.previous_attempt_index = core.pending_previous_attempt_index or ''
-  elseif attempt_type == 'replay' then
-    attempt.replay_reason = core.pending_replay_reason or ''
-    attempt.replay_requested_by = core.pending_replay_requested_by or ''
-    attempt.replayed_from_attempt_index = core.pending_previous_attempt_index or ''
-  end
-  H.hset(attempt_key, attempt)
-  redis.call('HSET', attempt_key .. ':usage', 'last_usage_report_seq', '0')
-  H.hset(attempt_key .. ':policy', policy_fields)
-  redis.call('ZADD', keys[9], ts, idx)
-
-  redis.call('DEL', keys[10])
-  redis.call('HSET', keys[10],
-    'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
-    'attempt_id', attempt_id, 'worker_id', worker_id, 'worker_instance_id', wiid,
-    'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
-    'renewal_deadline', renewal)
-
-  local f = {
-    lifecycle_phase = 'active', ownership_state = 'leased',
-    eligibility_state = 'not_applicable', blocking_reason = 'none',
-    blocking_detail = '', attempt_state = 'running_attempt', public_state = 'active',
-    total_attempt_count = H.int(tonumber(idx) + 1), current_attempt_index = idx,
-    current_attempt_id = attempt_id, current_lease_id = lease_id,
-    current_lease_epoch = epoch, current_worker_id = worker_id,
-    current_worker_instance_id = wiid, current_lane = lane,
-    lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
-    lease_renewal_deadline = renewal,
-    pending_retry_reason = '', pending_replay_reason = '',
-    pending_replay_requested_by = '', pending_previous_attempt_index = '',
-    last_transition_at = ts, last_mutation_at = ts,
-  }
-  if not H.is_set(core.started_at) then f.started_at = ts end
-  H.hset(core_key, f)
-
+  local idx, epoch, expires, attempt_type = start_fresh_attempt(core_key, core, {
+    lease_expiry = keys[4], worker_leases = keys[5], attempts = keys[9],
+    lease_current = keys[10], active = keys[12], attempt_timeout = keys[13],
+    execution_deadline = keys[14], eligible = keys[3],
+  }, {
+    worker_id = worker_id, wiid = wiid, lane = lane, lease_id = lease_id,
+    attempt_id = attempt_id, ttl = ttl, renew_before = renew_before,
+    policy_fields = policy_fields, timeout_ms = timeout_ms, timeout_raw = args[11],
+    deadline_at = deadline_at, deadline_raw = args[12], now = now,
+  })
   redis.call('DEL', keys[2])
-  redis.call('ZREM', keys[3], eid)
-  redis.call('ZADD', keys[4], expires, eid)
-  redis.call('SADD', keys[5], eid)
-  redis.call('ZADD', keys[12], expires, eid)
-  -- Indexed whenever given and not the literal "0", as FlowFabric does
-  -- (a negative value is indexed, already due).
-  if timeout_ms ~= nil and args[11] ~= '0' then
-    redis.call('ZADD', keys[13], H.int(now + timeout_ms), eid)
-  end
-  if deadline_at ~= nil and args[12] ~= '0' then
-    redis.call('ZADD', keys[14], H.int(deadline_at), eid)
-  end
+  local ts = H.int(now)
   H.xadd_history(keys[11], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
     'attempt_id', attempt_id, 'attempt_index', idx, 'worker_id', worker_id, 'ts', ts)
   return H.ok(lease_id, epoch, expires, attempt_id, idx, attempt_type)
@@ -503,4 +528,102 @@ redis.register_function('ff_reclaim_execution', function(keys, args)
     'new_attempt_id', attempt_id, 'new_attempt_index', idx,
     'worker_id', worker_id, 'ts', ts)
   return H.ok(lease_id, epoch, expires, attempt_id, idx, 'reclaim')
+end)
+
+-- ff_issue_grant_and_claim: an operator takes a specific execution in one
+-- call, grant and claim together (no capability matching: the caller
+-- asserts the authority). An interrupted attempt is continued, anything
+-- else gets a fresh attempt. The grant FlowFabric writes here is consumed
+-- (or deleted on refusal) within the same call, so it is never visible;
+-- ours is not written at all.
+-- KEYS: core, claim_grant, eligible, lease_expiry, worker_leases,
+--       attempts, lease_current, lease_history, active, attempt_timeout,
+--       execution_deadline
+-- ARGV: eid, worker_id, wiid, lane, cap_hash, lease_id, lease_ttl_ms,
+--       attempt_id, attempt_policy_json, attempt_timeout_ms, deadline_at
+-- Reply: OK, lease_id, epoch, attempt_index. The attempt's keys are
+-- derived from the core (same hash tag).
+redis.register_function('ff_issue_grant_and_claim', function(keys, args)
+  local core_key = keys[1]
+  local worker_id, wiid, lane = args[2] or '', args[3] or '', args[4] or ''
+  local lease_id = args[6] or ''
+  local ttl, e = H.require_number(args[7], 'lease_ttl_ms')
+  if e then return e end
+  local core = H.load_core(core_key)
+  if not core then return H.err('execution_not_found') end
+  if core.lifecycle_phase ~= 'runnable' then return H.err('execution_not_eligible') end
+  if core.ownership_state ~= 'unowned' then return H.err('lease_conflict') end
+  if core.terminal_outcome ~= 'none' then return H.err('execution_not_eligible') end
+  if core.attempt_state == 'running_attempt' then return H.err('active_attempt_exists') end
+  if redis.call('EXISTS', keys[2]) == 1 then return H.err('grant_already_exists') end
+  local now = H.now_ms()
+  local eid = core.execution_id
+
+  if core.attempt_state == 'attempt_interrupted' then
+    local ts = H.int(now)
+    local idx, attempt_id = core.current_attempt_index or '', core.current_attempt_id or ''
+    local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
+    local expires = H.int(now + ttl)
+    local renewal = H.int(now + math.floor(ttl * 2 / 3))
+    redis.call('HSET', H.attempt_key(H.tag_of(core_key), eid, idx),
+      'attempt_state', 'started', 'resumed_at', ts,
+      'lease_id', lease_id, 'lease_epoch', epoch,
+      'worker_id', worker_id, 'worker_instance_id', wiid,
+      'suspended_at', '', 'suspension_id', '')
+    redis.call('DEL', keys[7])
+    redis.call('HSET', keys[7],
+      'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
+      'attempt_id', attempt_id, 'worker_id', worker_id, 'worker_instance_id', wiid,
+      'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
+      'renewal_deadline', renewal)
+    H.hset(core_key, {
+      lifecycle_phase = 'active', ownership_state = 'leased',
+      eligibility_state = 'not_applicable', blocking_reason = 'none',
+      blocking_detail = '', terminal_outcome = 'none',
+      attempt_state = 'running_attempt', public_state = 'active',
+      current_lease_id = lease_id, current_lease_epoch = epoch,
+      current_worker_id = worker_id, current_worker_instance_id = wiid,
+      current_lane = lane,
+      lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
+      lease_renewal_deadline = renewal,
+      lease_expired_at = '', lease_revoked_at = '', lease_revoke_reason = '',
+      last_transition_at = ts, last_mutation_at = ts,
+    })
+    redis.call('ZREM', keys[3], eid)
+    redis.call('ZADD', keys[4], expires, eid)
+    redis.call('SADD', keys[5], eid)
+    redis.call('ZADD', keys[9], expires, eid)
+    H.xadd_history(keys[8], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
+      'attempt_index', idx, 'attempt_id', attempt_id, 'worker_id', worker_id,
+      'reason', 'issue_grant_and_claim_resumed', 'ts', ts)
+    return H.ok(lease_id, epoch, idx)
+  end
+
+  if not redis.call('ZSCORE', keys[3], eid) then return H.err('execution_not_in_eligible_set') end
+  if core.eligibility_state ~= 'eligible_now' then return H.err('execution_not_eligible') end
+  -- Checked before any write (FlowFabric would fail half-way on them).
+  local policy_fields
+  policy_fields, e = H.attempt_policy_fields(args[9])
+  if e then return e end
+  local timeout_ms, deadline_at
+  timeout_ms, e = H.opt_number(args[10], 'attempt_timeout_ms')
+  if e then return e end
+  deadline_at, e = H.opt_number(args[11], 'execution_deadline_at')
+  if e then return e end
+
+  local attempt_id = args[8] or ''
+  local idx, epoch = start_fresh_attempt(core_key, core, {
+    lease_expiry = keys[4], worker_leases = keys[5], attempts = keys[6],
+    lease_current = keys[7], active = keys[9], attempt_timeout = keys[10],
+    execution_deadline = keys[11], eligible = keys[3],
+  }, {
+    worker_id = worker_id, wiid = wiid, lane = lane, lease_id = lease_id,
+    attempt_id = attempt_id, ttl = ttl, policy_fields = policy_fields,
+    timeout_ms = timeout_ms, timeout_raw = args[10],
+    deadline_at = deadline_at, deadline_raw = args[11], now = now,
+  })
+  H.xadd_history(keys[8], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
+    'attempt_id', attempt_id, 'attempt_index', idx, 'worker_id', worker_id,
+    'reason', 'issue_grant_and_claim', 'ts', H.int(now))
+  return H.ok(lease_id, epoch, idx)
 end)
