@@ -125,6 +125,7 @@ do
     ff_suspend_execution = LEASE_CHECKED,
     ff_claim_execution = {attempt_of_core},
     ff_issue_grant_and_claim = {attempt_of_core},
+    ff_replay_execution = {function(key, keys) return key == (string.gsub(keys[1], ':core$', ':policy')) end},
     ff_reclaim_execution = {worker_leases_of_tag, lane_set_of_tag({'terminal'}),
       function(key, keys) return key == (string.gsub(keys[1], ':core$', ':policy')) end},
     ff_expire_execution = {worker_leases_of_tag, lane_set_of_tag(RUNNABLE), siblings_of(14, COMPOSITE)},

@@ -134,3 +134,28 @@ func TestDelayThenResume(t *testing.T) {
 	assert.True(t, ok)
 	require.ErrorIs(t, again.WaitForChildren(ctx), client.ErrTaskFinished)
 }
+
+// A completed execution is replayed: eligible again with a replay attempt
+// claimed next; a running one cannot be replayed.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	id := e.create(t, client.CreateRequest{Kind: "report"})
+	w := e.worker(t, client.WorkerOptions{InstanceID: "r1"})
+	task := claim(t, w)
+	_, err := e.c.Replay(ctx, id)
+	require.ErrorIs(t, err, client.ErrExecutionNotTerminal, "a running execution is not replayed")
+	_, err = task.Complete(ctx, []byte("v1"))
+	require.NoError(t, err)
+
+	res, err := e.c.Replay(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.Unsatisfied)
+	s := e.state(t, id)
+	assert.Equal(t, client.PhaseRunnable, s.LifecyclePhase)
+	again := claim(t, w)
+	assert.Equal(t, id, again.ID())
+	assert.Equal(t, "replay", again.AttemptType())
+	assert.Equal(t, uint32(1), again.AttemptIndex())
+}
