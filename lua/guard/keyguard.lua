@@ -132,6 +132,7 @@ do
     ff_cancel_execution = {lane_set_of_tag({'active', 'suspended'}), siblings_of(8, COMPOSITE), waitpoint_of_tag},
     ff_stage_dependency_edge = {flow_graph_of(1)},
     ff_report_usage_and_check = {dedup_key_arg},
+    ff_record_spend = {dedup_key_arg},
     ff_resolve_dependency = {flow_graph_of(13), exec_core_of_tag},
     ff_reconcile_sibling_cancel_group = {exec_core_of_tag},
   }

@@ -62,6 +62,57 @@ redis.register_function('ff_create_budget', function(keys, args)
   return {1, 'OK', bid}
 end)
 
+-- apply_spend(usage, limits, def, dims, deltas, now, dedup_key, ledger,
+-- index, eid) -> the reply row of a usage report or spend. Hard limits are
+-- checked for every dimension first, so a breaching report leaves all
+-- dimensions untouched (all-or-nothing, the breach still counted); then
+-- every delta is applied (and mirrored into the execution's ledger when
+-- one is given) and the first dimension over its soft limit reported.
+local function apply_spend(usage, limits, def, dims, deltas, now, dedup_key, ledger, index, eid)
+  for i = 1, #dims do
+    local dim = dims[i]
+    local hard_raw = redis.call('HGET', limits, 'hard:' .. dim)
+    local hard = tonumber(hard_raw) or 0
+    if hard > 0 then
+      local cur = tonumber(redis.call('HGET', usage, dim)) or 0
+      if cur + deltas[i] > hard then
+        redis.call('HINCRBY', def, 'breach_count', 1)
+        redis.call('HSET', def, 'last_breach_at', now, 'last_breach_dim', dim, 'last_updated_at', now)
+        -- FlowFabric echoes the usage as a number and the limit as stored.
+        return {1, 'HARD_BREACH', dim, tostring(cur), hard_raw}
+      end
+    end
+  end
+
+  local totals = {}
+  for i = 1, #dims do
+    totals[i] = redis.call('HINCRBY', usage, dims[i], deltas[i])
+    if ledger and eid ~= '' then redis.call('HINCRBY', ledger, dims[i], deltas[i]) end
+  end
+  if index and eid ~= '' then redis.call('SADD', index, eid) end
+
+  -- The increment stands; only the first dimension over its soft limit is
+  -- reported.
+  local reply = {1, 'OK'}
+  for i = 1, #dims do
+    local soft = tonumber(redis.call('HGET', limits, 'soft:' .. dims[i])) or 0
+    if soft > 0 and totals[i] > soft then
+      redis.call('HINCRBY', def, 'soft_breach_count', 1)
+      -- Both echoed as numbers (a stored 007 answers 7), as FlowFabric does.
+      reply = {1, 'SOFT_BREACH', dims[i], tostring(totals[i]), tostring(soft)}
+      break
+    end
+  end
+
+  redis.call('HSET', def, 'last_updated_at', now)
+  -- Marked only once the report is applied: a hard-breached report was not
+  -- applied, so replaying it re-evaluates it.
+  if dedup_key ~= '' then
+    redis.call('SET', dedup_key, '1', 'PX', 86400000)
+  end
+  return reply
+end
+
 -- ff_report_usage_and_check
 -- KEYS: usage, limits, def
 -- ARGV: n, dim x n, delta x n, now_ms, dedup_key ("" = no dedup)
@@ -91,56 +142,9 @@ redis.register_function('ff_report_usage_and_check', function(keys, args)
     if bad then return bad end
     deltas[i] = d
   end
-  local now = now_raw
-
-  -- Hard limits first, for every dimension, so a breaching report leaves
-  -- all dimensions untouched (all-or-nothing).
-  for i = 1, n do
-    local dim = args[1 + i]
-    local hard_raw = redis.call('HGET', keys[2], 'hard:' .. dim)
-    local hard = tonumber(hard_raw) or 0
-    if hard > 0 then
-      local cur_raw = redis.call('HGET', keys[1], dim)
-      local cur = tonumber(cur_raw) or 0
-      if cur + deltas[i] > hard then
-        redis.call('HINCRBY', keys[3], 'breach_count', 1)
-        redis.call('HSET', keys[3],
-          'last_breach_at', now,
-          'last_breach_dim', dim,
-          'last_updated_at', now)
-        -- FlowFabric echoes the usage as a number and the limit as stored.
-        return {1, 'HARD_BREACH', dim, tostring(cur), hard_raw}
-      end
-    end
-  end
-
-  local totals = {}
-  for i = 1, n do
-    totals[i] = redis.call('HINCRBY', keys[1], args[1 + i], deltas[i])
-  end
-
-  -- The increment stands; only the first dimension over its soft limit is
-  -- reported.
-  local reply = {1, 'OK'}
-  for i = 1, n do
-    local dim = args[1 + i]
-    local soft_raw = redis.call('HGET', keys[2], 'soft:' .. dim)
-    local soft = tonumber(soft_raw) or 0
-    if soft > 0 and totals[i] > soft then
-      redis.call('HINCRBY', keys[3], 'soft_breach_count', 1)
-      -- Both echoed as numbers (a stored 007 answers 7), as FlowFabric does.
-      reply = {1, 'SOFT_BREACH', dim, tostring(totals[i]), tostring(soft)}
-      break
-    end
-  end
-
-  redis.call('HSET', keys[3], 'last_updated_at', now)
-  -- Marked only once the report is applied: a hard-breached report was not
-  -- applied, so replaying it re-evaluates it.
-  if dedup_key ~= '' then
-    redis.call('SET', dedup_key, '1', 'PX', 86400000)
-  end
-  return reply
+  local dims = {}
+  for i = 1, n do dims[i] = args[1 + i] end
+  return apply_spend(keys[1], keys[2], keys[3], dims, deltas, now_raw, dedup_key)
 end)
 
 -- ff_reset_budget
@@ -181,4 +185,55 @@ redis.register_function('ff_reset_budget', function(keys, args)
     redis.call('ZREM', keys[3], bid)
   end
   return {1, 'OK', next_reset}
+end)
+
+-- ff_record_spend: a usage report attributed to an execution, so that
+-- ff_release_budget can take it back.
+-- KEYS: usage, limits, def, the execution's ledger, the ledger index
+-- ARGV: n, then n pairs of dim and delta, now_ms, dedup_key ("" = none),
+--       eid ("" = not attributed)
+-- Replies as ff_report_usage_and_check.
+redis.register_function('ff_record_spend', function(keys, args)
+  local n, e = H.require_number(args[1], 'pair_count')
+  if e then return e end
+  if n < 0 or n ~= math.floor(n) or #args < 2 + 2 * n then
+    return H.err('invalid_input', 'pair count does not match the arguments')
+  end
+  local now_raw = args[2 + 2 * n]
+  local dedup_key = args[3 + 2 * n] or ''
+  local eid = args[4 + 2 * n] or ''
+  if dedup_key ~= '' and redis.call('EXISTS', dedup_key) == 1 then
+    return {1, 'ALREADY_APPLIED'}
+  end
+  -- Refused before any write, as for a usage report.
+  local _, bad_now = H.require_number(now_raw, 'now_ms')
+  if bad_now then return bad_now end
+  local dims, deltas = {}, {}
+  for i = 1, n do
+    dims[i] = args[2 * i]
+    local d, bad = H.require_number(args[2 * i + 1], 'delta')
+    if bad then return bad end
+    deltas[i] = d
+  end
+  return apply_spend(keys[1], keys[2], keys[3], dims, deltas, now_raw, dedup_key, keys[4], keys[5], eid)
+end)
+
+-- ff_release_budget: take back what an execution spent (its ledger),
+-- never taking a dimension below 0 (a reset may have lowered it since).
+-- KEYS: usage, the execution's ledger, the ledger index. ARGV: bid, eid.
+-- Reply: OK, released | OK, noop (nothing recorded for the execution).
+redis.register_function('ff_release_budget', function(keys, args)
+  local flat = redis.call('HGETALL', keys[2])
+  if #flat == 0 then return H.ok('noop') end
+  for i = 1, #flat, 2 do
+    local spent = tonumber(flat[i + 1]) or 0
+    if spent > 0 then
+      local left = (tonumber(redis.call('HGET', keys[1], flat[i])) or 0) - spent
+      if left < 0 then left = 0 end
+      redis.call('HSET', keys[1], flat[i], tostring(left))
+    end
+  end
+  redis.call('DEL', keys[2])
+  redis.call('SREM', keys[3], args[2] or '')
+  return H.ok('released')
 end)
