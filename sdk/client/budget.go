@@ -230,31 +230,9 @@ func (r UsageResult) Applied() bool { return r.Status == UsageOK || r.Status == 
 // not an error). A missing budget is ErrBudgetNotFound: the library does
 // not check and would otherwise start a stray definition.
 func (c *Client) ReportUsage(ctx context.Context, rep UsageReport) (UsageResult, error) {
-	if len(rep.Deltas) == 0 {
-		return UsageResult{}, invalid("Deltas", "at least one delta is required")
-	}
-	if len(rep.Deltas) > MaxBudgetDimensions {
-		return UsageResult{}, invalid("Deltas", "%d deltas, at most %d allowed", len(rep.Deltas), MaxBudgetDimensions)
-	}
-	seen := map[string]bool{}
-	for i, d := range rep.Deltas {
-		field := fmt.Sprintf("Deltas[%d].Dimension", i)
-		if err := validateDimensionName(field, d.Dimension); err != nil {
-			return UsageResult{}, err
-		}
-		if seen[d.Dimension] {
-			// Two deltas of one dimension would each be checked alone
-			// against the hard limit, and together could exceed it.
-			return UsageResult{}, invalid(field, "dimension %q is listed twice; sum the deltas", d.Dimension)
-		}
-		seen[d.Dimension] = true
-	}
-	dedup := ""
-	if rep.IdempotencyKey != "" {
-		if err := validateText("IdempotencyKey", rep.IdempotencyKey, true, c.limits.MaxIdempotencyKeyBytes); err != nil {
-			return UsageResult{}, err
-		}
-		dedup = keys.BudgetPart(c.parts.BudgetPartition(rep.Budget)).UsageDedup(rep.IdempotencyKey)
+	dedup, err := c.checkUsage(rep)
+	if err != nil {
+		return UsageResult{}, err
 	}
 	bk := keys.Budget(c.parts, rep.Budget)
 	now, err := c.budgetNow(ctx, rep.Budget, bk)
@@ -271,11 +249,89 @@ func (c *Client) ReportUsage(ctx context.Context, rep UsageReport) (UsageResult,
 		args = append(args, strconv.FormatInt(d.Delta, 10))
 	}
 	args = append(args, now, dedup)
-	r, err := c.call(ctx, lua.Call{
+	return c.usageCall(ctx, lua.Call{
 		Function: "ff_report_usage_and_check",
 		Keys:     []string{bk.Usage(), bk.Limits(), bk.Definition()},
 		Args:     args,
 	})
+}
+
+// RecordSpend is ReportUsage attributed to an execution (ff_record_spend):
+// what is applied is also written to the execution's ledger on the budget,
+// so ReleaseSpend can take it back (when the execution's work is undone
+// or retried elsewhere).
+func (c *Client) RecordSpend(ctx context.Context, rep UsageReport, id keys.ExecutionID) (UsageResult, error) {
+	dedup, err := c.checkUsage(rep)
+	if err != nil {
+		return UsageResult{}, err
+	}
+	bk := keys.Budget(c.parts, rep.Budget)
+	now, err := c.budgetNow(ctx, rep.Budget, bk)
+	if err != nil {
+		return UsageResult{}, err
+	}
+	args := []string{strconv.Itoa(len(rep.Deltas))}
+	for _, d := range rep.Deltas {
+		args = append(args, d.Dimension, strconv.FormatInt(d.Delta, 10))
+	}
+	args = append(args, now, dedup, id.String())
+	return c.usageCall(ctx, lua.Call{
+		Function: "ff_record_spend",
+		Keys:     []string{bk.Usage(), bk.Limits(), bk.Definition(), bk.ByExec(id), bk.ByExecIndex()},
+		Args:     args,
+	})
+}
+
+// ReleaseSpend takes back what an execution spent on a budget
+// (ff_release_budget), never below zero. It reports whether anything was
+// recorded for the execution; releasing again is harmless.
+func (c *Client) ReleaseSpend(ctx context.Context, bid keys.BudgetID, id keys.ExecutionID) (bool, error) {
+	bk := keys.Budget(c.parts, bid)
+	r, err := c.call(ctx, lua.Call{
+		Function: "ff_release_budget",
+		Keys:     []string{bk.Usage(), bk.ByExec(id), bk.ByExecIndex()},
+		Args:     []string{bid.String(), id.String()},
+	})
+	if err != nil {
+		return false, err
+	}
+	return r.field(0) == "released", nil
+}
+
+// checkUsage checks a usage report at the edge and returns its dedup key
+// ("" without an idempotency key).
+func (c *Client) checkUsage(rep UsageReport) (string, error) {
+	if len(rep.Deltas) == 0 {
+		return "", invalid("Deltas", "at least one delta is required")
+	}
+	if len(rep.Deltas) > MaxBudgetDimensions {
+		return "", invalid("Deltas", "%d deltas, at most %d allowed", len(rep.Deltas), MaxBudgetDimensions)
+	}
+	seen := map[string]bool{}
+	for i, d := range rep.Deltas {
+		field := fmt.Sprintf("Deltas[%d].Dimension", i)
+		if err := validateDimensionName(field, d.Dimension); err != nil {
+			return "", err
+		}
+		if seen[d.Dimension] {
+			// Two deltas of one dimension would each be checked alone
+			// against the hard limit, and together could exceed it.
+			return "", invalid(field, "dimension %q is listed twice; sum the deltas", d.Dimension)
+		}
+		seen[d.Dimension] = true
+	}
+	if rep.IdempotencyKey == "" {
+		return "", nil
+	}
+	if err := validateText("IdempotencyKey", rep.IdempotencyKey, true, c.limits.MaxIdempotencyKeyBytes); err != nil {
+		return "", err
+	}
+	return keys.BudgetPart(c.parts.BudgetPartition(rep.Budget)).UsageDedup(rep.IdempotencyKey), nil
+}
+
+// usageCall runs a usage report or spend and reads its verdict.
+func (c *Client) usageCall(ctx context.Context, fc lua.Call) (UsageResult, error) {
+	r, err := c.call(ctx, fc)
 	if err != nil {
 		return UsageResult{}, err
 	}
@@ -289,7 +345,7 @@ func (c *Client) ReportUsage(ctx context.Context, rep UsageReport) (UsageResult,
 		out.Limit = fieldInt64(r.field(2))
 		return out, nil
 	}
-	return UsageResult{}, fmt.Errorf("ff_report_usage_and_check: %w: status %q", ErrUnexpectedReply, r.Status)
+	return UsageResult{}, fmt.Errorf("%s: %w: status %q", fc.Function, ErrUnexpectedReply, r.Status)
 }
 
 // budgetNow checks that the budget exists and reads the server clock, in

@@ -207,3 +207,39 @@ func TestBudgetRefusalsWriteNothing(t *testing.T) {
 	}
 	e.sameKeyspace(t, before)
 }
+
+// Spend attributed to executions can be taken back per execution: the
+// ledger of one is subtracted (never below zero), the other's stays.
+func TestRecordAndReleaseSpend(t *testing.T) {
+	t.Parallel()
+	e := newFlowEnv(t)
+	ctx := testCtx(t)
+	bid := e.budget(t, 0, client.BudgetDimension{Name: "tokens", Hard: 1000, Soft: 800})
+	a, b := keys.NewSoloExecutionID(e.c.Partitions(), "default"), keys.NewSoloExecutionID(e.c.Partitions(), "default")
+	tokens := func(n int64) []client.UsageDelta { return []client.UsageDelta{{Dimension: "tokens", Delta: n}} }
+
+	r, err := e.c.RecordSpend(ctx, client.UsageReport{Budget: bid, Deltas: tokens(500), IdempotencyKey: "spend-a"}, a)
+	require.NoError(t, err)
+	assert.Equal(t, client.UsageOK, r.Status)
+	r, err = e.c.RecordSpend(ctx, client.UsageReport{Budget: bid, Deltas: tokens(500), IdempotencyKey: "spend-a"}, a)
+	require.NoError(t, err)
+	assert.Equal(t, client.UsageAlreadyApplied, r.Status)
+	r, err = e.c.RecordSpend(ctx, client.UsageReport{Budget: bid, Deltas: tokens(400)}, b)
+	require.NoError(t, err)
+	assert.Equal(t, client.UsageResult{Status: client.UsageSoftBreach, Dimension: "tokens", Current: 900, Limit: 800}, r)
+	r, err = e.c.RecordSpend(ctx, client.UsageReport{Budget: bid, Deltas: tokens(200)}, b)
+	require.NoError(t, err)
+	assert.Equal(t, client.UsageHardBreach, r.Status)
+
+	released, err := e.c.ReleaseSpend(ctx, bid, a)
+	require.NoError(t, err)
+	assert.True(t, released)
+	assert.Equal(t, int64(400), e.used(t, bid, "tokens"), "only a's 500 taken back")
+	released, err = e.c.ReleaseSpend(ctx, bid, a)
+	require.NoError(t, err)
+	assert.False(t, released, "nothing left to release")
+
+	var ve *client.ValidationError
+	_, err = e.c.RecordSpend(ctx, client.UsageReport{Budget: bid}, a)
+	require.ErrorAs(t, err, &ve)
+}
