@@ -188,6 +188,50 @@ redis.register_function('ff_claim_execution', function(keys, args)
   return H.ok(lease_id, epoch, expires, attempt_id, idx, attempt_type)
 end)
 
+-- resume_attempt(core_key, core, attempt_key, k, p) -> idx, epoch,
+-- expires, attempt_id: the writes that continue an interrupted attempt
+-- under a new lease, shared by ff_claim_resumed_execution and
+-- ff_issue_grant_and_claim. k: lease_current, eligible, lease_expiry,
+-- worker_leases, active. p: worker_id, wiid, lane, lease_id, ttl, now.
+local function resume_attempt(core_key, core, attempt_key, k, p)
+  local eid = core.execution_id
+  local ts = H.int(p.now)
+  local idx = core.current_attempt_index or ''
+  local attempt_id = core.current_attempt_id or ''
+  local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
+  local expires = H.int(p.now + p.ttl)
+  local renewal = H.int(p.now + math.floor(p.ttl * 2 / 3))
+  redis.call('HSET', attempt_key,
+    'attempt_state', 'started', 'resumed_at', ts,
+    'lease_id', p.lease_id, 'lease_epoch', epoch,
+    'worker_id', p.worker_id, 'worker_instance_id', p.wiid,
+    'suspended_at', '', 'suspension_id', '')
+  redis.call('DEL', k.lease_current)
+  redis.call('HSET', k.lease_current,
+    'lease_id', p.lease_id, 'lease_epoch', epoch, 'execution_id', eid,
+    'attempt_id', attempt_id, 'worker_id', p.worker_id, 'worker_instance_id', p.wiid,
+    'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
+    'renewal_deadline', renewal)
+  H.hset(core_key, {
+    lifecycle_phase = 'active', ownership_state = 'leased',
+    eligibility_state = 'not_applicable', blocking_reason = 'none',
+    blocking_detail = '', terminal_outcome = 'none',
+    attempt_state = 'running_attempt', public_state = 'active',
+    current_lease_id = p.lease_id, current_lease_epoch = epoch,
+    current_worker_id = p.worker_id, current_worker_instance_id = p.wiid,
+    current_lane = p.lane,
+    lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
+    lease_renewal_deadline = renewal,
+    lease_expired_at = '', lease_revoked_at = '', lease_revoke_reason = '',
+    last_transition_at = ts, last_mutation_at = ts,
+  })
+  redis.call('ZREM', k.eligible, eid)
+  redis.call('ZADD', k.lease_expiry, expires, eid)
+  redis.call('SADD', k.worker_leases, eid)
+  redis.call('ZADD', k.active, expires, eid)
+  return idx, epoch, expires, attempt_id
+end
+
 -- ff_claim_resumed_execution: continue the interrupted attempt under a new
 -- lease (after a resume or a worker delay).
 -- KEYS: core, claim_grant, eligible, lease_expiry, worker_leases,
@@ -220,44 +264,13 @@ redis.register_function('ff_claim_resumed_execution', function(keys, args)
   if e then return e end
 
   local eid = core.execution_id
-  local tag = H.tag_of(core_key)
-  local ts = H.int(now)
-  local idx = core.current_attempt_index or ''
-  local attempt_id = core.current_attempt_id or ''
-  local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
-  local expires = H.int(now + ttl)
-  local renewal = H.int(now + math.floor(ttl * 2 / 3))
-
   -- The resumed attempt is the caller's KEYS[6].
-  redis.call('HSET', keys[6],
-    'attempt_state', 'started', 'resumed_at', ts,
-    'lease_id', lease_id, 'lease_epoch', epoch,
-    'worker_id', worker_id, 'worker_instance_id', wiid,
-    'suspended_at', '', 'suspension_id', '')
-  redis.call('DEL', keys[7])
-  redis.call('HSET', keys[7],
-    'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
-    'attempt_id', attempt_id, 'worker_id', worker_id, 'worker_instance_id', wiid,
-    'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
-    'renewal_deadline', renewal)
-  H.hset(core_key, {
-    lifecycle_phase = 'active', ownership_state = 'leased',
-    eligibility_state = 'not_applicable', blocking_reason = 'none',
-    blocking_detail = '', attempt_state = 'running_attempt', public_state = 'active',
-    current_lease_id = lease_id, current_lease_epoch = epoch,
-    current_worker_id = worker_id, current_worker_instance_id = wiid,
-    current_lane = lane,
-    lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
-    lease_renewal_deadline = renewal,
-    lease_expired_at = '', lease_revoked_at = '', lease_revoke_reason = '',
-    last_transition_at = ts, last_mutation_at = ts,
-  })
-
+  local idx, epoch, expires, attempt_id = resume_attempt(core_key, core, keys[6], {
+    lease_current = keys[7], eligible = keys[3], lease_expiry = keys[4],
+    worker_leases = keys[5], active = keys[9],
+  }, {worker_id = worker_id, wiid = wiid, lane = lane, lease_id = lease_id, ttl = ttl, now = now})
+  local ts = H.int(now)
   redis.call('DEL', keys[2])
-  redis.call('ZREM', keys[3], eid)
-  redis.call('ZADD', keys[4], expires, eid)
-  redis.call('SADD', keys[5], eid)
-  redis.call('ZADD', keys[9], expires, eid)
   if remaining ~= nil and remaining > 0 then
     redis.call('ZADD', keys[10], H.int(now + remaining), eid)
   end
@@ -561,38 +574,11 @@ redis.register_function('ff_issue_grant_and_claim', function(keys, args)
 
   if core.attempt_state == 'attempt_interrupted' then
     local ts = H.int(now)
-    local idx, attempt_id = core.current_attempt_index or '', core.current_attempt_id or ''
-    local epoch = H.int((tonumber(core.current_lease_epoch) or 0) + 1)
-    local expires = H.int(now + ttl)
-    local renewal = H.int(now + math.floor(ttl * 2 / 3))
-    redis.call('HSET', H.attempt_key(H.tag_of(core_key), eid, idx),
-      'attempt_state', 'started', 'resumed_at', ts,
-      'lease_id', lease_id, 'lease_epoch', epoch,
-      'worker_id', worker_id, 'worker_instance_id', wiid,
-      'suspended_at', '', 'suspension_id', '')
-    redis.call('DEL', keys[7])
-    redis.call('HSET', keys[7],
-      'lease_id', lease_id, 'lease_epoch', epoch, 'execution_id', eid,
-      'attempt_id', attempt_id, 'worker_id', worker_id, 'worker_instance_id', wiid,
-      'acquired_at', ts, 'expires_at', expires, 'last_renewed_at', ts,
-      'renewal_deadline', renewal)
-    H.hset(core_key, {
-      lifecycle_phase = 'active', ownership_state = 'leased',
-      eligibility_state = 'not_applicable', blocking_reason = 'none',
-      blocking_detail = '', terminal_outcome = 'none',
-      attempt_state = 'running_attempt', public_state = 'active',
-      current_lease_id = lease_id, current_lease_epoch = epoch,
-      current_worker_id = worker_id, current_worker_instance_id = wiid,
-      current_lane = lane,
-      lease_acquired_at = ts, lease_expires_at = expires, lease_last_renewed_at = ts,
-      lease_renewal_deadline = renewal,
-      lease_expired_at = '', lease_revoked_at = '', lease_revoke_reason = '',
-      last_transition_at = ts, last_mutation_at = ts,
-    })
-    redis.call('ZREM', keys[3], eid)
-    redis.call('ZADD', keys[4], expires, eid)
-    redis.call('SADD', keys[5], eid)
-    redis.call('ZADD', keys[9], expires, eid)
+    local idx, epoch, _, attempt_id = resume_attempt(core_key, core,
+      H.attempt_key(H.tag_of(core_key), eid, core.current_attempt_index or ''), {
+        lease_current = keys[7], eligible = keys[3], lease_expiry = keys[4],
+        worker_leases = keys[5], active = keys[9],
+      }, {worker_id = worker_id, wiid = wiid, lane = lane, lease_id = lease_id, ttl = ttl, now = now})
     H.xadd_history(keys[8], 'event', 'acquired', 'lease_id', lease_id, 'lease_epoch', epoch,
       'attempt_index', idx, 'attempt_id', attempt_id, 'worker_id', worker_id,
       'reason', 'issue_grant_and_claim_resumed', 'ts', ts)

@@ -159,3 +159,47 @@ func TestReplay(t *testing.T) {
 	assert.Equal(t, "replay", again.AttemptType())
 	assert.Equal(t, uint32(1), again.AttemptIndex())
 }
+
+// An operator takes a delayed-then-promoted execution with one
+// ff_issue_grant_and_claim: the interrupted attempt continues under the
+// operator's lease (no grant left behind).
+func TestOperatorGrantAndClaimResumes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := testCtx(t)
+	id := e.create(t, client.CreateRequest{Kind: "poll"})
+	task := claim(t, e.worker(t, client.WorkerOptions{InstanceID: "g1"}))
+	attempt := task.AttemptID()
+	until := time.Now().Add(time.Hour)
+	require.NoError(t, task.Delay(ctx, until))
+	ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
+	require.NoError(t, e.do(t, "FCALL", "ff_promote_delayed", "3", ek.Core(), pk.LaneDelayed("default"),
+		pk.LaneEligible("default"), id.String(), strconv.FormatInt(until.UnixMilli()+1, 10)).Error())
+
+	res := e.do(t, "FCALL", "ff_issue_grant_and_claim", "11", ek.Core(), ek.ClaimGrant(), pk.LaneEligible("default"),
+		pk.LeaseExpiry(), pk.WorkerLeases("operator"), ek.Attempts(), ek.LeaseCurrent(), ek.LeaseHistory(),
+		pk.LaneActive("default"), pk.AttemptTimeout(), pk.ExecutionDeadline(),
+		id.String(), "operator", "operator", "default", "", "lease-op", "30000", "attempt-new", "{}", "", "")
+	arr, err := res.ToArray()
+	require.NoError(t, err)
+	require.Len(t, arr, 5)
+	flag, err := arr[0].AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), flag)
+	var words []string
+	for _, m := range arr[1:] {
+		w, err := m.ToString()
+		require.NoError(t, err)
+		words = append(words, w)
+	}
+	assert.Equal(t, []string{"OK", "lease-op", "2", "0"}, words)
+	s := e.state(t, id)
+	assert.Equal(t, client.PhaseActive, s.LifecyclePhase)
+	assert.Equal(t, "operator", s.WorkerInstanceID)
+	cur, err := e.do(t, "HGET", ek.Core(), "current_attempt_id").ToString()
+	require.NoError(t, err)
+	assert.Equal(t, attempt, cur, "the same attempt continues")
+	n, err := e.do(t, "EXISTS", ek.ClaimGrant()).AsInt64()
+	require.NoError(t, err)
+	assert.Zero(t, n, "no grant left behind")
+}
