@@ -11,7 +11,9 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"sort"
 	"strconv"
@@ -86,6 +88,11 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		StartTimeout: l.cfg.StartTimeout,
 	})
 	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			// The private copy lives under TMPDIR; a noexec mount there
+			// makes every launch fail this way.
+			err = fmt.Errorf("%w (the plugin runs from a private copy at %s: if the temporary directory is mounted noexec, point TMPDIR at one that allows exec)", err, entry.ExecPath)
+		}
 		return nil, meta, err
 	}
 	meta.APIVersion = p.APIVersion()
