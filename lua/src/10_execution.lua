@@ -353,6 +353,8 @@ redis.register_function('ff_cancel_execution', function(keys, args)
   f.attempt_state = H.terminal_attempt_state(core)
   f.cancellation_reason = reason
   f.cancelled_by = H.is_set(source) and source or eid
+  f.current_suspension_id = ''
+  f.current_waitpoint_id = ''
   H.hset(core_key, f)
   redis.call('ZADD', keys[12], ts, eid)
   if source ~= 'flow_cascade' then
