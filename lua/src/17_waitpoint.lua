@@ -111,7 +111,14 @@ H.EMPTY_SIGNAL_SUMMARY = '{"total_count":0,"matched_count":0,"signal_names":[]}'
 -- refuses it before any write (docs/compat.md, "Deliberate refusals").
 function H.parse_condition(json)
   local ok, spec = H.json_decode(json or '')
-  if not ok or type(spec) ~= 'table' then
+  if not ok then
+    return nil, H.err('invalid_input', 'resume_condition_json is not JSON')
+  end
+  -- FlowFabric reads fields straight off the decoded value: an array or a
+  -- string has none (a wildcard condition), a number, boolean or null
+  -- raises.
+  if type(spec) == 'string' then spec = {} end
+  if type(spec) ~= 'table' then
     return nil, H.err('invalid_input', 'resume_condition_json must be a JSON object')
   end
   if spec.composite then
