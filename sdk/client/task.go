@@ -34,6 +34,13 @@ type Task struct {
 	attemptType  string
 	retryJSON    string // the execution's retry policy, sent with Fail
 
+	// A Suspend whose reply was lost is retried with the same idempotency
+	// key and ids (guarded by mu); cleared once the library answered.
+	suspendSeq  int
+	suspendIdem string
+	suspendID   keys.UUID
+	suspendWP   keys.UUID
+
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
