@@ -12,7 +12,14 @@
 //     and after 10 s an "operator" lowers the hard limit of a third one,
 //     which never resets, below its usage for the budget reconciler;
 //   - every completed execution becomes a candidate for retention once the
-//     demo config's short retention has passed.
+//     demo config's short retention has passed;
+//   - approval tasks suspend on a signal with a 2 s timeout: half get the
+//     signal (resumed, claimed again, completed), the others time out
+//     (failed, or resumed by auto-resume: suspension_timeout), and some
+//     leave an unused pending waitpoint behind (pending_wp_expiry);
+//   - slow tasks outrun their deadline (execution_deadline) or their
+//     attempt timeout (attempt_timeout); retried tasks wait out a backoff
+//     (delayed_promoter).
 //
 // It prints a one-line summary every few seconds and stops on SIGINT/SIGTERM
 // or after -duration.
@@ -38,7 +45,14 @@ import (
 
 type counters struct {
 	created, completed, failed, crashed, flows, cancelledFlows, usage atomic.Int64
+	suspended, signalled, slow                                        atomic.Int64
 }
+
+// Kinds of the timer workload.
+const (
+	kindApproval = "demo.approval"
+	kindSlow     = "demo.slow"
+)
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "Valkey address host:port")
@@ -72,6 +86,13 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 	}
 	var n counters
 	lanes := []string{"default", "workers-a"}
+	// Waitpoint tokens need a key on every partition (a noop when the
+	// demo runs again on the same server).
+	if err := c.RotateWaitpointSecret(ctx, "demo-k1", []byte("demo waitpoint secret"), time.Hour); err != nil {
+		return err
+	}
+	waiting := make(chan suspended, 64)
+	go signaller(ctx, c, waiting, &n)
 
 	for i := 0; i < 2; i++ {
 		w, err := c.NewWorker(ctx, client.WorkerOptions{
@@ -83,7 +104,7 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 			return err
 		}
 		defer w.Close(context.Background())
-		go func() { _ = w.Run(ctx, handler(&n, crash)) }()
+		go func() { _ = w.Run(ctx, handler(&n, crash, waiting)) }()
 	}
 
 	budgets, err := createBudgets(ctx, c)
@@ -96,6 +117,7 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 	cancelTick := time.NewTicker(7 * time.Second)
 	usageTick := time.NewTicker(time.Second)
 	report := time.NewTicker(5 * time.Second)
+	timerTick := time.NewTicker(time.Second)
 	tighten := time.After(10 * time.Second)
 	defer func() {
 		create.Stop()
@@ -103,6 +125,7 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 		cancelTick.Stop()
 		usageTick.Stop()
 		report.Stop()
+		timerTick.Stop()
 	}()
 	for {
 		select {
@@ -144,6 +167,10 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 			if err := vk.Do(ctx, vk.B().Hset().Key(lim).FieldValue().FieldValue("hard:tokens", "100").Build()).Error(); err != nil {
 				return fmt.Errorf("tighten limit: %w", err)
 			}
+		case <-timerTick.C:
+			if err := timerWork(ctx, c); err != nil {
+				return fmt.Errorf("timer work: %w", err)
+			}
 		case <-report.C:
 			printSummary(&n)
 		}
@@ -153,8 +180,21 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 // handler completes most tasks, fails a few (retried by policy) and
 // abandons a fraction without completing: the lease then expires, which is
 // what the lease_expiry scanner exists for.
-func handler(n *counters, crash float64) client.Handler {
+func handler(n *counters, crash float64, waiting chan<- suspended) client.Handler {
 	return func(ctx context.Context, t *client.Task) ([]byte, error) {
+		switch t.Kind() {
+		case kindApproval:
+			return approval(ctx, t, n, waiting)
+		case kindSlow:
+			// Outruns its deadline or attempt timeout: the timer scanners
+			// end it, and the late result is refused by the fence.
+			n.slow.Add(1)
+			select {
+			case <-time.After(3 * time.Second):
+			case <-ctx.Done():
+			}
+			return nil, ctx.Err()
+		}
 		r := rand.Float64()
 		if r < crash && t.AttemptType() != "reclaim" {
 			t.Abandon()
@@ -173,6 +213,80 @@ func handler(n *counters, crash float64) client.Handler {
 		n.completed.Add(1)
 		return []byte(`{"ok":true}`), nil
 	}
+}
+
+// suspended is a suspension the signaller may answer.
+type suspended struct {
+	id keys.ExecutionID
+	wp client.Waitpoint
+}
+
+// approval suspends a fresh approval task until the signal "approve" (2 s
+// timeout, failing or auto-resuming); a resumed one completes. Now and then
+// it also creates a pending waitpoint it never uses.
+func approval(ctx context.Context, t *client.Task, n *counters, waiting chan<- suspended) ([]byte, error) {
+	if t.AttemptType() == "resumed" {
+		n.completed.Add(1)
+		return []byte(`{"approved":true}`), nil
+	}
+	if rand.IntN(3) == 0 {
+		if _, err := t.CreatePendingWaitpoint(ctx, "", time.Second); err != nil {
+			return nil, err
+		}
+	}
+	onTimeout := client.TimeoutFail
+	if rand.IntN(2) == 0 {
+		onTimeout = client.TimeoutAutoResume
+	}
+	s, err := t.Suspend(ctx, client.SuspendRequest{Reason: client.ReasonWaitingForApproval,
+		Signals: []string{"approve"}, Timeout: 2 * time.Second, OnTimeout: onTimeout})
+	if err != nil {
+		return nil, err
+	}
+	n.suspended.Add(1)
+	select {
+	case waiting <- suspended{id: t.ID(), wp: s.Waitpoint}:
+	default: // the signaller is behind: this one times out
+	}
+	return nil, nil
+}
+
+// signaller approves about half of the suspensions after a short wait.
+func signaller(ctx context.Context, c *client.Client, waiting <-chan suspended, n *counters) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-waiting:
+			if rand.IntN(2) == 0 {
+				continue
+			}
+			select {
+			case <-time.After(300 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+			if _, err := c.DeliverSignal(ctx, s.id, s.wp, client.Signal{Name: "approve", SourceIdentity: "demo"}); err == nil {
+				n.signalled.Add(1)
+			}
+		}
+	}
+}
+
+// timerWork creates one approval task and one slow task (with a 1 s
+// deadline or a 300 ms attempt timeout).
+func timerWork(ctx context.Context, c *client.Client) error {
+	if _, err := c.CreateExecution(ctx, client.CreateRequest{Lane: "default", Kind: kindApproval}); err != nil {
+		return err
+	}
+	req := client.CreateRequest{Lane: "workers-a", Kind: kindSlow}
+	if rand.IntN(2) == 0 {
+		req.Deadline = time.Now().Add(time.Second)
+	} else {
+		req.AttemptTimeout = 300 * time.Millisecond
+	}
+	_, err := c.CreateExecution(ctx, req)
+	return err
 }
 
 // diamond creates A->{B,C}->D; workers run A, and the completion listener
@@ -250,6 +364,7 @@ func createBudgets(ctx context.Context, c *client.Client) ([]keys.BudgetID, erro
 }
 
 func printSummary(n *counters) {
-	fmt.Printf("demo: created %d, completed %d, failed %d, crashed %d, flows %d, cancelled flows %d, usage reports %d\n",
-		n.created.Load(), n.completed.Load(), n.failed.Load(), n.crashed.Load(), n.flows.Load(), n.cancelledFlows.Load(), n.usage.Load())
+	fmt.Printf("demo: created %d, completed %d, failed %d, crashed %d, flows %d, cancelled flows %d, usage reports %d, suspended %d, signalled %d, slow %d\n",
+		n.created.Load(), n.completed.Load(), n.failed.Load(), n.crashed.Load(), n.flows.Load(), n.cancelledFlows.Load(), n.usage.Load(),
+		n.suspended.Load(), n.signalled.Load(), n.slow.Load())
 }

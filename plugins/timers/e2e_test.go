@@ -1,0 +1,323 @@
+package timers_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host/hosttest"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/plugins/timers"
+	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+	"github.com/ffscan/ffscan/sdk/testserver"
+)
+
+const pluginPkg = "github.com/ffscan/ffscan/plugins/timers/cmd/timers"
+
+var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+
+// TestMain removes the plugin builds scannertest made.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	scannertest.Cleanup()
+	os.Exit(code)
+}
+
+// world is state made through sdk/client for one scenario.
+type world struct {
+	t   testing.TB
+	ctx context.Context
+	vk  valkey.Client
+	c   *client.Client
+}
+
+func newWorld(t testing.TB, vk valkey.Client) *world {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := client.New(ctx, vk, client.Options{Partitions: parts, Namespace: "e2e"})
+	require.NoError(t, err)
+	return &world{t: t, ctx: ctx, vk: vk, c: c}
+}
+
+// serverMs is the server's clock.
+func (w *world) serverMs() int64 {
+	v, err := w.vk.Do(w.ctx, w.vk.B().Time().Build()).AsStrSlice()
+	require.NoError(w.t, err)
+	s, _ := strconv.ParseInt(v[0], 10, 64)
+	us, _ := strconv.ParseInt(v[1], 10, 64)
+	return s*1000 + us/1000
+}
+
+// waitPast waits until the server's clock is past ms: timers in these
+// scenarios are a few milliseconds long, and the scan must find them due
+// by the server's clock, whatever the machine's load.
+func (w *world) waitPast(ms int64) {
+	for w.serverMs() <= ms {
+		select {
+		case <-w.ctx.Done():
+			w.t.Fatal("server clock did not pass", ms)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (w *world) worker(lane, instance string) *client.Worker {
+	wk, err := w.c.NewWorker(w.ctx, client.WorkerOptions{WorkerID: "e2e", InstanceID: instance, Lanes: []string{lane}})
+	require.NoError(w.t, err)
+	w.t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = wk.Close(ctx)
+	})
+	return wk
+}
+
+func (w *world) claim(wk *client.Worker) *client.Task {
+	for i := 0; i < 64; i++ {
+		task, err := wk.ClaimNext(w.ctx)
+		require.NoError(w.t, err)
+		if task != nil {
+			return task
+		}
+	}
+	w.t.Fatal("nothing to claim")
+	return nil
+}
+
+func (w *world) create(req client.CreateRequest) keys.ExecutionID {
+	r, err := w.c.CreateExecution(w.ctx, req)
+	require.NoError(w.t, err)
+	return r.ID
+}
+
+func core(t testing.TB, vk valkey.Client, id keys.ExecutionID, fields ...string) []string {
+	v, err := vk.Do(context.Background(), vk.B().Hmget().Key(keys.Exec(id).Core()).Field(fields...).Build()).ToArray()
+	require.NoError(t, err)
+	out := make([]string, len(v))
+	for i := range v {
+		out[i], _ = v[i].ToString()
+	}
+	return out
+}
+
+func zscore(t testing.TB, vk valkey.Client, key, member string) bool {
+	err := vk.Do(context.Background(), vk.B().Zscore().Key(key).Member(member).Build()).Error()
+	if valkey.IsValkeyNil(err) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// A retry scheduled by a failed attempt (fixed 1 ms backoff), a worker's
+// own delay on a lane no configuration names, and a delayed create are
+// promoted once due; the retried execution is claimed again as a retry.
+func TestDelayedPromoter(t *testing.T) {
+	var retried, delayed, created keys.ExecutionID
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
+		Lanes: []string{"default", "side"},
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := newWorld(t, vk)
+			retried = w.create(client.CreateRequest{Lane: "default", Kind: "flaky",
+				Retry: &client.RetryPolicy{MaxRetries: 2, Backoff: client.FixedBackoff(time.Millisecond)}})
+			task := w.claim(w.worker("default", "d1"))
+			out, err := task.Fail(w.ctx, "boom", client.FailOptions{})
+			require.NoError(t, err)
+			require.True(t, out.RetryScheduled)
+			delayed = w.create(client.CreateRequest{Lane: "side", Kind: "poll"})
+			st := w.claim(w.worker("side", "d2"))
+			require.NoError(t, st.Delay(w.ctx, time.UnixMilli(w.serverMs()+5)))
+			created = w.create(client.CreateRequest{Lane: "side", Kind: "later", Delay: 5 * time.Millisecond})
+			w.waitPast(w.serverMs() + 10)
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(3), r.Processed, "%v", r)
+			assert.Empty(t, r.Errors)
+			assert.Empty(t, r.Refused)
+			for _, id := range []keys.ExecutionID{retried, delayed, created} {
+				assert.Equal(t, []string{"runnable", "eligible_now"}, core(t, vk, id, "lifecycle_phase", "eligibility_state"), "%s", id)
+			}
+			w := newWorld(t, vk)
+			again := w.claim(w.worker("default", "d3"))
+			assert.Equal(t, retried, again.ID())
+			assert.Equal(t, "retry", again.AttemptType())
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
+
+// An active attempt past its attempt timeout, and executions past their
+// deadline (one never claimed, one running), end as expired.
+func TestExpiryScanners(t *testing.T) {
+	var timedOut, lateRunnable, lateActive keys.ExecutionID
+	setup := func(t testing.TB, vk valkey.Client) {
+		w := newWorld(t, vk)
+		timedOut = w.create(client.CreateRequest{Lane: "default", Kind: "slow", AttemptTimeout: time.Millisecond})
+		t1 := w.claim(w.worker("default", "x1"))
+		require.Equal(t, timedOut, t1.ID())
+		t.Cleanup(t1.Abandon)
+		deadline := time.UnixMilli(w.serverMs() + 50)
+		lateRunnable = w.create(client.CreateRequest{Lane: "c", Kind: "never", Deadline: deadline})
+		lateActive = w.create(client.CreateRequest{Lane: "d", Kind: "long", Deadline: deadline})
+		t4 := w.claim(w.worker("d", "x4"))
+		t.Cleanup(t4.Abandon)
+		w.waitPast(deadline.UnixMilli())
+	}
+	t.Run("attempt_timeout", func(t *testing.T) {
+		linked, plugin := scannertest.Run(t, scannertest.Case{
+			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			New:   func() scannerapi.Scanner { return timers.NewAttemptTimeout() },
+			Setup: setup,
+			Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+				assert.Equal(t, int64(1), r.Processed, "%v", r)
+				assert.Empty(t, r.Errors)
+				assert.Equal(t, []string{"terminal", "expired", "attempt_timeout"},
+					core(t, vk, timedOut, "lifecycle_phase", "terminal_outcome", "failure_reason"))
+				assert.Equal(t, "active", core(t, vk, lateActive, "lifecycle_phase")[0], "its deadline is another scanner's")
+			},
+		})
+		scannertest.Same(t, linked, plugin)
+	})
+	t.Run("execution_deadline", func(t *testing.T) {
+		linked, plugin := scannertest.Run(t, scannertest.Case{
+			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			New:   func() scannerapi.Scanner { return timers.NewExecutionDeadline() },
+			Setup: setup,
+			Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+				assert.Equal(t, int64(2), r.Processed, "%v", r)
+				assert.Empty(t, r.Errors)
+				for _, id := range []keys.ExecutionID{lateRunnable, lateActive} {
+					assert.Equal(t, []string{"terminal", "expired", "execution_deadline"},
+						core(t, vk, id, "lifecycle_phase", "terminal_outcome", "failure_reason"), "%s", id)
+				}
+				pk := keys.FlowPart(lateRunnable.Partition())
+				assert.False(t, zscore(t, vk, pk.LaneEligible("c"), lateRunnable.String()), "left its runnable set")
+			},
+		})
+		scannertest.Same(t, linked, plugin)
+	})
+}
+
+// P5: the library expires whatever it is asked to. A candidate the host
+// read as due whose timeout a later attempt re-armed (its index score now
+// in the future) is left alone.
+func TestAttemptTimeoutRechecksScore(t *testing.T) {
+	srv := testserver.New(t)
+	vk := srv.Client(t)
+	_, err := lua.New(vk, lua.Options{}).Ensure(context.Background())
+	require.NoError(t, err)
+	w := newWorld(t, vk)
+	id := w.create(client.CreateRequest{Lane: "default", Kind: "slow", AttemptTimeout: time.Hour})
+	task := w.claim(w.worker("default", "r1"))
+	t.Cleanup(task.Abandon)
+	s := timers.NewAttemptTimeout()
+	require.NoError(t, s.Configure(w.ctx, nil))
+	pk := keys.FlowPart(id.Partition())
+	res, err := s.ScanPartition(w.ctx, scannertest.Host(vk), &scannerapi.ScanRequest{
+		Scanner: timers.AttemptTimeoutName, Partition: id.Partition(), NowMs: w.serverMs(), Cycle: 1, Batch: 50,
+		Candidates: []scannerapi.Candidate{{Source: "attempt_timeout", Key: pk.AttemptTimeout(), Member: id.String(), Score: 1}},
+	})
+	require.NoError(t, err)
+	assert.Zero(t, res.Processed)
+	assert.Equal(t, int64(1), res.Skipped)
+	assert.Equal(t, "active", core(t, vk, id, "lifecycle_phase")[0])
+}
+
+// Each timeout behaviour of a suspension: fail, cancel, expire and
+// auto-resume end or resume the execution, escalate leaves it for an
+// operator.
+func TestSuspensionTimeout(t *testing.T) {
+	behaviours := []client.TimeoutBehavior{client.TimeoutFail, client.TimeoutCancel, client.TimeoutExpire,
+		client.TimeoutAutoResume, client.TimeoutEscalate}
+	ids := make([]keys.ExecutionID, len(behaviours))
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		New: func() scannerapi.Scanner { return timers.NewSuspensionTimeout() },
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := newWorld(t, vk)
+			require.NoError(t, w.c.RotateWaitpointSecret(w.ctx, "k1", []byte("e2e secret"), time.Hour))
+			wk := w.worker("default", "s1")
+			var last int64
+			for i, b := range behaviours {
+				ids[i] = w.create(client.CreateRequest{Lane: "default", Kind: string(b)})
+				task := w.claim(wk)
+				require.Equal(t, ids[i], task.ID())
+				_, err := task.Suspend(w.ctx, client.SuspendRequest{Signals: []string{"go"},
+					Timeout: time.Millisecond, OnTimeout: b})
+				require.NoError(t, err)
+				last = w.serverMs()
+			}
+			w.waitPast(last + 1)
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(5), r.Processed, "%v", r)
+			assert.Empty(t, r.Errors)
+			want := [][]string{
+				{"terminal", "failed", "failed"},
+				{"terminal", "cancelled", "cancelled"},
+				{"terminal", "expired", "expired"},
+				{"runnable", "none", "waiting"},
+				{"suspended", "none", "suspended"},
+			}
+			for i, id := range ids {
+				assert.Equal(t, want[i], core(t, vk, id, "lifecycle_phase", "terminal_outcome", "public_state"), "%s", behaviours[i])
+			}
+			assert.Equal(t, "paused_by_operator", core(t, vk, ids[4], "blocking_reason")[0])
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
+
+// A pending waitpoint no suspension used is closed once expired, and its
+// index entry goes; an entry whose waitpoint vanished is removed.
+func TestPendingWaitpointExpiry(t *testing.T) {
+	var wp client.Waitpoint
+	var pk keys.FlowPartKeys
+	ghost := keys.NewUUID()
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		New: func() scannerapi.Scanner { return timers.NewPendingWPExpiry() },
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := newWorld(t, vk)
+			require.NoError(t, w.c.RotateWaitpointSecret(w.ctx, "k1", []byte("e2e secret"), time.Hour))
+			id := w.create(client.CreateRequest{Lane: "default", Kind: "callback"})
+			task := w.claim(w.worker("default", "p1"))
+			t.Cleanup(task.Abandon)
+			var err error
+			wp, err = task.CreatePendingWaitpoint(w.ctx, "", time.Millisecond)
+			require.NoError(t, err)
+			pk = keys.FlowPart(id.Partition())
+			require.NoError(t, vk.Do(w.ctx, vk.B().Zadd().Key(pk.PendingWaitpointExpiry()).ScoreMember().
+				ScoreMember(1, ghost.String()).Build()).Error())
+			w.waitPast(w.serverMs() + 2)
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(1), r.Processed, "%v", r)
+			assert.Empty(t, r.Errors)
+			state, err := vk.Do(context.Background(), vk.B().Hmget().Key(pk.Waitpoint(mustUUID(t, wp.ID))).
+				Field("state", "close_reason").Build()).AsStrSlice()
+			require.NoError(t, err)
+			assert.Equal(t, []string{"closed", "never_committed"}, state)
+			assert.False(t, zscore(t, vk, pk.PendingWaitpointExpiry(), wp.ID))
+			assert.False(t, zscore(t, vk, pk.PendingWaitpointExpiry(), ghost.String()), "the vanished waitpoint's entry is removed")
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
+
+func mustUUID(t testing.TB, s string) keys.UUID {
+	u, err := keys.ParseUUID(s)
+	require.NoError(t, err)
+	return u
+}
