@@ -241,7 +241,7 @@ type member struct {
 	f    *flow
 	raw  string
 	id   keys.ExecutionID
-	core memberCore
+	core scanutil.CancelCore
 	gone bool // no core: nothing to cancel
 	out  outcome
 }
@@ -558,7 +558,7 @@ func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 			mm := m
 			sc.write(sc.ackCommand(m), func(r scannerapi.Reply) {
 				if o := classifyAck(r); o != nil {
-					sc.res.AddError(o.class, "ack_"+o.code, 1)
+					sc.res.AddError(o.Class, "ack_"+o.Code, 1)
 					return
 				}
 				mm.f.progress = true
@@ -580,7 +580,7 @@ func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 	var toCancel []*member
 	for _, m := range toRead {
 		m := m
-		cmds := append([]scannerapi.Command{append(scannerapi.Command{"HMGET", keys.Exec(m.id).Core()}, coreFields...)},
+		cmds := append([]scannerapi.Command{append(scannerapi.Command{"HMGET", keys.Exec(m.id).Core()}, scanutil.CancelCoreFields...)},
 			sc.cfg.filter.ReadCommands(m.id)...)
 		b.Add(func(r []scannerapi.Reply) {
 			if sc.absorbCore(m, r) {
@@ -603,19 +603,19 @@ func (sc *scan) absorbCore(m *member, r []scannerapi.Reply) bool {
 		sc.memberFailed(m, class, "core_read_"+code)
 		return false
 	}
-	m.core = parseCore(r[0])
-	if !m.core.badReply && !m.core.exists {
+	m.core = scanutil.ParseCancelCore(r[0])
+	if !m.core.BadReply && !m.core.Exists {
 		// Gone (e.g. purged by retention): nothing to cancel, whoever's it
 		// was, and nothing the filter could read.
 		m.gone = true
-		m.out = outcome{kind: outNotFound, code: codeNotFound}
+		m.out = outcome{Kind: outNotFound, Code: codeNotFound}
 		return true
 	}
 	if !sc.cfg.filter.Decide(r[1:]) {
 		sc.res.Skipped++
 		return false
 	}
-	if _, err := cancelKeys(m.id, m.core); err != nil {
+	if _, err := scanutil.CancelKeys(m.id, m.core); err != nil {
 		sc.memberFailed(m, scannerapi.ErrInvalid, err.Error())
 		return false
 	}
@@ -633,21 +633,21 @@ func (sc *scan) cancel(ctx context.Context, members []*member) []*member {
 			continue
 		}
 		if sc.req.DryRun {
-			m.out = predict(m.core)
+			m.out = scanutil.PredictCancel(m.core)
 			done = append(done, m)
 			continue
 		}
 		m := m
-		ks, _ := cancelKeys(m.id, m.core)
+		ks, _ := scanutil.CancelKeys(m.id, m.core)
 		called = append(called, m)
 		b.Add(func(r []scannerapi.Reply) {
-			m.out = classifyCancel(r[0])
-			if m.out.kind.done() {
+			m.out = scanutil.ClassifyCancel(r[0])
+			if m.out.Kind.Done() {
 				done = append(done, m)
 				return
 			}
-			sc.memberFailed(m, m.out.class, m.out.code)
-		}, scannerapi.FCall(FunctionCancel, ks, m.id.String(), m.f.reason, Source, "", ""))
+			sc.memberFailed(m, m.out.Class, m.out.Code)
+		}, scanutil.CancelCall(m.id, ks, m.f.reason, Source))
 	}
 	if err := sc.exec(ctx, &b); err != nil {
 		sc.stageFailed(err, 0, called)
@@ -661,7 +661,7 @@ func (sc *scan) ack(ctx context.Context, done []*member) {
 	if sc.req.DryRun {
 		for _, m := range done {
 			sc.res.Processed++
-			sc.res.Note("%s of flow %s: %s", m.raw, m.f.member, m.out.code)
+			sc.res.Note("%s of flow %s: %s", m.raw, m.f.member, m.out.Code)
 		}
 		return
 	}
@@ -670,7 +670,7 @@ func (sc *scan) ack(ctx context.Context, done []*member) {
 		m := m
 		b.Add(func(r []scannerapi.Reply) {
 			if o := classifyAck(r[0]); o != nil {
-				sc.memberFailed(m, o.class, "ack_"+o.code)
+				sc.memberFailed(m, o.Class, "ack_"+o.Code)
 				return
 			}
 			sc.res.Processed++

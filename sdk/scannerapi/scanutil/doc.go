@@ -14,7 +14,10 @@
 //   - Batch sends commands that go together in one Exec and hands each
 //     group its replies; Waves repeats that while a scan has work;
 //   - ParseOptions checks options against the scanner's OptionSpecs and
-//     returns them typed.
+//     returns them typed;
+//   - CancelCoreFields, CancelKeys, CancelCall and ClassifyCancel cancel an
+//     execution from a scanner with the keys of its real state, and read
+//     the reply by its Lua code.
 //
 // Everything here is optional for a third-party scanner and carries no
 // dependency beyond scannerapi. The contract is the package's API: see
