@@ -82,3 +82,12 @@ func lenientUUID(s string) bool {
 	_, err := ParseUUID(s)
 	return err == nil
 }
+
+// ClassifyFlowID is ClassifyExecutionID for bare flow ids.
+func ClassifyFlowID(s string) (FlowID, IDForm) {
+	b, form := ClassifyBudgetID(s)
+	if form != IDCanonical {
+		return FlowID{}, form
+	}
+	return FlowID{b.u}, IDCanonical
+}

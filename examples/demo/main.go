@@ -19,7 +19,10 @@
 //     leave an unused pending waitpoint behind (pending_wp_expiry);
 //   - slow tasks outrun their deadline (execution_deadline) or their
 //     attempt timeout (attempt_timeout); retried tasks wait out a backoff
-//     (delayed_promoter).
+//     (delayed_promoter);
+//   - race flows: two upstreams race for an any_of group with
+//     cancel_remaining; when the quick one finishes, the slow one is
+//     cancelled (edge_cancel_dispatcher).
 //
 // It prints a one-line summary every few seconds and stops on SIGINT/SIGTERM
 // or after -duration.
@@ -52,6 +55,7 @@ type counters struct {
 const (
 	kindApproval = "demo.approval"
 	kindSlow     = "demo.slow"
+	kindLoser    = "demo.loser"
 )
 
 func main() {
@@ -152,6 +156,9 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 				return fmt.Errorf("cancel flow: %w", err)
 			}
 			n.cancelledFlows.Add(1)
+			if err := raceFlow(ctx, c); err != nil {
+				return fmt.Errorf("race flow: %w", err)
+			}
 		case <-usageTick.C:
 			for _, b := range budgets {
 				_, err := c.ReportUsage(ctx, client.UsageReport{Budget: b, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: 40}}})
@@ -185,6 +192,14 @@ func handler(n *counters, crash float64, waiting chan<- suspended) client.Handle
 		switch t.Kind() {
 		case kindApproval:
 			return approval(ctx, t, n, waiting)
+		case kindLoser:
+			// Loses its race: runs until the dispatcher cancels it (its
+			// lease goes, and ctx with it).
+			select {
+			case <-time.After(5 * time.Second):
+			case <-ctx.Done():
+			}
+			return nil, ctx.Err()
 		case kindSlow:
 			// Outruns its deadline or attempt timeout: the timer scanners
 			// end it, and the late result is refused by the fence.
@@ -287,6 +302,34 @@ func timerWork(ctx context.Context, c *client.Client) error {
 	}
 	_, err := c.CreateExecution(ctx, req)
 	return err
+}
+
+// raceFlow creates {quick, loser} -> D under any_of with
+// cancel_remaining: the quick one completes first and decides the group,
+// and the dispatcher cancels the loser.
+func raceFlow(ctx context.Context, c *client.Client) error {
+	f, err := c.CreateFlow(ctx, client.CreateFlowRequest{Kind: "demo.race"})
+	if err != nil {
+		return err
+	}
+	fid := f.ID
+	var ids [3]keys.ExecutionID
+	for i, kind := range []string{"demo.quick", kindLoser, "demo.winner-next"} {
+		r, err := c.CreateExecution(ctx, client.CreateRequest{Flow: &fid, Lane: "default", Kind: kind})
+		if err != nil {
+			return err
+		}
+		ids[i] = r.ID
+	}
+	if _, err := c.SetEdgeGroupPolicy(ctx, fid, ids[2], client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}); err != nil {
+		return err
+	}
+	for _, up := range ids[:2] {
+		if _, err := c.AddDependency(ctx, client.DependencyRequest{Flow: fid, Upstream: up, Downstream: ids[2]}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // diamond creates A->{B,C}->D; workers run A, and the completion listener
