@@ -22,7 +22,10 @@
 //     (delayed_promoter);
 //   - race flows: two upstreams race for an any_of group with
 //     cancel_remaining; when the quick one finishes, the slow one is
-//     cancelled (edge_cancel_dispatcher).
+//     cancelled (edge_cancel_dispatcher);
+//   - a few tasks need a "gpu" capability no worker has at first: the
+//     workers park them in blocked:route, and once a gpu worker joins
+//     (after 10 s) the unblock scanner re-admits them.
 //
 // It prints a one-line summary every few seconds and stops on SIGINT/SIGTERM
 // or after -duration.
@@ -111,6 +114,13 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 		go func() { _ = w.Run(ctx, handler(&n, crash, waiting)) }()
 	}
 
+	for i := 0; i < 5; i++ {
+		if _, err := c.CreateExecution(ctx, client.CreateRequest{Lane: "default", Kind: "demo.gpu",
+			RequiredCapabilities: []string{"gpu"}}); err != nil {
+			return err
+		}
+	}
+
 	budgets, err := createBudgets(ctx, c)
 	if err != nil {
 		return err
@@ -168,6 +178,14 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 				n.usage.Add(1)
 			}
 		case <-tighten:
+			// A gpu worker joins: unblock re-admits the parked gpu tasks.
+			gw, err := c.NewWorker(ctx, client.WorkerOptions{WorkerID: "demo-gpu", Lanes: lanes,
+				Capabilities: []string{"gpu"}, LeaseTTL: 2 * time.Second})
+			if err != nil {
+				return err
+			}
+			defer gw.Close(context.Background())
+			go func() { _ = gw.Run(ctx, handler(&n, 0, waiting)) }()
 			// An operator lowers the hard limit of the budget that never
 			// resets below what it has used: budget_reconciler flags it.
 			lim := keys.Budget(c.Partitions(), budgets[2]).Limits()

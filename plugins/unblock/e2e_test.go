@@ -1,0 +1,179 @@
+package unblock_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host/hosttest"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/plugins/unblock"
+	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+)
+
+const pluginPkg = "github.com/ffscan/ffscan/plugins/unblock/cmd/unblock"
+
+var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+
+// TestMain removes the plugin builds scannertest made.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	scannertest.Cleanup()
+	os.Exit(code)
+}
+
+type world struct {
+	t   testing.TB
+	ctx context.Context
+	vk  valkey.Client
+	c   *client.Client
+}
+
+func newWorld(t testing.TB, vk valkey.Client) *world {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := client.New(ctx, vk, client.Options{Partitions: parts, Namespace: "e2e"})
+	require.NoError(t, err)
+	return &world{t: t, ctx: ctx, vk: vk, c: c}
+}
+
+func (w *world) create(lane string, caps ...string) keys.ExecutionID {
+	r, err := w.c.CreateExecution(w.ctx, client.CreateRequest{Lane: lane, Kind: "k", RequiredCapabilities: caps})
+	require.NoError(w.t, err)
+	return r.ID
+}
+
+func (w *world) worker(lane, instance string, caps ...string) *client.Worker {
+	wk, err := w.c.NewWorker(w.ctx, client.WorkerOptions{WorkerID: "e2e", InstanceID: instance, Lanes: []string{lane}, Capabilities: caps})
+	require.NoError(w.t, err)
+	w.t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = wk.Close(ctx)
+	})
+	return wk
+}
+
+// block parks an execution as FlowFabric's scheduler does
+// (ff_block_execution_for_admission), after attaching what blocks it to
+// its core the way FlowFabric's consumers do (budget_ids,
+// quota_policy_id: fields nothing in FlowFabric writes itself).
+func (w *world) block(id keys.ExecutionID, lane, reason, set string, fields ...string) {
+	ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
+	if len(fields) > 0 {
+		require.NoError(w.t, w.vk.Do(w.ctx, w.vk.B().Arbitrary("HSET", ek.Core()).Args(fields...).Build()).Error())
+	}
+	v, err := w.vk.Do(w.ctx, w.vk.B().Fcall().Function("ff_block_execution_for_admission").Numkeys(3).
+		Key(ek.Core(), pk.LaneEligible(lane), set).Arg(id.String(), reason, "e2e", strconv.FormatInt(time.Now().UnixMilli(), 10)).Build()).ToArray()
+	require.NoError(w.t, err)
+	n, _ := v[0].AsInt64()
+	require.Equal(w.t, int64(1), n)
+}
+
+func (w *world) serverMs() int64 {
+	v, err := w.vk.Do(w.ctx, w.vk.B().Time().Build()).AsStrSlice()
+	require.NoError(w.t, err)
+	s, _ := strconv.ParseInt(v[0], 10, 64)
+	us, _ := strconv.ParseInt(v[1], 10, 64)
+	return s*1000 + us/1000
+}
+
+func eligibility(t testing.TB, vk valkey.Client, id keys.ExecutionID) string {
+	v, err := vk.Do(context.Background(), vk.B().Hget().Key(keys.Exec(id).Core()).Field("eligibility_state").Build()).ToString()
+	require.NoError(t, err)
+	return v
+}
+
+// Each reason, made through sdk/client and FlowFabric's own contracts:
+// an execution a worker could not run (blocked:route) is re-admitted once
+// a worker with the capability registers, one that needs a capability no
+// worker has stays; one blocked by a budget at its hard limit is
+// re-admitted after the budget's reset, one still at its limit stays; one
+// blocked by a full quota window is re-admitted once the window moved on,
+// one blocked by a concurrency cap still in use stays.
+func TestUnblockEachReason(t *testing.T) {
+	var gpu, tpu, reset, atLimit, windowed, capped keys.ExecutionID
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		New:   func() scannerapi.Scanner { return unblock.New() },
+		Lanes: []string{"route", "budget", "quota"},
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := newWorld(t, vk)
+			// Route: a worker without capabilities meets both and parks
+			// them; then a gpu worker registers.
+			gpu, tpu = w.create("route", "gpu"), w.create("route", "tpu")
+			plain := w.worker("route", "plain")
+			for i := 0; i < 64; i++ {
+				task, err := plain.ClaimNext(w.ctx)
+				require.NoError(t, err)
+				require.Nil(t, task)
+				if eligibility(t, vk, gpu) == "blocked_by_route" && eligibility(t, vk, tpu) == "blocked_by_route" {
+					break
+				}
+			}
+			require.Equal(t, "blocked_by_route", eligibility(t, vk, gpu))
+			w.worker("other-lane", "gpu-box", "gpu")
+
+			// Budget: two budgets at their hard limit; one is reset.
+			budget := func() keys.BudgetID {
+				b, err := w.c.CreateBudget(w.ctx, client.CreateBudgetRequest{ScopeType: "lane", ScopeID: "budget",
+					Dimensions: []client.BudgetDimension{{Name: "tokens", Hard: 100}}})
+				require.NoError(t, err)
+				_, err = w.c.ReportUsage(w.ctx, client.UsageReport{Budget: b.ID, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: 100}}})
+				require.NoError(t, err)
+				return b.ID
+			}
+			b1, b2 := budget(), budget()
+			_, err := w.c.ResetBudget(w.ctx, b1)
+			require.NoError(t, err)
+			reset, atLimit = w.create("budget"), w.create("budget")
+			w.block(reset, "budget", "waiting_for_budget", keys.FlowPart(reset.Partition()).LaneBlockedBudget("budget"), "budget_ids", b1.String())
+			w.block(atLimit, "budget", "waiting_for_budget", keys.FlowPart(atLimit.Partition()).LaneBlockedBudget("budget"), "budget_ids", b1.String()+","+b2.String())
+
+			// Quota: a 1-request window of 1 s, and a concurrency cap of 1.
+			q1, err := w.c.CreateQuotaPolicy(w.ctx, client.CreateQuotaRequest{Window: time.Second, MaxRequests: 1})
+			require.NoError(t, err)
+			q2, err := w.c.CreateQuotaPolicy(w.ctx, client.CreateQuotaRequest{Window: time.Hour, MaxConcurrent: 1})
+			require.NoError(t, err)
+			first, holder := w.create("quota"), w.create("quota")
+			a, err := w.c.Admit(w.ctx, q1.ID, first)
+			require.NoError(t, err)
+			require.True(t, a.Admitted)
+			admittedAt := w.serverMs()
+			a, err = w.c.Admit(w.ctx, q2.ID, holder)
+			require.NoError(t, err)
+			require.True(t, a.Admitted)
+			windowed, capped = w.create("quota"), w.create("quota")
+			w.block(windowed, "quota", "waiting_for_quota", keys.FlowPart(windowed.Partition()).LaneBlockedQuota("quota"), "quota_policy_id", q1.ID.String())
+			w.block(capped, "quota", "waiting_for_quota", keys.FlowPart(capped.Partition()).LaneBlockedQuota("quota"), "quota_policy_id", q2.ID.String())
+			// The window frees one second after the admission.
+			for w.serverMs() <= admittedAt+1000 {
+				select {
+				case <-w.ctx.Done():
+					t.Fatal("server clock did not move")
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(3), r.Processed, "%v", r)
+			assert.Empty(t, r.Errors)
+			assert.Empty(t, r.Refused)
+			for _, id := range []keys.ExecutionID{gpu, reset, windowed} {
+				assert.Equal(t, "eligible_now", eligibility(t, vk, id), "%s", id)
+			}
+			assert.Equal(t, "blocked_by_route", eligibility(t, vk, tpu))
+			assert.Equal(t, "blocked_by_budget", eligibility(t, vk, atLimit))
+			assert.Equal(t, "blocked_by_quota", eligibility(t, vk, capped))
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
