@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -83,6 +84,7 @@ type Host struct {
 	runCtx  context.Context
 	callCtx context.Context
 	laneNow chan struct{} // asks refreshLanes for an immediate merge
+	disc    *lanes.Discovery
 
 	mu    sync.Mutex
 	units map[string]*unit
@@ -141,7 +143,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
 	}
 	h.readOnly = readOnly
-	var lanes []string
+	var lanesList []string
 	if readOnly {
 		parts, recorded, err := boot.ReadPartitions(ctx, h.client, cfg.Partitions)
 		if err != nil {
@@ -150,7 +152,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		h.parts = parts
 		log.Info("partitions (read only)", "flow", parts.Flow, "budget", parts.Budget, "quota", parts.Quota, "recorded", recorded)
 		h.lib = lua.New(h.client, lua.Options{})
-		if lanes, err = boot.ReadLanes(ctx, h.client, cfg.Lanes, log); err != nil {
+		if lanesList, err = boot.ReadLanes(ctx, h.client, cfg.Lanes, log); err != nil {
 			return fail(err)
 		}
 	} else {
@@ -163,12 +165,16 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		if h.lib, err = boot.LoadLibrary(ctx, h.client, cfg.Lua.ForceReplace, log); err != nil {
 			return fail(err)
 		}
-		if lanes, err = boot.MergeLanes(ctx, h.client, cfg.Lanes, log); err != nil {
+		if lanesList, err = boot.MergeLanes(ctx, h.client, cfg.Lanes, log); err != nil {
 			return fail(err)
 		}
 	}
-	h.lanes.Store(&lanes)
-	log.Info("lanes", "lanes", lanes)
+	h.disc = lanes.New(h.client)
+	h.lanes.Store(&lanesList)
+	// Lanes in use that nobody configured or recorded: one full discovery
+	// pass before anything runs.
+	h.discoverLanes(ctx)
+	log.Info("lanes", "lanes", h.Lanes())
 	h.svc = callbacks.New(h.lib, h.met)
 	h.compMet = completions.NewPrometheusMetrics()
 	if err := h.compMet.Register(h.met.Registry); err != nil {
@@ -196,6 +202,39 @@ func (h *Host) Lanes() []string { return *h.lanes.Load() }
 // lane-scoped sources pick up lanes producers add after boot.
 const LaneRefresh = 30 * time.Second
 
+// DiscoveryPages bounds the lane discovery SCAN of one LaneRefresh tick:
+// pages of lanes.PageSize keys per primary. A lane a producer starts using
+// after boot is found within ceil(keys per primary / (DiscoveryPages *
+// lanes.PageSize)) ticks: within one tick (30 s) up to 50,000 keys per
+// primary, within 10 ticks (5 min) at 500,000.
+const DiscoveryPages = 50
+
+// discoverLanes runs one full discovery pass and adds the lanes found to
+// the known ones (and to ff:idx:lanes, unless the host is read only). A
+// failure is logged: the known lanes stay.
+func (h *Host) discoverLanes(ctx context.Context) {
+	found, _, err := h.disc.Step(ctx, 0)
+	if err != nil {
+		h.log.Warn("lane discovery failed; lanes in use that are not recorded stay unseen until it succeeds", "error", err)
+	}
+	if len(found) == 0 {
+		return
+	}
+	known := h.Lanes()
+	merged := boot.UnionLanes(known, found, h.log)
+	if !h.readOnly {
+		if m, err := boot.MergeLanes(ctx, h.client, append(append([]string{}, h.config().Lanes...), merged...), h.log); err != nil {
+			h.log.Warn("could not record discovered lanes in "+keys.LanesIndex, "error", err)
+		} else {
+			merged = m
+		}
+	}
+	if !slices.Equal(known, merged) {
+		h.log.Info("lanes discovered", "lanes", merged)
+	}
+	h.lanes.Store(&merged)
+}
+
 func (h *Host) refreshLanes(ctx context.Context) {
 	t := time.NewTicker(LaneRefresh)
 	defer t.Stop()
@@ -206,7 +245,13 @@ func (h *Host) refreshLanes(ctx context.Context) {
 		case <-t.C:
 		case <-h.laneNow:
 		}
-		lanes, err := boot.MergeLanes(ctx, h.client, h.config().Lanes, h.log)
+		record := append([]string{}, h.config().Lanes...)
+		found, _, derr := h.disc.Step(ctx, DiscoveryPages)
+		if derr != nil && ctx.Err() == nil {
+			h.log.Warn("lane discovery step failed; it starts over on the next tick", "error", derr)
+		}
+		record = append(record, found...)
+		lanes, err := boot.MergeLanes(ctx, h.client, record, h.log)
 		if err != nil {
 			if ctx.Err() == nil {
 				h.log.Warn("lane refresh failed; keeping the known lanes", "error", err)
@@ -572,6 +617,7 @@ type SessionOptions struct {
 // command policy enforced by the callback service, candidates fetched by
 // the scheduler. Test kits and scan-once use it.
 type Session struct {
+	h      *Host
 	run    *scheduler.Runner
 	dryRun bool
 	close  func()
@@ -643,7 +689,7 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 		CallTimeout: cfg.Scheduler.CallTimeout,
 		NoJitter:    true,
 	}, h.client, staticTarget{scanner}, host, h.met, h.scannerLog(name))
-	return &Session{run: run, dryRun: opts.DryRun, close: closeFn}, nil
+	return &Session{h: h, run: run, dryRun: opts.DryRun, close: closeFn}, nil
 }
 
 // observed wraps callbacks so obs sees every batch and its replies.
@@ -662,6 +708,9 @@ func observed(cb scannerapi.Callbacks, obs func([]scannerapi.Command, []scannera
 
 // Cycle runs one cycle over every partition (partition < 0) or one.
 func (s *Session) Cycle(ctx context.Context, partition int) (scheduler.Summary, error) {
+	// A cycle on demand sees every lane in use now, not as of the last
+	// discovery step.
+	s.h.discoverLanes(ctx)
 	opts := scheduler.CycleOptions{DryRun: s.dryRun}
 	if partition >= 0 {
 		if partition > 65535 {

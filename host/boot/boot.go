@@ -168,6 +168,10 @@ func ReadLanes(ctx context.Context, client valkey.Client, configured []string, l
 	return unionLanes(configured, stored, log), nil
 }
 
+// UnionLanes is the sorted union of two lane lists, without malformed
+// lanes (logged when log is set).
+func UnionLanes(a, b []string, log hclog.Logger) []string { return unionLanes(a, b, log) }
+
 func unionLanes(configured, stored []string, log hclog.Logger) []string {
 	seen := map[string]bool{}
 	var out []string

@@ -321,3 +321,46 @@ func mustUUID(t testing.TB, s string) keys.UUID {
 	require.NoError(t, err)
 	return u
 }
+
+// P14: a lane nobody configured and FlowFabric never recorded (executions
+// created with FlowFabric's own ff_create_execution on lane "fresh") is
+// discovered from its index keys before the cycle, and its due delays
+// are promoted.
+func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
+	var ids []keys.ExecutionID
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
+		Lanes: []string{"default"},
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := newWorld(t, vk)
+			ids = nil
+			due := w.serverMs() + 100
+			at := strconv.FormatInt(due, 10)
+			for i := 0; i < 3; i++ {
+				id := keys.SoloExecutionID(parts, "fresh", keys.NewUUID())
+				ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
+				v, err := vk.Do(w.ctx, vk.B().Fcall().Function("ff_create_execution").Numkeys(8).
+					Key(ek.Core(), ek.Payload(), ek.Policy(), ek.Tags(), pk.LaneDelayed("fresh"), pk.Noop(),
+						pk.ExecutionDeadline(), pk.AllExecutions()).
+					Arg(id.String(), "ns", "fresh", "task", "0", "ff", "{}", "", at, "", "", "",
+						strconv.Itoa(int(id.Partition().Index))).Build()).ToArray()
+				require.NoError(t, err)
+				n, _ := v[0].AsInt64()
+				require.Equal(t, int64(1), n)
+				ids = append(ids, id)
+			}
+			members, err := vk.Do(w.ctx, vk.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
+			require.NoError(t, err)
+			require.NotContains(t, members, "fresh", "FlowFabric's library records no lane")
+			w.waitPast(due)
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(3), r.Processed, "%v", r)
+			for _, id := range ids {
+				assert.Equal(t, []string{"runnable", "eligible_now"}, core(t, vk, id, "lifecycle_phase", "eligibility_state"))
+			}
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
