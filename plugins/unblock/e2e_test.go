@@ -123,15 +123,20 @@ func TestUnblockEachReason(t *testing.T) {
 			w.worker("other-lane", "gpu-box", "gpu")
 
 			// Budget: two budgets at their hard limit; one is reset.
-			budget := func() keys.BudgetID {
-				b, err := w.c.CreateBudget(w.ctx, client.CreateBudgetRequest{ScopeType: "lane", ScopeID: "budget",
+			// Fixed ids: the linked and the plugin run place them on the
+			// same partitions (random ones would make the runs' keys
+			// differ by chance).
+			budget := func(id string) keys.BudgetID {
+				bid, err := keys.ParseBudgetID(id)
+				require.NoError(t, err)
+				b, err := w.c.CreateBudget(w.ctx, client.CreateBudgetRequest{ID: bid, ScopeType: "lane", ScopeID: "budget",
 					Dimensions: []client.BudgetDimension{{Name: "tokens", Hard: 100}}})
 				require.NoError(t, err)
 				_, err = w.c.ReportUsage(w.ctx, client.UsageReport{Budget: b.ID, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: 100}}})
 				require.NoError(t, err)
 				return b.ID
 			}
-			b1, b2 := budget(), budget()
+			b1, b2 := budget("b0000000-0000-4000-8000-000000000001"), budget("b0000000-0000-4000-8000-000000000002")
 			_, err := w.c.ResetBudget(w.ctx, b1)
 			require.NoError(t, err)
 			reset, atLimit = w.create("budget"), w.create("budget")
@@ -139,9 +144,16 @@ func TestUnblockEachReason(t *testing.T) {
 			w.block(atLimit, "budget", "waiting_for_budget", keys.FlowPart(atLimit.Partition()).LaneBlockedBudget("budget"), "budget_ids", b1.String()+","+b2.String())
 
 			// Quota: a 1-request window of 1 s, and a concurrency cap of 1.
-			q1, err := w.c.CreateQuotaPolicy(w.ctx, client.CreateQuotaRequest{Window: time.Second, MaxRequests: 1})
+			qid := func(s string) keys.QuotaID {
+				q, err := keys.ParseQuotaID(s)
+				require.NoError(t, err)
+				return q
+			}
+			q1, err := w.c.CreateQuotaPolicy(w.ctx, client.CreateQuotaRequest{ID: qid("d0000000-0000-4000-8000-000000000001"),
+				Window: time.Second, MaxRequests: 1})
 			require.NoError(t, err)
-			q2, err := w.c.CreateQuotaPolicy(w.ctx, client.CreateQuotaRequest{Window: time.Hour, MaxConcurrent: 1})
+			q2, err := w.c.CreateQuotaPolicy(w.ctx, client.CreateQuotaRequest{ID: qid("d0000000-0000-4000-8000-000000000002"),
+				Window: time.Hour, MaxConcurrent: 1})
 			require.NoError(t, err)
 			first, holder := w.create("quota"), w.create("quota")
 			a, err := w.c.Admit(w.ctx, q1.ID, first)

@@ -12,8 +12,9 @@ import (
 )
 
 // AdmissionWindow is the window dimension admissions are recorded in,
-// as FlowFabric's scheduler records them.
-const AdmissionWindow = "default"
+// as FlowFabric's scheduler records them (the window ff_create_quota_policy
+// creates and the quota reconciler trims).
+const AdmissionWindow = "requests_per_window"
 
 // CreateQuotaRequest describes a quota policy: at most MaxRequests
 // admissions within any Window (sliding), at most MaxConcurrent admitted
@@ -54,7 +55,7 @@ func (c *Client) CreateQuotaPolicy(ctx context.Context, req CreateQuotaRequest) 
 	qk := keys.Quota(c.parts, qid)
 	r, err := c.call(ctx, lua.Call{
 		Function: "ff_create_quota_policy",
-		Keys: []string{qk.Definition(), qk.Window("requests_per_window"), qk.Concurrency(), qk.AdmittedSet(),
+		Keys: []string{qk.Definition(), qk.Window(AdmissionWindow), qk.Concurrency(), qk.AdmittedSet(),
 			qk.Partition().QuotaPolicies()},
 		Args: []string{qid.String(), strconv.FormatInt(int64(req.Window/time.Second), 10),
 			strconv.Itoa(req.MaxRequests), strconv.Itoa(req.MaxConcurrent), now},
