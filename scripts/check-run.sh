@@ -42,12 +42,12 @@ fail() {
 # start).
 TMPDIR="$tmp/t" env --default-signal=INT bash scripts/run-demo.sh >"$out" 2>&1 &
 pid=$!
-# Up when a compact status screen shows all fifteen scanners running.
+# Up when a compact status screen shows all seventeen scanners running.
 scanners='lease_expiry|cancel_reconciler|dependency_reconciler|retention_trimmer|budget_reset|budget_reconciler'
 scanners+='|attempt_timeout|execution_deadline|suspension_timeout|pending_wp_expiry|delayed_promoter'
-scanners+='|edge_cancel_dispatcher|edge_cancel_reconciler|unblock|quota_reconciler'
+scanners+='|edge_cancel_dispatcher|edge_cancel_reconciler|unblock|quota_reconciler|flow_projector|index_reconciler'
 for _ in $(seq 1200); do
-  if [ "$(grep -cE "^($scanners) +running" "$out" || true)" -ge 15 ]; then
+  if [ "$(grep -cE "^($scanners) +running" "$out" || true)" -ge 17 ]; then
     break
   fi
   kill -0 "$pid" 2>/dev/null || fail "make run exited before the scanners ran"
@@ -66,4 +66,4 @@ left=$(find "$tmp/t" -mindepth 1 | head -5)
 if pgrep -f "$tmp/t" >/dev/null; then fail "processes of the run are still alive"; fi
 awk 'length > 100 { bad = 1 } END { exit bad }' <(grep -v '^run:' "$out") || fail "the summary has lines over 100 columns"
 rm -rf "$tmp"
-echo "check-run: make run came up with fifteen scanners and Ctrl-C stopped it gracefully, leaving nothing behind"
+echo "check-run: make run came up with all seventeen scanners and Ctrl-C stopped it gracefully, leaving nothing behind"

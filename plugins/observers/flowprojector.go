@@ -1,0 +1,287 @@
+// Package observers holds the two observing scanners of a flow partition,
+// one binary:
+//
+//   - flow_projector (scanners.md §10.1) writes each flow's summary hash
+//     (member counts per public state and a derived flow state) for
+//     dashboards, and retires finished flows from flow_index;
+//   - index_reconciler (§8.1) checks every execution against the index
+//     its state says it belongs in, and counts (and names, in notes) the
+//     ones that are missing. It repairs nothing.
+//
+// Both read a partition set one SSCAN step per cycle (flow_index,
+// all_executions), so a partition costs a bounded number of reads per
+// cycle however many flows or executions it holds; a full pass takes
+// size/batch cycles.
+package observers
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
+)
+
+// Version of both scanners.
+const Version = "1.0.0"
+
+// FlowProjectorName is flow_projector's name.
+const FlowProjectorName = "flow_projector"
+
+// MaxReadMembers is the largest flow whose members are all read; a larger
+// one is projected from a sample of SampleMembers.
+const (
+	MaxReadMembers = 1000
+	SampleMembers  = 50
+)
+
+// FlowProjector is flow_projector. Safe for concurrent use by partitions.
+type FlowProjector struct{ failures *scannerapi.FailureTracker }
+
+// NewFlowProjector returns flow_projector.
+func NewFlowProjector() *FlowProjector {
+	return &FlowProjector{failures: scannerapi.NewFailureTracker()}
+}
+
+// Info implements scannerapi.Scanner.
+func (s *FlowProjector) Info() scannerapi.Info {
+	return scannerapi.Info{
+		Name: FlowProjectorName, Version: Version, APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow,
+		DefaultInterval: 15 * time.Second, DefaultBatch: 100,
+		Sources: []scannerapi.CandidateSource{{Name: "flow_index", Kind: scannerapi.SourceSetScan,
+			Key: "ff:idx:{p}:flow_index", Backlog: scannerapi.BacklogSize}},
+		// HGET: flow and member cores. SCARD, SMEMBERS, SRANDMEMBER: the
+		// members. HSET: the summary. SREM: retired and vanished flows.
+		Commands: []string{"HGET", "SCARD", "SMEMBERS", "SRANDMEMBER", "HSET", "SREM"},
+	}
+}
+
+// Configure implements scannerapi.Scanner (no options).
+func (s *FlowProjector) Configure(ctx context.Context, options map[string]string) error {
+	_, err := scanutil.ParseOptions(s.Info().Options, options)
+	return err
+}
+
+// projection is one flow on its way through the waves.
+type projection struct {
+	raw     string
+	fk      keys.FlowKeys
+	total   int64
+	members []string
+	counts  map[string]int64
+	sampled int64
+	purged  int64 // members whose core is gone (retention purges ended ones)
+	failed  bool
+}
+
+type projectScan struct {
+	s   *FlowProjector
+	req *scannerapi.ScanRequest
+	res *scannerapi.ScanResult
+	log hclog.Logger
+
+	toCore, toMembers, toStates, toWrite []*projection
+	remove                               []string
+}
+
+// ScanPartition implements scannerapi.Scanner.
+func (s *FlowProjector) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	if req.Partition.Family != keys.FamilyFlow {
+		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
+	}
+	sc := &projectScan{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
+	seen := map[string]bool{}
+	for _, c := range req.Candidates {
+		if seen[c.Member] {
+			continue
+		}
+		seen[c.Member] = true
+		fid, form := keys.ClassifyFlowID(c.Member)
+		switch {
+		case form == keys.IDInvalid:
+			sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
+			sc.remove = append(sc.remove, c.Member)
+		case form != keys.IDCanonical:
+			sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
+		case s.failures.ShouldSkip(c.Member, req.Cycle):
+			sc.res.Skipped++
+		default:
+			sc.toCore = append(sc.toCore, &projection{raw: c.Member, fk: keys.FlowIn(req.Partition, fid), counts: map[string]int64{}})
+		}
+	}
+	if _, err := scanutil.Waves(ctx, host, 0, sc.build); err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	return sc.res, nil
+}
+
+func (sc *projectScan) build(b *scanutil.Batch) {
+	index := keys.FlowPart(sc.req.Partition).FlowIndex()
+	for _, m := range sc.remove {
+		if sc.req.DryRun {
+			sc.res.Note("would remove %q from %s", m, index)
+			continue
+		}
+		b.Add(nil, scannerapi.Command{"SREM", index, m})
+	}
+	sc.remove = nil
+	core, members, states, write := sc.toCore, sc.toMembers, sc.toStates, sc.toWrite
+	sc.toCore, sc.toMembers, sc.toStates, sc.toWrite = nil, nil, nil, nil
+	for _, p := range core {
+		p := p
+		b.Add(func(r []scannerapi.Reply) { sc.core(p, r[0], r[1]) },
+			scannerapi.Command{"HGET", p.fk.Core(), "flow_id"}, scannerapi.Command{"SCARD", p.fk.Members()})
+	}
+	for _, p := range members {
+		p := p
+		cmd := scannerapi.Command{"SMEMBERS", p.fk.Members()}
+		if p.total > MaxReadMembers {
+			cmd = scannerapi.Command{"SRANDMEMBER", p.fk.Members(), strconv.Itoa(SampleMembers)}
+		}
+		b.Add(func(r []scannerapi.Reply) { sc.memberList(p, r[0]) }, cmd)
+	}
+	for _, p := range states {
+		p := p
+		var cmds []scannerapi.Command
+		var ids []string
+		for _, m := range p.members {
+			id, err := keys.ParseExecutionID(m)
+			if err != nil {
+				sc.res.AddError(scannerapi.ErrInvalid, "invalid_flow_member", 1)
+				continue
+			}
+			ids = append(ids, m)
+			cmds = append(cmds, scannerapi.Command{"HGET", keys.Exec(id).Core(), "public_state"})
+		}
+		if len(cmds) == 0 {
+			sc.toWrite = append(sc.toWrite, p)
+			continue
+		}
+		b.Add(func(r []scannerapi.Reply) { sc.memberStates(p, r) }, cmds...)
+	}
+	for _, p := range write {
+		sc.write(b, p)
+	}
+}
+
+func (sc *projectScan) fail(p *projection, r scannerapi.Reply) {
+	p.failed = true
+	class, code := scanutil.ClassifyReply(r)
+	sc.res.AddError(class, code, 1)
+	sc.s.failures.RecordFailureClass(p.raw, sc.req.Cycle, class)
+}
+
+func (sc *projectScan) core(p *projection, flowID, card scannerapi.Reply) {
+	for _, r := range []scannerapi.Reply{flowID, card} {
+		if r.Failed() {
+			sc.fail(p, r)
+			return
+		}
+	}
+	if flowID.IsNil() {
+		// The flow is gone: retire its index entry.
+		sc.res.Processed++
+		sc.remove = append(sc.remove, p.raw)
+		return
+	}
+	p.total = card.Int
+	if p.total == 0 {
+		sc.res.Skipped++
+		return
+	}
+	sc.toMembers = append(sc.toMembers, p)
+}
+
+func (sc *projectScan) memberList(p *projection, r scannerapi.Reply) {
+	if r.Failed() {
+		sc.fail(p, r)
+		return
+	}
+	for _, e := range r.Array {
+		if m, ok := e.Text(); ok {
+			p.members = append(p.members, m)
+		}
+	}
+	sc.toStates = append(sc.toStates, p)
+}
+
+func (sc *projectScan) memberStates(p *projection, rs []scannerapi.Reply) {
+	for _, r := range rs {
+		if r.Failed() {
+			sc.fail(p, r)
+			return
+		}
+		p.sampled++
+		if r.IsNil() {
+			p.purged++
+			continue
+		}
+		st, _ := r.Text()
+		p.counts[st]++
+	}
+	sc.toWrite = append(sc.toWrite, p)
+}
+
+// terminalStates are the public states of an ended execution.
+var terminalStates = []string{"completed", "skipped", "failed", "cancelled", "expired"}
+
+// flowState derives the flow's state from its member counts. A purged
+// member (core gone) ended: retention purges only ended executions.
+func flowState(counts map[string]int64, sampled, purged int64) string {
+	var ended int64 = purged
+	for _, s := range terminalStates {
+		ended += counts[s]
+	}
+	switch {
+	case sampled > 0 && ended == sampled:
+		if counts["failed"]+counts["cancelled"]+counts["expired"] > 0 {
+			return "failed"
+		}
+		return "completed"
+	case counts["active"] > 0:
+		return "running"
+	case counts["suspended"]+counts["delayed"]+counts["rate_limited"]+counts["waiting_children"] > 0:
+		return "blocked"
+	}
+	return "open"
+}
+
+// summaryStates are the per-state counts the summary carries.
+var summaryStates = []string{"completed", "failed", "cancelled", "expired", "skipped", "active", "suspended",
+	"waiting", "delayed", "rate_limited", "waiting_children"}
+
+func (sc *projectScan) write(b *scanutil.Batch, p *projection) {
+	state := flowState(p.counts, p.sampled, p.purged)
+	done := state == "failed" || state == "completed"
+	retire := done && p.sampled == p.total
+	if sc.req.DryRun {
+		sc.res.Processed++
+		sc.res.Note("flow %s: %s (%d of %d members read)", p.raw, state, p.sampled, p.total)
+		return
+	}
+	hset := scannerapi.Command{"HSET", p.fk.Summary(), "total_members", strconv.FormatInt(p.total, 10),
+		"sampled_members", strconv.FormatInt(p.sampled, 10)}
+	for _, s := range summaryStates {
+		hset = append(hset, "members_"+s, strconv.FormatInt(p.counts[s], 10))
+	}
+	hset = append(hset, "public_flow_state", state, "last_summary_update_at", strconv.FormatInt(sc.req.NowMs, 10))
+	cmds := []scannerapi.Command{hset}
+	if retire {
+		cmds = append(cmds, scannerapi.Command{"SREM", keys.FlowPart(sc.req.Partition).FlowIndex(), p.raw})
+	}
+	b.Add(func(r []scannerapi.Reply) {
+		for _, rr := range r {
+			if rr.Failed() {
+				sc.fail(p, rr)
+				return
+			}
+		}
+		sc.s.failures.RecordSuccess(p.raw)
+		sc.res.Processed++
+	}, cmds...)
+}

@@ -1,0 +1,180 @@
+package observers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
+)
+
+// IndexReconcilerName is index_reconciler's name.
+const IndexReconcilerName = "index_reconciler"
+
+// IndexReconciler is index_reconciler: detect only. Processed counts the
+// executions missing from the index their state names (and the members of
+// all_executions whose core is gone); each is named in a note. Skipped
+// counts the consistent ones. Safe for concurrent use by partitions.
+type IndexReconciler struct {
+	mu     sync.Mutex
+	filter scannerapi.Filter
+}
+
+// NewIndexReconciler returns index_reconciler.
+func NewIndexReconciler() *IndexReconciler { return &IndexReconciler{} }
+
+// Info implements scannerapi.Scanner.
+func (s *IndexReconciler) Info() scannerapi.Info {
+	return scannerapi.Info{
+		Name: IndexReconcilerName, Version: Version, APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow,
+		DefaultInterval: 45 * time.Second, DefaultBatch: 100,
+		Sources: []scannerapi.CandidateSource{{Name: "all_executions", Kind: scannerapi.SourceSetScan,
+			Key: "ff:idx:{p}:all_executions", Backlog: scannerapi.BacklogSize}},
+		// HMGET: cores. HGET: the filter. ZSCORE: the expected index.
+		Commands: []string{"HMGET", "HGET", "ZSCORE"},
+		Options:  scannerapi.FilterOptions(),
+	}
+}
+
+// Configure implements scannerapi.Scanner.
+func (s *IndexReconciler) Configure(ctx context.Context, options map[string]string) error {
+	o, err := scanutil.ParseOptions(s.Info().Options, options)
+	if err != nil {
+		return err
+	}
+	f, err := scannerapi.ParseFilter(o.Map())
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.filter = f
+	s.mu.Unlock()
+	return nil
+}
+
+var stateFields = []string{"execution_id", "lifecycle_phase", "eligibility_state", "ownership_state", "lane_id"}
+
+// ExpectedIndex names the lane index an execution in this state belongs
+// to ("" when its state names none, e.g. an active execution whose lease
+// expired or was revoked).
+func ExpectedIndex(pk keys.FlowPartKeys, phase, eligibility, ownership, lane string) string {
+	switch phase {
+	case "active":
+		if ownership == "leased" {
+			return pk.LaneActive(lane)
+		}
+	case "runnable":
+		switch eligibility {
+		case "eligible_now":
+			return pk.LaneEligible(lane)
+		case "not_eligible_until_time":
+			return pk.LaneDelayed(lane)
+		case "blocked_by_dependencies":
+			return pk.LaneBlockedDependencies(lane)
+		case "blocked_by_budget":
+			return pk.LaneBlockedBudget(lane)
+		case "blocked_by_quota":
+			return pk.LaneBlockedQuota(lane)
+		case "blocked_by_route":
+			return pk.LaneBlockedRoute(lane)
+		case "blocked_by_operator":
+			return pk.LaneBlockedOperator(lane)
+		}
+	case "suspended":
+		return pk.LaneSuspended(lane)
+	case "terminal":
+		return pk.LaneTerminal(lane)
+	}
+	return ""
+}
+
+// ScanPartition implements scannerapi.Scanner: one Exec of core (and
+// filter) reads, one of index checks.
+func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	if req.Partition.Family != keys.FamilyFlow {
+		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
+	}
+	s.mu.Lock()
+	filter := s.filter
+	s.mu.Unlock()
+	res := &scannerapi.ScanResult{}
+	pk := keys.FlowPart(req.Partition)
+	type check struct {
+		id       keys.ExecutionID
+		expected string
+		state    []string
+	}
+	var checks []check
+	var reads scanutil.Batch
+	seen := map[string]bool{}
+	for _, c := range req.Candidates {
+		if seen[c.Member] {
+			continue
+		}
+		seen[c.Member] = true
+		id, form := keys.ClassifyExecutionID(c.Member)
+		if form != keys.IDCanonical {
+			res.AddError(scannerapi.ErrInvalid, form.String()+"_member", 1)
+			continue
+		}
+		nf := len(filter.ReadCommands(id))
+		reads.Add(func(r []scannerapi.Reply) {
+			core, fr := r[0], r[1:1+nf]
+			if core.Failed() {
+				class, code := scanutil.ClassifyReply(core)
+				res.AddError(class, code, 1)
+				return
+			}
+			f := make([]string, len(stateFields))
+			for i := range f {
+				if i < len(core.Array) {
+					f[i], _ = core.Array[i].Text()
+				}
+			}
+			if f[0] == "" {
+				res.Processed++
+				res.Note("%s: in all_executions, core missing", id)
+				return
+			}
+			if !filter.IsNoop() && !filter.Decide(fr) {
+				res.Skipped++
+				return
+			}
+			exp := ExpectedIndex(pk, f[1], f[2], f[3], f[4])
+			if exp == "" {
+				res.Skipped++
+				return
+			}
+			checks = append(checks, check{id: id, expected: exp, state: f[1:]})
+		}, append([]scannerapi.Command{append(scannerapi.Command{"HMGET", keys.Exec(id).Core()}, stateFields...)},
+			filter.ReadCommands(id)...)...)
+	}
+	if err := reads.Exec(ctx, host); err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	var zs scanutil.Batch
+	for _, c := range checks {
+		c := c
+		zs.Add(func(r []scannerapi.Reply) {
+			switch {
+			case r[0].Failed():
+				class, code := scanutil.ClassifyReply(r[0])
+				res.AddError(class, code, 1)
+			case r[0].IsNil():
+				res.Processed++
+				res.Note("%s: %v but not in %s", c.id, c.state, c.expected)
+				scannerapi.Logger(ctx).Warn("execution missing from the index its state names", "execution_id", c.id.String(),
+					"lifecycle_phase", c.state[0], "eligibility_state", c.state[1], "ownership_state", c.state[2], "index", c.expected)
+			default:
+				res.Skipped++
+			}
+		}, scannerapi.Command{"ZSCORE", c.expected, c.id.String()})
+	}
+	if err := zs.Exec(ctx, host); err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	return res, nil
+}
