@@ -121,7 +121,7 @@ func TestIndexReconciler(t *testing.T) {
 			assert.Equal(t, int64(1), r.Processed, "%v", r)
 			assert.Equal(t, int64(2), r.Skipped)
 			assert.Empty(t, r.Errors)
-			assert.Equal(t, map[string]int{"HMGET": 3, "ZSCORE": 3}, r.Commands)
+			assert.Equal(t, map[string]int{"HMGET": 6, "ZSCORE": 3}, r.Commands)
 		},
 	})
 	scannertest.Same(t, linked, plugin)
