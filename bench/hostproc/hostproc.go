@@ -71,7 +71,10 @@ func Start(ctx context.Context, o Options, ready time.Duration) (*Proc, error) {
 	fmt.Fprintf(&y, "plugin_dir: %q\nhttp:\n  listen: %q\nlog:\n  level: %s\nshutdown_timeout: 5s\n", o.PluginDir, p.HTTP, level)
 	y.WriteString("scanners:\n")
 	for _, s := range o.Scanners {
-		fmt.Fprintf(&y, "  %s:\n    plugin: %s\n", s.Name, s.Plugin)
+		fmt.Fprintf(&y, "  %s:\n", s.Name)
+		if s.Plugin != "" { // else the plugin that declares the scanner
+			fmt.Fprintf(&y, "    plugin: %s\n", s.Plugin)
+		}
 		if s.Interval > 0 {
 			fmt.Fprintf(&y, "    interval: %s\n", s.Interval)
 		}

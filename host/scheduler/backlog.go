@@ -26,7 +26,7 @@ func (sw *sweep) backlog(ctx context.Context, states []*partState, got map[uint1
 			st.backlog = v
 			continue
 		}
-		if needsPluginBacklog(info) {
+		if needsPluginBacklog(info) && (st.pluginKeys == 0 || st.pluginAbsent < st.pluginKeys) {
 			ask = append(ask, st.p)
 			askIdx = append(askIdx, i)
 		}

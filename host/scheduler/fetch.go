@@ -7,6 +7,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -76,6 +77,9 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 		st := &partState{p: p, next: map[string]uint64{}, sampled: true}
 		states[i] = st
 		for _, sk := range expand(sw.info.Sources, p, sw.lanes) {
+			if sk.src.Backlog == scannerapi.BacklogPlugin {
+				st.pluginKeys++
+			}
 			op := fetchOp{st: st, sk: sk, cur: r.cursors[sk.key]}
 			switch plan(sk.src) {
 			case sizeFirst:
@@ -94,9 +98,95 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 		}
 	}
 	r.curMu.Unlock()
+	first = sw.skipEmpty(ctx, first)
 	second := sw.runOps(ctx, first, nowMs)
 	sw.runOps(ctx, second, nowMs)
 	return states
+}
+
+// existsChunk bounds the keys of one EXISTS of the empty-source check.
+const existsChunk = 256
+
+// skipEmpty drops the first-round ops of keys that do not exist, decided
+// for many keys at once: an idle deployment's sources are mostly absent
+// keys (a set or sorted set ceases to exist when its last member goes),
+// and one EXISTS over a chunk of them that answers 0 proves every key of
+// the chunk empty, for the price of one command instead of one per key.
+// A chunk with any existing key is read key by key as before (one command
+// more per chunk). Multi-key EXISTS needs one slot, which keys of
+// different partitions never share on a cluster: there the check is not
+// made (nor where a server refused it).
+func (sw *sweep) skipEmpty(ctx context.Context, ops []fetchOp) []fetchOp {
+	r := sw.r
+	if r.client.Mode() == valkey.ClientModeCluster || r.noExistsCheck.Load() || len(ops) < 2 {
+		return ops
+	}
+	// One group per source (and lane), so that a source with entries in
+	// some partition does not make the empty sources be read key by key.
+	groups := map[string][]string{}
+	var order []string
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if seen[op.sk.key] {
+			continue
+		}
+		seen[op.sk.key] = true
+		g := op.sk.src.Name + "\x00" + op.sk.lane
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], op.sk.key)
+	}
+	var cmds valkey.Commands
+	var chunks [][]string
+	for _, g := range order {
+		ks := groups[g]
+		for i := 0; i < len(ks); i += existsChunk {
+			chunk := ks[i:min(i+existsChunk, len(ks))]
+			chunks = append(chunks, chunk)
+			cmds = append(cmds, r.client.B().Exists().Key(chunk...).Build())
+		}
+	}
+	absent := map[string]bool{}
+	for i, res := range r.client.DoMulti(ctx, cmds...) {
+		n, err := res.AsInt64()
+		if err != nil {
+			if isCrossSlot(err) {
+				r.noExistsCheck.Store(true)
+				r.log.Debug("multi-key EXISTS is refused: reading every source key")
+			}
+			continue // read this chunk key by key
+		}
+		if n == 0 {
+			for _, k := range chunks[i] {
+				absent[k] = true
+			}
+		}
+	}
+	kept := ops[:0]
+	for _, op := range ops {
+		if !absent[op.sk.key] {
+			kept = append(kept, op)
+			continue
+		}
+		// An absent key: no candidates, a backlog of 0 (counted once per
+		// key), and a rank window or scan cursor starts over.
+		if op.kind != opCount && op.sk.src.Kind != scannerapi.SourceZSetDue {
+			op.st.next[op.sk.key] = 0
+		}
+		if op.kind == opRead && op.sk.src.Backlog == scannerapi.BacklogPlugin {
+			op.st.pluginAbsent++
+		}
+	}
+	return kept
+}
+
+// isCrossSlot recognises the refusal of a multi-key command whose keys
+// hash to different slots (the server's CROSSSLOT, or the client's own
+// check).
+func isCrossSlot(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "CROSSSLOT") || strings.Contains(msg, "slot")
 }
 
 // How a source's candidates and backlog are read (see fetch).

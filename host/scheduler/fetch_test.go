@@ -41,7 +41,7 @@ func commandCalls(t *testing.T, e *env) map[string]int64 {
 // candidate and backlog reads. Connection housekeeping (HELLO of a new
 // pipeline connection, PING) and the readings themselves are left out.
 func diffCalls(before, after map[string]int64) map[string]int64 {
-	cycle := map[string]bool{"time": true, "zrange": true, "zcount": true, "zcard": true, "scard": true, "sscan": true}
+	cycle := map[string]bool{"time": true, "zrange": true, "zcount": true, "zcard": true, "scard": true, "sscan": true, "exists": true}
 	out := map[string]int64{}
 	for k, v := range after {
 		if d := v - before[k]; d > 0 && cycle[k] {
@@ -51,11 +51,12 @@ func diffCalls(before, after map[string]int64) map[string]int64 {
 	return out
 }
 
-// An empty partition costs one command per source, whatever backlog the
-// source reports, and the backlog is the same number a separate count
-// would give: the due count of a due-ordered source comes from its read
-// unless the read came back full; a size is read first and the
-// candidates only where it is not zero.
+// A source whose keys are all absent costs one EXISTS per cycle over all
+// of them; otherwise an empty partition costs one command per source,
+// whatever backlog the source reports, and the backlog is the same number
+// a separate count would give: the due count of a due-ordered source
+// comes from its read unless the read came back full; a size is read
+// first and the candidates only where it is not zero.
 func TestOneCommandPerEmptySourceAndExactBacklog(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -78,12 +79,12 @@ func TestOneCommandPerEmptySourceAndExactBacklog(t *testing.T) {
 	}}
 	r := e.runner(t, s, Config{}, nil)
 
-	// All 16 partitions empty: 16 x 5 sources commands (the due-ordered
-	// reads of "due" and "plain", the sizes of the others), plus TIME.
+	// All 16 partitions empty: one EXISTS per source over its 16 keys,
+	// plus TIME.
 	before := commandCalls(t, e)
 	sum, err := r.Cycle(context.Background(), CycleOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int64{"time": 1, "zrange": 16 * 2, "zcard": 16 * 2, "scard": 16}, diffCalls(before, commandCalls(t, e)))
+	assert.Equal(t, map[string]int64{"time": 1, "exists": 5}, diffCalls(before, commandCalls(t, e)))
 	assert.True(t, sum.BacklogKnown)
 	assert.Zero(t, sum.Backlog)
 
@@ -98,10 +99,11 @@ func TestOneCommandPerEmptySourceAndExactBacklog(t *testing.T) {
 	sum, err = r.Cycle(context.Background(), CycleOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int64{
-		"time": 1,
-		// First round: one per source and partition. Second round: the
-		// reads of the three non-empty sized sources, and one count for
-		// the full batch of partition 4.
+		"time": 1, "exists": 5,
+		// Every source has an entry somewhere: first round, one per
+		// source and partition. Second round: the reads of the three
+		// non-empty sized sources, and one count for the full batch of
+		// partition 4.
 		"zrange": 16*2 + 2, "zcard": 16 * 2, "scard": 16, "sscan": 1, "zcount": 1,
 	}, diffCalls(before, commandCalls(t, e)))
 	assert.True(t, sum.BacklogKnown)
@@ -112,4 +114,36 @@ func TestOneCommandPerEmptySourceAndExactBacklog(t *testing.T) {
 	assert.Len(t, calls[5][0].Candidates, 1, "only the due member of a sized source")
 	assert.Len(t, calls[6][0].Candidates, 4)
 	assert.Len(t, calls[7][0].Candidates, 3)
+}
+
+// A plugin-measured backlog is not asked for partitions whose source keys
+// the empty-source check proved absent: an idle deployment costs its
+// plugin no RPC.
+func TestPluginBacklogNotAskedForAbsentKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	info := scannerapi.Info{
+		Name: "sampled", APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow, DefaultInterval: time.Second, DefaultBatch: 5,
+		Sources: []scannerapi.CandidateSource{
+			{Name: "old", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:old", Backlog: scannerapi.BacklogPlugin},
+		},
+	}
+	s := &testScanner{info: info, fn: func(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+		return &scannerapi.ScanResult{}, nil
+	}}
+	r := e.runner(t, s, Config{}, nil)
+	_, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	s.mu.Lock()
+	assert.Empty(t, s.sampled, "every key absent: no SampleBacklog")
+	s.mu.Unlock()
+
+	future := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	e.do(t, "ZADD", "ff:idx:"+keys.Partition{Family: keys.FamilyFlow, Index: 3}.Tag()+":old", future, "x")
+	_, err = r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.Len(t, s.sampled, 1)
+	assert.Len(t, s.sampled[0], 16, "a key exists: the check proves nothing, every partition is asked as before")
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -131,6 +132,10 @@ type Runner struct {
 
 	curMu   sync.Mutex
 	cursors map[string]uint64 // per concrete key: rank offset or SSCAN cursor
+
+	// noExistsCheck is set once multi-key EXISTS was refused (a cluster):
+	// the fetch then reads every source key (see skipEmpty).
+	noExistsCheck atomic.Bool
 
 	stMu   sync.Mutex
 	status Status
@@ -393,6 +398,10 @@ type partState struct {
 	oldestDue  float64
 	hasDue     bool
 	fetchError bool
+	// Keys of plugin-backlog sources, and how many of them the fetch
+	// proved absent: with all absent the partition's backlog is 0 and
+	// the plugin is not asked.
+	pluginKeys, pluginAbsent int
 }
 
 // Cycle runs one sweep and records it in metrics and status. A failure to

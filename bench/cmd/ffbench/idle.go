@@ -175,7 +175,7 @@ func (r *idleResult) print(w io.Writer) {
 		// per connection (PING) or per host (the library check's ROLE and
 		// FUNCTION LIST).
 		var reads int64
-		for _, c := range []string{"zrange", "zcount", "zcard", "scard", "sscan"} {
+		for _, c := range []string{"zrange", "zcount", "zcard", "scard", "sscan", "exists"} {
 			reads += r.ByCommand[c]
 		}
 		per := float64(reads) / visits

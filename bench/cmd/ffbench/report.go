@@ -21,6 +21,7 @@ type report struct {
 	Reclaim     *reclaimResult
 	Idle        *idleResult
 	DAG         *dagResult
+	IdleAll     *idleAllResult
 	Errors      []error
 }
 
@@ -58,6 +59,10 @@ func (r *report) print(w io.Writer) {
 	if r.DAG != nil {
 		p(rule)
 		r.DAG.print(w)
+	}
+	if r.IdleAll != nil {
+		p(rule)
+		r.IdleAll.print(w)
 	}
 	if len(r.Errors) > 0 {
 		p(rule)
