@@ -157,16 +157,23 @@ func TestDelayedPromoter(t *testing.T) {
 	scannertest.Same(t, linked, plugin)
 }
 
-// An active attempt past its attempt timeout, and executions past their
-// deadline (one never claimed, one running), end as expired.
+// An active attempt past its attempt timeout ends the execution as expired
+// when its retry policy has no retry left, and is failed and retried
+// (after its backoff) when it has; executions past their deadline (one
+// never claimed, one running) end as expired.
 func TestExpiryScanners(t *testing.T) {
-	var timedOut, lateRunnable, lateActive keys.ExecutionID
+	var timedOut, retried, lateRunnable, lateActive keys.ExecutionID
 	setup := func(t testing.TB, vk valkey.Client) {
 		w := newWorld(t, vk)
 		timedOut = w.create(client.CreateRequest{Lane: "default", Kind: "slow", AttemptTimeout: time.Millisecond})
 		t1 := w.claim(w.worker("default", "x1"))
 		require.Equal(t, timedOut, t1.ID())
 		t.Cleanup(t1.Abandon)
+		retried = w.create(client.CreateRequest{Lane: "r", Kind: "slow", AttemptTimeout: time.Millisecond,
+			Retry: &client.RetryPolicy{MaxRetries: 1, Backoff: client.FixedBackoff(time.Hour)}})
+		t5 := w.claim(w.worker("r", "x5"))
+		require.Equal(t, retried, t5.ID())
+		t.Cleanup(t5.Abandon)
 		deadline := time.UnixMilli(w.serverMs() + 50)
 		lateRunnable = w.create(client.CreateRequest{Lane: "c", Kind: "never", Deadline: deadline})
 		lateActive = w.create(client.CreateRequest{Lane: "d", Kind: "long", Deadline: deadline})
@@ -180,10 +187,15 @@ func TestExpiryScanners(t *testing.T) {
 			New:   func() scannerapi.Scanner { return timers.NewAttemptTimeout() },
 			Setup: setup,
 			Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
-				assert.Equal(t, int64(1), r.Processed, "%v", r)
+				assert.Equal(t, int64(2), r.Processed, "%v", r)
 				assert.Empty(t, r.Errors)
 				assert.Equal(t, []string{"terminal", "expired", "attempt_timeout"},
 					core(t, vk, timedOut, "lifecycle_phase", "terminal_outcome", "failure_reason"))
+				assert.Equal(t, []string{"runnable", "not_eligible_until_time", "1", "waiting_for_retry_backoff"},
+					core(t, vk, retried, "lifecycle_phase", "eligibility_state", "retry_count", "blocking_reason"),
+					"failed with the attempt's own lease, retried after the backoff")
+				pk := keys.FlowPart(retried.Partition())
+				assert.False(t, zscore(t, vk, pk.AttemptTimeout(), retried.String()), "the timed-out attempt left the index")
 				assert.Equal(t, "active", core(t, vk, lateActive, "lifecycle_phase")[0], "its deadline is another scanner's")
 			},
 		})

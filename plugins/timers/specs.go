@@ -1,6 +1,7 @@
 package timers
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
 	"time"
@@ -22,7 +23,84 @@ const (
 // NewAttemptTimeout returns attempt_timeout (scanners.md §7.2): attempts
 // past their timeout end the execution as expired.
 func NewAttemptTimeout() *Timer {
-	return newTimer(expireSpec(AttemptTimeoutName, 2*time.Second, "attempt_timeout"))
+	sp := expireSpec(AttemptTimeoutName, 2*time.Second, "attempt_timeout")
+	sp.coreReads = append(sp.coreReads, "lifecycle_phase", "ownership_state", "current_lease_id",
+		"current_lease_epoch", "current_attempt_id", "retry_count")
+	sp.alsoCalls = []string{"ff_fail_execution"}
+	sp.verb = "time out"
+	expire := sp.call
+	sp.call = func(sc *scan, it *item) (scannerapi.Command, string) {
+		retry, left := retriesLeft(it.extra["policy"], it.core["retry_count"])
+		switch {
+		case it.core["lifecycle_phase"] != "active" || !left:
+			return expire(sc, it) // ended, or no retry left: expired
+		case it.core["ownership_state"] != "leased":
+			// Its lease expired or was revoked: reclaim retries it (and
+			// re-arms the timeout); the entry stays until then.
+			return nil, ""
+		}
+		lane, why := coreLane(it)
+		if why != "" {
+			return nil, why
+		}
+		it.retry = retry
+		ek, pk := keys.Exec(it.eid), sc.pk
+		idx := attemptIndex(it.core["current_attempt_index"])
+		// The attempt fails as if its worker had failed it (fenced by its
+		// own lease), and the retry policy schedules the next attempt.
+		return scannerapi.FCall("ff_fail_execution",
+			[]string{ek.Core(), ek.Attempt(idx), pk.LeaseExpiry(), pk.WorkerLeases(it.core["current_worker_instance_id"]),
+				pk.LaneTerminal(lane), pk.LaneDelayed(lane), ek.LeaseCurrent(), ek.LeaseHistory(), pk.LaneActive(lane),
+				ek.StreamMeta(idx), pk.AttemptTimeout(), pk.ExecutionDeadline()},
+			it.eid.String(), it.core["current_lease_id"], it.core["current_lease_epoch"], it.core["current_attempt_id"],
+			"attempt_timeout", "timeout", retry, ""), ""
+	}
+	expireClassify := sp.classify
+	sp.classify = func(it *item, r scannerapi.Reply) outcome {
+		if it.retry == "" {
+			return expireClassify(it, r)
+		}
+		fr, err := scannerapi.ParseFunctionReply(r)
+		switch {
+		case err != nil:
+			return failedOutcome(err)
+		case fr.Success && (fr.Field(0) == "retry_scheduled" || fr.Field(0) == "terminal_failed"):
+			return outcome{kind: outActed, code: fr.Field(0)}
+		case !fr.Success && leaseMovedOn[fr.Code]:
+			// The lease ended or changed hands since the read: whoever
+			// holds the execution now owns it.
+			return outcome{kind: outStuck, code: fr.Code}
+		case !fr.Success:
+			return outcome{kind: outLuaError, class: scannerapi.ErrLua, code: fr.Code}
+		}
+		return outcome{kind: outFailed, class: scannerapi.ErrServer, code: "unexpected_status"}
+	}
+	return newTimer(sp)
+}
+
+// leaseMovedOn are the fail refusals that mean the attempt's lease is no
+// longer the one read.
+var leaseMovedOn = map[string]bool{"lease_expired": true, "lease_revoked": true, "stale_lease": true,
+	"execution_not_active": true, "no_active_lease": true}
+
+// retriesLeft reads an execution policy (JSON) and its retry count: the
+// retry policy to fail with, and whether it allows another attempt
+// (retry_count < max_retries, the library's rule).
+func retriesLeft(policy, retryCount string) (string, bool) {
+	var p struct {
+		Retry json.RawMessage `json:"retry_policy"`
+	}
+	if policy == "" || json.Unmarshal([]byte(policy), &p) != nil || len(p.Retry) == 0 || string(p.Retry) == "null" {
+		return "", false
+	}
+	var r struct {
+		MaxRetries float64 `json:"max_retries"`
+	}
+	if json.Unmarshal(p.Retry, &r) != nil {
+		return "", false
+	}
+	n, _ := strconv.ParseFloat(retryCount, 64)
+	return string(p.Retry), n < r.MaxRetries
 }
 
 // NewExecutionDeadline returns execution_deadline (§7.3): executions past
@@ -98,12 +176,12 @@ func NewSuspensionTimeout() *Timer {
 					pk.LaneTerminal(lane), pk.LaneEligible(lane), pk.LaneDelayed(lane), ek.LeaseHistory()},
 				it.eid.String()), ""
 		},
-		classify: func(r scannerapi.Reply) outcome {
+		classify: func(it *item, r scannerapi.Reply) outcome {
 			o := statusClassifier(map[string]outKind{
 				"auto_resume": outActed, "escalate": outActed, "fail": outActed, "cancel": outActed, "expire": outActed,
 				"not_found_cleaned": outCleaned, "not_suspended_cleaned": outCleaned,
 				"no_active_suspension_cleaned": outCleaned, "not_yet_due": outStuck,
-			})(r)
+			})(it, r)
 			if o.kind == outFailed && o.code == "unexpected_status" {
 				// Any other behaviour name is applied as fail by the
 				// library: still an expiry.
@@ -131,7 +209,7 @@ func NewPendingWPExpiry() *Timer {
 			return scannerapi.FCall("ff_close_waitpoint",
 				[]string{core, sc.pk.Waitpoint(it.wpid), it.index}, it.wpid.String(), "never_committed"), ""
 		},
-		classify: func(r scannerapi.Reply) outcome {
+		classify: func(_ *item, r scannerapi.Reply) outcome {
 			fr, err := scannerapi.ParseFunctionReply(r)
 			if err != nil {
 				return failedOutcome(err)
@@ -217,8 +295,8 @@ type outcome struct {
 }
 
 // statusClassifier reads {1, "OK", status, ...} replies by their status.
-func statusClassifier(statuses map[string]outKind) func(scannerapi.Reply) outcome {
-	return func(r scannerapi.Reply) outcome {
+func statusClassifier(statuses map[string]outKind) func(*item, scannerapi.Reply) outcome {
+	return func(_ *item, r scannerapi.Reply) outcome {
 		fr, err := scannerapi.ParseFunctionReply(r)
 		if err != nil {
 			return failedOutcome(err)

@@ -74,15 +74,17 @@ type spec struct {
 	key       string // its key template
 	members   memberKind
 	function  string
-	verb      string // for dry-run notes: "would <verb> <id>"
+	alsoCalls []string // other functions the scanner may call
+	verb      string   // for dry-run notes: "would <verb> <id>"
 	coreReads []string
 	// recheckScore re-reads the member's index score before acting (P5).
 	recheckScore bool
 	// call builds the FCALL for one item, or returns a reason to leave it
-	// alone (counted as an invalid item with that code).
+	// alone (counted as an invalid item with that code), or neither (the
+	// entry is someone else's now: remembered and left).
 	call func(sc *scan, it *item) (scannerapi.Command, string)
 	// classify reads the function's reply.
-	classify func(r scannerapi.Reply) outcome
+	classify func(it *item, r scannerapi.Reply) outcome
 }
 
 // Timer is one timer scanner. Its methods are safe for concurrent use by
@@ -115,8 +117,8 @@ func (s *Timer) Info() scannerapi.Info {
 		Sources: []scannerapi.CandidateSource{{
 			Name: s.sp.source, Kind: scannerapi.SourceZSetDue, Key: s.sp.key, Backlog: scannerapi.BacklogDue,
 		}},
-		Commands:  []string{"HGET", "HMGET", "ZSCORE", "ZREM"},
-		Functions: []string{s.sp.function},
+		Commands:  []string{"HGET", "HMGET", "ZSCORE", "ZREM", "GET"},
+		Functions: append([]string{s.sp.function}, s.sp.alsoCalls...),
 		Options:   scannerapi.FilterOptions(),
 	}
 }
@@ -147,7 +149,8 @@ type item struct {
 	eid    keys.ExecutionID
 	wpid   keys.UUID
 	core   map[string]string // coreReads, once read
-	extra  map[string]string // scanner-specific reads (suspension fields)
+	extra  map[string]string // scanner-specific reads (suspension fields, the policy)
+	retry  string            // attempt_timeout: the retry policy the call retries with ("": none)
 }
 
 // key names the item for the failure tracker and logs.
@@ -301,6 +304,12 @@ func (sc *scan) buildWave(b *scanutil.Batch) {
 	for _, it := range act {
 		it := it
 		cmd, skip := sc.s.sp.call(sc, it)
+		if cmd == nil && skip == "" {
+			// Not this scanner's to act on now (another path owns it):
+			// left in place until its entry changes.
+			sc.record(it, outcome{kind: outStuck, code: "left_to_another_path"})
+			continue
+		}
 		if skip != "" {
 			sc.res.Note("%s: %s", it.member, skip)
 			sc.record(it, outcome{kind: outFailed, class: scannerapi.ErrInvalid, code: skip})
@@ -311,7 +320,7 @@ func (sc *scan) buildWave(b *scanutil.Batch) {
 			sc.res.Note("would %s %s", sc.s.sp.verb, it.member)
 			continue
 		}
-		b.Add(func(r []scannerapi.Reply) { sc.record(it, sc.s.sp.classify(r[0])) }, cmd)
+		b.Add(func(r []scannerapi.Reply) { sc.record(it, sc.s.sp.classify(it, r[0])) }, cmd)
 	}
 }
 
@@ -326,6 +335,9 @@ func (sc *scan) readCommands(it *item) []scannerapi.Command {
 	}
 	if sc.s.sp.name == SuspensionTimeoutName {
 		cmds = append(cmds, append(scannerapi.Command{"HMGET", ek.SuspensionCurrent()}, suspensionReads...))
+	}
+	if sc.s.sp.name == AttemptTimeoutName {
+		cmds = append(cmds, scannerapi.Command{"GET", ek.Policy()})
 	}
 	if sc.s.sp.recheckScore {
 		cmds = append(cmds, scannerapi.Command{"ZSCORE", sc.indexOf(it), it.member})
@@ -395,6 +407,11 @@ func (sc *scan) read(it *item, rs, filterReplies []scannerapi.Reply) {
 	}
 	if sc.s.sp.name == SuspensionTimeoutName {
 		it.extra = fields(suspensionReads, rs[i])
+		i++
+	}
+	if sc.s.sp.name == AttemptTimeoutName {
+		policy, _ := rs[i].Text()
+		it.extra = map[string]string{"policy": policy}
 		i++
 	}
 	if sc.s.sp.recheckScore {
