@@ -89,5 +89,5 @@ func ClassifyFlowID(s string) (FlowID, IDForm) {
 	if form != IDCanonical {
 		return FlowID{}, form
 	}
-	return FlowID{b.u}, IDCanonical
+	return FlowID(b), IDCanonical
 }

@@ -148,14 +148,12 @@ func (sc *projectScan) build(b *scanutil.Batch) {
 	for _, p := range states {
 		p := p
 		var cmds []scannerapi.Command
-		var ids []string
 		for _, m := range p.members {
 			id, err := keys.ParseExecutionID(m)
 			if err != nil {
 				sc.res.AddError(scannerapi.ErrInvalid, "invalid_flow_member", 1)
 				continue
 			}
-			ids = append(ids, m)
 			cmds = append(cmds, scannerapi.Command{"HGET", keys.Exec(id).Core(), "public_state"})
 		}
 		if len(cmds) == 0 {

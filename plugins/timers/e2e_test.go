@@ -137,9 +137,12 @@ func TestDelayedPromoter(t *testing.T) {
 			require.True(t, out.RetryScheduled)
 			delayed = w.create(client.CreateRequest{Lane: "side", Kind: "poll"})
 			st := w.claim(w.worker("side", "d2"))
-			require.NoError(t, st.Delay(w.ctx, time.UnixMilli(w.serverMs()+5)))
-			created = w.create(client.CreateRequest{Lane: "side", Kind: "later", Delay: 5 * time.Millisecond})
-			w.waitPast(w.serverMs() + 10)
+			// Far enough ahead to still be in the future when Delay checks
+			// it on a loaded machine; the scan waits for the server's clock.
+			until := w.serverMs() + 300
+			require.NoError(t, st.Delay(w.ctx, time.UnixMilli(until)))
+			created = w.create(client.CreateRequest{Lane: "side", Kind: "later", Delay: 300 * time.Millisecond})
+			w.waitPast(w.serverMs() + 300)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			assert.Equal(t, int64(3), r.Processed, "%v", r)
@@ -174,7 +177,9 @@ func TestExpiryScanners(t *testing.T) {
 		t5 := w.claim(w.worker("r", "x5"))
 		require.Equal(t, retried, t5.ID())
 		t.Cleanup(t5.Abandon)
-		deadline := time.UnixMilli(w.serverMs() + 50)
+		// Ahead enough to pass the client's "not in the past" check on a
+		// loaded machine.
+		deadline := time.UnixMilli(w.serverMs() + 500)
 		lateRunnable = w.create(client.CreateRequest{Lane: "c", Kind: "never", Deadline: deadline})
 		lateActive = w.create(client.CreateRequest{Lane: "d", Kind: "long", Deadline: deadline})
 		t4 := w.claim(w.worker("d", "x4"))
@@ -347,7 +352,8 @@ func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := newWorld(t, vk)
 			ids = nil
-			due := w.serverMs() + 100
+			// Ahead enough that the create still finds it in the future.
+			due := w.serverMs() + 500
 			at := strconv.FormatInt(due, 10)
 			for i := 0; i < 3; i++ {
 				id := keys.SoloExecutionID(parts, "fresh", keys.NewUUID())
