@@ -2,6 +2,7 @@ package dependencyreconciler_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,6 +91,61 @@ func TestHostRunsDependencyReconciler(t *testing.T) {
 			assert.Empty(t, r.Errors)
 			assert.Empty(t, r.Refused)
 			assert.Equal(t, 2, r.Scanned, "two partitions hold blocked children; the others cost nothing")
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
+
+// The scenario FlowFabric's lane blindness (P14) loses: 20 flows A->B on
+// lane "daglane", which no configuration names and nothing records in
+// ff:idx:lanes, A completed with no completion listener running. The
+// host discovers the lane before the cycle and the reconciler releases
+// every B.
+func TestReleasesChildrenOnAnUnconfiguredLane(t *testing.T) {
+	parts := keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
+	var children []keys.ExecutionID
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner:     hosttest.Runner{},
+		New:        func() scannerapi.Scanner { return dependencyreconciler.New() },
+		Plugin:     pluginPkg,
+		Partitions: parts,
+		Lanes:      []string{"default"},
+		Setup: func(t testing.TB, vk valkey.Client) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			lib := lua.New(vk, lua.Options{})
+			c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
+			require.NoError(t, err)
+			children = nil
+			for i := 0; i < 20; i++ {
+				// Fixed flow ids: both runs place the flows alike.
+				fid, err := keys.ParseFlowID(fmt.Sprintf("f0000000-0000-4000-8000-%012d", i+1))
+				require.NoError(t, err)
+				_, err = c.CreateFlow(ctx, client.CreateFlowRequest{ID: fid})
+				require.NoError(t, err)
+				var ids [2]keys.ExecutionID
+				for j := range ids {
+					r, err := c.CreateExecution(ctx, client.CreateRequest{Flow: &fid, Lane: "daglane", Kind: "step"})
+					require.NoError(t, err)
+					ids[j] = r.ID
+				}
+				_, err = c.AddDependency(ctx, client.DependencyRequest{Flow: fid, Upstream: ids[0], Downstream: ids[1]})
+				require.NoError(t, err)
+				require.NoError(t, flowtest.Succeed(ctx, lib, ids[0], nil))
+				children = append(children, ids[1])
+			}
+			lanes, err := vk.Do(ctx, vk.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
+			require.NoError(t, err)
+			require.NotContains(t, lanes, "daglane")
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(20), r.Processed, "%v", r)
+			assert.Empty(t, r.Errors)
+			for _, id := range children {
+				core, err := flowtest.Core(context.Background(), vk, id)
+				require.NoError(t, err)
+				assert.Equal(t, "waiting", core["public_state"], "%s released", id)
+			}
 		},
 	})
 	scannertest.Same(t, linked, plugin)
