@@ -176,3 +176,21 @@ func TestReconciler(t *testing.T) {
 		scannertest.Same(t, linked, plugin)
 	})
 }
+
+// A dry run predicts the cancels and the drain and changes nothing.
+func TestDispatcherDryRun(t *testing.T) {
+	s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}}
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		New:   func() scannerapi.Scanner { return edgecancel.NewDispatcher() },
+		Lanes: []string{"up", "running", "down"},
+		Setup: s.setup,
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(1), r.Processed, "the drain is predicted: %v", r)
+			assert.Empty(t, r.Refused)
+			assert.Equal(t, "active/none", state(t, vk, s.b))
+			assert.True(t, s.pending(t, vk))
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}

@@ -382,3 +382,60 @@ func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
 	})
 	scannertest.Same(t, linked, plugin)
 }
+
+// A dry run reads and reports but changes nothing: the host refuses any
+// write or FCALL a dry-run scanner sends, and none is sent.
+func TestDryRunChangesNothing(t *testing.T) {
+	var retried, delayed keys.ExecutionID
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
+		Lanes: []string{"default"},
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := newWorld(t, vk)
+			retried = w.create(client.CreateRequest{Lane: "default", Kind: "flaky",
+				Retry: &client.RetryPolicy{MaxRetries: 2, Backoff: client.FixedBackoff(time.Millisecond)}})
+			task := w.claim(w.worker("default", "y1"))
+			_, err := task.Fail(w.ctx, "boom", client.FailOptions{})
+			require.NoError(t, err)
+			delayed = w.create(client.CreateRequest{Lane: "default", Kind: "later", Delay: 300 * time.Millisecond})
+			w.waitPast(w.serverMs() + 300)
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(2), r.Processed, "predicted: %v", r)
+			assert.Empty(t, r.Refused)
+			assert.Zero(t, r.Commands["FCALL ff_promote_delayed"])
+			assert.NotEmpty(t, r.Notes)
+			for _, id := range []keys.ExecutionID{retried, delayed} {
+				assert.Equal(t, "not_eligible_until_time", core(t, vk, id, "eligibility_state")[0], "unchanged")
+			}
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
+
+// The namespace filter (P13): a scanner restricted to another namespace
+// leaves these executions alone, and one restricted to theirs acts.
+func TestFilterApplies(t *testing.T) {
+	for ns, want := range map[string]int64{"elsewhere": 0, "e2e": 1} {
+		t.Run(ns, func(t *testing.T) {
+			linked, plugin := scannertest.Run(t, scannertest.Case{
+				Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+				New:     func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
+				Options: map[string]string{"namespace": ns},
+				Lanes:   []string{"default"},
+				Setup: func(t testing.TB, vk valkey.Client) {
+					w := newWorld(t, vk)
+					w.create(client.CreateRequest{Lane: "default", Kind: "later", Delay: 300 * time.Millisecond})
+					w.waitPast(w.serverMs() + 300)
+				},
+				Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+					assert.Equal(t, want, r.Processed, "%v", r)
+					assert.Equal(t, 1-want, r.Skipped)
+					assert.Empty(t, r.Errors)
+				},
+			})
+			scannertest.Same(t, linked, plugin)
+		})
+	}
+}

@@ -189,3 +189,24 @@ func TestUnblockEachReason(t *testing.T) {
 	})
 	scannertest.Same(t, linked, plugin)
 }
+
+// A dry run decides as a real run would and changes nothing.
+func TestUnblockDryRun(t *testing.T) {
+	var parked keys.ExecutionID
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		New:   func() scannerapi.Scanner { return unblock.New() },
+		Lanes: []string{"budget"},
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := newWorld(t, vk)
+			parked = w.create("budget")
+			w.block(parked, "budget", "waiting_for_budget", keys.FlowPart(parked.Partition()).LaneBlockedBudget("budget"))
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(1), r.Processed, "no budget attached: it would be unblocked: %v", r)
+			assert.Empty(t, r.Refused)
+			assert.Equal(t, "blocked_by_budget", eligibility(t, vk, parked), "unchanged")
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
