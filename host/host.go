@@ -33,6 +33,7 @@ import (
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
@@ -85,6 +86,7 @@ type Host struct {
 	callCtx context.Context
 	laneNow chan struct{} // asks refreshLanes for an immediate merge
 	disc    *lanes.Discovery
+	share   *sharing.Coordinator // this host's share of the partitions (Run)
 
 	mu    sync.Mutex
 	units map[string]*unit
@@ -208,6 +210,26 @@ const LaneRefresh = 30 * time.Second
 // lanes.PageSize)) ticks: within one tick (30 s) up to 50,000 keys per
 // primary, within 10 ticks (5 min) at 500,000.
 const DiscoveryPages = 50
+
+// owns is the ownership check the scanners' cycles use (nil, every
+// partition, before partition sharing runs). Callers hold h.mu.
+func (h *Host) owns() func(keys.Partition) bool {
+	if h.share == nil {
+		return nil
+	}
+	return h.share.Owns
+}
+
+// hostID names this host among the hosts sharing the keyspace: host name
+// and pid, and a random suffix so that a restarted process is a new
+// member.
+func hostID() string {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "host"
+	}
+	return fmt.Sprintf("%s:%d:%s", name, os.Getpid(), keys.NewUUID().String()[:8])
+}
 
 // discoverLanes runs one full discovery pass and adds the lanes found to
 // the known ones (and to ff:idx:lanes, unless the host is read only). A
@@ -388,7 +410,18 @@ func (h *Host) Run(ctx context.Context) error {
 
 	callCtx, abortCalls := context.WithCancel(context.Background())
 	defer abortCalls()
+	// Partition sharing: this host's share is known before any scanner
+	// runs (a single host owns every partition from its first tick).
+	share := sharing.New(h.client, sharing.Options{ID: hostID(), Partitions: h.parts, Logger: h.log.Named("sharing")})
+	if err := share.Tick(ctx); err != nil {
+		h.log.Warn("partition sharing: first tick failed; scanners wait for a tick that succeeds", "error", err)
+	}
+	shareCtx, stopShare := context.WithCancel(context.Background())
+	shareDone := make(chan struct{})
+	go func() { defer close(shareDone); share.Run(shareCtx) }()
+	defer func() { stopShare(); <-shareDone }()
 	h.mu.Lock()
+	h.share = share
 	h.runCtx, h.callCtx = ctx, callCtx
 	for _, name := range cfg.Enabled() {
 		h.startUnit(cfg, name, cfg.Scanners[name])
@@ -487,6 +520,7 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 		Batch:       sc.Batch,
 		Partitions:  h.parts,
 		LanesFunc:   h.Lanes,
+		Owns:        h.owns(),
 		Concurrency: cfg.Scheduler.Concurrency,
 		CallTimeout: cfg.Scheduler.CallTimeout,
 		CallParent:  h.callCtx,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -37,8 +38,17 @@ func (h *Host) Status() httpapi.StatusDoc {
 		running[name] = u
 		notApplied[name] = u.notApplied
 	}
-	comp := h.comp
+	comp, share := h.comp, h.share
 	h.mu.Unlock()
+	if share != nil {
+		st := share.Status()
+		ss := &httpapi.SharingStatus{HostID: st.ID, Hosts: st.Members, Owned: map[string]int{}, Totals: map[string]int{}}
+		for _, f := range []keys.Family{keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota} {
+			ss.Owned[f.String()] = st.Owned[f]
+			ss.Totals[f.String()] = len(h.parts.Partitions(f))
+		}
+		doc.Sharing = ss
+	}
 	if comp != nil {
 		st := comp.Stats()
 		doc.Completions = &httpapi.CompletionsStatus{

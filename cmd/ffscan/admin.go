@@ -136,6 +136,14 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 	} else {
 		fmt.Fprintln(w, "completions: disabled")
 	}
+	if sh := doc.Sharing; sh != nil {
+		var fams []string
+		for _, f := range []string{"flow", "budget", "quota"} {
+			fams = append(fams, fmt.Sprintf("%s %d/%d", f, sh.Owned[f], sh.Totals[f]))
+		}
+		fmt.Fprintf(w, "sharing: %d host(s) on this keyspace; this host (%s) owns %s partitions\n",
+			len(sh.Hosts), sh.HostID, strings.Join(fams, ", "))
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCANNER\tENABLED\tSTATE\tPID\tVERSION\tAPI\tSHA256\tRESTARTS\tSWAPS\tCYCLE\tLAST CYCLE\tPROCESSED\tERRORS\tBACKLOG")

@@ -40,7 +40,17 @@ type StatusDoc struct {
 	ScannerAPI  string             `json:"scanner_api"` // versions this host runs, e.g. "1..2"
 	Config      ConfigStatus       `json:"config"`
 	Completions *CompletionsStatus `json:"completions"`
+	Sharing     *SharingStatus     `json:"sharing,omitempty"`
 	Scanners    []ScannerStatus    `json:"scanners"`
+}
+
+// SharingStatus is this host's share of the partitions among the hosts
+// that share the keyspace.
+type SharingStatus struct {
+	HostID string         `json:"host_id"`
+	Hosts  []string       `json:"hosts"`
+	Owned  map[string]int `json:"owned"`  // partitions owned now, per family
+	Totals map[string]int `json:"totals"` // partitions per family
 }
 
 // ConfigStatus describes the configuration in force and its reloads.

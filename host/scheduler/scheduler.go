@@ -81,6 +81,10 @@ type Config struct {
 	Partitions keys.PartitionConfig
 	// Lanes expand "{lane}" sources.
 	Lanes []string
+	// Owns, when set, says which partitions this host may scan now (the
+	// partitions shared among hosts); a cycle over all partitions skips
+	// the others. Nil: every partition.
+	Owns func(keys.Partition) bool
 	// LanesFunc, when set, is asked for the lanes at every cycle instead
 	// (the host refreshes them from ff:idx:lanes as producers add lanes).
 	LanesFunc func() []string
@@ -421,6 +425,9 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		r.cycleError()
 		return sum, err
 	}
+	if opts.Partitions == nil {
+		parts = r.owned(parts)
+	}
 	sum.Partitions = len(parts)
 	batch := r.batch(info)
 	lanes := r.lanes()
@@ -468,7 +475,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 			sum.addErr(classify(err), "time", 1)
 			break
 		}
-		sub := sw.fetch(ctx, more, now2)
+		sub := sw.fetch(ctx, r.owned(more), now2)
 		sum.FollowUps += len(sub)
 		more, _ = sw.dispatch(ctx, sub, now2, true)
 	}
@@ -481,6 +488,20 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		r.rec.Lag(r.cfg.Name, sum.Lag)
 	}
 	return sum, nil
+}
+
+// owned keeps the partitions this host may scan now.
+func (r *Runner) owned(parts []keys.Partition) []keys.Partition {
+	if r.cfg.Owns == nil {
+		return parts
+	}
+	out := parts[:0:0]
+	for _, p := range parts {
+		if r.cfg.Owns(p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // finish records the cycle's metrics and status.
