@@ -578,6 +578,7 @@ func (h *Host) startCompletions(c config.Completions) {
 		Logger:     h.log.Named("completions"),
 		Metrics:    h.compMet,
 		Partitions: h.parts,
+		Owns:       h.owns(),
 	})
 	if err := l.Start(h.runCtx); err != nil {
 		h.log.Error("completion listener did not start; dependency resolution relies on the dependency_reconciler", "error", err)

@@ -142,6 +142,10 @@ type Options struct {
 	Partitions keys.PartitionConfig
 	// Resolver tunes the cascade (depth limit, batch bound, logger).
 	Resolver depresolve.Options
+	// Owns, when set, says which flow partitions this host handles (hosts
+	// sharing a keyspace): a completion of another host's partition is
+	// left to that host (counted "elsewhere"). Nil: every partition.
+	Owns func(keys.Partition) bool
 }
 
 // Message outcomes (the "outcome" label of the messages counter).
@@ -149,6 +153,7 @@ const (
 	OutcomeAccepted  = "accepted"  // parsed and queued for a dispatch
 	OutcomeMalformed = "malformed" // not a valid completion: dropped
 	OutcomeDropped   = "dropped"   // valid, but the listener was stopping
+	OutcomeElsewhere = "elsewhere" // valid, for a partition another host owns
 )
 
 // Error classes specific to the listener, on top of depresolve's.
@@ -179,6 +184,7 @@ type Listener struct {
 	log     hclog.Logger
 	met     Metrics
 	parts   keys.PartitionConfig
+	owns    func(keys.Partition) bool
 	cascade func(context.Context, depresolve.Completion) (depresolve.Result, error)
 
 	queue chan depresolve.Completion
@@ -210,6 +216,7 @@ func New(cfg Config, lib *lua.Library, opts Options) *Listener {
 		log:    opts.Logger,
 		met:    opts.Metrics,
 		parts:  opts.Partitions,
+		owns:   opts.Owns,
 	}
 	if l.log == nil {
 		l.log = hclog.NewNullLogger()
@@ -388,6 +395,13 @@ func (l *Listener) handle(ctx context.Context, m valkey.PubSubMessage) {
 		l.malformed.Add(1)
 		l.met.Message(OutcomeMalformed)
 		l.warnMalformed(m, err)
+		return
+	}
+	if l.owns != nil && !l.owns(c.Execution.Partition()) {
+		// Another host owns the flow's partition and handles it; should
+		// no host own it at this instant (a hand-over), the dependency
+		// reconciler resolves it.
+		l.met.Message(OutcomeElsewhere)
 		return
 	}
 	select {

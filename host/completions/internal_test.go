@@ -85,12 +85,17 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config, fn func(context.Context, depresolve.Completion) (depresolve.Result, error)) *harness {
 	t.Helper()
+	return newOwningHarness(t, cfg, nil, fn)
+}
+
+func newOwningHarness(t *testing.T, cfg Config, owns func(keys.Partition) bool, fn func(context.Context, depresolve.Completion) (depresolve.Result, error)) *harness {
+	t.Helper()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	cfg.Enabled = true
-	l := New(cfg, lua.New(vk, lua.Options{}), Options{Partitions: parts})
+	l := New(cfg, lua.New(vk, lua.Options{}), Options{Partitions: parts, Owns: owns})
 	l.cascade = fn
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
@@ -234,4 +239,28 @@ func TestServerGoneThenStop(t *testing.T) {
 	assert.Less(t, time.Since(t0), 4*time.Second)
 	assert.Zero(t, l.Stats().Reconnects)
 	assert.Zero(t, l.Stats().Panics)
+}
+
+// With partitions shared among hosts, a completion of a partition another
+// host owns is left to it; one of this host's is dispatched.
+func TestOnlyOwnedPartitionsAreDispatched(t *testing.T) {
+	var calls atomic.Int64
+	mine := true
+	var mu sync.Mutex
+	owns := func(keys.Partition) bool { mu.Lock(); defer mu.Unlock(); return mine }
+	h := newOwningHarness(t, Config{Concurrency: 1}, owns, func(context.Context, depresolve.Completion) (depresolve.Result, error) {
+		calls.Add(1)
+		return depresolve.Result{}, nil
+	})
+	h.publish(t, message(t))
+	require.Eventually(t, func() bool { return h.l.Stats().Dispatched == 1 }, 5*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	mine = false
+	mu.Unlock()
+	h.publish(t, message(t))
+	h.publish(t, message(t))
+	require.Eventually(t, func() bool { return h.l.Stats().Messages == 3 }, 5*time.Second, 5*time.Millisecond)
+	st := h.l.Stats()
+	assert.Equal(t, int64(1), st.Accepted, "the other host's completions are not taken")
+	assert.Equal(t, int64(1), calls.Load())
 }

@@ -60,7 +60,7 @@ type PrometheusMetrics struct {
 
 // NewPrometheusMetrics builds the listener's collectors:
 //
-//	ffscan_completions_messages_total{outcome}        accepted | malformed | dropped
+//	ffscan_completions_messages_total{outcome}        accepted | malformed | dropped | elsewhere
 //	ffscan_completions_dispatch_duration_seconds      one cascade, histogram
 //	ffscan_completions_edges_total{result}            satisfied | impossible | already_resolved | pending | already_fired | not_terminal
 //	ffscan_completions_errors_total{class,code}       by error class and code
