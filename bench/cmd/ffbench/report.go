@@ -22,6 +22,7 @@ type report struct {
 	Idle        *idleResult
 	DAG         *dagResult
 	IdleAll     *idleAllResult
+	Hosts       *hostsResult
 	Errors      []error
 }
 
@@ -63,6 +64,10 @@ func (r *report) print(w io.Writer) {
 	if r.IdleAll != nil {
 		p(rule)
 		r.IdleAll.print(w)
+	}
+	if r.Hosts != nil {
+		p(rule)
+		r.Hosts.print(w)
 	}
 	if len(r.Errors) > 0 {
 		p(rule)
