@@ -70,8 +70,9 @@ func New(client valkey.Client) *Discovery {
 	return &Discovery{client: client, cursors: map[string]uint64{}}
 }
 
-// Step reads at most pages SCAN pages from every primary (pages <= 0: to
-// the end of a pass), continuing where the previous Step stopped, and
+// Step reads at most pages SCAN pages from every primary, continuing
+// where the previous Step stopped (pages <= 0: one whole pass from the
+// start), and
 // returns the lanes found (sorted, unique) and whether every node finished
 // a pass in this step. A node whose SCAN fails starts over next time.
 func (d *Discovery) Step(ctx context.Context, pages int) ([]string, bool, error) {
@@ -119,6 +120,9 @@ func (d *Discovery) Step(ctx context.Context, pages int) ([]string, bool, error)
 // scanNode reads pages of one node; true when its pass ended.
 func (d *Discovery) scanNode(ctx context.Context, addr string, node valkey.Client, pages int, found map[string]bool) (bool, error) {
 	cursor := d.cursors[addr]
+	if pages <= 0 {
+		cursor = 0 // a whole pass, from the start
+	}
 	for n := 0; pages <= 0 || n < pages; n++ {
 		e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(Pattern).Count(PageSize).Build()).AsScanEntry()
 		if err != nil {
