@@ -40,3 +40,13 @@ func NewCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
 	return testserver.NewCluster(t, masters)
 }
+
+// ClusterOptions shape a cluster with replicas for failover tests.
+type ClusterOptions = testserver.ClusterOptions
+
+// NewClusterWith starts a cluster (with replicas) for one test and stops
+// it when the test ends.
+func NewClusterWith(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
+	return testserver.NewClusterWith(t, o)
+}

@@ -31,45 +31,11 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// StartCluster starts `masters` cluster-enabled nodes, splits the 16384
-// slots between them in contiguous ranges, joins them with CLUSTER MEET and
-// waits until every node reports cluster_state:ok.
+// StartCluster starts `masters` cluster-enabled nodes without replicas,
+// splits the 16384 slots between them in contiguous ranges, joins them with
+// CLUSTER MEET and waits until every node reports cluster_state:ok.
 func StartCluster(masters int) (*Cluster, error) {
-	if masters < 1 {
-		return nil, fmt.Errorf("testserver: a cluster needs at least one master")
-	}
-	c := &Cluster{}
-	fail := func(err error) (*Cluster, error) { c.Stop(); return nil, err }
-	for i := 0; i < masters; i++ {
-		n, err := Start(WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
-		if err != nil {
-			return fail(err)
-		}
-		c.Nodes = append(c.Nodes, n)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	per := 16384 / masters
-	for i, n := range c.Nodes {
-		lo, hi := i*per, (i+1)*per-1
-		if i == masters-1 {
-			hi = 16383
-		}
-		if err := nodeDo(ctx, n.Addr, "CLUSTER", "ADDSLOTSRANGE", fmt.Sprint(lo), fmt.Sprint(hi)); err != nil {
-			return fail(fmt.Errorf("testserver: assign slots %d-%d to %s: %w", lo, hi, n.Addr, err))
-		}
-	}
-	for _, n := range c.Nodes[1:] {
-		if err := nodeDo(ctx, n.Addr, "CLUSTER", "MEET", "127.0.0.1", fmt.Sprint(c.Nodes[0].Port)); err != nil {
-			return fail(fmt.Errorf("testserver: CLUSTER MEET from %s: %w", n.Addr, err))
-		}
-	}
-	for _, n := range c.Nodes {
-		if err := waitClusterOK(ctx, n.Addr, masters); err != nil {
-			return fail(err)
-		}
-	}
-	return c, nil
+	return StartClusterWith(ClusterOptions{Masters: masters})
 }
 
 // NewCluster starts a cluster for one test and stops it when the test ends.

@@ -200,6 +200,15 @@ func (s *Server) Kill() {
 	}
 }
 
+func (s *Server) killed() bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
 // New starts a server for one test and stops it when the test ends.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()

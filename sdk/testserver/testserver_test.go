@@ -6,6 +6,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ffscan/ffscan/keys"
 )
@@ -69,5 +70,47 @@ func TestClusterRoutesAcrossMasters(t *testing.T) {
 	}
 	if total != 64 {
 		t.Errorf("the masters hold %d keys together, want 64", total)
+	}
+}
+
+// A cluster with replicas fails over when a master dies, and a replica cut
+// off before the master's last writes takes over without them.
+func TestClusterFailsOverToAReplicaThatMissedWrites(t *testing.T) {
+	t.Parallel()
+	c := NewClusterWith(t, ClusterOptions{Masters: 3, Replicas: 1})
+	if len(c.Nodes) != 6 {
+		t.Fatalf("%d nodes, want 6", len(c.Nodes))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const key = "{fp:1}:k"
+	m, err := c.MasterOf(ctx, key)
+	must(err)
+	mc := m.Direct(t)
+	must(mc.Do(ctx, mc.B().Set().Key(key).Value("replicated").Build()).Error())
+	n, err := mc.Do(ctx, mc.B().Wait().Numreplicas(1).Timeout(5000).Build()).AsInt64()
+	must(err)
+	if n != 1 {
+		t.Fatalf("WAIT: %d replicas acknowledged", n)
+	}
+	must(c.CutReplication(ctx, m))
+	must(mc.Do(ctx, mc.B().Set().Key(key).Value("lost").Build()).Error())
+	m.Kill()
+	nm, err := c.WaitServed(ctx, key)
+	must(err)
+	if nm.Port == m.Port {
+		t.Fatal("the killed master still serves the slot")
+	}
+	cl := c.Client(t)
+	v, err := cl.Do(ctx, cl.B().Get().Key(key).Build()).ToString()
+	must(err)
+	if v != "replicated" {
+		t.Fatalf("GET after failover = %q, want the value from before the cut", v)
 	}
 }
