@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
@@ -56,8 +57,10 @@ func NewLogger(c config.Log) hclog.Logger {
 
 // Host is a booted host: connected, partitions agreed, library loaded.
 type Host struct {
-	log     hclog.Logger
-	client  valkey.Client
+	log    hclog.Logger
+	client valkey.Client
+	// epoch is the store epoch every runner shares (scheduler.StoreEpoch).
+	epoch   *scheduler.StoreEpoch
 	lib     *lua.Library
 	svc     *callbacks.Service
 	met     *metrics.Metrics
@@ -130,7 +133,7 @@ func BootReadOnly(ctx context.Context, cfg *config.Config, log hclog.Logger) (*H
 }
 
 func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnly bool) (*Host, error) {
-	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now(), units: map[string]*unit{}, laneNow: make(chan struct{}, 1)}
+	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now(), units: map[string]*unit{}, laneNow: make(chan struct{}, 1), epoch: scheduler.NewStoreEpoch()}
 	cat, err := catalog.New(cfg.PluginDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
@@ -524,6 +527,7 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 		Concurrency: cfg.Scheduler.Concurrency,
 		CallTimeout: cfg.Scheduler.CallTimeout,
 		CallParent:  h.callCtx,
+		Epoch:       h.epoch,
 	}, h.client, supTarget{sup}, nil, h.met, log)
 	ctx, cancel := context.WithCancel(h.runCtx)
 	u := &unit{name: name, sc: sc, sup: sup, run: run, cancel: cancel, done: make(chan struct{})}
@@ -602,7 +606,7 @@ func waitUntil(ch <-chan struct{}, deadline time.Time) bool {
 
 // Ready implements httpapi.Source.
 func (h *Host) Ready(ctx context.Context) error {
-	if err := h.client.Do(ctx, h.client.B().Ping().Build()).Error(); err != nil {
+	if err := keyless.Do(ctx, h.client, func(b valkey.Builder) valkey.Completed { return b.Ping().Build() }).Error(); err != nil {
 		return fmt.Errorf("valkey: %w", err)
 	}
 	h.libMu.Lock()
@@ -723,6 +727,7 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 		Concurrency: cfg.Scheduler.Concurrency,
 		CallTimeout: cfg.Scheduler.CallTimeout,
 		NoJitter:    true,
+		Epoch:       h.epoch,
 	}, h.client, staticTarget{scanner}, host, h.met, h.scannerLog(name))
 	return &Session{h: h, run: run, dryRun: opts.DryRun, close: closeFn}, nil
 }

@@ -1,13 +1,17 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"time"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua/topology"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -18,6 +22,13 @@ func (h *Host) Status() httpapi.StatusDoc {
 	doc := httpapi.StatusDoc{
 		Version: Version, StartedAt: h.started, Valkey: cfg.Valkey.Addrs, Lanes: h.Lanes(),
 		ScannerAPI: fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion),
+	}
+	if h.client.Mode() == valkey.ClientModeCluster {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if ms, err := topology.Masters(ctx, h.client); err == nil {
+			doc.ValkeyNodes = ms
+		}
+		cancel()
 	}
 	h.relMu.Lock()
 	doc.Config = httpapi.ConfigStatus{

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/lua/topology"
 )
 
 // Action says what Ensure did on one node.
@@ -83,10 +85,27 @@ func (l *Library) Ensure(ctx context.Context) ([]NodeResult, error) {
 	}
 	sort.Strings(addrs)
 	var out []NodeResult
+	var serving map[string]bool // read when a node does not answer
 	for _, addr := range addrs {
 		node := nodes[addr]
 		primary, err := isPrimary(ctx, node)
 		if err != nil {
+			// A node the client still knows (a seed) may be dead and
+			// serve nothing any more: only a master that serves slots
+			// must have the library.
+			if serving == nil {
+				ms, terr := topology.Masters(ctx, l.client)
+				if terr != nil {
+					return out, fmt.Errorf("lua: node %s: ROLE: %w (and the topology is unknown: %v)", addr, err, terr)
+				}
+				serving = map[string]bool{}
+				for _, m := range ms {
+					serving[m] = true
+				}
+			}
+			if !serving[addr] {
+				continue
+			}
 			return out, fmt.Errorf("lua: node %s: ROLE: %w", addr, err)
 		}
 		if !primary {

@@ -109,7 +109,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 }
 
 func printStatus(w io.Writer, doc httpapi.StatusDoc) {
-	fmt.Fprintf(w, "ffscan %s (scanner API %s), up since %s, valkey %s, lanes %s\n", doc.Version, doc.ScannerAPI, doc.StartedAt.Format(time.RFC3339), strings.Join(doc.Valkey, ","), strings.Join(doc.Lanes, ","))
+	valkeyLine := "valkey " + strings.Join(doc.Valkey, ",")
+	if len(doc.ValkeyNodes) > 0 {
+		valkeyLine = fmt.Sprintf("valkey cluster masters %s (seeds %s)", strings.Join(doc.ValkeyNodes, ","), strings.Join(doc.Valkey, ","))
+	}
+	fmt.Fprintf(w, "ffscan %s (scanner API %s), up since %s, %s, lanes %s\n", doc.Version, doc.ScannerAPI, doc.StartedAt.Format(time.RFC3339), valkeyLine, strings.Join(doc.Lanes, ","))
 	cfgLine := "config: loaded " + doc.Config.LoadedAt.Format(time.RFC3339)
 	if doc.Config.File != "" {
 		cfgLine = "config: " + doc.Config.File + ", loaded " + doc.Config.LoadedAt.Format(time.RFC3339)

@@ -20,6 +20,8 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/keyless"
+	"github.com/ffscan/ffscan/host/spread"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -140,6 +142,8 @@ type op struct {
 	reason  string // refusal reason (metric label)
 	plain   valkey.Completed
 	isPlain bool
+	keyless bool     // TIME, PING: routed with the batch's keys (see route)
+	keys    []string // a plain command's keys
 	call    lua.Call
 }
 
@@ -210,6 +214,7 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 			s.rec.CallbackRefused(scanner, ops[i].reason)
 		}
 	}
+	anchor := s.route(ops)
 	out := make([]scannerapi.Reply, len(cmds))
 	for i := 0; i < len(ops); {
 		if ops[i].refused != nil {
@@ -223,10 +228,19 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 		}
 		if ops[i].isPlain {
 			seg := make(valkey.Commands, 0, j-i)
+			slots := make([]int, 0, j-i)
 			for k := i; k < j; k++ {
 				seg = append(seg, ops[k].plain)
+				key := anchor
+				if len(ops[k].keys) > 0 {
+					key = ops[k].keys[0]
+				}
+				slots = append(slots, int(keys.ClusterSlot(key)))
 			}
-			for k, r := range s.client.DoMulti(ctx, seg...) {
+			// Per slot on a cluster: a master failing over holds up only
+			// the commands of its own slots (a SampleBacklog batch spans
+			// every partition).
+			for k, r := range spread.DoMulti(ctx, s.client, seg, slots) {
 				out[i+k] = valkeyreply.Of(r)
 			}
 		} else {
@@ -241,6 +255,36 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 		i = j
 	}
 	return out, nil
+}
+
+// route gives the batch's keyless commands a slot and returns the key whose
+// slot it is: on a cluster the
+// client would send them over any connection, a dead node's too (a seed
+// that failed over). They go with the batch's first key, which is the
+// partition being scanned, else to the master of keyless.Anchor's slot.
+func (s *Service) route(ops []op) string {
+	anchor := ""
+	for _, o := range ops {
+		switch {
+		case o.refused != nil || o.keyless:
+		case o.isPlain && len(o.keys) > 0:
+			anchor = o.keys[0]
+		case !o.isPlain && len(o.call.Keys) > 0:
+			anchor = o.call.Keys[0]
+		}
+		if anchor != "" {
+			break
+		}
+	}
+	if anchor == "" {
+		anchor = keyless.Anchor
+	}
+	for i := range ops {
+		if ops[i].keyless && ops[i].refused == nil {
+			ops[i].plain = ops[i].plain.SetSlot(anchor)
+		}
+	}
+	return anchor
 }
 
 func refuse(reason, format string, args ...any) op {
@@ -297,11 +341,14 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 		}
 	}
 	b := s.client.B().Arbitrary(name).Keys(ks...).Args(rest...)
+	if spec.keys == keysNone {
+		return op{plain: b.ReadOnly(), isPlain: true, keyless: true}
+	}
 	if spec.write {
-		return op{plain: b.Build(), isPlain: true}
+		return op{plain: b.Build(), isPlain: true, keys: ks}
 	}
 	// Read-only commands may be retried by the client on network errors.
-	return op{plain: b.ReadOnly(), isPlain: true}
+	return op{plain: b.ReadOnly(), isPlain: true, keys: ks}
 }
 
 func (s *Service) checkFCall(pol Policy, args []string) op {

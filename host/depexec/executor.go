@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/depresolve"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -46,6 +47,7 @@ func (e libraryExecutor) Exec(ctx context.Context, cmds []scannerapi.Command) ([
 		plain valkey.Completed
 	}
 	ops := make([]built, len(cmds))
+	anchor := keyAnchor(cmds)
 	for i, c := range cmds {
 		if len(c) == 0 {
 			return nil, errors.New("depresolve: empty command")
@@ -61,7 +63,9 @@ func (e libraryExecutor) Exec(ctx context.Context, cmds []scannerapi.Command) ([
 			}
 			ops[i] = built{fcall: true, call: lua.Call{Function: c[1], Keys: c[3 : 3+n], Args: c[3+n:]}}
 		case "TIME":
-			ops[i] = built{plain: vk.B().Arbitrary(name).Args(c[1:]...).Build()}
+			// Sent with the batch's keys (or to a partition's master):
+			// a keyless command could go to any node, a dead one too.
+			ops[i] = built{plain: vk.B().Arbitrary(name).Args(c[1:]...).Build().SetSlot(anchor)}
 		default:
 			if len(c) < 2 {
 				return nil, fmt.Errorf("depresolve: %s needs a key", name)
@@ -94,4 +98,25 @@ func (e libraryExecutor) Exec(ctx context.Context, cmds []scannerapi.Command) ([
 		i = j
 	}
 	return out, nil
+}
+
+// keyAnchor returns the first key a batch names, else keyless.Anchor.
+func keyAnchor(cmds []scannerapi.Command) string {
+	for _, c := range cmds {
+		if len(c) < 2 {
+			continue
+		}
+		switch strings.ToUpper(c[0]) {
+		case "TIME":
+		case "FCALL":
+			if len(c) > 3 {
+				if n, err := strconv.Atoi(c[2]); err == nil && n > 0 {
+					return c[3]
+				}
+			}
+		default:
+			return c[1]
+		}
+	}
+	return keyless.Anchor
 }

@@ -33,9 +33,12 @@ const AdminHeader = "X-Ffscan-Admin"
 
 // StatusDoc is the /v1/status document.
 type StatusDoc struct {
-	Version     string             `json:"version"`
-	StartedAt   time.Time          `json:"started_at"`
-	Valkey      []string           `json:"valkey_addrs"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"started_at"`
+	Valkey    []string  `json:"valkey_addrs"` // configured seeds
+	// ValkeyNodes: on a cluster, the masters that serve slots now, as the
+	// cluster reports them (the seeds only started the client).
+	ValkeyNodes []string           `json:"valkey_nodes,omitempty"`
 	Lanes       []string           `json:"lanes"`
 	ScannerAPI  string             `json:"scanner_api"` // versions this host runs, e.g. "1..2"
 	Config      ConfigStatus       `json:"config"`

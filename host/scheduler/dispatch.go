@@ -84,6 +84,11 @@ func (sw *sweep) dispatch(ctx context.Context, states []*partState, nowMs int64,
 				sum.Processed += res.Processed
 				sum.Skipped += res.Skipped
 				for _, e := range res.Errors {
+					if e.Class == scannerapi.ErrTransport {
+						// The scanner's commands got no reply: the
+						// store may be failing over.
+						r.cfg.Epoch.Bump()
+					}
 					sum.addErr(e.Class, e.Code, e.Count)
 				}
 				for _, n := range res.Notes {
@@ -163,7 +168,10 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 		Lanes:      sw.lanes,
 		Candidates: st.cands,
 		DryRun:     sw.dryRun,
+		StoreEpoch: r.cfg.Epoch.Load(),
 	}
+	// A scanner linked into the host process keeps its memories here.
+	scannerapi.ObserveStoreEpoch(req.StoreEpoch)
 	t0 := r.clk.Now()
 	res, err := scanner.ScanPartition(ctx, host, req)
 	r.rec.RPC(r.cfg.Name, "scan_partition", r.since(t0))

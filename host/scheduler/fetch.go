@@ -11,6 +11,8 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/keyless"
+	"github.com/ffscan/ffscan/host/spread"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -31,7 +33,7 @@ func (r *Runner) partitions(info scannerapi.Info, only []uint16) ([]keys.Partiti
 }
 
 func (r *Runner) serverTime(ctx context.Context) (int64, error) {
-	t, err := r.client.Do(ctx, r.client.B().Time().Build()).AsIntSlice()
+	t, err := keyless.Do(ctx, r.client, func(b valkey.Builder) valkey.Completed { return b.Time().Build() }).AsIntSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -40,10 +42,6 @@ func (r *Runner) serverTime(ctx context.Context) (int64, error) {
 	}
 	return t[0]*1000 + t[1]/1000, nil
 }
-
-// pipelineChunk bounds the commands of one DoMulti so a large partition
-// count does not build one huge pipeline.
-const pipelineChunk = 1024
 
 // sweep is one cycle's fixed inputs (the scanner as the cycle found it,
 // its lanes and batch, whether it is a dry run) and its running summary,
@@ -236,7 +234,9 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 	}
 	r, sum := sw.r, sw.sum
 	cmds := make(valkey.Commands, len(ops))
+	part := make([]int, len(ops))
 	for i, op := range ops {
+		part[i] = int(op.st.p.Index)
 		switch op.kind {
 		case opRead:
 			cmds[i] = readCmd(r.client, op.sk, nowMs, sw.batch, op.cur)
@@ -244,10 +244,7 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 			cmds[i], _ = backlogCmd(r.client, op.sk, nowMs)
 		}
 	}
-	results := make([]valkey.ValkeyResult, 0, len(cmds))
-	for i := 0; i < len(cmds); i += pipelineChunk {
-		results = append(results, r.client.DoMulti(ctx, cmds[i:min(i+pipelineChunk, len(cmds))]...)...)
-	}
+	results := spread.DoMulti(ctx, r.client, cmds, part)
 	var next []fetchOp
 	for i, res := range results {
 		op := ops[i]
@@ -257,7 +254,7 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 			n, err := res.AsInt64()
 			if err != nil {
 				st.sampled = false
-				sum.addErr(classify(err), "backlog", 1)
+				r.noteErr(sum, classify(err), "backlog", 1)
 				continue
 			}
 			st.backlog += n
@@ -267,7 +264,7 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 				// Without the size the candidates were not read either.
 				st.sampled = false
 				st.fetchError = true
-				sum.addErr(classify(err), "fetch", 1)
+				r.noteErr(sum, classify(err), "fetch", 1)
 				r.log.Debug("candidate source size read failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
 				continue
 			}
@@ -283,7 +280,7 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 			if err != nil {
 				st.fetchError = true
 				st.sampled = false
-				sum.addErr(classify(err), "fetch", 1)
+				r.noteErr(sum, classify(err), "fetch", 1)
 				r.log.Debug("candidate fetch failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
 				continue
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -106,6 +107,10 @@ type Config struct {
 	NoJitter bool
 	// Clock is the time source (the system clock).
 	Clock clock.Clock
+	// Epoch is the host's store epoch, shared by its runners (nil: not
+	// tracked). The runner bumps it on transport failures and topology
+	// changes and sends it with every scan request.
+	Epoch *StoreEpoch
 }
 
 // Tuning is the part of Config that can change while the runner runs
@@ -432,9 +437,10 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	batch := r.batch(info)
 	lanes := r.lanes()
 
+	r.cfg.Epoch.ObserveNodes(keyless.Nodes(r.client))
 	nowMs, err := r.serverTime(ctx)
 	if err != nil {
-		sum.addErr(classify(err), "time", 1)
+		r.noteErr(&sum, classify(err), "time", 1)
 		r.finish(&sum, start, false)
 		r.cycleError()
 		return sum, fmt.Errorf("read server TIME: %w", err)
@@ -472,7 +478,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	for pass := 0; pass < r.cfg.MaxFollowUps && len(more) > 0 && ctx.Err() == nil; pass++ {
 		now2, err := r.serverTime(ctx)
 		if err != nil {
-			sum.addErr(classify(err), "time", 1)
+			r.noteErr(&sum, classify(err), "time", 1)
 			break
 		}
 		sub := sw.fetch(ctx, r.owned(more), now2)
@@ -488,6 +494,15 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		r.rec.Lag(r.cfg.Name, sum.Lag)
 	}
 	return sum, nil
+}
+
+// noteErr counts a host-side failure; one that got no reply from the
+// store starts a new store epoch.
+func (r *Runner) noteErr(sum *Summary, class scannerapi.ErrorClass, code string, n int64) {
+	if class == scannerapi.ErrTransport {
+		r.cfg.Epoch.Bump()
+	}
+	sum.addErr(class, code, n)
 }
 
 // owned keeps the partitions this host may scan now.

@@ -230,7 +230,9 @@ func (c *Coordinator) Tick(ctx context.Context) error {
 	sent := time.Now()
 	b := c.client.B()
 	ttl := c.opts.TTL.Milliseconds()
-	t, err := c.client.Do(ctx, b.Time().Build()).AsIntSlice()
+	// The clock of the node that holds the sharing keys (a keyless TIME
+	// could go to any node, a dead seed included).
+	t, err := c.client.Do(ctx, b.Time().Build().SetSlot(MembersKey)).AsIntSlice()
 	if err != nil || len(t) != 2 {
 		return fmt.Errorf("TIME: %v", err)
 	}

@@ -241,6 +241,15 @@ type ScanRequest struct {
 	// DryRun asks the scanner to read and decide but not mutate: it must
 	// not send writes or FCALLs, and reports what it would have done.
 	DryRun bool
+	// StoreEpoch changes whenever the host saw a sign that the store may
+	// have lost or rewound state: a failed read or clock read (a node
+	// failing over, a server restarting), a change of the cluster's
+	// topology. Whatever a scanner remembers from earlier reads may then
+	// describe writes a promoted replica never received. The SDK drops
+	// every scanutil memory of the process when it changes (see
+	// OnStoreRewound); a scanner with memory of its own registers there
+	// too. 0: a host that does not track it.
+	StoreEpoch uint64
 }
 
 // Candidate is one member read from a source.

@@ -79,11 +79,12 @@ func partitionFromPB(p *pb.Partition) keys.Partition {
 
 func scanRequestToPB(r *ScanRequest) *pb.ScanRequest {
 	out := &pb.ScanRequest{
-		Partition: partitionToPB(r.Partition),
-		NowMs:     r.NowMs,
-		Cycle:     r.Cycle,
-		Batch:     int32(r.Batch),
-		DryRun:    r.DryRun,
+		Partition:  partitionToPB(r.Partition),
+		NowMs:      r.NowMs,
+		Cycle:      r.Cycle,
+		Batch:      int32(r.Batch),
+		DryRun:     r.DryRun,
+		StoreEpoch: r.StoreEpoch,
 	}
 	if len(r.Lanes) > 0 {
 		out.Lanes = make([][]byte, len(r.Lanes))
@@ -105,12 +106,13 @@ func scanRequestToPB(r *ScanRequest) *pb.ScanRequest {
 
 func scanRequestFromPB(scanner string, r *pb.ScanRequest) *ScanRequest {
 	out := &ScanRequest{
-		Scanner:   scanner,
-		Partition: partitionFromPB(r.GetPartition()),
-		NowMs:     r.GetNowMs(),
-		Cycle:     r.GetCycle(),
-		Batch:     int(r.GetBatch()),
-		DryRun:    r.GetDryRun(),
+		Scanner:    scanner,
+		Partition:  partitionFromPB(r.GetPartition()),
+		NowMs:      r.GetNowMs(),
+		Cycle:      r.GetCycle(),
+		Batch:      int(r.GetBatch()),
+		DryRun:     r.GetDryRun(),
+		StoreEpoch: r.GetStoreEpoch(),
 	}
 	if ls := r.GetLanes(); len(ls) > 0 {
 		out.Lanes = make([]string, len(ls))

@@ -214,7 +214,9 @@ func (s *pluginServer) ScanPartition(ctx context.Context, req *pb.ScanPartitionR
 	}()
 	defer recoverInto(name, "ScanPartition", &err) // runs first
 	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
-	res, err := sc.ScanPartition(WithLogger(ctx, log), host, scanRequestFromPB(name, req.GetRequest()))
+	sreq := scanRequestFromPB(name, req.GetRequest())
+	ObserveStoreEpoch(sreq.StoreEpoch)
+	res, err := sc.ScanPartition(WithLogger(ctx, log), host, sreq)
 	if err != nil {
 		return nil, err
 	}

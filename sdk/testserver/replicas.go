@@ -311,3 +311,54 @@ func retry(ctx context.Context, f func() error) error {
 		}
 	}
 }
+
+// MigrateSlot moves slot from master `from` to master `to` the way
+// resharding tools do: IMPORTING/MIGRATING, keys moved with MIGRATE in
+// batches of batch keys (so clients meet ASK and TRYAGAIN in between),
+// then the slot assigned to `to` on every live master.
+func (c *Cluster) MigrateSlot(ctx context.Context, slot int, from, to *Server, batch int) error {
+	fromID, err := nodeString(ctx, from.Addr, "CLUSTER", "MYID")
+	if err != nil {
+		return err
+	}
+	toID, err := nodeString(ctx, to.Addr, "CLUSTER", "MYID")
+	if err != nil {
+		return err
+	}
+	s := strconv.Itoa(slot)
+	if err := nodeDo(ctx, to.Addr, "CLUSTER", "SETSLOT", s, "IMPORTING", fromID); err != nil {
+		return fmt.Errorf("testserver: IMPORTING %s on %s: %w", s, to.Addr, err)
+	}
+	if err := nodeDo(ctx, from.Addr, "CLUSTER", "SETSLOT", s, "MIGRATING", toID); err != nil {
+		return fmt.Errorf("testserver: MIGRATING %s on %s: %w", s, from.Addr, err)
+	}
+	cl, err := direct(from.Addr)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		ks, err := cl.Do(ctx, cl.B().ClusterGetkeysinslot().Slot(int64(slot)).Count(int64(batch)).Build()).AsStrSlice()
+		if err != nil {
+			return fmt.Errorf("testserver: GETKEYSINSLOT %s: %w", s, err)
+		}
+		if len(ks) == 0 {
+			break
+		}
+		args := append([]string{"127.0.0.1", strconv.Itoa(to.Port), "", "0", "5000", "KEYS"}, ks...)
+		cmd := cl.B().Arbitrary("MIGRATE").Args(args...).Build()
+		if err := cl.Do(ctx, cmd).Error(); err != nil {
+			return fmt.Errorf("testserver: MIGRATE %d keys of slot %s: %w", len(ks), s, err)
+		}
+	}
+	for _, n := range c.Live() {
+		role, err := nodeString(ctx, n.Addr, "INFO", "replication")
+		if err != nil || !strings.Contains(role, "role:master") {
+			continue
+		}
+		if err := nodeDo(ctx, n.Addr, "CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
+			return fmt.Errorf("testserver: SETSLOT %s NODE on %s: %w", s, n.Addr, err)
+		}
+	}
+	return nil
+}

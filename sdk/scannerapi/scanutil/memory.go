@@ -1,6 +1,11 @@
 package scanutil
 
-import "sync"
+import (
+	"sync"
+	"weak"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
 
 // Memory remembers index entries a scanner examined and left in place
 // (an execution already expired, a flow with nothing left to do, an entry
@@ -22,6 +27,10 @@ import "sync"
 //     (a host restart) expires them too.
 //   - On an outage (IsOutage, an Exec error) or a change of options, call
 //     Reset: what happened to the commands in flight is unknown.
+//   - When the host's store epoch changes (a failover, a topology change,
+//     a failed read), the SDK resets every Memory of the process by
+//     itself: the host sees failures a scanner may never see, such as a
+//     master that failed over between two scans.
 //
 // Memory holds at most a fixed number of entries; past that, Remember
 // refuses new ones (the scanner then simply re-reads them).
@@ -43,9 +52,18 @@ type memEntry[V any] struct {
 	ttl   uint64 // cycles valid; 0: until forgotten
 }
 
-// NewMemory returns a memory of at most limit entries.
+// NewMemory returns a memory of at most limit entries. It is reset
+// whenever the host's store epoch changes (scannerapi.OnStoreRewound).
 func NewMemory[V any](limit int) *Memory[V] {
-	return &Memory[V]{limit: limit, parts: map[uint16]map[string]memEntry[V]{}}
+	m := &Memory[V]{limit: limit, parts: map[uint16]map[string]memEntry[V]{}}
+	// Weakly held: a memory nobody uses any more can be collected.
+	w := weak.Make(m)
+	scannerapi.OnStoreRewound(func() {
+		if m := w.Value(); m != nil {
+			m.Reset()
+		}
+	})
+	return m
 }
 
 func (e memEntry[V]) valid(now uint64) bool {

@@ -617,14 +617,18 @@ func (x *Candidate) GetScore() float64 {
 }
 
 type ScanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Partition     *Partition             `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
-	NowMs         int64                  `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
-	Cycle         uint64                 `protobuf:"varint,3,opt,name=cycle,proto3" json:"cycle,omitempty"`
-	Batch         int32                  `protobuf:"varint,4,opt,name=batch,proto3" json:"batch,omitempty"`
-	Lanes         [][]byte               `protobuf:"bytes,5,rep,name=lanes,proto3" json:"lanes,omitempty"`
-	Candidates    []*Candidate           `protobuf:"bytes,6,rep,name=candidates,proto3" json:"candidates,omitempty"`
-	DryRun        bool                   `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Partition  *Partition             `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	NowMs      int64                  `protobuf:"varint,2,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	Cycle      uint64                 `protobuf:"varint,3,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Batch      int32                  `protobuf:"varint,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	Lanes      [][]byte               `protobuf:"bytes,5,rep,name=lanes,proto3" json:"lanes,omitempty"`
+	Candidates []*Candidate           `protobuf:"bytes,6,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	DryRun     bool                   `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Changes when the host saw a sign that the store may have lost or
+	// rewound state (a failover, a topology change, a failed read): memory
+	// derived from the store must be dropped.
+	StoreEpoch    uint64 `protobuf:"varint,8,opt,name=store_epoch,json=storeEpoch,proto3" json:"store_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -706,6 +710,13 @@ func (x *ScanRequest) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *ScanRequest) GetStoreEpoch() uint64 {
+	if x != nil {
+		return x.StoreEpoch
+	}
+	return 0
 }
 
 type ScanPartitionRequest struct {
@@ -1449,7 +1460,7 @@ const file_scanner_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x12\n" +
 	"\x04lane\x18\x03 \x01(\fR\x04lane\x12\x16\n" +
 	"\x06member\x18\x04 \x01(\fR\x06member\x12\x14\n" +
-	"\x05score\x18\x05 \x01(\x01R\x05score\"\xf9\x01\n" +
+	"\x05score\x18\x05 \x01(\x01R\x05score\"\x9a\x02\n" +
 	"\vScanRequest\x12:\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1c.ffscan.scanner.v1.PartitionR\tpartition\x12\x15\n" +
 	"\x06now_ms\x18\x02 \x01(\x03R\x05nowMs\x12\x14\n" +
@@ -1459,7 +1470,9 @@ const file_scanner_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\x06 \x03(\v2\x1c.ffscan.scanner.v1.CandidateR\n" +
 	"candidates\x12\x17\n" +
-	"\adry_run\x18\a \x01(\bR\x06dryRun\"\x83\x01\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x1f\n" +
+	"\vstore_epoch\x18\b \x01(\x04R\n" +
+	"storeEpoch\"\x83\x01\n" +
 	"\x14ScanPartitionRequest\x12\x18\n" +
 	"\ascanner\x18\x01 \x01(\tR\ascanner\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x128\n" +
