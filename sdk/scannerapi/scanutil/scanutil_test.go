@@ -349,3 +349,23 @@ func TestZPosFreshSurvivesRemovals(t *testing.T) {
 		assert.Equal(t, 1, c, m)
 	}
 }
+
+// A change of the host's store epoch empties every memory of the process
+// before the scan that carries it runs; the same epoch again, or a first
+// one, does not.
+func TestMemoryIsDroppedWhenTheStoreEpochChanges(t *testing.T) {
+	m := scanutil.NewMemory[int](10)
+	scannerapi.ObserveStoreEpoch(1000)
+	stored, _ := m.Remember(1, "a", 5, 1, 1, 0)
+	require.True(t, stored)
+	scannerapi.ObserveStoreEpoch(1000)
+	_, ok := m.Recall(1, "a", 5, 2)
+	assert.True(t, ok, "same epoch: kept")
+	scannerapi.ObserveStoreEpoch(1001)
+	_, ok = m.Recall(1, "a", 5, 2)
+	assert.False(t, ok, "new epoch: dropped")
+	scannerapi.ObserveStoreEpoch(0)
+	m.Remember(1, "b", 5, 1, 2, 0)
+	_, ok = m.Recall(1, "b", 5, 3)
+	assert.True(t, ok, "epoch 0 (not tracked) changes nothing")
+}
