@@ -30,7 +30,7 @@ const failoverInterval = 300 * time.Millisecond
 func clusterLeaseHost(t *testing.T, seedAddr string) *Host {
 	t.Helper()
 	cfg := testConfig(t, seedAddr, config.Scanner{Plugin: "leaseexpiry", Interval: failoverInterval})
-	cfg.Valkey.Cluster = "on"
+	cfg.Valkey.Cluster = "auto"
 	cfg.Scanners = map[string]config.Scanner{"lease_expiry": cfg.Scanners["hostwork"]}
 	h, _ := running(t, cfg)
 	require.Eventually(t, func() bool { return leaseStatus(h).Cycle >= 1 }, 30*time.Second, 10*time.Millisecond)

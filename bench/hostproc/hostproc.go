@@ -33,6 +33,7 @@ type Options struct {
 	Binary     string // path of the ffscan binary
 	PluginDir  string
 	ValkeyAddr string
+	Cluster    bool // ValkeyAddr seeds a Valkey Cluster
 	Scanners   []Scanner
 	LogLevel   string // default warn
 	// Extra is appended to the generated YAML as is (top-level keys).
@@ -67,7 +68,11 @@ func Start(ctx context.Context, o Options, ready time.Duration) (*Proc, error) {
 		level = "warn"
 	}
 	var y strings.Builder
-	fmt.Fprintf(&y, "valkey:\n  addrs: [%q]\n  cluster: \"off\"\n", o.ValkeyAddr)
+	cluster := "off"
+	if o.Cluster {
+		cluster = "on"
+	}
+	fmt.Fprintf(&y, "valkey:\n  addrs: [%q]\n  cluster: %q\n", o.ValkeyAddr, cluster)
 	fmt.Fprintf(&y, "plugin_dir: %q\nhttp:\n  listen: %q\nlog:\n  level: %s\nshutdown_timeout: 5s\n", o.PluginDir, p.HTTP, level)
 	y.WriteString("scanners:\n")
 	for _, s := range o.Scanners {

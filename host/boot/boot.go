@@ -87,6 +87,15 @@ func EnsurePartitions(ctx context.Context, client valkey.Client, want keys.Parti
 	res := client.DoMulti(ctx, cmds...)
 	execRes, err := res[len(res)-1].ToArray()
 	if err != nil {
+		// An aborted transaction says only that: name the command that
+		// was refused (MOVED: valkey.cluster is off but the server is a
+		// cluster node that does not serve the key).
+		for _, r := range res[:len(res)-1] {
+			if qerr := r.Error(); qerr != nil {
+				err = fmt.Errorf("%w (queued command refused: %v)", err, qerr)
+				break
+			}
+		}
 		return want, false, fmt.Errorf("%s: MULTI/HSETNX/HGETALL: %w", keys.ConfigPartitions, err)
 	}
 	if len(execRes) != len(f)/2+1 {

@@ -121,7 +121,7 @@ func main() {
 
 func run() error {
 	quick := flag.Bool("quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
-	only := flag.String("only", "drain,reclaim,idle,dag,idleall,hosts", "comma-separated benchmarks to run")
+	only := flag.String("only", "drain,reclaim,idle,dag,idleall,hosts,cluster", "comma-separated benchmarks to run")
 	binDir := flag.String("bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
 	leases := flag.Int("leases", 0, "drain: expired leases (default 100000, quick 10000)")
 	reps := flag.Int("reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
@@ -222,6 +222,7 @@ func run() error {
 	})
 	step("idleall", func() (err error) { rep.IdleAll, err = b.runIdleAll(ctx, sz.Idle); return })
 	step("hosts", func() (err error) { rep.Hosts, err = b.runHosts(ctx, sz.Burst); return })
+	step("cluster", func() (err error) { rep.Cluster, err = b.runCluster(ctx, sz.DrainLeases/2); return })
 	rep.End, rep.LoadEnd = time.Now(), measure.Load()
 	rep.Errors = errs
 	rep.print(os.Stdout)

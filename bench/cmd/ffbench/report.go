@@ -23,6 +23,7 @@ type report struct {
 	DAG         *dagResult
 	IdleAll     *idleAllResult
 	Hosts       *hostsResult
+	Cluster     *clusterResult
 	Errors      []error
 }
 
@@ -68,6 +69,10 @@ func (r *report) print(w io.Writer) {
 	if r.Hosts != nil {
 		p(rule)
 		r.Hosts.print(w)
+	}
+	if r.Cluster != nil {
+		p(rule)
+		r.Cluster.print(w)
 	}
 	if len(r.Errors) > 0 {
 		p(rule)
