@@ -35,6 +35,16 @@ func Masters(ctx context.Context, client valkey.Client) ([]string, error) {
 	}
 	ranges, err := client.Do(ctx, client.B().ClusterSlots().Build().SetSlot(Anchor)).ToArray()
 	if err != nil {
+		// The anchor's master may be the node failing over: any node
+		// the client knows can answer.
+		for _, n := range client.Nodes() {
+			if r, nerr := n.Do(ctx, n.B().ClusterSlots().Build()).ToArray(); nerr == nil {
+				ranges, err = r, nil
+				break
+			}
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
 	}
 	seen := map[string]bool{}
