@@ -167,7 +167,9 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
-	ids := plantLeases(t, cl, c, 600, func(int) time.Duration { return 4 * time.Second })
+	// The leases must still be leased when replication is cut, however
+	// long planting takes on a busy machine: a generous TTL.
+	ids := plantLeases(t, cl, c, 300, func(int) time.Duration { return 10 * time.Second })
 	victim, err := cl.MasterOf(context.Background(), "{fp:5}")
 	require.NoError(t, err)
 	require.NotEqual(t, cl.Nodes[0], victim)
