@@ -57,7 +57,7 @@ func (s *Dispatcher) ScanPartition(ctx context.Context, host scannerapi.Host, re
 	}
 	d := &dispatch{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
 	ts, remove := s.tuples(req, d.res, d.log)
-	kept, err := keepByFilter(ctx, host, s.currentFilter(), ts, d.res)
+	kept, err := keepByFilter(ctx, host, s.filter.Get(), ts, d.res)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -102,8 +101,7 @@ type base struct {
 	commands  []string
 	failures  *scannerapi.FailureTracker
 
-	mu     sync.Mutex
-	filter scannerapi.Filter
+	filter scanutil.FilterSetting
 }
 
 // Info implements scannerapi.Scanner.
@@ -120,19 +118,7 @@ func (b *base) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (b *base) Configure(ctx context.Context, options map[string]string) error {
-	o, err := scanutil.ParseOptions(b.Info().Options, options)
-	if err != nil {
-		return err
-	}
-	f, err := scannerapi.ParseFilter(o.Map())
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	b.filter = f
-	b.mu.Unlock()
-	scannerapi.Logger(ctx).Info("configured", "filter", f.String())
-	return nil
+	return b.filter.Configure(ctx, b.Info().Options, options)
 }
 
 // tuples admits the request's candidates: the usable tuples, with invalid
@@ -167,12 +153,6 @@ func (b *base) tuples(req *scannerapi.ScanRequest, res *scannerapi.ScanResult, l
 		ts = append(ts, t)
 	}
 	return ts, remove
-}
-
-func (b *base) currentFilter() scannerapi.Filter {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.filter
 }
 
 // groupKeys are the drain and reconcile functions' KEYS.
@@ -216,7 +196,7 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 	}
 	res, log := &scannerapi.ScanResult{}, scannerapi.Logger(ctx)
 	ts, remove := s.tuples(req, res, log)
-	filter := s.currentFilter()
+	filter := s.filter.Get()
 	kept, err := keepByFilter(ctx, host, filter, ts, res)
 	if err != nil {
 		return nil, err

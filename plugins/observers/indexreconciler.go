@@ -3,7 +3,6 @@ package observers
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/ffscan/ffscan/keys"
@@ -19,8 +18,7 @@ const IndexReconcilerName = "index_reconciler"
 // all_executions whose core is gone); each is named in a note. Skipped
 // counts the consistent ones. Safe for concurrent use by partitions.
 type IndexReconciler struct {
-	mu     sync.Mutex
-	filter scannerapi.Filter
+	filter scanutil.FilterSetting
 }
 
 // NewIndexReconciler returns index_reconciler.
@@ -41,18 +39,7 @@ func (s *IndexReconciler) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *IndexReconciler) Configure(ctx context.Context, options map[string]string) error {
-	o, err := scanutil.ParseOptions(s.Info().Options, options)
-	if err != nil {
-		return err
-	}
-	f, err := scannerapi.ParseFilter(o.Map())
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.filter = f
-	s.mu.Unlock()
-	return nil
+	return s.filter.Configure(ctx, s.Info().Options, options)
 }
 
 var stateFields = []string{"execution_id", "lifecycle_phase", "eligibility_state", "ownership_state", "lane_id"}
@@ -112,9 +99,7 @@ func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Hos
 	if req.Partition.Family != keys.FamilyFlow {
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
-	s.mu.Lock()
-	filter := s.filter
-	s.mu.Unlock()
+	filter := s.filter.Get()
 	res := &scannerapi.ScanResult{}
 	pk := keys.FlowPart(req.Partition)
 	type check struct {

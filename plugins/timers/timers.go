@@ -35,7 +35,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -94,8 +93,7 @@ type Timer struct {
 	failures *scannerapi.FailureTracker
 	stuck    *scanutil.Memory[struct{}] // (partition, member, score) the library left in place
 
-	mu     sync.Mutex
-	filter scannerapi.Filter
+	filter scanutil.FilterSetting
 }
 
 func newTimer(sp spec) *Timer {
@@ -125,19 +123,7 @@ func (s *Timer) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Timer) Configure(ctx context.Context, options map[string]string) error {
-	o, err := scanutil.ParseOptions(s.Info().Options, options)
-	if err != nil {
-		return err
-	}
-	f, err := scannerapi.ParseFilter(o.Map())
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.filter = f
-	s.mu.Unlock()
-	scannerapi.Logger(ctx).Info("configured", "filter", f.String())
-	return nil
+	return s.filter.Configure(ctx, s.Info().Options, options)
 }
 
 // item is one due member on its way to the library call.
@@ -177,9 +163,7 @@ func (s *Timer) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 	if req.Partition.Family != keys.FamilyFlow {
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
-	s.mu.Lock()
-	filter := s.filter
-	s.mu.Unlock()
+	filter := s.filter.Get()
 	sc := &scan{s: s, req: req, pk: keys.FlowPart(req.Partition), filter: filter,
 		res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
 	window := 0

@@ -37,7 +37,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -68,8 +67,7 @@ var coreFields = []string{"execution_id", "blocking_reason", "namespace", "budge
 // Scanner is the unblock scanner. Safe for concurrent use by partitions.
 type Scanner struct {
 	failures *scannerapi.FailureTracker
-	mu       sync.Mutex
-	filter   scannerapi.Filter
+	filter   scanutil.FilterSetting
 }
 
 // New returns the scanner with default options.
@@ -98,19 +96,7 @@ func (s *Scanner) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Scanner) Configure(ctx context.Context, options map[string]string) error {
-	o, err := scanutil.ParseOptions(s.Info().Options, options)
-	if err != nil {
-		return err
-	}
-	f, err := scannerapi.ParseFilter(o.Map())
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.filter = f
-	s.mu.Unlock()
-	scannerapi.Logger(ctx).Info("configured", "filter", f.String())
-	return nil
+	return s.filter.Configure(ctx, s.Info().Options, options)
 }
 
 // item is one blocked execution on its way through the waves.
@@ -156,9 +142,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	if req.Partition.Family != keys.FamilyFlow {
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
-	s.mu.Lock()
-	filter := s.filter
-	s.mu.Unlock()
+	filter := s.filter.Get()
 	sc := &scan{s: s, req: req, filter: filter, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx),
 		routeWait: map[string][]*item{}, caps: map[string]map[string]bool{}, instances: map[string][]string{},
 		failedNS: map[string]bool{}}

@@ -369,3 +369,17 @@ func TestMemoryIsDroppedWhenTheStoreEpochChanges(t *testing.T) {
 	_, ok = m.Recall(1, "b", 5, 3)
 	assert.True(t, ok, "epoch 0 (not tracked) changes nothing")
 }
+
+// FilterSetting keeps everything until configured, takes a valid filter,
+// and leaves the current one in place when the options are invalid.
+func TestFilterSetting(t *testing.T) {
+	var s scanutil.FilterSetting
+	assert.True(t, s.Get().IsNoop())
+	specs := scannerapi.FilterOptions()
+	require.NoError(t, s.Configure(context.Background(), specs, map[string]string{"namespace": "billing", "instance_tag": "region=eu"}))
+	assert.Equal(t, "billing", s.Get().Namespace)
+	assert.Equal(t, "region", s.Get().TagKey)
+	require.Error(t, s.Configure(context.Background(), specs, map[string]string{"instance_tag": "no-equals-sign"}))
+	require.Error(t, s.Configure(context.Background(), specs, map[string]string{"bogus": "x"}))
+	assert.Equal(t, "billing", s.Get().Namespace, "refused options change nothing")
+}
