@@ -397,6 +397,11 @@ func (h *Host) Run(ctx context.Context) error {
 		h.log.Warn("no scanners enabled: this host runs none until a reload enables some (list them under scanners:, as configs/ffscan.yaml does for the shipped set)")
 	}
 	var srv *http.Server
+	if cfg.HTTP.Listen != "" && cfg.HTTP.Admin {
+		if _, err := h.ensureAdminToken(cfg.HTTP); err != nil {
+			return fmt.Errorf("http.admin is on: %w (set http.admin_token_file, or http.admin: false)", err)
+		}
+	}
 	if cfg.HTTP.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 		if err != nil {

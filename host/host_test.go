@@ -86,6 +86,7 @@ func testConfig(t *testing.T, addr string, sc config.Scanner) *config.Config {
 	cfg.Partitions = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 	cfg.PluginDir = pluginDir
 	cfg.HTTP.Listen = ""
+	cfg.HTTP.AdminTokenFile = filepath.Join(t.TempDir(), "admin-token")
 	cfg.Supervisor.HealthInterval = 500 * time.Millisecond
 	if sc.Plugin == "" {
 		sc.Plugin = "hostwork"

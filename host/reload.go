@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/launcher"
@@ -136,6 +137,12 @@ func (h *Host) check(n *config.Config) error {
 	var problems []string
 	if ks := old.RestartKeys(n); len(ks) > 0 {
 		problems = append(problems, fmt.Sprintf("%s changed; that takes a restart of ffscan", strings.Join(ks, ", ")))
+	}
+	if n.HTTP.Admin && n.HTTP.Listen != "" && !old.HTTP.Admin {
+		// Admin turned on: the CLI needs the token file from now on.
+		if _, err := h.ensureAdminToken(n.HTTP); err != nil {
+			problems = append(problems, "http.admin: "+err.Error())
+		}
 	}
 	h.mu.Lock()
 	units := maps.Clone(h.units)
@@ -321,6 +328,28 @@ func swapResult(name string, r supervisor.SwapResult, err error) httpapi.PluginS
 
 // AdminEnabled implements httpapi.Admin.
 func (h *Host) AdminEnabled() bool { return h.config().HTTP.Admin }
+
+// AdminToken implements httpapi.Admin: the token is read from its file at
+// every admin request (they are rare), so replacing the file rotates it
+// without a restart; a missing file is created.
+func (h *Host) AdminToken() (string, error) {
+	return h.ensureAdminToken(h.config().HTTP)
+}
+
+func (h *Host) ensureAdminToken(c config.HTTP) (string, error) {
+	path, err := admintoken.Resolve(c.AdminTokenFile)
+	if err != nil {
+		return "", err
+	}
+	tok, created, err := admintoken.Ensure(path)
+	if err != nil {
+		return "", err
+	}
+	if created {
+		h.log.Info("admin token created; ffscan reload and ffscan plugins reload read it from there", "file", path)
+	}
+	return tok, nil
+}
 
 // ReloadPlugin hot-swaps a running scanner's plugin from the file in the
 // plugin directory (implements httpapi.Admin): the new process is verified

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/internal/testenv"
@@ -214,7 +215,8 @@ scanners:
 }
 
 // The admin endpoints: config reload and plugin reload over HTTP, refused
-// without the admin header or with http.admin off.
+// without the admin token (created 0600 by the host at boot), with a
+// replaced token's old value, or with http.admin off.
 func TestAdminEndpoints(t *testing.T) {
 	t.Parallel()
 	srv := testenv.New(t)
@@ -230,11 +232,13 @@ func TestAdminEndpoints(t *testing.T) {
 	})
 	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
 
+	token, err := admintoken.Read(cfg.HTTP.AdminTokenFile)
+	require.NoError(t, err, "the host created the token file at boot")
 	post := func(path string, admin bool) (int, map[string]any) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+cfg.HTTP.Listen+path, nil)
 		require.NoError(t, err)
 		if admin {
-			req.Header.Set(httpapi.AdminHeader, "1")
+			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
@@ -244,7 +248,7 @@ func TestAdminEndpoints(t *testing.T) {
 		return resp.StatusCode, body
 	}
 	code, _ := post("/v1/reload", false)
-	assert.Equal(t, http.StatusForbidden, code)
+	assert.Equal(t, http.StatusUnauthorized, code)
 	code, body := post("/v1/reload", true)
 	assert.Equal(t, http.StatusOK, code, body)
 	assert.Equal(t, []any{"hostwork"}, body["retuned"])
@@ -260,9 +264,21 @@ func TestAdminEndpoints(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "unchanged", body["outcome"])
 
+	// Replacing the file rotates the token at once.
+	old := token
+	require.NoError(t, os.Remove(cfg.HTTP.AdminTokenFile))
+	token, _, err = admintoken.Ensure(cfg.HTTP.AdminTokenFile)
+	require.NoError(t, err)
+	require.NotEqual(t, old, token)
+	code, _ = post("/v1/reload", true)
+	assert.Equal(t, http.StatusOK, code)
+	token = old
+	code, _ = post("/v1/reload", true)
+	assert.Equal(t, http.StatusUnauthorized, code, "the replaced token is refused")
+
 	n := *h.Config()
 	n.HTTP.Admin = false
-	_, err := h.Reload(context.Background(), &n, "test")
+	_, err = h.Reload(context.Background(), &n, "test")
 	require.NoError(t, err)
 	code, _ = post("/v1/reload", true)
 	assert.Equal(t, http.StatusForbidden, code)

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 )
@@ -31,18 +32,45 @@ func hostAddr(fs *flag.FlagSet, c *common, addr string) (string, error) {
 	return addr, nil
 }
 
+// adminClient is the client of an admin command: the host's address
+// (hostAddr) and its admin token, read from --token-file, else the
+// configuration's http.admin_token_file, else the default place.
+func adminClient(fs *flag.FlagSet, c *common, addr, tokenFile string) (httpapi.Client, error) {
+	a, err := hostAddr(fs, c, addr)
+	if err != nil {
+		return httpapi.Client{}, err
+	}
+	if tokenFile == "" {
+		if tokenFile, err = config.AdminTokenFile(c.sources(fs)); err != nil {
+			return httpapi.Client{}, fmt.Errorf("%w (pass --token-file)", err)
+		}
+	}
+	path, err := admintoken.Resolve(tokenFile)
+	if err != nil {
+		return httpapi.Client{}, err
+	}
+	tok, err := admintoken.Read(path)
+	if err != nil {
+		return httpapi.Client{}, fmt.Errorf("%w (the host writes it at its first start with http.admin on; run this as the host's user, or pass --token-file)", err)
+	}
+	return httpapi.Client{Addr: a, Token: tok}, nil
+}
+
+const tokenFileUsage = "file holding the host's admin token (default: http.admin_token_file, else ~/.config/ffscan/admin-token)"
+
 func cmdReload(args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlags("reload", stderr)
 	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
+	tokenFile := fs.String("token-file", "", tokenFileUsage)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	a, err := hostAddr(fs, c, *addr)
+	cl, err := adminClient(fs, c, *addr, *tokenFile)
 	if err != nil {
 		return err
 	}
 	var res httpapi.ReloadResult
-	if _, err := (httpapi.Client{Addr: a}).Post("/v1/reload", 2*time.Minute, &res); err != nil {
+	if _, err := cl.Post("/v1/reload", 2*time.Minute, &res); err != nil {
 		return err
 	}
 	if res.Error != "" {

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	_ = os.Chmod(dir, 0o755)
+	tokenFile = filepath.Join(dir, "admin-token")
 	pluginDir = filepath.Join(dir, "plugins")
 	_ = os.Mkdir(pluginDir, 0o755)
 	ffscanBin = filepath.Join(dir, "ffscan")
@@ -88,10 +89,16 @@ func ffscanEnv(t *testing.T, env []string, args ...string) (int, string) {
 	return code, out.String()
 }
 
+// tokenFile is the admin token every host and CLI command of the tests
+// shares, in the test directory rather than the user's configuration
+// directory.
+var tokenFile string
+
 // cleanEnv keeps FFSCAN_ variables of the developer's shell out of the
-// child (FFSCAN_TEST_SERVER is harmless: the config ignores it).
+// child (FFSCAN_TEST_SERVER is harmless: the config ignores it) and points
+// it at the tests' admin token.
 func cleanEnv() []string {
-	var env []string
+	env := []string{"FFSCAN_HTTP__ADMIN_TOKEN_FILE=" + tokenFile}
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "FFSCAN_") && !strings.HasPrefix(kv, "FFSCAN_TEST_") {
 			continue

@@ -130,11 +130,12 @@ func cmdPluginsReload(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
 	force := fs.Bool("force", false, "swap even if the file is what runs, or was tried and rejected before")
 	noWait := fs.Bool("no-wait", false, "return at the switch instead of after the probation")
+	tokenFile := fs.String("token-file", "", tokenFileUsage)
 	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
 		return err
 	}
-	a, err := hostAddr(fs, c, *addr)
+	cl, err := adminClient(fs, c, *addr, *tokenFile)
 	if err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func cmdPluginsReload(args []string, stdout, stderr io.Writer) error {
 		q += "&wait=0"
 	}
 	var res httpapi.PluginSwapResult
-	if _, err := (httpapi.Client{Addr: a}).Post("/v1/scanners/"+pos[0]+"/reload"+q, 3*time.Minute, &res); err != nil {
+	if _, err := cl.Post("/v1/scanners/"+pos[0]+"/reload"+q, 3*time.Minute, &res); err != nil {
 		return err
 	}
 	if res.Outcome == "" && res.Error != "" {

@@ -117,6 +117,18 @@ func TestPluginsReloadAndReloadCommands(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "configuration reloaded")
 
+	// Without the host's token nothing is sent; with another token the
+	// host refuses.
+	code, out = ffscan(t, "reload", "--addr", hp.addr, "--token-file", filepath.Join(t.TempDir(), "none"))
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "admin token")
+	assert.Contains(t, out, "--token-file")
+	other := filepath.Join(t.TempDir(), "other")
+	require.NoError(t, os.WriteFile(other, []byte(strings.Repeat("f", 64)+"\n"), 0o600))
+	code, out = ffscan(t, "plugins", "reload", "hostwork", "--addr", hp.addr, "--token-file", other)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "the host refused: admin requests need the host's admin token")
+
 	cfgPath := hp.cmd.Args[3]
 	require.NoError(t, os.WriteFile(cfgPath, []byte("partitions: {flow: 32}\nscanners:\n  hostwork: {}\n"), 0o600))
 	code, out = ffscan(t, "reload", "--addr", hp.addr)

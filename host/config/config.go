@@ -101,9 +101,14 @@ type HTTP struct {
 	// the listener.
 	Admin bool
 	// AdminRemote accepts Admin on a listener reachable from other
-	// machines (any address but loopback). The admin endpoints have no
-	// authentication of their own, so this must be chosen explicitly.
+	// machines (any address but loopback). The listener has no TLS, so
+	// the admin token would cross the network in the clear: this must be
+	// chosen explicitly.
 	AdminRemote bool
+	// AdminTokenFile holds the token admin requests must present
+	// (Authorization: Bearer); created 0600 by the host when missing.
+	// Empty: ffscan/admin-token in the user's configuration directory.
+	AdminTokenFile string
 }
 
 // Log configures hclog.
@@ -235,7 +240,7 @@ func (c *Config) validate() []error {
 		}
 	}
 	if c.HTTP.Admin && !c.HTTP.AdminRemote && c.HTTP.Listen != "" && !loopbackListen(c.HTTP.Listen) {
-		bad("http.listen", "%q is reachable from other machines and http.admin is on: anyone who reaches it could reload the configuration and swap plugins (the admin endpoints have no authentication); bind to 127.0.0.1, set http.admin: false, or accept it with http.admin_remote: true", c.HTTP.Listen)
+		bad("http.listen", "%q is reachable from other machines and http.admin is on: the listener has no TLS, so the admin token would cross the network in the clear; bind to 127.0.0.1, set http.admin: false, or accept it with http.admin_remote: true", c.HTTP.Listen)
 	}
 	if c.PluginDir == "" {
 		bad("plugin_dir", "must not be empty (and the default, the plugins directory beside the ffscan executable, is unknown: the executable's path could not be read)")
@@ -323,6 +328,7 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("plugin_dir", c.PluginDir != n.PluginDir)
 	diff("lua.force_replace", c.Lua != n.Lua)
 	diff("http.listen", c.HTTP.Listen != n.HTTP.Listen)
+	diff("http.admin_token_file", c.HTTP.AdminTokenFile != n.HTTP.AdminTokenFile)
 	diff("log.json", c.Log.JSON != n.Log.JSON)
 	return out
 }

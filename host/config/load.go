@@ -88,19 +88,28 @@ func layers(src Sources) (*koanf.Koanf, error) {
 // say why). Only a file that cannot be read or parsed as YAML, or an
 // http.listen that is not a string, is an error.
 func HTTPListen(src Sources) (string, error) {
+	return stringSetting(src, "http.listen", Defaults().HTTP.Listen)
+}
+
+// AdminTokenFile reads http.admin_token_file the same way ("" when not
+// set: the default place).
+func AdminTokenFile(src Sources) (string, error) {
+	return stringSetting(src, "http.admin_token_file", Defaults().HTTP.AdminTokenFile)
+}
+
+func stringSetting(src Sources, key, def string) (string, error) {
 	ko, err := layers(src)
 	if err != nil {
 		return "", err
 	}
-	addr := Defaults().HTTP.Listen
-	if v := ko.Get("http.listen"); v != nil {
+	if v := ko.Get(key); v != nil {
 		s, ok := v.(string)
 		if !ok {
-			return "", fmt.Errorf("%w: http.listen: %s is not a string", ErrInvalid, describe(v))
+			return "", fmt.Errorf("%w: %s: %s is not a string", ErrInvalid, key, describe(v))
 		}
-		addr = s
+		return s, nil
 	}
-	return addr, nil
+	return def, nil
 }
 
 // envKey maps FFSCAN_SHUTDOWN_TIMEOUT to shutdown_timeout and
@@ -181,9 +190,10 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 		},
 		"http": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
-				"listen":       func(k string, v any) { d.str(k, v, &c.HTTP.Listen) },
-				"admin":        func(k string, v any) { d.boolean(k, v, &c.HTTP.Admin) },
-				"admin_remote": func(k string, v any) { d.boolean(k, v, &c.HTTP.AdminRemote) },
+				"listen":           func(k string, v any) { d.str(k, v, &c.HTTP.Listen) },
+				"admin":            func(k string, v any) { d.boolean(k, v, &c.HTTP.Admin) },
+				"admin_remote":     func(k string, v any) { d.boolean(k, v, &c.HTTP.AdminRemote) },
+				"admin_token_file": func(k string, v any) { d.str(k, v, &c.HTTP.AdminTokenFile) },
 			})
 		},
 		"log": func(key string, v any) {

@@ -17,17 +17,19 @@ import (
 type Client struct {
 	// Addr is the listener's host:port.
 	Addr string
+	// Token is the admin token (admintoken.Read), sent with Post.
+	Token string
 }
 
-// Post sends an admin request (with the admin header) and decodes the JSON
-// answer into out. It returns the HTTP status; a refusal (403) and an
-// answer that is not JSON are errors that quote the host.
+// Post sends an admin request (with the admin token) and decodes the JSON
+// answer into out. It returns the HTTP status; a refusal (401, 403, 503)
+// and an answer that is not JSON are errors that quote the host.
 func (c Client) Post(path string, timeout time.Duration, out any) (int, error) {
 	req, err := http.NewRequest(http.MethodPost, "http://"+c.Addr+path, nil)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set(AdminHeader, "ffscan-cli")
+	req.Header.Set("Authorization", "Bearer "+c.Token)
 	resp, err := (&http.Client{Timeout: timeout}).Do(req)
 	if err != nil {
 		return 0, err
@@ -37,7 +39,8 @@ func (c Client) Post(path string, timeout time.Duration, out any) (int, error) {
 	if err != nil {
 		return resp.StatusCode, err
 	}
-	if resp.StatusCode == http.StatusForbidden {
+	switch resp.StatusCode {
+	case http.StatusForbidden, http.StatusUnauthorized, http.StatusServiceUnavailable:
 		return resp.StatusCode, fmt.Errorf("the host refused: %s", strings.TrimSpace(string(body)))
 	}
 	if err := json.Unmarshal(body, out); err != nil {

@@ -9,9 +9,9 @@
 //	     ?force=1  swap even if the file is unchanged or was rejected before
 //	     ?wait=0   answer at the switch instead of after the probation
 //
-// Admin requests must carry the header AdminHeader: a browser cannot send
-// it cross-origin without a preflight this server never grants, so a web
-// page the operator visits cannot trigger them.
+// Admin requests must carry the host's admin token (Authorization: Bearer,
+// see host/admintoken): another local user, or a web page the operator
+// visits, cannot read it.
 package httpapi
 
 import (
@@ -26,10 +26,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-)
 
-// AdminHeader must be present (any value) on admin requests.
-const AdminHeader = "X-Ffscan-Admin"
+	"github.com/ffscan/ffscan/host/admintoken"
+)
 
 // StatusDoc is the /v1/status document.
 type StatusDoc struct {
@@ -170,6 +169,10 @@ var ErrNotFound = errors.New("no such running scanner")
 type Admin interface {
 	// AdminEnabled says whether the actions are allowed (http.admin).
 	AdminEnabled() bool
+	// AdminToken returns the token admin requests must present as
+	// "Authorization: Bearer TOKEN", or an error when it cannot be read
+	// (then every admin request is refused).
+	AdminToken() (string, error)
 	// ReloadConfig re-reads the configuration and applies it. A refused
 	// reload returns a result with Error set and a nil error.
 	ReloadConfig(ctx context.Context, reason string) (ReloadResult, error)
@@ -272,8 +275,15 @@ func allowed(w http.ResponseWriter, r *http.Request, admin Admin) bool {
 		http.Error(w, "admin actions are disabled (http.admin: false)", http.StatusForbidden)
 		return false
 	}
-	if r.Header.Get(AdminHeader) == "" {
-		http.Error(w, "admin requests need the "+AdminHeader+" header", http.StatusForbidden)
+	want, err := admin.AdminToken()
+	if err != nil {
+		http.Error(w, "admin actions are unavailable: the host cannot read its admin token: "+err.Error(), http.StatusServiceUnavailable)
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || !admintoken.Equal(strings.TrimSpace(got), want) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ffscan admin"`)
+		http.Error(w, "admin requests need the host's admin token (Authorization: Bearer TOKEN; the token is in the file http.admin_token_file names, which the host creates at its first start)", http.StatusUnauthorized)
 		return false
 	}
 	return true

@@ -66,7 +66,7 @@ func TestV1RefusesForeignHostNames(t *testing.T) {
 	do := func(method, target string) int {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(method, target, nil)
-		req.Header.Set(AdminHeader, "test")
+		req.Header.Set("Authorization", "Bearer "+fakeToken)
 		h.ServeHTTP(rec, req)
 		return rec.Code
 	}
@@ -82,10 +82,40 @@ func TestV1RefusesForeignHostNames(t *testing.T) {
 // fakeAdmin is a source that accepts admin actions.
 type fakeAdmin struct{ fakeSource }
 
-func (*fakeAdmin) AdminEnabled() bool { return true }
+const fakeToken = "0123456789abcdef0123456789abcdef"
+
+func (*fakeAdmin) AdminEnabled() bool          { return true }
+func (*fakeAdmin) AdminToken() (string, error) { return fakeToken, nil }
 func (*fakeAdmin) ReloadConfig(context.Context, string) (ReloadResult, error) {
 	return ReloadResult{}, nil
 }
 func (*fakeAdmin) ReloadPlugin(_ context.Context, name string, _, _ bool) (PluginSwapResult, error) {
 	return PluginSwapResult{Scanner: name, Outcome: "unchanged"}, nil
+}
+
+// Admin actions need the host's token: none, a wrong one or a malformed
+// header is 401; the right one passes; a token the host cannot read
+// refuses everything (503).
+func TestAdminNeedsTheToken(t *testing.T) {
+	post := func(src Source, auth string) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:9464/v1/reload", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		Handler(prometheus.NewRegistry(), src).ServeHTTP(rec, req)
+		return rec.Code
+	}
+	ok := &fakeAdmin{}
+	assert.Equal(t, http.StatusUnauthorized, post(ok, ""))
+	assert.Equal(t, http.StatusUnauthorized, post(ok, "Bearer "+fakeToken[:31]+"0"))
+	assert.Equal(t, http.StatusUnauthorized, post(ok, fakeToken), "the Bearer scheme is required")
+	assert.Equal(t, http.StatusOK, post(ok, "Bearer "+fakeToken))
+	assert.Equal(t, http.StatusServiceUnavailable, post(&brokenToken{}, "Bearer "+fakeToken))
+}
+
+type brokenToken struct{ fakeAdmin }
+
+func (*brokenToken) AdminToken() (string, error) {
+	return "", errors.New("admin token: /x has mode 0644: others may read it")
 }
