@@ -350,7 +350,7 @@ func (h *Host) scannerConfig(ctx context.Context, cfg *config.Config, name strin
 	if !ok {
 		sc = config.Scanner{Enabled: true, Options: map[string]string{}}
 	}
-	bin, err := h.res.pluginFor(ctx, h.cat, name, sc, cfg.Supervisor.StartTimeout, h.log)
+	bin, err := h.res.pluginFor(ctx, h.cat, name, sc, probeOf(cfg), h.log)
 	if err != nil {
 		return sc, err
 	}
@@ -366,6 +366,7 @@ func (h *Host) launcherFor(cfg *config.Config, name string, sc config.Scanner, r
 		Options:      sc.Options,
 		ReadOnly:     readOnly,
 		StartTimeout: cfg.Supervisor.StartTimeout,
+		Isolation:    cfg.PluginIsolation.Mode(),
 	}, h.cat, h.svc, h.scannerLog(name))
 }
 
@@ -397,6 +398,11 @@ func (h *Host) Run(ctx context.Context) error {
 		h.log.Warn("no scanners enabled: this host runs none until a reload enables some (list them under scanners:, as configs/ffscan.yaml does for the shipped set)")
 	}
 	var srv *http.Server
+	// Plugins run as this process's user: keep them out of its memory and
+	// /proc/<pid>/environ (credentials), confined or not.
+	if err := scannerapi.ProtectHostProcess(); err != nil {
+		h.log.Warn("could not make the host non-dumpable: plugins of this user may read its memory and environment", "error", err)
+	}
 	if cfg.HTTP.Listen != "" && cfg.HTTP.Admin {
 		if _, err := h.ensureAdminToken(cfg.HTTP); err != nil {
 			return fmt.Errorf("http.admin is on: %w (set http.admin_token_file, or http.admin: false)", err)

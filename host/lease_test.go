@@ -96,5 +96,8 @@ func TestLeaseExpiryPluginMarksExpiredLeases(t *testing.T) {
 	for _, s := range h.Status().Scanners {
 		require.Equal(t, "lease_expiry", s.Name)
 		require.Zero(t, s.Restarts)
+		// plugin_isolation auto: what was enforced, or "none (why)".
+		require.NotEmpty(t, s.Isolation)
+		t.Logf("lease_expiry isolation: %s", s.Isolation)
 	}
 }

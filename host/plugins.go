@@ -23,6 +23,9 @@ type PluginInfo struct {
 	SHA256     string
 	APIVersion int
 	Scanners   []scannerapi.Info
+	// Isolation is what confined the process that answered (see
+	// scannerapi.Plugin.Isolation).
+	Isolation string
 	// Err is set when the binary failed the catalog checks or the launch.
 	Err error
 }
@@ -45,7 +48,7 @@ func ListPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]P
 	pins := pinsByBinary(cfg)
 	var out []PluginInfo
 	for _, name := range names {
-		out = append(out, inspect(ctx, cat, name, pins[name], cfg.Supervisor.StartTimeout, log))
+		out = append(out, inspect(ctx, cat, name, pins[name], probeOf(cfg), log))
 	}
 	return out, nil
 }
@@ -60,7 +63,19 @@ func pinsByBinary(cfg *config.Config) map[string]string {
 	return pins
 }
 
-func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, timeout time.Duration, log hclog.Logger) PluginInfo {
+// probeOpts is how a plugin is started to read its Info (list, verify,
+// pin, finding the binary that serves a scanner): under the same
+// isolation as a scanner's launch, since its code runs all the same.
+type probeOpts struct {
+	timeout   time.Duration
+	isolation scannerapi.Isolation
+}
+
+func probeOf(cfg *config.Config) probeOpts {
+	return probeOpts{timeout: cfg.Supervisor.StartTimeout, isolation: cfg.PluginIsolation.Mode()}
+}
+
+func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe probeOpts, log hclog.Logger) PluginInfo {
 	pi := PluginInfo{Binary: name}
 	entry, err := cat.Stage(name, pin)
 	if err != nil {
@@ -68,7 +83,8 @@ func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, timeou
 		return pi
 	}
 	pi.Path, pi.SHA256 = entry.Path, entry.SHA256
-	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{Path: entry.ExecPath, Logger: log.Named(name), StartTimeout: timeout})
+	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{Path: entry.ExecPath, Logger: log.Named(name),
+		StartTimeout: probe.timeout, Isolation: probe.isolation})
 	if err != nil {
 		pi.Err = err
 		return pi
@@ -79,6 +95,7 @@ func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, timeou
 		_ = p.Close(cctx)
 	}()
 	pi.APIVersion = p.APIVersion()
+	pi.Isolation = p.Isolation()
 	for _, s := range p.Scanners() {
 		pi.Scanners = append(pi.Scanners, s.Info())
 	}
@@ -89,10 +106,11 @@ func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, timeou
 // VerifyResult is the verdict on one configured scanner or unconfigured
 // binary.
 type VerifyResult struct {
-	Scanner string // empty for a binary no scanner uses
-	Binary  string
-	SHA256  string
-	Err     error
+	Scanner   string // empty for a binary no scanner uses
+	Binary    string
+	SHA256    string
+	Isolation string // what confined the verifying launch
+	Err       error
 }
 
 // VerifyPlugins checks every configured scanner: the binary passes the
@@ -118,7 +136,7 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 	var out []VerifyResult
 	for _, n := range names {
 		sc := cfg.Scanners[n]
-		bin, err := res.pluginFor(ctx, cat, n, sc, cfg.Supervisor.StartTimeout, log)
+		bin, err := res.pluginFor(ctx, cat, n, sc, probeOf(cfg), log)
 		if err != nil {
 			out = append(out, VerifyResult{Scanner: n, Err: err})
 			continue
@@ -127,10 +145,10 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 		used[sc.Plugin] = true
 		pi, ok := infos[sc.Plugin]
 		if !ok || sc.SHA256 != "" {
-			pi = inspect(ctx, cat, sc.Plugin, sc.SHA256, cfg.Supervisor.StartTimeout, log)
+			pi = inspect(ctx, cat, sc.Plugin, sc.SHA256, probeOf(cfg), log)
 			infos[sc.Plugin] = pi
 		}
-		r := VerifyResult{Scanner: n, Binary: sc.Plugin, SHA256: pi.SHA256, Err: pi.Err}
+		r := VerifyResult{Scanner: n, Binary: sc.Plugin, SHA256: pi.SHA256, Isolation: pi.Isolation, Err: pi.Err}
 		if r.Err == nil {
 			r.Err = checkScanner(n, sc, pi)
 		}
@@ -147,8 +165,8 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 		if used[b] {
 			continue
 		}
-		pi := inspect(ctx, cat, b, pins[b], cfg.Supervisor.StartTimeout, log)
-		out = append(out, VerifyResult{Binary: b, SHA256: pi.SHA256, Err: pi.Err})
+		pi := inspect(ctx, cat, b, pins[b], probeOf(cfg), log)
+		out = append(out, VerifyResult{Binary: b, SHA256: pi.SHA256, Isolation: pi.Isolation, Err: pi.Err})
 	}
 	return out, nil
 }
@@ -200,12 +218,12 @@ func PinScanner(ctx context.Context, cfg *config.Config, name string, log hclog.
 		sc = config.Scanner{Enabled: true}
 	}
 	var res resolver
-	bin, err := res.pluginFor(ctx, cat, name, sc, cfg.Supervisor.StartTimeout, log)
+	bin, err := res.pluginFor(ctx, cat, name, sc, probeOf(cfg), log)
 	if err != nil {
 		return PinInfo{Scanner: name}, err
 	}
 	sc.Plugin = bin
-	pi := inspect(ctx, cat, sc.Plugin, "", cfg.Supervisor.StartTimeout, log)
+	pi := inspect(ctx, cat, sc.Plugin, "", probeOf(cfg), log)
 	out := PinInfo{Scanner: name, Binary: sc.Plugin, Path: pi.Path, SHA256: pi.SHA256, APIVersion: pi.APIVersion}
 	if pi.Err != nil {
 		return out, pi.Err

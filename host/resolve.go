@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -42,7 +41,7 @@ type declared struct {
 
 // declarations returns, for every binary in the directory, what it
 // declares, launching those not seen before at their current contents.
-func (r *resolver) declarations(ctx context.Context, cat *catalog.Catalog, timeout time.Duration, log hclog.Logger) (map[string]declared, error) {
+func (r *resolver) declarations(ctx context.Context, cat *catalog.Catalog, probe probeOpts, log hclog.Logger) (map[string]declared, error) {
 	names, err := cat.List()
 	if err != nil {
 		return nil, err
@@ -63,7 +62,7 @@ func (r *resolver) declarations(ctx context.Context, cat *catalog.Catalog, timeo
 			out[name] = d
 			continue
 		}
-		pi := inspect(ctx, cat, name, "", timeout, log)
+		pi := inspect(ctx, cat, name, "", probe, log)
 		d := declared{sha: pi.SHA256, err: pi.Err}
 		for _, in := range pi.Scanners {
 			d.scanners = append(d.scanners, in.Name)
@@ -77,11 +76,11 @@ func (r *resolver) declarations(ctx context.Context, cat *catalog.Catalog, timeo
 // pluginFor returns the binary that serves scanner name: sc.Plugin when
 // the configuration names one, else the one binary that declares name (a
 // binary of that very name wins when several do).
-func (r *resolver) pluginFor(ctx context.Context, cat *catalog.Catalog, name string, sc config.Scanner, timeout time.Duration, log hclog.Logger) (string, error) {
+func (r *resolver) pluginFor(ctx context.Context, cat *catalog.Catalog, name string, sc config.Scanner, probe probeOpts, log hclog.Logger) (string, error) {
 	if sc.Plugin != "" {
 		return sc.Plugin, nil
 	}
-	decls, err := r.declarations(ctx, cat, timeout, log)
+	decls, err := r.declarations(ctx, cat, probe, log)
 	if err != nil {
 		return "", err
 	}
@@ -139,7 +138,7 @@ func (r *resolver) resolveAll(ctx context.Context, cfg *config.Config, cat *cata
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(cfg.Scanners)) {
 		sc := cfg.Scanners[name]
-		bin, err := r.pluginFor(ctx, cat, name, sc, cfg.Supervisor.StartTimeout, log)
+		bin, err := r.pluginFor(ctx, cat, name, sc, probeOf(cfg), log)
 		if err != nil {
 			if sc.Enabled {
 				errs = append(errs, err)

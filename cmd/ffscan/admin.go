@@ -211,6 +211,9 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 		if s.Interval != "" {
 			notes = append(notes, fmt.Sprintf("interval %s, batch %d", s.Interval, s.Batch))
 		}
+		if s.Isolation != "" {
+			notes = append(notes, "isolation: "+s.Isolation)
+		}
 		if ls := s.LastSwap; ls != nil {
 			swap := fmt.Sprintf("last swap %s %s", ls.At.Format("15:04:05"), ls.Outcome)
 			if ls.Reason != "" {

@@ -93,6 +93,9 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		fmt.Fprintf(stdout, "ok   %s sha256 %s\n", who, r.SHA256)
+		if r.Isolation != "" {
+			fmt.Fprintf(stdout, "     isolation: %s\n", r.Isolation)
+		}
 	}
 	if err != nil {
 		return err

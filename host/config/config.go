@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // Config is the complete host configuration.
@@ -35,9 +36,13 @@ type Config struct {
 	// PluginDir is where plugin binaries live (see host/catalog).
 	// Default: DefaultPluginDir.
 	PluginDir string
-	Lua       Lua
-	HTTP      HTTP
-	Log       Log
+	// PluginIsolation confines plugin processes: auto (what the kernel
+	// offers, a warning when it offers nothing), required (refuse to
+	// launch without it) or off.
+	PluginIsolation Isolation
+	Lua             Lua
+	HTTP            HTTP
+	Log             Log
 	// ShutdownTimeout bounds the whole shutdown: stop dispatching, let
 	// in-flight scans finish, close and kill plugins.
 	ShutdownTimeout time.Duration
@@ -163,6 +168,7 @@ func Defaults() Config {
 		Partitions:      keys.DefaultPartitionConfig(),
 		Lanes:           []string{"default"},
 		PluginDir:       DefaultPluginDir(),
+		PluginIsolation: IsolationAuto,
 		HTTP:            HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:             Log{Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
@@ -215,6 +221,11 @@ func (c *Config) validate() []error {
 		if !strings.Contains(a, ":") {
 			bad(fmt.Sprintf("valkey.addrs[%d]", i), "%q is not host:port", a)
 		}
+	}
+	switch c.PluginIsolation {
+	case IsolationAuto, IsolationRequired, IsolationOff:
+	default:
+		bad("plugin_isolation", "%q is not one of auto, required, off", c.PluginIsolation)
 	}
 	switch c.Valkey.Cluster {
 	case "auto", "on", "off":
@@ -326,6 +337,7 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("valkey.tls", c.Valkey.TLS != n.Valkey.TLS)
 	diff("partitions", c.Partitions != n.Partitions)
 	diff("plugin_dir", c.PluginDir != n.PluginDir)
+	diff("plugin_isolation", c.PluginIsolation != n.PluginIsolation)
 	diff("lua.force_replace", c.Lua != n.Lua)
 	diff("http.listen", c.HTTP.Listen != n.HTTP.Listen)
 	diff("http.admin_token_file", c.HTTP.AdminTokenFile != n.HTTP.AdminTokenFile)
@@ -352,4 +364,25 @@ func loopbackListen(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// Isolation is plugin_isolation.
+type Isolation string
+
+// The plugin_isolation values.
+const (
+	IsolationAuto     Isolation = "auto"
+	IsolationRequired Isolation = "required"
+	IsolationOff      Isolation = "off"
+)
+
+// Mode is the launch setting for i.
+func (i Isolation) Mode() scannerapi.Isolation {
+	switch i {
+	case IsolationRequired:
+		return scannerapi.IsolationRequired
+	case IsolationOff:
+		return scannerapi.IsolationOff
+	}
+	return scannerapi.IsolationAuto
 }

@@ -183,6 +183,11 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 		},
 		"lanes":      func(k string, v any) { d.strList(k, v, &c.Lanes) },
 		"plugin_dir": func(k string, v any) { d.str(k, v, &c.PluginDir) },
+		"plugin_isolation": func(k string, v any) {
+			var s string
+			d.str(k, v, &s)
+			c.PluginIsolation = Isolation(s)
+		},
 		"lua": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"force_replace": func(k string, v any) { d.boolean(k, v, &c.Lua.ForceReplace) },

@@ -90,13 +90,16 @@ type CompletionsStatus struct {
 
 // ScannerStatus is one scanner in /v1/status.
 type ScannerStatus struct {
-	Name              string     `json:"name"`
-	Enabled           bool       `json:"enabled"`
-	Plugin            string     `json:"plugin"`
-	Path              string     `json:"path,omitempty"`
-	Version           string     `json:"version,omitempty"`
-	APIVersion        int        `json:"api_version,omitempty"`
-	SHA256            string     `json:"sha256,omitempty"`
+	Name       string `json:"name"`
+	Enabled    bool   `json:"enabled"`
+	Plugin     string `json:"plugin"`
+	Path       string `json:"path,omitempty"`
+	Version    string `json:"version,omitempty"`
+	APIVersion int    `json:"api_version,omitempty"`
+	SHA256     string `json:"sha256,omitempty"`
+	// Isolation: the confinement the plugin process runs under, or
+	// "none (why)" (plugin_isolation).
+	Isolation         string     `json:"isolation,omitempty"`
 	Pid               int        `json:"pid,omitempty"`
 	State             string     `json:"state"`
 	Since             time.Time  `json:"since"`

@@ -46,6 +46,8 @@ type Config struct {
 	ReadOnly bool
 	// StartTimeout bounds the launch handshake and Info.
 	StartTimeout time.Duration
+	// Isolation confines the plugin process (plugin_isolation).
+	Isolation scannerapi.Isolation
 }
 
 // Launcher implements supervisor.Launcher for one scanner.
@@ -86,6 +88,7 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		Logger:       l.log,
 		Callbacks:    cb,
 		StartTimeout: l.cfg.StartTimeout,
+		Isolation:    l.cfg.Isolation,
 	})
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
@@ -96,6 +99,11 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		return nil, meta, err
 	}
 	meta.APIVersion = p.APIVersion()
+	meta.Isolation = p.Isolation()
+	if strings.HasPrefix(meta.Isolation, "none") {
+		// Degraded, never silently.
+		l.log.Warn("plugin runs unconfined: it can read what the host's user can read and reach the network", "isolation", meta.Isolation)
+	}
 	inst, err := l.prepare(ctx, p, &meta, cb)
 	if err != nil {
 		p.Kill()

@@ -72,6 +72,9 @@ type Meta struct {
 	SHA256     string
 	Version    string
 	APIVersion int
+	// Isolation describes the process's confinement
+	// (scannerapi.Plugin.Isolation).
+	Isolation string
 }
 
 // Launcher starts an instance. It is called for every (re)start and must

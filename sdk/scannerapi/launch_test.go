@@ -136,7 +136,7 @@ func TestLaunchedScannerMatchesLinked(t *testing.T) {
 	for _, s := range p.Scanners() {
 		names = append(names, s.Info().Name)
 	}
-	assert.Equal(t, []string{"echo", "sleeper", "panicker", "spawner"}, names)
+	assert.Equal(t, []string{"echo", "sleeper", "panicker", "spawner", "prober"}, names)
 	assert.Equal(t, scannerapi.APIVersion, p.APIVersion())
 	assert.Greater(t, p.Pid(), 0)
 	require.NoError(t, p.Ping(ctx))

@@ -26,9 +26,14 @@ type procRunner struct {
 	mu     sync.Mutex
 	pid    int
 	onExit func() // called once, right before exited is closed
-	exited chan struct{}
-	once   sync.Once
-	err    error // Wait's result, valid once exited is closed
+	// isolation confines the process at Start (startConfined) within
+	// the paths below; isolated says what was enforced.
+	isolation           Isolation
+	readOnly, readWrite []string
+	isolated            string
+	exited              chan struct{}
+	once                sync.Once
+	err                 error // Wait's result, valid once exited is closed
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -46,7 +51,17 @@ func newProcRunner(logger hclog.Logger, cmd *exec.Cmd) (*procRunner, error) {
 }
 
 func (r *procRunner) Start(context.Context) error {
-	if err := r.cmd.Start(); err != nil {
+	var err error
+	if r.isolation == IsolationOff {
+		err = r.cmd.Start()
+	} else {
+		var desc string
+		desc, err = startConfined(r.cmd, r.isolation, r.readOnly, r.readWrite, r.exited)
+		r.mu.Lock()
+		r.isolated = desc
+		r.mu.Unlock()
+	}
+	if err != nil {
 		r.markExited(err)
 		return err
 	}

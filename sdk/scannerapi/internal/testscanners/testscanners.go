@@ -7,9 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ffscan/ffscan/keys"
@@ -160,6 +164,54 @@ func (Spawner) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannera
 	return &scannerapi.ScanResult{Processed: 1}, nil
 }
 
+// Prober tries, for each candidate, what a hostile plugin would, and
+// reports the outcome as a note "ACTION ARG: ok" or "ACTION ARG: <error>".
+// Members are "read:PATH" (read a file), "write:PATH" (create a file),
+// "dial:HOST:PORT" (TCP connect), "signal:PID" (signal 0, a permission
+// check) and "environ:PID" (read /proc/PID/environ).
+type Prober struct{}
+
+// Info implements scannerapi.Scanner.
+func (Prober) Info() scannerapi.Info { return info("prober") }
+
+// Configure implements scannerapi.Scanner.
+func (Prober) Configure(context.Context, map[string]string) error { return nil }
+
+// ScanPartition implements scannerapi.Scanner.
+func (Prober) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	res := &scannerapi.ScanResult{}
+	for _, c := range req.Candidates {
+		action, arg, _ := strings.Cut(c.Member, ":")
+		var err error
+		switch action {
+		case "read":
+			_, err = os.ReadFile(arg)
+		case "write":
+			err = os.WriteFile(arg, []byte("x"), 0o600)
+		case "dial":
+			var conn net.Conn
+			if conn, err = net.DialTimeout("tcp", arg, 2*time.Second); err == nil {
+				conn.Close()
+			}
+		case "signal":
+			var pid int
+			if pid, err = strconv.Atoi(arg); err == nil {
+				err = syscall.Kill(pid, 0)
+			}
+		case "environ":
+			_, err = os.ReadFile("/proc/" + arg + "/environ")
+		default:
+			err = fmt.Errorf("unknown probe %q", action)
+		}
+		outcome := "ok"
+		if err != nil {
+			outcome = err.Error()
+		}
+		res.Note("%s %s: %s", action, arg, outcome)
+	}
+	return res, nil
+}
+
 // WithAPIVersion makes s declare contract version v, as a scanner built
 // against an SDK whose APIVersion was v would.
 func WithAPIVersion(s scannerapi.Scanner, v int) scannerapi.Scanner {
@@ -179,5 +231,5 @@ func (s versioned) Info() scannerapi.Info {
 
 // All returns one of each.
 func All() []scannerapi.Scanner {
-	return []scannerapi.Scanner{&Echo{}, Sleeper{}, Panicker{}, Spawner{}}
+	return []scannerapi.Scanner{&Echo{}, Sleeper{}, Panicker{}, Spawner{}, Prober{}}
 }
