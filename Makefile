@@ -35,6 +35,9 @@ build: lua
 	  if [ -f plugins/$$p/cmd/$$p/main.go ]; then echo "$(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p/cmd/$$p"; \
 	    $(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p/cmd/$$p; fi; \
 	done
+	@# The host refuses plugins others may write (a umask of 002 would
+	@# make them group-writable).
+	@chmod go-w $(BIN)/plugins $(BIN)/plugins/* $(BIN)/ffscan
 
 ## lua: the exact library source the loader loads, for operators' own tooling
 lua:
@@ -51,7 +54,9 @@ test:
 	$(GO) vet -tags ffscan_keyguard $(ALL_PKGS)
 	@# The compat replays run beside the package tests; their summary is
 	@# printed after them, and either failing fails the target.
-	@compat=$$(mktemp); \
+	@# umask 022: the tests make plugin directories and binaries, which the
+	@# host refuses when group- or world-writable.
+	@umask 022; compat=$$(mktemp); \
 	($(MAKE) --no-print-directory compat >$$compat 2>&1) & cpid=$$!; \
 	echo "$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS)"; \
 	$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS) || tstatus=$$?; \
@@ -61,9 +66,9 @@ test:
 	@# make run as a user runs it: up with every scanner, Ctrl-C stops it
 	@# gracefully and leaves nothing behind.
 	@$(MAKE) --no-print-directory build >/dev/null
-	./scripts/check-run.sh
+	umask 022; ./scripts/check-run.sh
 	@# The plugin guide's first steps, outside this repository's modules.
-	./scripts/check-guide.sh
+	umask 022; ./scripts/check-guide.sh
 
 ## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
 compat:

@@ -50,6 +50,7 @@ func TestPluginBuiltWithTheOldSDKRuns(t *testing.T) {
 	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
 	out, err = build.CombinedOutput()
 	require.NoError(t, err, "build the old plugin: %s", out)
+	require.NoError(t, os.Chmod(filepath.Join(dir, "hostwork"), 0o755))
 
 	srv := testenv.New(t)
 	c := srv.Client(t)

@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 			out, err := exec.Command("go", "build", "-ldflags", b[2], "-o", b[0], b[1]).CombinedOutput()
 			if err != nil {
 				err = fmt.Errorf("build %s (%s): %v\n%s", b[1], b[2], err, out)
+			} else {
+				// As the catalog wants it whatever the umask.
+				err = os.Chmod(b[0], 0o755)
 			}
 			errs <- err
 		}()

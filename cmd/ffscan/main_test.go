@@ -46,7 +46,11 @@ func TestMain(m *testing.M) {
 	} {
 		cmd := exec.Command("go", "build", "-o", b[0], b[1])
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
+		err := cmd.Run()
+		if err == nil {
+			err = os.Chmod(b[0], 0o755) // as the catalog wants it whatever the umask
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "build", b[1], err)
 			os.Exit(1)
 		}

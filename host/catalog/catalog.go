@@ -60,6 +60,7 @@ var (
 	ErrNotFound      = errors.New("plugin not found")
 	ErrSymlink       = errors.New("plugin is a symlink")
 	ErrWorldWritable = errors.New("world-writable")
+	ErrGroupWritable = errors.New("group-writable")
 	ErrForeignOwner  = errors.New("owned by another user")
 	ErrNotExecutable = errors.New("plugin is not an executable regular file")
 	ErrHashMismatch  = errors.New("sha256 mismatch")
@@ -251,6 +252,9 @@ func (c *Catalog) check(name string) (string, error) {
 	if dinfo.Mode().Perm()&0o002 != 0 {
 		return "", fmt.Errorf("plugin_dir %s is %w (mode %s): anyone could replace a plugin; chmod o-w it", c.dir, ErrWorldWritable, dinfo.Mode().Perm())
 	}
+	if dinfo.Mode().Perm()&0o020 != 0 {
+		return "", fmt.Errorf("plugin_dir %s is %w (mode %s): members of its group could replace a plugin; chmod g-w it", c.dir, ErrGroupWritable, dinfo.Mode().Perm())
+	}
 	if err := ownedByUsOrRoot("plugin_dir "+c.dir, dinfo); err != nil {
 		return "", err
 	}
@@ -271,6 +275,9 @@ func (c *Catalog) check(name string) (string, error) {
 	}
 	if info.Mode().Perm()&0o002 != 0 {
 		return "", fmt.Errorf("plugin %s is %w (mode %s): anyone could replace its code; chmod o-w it", path, ErrWorldWritable, info.Mode().Perm())
+	}
+	if info.Mode().Perm()&0o020 != 0 {
+		return "", fmt.Errorf("plugin %s is %w (mode %s): members of its group could replace its code; chmod g-w it", path, ErrGroupWritable, info.Mode().Perm())
 	}
 	if err := ownedByUsOrRoot("plugin "+path, info); err != nil {
 		return "", err

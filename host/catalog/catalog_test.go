@@ -63,6 +63,21 @@ func TestWorldWritableRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "world-writable")
 }
 
+func TestGroupWritableRefused(t *testing.T) {
+	c, dir := setup(t)
+	p := filepath.Join(dir, "gw")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o755))
+	require.NoError(t, os.Chmod(p, 0o775))
+	_, err := c.Verify("gw", "")
+	require.ErrorIs(t, err, ErrGroupWritable)
+	assert.Contains(t, err.Error(), "chmod g-w")
+
+	require.NoError(t, os.Chmod(dir, 0o775))
+	_, err = c.Verify("good", "")
+	require.ErrorIs(t, err, ErrGroupWritable)
+	assert.Contains(t, err.Error(), "plugin_dir")
+}
+
 func TestWorldWritableDirRefused(t *testing.T) {
 	c, dir := setup(t)
 	require.NoError(t, os.Chmod(dir, 0o777))

@@ -162,7 +162,7 @@ func (s *Scanner) Info() scannerapi.Info {
 		Functions: []string{Function},
 		Options: append(scannerapi.FilterOptions(), scannerapi.OptionSpec{
 			Name: OptionLookahead, Type: scannerapi.OptionInt, Default: strconv.Itoa(DefaultLookahead),
-			Description: "index entries read past the host's window per partition scan when the window is full (0: off)",
+			Description: "index entries read past the host's window per partition scan when the window is full (at least 1: without it, a window full of entries left in place hides every newer lease for good)",
 		}),
 	}
 }
@@ -177,7 +177,7 @@ func (s *Scanner) Configure(ctx context.Context, options map[string]string) erro
 	if err != nil {
 		return err
 	}
-	look, err := o.Int(OptionLookahead, 0, maxLookahead)
+	look, err := o.Int(OptionLookahead, 1, maxLookahead)
 	if err != nil {
 		return err
 	}
