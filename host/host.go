@@ -181,6 +181,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 	h.discoverLanes(ctx)
 	log.Info("lanes", "lanes", h.Lanes())
 	h.svc = callbacks.New(h.lib, h.met)
+	h.svc.SetBudget(budgetOf(cfg.Callbacks))
 	h.compMet = completions.NewPrometheusMetrics()
 	if err := h.compMet.Register(h.met.Registry); err != nil {
 		return fail(fmt.Errorf("register completion metrics: %w", err))
@@ -802,4 +803,9 @@ func (t supTarget) Acquire() (scheduler.Lease, error) {
 		return scheduler.Lease{}, err
 	}
 	return scheduler.Lease{Scanner: l.Scanner, Info: l.Info, Host: l.Host, Release: l.Release, Outcome: l.Outcome}, nil
+}
+
+// budgetOf is the callbacks budget the configuration sets.
+func budgetOf(c config.Callbacks) callbacks.Budget {
+	return callbacks.Budget{MaxInFlight: c.MaxInFlight, CommandsPerSecond: float64(c.CommandsPerSecond), MaxReplyBytes: int64(c.MaxReplyBytes)}
 }

@@ -188,6 +188,10 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	h.met.ConfigReload("applied")
 	res := httpapi.ReloadResult{}
 
+	if old.Callbacks != n.Callbacks {
+		h.svc.SetBudget(budgetOf(n.Callbacks))
+		res.Notes = append(res.Notes, "callbacks.* (the scanners' budget) applies from the next batch")
+	}
 	if old.Log.Level != n.Log.Level {
 		h.log.SetLevel(hclog.LevelFromString(n.Log.Level))
 		res.Notes = append(res.Notes, "log.level is now "+n.Log.Level)

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -97,6 +98,8 @@ type Service struct {
 
 	mu       sync.RWMutex
 	policies map[string]Policy
+	budget   Budget
+	spends   map[string]*spend
 }
 
 // New returns a service running commands on lib's client. rec may be nil.
@@ -104,7 +107,26 @@ func New(lib *lua.Library, rec Recorder) *Service {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	return &Service{client: lib.Client(), lib: lib, rec: rec, policies: map[string]Policy{}}
+	return &Service{client: lib.Client(), lib: lib, rec: rec, policies: map[string]Policy{},
+		budget: DefaultBudget, spends: map[string]*spend{}}
+}
+
+// SetBudget sets the budget every scanner gets from now on.
+func (s *Service) SetBudget(b Budget) {
+	s.mu.Lock()
+	s.budget = b
+	s.mu.Unlock()
+}
+
+func (s *Service) spendOf(scanner string) (*spend, Budget) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp := s.spends[scanner]
+	if sp == nil {
+		sp = &spend{}
+		s.spends[scanner] = sp
+	}
+	return sp, s.budget
 }
 
 // Register sets the policy of a scanner (replacing an earlier one, e.g.
@@ -206,6 +228,17 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	sp, budget := s.spendOf(scanner)
+	reason, release := sp.admit(budget, len(cmds), time.Now())
+	if reason != "" {
+		s.rec.CallbackRefused(scanner, reason)
+		out := make([]scannerapi.Reply, len(cmds))
+		for i := range out {
+			out[i] = *refuse(reason, "the scanner's callback budget is spent (%s); try again later", budgetText(budget)).refused
+		}
+		return out, nil
+	}
+	defer release()
 	s.rec.CallbackCommands(scanner, len(cmds))
 	ops := make([]op, len(cmds))
 	for i, c := range cmds {
@@ -216,14 +249,27 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 	}
 	anchor := s.route(ops)
 	out := make([]scannerapi.Reply, len(cmds))
+	var replyBytes int64
+	over := false
 	for i := 0; i < len(ops); {
+		if over {
+			// Past the reply budget: the rest is not sent.
+			out[i] = *refuse(ReasonBudgetReply, "not sent: the batch's replies passed %d bytes", budget.MaxReplyBytes).refused
+			s.rec.CallbackRefused(scanner, ReasonBudgetReply)
+			i++
+			continue
+		}
 		if ops[i].refused != nil {
 			out[i] = *ops[i].refused
 			i++
 			continue
 		}
 		j := i
-		for j < len(ops) && ops[j].refused == nil && ops[j].isPlain == ops[i].isPlain {
+		for j < len(ops) && ops[j].refused == nil && ops[j].isPlain == ops[i].isPlain &&
+			// With a reply budget, plain commands (reads of values of
+			// any size) go out in pipelines of replyCheckEvery, so that
+			// the budget is checked before more is read.
+			(!ops[i].isPlain || budget.MaxReplyBytes <= 0 || j-i < replyCheckEvery) {
 			j++
 		}
 		if ops[i].isPlain {
@@ -252,9 +298,24 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 				out[i+k] = valkeyreply.Of(r)
 			}
 		}
+		if budget.MaxReplyBytes > 0 {
+			for k := i; k < j; k++ {
+				replyBytes += replySize(out[k])
+				if replyBytes > budget.MaxReplyBytes {
+					// The command ran; its reply is dropped.
+					out[k] = *refuse(ReasonBudgetReply, "the command ran but its reply was dropped: the batch's replies passed %d bytes", budget.MaxReplyBytes).refused
+					s.rec.CallbackRefused(scanner, ReasonBudgetReply)
+					over = true
+				}
+			}
+		}
 		i = j
 	}
 	return out, nil
+}
+
+func budgetText(b Budget) string {
+	return fmt.Sprintf("at most %d batches in flight, %.0f commands/s", b.MaxInFlight, b.CommandsPerSecond)
 }
 
 // route gives the batch's keyless commands a slot and returns the key whose

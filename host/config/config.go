@@ -47,6 +47,7 @@ type Config struct {
 	// in-flight scans finish, close and kill plugins.
 	ShutdownTimeout time.Duration
 	Scheduler       Scheduler
+	Callbacks       Callbacks
 	Supervisor      Supervisor
 	Watch           Watch
 	Completions     Completions
@@ -130,6 +131,14 @@ type Scheduler struct {
 	CallTimeout time.Duration
 }
 
+// Callbacks is the budget of each scanner's callbacks (callbacks.Budget):
+// over it, commands are refused and counted. 0 lifts a bound.
+type Callbacks struct {
+	MaxInFlight       int
+	CommandsPerSecond int
+	MaxReplyBytes     int
+}
+
 // Supervisor tunes plugin process supervision.
 type Supervisor struct {
 	// HealthInterval is how often a running plugin is pinged.
@@ -173,6 +182,7 @@ func Defaults() Config {
 		Log:             Log{Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
 		Scheduler:       Scheduler{Concurrency: 8, CallTimeout: 5 * time.Second},
+		Callbacks:       Callbacks{MaxInFlight: 64, CommandsPerSecond: 200_000, MaxReplyBytes: 64 << 20},
 		Supervisor:      Supervisor{HealthInterval: 5 * time.Second, StartTimeout: 10 * time.Second, SwapProbation: 10 * time.Second},
 		Watch:           Watch{Config: true, Plugins: true, Interval: time.Second},
 		Completions:     Completions{Enabled: true, Concurrency: 16},
@@ -263,6 +273,14 @@ func (c *Config) validate() []error {
 	}
 	if c.ShutdownTimeout < time.Second {
 		bad("shutdown_timeout", "%s is shorter than 1s", c.ShutdownTimeout)
+	}
+	for _, f := range []struct {
+		key string
+		v   int
+	}{{"callbacks.max_in_flight", c.Callbacks.MaxInFlight}, {"callbacks.commands_per_second", c.Callbacks.CommandsPerSecond}, {"callbacks.max_reply_bytes", c.Callbacks.MaxReplyBytes}} {
+		if f.v < 0 {
+			bad(f.key, "%d is negative (0 lifts the bound)", f.v)
+		}
 	}
 	if c.Scheduler.Concurrency < 1 || c.Scheduler.Concurrency > 1024 {
 		bad("scheduler.concurrency", "%d is outside 1..1024", c.Scheduler.Concurrency)

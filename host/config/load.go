@@ -214,6 +214,13 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"call_timeout": func(k string, v any) { d.duration(k, v, &c.Scheduler.CallTimeout) },
 			})
 		},
+		"callbacks": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"max_in_flight":       func(k string, v any) { d.integer(k, v, &c.Callbacks.MaxInFlight) },
+				"commands_per_second": func(k string, v any) { d.integer(k, v, &c.Callbacks.CommandsPerSecond) },
+				"max_reply_bytes":     func(k string, v any) { d.integer(k, v, &c.Callbacks.MaxReplyBytes) },
+			})
+		},
 		"supervisor": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"health_interval": func(k string, v any) { d.duration(k, v, &c.Supervisor.HealthInterval) },

@@ -1,0 +1,97 @@
+package callbacks
+
+import (
+	"sync"
+	"time"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// Budget bounds what one scanner's callbacks may cost the host and
+// Valkey, whatever its plugin does. Over budget, a batch (or what is left
+// of it) is refused, with a reason the metrics count; nothing waits and
+// nothing grows without bound. Zero fields mean no bound.
+type Budget struct {
+	// MaxInFlight bounds the scanner's batches running at once (all its
+	// plugin instances together). A plugin scans at most
+	// scheduler.concurrency partitions at once, each with a batch or two
+	// in flight.
+	MaxInFlight int
+	// CommandsPerSecond is the sustained command rate; Burst the most
+	// commands taken at once after a quiet time (default: one second's
+	// worth).
+	CommandsPerSecond float64
+	Burst             float64
+	// MaxReplyBytes bounds the replies of one batch: once they pass it,
+	// the batch's later commands are not sent and its oversized replies
+	// are replaced by refusals, so the plugin cannot make the host hold
+	// (and forward) unbounded data. Replies are measured after each
+	// pipeline of replyCheckEvery plain commands, each read whole: the
+	// bound is on what accumulates, not on the size of one value.
+	MaxReplyBytes int64
+}
+
+// replyCheckEvery is how many plain commands run between two checks of
+// the reply budget: what one batch makes the host hold is bounded by
+// MaxReplyBytes plus the replies of this many commands.
+const replyCheckEvery = 64
+
+// DefaultBudget is generous for ffscan's own scanners (measured drains stay
+// below a tenth of the rate) and stops a runaway plugin.
+var DefaultBudget = Budget{MaxInFlight: 64, CommandsPerSecond: 200_000, MaxReplyBytes: 64 << 20}
+
+// Refusal reasons of the budget.
+const (
+	ReasonBudgetInFlight = "budget_in_flight"
+	ReasonBudgetRate     = "budget_rate"
+	ReasonBudgetReply    = "budget_reply_bytes"
+)
+
+// spend is one scanner's use of its budget.
+type spend struct {
+	mu       sync.Mutex
+	inFlight int
+	tokens   float64
+	at       time.Time
+}
+
+// admit takes n commands and an in-flight slot; it returns the refusal
+// reason, or "" and a release function.
+func (s *spend) admit(b Budget, n int, now time.Time) (string, func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.MaxInFlight > 0 && s.inFlight >= b.MaxInFlight {
+		return ReasonBudgetInFlight, nil
+	}
+	if b.CommandsPerSecond > 0 {
+		burst := b.Burst
+		if burst <= 0 {
+			burst = b.CommandsPerSecond
+		}
+		if s.at.IsZero() {
+			s.tokens = burst
+		} else {
+			s.tokens = min(burst, s.tokens+now.Sub(s.at).Seconds()*b.CommandsPerSecond)
+		}
+		s.at = now
+		if float64(n) > s.tokens {
+			return ReasonBudgetRate, nil
+		}
+		s.tokens -= float64(n)
+	}
+	s.inFlight++
+	return "", func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}
+}
+
+// replySize approximates the memory a reply holds.
+func replySize(r scannerapi.Reply) int64 {
+	n := int64(len(r.Str) + len(r.Err) + 16)
+	for _, e := range r.Array {
+		n += replySize(e)
+	}
+	return n
+}
