@@ -21,6 +21,11 @@ const (
 	// IDInvalid is not an id in any spelling. It can never name keys, so a
 	// scanner may remove it from an index.
 	IDInvalid
+	// IDForeign is a canonical id of another partition than the index it
+	// was found in (ClassifyExecutionIDIn). No function can act on it from
+	// there (its keys are in another slot): a scanner may remove it from
+	// that index; the execution's own entries are elsewhere.
+	IDForeign
 )
 
 // String names the form for logs and error codes.
@@ -30,8 +35,21 @@ func (f IDForm) String() string {
 		return "canonical"
 	case IDNonCanonical:
 		return "non_canonical"
+	case IDForeign:
+		return "foreign"
 	}
 	return "invalid"
+}
+
+// ClassifyExecutionIDIn is ClassifyExecutionID for a member of an index of
+// partition p: a canonical id of another partition is IDForeign (the id is
+// set).
+func ClassifyExecutionIDIn(s string, p Partition) (ExecutionID, IDForm) {
+	id, form := ClassifyExecutionID(s)
+	if form == IDCanonical && id.Partition() != p {
+		return id, IDForeign
+	}
+	return id, form
 }
 
 // ClassifyExecutionID parses s strictly and, when that fails, tells a

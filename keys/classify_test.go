@@ -26,6 +26,21 @@ func TestClassifyExecutionID(t *testing.T) {
 	assert.Equal(t, "non_canonical", IDNonCanonical.String())
 }
 
+func TestClassifyExecutionIDIn(t *testing.T) {
+	const u = "aaaaaaaa-0000-4000-8000-000000000001"
+	p7 := Partition{Family: FamilyFlow, Index: 7}
+	_, form := ClassifyExecutionIDIn("{fp:7}:"+u, p7)
+	assert.Equal(t, IDCanonical, form)
+	id, form := ClassifyExecutionIDIn("{fp:8}:"+u, p7)
+	assert.Equal(t, IDForeign, form)
+	assert.Equal(t, uint16(8), id.Partition().Index)
+	assert.Equal(t, "foreign", form.String())
+	_, form = ClassifyExecutionIDIn("{fp:008}:"+u, p7)
+	assert.Equal(t, IDNonCanonical, form, "non-canonical spellings stay non-canonical")
+	_, form = ClassifyExecutionIDIn("garbage", p7)
+	assert.Equal(t, IDInvalid, form)
+}
+
 func TestClassifyBudgetID(t *testing.T) {
 	const u = "b0000000-0000-4000-8000-000000000001"
 	id, form := ClassifyBudgetID(u)

@@ -420,3 +420,22 @@ func TestPoisonEntryBacksOff(t *testing.T) {
 func modes() []scannertest.Mode {
 	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return leaseexpiry.New() })
 }
+
+// An execution id of another partition in this partition's index can
+// never be acted on from here (its keys are in another slot): it is
+// removed and counted, without an FCALL the host would refuse as
+// cross-slot.
+func TestForeignMemberRemoved(t *testing.T) {
+	f := newFixture(t)
+	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	other := keys.Partition{Family: keys.FamilyFlow, Index: part.Index + 1}
+	foreign, err := keys.ExecutionIDIn(other, keys.NewUUID())
+	require.NoError(t, err)
+	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", foreign.String())
+	f.cb.Reset()
+	res := f.scan(s, f.request(50))
+	_, fcalls := f.cb.Reset()
+	assert.Zero(t, fcalls)
+	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrInvalid, Code: "foreign_member", Count: 1}}, res.Errors)
+	assert.False(t, f.inIndex(foreign.String()), "foreign member removed")
+}

@@ -63,7 +63,9 @@
 //
 // A member that cannot be an execution id in any spelling is removed with
 // ZREM (counted as class "invalid", code "invalid_member"): nothing else
-// would ever clean it, and a member string can never become valid. A member
+// would ever clean it, and a member string can never become valid. So is
+// an execution id of another partition (code "foreign_member"): no
+// function can act on it from this index, whose slot is not its own. A member
 // that is a non-canonical spelling FlowFabric would accept ("{fp:007}:…",
 // upper-case uuid) may name real keys, so it is left in place and counted
 // (code "non_canonical_member") every time it is seen.
@@ -298,15 +300,15 @@ func (sc *scan) admit(member string, score float64) {
 		return
 	}
 	sc.seen[member] = true
-	id, kind := keys.ClassifyExecutionID(member)
+	id, kind := keys.ClassifyExecutionIDIn(member, sc.req.Partition)
 	switch kind {
-	case keys.IDInvalid:
-		sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
+	case keys.IDInvalid, keys.IDForeign:
+		sc.res.AddError(scannerapi.ErrInvalid, kind.String()+"_member", 1)
 		if sc.req.DryRun {
-			sc.res.Note("would remove invalid member %q", member)
+			sc.res.Note("would remove %s member %q", kind, member)
 		} else {
 			sc.toRemove = append(sc.toRemove, member)
-			sc.log.Warn("removing an index member that is not an execution id", "index", sc.index, "member", member)
+			sc.log.Warn("removing an index member that is not an execution id of this partition", "index", sc.index, "member", member, "form", kind.String())
 		}
 		return
 	case keys.IDNonCanonical:

@@ -115,7 +115,7 @@ func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Hos
 			continue
 		}
 		seen[c.Member] = true
-		id, form := keys.ClassifyExecutionID(c.Member)
+		id, form := keys.ClassifyExecutionIDIn(c.Member, req.Partition)
 		if form != keys.IDCanonical {
 			res.AddError(scannerapi.ErrInvalid, form.String()+"_member", 1)
 			continue

@@ -212,16 +212,16 @@ func (sc *scan) admitHead(lane, m string, score float64) bool {
 		return false
 	}
 	sc.seen[m] = true
-	id, kind := keys.ClassifyExecutionID(m)
+	id, kind := keys.ClassifyExecutionIDIn(m, sc.req.Partition)
 	key := sc.pk.LaneTerminal(lane)
 	switch kind {
-	case keys.IDInvalid:
-		sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
+	case keys.IDInvalid, keys.IDForeign:
+		sc.res.AddError(scannerapi.ErrInvalid, kind.String()+"_member", 1)
 		if sc.req.DryRun {
-			sc.res.Note("would remove invalid member %q of %s", m, key)
+			sc.res.Note("would remove %s member %q of %s", kind, m, key)
 			return false
 		}
-		sc.log.Warn("removing an index member that is not an execution id", "index", key, "member", m)
+		sc.log.Warn("removing an index member that is not an execution id of this partition", "index", key, "member", m, "form", kind.String())
 		sc.queue.Add(func(rs []scannerapi.Reply) {
 			if rs[0].Failed() {
 				class, code := scanutil.ClassifyReply(rs[0])
@@ -288,7 +288,7 @@ func (sc *scan) queueWalkPage(lane string, pos scanutil.ZPos, budget int) {
 			if sc.seen[e.Member] {
 				continue
 			}
-			id, kind := keys.ClassifyExecutionID(e.Member)
+			id, kind := keys.ClassifyExecutionIDIn(e.Member, sc.req.Partition)
 			if kind != keys.IDCanonical {
 				continue // counted when it reaches the head
 			}

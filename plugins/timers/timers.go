@@ -203,7 +203,7 @@ func (sc *scan) admit(c scannerapi.Candidate) {
 	it := &item{member: c.Member, score: c.Score, index: c.Key, lane: c.Lane}
 	switch sc.s.sp.members {
 	case execMember:
-		id, kind := keys.ClassifyExecutionID(c.Member)
+		id, kind := keys.ClassifyExecutionIDIn(c.Member, sc.req.Partition)
 		if !sc.usable(c, kind) {
 			return
 		}
@@ -244,20 +244,20 @@ func (sc *scan) usable(c scannerapi.Candidate, kind keys.IDForm) bool {
 }
 
 // invalid counts a member that is not an id: removed when it cannot be one
-// in any spelling, left (and counted every time) when it is a spelling
-// FlowFabric might have written.
+// in any spelling or is an id of another partition, left (and counted
+// every time) when it is a spelling FlowFabric might have written.
 func (sc *scan) invalid(c scannerapi.Candidate, kind keys.IDForm) {
 	if kind == keys.IDNonCanonical {
 		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
 		sc.res.Note("left non-canonical member %q in place", c.Member)
 		return
 	}
-	sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
+	sc.res.AddError(scannerapi.ErrInvalid, kind.String()+"_member", 1)
 	if sc.req.DryRun {
-		sc.res.Note("would remove invalid member %q", c.Member)
+		sc.res.Note("would remove %s member %q", kind, c.Member)
 		return
 	}
-	sc.log.Warn("removing an index member that is not an id", "index", c.Key, "member", c.Member)
+	sc.log.Warn("removing an index member that is not an id of this partition", "index", c.Key, "member", c.Member, "form", kind.String())
 	sc.toRemove = append(sc.toRemove, [2]string{c.Key, c.Member})
 }
 
