@@ -21,7 +21,9 @@ import (
 // Cluster with replicas and break the cluster under it: a master killed,
 // a master killed after its replica stopped receiving its writes, the seed
 // node killed, slots migrated. Each one asserts that every lease is
-// marked (none lost) and prints how long recovery took.
+// marked (none lost) and prints how long recovery took. They run one at a
+// time (not in parallel): each starts six servers and times a failover,
+// and together they would load the machine the other tests share.
 
 const failoverInterval = 300 * time.Millisecond
 
@@ -141,7 +143,6 @@ func onMaster(t *testing.T, cl *testserver.Cluster, m *testserver.Server, ids []
 // A master killed under load fails over to its replica; the leases it
 // served are marked by the new master, none is lost.
 func TestClusterCrashFailoverMarksEveryLease(t *testing.T) {
-	t.Parallel()
 	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
@@ -163,7 +164,6 @@ func TestClusterCrashFailoverMarksEveryLease(t *testing.T) {
 // with the same scores. Nothing the scanner remembers may keep it from
 // marking them again (the memory flaw of FlowFabric's scanner).
 func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
-	t.Parallel()
 	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
@@ -214,7 +214,6 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 // With the only configured address dead after its failover, the host
 // keeps working: clock reads and readiness go to live nodes.
 func TestClusterDeadSeed(t *testing.T) {
-	t.Parallel()
 	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
 	c := cl.Client(t)
 	seedNode := cl.Nodes[0]
@@ -256,7 +255,6 @@ func TestClusterDeadSeed(t *testing.T) {
 // While one master fails over (a slow failover: 6 s node timeout), the
 // partitions of the other masters keep being scanned.
 func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
-	t.Parallel()
 	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 6 * time.Second})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
@@ -290,7 +288,6 @@ func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
 // script's cross-slot refusals are transient, not item failures, so no
 // lease is backed off (15 s) and every one is marked promptly.
 func TestClusterReshardUnderLoad(t *testing.T) {
-	t.Parallel()
 	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)

@@ -159,6 +159,11 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	cfg.PluginDir = ownPluginDir(t, "hostwork")
 	cfg.Scheduler.Concurrency = 4
 	cfg.Supervisor.SwapProbation = 300 * time.Millisecond
+	// The new process's health check pings with min(health_interval, 5 s):
+	// on a machine busy with the rest of the suite a ping can take longer
+	// than the test default's 500 ms, and a slow ping is not this test's
+	// subject.
+	cfg.Supervisor.HealthInterval = 3 * time.Second
 	cfg.Watch.Interval = 100 * time.Millisecond
 	cfg.Completions.Enabled = false
 	h, _ := running(t, cfg)
