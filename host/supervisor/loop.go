@@ -122,6 +122,14 @@ func (s *Supervisor) watch(ctx context.Context) string {
 				misses = 0
 				return ""
 			}
+			select {
+			case <-cur.inst.Exited():
+				// A dead process does not come back: no point in
+				// waiting for more misses, and the reason is the same
+				// as when the exit is observed first.
+				return "plugin process exited"
+			default:
+			}
 			misses++
 			s.log.Warn("plugin ping failed", "error", err, "misses", misses)
 			if misses >= s.cfg.FailedPings {
