@@ -48,6 +48,7 @@ const (
 	ReasonCrossSlot          = "cross_slot"
 	ReasonDryRun             = "dry_run"
 	ReasonProtectedKey       = "protected_key"
+	ReasonKeyScope           = "key_scope"
 )
 
 // Recorder receives the service's counts (host/metrics implements it).
@@ -65,6 +66,8 @@ func (nopRecorder) CallbackRefused(string, string) {}
 type Policy struct {
 	commands  map[string]bool
 	functions map[string]bool
+	// scopes narrows commands to key patterns (Info.KeyScopes).
+	scopes map[string]scannerapi.KeyScope
 	// readOnly refuses writes and FCALLs (dry runs).
 	readOnly bool
 }
@@ -73,7 +76,10 @@ type Policy struct {
 // host does not support are returned so the caller can log them; they will
 // be refused when used.
 func PolicyFromInfo(info scannerapi.Info, readOnly bool) (Policy, []string) {
-	p := Policy{commands: map[string]bool{}, functions: map[string]bool{}, readOnly: readOnly}
+	p := Policy{commands: map[string]bool{}, functions: map[string]bool{}, scopes: map[string]scannerapi.KeyScope{}, readOnly: readOnly}
+	for _, ks := range info.KeyScopes {
+		p.scopes[strings.ToUpper(ks.Command)] = ks
+	}
 	var unsupported []string
 	for _, c := range info.Commands {
 		c = strings.ToUpper(c)
@@ -393,6 +399,13 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 	}
 	if o, bad := checkKeys(ks); bad {
 		return o
+	}
+	if scope, ok := pol.scopes[name]; ok {
+		for _, k := range ks {
+			if !scope.Allows(k) {
+				return refuse(ReasonKeyScope, "%s %q: the scanner declared %s only for keys matching %s", name, k, name, strings.Join(scope.Patterns, " "))
+			}
+		}
 	}
 	if spec.write {
 		for _, k := range ks {

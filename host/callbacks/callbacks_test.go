@@ -245,3 +245,41 @@ func TestConfigKeysAreReadOnly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "256", v, "nothing written")
 }
+
+// A scoped command touches only keys its patterns match: a scanner that
+// may DEL its own index entries cannot DEL an execution record, and a
+// multi-key command is refused when any of its keys is outside.
+func TestKeyScopesNarrowCommands(t *testing.T) {
+	info := scannerapi.Info{
+		Name:     "scoped",
+		Commands: []string{"DEL", "HGET"},
+		KeyScopes: []scannerapi.KeyScope{
+			{Command: "DEL", Patterns: []string{"ff:idx:{fp:*}:mine", "ff:test:*:scratch"}},
+		},
+	}
+	svc, client, rec := setup(t, info, false)
+	ctx := context.Background()
+	core := "ff:exec:{fp:3}:11111111-2222-3333-4444-555555555555:core"
+	for _, k := range []string{core, "ff:idx:{fp:3}:mine", "ff:test:{fp:3}:scratch"} {
+		require.NoError(t, client.Do(ctx, client.B().Set().Key(k).Value("x").Build()).Error())
+	}
+	replies, err := svc.Exec(ctx, "scoped", []scannerapi.Command{
+		{"DEL", core},
+		{"DEL", "ff:idx:{fp:3}:mine"},
+		{"DEL", "ff:test:{fp:3}:scratch", core},
+		{"HGET", core, "f"}, // unscoped: any ff: key
+	})
+	require.NoError(t, err)
+	assert.Equal(t, scannerapi.ErrRefused, replies[0].ErrClass)
+	assert.Contains(t, replies[0].Err, "key_scope")
+	assert.Contains(t, replies[0].Err, "ff:idx:{fp:*}:mine")
+	assert.False(t, replies[1].Failed(), "%+v", replies[1])
+	assert.Equal(t, int64(1), replies[1].Int)
+	assert.Equal(t, scannerapi.ErrRefused, replies[2].ErrClass, "one key outside refuses the command")
+	assert.Equal(t, scannerapi.KindError, replies[3].Kind, "WRONGTYPE from the server, not a refusal")
+	assert.NotEqual(t, scannerapi.ErrRefused, replies[3].ErrClass)
+	assert.Equal(t, 2, rec.refused[ReasonKeyScope])
+	n, err := client.Do(ctx, client.B().Exists().Key(core, "ff:test:{fp:3}:scratch").Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n, "the refused DELs deleted nothing")
+}

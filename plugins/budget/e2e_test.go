@@ -30,6 +30,7 @@ func runHost(t *testing.T, addr string, interval time.Duration) *host.Host {
 	cfg.Partitions = parts
 	cfg.PluginDir = filepath.Dir(bin)
 	cfg.HTTP.Listen = ""
+	cfg.PluginApprovalsFile = filepath.Join(t.TempDir(), "plugin-approvals.json")
 	cfg.Supervisor.HealthInterval = 500 * time.Millisecond
 	cfg.Scanners = map[string]config.Scanner{
 		budget.ResetName:      {Enabled: true, Plugin: filepath.Base(bin), Interval: interval, Options: map[string]string{}},

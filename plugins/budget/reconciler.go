@@ -51,6 +51,12 @@ func (s *Reconciler) Info() scannerapi.Info {
 		// HGETALL: the three hashes of a budget. HSETNX/HDEL: the marker.
 		// SREM/ZREM: orphans and invalid members.
 		Commands: []string{"HGETALL", "HSETNX", "HDEL", "SREM", "ZREM"},
+		KeyScopes: []scannerapi.KeyScope{
+			{Command: "HSETNX", Patterns: []string{"ff:budget:{b:*}:*:usage"}},
+			{Command: "HDEL", Patterns: []string{"ff:budget:{b:*}:*:usage"}},
+			{Command: "SREM", Patterns: []string{"ff:idx:{b:*}:budget_policies"}},
+			{Command: "ZREM", Patterns: []string{"ff:idx:{b:*}:budget_resets"}},
+		},
 		Options: []scannerapi.OptionSpec{{
 			Name: OptionPruneOrphans, Type: scannerapi.OptionBool, Default: "true",
 			Description: "remove ids whose budget definition is gone from budget_policies and budget_resets",

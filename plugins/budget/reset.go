@@ -68,6 +68,7 @@ func (s *Reset) Info() scannerapi.Info {
 		// HGET: definition probe. HMGET: dry-run reads. ZRANGE: look-ahead
 		// past a window of backed-off entries. ZREM: invalid members.
 		Commands:  []string{"HGET", "HMGET", "ZRANGE", "ZREM"},
+		KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{b:*}:budget_resets"}}},
 		Functions: []string{ResetFunction},
 		Options: []scannerapi.OptionSpec{{
 			Name: OptionLookahead, Type: scannerapi.OptionInt, Default: strconv.Itoa(DefaultResetLookahead),

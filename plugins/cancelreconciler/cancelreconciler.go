@@ -180,7 +180,11 @@ func (s *Scanner) Info() scannerapi.Info {
 		// HMGET: member cores. ZRANGE: look-ahead pages. ZREM, DEL: backlog
 		// entries of unparsable or vanished flows, and a vanished flow's
 		// pending_cancels.
-		Commands:  []string{"EXISTS", "SRANDMEMBER", "HGET", "HMGET", "ZRANGE", "ZREM", "DEL"},
+		Commands: []string{"EXISTS", "SRANDMEMBER", "HGET", "HMGET", "ZRANGE", "ZREM", "DEL"},
+		KeyScopes: []scannerapi.KeyScope{
+			{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:cancel_backlog"}},
+			{Command: "DEL", Patterns: []string{"ff:flow:{fp:*}:*:pending_cancels"}},
+		},
 		Functions: []string{FunctionCancel, FunctionAck},
 		Options: append(scannerapi.FilterOptions(),
 			scannerapi.OptionSpec{Name: OptionLookahead, Type: scannerapi.OptionInt, Default: strconv.Itoa(DefaultLookahead),

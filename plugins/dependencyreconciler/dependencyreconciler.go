@@ -109,6 +109,12 @@ func (s *Scanner) Info() scannerapi.Info {
 			cmds = append(cmds, c)
 		}
 	}
+	src := scannerapi.CandidateSource{
+		Name:    sourceName,
+		Kind:    scannerapi.SourceZSetRotate,
+		Key:     "ff:idx:{p}:lane:{lane}:blocked:dependencies",
+		Backlog: scannerapi.BacklogSize,
+	}
 	return scannerapi.Info{
 		Name:            Name,
 		Version:         Version,
@@ -116,15 +122,11 @@ func (s *Scanner) Info() scannerapi.Info {
 		Family:          keys.FamilyFlow,
 		DefaultInterval: DefaultInterval,
 		DefaultBatch:    DefaultBatch,
-		Sources: []scannerapi.CandidateSource{{
-			Name:    sourceName,
-			Kind:    scannerapi.SourceZSetRotate,
-			Key:     "ff:idx:{p}:lane:{lane}:blocked:dependencies",
-			Backlog: scannerapi.BacklogSize,
-		}},
+		Sources:         []scannerapi.CandidateSource{src},
 		// depresolve's reads (TIME, HGET, HMGET, SMEMBERS), the filter's
 		// HGET, ZREM of invalid members.
 		Commands:  cmds,
+		KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{src.KeyPattern()}}},
 		Functions: slices.Clone(depresolve.Functions),
 		Options:   scannerapi.FilterOptions(),
 	}

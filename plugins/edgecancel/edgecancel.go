@@ -112,7 +112,9 @@ func (b *base) Info() scannerapi.Info {
 		Sources: []scannerapi.CandidateSource{{Name: source, Kind: scannerapi.SourceSetScan, Key: sourceKey,
 			Backlog: scannerapi.BacklogSize}},
 		Commands: b.commands, Functions: b.functions,
-		Options: scannerapi.FilterOptions(),
+		// SREM: invalid tuples of its own source.
+		KeyScopes: []scannerapi.KeyScope{{Command: "SREM", Patterns: []string{"ff:idx:{fp:*}:pending_cancel_groups"}}},
+		Options:   scannerapi.FilterOptions(),
 	}
 }
 

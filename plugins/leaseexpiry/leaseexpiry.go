@@ -160,7 +160,9 @@ func (s *Scanner) Info() scannerapi.Info {
 		// HGET: filter reads. HMGET: dry-run reads of the core. ZRANGE:
 		// look-ahead pages. ZREM: removal of members that are not
 		// execution ids.
-		Commands:  []string{"HGET", "HMGET", "ZRANGE", "ZREM"},
+		Commands: []string{"HGET", "HMGET", "ZRANGE", "ZREM"},
+		// ZREM: invalid members of its own index.
+		KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}},
 		Functions: []string{Function},
 		Options: append(scannerapi.FilterOptions(), scannerapi.OptionSpec{
 			Name: OptionLookahead, Type: scannerapi.OptionInt, Default: strconv.Itoa(DefaultLookahead),

@@ -58,6 +58,10 @@ func (s *FlowProjector) Info() scannerapi.Info {
 		// HGET: flow and member cores. SCARD, SMEMBERS, SRANDMEMBER: the
 		// members. HSET: the summary. SREM: retired and vanished flows.
 		Commands: []string{"HGET", "SCARD", "SMEMBERS", "SRANDMEMBER", "HSET", "SREM"},
+		KeyScopes: []scannerapi.KeyScope{
+			{Command: "HSET", Patterns: []string{"ff:flow:{fp:*}:*:summary"}},
+			{Command: "SREM", Patterns: []string{"ff:idx:{fp:*}:flow_index"}},
+		},
 	}
 }
 

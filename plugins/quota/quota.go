@@ -58,6 +58,11 @@ func (s *Scanner) Info() scannerapi.Info {
 		// GET: admitted set and counter. HGET: admitted executions'
 		// phases. SREM: ended admissions, pruned ids. SET: the counter.
 		Commands: []string{"HMGET", "ZREMRANGEBYSCORE", "SMEMBERS", "GET", "HGET", "SREM", "SET"},
+		KeyScopes: []scannerapi.KeyScope{
+			{Command: "ZREMRANGEBYSCORE", Patterns: []string{"ff:quota:{q:*}:*:window:*"}},
+			{Command: "SREM", Patterns: []string{"ff:idx:{q:*}:quota_policies", "ff:quota:{q:*}:*:admitted_set"}},
+			{Command: "SET", Patterns: []string{"ff:quota:{q:*}:*:concurrency"}},
+		},
 	}
 }
 

@@ -189,6 +189,14 @@ func (s *Scanner) Info() scannerapi.Info {
 		// ZCOUNT, TIME, SMEMBERS of ff:idx:lanes: the backlog. UNLINK,
 		// ZREM, SREM: the purge.
 		Commands: []string{"HGET", "HMGET", "GET", "SMEMBERS", "ZRANGE", "ZSCORE", "ZCOUNT", "TIME", "UNLINK", "ZREM", "SREM"},
+		// UNLINK: an expired execution's own keys (see keysOf); ZREM and
+		// SREM: its index entries.
+		KeyScopes: []scannerapi.KeyScope{
+			{Command: "UNLINK", Patterns: []string{"ff:exec:{fp:*}:*", "ff:attempt:{fp:*}:*", "ff:stream:{fp:*}:*",
+				"ff:wp:{fp:*}:*", "ff:signal:{fp:*}:*"}},
+			{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lane:*:terminal"}},
+			{Command: "SREM", Patterns: []string{"ff:idx:{fp:*}:all_executions"}},
+		},
 		Options: append(scannerapi.FilterOptions(),
 			scannerapi.OptionSpec{Name: OptionDefaultRetention, Type: scannerapi.OptionDuration, Default: DefaultRetention.String(),
 				Description: "retention of executions whose policy sets no stream_policy.retention_ttl_ms"},

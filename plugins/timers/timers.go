@@ -105,6 +105,9 @@ func (s *Timer) Info() scannerapi.Info {
 	// HMGET/HGET: core, suspension and waitpoint reads and the filter.
 	// ZSCORE: the P5 re-check. ZREM: members that are not ids, and pending
 	// entries of vanished waitpoints.
+	src := scannerapi.CandidateSource{
+		Name: s.sp.source, Kind: scannerapi.SourceZSetDue, Key: s.sp.key, Backlog: scannerapi.BacklogDue,
+	}
 	return scannerapi.Info{
 		Name:            s.sp.name,
 		Version:         Version,
@@ -112,12 +115,11 @@ func (s *Timer) Info() scannerapi.Info {
 		Family:          keys.FamilyFlow,
 		DefaultInterval: s.sp.interval,
 		DefaultBatch:    s.sp.batch,
-		Sources: []scannerapi.CandidateSource{{
-			Name: s.sp.source, Kind: scannerapi.SourceZSetDue, Key: s.sp.key, Backlog: scannerapi.BacklogDue,
-		}},
-		Commands:  []string{"HGET", "HMGET", "ZSCORE", "ZREM", "GET"},
-		Functions: append([]string{s.sp.function}, s.sp.alsoCalls...),
-		Options:   scannerapi.FilterOptions(),
+		Sources:         []scannerapi.CandidateSource{src},
+		Commands:        []string{"HGET", "HMGET", "ZSCORE", "ZREM", "GET"},
+		KeyScopes:       []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{src.KeyPattern()}}},
+		Functions:       append([]string{s.sp.function}, s.sp.alsoCalls...),
+		Options:         scannerapi.FilterOptions(),
 	}
 }
 

@@ -76,9 +76,12 @@ func New() *Scanner { return &Scanner{failures: scannerapi.NewFailureTracker()} 
 // Info implements scannerapi.Scanner.
 func (s *Scanner) Info() scannerapi.Info {
 	var sources []scannerapi.CandidateSource
+	var own []string
 	for _, src := range []string{"budget", "quota", "route"} {
-		sources = append(sources, scannerapi.CandidateSource{Name: src, Kind: scannerapi.SourceZSetRotate,
-			Key: "ff:idx:{p}:lane:{lane}:blocked:" + src, Backlog: scannerapi.BacklogSize})
+		s := scannerapi.CandidateSource{Name: src, Kind: scannerapi.SourceZSetRotate,
+			Key: "ff:idx:{p}:lane:{lane}:blocked:" + src, Backlog: scannerapi.BacklogSize}
+		sources = append(sources, s)
+		own = append(own, s.KeyPattern())
 	}
 	return scannerapi.Info{
 		Name: Name, Version: Version, APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow,
@@ -89,6 +92,7 @@ func (s *Scanner) Info() scannerapi.Info {
 		// workers. ZREM: entries whose core is gone. HGETALL also reads
 		// ff:config:partitions (where budgets and quotas live).
 		Commands:  []string{"HGET", "HMGET", "HGETALL", "ZCOUNT", "GET", "SMEMBERS", "ZREM"},
+		KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: own}},
 		Functions: []string{Function},
 		Options:   scannerapi.FilterOptions(),
 	}

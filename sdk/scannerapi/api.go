@@ -46,6 +46,7 @@ package scannerapi
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/ffscan/ffscan/keys"
@@ -146,8 +147,72 @@ type Info struct {
 	Commands []string
 	// Functions are the library functions the scanner may FCALL.
 	Functions []string
+	// KeyScopes narrow declared commands to the keys the scanner needs: a
+	// command that has a scope may touch only keys matching one of its
+	// patterns, so a scanner that removes index entries cannot delete
+	// execution records. A command without a scope may touch any key
+	// under ff: (except ff:config:*, which no plugin may write); the
+	// operator approving a plugin's policy sees such unscoped writes
+	// flagged. Scope every write command.
+	KeyScopes []KeyScope
 	// Options is the config schema: the options the scanner accepts.
 	Options []OptionSpec
+}
+
+// KeyScope limits one declared command to keys matching Patterns. In a
+// pattern '*' matches any run of characters (none included) and every
+// other character stands for itself, hash-tag braces too: e.g.
+// "ff:idx:{fp:*}:lease_expiry" or "ff:exec:{fp:*}:*:core".
+type KeyScope struct {
+	Command  string
+	Patterns []string
+}
+
+// Allows reports whether key matches one of the scope's patterns.
+func (s KeyScope) Allows(key string) bool {
+	for _, p := range s.Patterns {
+		if MatchKeyPattern(p, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchKeyPattern reports whether key matches pattern, where '*' matches
+// any run of characters and everything else is literal.
+func MatchKeyPattern(pattern, key string) bool {
+	// Classic greedy match with one backtrack point (the last '*'):
+	// linear in practice, never exponential.
+	p, k := 0, 0
+	star, mark := -1, 0
+	for k < len(key) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, k
+			p++
+		case p < len(pattern) && pattern[p] == key[k]:
+			p++
+			k++
+		case star >= 0:
+			p = star + 1
+			mark++
+			k = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// KeyPattern is the source's key as a KeyScope pattern: the partition
+// tag and the lane become wildcards ("ff:idx:{p}:lane:{lane}:delayed" is
+// "ff:idx:{*}:lane:*:delayed"), so a scanner can scope the command that
+// removes what it consumed to exactly its own sources.
+func (s CandidateSource) KeyPattern() string {
+	return strings.ReplaceAll(strings.ReplaceAll(s.Key, "{p}", "{*}"), "{lane}", "*")
 }
 
 // SourceKind says how the host reads a candidate source.

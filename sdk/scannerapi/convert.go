@@ -34,6 +34,9 @@ func infoToPB(in Info) *pb.ScannerInfo {
 			ScoreOffsetNs: int64(s.ScoreOffset), Backlog: string(s.Backlog),
 		})
 	}
+	for _, ks := range in.KeyScopes {
+		out.KeyScopes = append(out.KeyScopes, &pb.KeyScope{Command: ks.Command, Patterns: ks.Patterns})
+	}
 	for _, o := range in.Options {
 		out.Options = append(out.Options, &pb.OptionSpec{
 			Name: o.Name, Type: string(o.Type), Default: validUTF8(o.Default),
@@ -59,6 +62,9 @@ func infoFromPB(in *pb.ScannerInfo) Info {
 			Name: s.GetName(), Kind: SourceKind(s.GetKind()), Key: s.GetKey(),
 			ScoreOffset: time.Duration(s.GetScoreOffsetNs()), Backlog: BacklogMode(s.GetBacklog()),
 		})
+	}
+	for _, ks := range in.GetKeyScopes() {
+		out.KeyScopes = append(out.KeyScopes, KeyScope{Command: ks.GetCommand(), Patterns: ks.GetPatterns()})
 	}
 	for _, o := range in.GetOptions() {
 		out.Options = append(out.Options, OptionSpec{

@@ -65,6 +65,28 @@ func ValidateInfo(in Info) error {
 			return bad("command %s: declare library functions in Functions, not FCALL in Commands", c)
 		}
 	}
+	declared := map[string]bool{}
+	for _, c := range in.Commands {
+		declared[c] = true
+	}
+	scoped := map[string]bool{}
+	for _, ks := range in.KeyScopes {
+		if !declared[ks.Command] {
+			return bad("key scope for %q: the command is not among Commands", ks.Command)
+		}
+		if scoped[ks.Command] {
+			return bad("command %s has two key scopes; list all its patterns in one", ks.Command)
+		}
+		scoped[ks.Command] = true
+		if len(ks.Patterns) == 0 {
+			return bad("key scope for %s has no patterns", ks.Command)
+		}
+		for _, p := range ks.Patterns {
+			if !strings.HasPrefix(p, keys.Prefix) {
+				return bad("key scope for %s: pattern %q must start with %q", ks.Command, p, keys.Prefix)
+			}
+		}
+	}
 	for _, f := range in.Functions {
 		if f == "" || strings.ContainsAny(f, " \t") {
 			return bad("function name %q is invalid", f)

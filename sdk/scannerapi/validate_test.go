@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -43,5 +44,59 @@ func TestValidateInfo(t *testing.T) {
 		in := good()
 		mutate(&in)
 		assert.Error(t, scannerapi.ValidateInfo(in), name)
+	}
+}
+
+func TestMatchKeyPattern(t *testing.T) {
+	for _, c := range []struct {
+		pattern, key string
+		want         bool
+	}{
+		{"ff:idx:{fp:*}:lease_expiry", "ff:idx:{fp:12}:lease_expiry", true},
+		{"ff:idx:{fp:*}:lease_expiry", "ff:idx:{fp:12}:lease_expiry:x", false},
+		{"ff:exec:{fp:*}:*:core", "ff:exec:{fp:1}:abc:def:core", true},
+		{"ff:exec:{fp:*}:*:core", "ff:exec:{fp:1}:abc:corex", false},
+		{"ff:*", "ff:", true},
+		{"ff:a*b*c", "ff:aXbYbZc", true},
+		{"ff:a*b*c", "ff:aXbYbZ", false},
+		{"ff:exact", "ff:exact", true},
+		{"ff:exact", "ff:exac", false},
+		{"ff:[a]?", "ff:[a]?", true}, // no other wildcards
+		{"ff:[a]?", "ff:a1", false},
+	} {
+		assert.Equal(t, c.want, scannerapi.MatchKeyPattern(c.pattern, c.key), "%q ~ %q", c.pattern, c.key)
+	}
+}
+
+func TestKeyScopesValidated(t *testing.T) {
+	base := func() scannerapi.Info {
+		in := validInfo()
+		in.Commands = []string{"DEL", "HGET"}
+		return in
+	}
+	for _, c := range []struct {
+		scopes []scannerapi.KeyScope
+		want   string
+	}{
+		{[]scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:x"}}}, "not among Commands"},
+		{[]scannerapi.KeyScope{{Command: "DEL"}}, "no patterns"},
+		{[]scannerapi.KeyScope{{Command: "DEL", Patterns: []string{"other:x"}}}, "must start with"},
+		{[]scannerapi.KeyScope{{Command: "DEL", Patterns: []string{"ff:a"}}, {Command: "DEL", Patterns: []string{"ff:b"}}}, "two key scopes"},
+	} {
+		in := base()
+		in.KeyScopes = c.scopes
+		err := scannerapi.ValidateInfo(in)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	in := base()
+	in.KeyScopes = []scannerapi.KeyScope{{Command: "DEL", Patterns: []string{"ff:a:*", "ff:b"}}}
+	require.NoError(t, scannerapi.ValidateInfo(in))
+}
+
+func validInfo() scannerapi.Info {
+	return scannerapi.Info{
+		Name: "scoped", APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow,
+		DefaultInterval: time.Second, DefaultBatch: 50,
 	}
 }

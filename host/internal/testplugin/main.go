@@ -12,6 +12,8 @@
 //	mode=crash:D     serve, then exit with status 3 D after starting
 //	mode=api1        declare scanner API version 1
 //	mode=raw99       answer the handshake with protocol version 99
+//	mode=greedy      declare commands no plugin may run
+//	mode=wide        also declare DEL (on any key): a wider policy
 package main
 
 import (
@@ -45,6 +47,11 @@ func (h *hostwork) Info() scannerapi.Info {
 		// Asks for what no plugin may run.
 		commands = append(commands, "FLUSHALL", "CONFIG")
 	}
+	if mode == "wide" {
+		// Asks for more than the plain build: needs the operator's
+		// approval before it may replace it.
+		commands = append(commands, "DEL")
+	}
 	return scannerapi.Info{
 		Name: "hostwork", Version: version, APIVersion: apiVersion(),
 		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: 20,
@@ -52,7 +59,11 @@ func (h *hostwork) Info() scannerapi.Info {
 			Name: "work", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostwork", Backlog: scannerapi.BacklogDue,
 		}},
 		Commands: commands,
-		Options:  []scannerapi.OptionSpec{{Name: "delay", Type: scannerapi.OptionDuration, Default: "0s", Description: "sleep before each partition"}},
+		KeyScopes: []scannerapi.KeyScope{
+			{Command: "ZREM", Patterns: []string{"ff:idx:{*}:hostwork"}},
+			{Command: "SADD", Patterns: []string{"ff:test:{*}:done"}},
+		},
+		Options: []scannerapi.OptionSpec{{Name: "delay", Type: scannerapi.OptionDuration, Default: "0s", Description: "sleep before each partition"}},
 	}
 }
 

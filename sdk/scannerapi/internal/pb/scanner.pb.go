@@ -152,8 +152,11 @@ type ScannerInfo struct {
 	Commands          []string           `protobuf:"bytes,8,rep,name=commands,proto3" json:"commands,omitempty"`
 	Functions         []string           `protobuf:"bytes,9,rep,name=functions,proto3" json:"functions,omitempty"`
 	Options           []*OptionSpec      `protobuf:"bytes,10,rep,name=options,proto3" json:"options,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Narrowing of commands to key patterns (API version 2 and later;
+	// older hosts ignore it and run the commands unscoped).
+	KeyScopes     []*KeyScope `protobuf:"bytes,11,rep,name=key_scopes,json=keyScopes,proto3" json:"key_scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScannerInfo) Reset() {
@@ -256,6 +259,65 @@ func (x *ScannerInfo) GetOptions() []*OptionSpec {
 	return nil
 }
 
+func (x *ScannerInfo) GetKeyScopes() []*KeyScope {
+	if x != nil {
+		return x.KeyScopes
+	}
+	return nil
+}
+
+type KeyScope struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       string                 `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Patterns      []string               `protobuf:"bytes,2,rep,name=patterns,proto3" json:"patterns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyScope) Reset() {
+	*x = KeyScope{}
+	mi := &file_scanner_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyScope) ProtoMessage() {}
+
+func (x *KeyScope) ProtoReflect() protoreflect.Message {
+	mi := &file_scanner_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyScope.ProtoReflect.Descriptor instead.
+func (*KeyScope) Descriptor() ([]byte, []int) {
+	return file_scanner_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *KeyScope) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *KeyScope) GetPatterns() []string {
+	if x != nil {
+		return x.Patterns
+	}
+	return nil
+}
+
 type CandidateSource struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -269,7 +331,7 @@ type CandidateSource struct {
 
 func (x *CandidateSource) Reset() {
 	*x = CandidateSource{}
-	mi := &file_scanner_proto_msgTypes[3]
+	mi := &file_scanner_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +343,7 @@ func (x *CandidateSource) String() string {
 func (*CandidateSource) ProtoMessage() {}
 
 func (x *CandidateSource) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[3]
+	mi := &file_scanner_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +356,7 @@ func (x *CandidateSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidateSource.ProtoReflect.Descriptor instead.
 func (*CandidateSource) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{3}
+	return file_scanner_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CandidateSource) GetName() string {
@@ -344,7 +406,7 @@ type OptionSpec struct {
 
 func (x *OptionSpec) Reset() {
 	*x = OptionSpec{}
-	mi := &file_scanner_proto_msgTypes[4]
+	mi := &file_scanner_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +418,7 @@ func (x *OptionSpec) String() string {
 func (*OptionSpec) ProtoMessage() {}
 
 func (x *OptionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[4]
+	mi := &file_scanner_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +431,7 @@ func (x *OptionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OptionSpec.ProtoReflect.Descriptor instead.
 func (*OptionSpec) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{4}
+	return file_scanner_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OptionSpec) GetName() string {
@@ -410,7 +472,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_scanner_proto_msgTypes[5]
+	mi := &file_scanner_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +484,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[5]
+	mi := &file_scanner_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +497,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{5}
+	return file_scanner_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfigureRequest) GetScanner() string {
@@ -460,7 +522,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_scanner_proto_msgTypes[6]
+	mi := &file_scanner_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +534,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[6]
+	mi := &file_scanner_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +547,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{6}
+	return file_scanner_proto_rawDescGZIP(), []int{7}
 }
 
 type Partition struct {
@@ -498,7 +560,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_scanner_proto_msgTypes[7]
+	mi := &file_scanner_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +572,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[7]
+	mi := &file_scanner_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +585,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{7}
+	return file_scanner_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Partition) GetFamily() uint32 {
@@ -553,7 +615,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_scanner_proto_msgTypes[8]
+	mi := &file_scanner_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +627,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[8]
+	mi := &file_scanner_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +640,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{8}
+	return file_scanner_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Candidate) GetSource() string {
@@ -635,7 +697,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_scanner_proto_msgTypes[9]
+	mi := &file_scanner_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +709,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[9]
+	mi := &file_scanner_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +722,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{9}
+	return file_scanner_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ScanRequest) GetPartition() *Partition {
@@ -730,7 +792,7 @@ type ScanPartitionRequest struct {
 
 func (x *ScanPartitionRequest) Reset() {
 	*x = ScanPartitionRequest{}
-	mi := &file_scanner_proto_msgTypes[10]
+	mi := &file_scanner_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +804,7 @@ func (x *ScanPartitionRequest) String() string {
 func (*ScanPartitionRequest) ProtoMessage() {}
 
 func (x *ScanPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[10]
+	mi := &file_scanner_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +817,7 @@ func (x *ScanPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanPartitionRequest.ProtoReflect.Descriptor instead.
 func (*ScanPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{10}
+	return file_scanner_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScanPartitionRequest) GetScanner() string {
@@ -790,7 +852,7 @@ type ErrorCount struct {
 
 func (x *ErrorCount) Reset() {
 	*x = ErrorCount{}
-	mi := &file_scanner_proto_msgTypes[11]
+	mi := &file_scanner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +864,7 @@ func (x *ErrorCount) String() string {
 func (*ErrorCount) ProtoMessage() {}
 
 func (x *ErrorCount) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[11]
+	mi := &file_scanner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +877,7 @@ func (x *ErrorCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorCount.ProtoReflect.Descriptor instead.
 func (*ErrorCount) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{11}
+	return file_scanner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ErrorCount) GetClass() string {
@@ -854,7 +916,7 @@ type ScanResult struct {
 
 func (x *ScanResult) Reset() {
 	*x = ScanResult{}
-	mi := &file_scanner_proto_msgTypes[12]
+	mi := &file_scanner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +928,7 @@ func (x *ScanResult) String() string {
 func (*ScanResult) ProtoMessage() {}
 
 func (x *ScanResult) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[12]
+	mi := &file_scanner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +941,7 @@ func (x *ScanResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResult.ProtoReflect.Descriptor instead.
 func (*ScanResult) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{12}
+	return file_scanner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ScanResult) GetProcessed() int64 {
@@ -940,7 +1002,7 @@ type ScanPartitionResponse struct {
 
 func (x *ScanPartitionResponse) Reset() {
 	*x = ScanPartitionResponse{}
-	mi := &file_scanner_proto_msgTypes[13]
+	mi := &file_scanner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1014,7 @@ func (x *ScanPartitionResponse) String() string {
 func (*ScanPartitionResponse) ProtoMessage() {}
 
 func (x *ScanPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[13]
+	mi := &file_scanner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1027,7 @@ func (x *ScanPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanPartitionResponse.ProtoReflect.Descriptor instead.
 func (*ScanPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{13}
+	return file_scanner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ScanPartitionResponse) GetResult() *ScanResult {
@@ -986,7 +1048,7 @@ type SampleBacklogRequest struct {
 
 func (x *SampleBacklogRequest) Reset() {
 	*x = SampleBacklogRequest{}
-	mi := &file_scanner_proto_msgTypes[14]
+	mi := &file_scanner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1060,7 @@ func (x *SampleBacklogRequest) String() string {
 func (*SampleBacklogRequest) ProtoMessage() {}
 
 func (x *SampleBacklogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[14]
+	mi := &file_scanner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1073,7 @@ func (x *SampleBacklogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleBacklogRequest.ProtoReflect.Descriptor instead.
 func (*SampleBacklogRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{14}
+	return file_scanner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SampleBacklogRequest) GetScanner() string {
@@ -1046,7 +1108,7 @@ type SampleBacklogResponse struct {
 
 func (x *SampleBacklogResponse) Reset() {
 	*x = SampleBacklogResponse{}
-	mi := &file_scanner_proto_msgTypes[15]
+	mi := &file_scanner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1120,7 @@ func (x *SampleBacklogResponse) String() string {
 func (*SampleBacklogResponse) ProtoMessage() {}
 
 func (x *SampleBacklogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[15]
+	mi := &file_scanner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1133,7 @@ func (x *SampleBacklogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleBacklogResponse.ProtoReflect.Descriptor instead.
 func (*SampleBacklogResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{15}
+	return file_scanner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SampleBacklogResponse) GetPresent() bool {
@@ -1096,7 +1158,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_scanner_proto_msgTypes[16]
+	mi := &file_scanner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1170,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[16]
+	mi := &file_scanner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1183,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{16}
+	return file_scanner_proto_rawDescGZIP(), []int{17}
 }
 
 type PingResponse struct {
@@ -1133,7 +1195,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_scanner_proto_msgTypes[17]
+	mi := &file_scanner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1207,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[17]
+	mi := &file_scanner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1220,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{17}
+	return file_scanner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PingResponse) GetPid() int64 {
@@ -1177,7 +1239,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_scanner_proto_msgTypes[18]
+	mi := &file_scanner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1251,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[18]
+	mi := &file_scanner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1264,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{18}
+	return file_scanner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Command) GetArgs() [][]byte {
@@ -1223,7 +1285,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_scanner_proto_msgTypes[19]
+	mi := &file_scanner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1297,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[19]
+	mi := &file_scanner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1310,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{19}
+	return file_scanner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecRequest) GetScanner() string {
@@ -1287,7 +1349,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_scanner_proto_msgTypes[20]
+	mi := &file_scanner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1361,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[20]
+	mi := &file_scanner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1374,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{20}
+	return file_scanner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Reply) GetKind() uint32 {
@@ -1373,7 +1435,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_scanner_proto_msgTypes[21]
+	mi := &file_scanner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1447,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[21]
+	mi := &file_scanner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1460,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{21}
+	return file_scanner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecResponse) GetReplies() []*Reply {
@@ -1419,7 +1481,7 @@ const file_scanner_proto_rawDesc = "" +
 	"apiVersion\"\\\n" +
 	"\fInfoResponse\x12:\n" +
 	"\bscanners\x18\x01 \x03(\v2\x1e.ffscan.scanner.v1.ScannerInfoR\bscanners\x12\x10\n" +
-	"\x03pid\x18\x02 \x01(\x03R\x03pid\"\xfa\x02\n" +
+	"\x03pid\x18\x02 \x01(\x03R\x03pid\"\xb6\x03\n" +
 	"\vScannerInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
@@ -1432,7 +1494,12 @@ const file_scanner_proto_rawDesc = "" +
 	"\bcommands\x18\b \x03(\tR\bcommands\x12\x1c\n" +
 	"\tfunctions\x18\t \x03(\tR\tfunctions\x127\n" +
 	"\aoptions\x18\n" +
-	" \x03(\v2\x1d.ffscan.scanner.v1.OptionSpecR\aoptions\"\x8d\x01\n" +
+	" \x03(\v2\x1d.ffscan.scanner.v1.OptionSpecR\aoptions\x12:\n" +
+	"\n" +
+	"key_scopes\x18\v \x03(\v2\x1b.ffscan.scanner.v1.KeyScopeR\tkeyScopes\"@\n" +
+	"\bKeyScope\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x1a\n" +
+	"\bpatterns\x18\x02 \x03(\tR\bpatterns\"\x8d\x01\n" +
 	"\x0fCandidateSource\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
@@ -1543,63 +1610,65 @@ func file_scanner_proto_rawDescGZIP() []byte {
 	return file_scanner_proto_rawDescData
 }
 
-var file_scanner_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_scanner_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_scanner_proto_goTypes = []any{
 	(*InfoRequest)(nil),           // 0: ffscan.scanner.v1.InfoRequest
 	(*InfoResponse)(nil),          // 1: ffscan.scanner.v1.InfoResponse
 	(*ScannerInfo)(nil),           // 2: ffscan.scanner.v1.ScannerInfo
-	(*CandidateSource)(nil),       // 3: ffscan.scanner.v1.CandidateSource
-	(*OptionSpec)(nil),            // 4: ffscan.scanner.v1.OptionSpec
-	(*ConfigureRequest)(nil),      // 5: ffscan.scanner.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),     // 6: ffscan.scanner.v1.ConfigureResponse
-	(*Partition)(nil),             // 7: ffscan.scanner.v1.Partition
-	(*Candidate)(nil),             // 8: ffscan.scanner.v1.Candidate
-	(*ScanRequest)(nil),           // 9: ffscan.scanner.v1.ScanRequest
-	(*ScanPartitionRequest)(nil),  // 10: ffscan.scanner.v1.ScanPartitionRequest
-	(*ErrorCount)(nil),            // 11: ffscan.scanner.v1.ErrorCount
-	(*ScanResult)(nil),            // 12: ffscan.scanner.v1.ScanResult
-	(*ScanPartitionResponse)(nil), // 13: ffscan.scanner.v1.ScanPartitionResponse
-	(*SampleBacklogRequest)(nil),  // 14: ffscan.scanner.v1.SampleBacklogRequest
-	(*SampleBacklogResponse)(nil), // 15: ffscan.scanner.v1.SampleBacklogResponse
-	(*PingRequest)(nil),           // 16: ffscan.scanner.v1.PingRequest
-	(*PingResponse)(nil),          // 17: ffscan.scanner.v1.PingResponse
-	(*Command)(nil),               // 18: ffscan.scanner.v1.Command
-	(*ExecRequest)(nil),           // 19: ffscan.scanner.v1.ExecRequest
-	(*Reply)(nil),                 // 20: ffscan.scanner.v1.Reply
-	(*ExecResponse)(nil),          // 21: ffscan.scanner.v1.ExecResponse
-	nil,                           // 22: ffscan.scanner.v1.ConfigureRequest.OptionsEntry
+	(*KeyScope)(nil),              // 3: ffscan.scanner.v1.KeyScope
+	(*CandidateSource)(nil),       // 4: ffscan.scanner.v1.CandidateSource
+	(*OptionSpec)(nil),            // 5: ffscan.scanner.v1.OptionSpec
+	(*ConfigureRequest)(nil),      // 6: ffscan.scanner.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 7: ffscan.scanner.v1.ConfigureResponse
+	(*Partition)(nil),             // 8: ffscan.scanner.v1.Partition
+	(*Candidate)(nil),             // 9: ffscan.scanner.v1.Candidate
+	(*ScanRequest)(nil),           // 10: ffscan.scanner.v1.ScanRequest
+	(*ScanPartitionRequest)(nil),  // 11: ffscan.scanner.v1.ScanPartitionRequest
+	(*ErrorCount)(nil),            // 12: ffscan.scanner.v1.ErrorCount
+	(*ScanResult)(nil),            // 13: ffscan.scanner.v1.ScanResult
+	(*ScanPartitionResponse)(nil), // 14: ffscan.scanner.v1.ScanPartitionResponse
+	(*SampleBacklogRequest)(nil),  // 15: ffscan.scanner.v1.SampleBacklogRequest
+	(*SampleBacklogResponse)(nil), // 16: ffscan.scanner.v1.SampleBacklogResponse
+	(*PingRequest)(nil),           // 17: ffscan.scanner.v1.PingRequest
+	(*PingResponse)(nil),          // 18: ffscan.scanner.v1.PingResponse
+	(*Command)(nil),               // 19: ffscan.scanner.v1.Command
+	(*ExecRequest)(nil),           // 20: ffscan.scanner.v1.ExecRequest
+	(*Reply)(nil),                 // 21: ffscan.scanner.v1.Reply
+	(*ExecResponse)(nil),          // 22: ffscan.scanner.v1.ExecResponse
+	nil,                           // 23: ffscan.scanner.v1.ConfigureRequest.OptionsEntry
 }
 var file_scanner_proto_depIdxs = []int32{
 	2,  // 0: ffscan.scanner.v1.InfoResponse.scanners:type_name -> ffscan.scanner.v1.ScannerInfo
-	3,  // 1: ffscan.scanner.v1.ScannerInfo.sources:type_name -> ffscan.scanner.v1.CandidateSource
-	4,  // 2: ffscan.scanner.v1.ScannerInfo.options:type_name -> ffscan.scanner.v1.OptionSpec
-	22, // 3: ffscan.scanner.v1.ConfigureRequest.options:type_name -> ffscan.scanner.v1.ConfigureRequest.OptionsEntry
-	7,  // 4: ffscan.scanner.v1.ScanRequest.partition:type_name -> ffscan.scanner.v1.Partition
-	8,  // 5: ffscan.scanner.v1.ScanRequest.candidates:type_name -> ffscan.scanner.v1.Candidate
-	9,  // 6: ffscan.scanner.v1.ScanPartitionRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
-	11, // 7: ffscan.scanner.v1.ScanResult.errors:type_name -> ffscan.scanner.v1.ErrorCount
-	12, // 8: ffscan.scanner.v1.ScanPartitionResponse.result:type_name -> ffscan.scanner.v1.ScanResult
-	7,  // 9: ffscan.scanner.v1.SampleBacklogRequest.partitions:type_name -> ffscan.scanner.v1.Partition
-	18, // 10: ffscan.scanner.v1.ExecRequest.commands:type_name -> ffscan.scanner.v1.Command
-	20, // 11: ffscan.scanner.v1.Reply.array:type_name -> ffscan.scanner.v1.Reply
-	20, // 12: ffscan.scanner.v1.ExecResponse.replies:type_name -> ffscan.scanner.v1.Reply
-	0,  // 13: ffscan.scanner.v1.Scanner.Info:input_type -> ffscan.scanner.v1.InfoRequest
-	5,  // 14: ffscan.scanner.v1.Scanner.Configure:input_type -> ffscan.scanner.v1.ConfigureRequest
-	10, // 15: ffscan.scanner.v1.Scanner.ScanPartition:input_type -> ffscan.scanner.v1.ScanPartitionRequest
-	14, // 16: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
-	16, // 17: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
-	19, // 18: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
-	1,  // 19: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
-	6,  // 20: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
-	13, // 21: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
-	15, // 22: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
-	17, // 23: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
-	21, // 24: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	4,  // 1: ffscan.scanner.v1.ScannerInfo.sources:type_name -> ffscan.scanner.v1.CandidateSource
+	5,  // 2: ffscan.scanner.v1.ScannerInfo.options:type_name -> ffscan.scanner.v1.OptionSpec
+	3,  // 3: ffscan.scanner.v1.ScannerInfo.key_scopes:type_name -> ffscan.scanner.v1.KeyScope
+	23, // 4: ffscan.scanner.v1.ConfigureRequest.options:type_name -> ffscan.scanner.v1.ConfigureRequest.OptionsEntry
+	8,  // 5: ffscan.scanner.v1.ScanRequest.partition:type_name -> ffscan.scanner.v1.Partition
+	9,  // 6: ffscan.scanner.v1.ScanRequest.candidates:type_name -> ffscan.scanner.v1.Candidate
+	10, // 7: ffscan.scanner.v1.ScanPartitionRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
+	12, // 8: ffscan.scanner.v1.ScanResult.errors:type_name -> ffscan.scanner.v1.ErrorCount
+	13, // 9: ffscan.scanner.v1.ScanPartitionResponse.result:type_name -> ffscan.scanner.v1.ScanResult
+	8,  // 10: ffscan.scanner.v1.SampleBacklogRequest.partitions:type_name -> ffscan.scanner.v1.Partition
+	19, // 11: ffscan.scanner.v1.ExecRequest.commands:type_name -> ffscan.scanner.v1.Command
+	21, // 12: ffscan.scanner.v1.Reply.array:type_name -> ffscan.scanner.v1.Reply
+	21, // 13: ffscan.scanner.v1.ExecResponse.replies:type_name -> ffscan.scanner.v1.Reply
+	0,  // 14: ffscan.scanner.v1.Scanner.Info:input_type -> ffscan.scanner.v1.InfoRequest
+	6,  // 15: ffscan.scanner.v1.Scanner.Configure:input_type -> ffscan.scanner.v1.ConfigureRequest
+	11, // 16: ffscan.scanner.v1.Scanner.ScanPartition:input_type -> ffscan.scanner.v1.ScanPartitionRequest
+	15, // 17: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
+	17, // 18: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
+	20, // 19: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
+	1,  // 20: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
+	7,  // 21: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
+	14, // 22: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
+	16, // 23: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
+	18, // 24: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
+	22, // 25: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_scanner_proto_init() }
@@ -1613,7 +1682,7 @@ func file_scanner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_scanner_proto_rawDesc), len(file_scanner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
