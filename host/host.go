@@ -33,6 +33,7 @@ import (
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
+	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/host/supervisor"
@@ -66,7 +67,10 @@ type Host struct {
 	met     *metrics.Metrics
 	compMet *completions.PrometheusMetrics
 	cat     *catalog.Catalog
-	res     resolver
+	// approvals admits each launch's declared policy (restart keys, so
+	// fixed for the host's life).
+	approvals *policy.Store
+	res       resolver
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
 	readOnly bool
 
@@ -139,6 +143,9 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
 	}
 	h.cat = cat
+	if h.approvals, err = policy.NewStore(cfg.PluginApprovalsFile, policy.Mode(cfg.PluginApproval)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
+	}
 	h.client, err = boot.Connect(ctx, cfg.Valkey)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
@@ -368,6 +375,7 @@ func (h *Host) launcherFor(cfg *config.Config, name string, sc config.Scanner, r
 		ReadOnly:     readOnly,
 		StartTimeout: cfg.Supervisor.StartTimeout,
 		Isolation:    cfg.PluginIsolation.Mode(),
+		Approvals:    h.approvals,
 	}, h.cat, h.svc, h.scannerLog(name))
 }
 

@@ -57,6 +57,7 @@ func TestMain(m *testing.M) {
 		{filepath.Join(variantDir, "api1"), testplugin, "-X main.version=0.9.0-api1 -X main.mode=api1"},
 		{filepath.Join(variantDir, "raw99"), testplugin, "-X main.mode=raw99"},
 		{filepath.Join(variantDir, "greedy"), testplugin, "-X main.mode=greedy"},
+		{filepath.Join(variantDir, "wide"), testplugin, "-X main.version=1.1.0-wide -X main.mode=wide"},
 	}
 	errs := make(chan error, len(builds))
 	for _, b := range builds {
@@ -90,6 +91,7 @@ func testConfig(t *testing.T, addr string, sc config.Scanner) *config.Config {
 	cfg.PluginDir = pluginDir
 	cfg.HTTP.Listen = ""
 	cfg.HTTP.AdminTokenFile = filepath.Join(t.TempDir(), "admin-token")
+	cfg.PluginApprovalsFile = filepath.Join(t.TempDir(), "plugin-approvals.json")
 	cfg.Supervisor.HealthInterval = 500 * time.Millisecond
 	if sc.Plugin == "" {
 		sc.Plugin = "hostwork"

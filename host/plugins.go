@@ -11,6 +11,7 @@ import (
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/launcher"
+	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -110,7 +111,11 @@ type VerifyResult struct {
 	Binary    string
 	SHA256    string
 	Isolation string // what confined the verifying launch
-	Err       error
+	// Policy is what the scanner declares (policy.Policy.Lines), and
+	// Approval how it stands against the recorded approval.
+	Policy   []string
+	Approval string
+	Err      error
 }
 
 // VerifyPlugins checks every configured scanner: the binary passes the
@@ -152,6 +157,9 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 		if r.Err == nil {
 			r.Err = checkScanner(n, sc, pi)
 		}
+		if r.Err == nil {
+			r.Policy, r.Approval, r.Err = approvalOf(cfg, n, pi)
+		}
 		out = append(out, r)
 	}
 	all, err := cat.List()
@@ -167,6 +175,121 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 		}
 		pi := inspect(ctx, cat, b, pins[b], probeOf(cfg), log)
 		out = append(out, VerifyResult{Binary: b, SHA256: pi.SHA256, Isolation: pi.Isolation, Err: pi.Err})
+	}
+	return out, nil
+}
+
+// approvalOf says how scanner's declared policy stands against the
+// recorded approval: an error when a launch would be refused for it.
+func approvalOf(cfg *config.Config, scanner string, pi PluginInfo) ([]string, string, error) {
+	info, _ := scannerInfo(pi, scanner)
+	p := policy.FromInfo(info)
+	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Mode(cfg.PluginApproval))
+	if err != nil {
+		return p.Lines(), "", err
+	}
+	rec, ok, err := store.Lookup(scanner)
+	switch {
+	case err != nil:
+		return p.Lines(), "", err
+	case !ok && store.Mode() == policy.Required:
+		return p.Lines(), "not approved", &policy.NotApprovedError{Scanner: scanner, Policy: p, Path: store.Path()}
+	case !ok:
+		return p.Lines(), "not yet approved: its first launch approves it (plugin_approval: first_use)", nil
+	}
+	if added := policy.Widening(rec.Policy, p); len(added) > 0 {
+		return p.Lines(), "wider than approved", &policy.WideningError{Scanner: scanner, Added: added, Approved: rec, Path: store.Path()}
+	}
+	return p.Lines(), fmt.Sprintf("approved (%s, by %s on %s)", rec.Digest[:12], rec.ApprovedBy, rec.ApprovedAt.Format(time.DateOnly)), nil
+}
+
+func scannerInfo(pi PluginInfo, name string) (scannerapi.Info, bool) {
+	for _, info := range pi.Scanners {
+		if info.Name == name {
+			return info, true
+		}
+	}
+	return scannerapi.Info{}, false
+}
+
+// ApproveResult is what `ffscan plugins approve` recorded for a scanner.
+type ApproveResult struct {
+	Scanner string
+	Binary  string
+	SHA256  string
+	Policy  []string
+	// Added is what the approval grants beyond the one it replaced
+	// (everything, for a first approval).
+	Added  []string
+	Digest string
+	Err    error
+}
+
+// ApprovePlugins records, as approved by the operator, the policy each
+// named scanner's binary declares now (every configured scanner when
+// names is empty). The binary passes the same checks as a launch first.
+func ApprovePlugins(ctx context.Context, cfg *config.Config, names []string, log hclog.Logger) ([]ApproveResult, error) {
+	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Mode(cfg.PluginApproval))
+	if err != nil {
+		return nil, err
+	}
+	cat, err := catalog.New(cfg.PluginDir)
+	if err != nil {
+		return nil, err
+	}
+	defer cat.Close()
+	if len(names) == 0 {
+		for n, sc := range cfg.Scanners {
+			if sc.Enabled {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		if len(names) == 0 {
+			return nil, fmt.Errorf("no scanner is enabled in the configuration; name the scanners to approve")
+		}
+	}
+	var res resolver
+	var out []ApproveResult
+	for _, n := range names {
+		sc, ok := cfg.Scanners[n]
+		if !ok {
+			sc = config.Scanner{Enabled: true}
+		}
+		r := ApproveResult{Scanner: n}
+		bin, err := res.pluginFor(ctx, cat, n, sc, probeOf(cfg), log)
+		if err != nil {
+			r.Err = err
+			out = append(out, r)
+			continue
+		}
+		sc.Plugin = bin
+		pi := inspect(ctx, cat, bin, sc.SHA256, probeOf(cfg), log)
+		r.Binary, r.SHA256 = bin, pi.SHA256
+		if r.Err = pi.Err; r.Err == nil {
+			r.Err = checkScanner(n, sc, pi)
+		}
+		if r.Err != nil {
+			out = append(out, r)
+			continue
+		}
+		info, _ := scannerInfo(pi, n)
+		p := policy.FromInfo(info)
+		r.Policy = p.Lines()
+		prev, had, err := store.Lookup(n)
+		if err != nil {
+			r.Err = err
+			out = append(out, r)
+			continue
+		}
+		if had {
+			r.Added = policy.Widening(prev.Policy, p)
+		} else {
+			r.Added = policy.Widening(policy.Policy{}, p)
+		}
+		rec, err := store.Approve(n, pi.SHA256, p)
+		r.Digest, r.Err = rec.Digest, err
+		out = append(out, r)
 	}
 	return out, nil
 }

@@ -35,7 +35,8 @@ func newFileConfig(t *testing.T, addr, pluginDir string) *fileConfig {
 		"log: {level: warn}\n" +
 		"supervisor: {health_interval: 500ms, swap_probation: 0s}\n" +
 		"watch: {interval: 100ms}\n" +
-		"completions: {enabled: false}\n"
+		"completions: {enabled: false}\n" +
+		"plugin_approvals_file: " + filepath.Join(t.TempDir(), "plugin-approvals.json") + "\n"
 	return &fileConfig{path: filepath.Join(t.TempDir(), "ffscan.yaml"), base: base}
 }
 

@@ -90,7 +90,7 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit) {
 	ss := u.sup.Status()
 	rs := u.run.Status()
 	s.Path, s.Version, s.APIVersion, s.SHA256, s.Pid = ss.Meta.Path, ss.Meta.Version, ss.Meta.APIVersion, ss.Meta.SHA256, ss.Pid
-	s.Isolation = ss.Meta.Isolation
+	s.Isolation, s.Policy = ss.Meta.Isolation, ss.Meta.Policy
 	s.State, s.Since, s.Restarts, s.Swaps, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.Swaps, ss.LastError
 	if !ss.NextAttempt.IsZero() {
 		t := ss.NextAttempt

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/internal/testenv"
 )
 
@@ -377,4 +378,66 @@ func TestNewerAPIVersionIsRefused(t *testing.T) {
 	st := scannerStatus(h)
 	assert.NotEqual(t, "running", st.State)
 	assert.Contains(t, st.LastError, "speaks scanner API version 99; this host runs versions 1 to 2")
+}
+
+// A new binary that declares more than the approved policy (here DEL on
+// any key) is refused, the running plugin keeps serving, and status says
+// what it would add; once the operator approved the new policy, a forced
+// reload swaps to it.
+func TestHotSwapThatWidensThePolicyWaitsForApproval(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
+	cfg.PluginDir = ownPluginDir(t, "hostwork")
+	cfg.Watch.Plugins = false
+	h, _ := running(t, cfg)
+	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	before := scannerStatus(h)
+	require.NotEmpty(t, before.Policy, "status names the approved policy")
+
+	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Required)
+	require.NoError(t, err)
+	rec, ok, err := store.Lookup("hostwork")
+	require.NoError(t, err)
+	require.True(t, ok, "approved on first use")
+	assert.Equal(t, "first use", rec.ApprovedBy)
+	assert.Equal(t, before.Policy, rec.Digest)
+
+	install(t, cfg.PluginDir, "hostwork", variant("wide"))
+	res, err := h.ReloadPlugin(context.Background(), "hostwork", false, true)
+	require.NoError(t, err)
+	assert.Equal(t, "failed", res.Outcome, "%+v", res)
+	assert.Contains(t, res.Error, "declares more than its approved policy")
+	assert.Contains(t, res.Error, "+ DEL (any ff: key)")
+	assert.Contains(t, res.Error, "ffscan plugins approve hostwork")
+	st := scannerStatus(h)
+	assert.Equal(t, "running", st.State)
+	assert.Equal(t, before.Pid, st.Pid)
+	assert.Equal(t, before.SHA256, st.SHA256)
+
+	parts := []uint16{2, 5}
+	want := addWork(t, c, parts, 3)
+	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 20*time.Millisecond, "the old plugin still works")
+
+	// The operator approves what the new binary declares.
+	_, err = store.Approve("hostwork", fileSHA(t, variant("wide")), wideHostworkPolicy())
+	require.NoError(t, err)
+	res, err = h.ReloadPlugin(context.Background(), "hostwork", true, true)
+	require.NoError(t, err)
+	assert.Equal(t, "kept", res.Outcome, "%+v", res)
+	st = scannerStatus(h)
+	assert.Equal(t, fileSHA(t, variant("wide")), st.SHA256)
+	assert.Equal(t, wideHostworkPolicy().Digest(), st.Policy)
+}
+
+// wideHostworkPolicy is what the "wide" test plugin declares.
+func wideHostworkPolicy() policy.Policy {
+	return policy.Policy{
+		Commands: map[string][]string{
+			"ZREM": {"ff:idx:{*}:hostwork"},
+			"SADD": {"ff:test:{*}:done"},
+			"DEL":  nil,
+		},
+	}
 }

@@ -12,6 +12,7 @@ tmp=$(mktemp -d -t ffscan-check-run-XXXXXX)
 # The demo host's admin token goes to the check's directory, not to the
 # user's configuration directory.
 export FFSCAN_HTTP__ADMIN_TOKEN_FILE="$tmp/admin-token"
+export FFSCAN_PLUGIN_APPROVALS_FILE="$tmp/plugin-approvals.json"
 out="$tmp/run.out"
 mkdir "$tmp/t"
 # descendants PID prints every process below PID (the demo's children run

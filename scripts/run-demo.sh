@@ -69,7 +69,8 @@ go build -o "$work/demo" ./examples/demo
 # The host's temporary files (its plugins' sockets) go under $work too.
 mkdir "$work/tmp"
 host_log="$work/host.log"
-TMPDIR="$work/tmp" FFSCAN_HTTP__LISTEN="127.0.0.1:$http_port" ./bin/ffscan run --config configs/demo.yaml \
+TMPDIR="$work/tmp" FFSCAN_HTTP__LISTEN="127.0.0.1:$http_port" \
+  FFSCAN_PLUGIN_APPROVALS_FILE="$work/plugin-approvals.json" ./bin/ffscan run --config configs/demo.yaml \
   --valkey-addr "127.0.0.1:$port" >"$host_log" 2>&1 &
 pids+=($!)
 host_pid=$!

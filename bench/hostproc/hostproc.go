@@ -73,8 +73,8 @@ func Start(ctx context.Context, o Options, ready time.Duration) (*Proc, error) {
 		cluster = "on"
 	}
 	fmt.Fprintf(&y, "valkey:\n  addrs: [%q]\n  cluster: %q\n", o.ValkeyAddr, cluster)
-	fmt.Fprintf(&y, "plugin_dir: %q\nhttp:\n  listen: %q\n  admin_token_file: %q\nlog:\n  level: %s\nshutdown_timeout: 5s\n",
-		o.PluginDir, p.HTTP, filepath.Join(dir, "admin-token"), level)
+	fmt.Fprintf(&y, "plugin_dir: %q\nplugin_approvals_file: %q\nhttp:\n  listen: %q\n  admin_token_file: %q\nlog:\n  level: %s\nshutdown_timeout: 5s\n",
+		o.PluginDir, filepath.Join(dir, "plugin-approvals.json"), p.HTTP, filepath.Join(dir, "admin-token"), level)
 	y.WriteString("scanners:\n")
 	for _, s := range o.Scanners {
 		fmt.Fprintf(&y, "  %s:\n", s.Name)

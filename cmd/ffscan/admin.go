@@ -214,6 +214,9 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 		if s.Isolation != "" {
 			notes = append(notes, "isolation: "+s.Isolation)
 		}
+		if s.Policy != "" {
+			notes = append(notes, "approved policy "+s.Policy[:min(12, len(s.Policy))])
+		}
 		if ls := s.LastSwap; ls != nil {
 			swap := fmt.Sprintf("last swap %s %s", ls.At.Format("15:04:05"), ls.Outcome)
 			if ls.Reason != "" {

@@ -4,6 +4,7 @@
 //	ffscan reload                   make a running host reload its configuration
 //	ffscan plugins list             launch each plugin briefly and show its scanners
 //	ffscan plugins verify           check pins, permissions and handshakes
+//	ffscan plugins approve NAME...  approve the policy a scanner's binary declares
 //	ffscan plugins pin NAME         print (or --write) the sha256 pin of a scanner's binary
 //	ffscan plugins reload NAME      hot-swap a scanner's plugin in a running host
 //	ffscan scan-once --scanner N    one cycle of one scanner, then a summary
@@ -47,7 +48,11 @@ commands:
   reload [--addr host:port]    make a running host reload its configuration now
   plugins list [--verbose]     show each plugin's scanners (name, version, API version, sha256;
                                --verbose: sources, declared commands and functions, options)
-  plugins verify               check sha256 pins, file permissions and handshakes
+  plugins verify               check sha256 pins, file permissions, handshakes and
+                               each scanner's policy (commands, key scopes, functions)
+                               against its approval
+  plugins approve NAME... | --all
+                               approve the policy each scanner's binary declares now
   plugins pin NAME [--write]   print the sha256 pin line of scanner NAME's binary
                                (after checking it), or write it into --config
   plugins reload NAME          hot-swap scanner NAME's plugin in a running host
@@ -89,8 +94,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := args[0], args[1:]
 	if cmd == "plugins" {
-		if len(rest) == 0 || !slices.Contains([]string{"list", "verify", "pin", "reload"}, rest[0]) {
-			fmt.Fprint(stderr, "ffscan plugins: want list, verify, pin or reload\n\n"+usage)
+		if len(rest) == 0 || !slices.Contains([]string{"list", "verify", "approve", "pin", "reload"}, rest[0]) {
+			fmt.Fprint(stderr, "ffscan plugins: want list, verify, approve, pin or reload\n\n"+usage)
 			return exitUsage
 		}
 		cmd, rest = "plugins "+rest[0], rest[1:]
@@ -103,6 +108,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdPluginsList(rest, stdout, stderr)
 	case "plugins verify":
 		err = cmdPluginsVerify(rest, stdout, stderr)
+	case "plugins approve":
+		err = cmdPluginsApprove(rest, stdout, stderr)
 	case "plugins pin":
 		err = cmdPluginsPin(rest, stdout, stderr)
 	case "plugins reload":
@@ -165,8 +172,9 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return err
 }
 
-// parseArgs parses flags and exactly n positional arguments, which may
-// come before or after the flags (ffscan plugins pin NAME --write).
+// parseArgs parses flags and exactly n positional arguments (any number
+// when n < 0), which may come before or after the flags (ffscan plugins
+// pin NAME --write).
 func parseArgs(fs *flag.FlagSet, args []string, n int) ([]string, error) {
 	var pos []string
 	for {
@@ -181,6 +189,9 @@ func parseArgs(fs *flag.FlagSet, args []string, n int) ([]string, error) {
 		}
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
+	}
+	if n < 0 {
+		return pos, nil
 	}
 	if len(pos) != n {
 		if n == 0 {

@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 	}
 	_ = os.Chmod(dir, 0o755)
 	tokenFile = filepath.Join(dir, "admin-token")
+	approvalsFile = filepath.Join(dir, "plugin-approvals.json")
 	pluginDir = filepath.Join(dir, "plugins")
 	_ = os.Mkdir(pluginDir, 0o755)
 	ffscanBin = filepath.Join(dir, "ffscan")
@@ -96,13 +97,13 @@ func ffscanEnv(t *testing.T, env []string, args ...string) (int, string) {
 // tokenFile is the admin token every host and CLI command of the tests
 // shares, in the test directory rather than the user's configuration
 // directory.
-var tokenFile string
+var tokenFile, approvalsFile string
 
 // cleanEnv keeps FFSCAN_ variables of the developer's shell out of the
 // child (FFSCAN_TEST_SERVER is harmless: the config ignores it) and points
 // it at the tests' admin token.
 func cleanEnv() []string {
-	env := []string{"FFSCAN_HTTP__ADMIN_TOKEN_FILE=" + tokenFile}
+	env := []string{"FFSCAN_HTTP__ADMIN_TOKEN_FILE=" + tokenFile, "FFSCAN_PLUGIN_APPROVALS_FILE=" + approvalsFile}
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "FFSCAN_") && !strings.HasPrefix(kv, "FFSCAN_TEST_") {
 			continue
@@ -391,4 +392,33 @@ func TestExitCodes(t *testing.T) {
 	code, out = ffscan(t, "scan-once", "--scanner", "hostwork", "--valkey-addr", srv.Addr, "--plugin-dir", pluginDir)
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "num_flow_partitions: configured 256, stored 8")
+}
+
+// verify shows each scanner's policy and whether it is approved; with
+// plugin_approval: required an unapproved one fails until `plugins
+// approve` records it.
+func TestPluginsApproveAndVerifyPolicy(t *testing.T) {
+	t.Parallel()
+	own := []string{"FFSCAN_PLUGIN_APPROVALS_FILE=" + filepath.Join(t.TempDir(), "approvals.json")}
+	cfg := writeConfig(t, "plugin_approval: required\nscanners:\n  hostwork: {}\n")
+	code, out := ffscanEnv(t, own, "plugins", "verify", "--config", cfg, "--plugin-dir", pluginDir)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "FAIL scanner hostwork")
+	assert.Contains(t, out, "its policy is not approved")
+	assert.Contains(t, out, "ZREM ff:idx:{*}:hostwork")
+
+	code, out = ffscanEnv(t, own, "plugins", "approve", "--config", cfg, "--plugin-dir", pluginDir)
+	assert.Equal(t, 2, code, "neither names nor --all: %s", out)
+
+	code, out = ffscanEnv(t, own, "plugins", "approve", "hostwork", "--config", cfg, "--plugin-dir", pluginDir)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "approved scanner hostwork")
+	assert.Contains(t, out, "new in this approval: + SADD ff:test:{*}:done; + ZREM ff:idx:{*}:hostwork")
+
+	code, out = ffscanEnv(t, own, "plugins", "verify", "--config", cfg, "--plugin-dir", pluginDir)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "ok   scanner hostwork")
+	assert.Contains(t, out, "policy: approved (")
+	assert.Contains(t, out, "by operator on")
+	assert.Contains(t, out, "SADD ff:test:{*}:done")
 }

@@ -1,12 +1,13 @@
 package main
 
-// ffscan plugins list | verify | reload | pin.
+// ffscan plugins list | verify | approve | reload | pin.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -90,12 +91,14 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 		if r.Err != nil {
 			failed++
 			fmt.Fprintf(stdout, "FAIL %s: %v\n", who, r.Err)
+			printPolicy(stdout, r.Policy, r.Approval)
 			continue
 		}
 		fmt.Fprintf(stdout, "ok   %s sha256 %s\n", who, r.SHA256)
 		if r.Isolation != "" {
 			fmt.Fprintf(stdout, "     isolation: %s\n", r.Isolation)
 		}
+		printPolicy(stdout, r.Policy, r.Approval)
 	}
 	if err != nil {
 		return err
@@ -192,5 +195,60 @@ func cmdPluginsPin(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "pinned scanners.%s.sha256 to %s in %s (version %s); a running host picks it up on reload\n", name, pi.SHA256, c.configFile, pi.Version)
+	return nil
+}
+
+// printPolicy shows what a scanner may run, for the operator's review.
+func printPolicy(w io.Writer, lines []string, approval string) {
+	if len(lines) == 0 && approval == "" {
+		return
+	}
+	if approval != "" {
+		fmt.Fprintf(w, "     policy: %s\n", approval)
+	} else {
+		fmt.Fprintln(w, "     policy:")
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "       %s\n", l)
+	}
+}
+
+func cmdPluginsApprove(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("plugins approve", stderr)
+	all := fs.Bool("all", false, "approve every enabled scanner's policy")
+	names, err := parseArgs(fs, args, -1)
+	if err != nil {
+		return err
+	}
+	if *all == (len(names) > 0) {
+		return usageError{errors.New("name the scanners to approve, or pass --all")}
+	}
+	cfg, err := c.load(fs)
+	if err != nil {
+		return err
+	}
+	res, err := host.ApprovePlugins(context.Background(), cfg, names, quietLogger(cfg, c))
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range res {
+		if r.Err != nil {
+			failed++
+			fmt.Fprintf(stdout, "FAIL scanner %s: %v\n", r.Scanner, r.Err)
+			continue
+		}
+		fmt.Fprintf(stdout, "approved scanner %s (%s, sha256 %s): policy %s\n", r.Scanner, r.Binary, r.SHA256, r.Digest[:12])
+		for _, l := range r.Policy {
+			fmt.Fprintf(stdout, "       %s\n", l)
+		}
+		if len(r.Added) > 0 {
+			fmt.Fprintf(stdout, "     new in this approval: %s\n", strings.Join(r.Added, "; "))
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d not approved", failed, len(res))
+	}
+	fmt.Fprintln(stdout, "a running host uses the approval at its next launch of the plugin (ffscan plugins reload NAME --force)")
 	return nil
 }

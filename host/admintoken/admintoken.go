@@ -20,6 +20,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ffscan/ffscan/host/internal/ownership"
 )
 
 // DefaultPath is where the token lives when http.admin_token_file is not
@@ -93,7 +95,7 @@ func Read(path string) (string, error) {
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return "", fmt.Errorf("admin token: %s has mode %04o: others may read it; chmod 600 %s", path, perm, path)
 	}
-	if err := ownedByMe(fi); err != nil {
+	if err := ownership.OwnedByMe(fi); err != nil {
 		return "", fmt.Errorf("admin token: %s: %w", path, err)
 	}
 	b, err := os.ReadFile(path)

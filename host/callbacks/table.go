@@ -3,6 +3,7 @@ package callbacks
 import (
 	"maps"
 	"slices"
+	"strings"
 )
 
 // keyPos says which arguments of a command are keys. The host must know
@@ -112,4 +113,11 @@ func Supported(command string) bool {
 // error messages and documentation).
 func SupportedCommands() []string {
 	return slices.Sorted(maps.Keys(commandTable))
+}
+
+// Writes reports whether command changes data (and so is refused in dry
+// runs). Unknown commands count as writes.
+func Writes(command string) bool {
+	spec, ok := commandTable[strings.ToUpper(command)]
+	return !ok || spec.write
 }

@@ -40,9 +40,18 @@ type Config struct {
 	// offers, a warning when it offers nothing), required (refuse to
 	// launch without it) or off.
 	PluginIsolation Isolation
-	Lua             Lua
-	HTTP            HTTP
-	Log             Log
+	// PluginApproval is what a launch does for a scanner whose policy
+	// (declared commands, key scopes, functions) was never approved:
+	// first_use records it as approved, required refuses the launch. A
+	// policy wider than the approved one is refused either way.
+	PluginApproval string
+	// PluginApprovalsFile records the approved policies (host/policy).
+	// Empty: ffscan/plugin-approvals.json in the user's configuration
+	// directory.
+	PluginApprovalsFile string
+	Lua                 Lua
+	HTTP                HTTP
+	Log                 Log
 	// ShutdownTimeout bounds the whole shutdown: stop dispatching, let
 	// in-flight scans finish, close and kill plugins.
 	ShutdownTimeout time.Duration
@@ -178,6 +187,7 @@ func Defaults() Config {
 		Lanes:           []string{"default"},
 		PluginDir:       DefaultPluginDir(),
 		PluginIsolation: IsolationAuto,
+		PluginApproval:  "first_use",
 		HTTP:            HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:             Log{Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
@@ -236,6 +246,11 @@ func (c *Config) validate() []error {
 	case IsolationAuto, IsolationRequired, IsolationOff:
 	default:
 		bad("plugin_isolation", "%q is not one of auto, required, off", c.PluginIsolation)
+	}
+	switch c.PluginApproval {
+	case "first_use", "required":
+	default:
+		bad("plugin_approval", "%q is not one of first_use, required", c.PluginApproval)
 	}
 	switch c.Valkey.Cluster {
 	case "auto", "on", "off":
@@ -356,6 +371,8 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("partitions", c.Partitions != n.Partitions)
 	diff("plugin_dir", c.PluginDir != n.PluginDir)
 	diff("plugin_isolation", c.PluginIsolation != n.PluginIsolation)
+	diff("plugin_approval", c.PluginApproval != n.PluginApproval)
+	diff("plugin_approvals_file", c.PluginApprovalsFile != n.PluginApprovalsFile)
 	diff("lua.force_replace", c.Lua != n.Lua)
 	diff("http.listen", c.HTTP.Listen != n.HTTP.Listen)
 	diff("http.admin_token_file", c.HTTP.AdminTokenFile != n.HTTP.AdminTokenFile)

@@ -188,6 +188,8 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 			d.str(k, v, &s)
 			c.PluginIsolation = Isolation(s)
 		},
+		"plugin_approval":       func(k string, v any) { d.str(k, v, &c.PluginApproval) },
+		"plugin_approvals_file": func(k string, v any) { d.str(k, v, &c.PluginApprovalsFile) },
 		"lua": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"force_replace": func(k string, v any) { d.boolean(k, v, &c.Lua.ForceReplace) },

@@ -8,6 +8,7 @@ package hosttest
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -46,20 +47,32 @@ func (Runner) Boot(ctx context.Context, b scannertest.Boot) (scannertest.BootedH
 	cfg.HTTP.Listen = ""
 	cfg.Completions.Enabled = false
 	cfg.Scanners = map[string]config.Scanner{b.Scanner: {Enabled: true, Plugin: b.Scanner, Options: b.Options}}
-	log := hclog.New(&hclog.LoggerOptions{Name: "hosttest", Level: hclog.Warn, Output: os.Stderr})
-	h, err := host.Boot(ctx, &cfg, log)
+	// The plugin under test is approved on first use in a file of its
+	// own, never in the user's.
+	dir, err := os.MkdirTemp("", "ffscan-hosttest-*")
 	if err != nil {
 		return nil, err
 	}
-	return &booted{h: h, name: b.Scanner}, nil
+	cfg.PluginApprovalsFile = filepath.Join(dir, "plugin-approvals.json")
+	log := hclog.New(&hclog.LoggerOptions{Name: "hosttest", Level: hclog.Warn, Output: os.Stderr})
+	h, err := host.Boot(ctx, &cfg, log)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &booted{h: h, name: b.Scanner, dir: dir}, nil
 }
 
 type booted struct {
 	h    *host.Host
 	name string
+	dir  string
 }
 
-func (b *booted) Close() { b.h.Close() }
+func (b *booted) Close() {
+	b.h.Close()
+	os.RemoveAll(b.dir)
+}
 
 func (b *booted) Open(ctx context.Context, o scannertest.Open) (scannertest.Session, error) {
 	s, err := b.h.OpenSession(ctx, b.name, host.SessionOptions{Linked: o.Linked, DryRun: o.DryRun, Observe: o.Observe})

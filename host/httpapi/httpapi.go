@@ -99,7 +99,10 @@ type ScannerStatus struct {
 	SHA256     string `json:"sha256,omitempty"`
 	// Isolation: the confinement the plugin process runs under, or
 	// "none (why)" (plugin_isolation).
-	Isolation         string     `json:"isolation,omitempty"`
+	Isolation string `json:"isolation,omitempty"`
+	// Policy: the digest of the approved policy (commands, key scopes,
+	// functions) the plugin runs under; `ffscan plugins verify` lists it.
+	Policy            string     `json:"policy,omitempty"`
 	Pid               int        `json:"pid,omitempty"`
 	State             string     `json:"state"`
 	Since             time.Time  `json:"since"`

@@ -26,6 +26,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -48,6 +49,9 @@ type Config struct {
 	StartTimeout time.Duration
 	// Isolation confines the plugin process (plugin_isolation).
 	Isolation scannerapi.Isolation
+	// Approvals admits the scanner's declared policy (nil: no approval
+	// is needed, for test kits that build their own plugins).
+	Approvals *policy.Store
 }
 
 // Launcher implements supervisor.Launcher for one scanner.
@@ -181,6 +185,22 @@ func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supe
 	}
 	if err := CheckCommands(l.cfg.Scanner, info); err != nil {
 		return nil, err
+	}
+	if a := l.cfg.Approvals; a != nil {
+		// Before the plugin can run a single command: a binary that
+		// declares more than the operator approved never gets a policy.
+		dec, err := a.Admit(l.cfg.Scanner, meta.SHA256, policy.FromInfo(info))
+		if err != nil {
+			return nil, err
+		}
+		meta.Policy = dec.Record.Digest
+		if dec.FirstUse {
+			pol := policy.FromInfo(info)
+			l.log.Info("plugin policy approved on first use", "policy", pol.Digest()[:12], "grants", strings.Join(pol.Lines(), "; "), "approvals", a.Path())
+			if w := pol.UnscopedWrites(); len(w) > 0 {
+				l.log.Warn("the plugin may write any ff: key with these commands (they have no key scope)", "commands", strings.Join(w, " "))
+			}
+		}
 	}
 	pol, _ := callbacks.PolicyFromInfo(info, l.cfg.ReadOnly)
 	bound := l.svc.Bind(l.cfg.Scanner, pol).Callbacks()

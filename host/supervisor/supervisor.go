@@ -75,6 +75,9 @@ type Meta struct {
 	// Isolation describes the process's confinement
 	// (scannerapi.Plugin.Isolation).
 	Isolation string
+	// Policy is the digest of the approved policy the instance runs
+	// under (host/policy), empty when approvals are off.
+	Policy string
 }
 
 // Launcher starts an instance. It is called for every (re)start and must

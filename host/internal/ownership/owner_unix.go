@@ -1,6 +1,8 @@
 //go:build unix
 
-package admintoken
+// Package ownership checks that a file belongs to the user running ffscan:
+// a secret or an approval another user can replace is neither.
+package ownership
 
 import (
 	"fmt"
@@ -9,7 +11,8 @@ import (
 	"syscall"
 )
 
-func ownedByMe(fi fs.FileInfo) error {
+// OwnedByMe fails when fi is owned by another user than the effective one.
+func OwnedByMe(fi fs.FileInfo) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil

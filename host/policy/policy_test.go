@@ -1,0 +1,199 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+var leaseInfo = scannerapi.Info{
+	Name:      "lease_expiry",
+	Commands:  []string{"HGET", "ZREM", "ZRANGE"},
+	Functions: []string{"ff_mark_lease_expired_if_due"},
+	KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}},
+}
+
+func TestLinesAndDigestAreCanonical(t *testing.T) {
+	p := FromInfo(leaseInfo)
+	assert.Equal(t, []string{
+		"HGET (any ff: key)",
+		"ZRANGE (any ff: key)",
+		"ZREM ff:idx:{fp:*}:lease_expiry",
+		"FCALL ff_mark_lease_expired_if_due",
+	}, p.Lines())
+	reordered := leaseInfo
+	reordered.Commands = []string{"zrange", "ZREM", "HGET", "HGET"}
+	assert.Equal(t, p.Digest(), FromInfo(reordered).Digest(), "order, case and repeats do not change a policy")
+	assert.Empty(t, p.UnscopedWrites())
+
+	wide := leaseInfo
+	wide.Commands = append([]string{"DEL"}, leaseInfo.Commands...)
+	assert.Equal(t, []string{"DEL"}, FromInfo(wide).UnscopedWrites())
+	assert.Contains(t, FromInfo(wide).Lines(), "DEL (any ff: key: an unscoped write)")
+}
+
+func TestWidening(t *testing.T) {
+	approved := FromInfo(leaseInfo)
+	mutate := func(fn func(*scannerapi.Info)) Policy {
+		in := leaseInfo
+		in.Commands = append([]string(nil), leaseInfo.Commands...)
+		in.KeyScopes = []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}}
+		fn(&in)
+		return FromInfo(in)
+	}
+	assert.Empty(t, Widening(approved, approved))
+	assert.Empty(t, Widening(approved, mutate(func(in *scannerapi.Info) { in.Commands = []string{"ZREM"} })), "narrower")
+	assert.Equal(t, []string{"+ DEL (any ff: key)"},
+		Widening(approved, mutate(func(in *scannerapi.Info) { in.Commands = append(in.Commands, "DEL") })))
+	assert.Equal(t, []string{"+ ZREM (any ff: key; approved only for ff:idx:{fp:*}:lease_expiry)"},
+		Widening(approved, mutate(func(in *scannerapi.Info) { in.KeyScopes = nil })))
+	assert.Equal(t, []string{"+ ZREM ff:exec:*"},
+		Widening(approved, mutate(func(in *scannerapi.Info) { in.KeyScopes[0].Patterns = append(in.KeyScopes[0].Patterns, "ff:exec:*") })))
+	assert.Equal(t, []string{"+ FCALL ff_cancel_execution"},
+		Widening(approved, mutate(func(in *scannerapi.Info) { in.Functions = append(in.Functions, "ff_cancel_execution") })))
+	// Scoping a command that was approved unscoped narrows it.
+	unscoped := mutate(func(in *scannerapi.Info) { in.KeyScopes = nil })
+	assert.Empty(t, Widening(unscoped, approved))
+}
+
+func newStore(t *testing.T, mode Mode) *Store {
+	t.Helper()
+	s, err := NewStore(filepath.Join(t.TempDir(), "sub", "approvals.json"), mode)
+	require.NoError(t, err)
+	return s
+}
+
+func TestFirstUseRecordsThenGuards(t *testing.T) {
+	s := newStore(t, FirstUse)
+	p := FromInfo(leaseInfo)
+	dec, err := s.Admit("lease_expiry", "sha-a", p)
+	require.NoError(t, err)
+	assert.True(t, dec.FirstUse)
+	assert.Equal(t, "first use", dec.Record.ApprovedBy)
+	fi, err := os.Stat(s.Path())
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	di, err := os.Stat(filepath.Dir(s.Path()))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), di.Mode().Perm())
+
+	// The same or a narrower policy from another binary: admitted, and
+	// the record names the binary.
+	narrow := leaseInfo
+	narrow.Commands = []string{"ZREM"}
+	dec, err = s.Admit("lease_expiry", "sha-b", FromInfo(narrow))
+	require.NoError(t, err)
+	assert.False(t, dec.FirstUse)
+	rec, ok, err := s.Lookup("lease_expiry")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "sha-b", rec.BinarySHA256)
+	assert.Equal(t, p.Digest(), rec.Digest, "the approval keeps the policy approved, not the narrower one")
+
+	// Wider: refused, saying what it adds and how to approve.
+	wide := leaseInfo
+	wide.Commands = append([]string{"DEL"}, leaseInfo.Commands...)
+	_, err = s.Admit("lease_expiry", "sha-c", FromInfo(wide))
+	var we *WideningError
+	require.ErrorAs(t, err, &we)
+	assert.Equal(t, []string{"+ DEL (any ff: key)"}, we.Added)
+	assert.Contains(t, err.Error(), "ffscan plugins approve lease_expiry")
+	rec, _, err = s.Lookup("lease_expiry")
+	require.NoError(t, err)
+	assert.Equal(t, "sha-b", rec.BinarySHA256, "a refused binary is not recorded")
+
+	// Approved by the operator: admitted from then on.
+	_, err = s.Approve("lease_expiry", "sha-c", FromInfo(wide))
+	require.NoError(t, err)
+	_, err = s.Admit("lease_expiry", "sha-c", FromInfo(wide))
+	require.NoError(t, err)
+	rec, _, err = s.Lookup("lease_expiry")
+	require.NoError(t, err)
+	assert.Equal(t, "operator", rec.ApprovedBy)
+}
+
+func TestRequiredRefusesTheUnapproved(t *testing.T) {
+	s := newStore(t, Required)
+	_, err := s.Admit("lease_expiry", "sha-a", FromInfo(leaseInfo))
+	var ne *NotApprovedError
+	require.ErrorAs(t, err, &ne)
+	assert.Contains(t, err.Error(), "ZREM ff:idx:{fp:*}:lease_expiry")
+	_, ok, err := s.Lookup("lease_expiry")
+	require.NoError(t, err)
+	assert.False(t, ok, "nothing recorded")
+	_, err = s.Approve("lease_expiry", "sha-a", FromInfo(leaseInfo))
+	require.NoError(t, err)
+	_, err = s.Admit("lease_expiry", "sha-a", FromInfo(leaseInfo))
+	require.NoError(t, err)
+}
+
+// Whoever can write the file can approve anything: a file others may
+// write, or garbage, stops every launch instead of being trusted or
+// silently replaced.
+func TestUnsafeOrBrokenFilesAreRefused(t *testing.T) {
+	s := newStore(t, FirstUse)
+	_, err := s.Admit("lease_expiry", "sha-a", FromInfo(leaseInfo))
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(s.Path(), 0o666))
+	_, err = s.Admit("lease_expiry", "sha-a", FromInfo(leaseInfo))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "writable by group or others")
+
+	require.NoError(t, os.WriteFile(s.Path(), []byte("{not json"), 0o600))
+	require.NoError(t, os.Chmod(s.Path(), 0o600))
+	_, err = s.Admit("lease_expiry", "sha-a", FromInfo(leaseInfo))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is not valid")
+	raw, rerr := os.ReadFile(s.Path())
+	require.NoError(t, rerr)
+	assert.Equal(t, "{not json", string(raw), "left as it was")
+}
+
+func TestConcurrentFirstUsesAreAllKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "approvals.json")
+	// Two stores on one file stand for two host processes (the flock);
+	// each is also used from several goroutines (the mutex).
+	a, err := NewStore(path, FirstUse)
+	require.NoError(t, err)
+	b, err := NewStore(path, FirstUse)
+	require.NoError(t, err)
+	names := []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(names))
+	for i, n := range names {
+		st := a
+		if i%2 == 1 {
+			st = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.Admit(n, "sha", FromInfo(leaseInfo))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, n := range names {
+		_, ok, err := a.Lookup(n)
+		require.NoError(t, err)
+		assert.True(t, ok, n)
+	}
+}
+
+func TestBadMode(t *testing.T) {
+	_, err := NewStore("x", "sometimes")
+	require.Error(t, err)
+	assert.False(t, errors.Is(err, os.ErrNotExist))
+	assert.Contains(t, err.Error(), "first_use, required")
+}
