@@ -26,6 +26,8 @@ func (sw *sweep) backlog(ctx context.Context, states []*partState, got map[uint1
 			st.backlog = v
 			continue
 		}
+		// Entries the scan knows are settled are not work to do.
+		st.backlog = max(0, st.backlog-st.settled)
 		if needsPluginBacklog(info) && (st.pluginKeys == 0 || st.pluginAbsent < st.pluginKeys) {
 			ask = append(ask, st.p)
 			askIdx = append(askIdx, i)

@@ -100,6 +100,8 @@ func (sw *sweep) dispatch(ctx context.Context, states []*partState, nowMs int64,
 				if res.HasBacklog {
 					pluginBacklog[st.p.Index] = res.Backlog
 				}
+				st.settled = max(0, res.Settled)
+				st.hasLag, st.lag = res.HasLag, max(0, res.Lag)
 				mu.Unlock()
 				if !st.fetchError {
 					r.commitCursors(st)

@@ -253,6 +253,9 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 		case opCount:
 			n, err := res.AsInt64()
 			if err != nil {
+				if r.wrongTypeSource(sum, op.sk.key, err) {
+					continue
+				}
 				st.sampled = false
 				r.noteErr(sum, classify(err), "backlog", 1)
 				continue
@@ -262,8 +265,11 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 			n, err := res.AsInt64()
 			if err != nil {
 				// Without the size the candidates were not read either.
-				st.sampled = false
 				st.fetchError = true
+				if r.wrongTypeSource(sum, op.sk.key, err) {
+					continue
+				}
+				st.sampled = false
 				r.noteErr(sum, classify(err), "fetch", 1)
 				r.log.Debug("candidate source size read failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
 				continue
@@ -279,6 +285,9 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 			n, err := sw.parseRead(res, op.sk, op.cur, st, nowMs)
 			if err != nil {
 				st.fetchError = true
+				if r.wrongTypeSource(sum, op.sk.key, err) {
+					continue
+				}
 				st.sampled = false
 				r.noteErr(sum, classify(err), "fetch", 1)
 				r.log.Debug("candidate fetch failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
@@ -352,4 +361,32 @@ func (r *Runner) commitCursors(st *partState) {
 		r.cursors[k] = v
 	}
 	r.curMu.Unlock()
+}
+
+// wrongTypeSource handles a source key that holds another type than the
+// source reads (WRONGTYPE): data no retry will fix. It is counted (class
+// invalid, code wrong_type_source), shown in status and logged once per
+// key, and the key counts as empty, so that one corrupt key does not
+// freeze the scanner's backlog and lag gauges; it reports false for any
+// other error.
+func (r *Runner) wrongTypeSource(sum *Summary, key string, err error) bool {
+	verr, ok := valkey.IsValkeyErr(err)
+	if !ok || !strings.HasPrefix(verr.Error(), "WRONGTYPE") {
+		return false
+	}
+	sum.addErr(scannerapi.ErrInvalid, "wrong_type_source", 1)
+	r.setLastError(fmt.Sprintf("source key %s holds the wrong type; it is skipped (and counts as empty) until it is fixed or deleted", key))
+	r.warnMu.Lock()
+	first := !r.warnedKeys[key]
+	if first {
+		if r.warnedKeys == nil {
+			r.warnedKeys = map[string]bool{}
+		}
+		r.warnedKeys[key] = true
+	}
+	r.warnMu.Unlock()
+	if first {
+		r.log.Warn("a source key holds the wrong type; skipping it every cycle (counted as class invalid, code wrong_type_source) until it is fixed or deleted", "key", key, "error", verr.Error())
+	}
+	return true
 }

@@ -139,6 +139,9 @@ type Runner struct {
 
 	cycle uint64 // cycles started; owned by the Run/Cycle goroutine
 
+	warnMu     sync.Mutex
+	warnedKeys map[string]bool // wrong-type source keys already logged
+
 	curMu   sync.Mutex
 	cursors map[string]uint64 // per concrete key: rank offset or SSCAN cursor
 
@@ -399,13 +402,18 @@ func (s *Summary) addErr(class scannerapi.ErrorClass, code string, n int64) {
 
 // partState is one partition's fetch result.
 type partState struct {
-	p          keys.Partition
-	cands      []scannerapi.Candidate
-	next       map[string]uint64 // cursors to commit once the partition is done
-	backlog    int64
-	sampled    bool // every host-side backlog read succeeded
-	oldestDue  float64
-	hasDue     bool
+	p         keys.Partition
+	cands     []scannerapi.Candidate
+	next      map[string]uint64 // cursors to commit once the partition is done
+	backlog   int64
+	sampled   bool // every host-side backlog read succeeded
+	oldestDue float64
+	hasDue    bool
+	// What the scan reported: due entries it knows are settled (left out
+	// of the backlog) and, with hasLag, the partition's lag.
+	settled    int64
+	lag        time.Duration
+	hasLag     bool
 	fetchError bool
 	// Keys of plugin-backlog sources, and how many of them the fetch
 	// proved absent: with all absent the partition's backlog is 0 and
@@ -452,18 +460,25 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	// Backlog and lag are only meaningful when every partition of the
 	// family was read: a partial sum would under-report (P8).
 	complete := opts.Partitions == nil
-	var lagMs float64
 	for _, st := range states {
 		if !st.sampled {
 			complete = false
 		}
-		if st.hasDue {
-			lagMs = max(lagMs, float64(nowMs)-st.oldestDue)
-		}
 	}
-	sum.Lag = time.Duration(lagMs * float64(time.Millisecond))
 
 	more, pluginBacklog := sw.dispatch(ctx, states, nowMs, false)
+	// The lag is the longest a due entry still to be handled has waited:
+	// the oldest candidate, unless the scan said which are settled.
+	var lag time.Duration
+	for _, st := range states {
+		switch {
+		case st.hasLag:
+			lag = max(lag, st.lag)
+		case st.hasDue:
+			lag = max(lag, time.Duration((float64(nowMs)-st.oldestDue)*float64(time.Millisecond)))
+		}
+	}
+	sum.Lag = lag
 	if opts.DryRun {
 		// A dry run changes nothing, so a rescan would see the same batch.
 		more = nil

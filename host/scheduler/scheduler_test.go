@@ -88,6 +88,7 @@ func (r *recRecorder) Lag(string, time.Duration) {
 }
 
 type env struct {
+	addr   string
 	client valkey.Client
 	svc    *callbacks.Service
 }
@@ -97,7 +98,7 @@ func newEnv(t *testing.T) *env {
 	srv := testenv.New(t)
 	client := srv.Client(t)
 	lib := lua.New(client, lua.Options{})
-	return &env{client: client, svc: callbacks.New(lib, nil)}
+	return &env{addr: srv.Addr, client: client, svc: callbacks.New(lib, nil)}
 }
 
 func (e *env) runner(t *testing.T, s *testScanner, cfg Config, rec Recorder) *Runner {
@@ -353,8 +354,36 @@ func TestLaneSourcesReadEveryLane(t *testing.T) {
 }
 
 // P8: a partition that could not be sampled leaves the gauge alone instead
-// of writing a partial sum.
+// of writing a partial sum. The failure here: the host's Valkey user may
+// not read partition 0's keys (NOPERM), an error that says nothing about
+// the data.
 func TestBacklogNotWrittenWhenAPartitionFailed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.do(t, "ACL", "SETUSER", "partial", "on", "nopass", "+@all", "~ff:idx:{fp:[1-9]*")
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{e.addr}, Username: "partial", ForceSingleClient: true, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	s := &testScanner{info: leaseInfo()}
+	rec := &recRecorder{}
+	r := e.runner(t, s, Config{}, rec)
+	r.client = client
+	e.do(t, "ZADD", leaseKey(0), "1", "w")
+	e.do(t, "ZADD", leaseKey(9), "1", "x")
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.False(t, sum.BacklogKnown)
+	assert.Empty(t, rec.backlogs, "gauge untouched")
+	assert.Zero(t, rec.lags, "lag untouched as well")
+	assert.Equal(t, int64(1), sum.Errors[ErrorKey{scannerapi.ErrServer, "fetch"}], "%v", sum.Errors)
+	assert.Equal(t, 1, sum.Scanned, "the healthy partition was still scanned")
+	assert.Equal(t, 1, sum.Failed)
+}
+
+// A source key holding another type (corrupt data no retry fixes) is
+// counted as class invalid and skipped as empty: it does not freeze the
+// scanner's backlog and lag gauges, which go on measuring the rest.
+func TestWrongTypeSourceKeyDoesNotFreezeTheGauges(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
@@ -362,14 +391,17 @@ func TestBacklogNotWrittenWhenAPartitionFailed(t *testing.T) {
 	r := e.runner(t, s, Config{}, rec)
 	e.do(t, "SET", leaseKey(0), "wrong type")
 	e.do(t, "ZADD", leaseKey(9), "1", "x")
+	e.do(t, "ZADD", leaseKey(3), "2", "y")
 	sum, err := r.Cycle(context.Background(), CycleOptions{})
 	require.NoError(t, err)
-	assert.False(t, sum.BacklogKnown)
-	assert.Empty(t, rec.backlogs, "gauge untouched")
-	assert.Zero(t, rec.lags, "lag untouched as well")
-	assert.Equal(t, int64(1), sum.Errors[ErrorKey{scannerapi.ErrServer, "fetch"}])
-	assert.Equal(t, 1, sum.Scanned, "the healthy partition was still scanned")
-	assert.Equal(t, 1, sum.Failed)
+	assert.True(t, sum.BacklogKnown)
+	assert.Equal(t, int64(2), sum.Backlog)
+	assert.Equal(t, []int64{2}, rec.backlogs)
+	assert.Equal(t, 1, rec.lags, "the lag gauge is written")
+	assert.Equal(t, int64(1), sum.Errors[ErrorKey{scannerapi.ErrInvalid, "wrong_type_source"}], "%v", sum.Errors)
+	assert.Zero(t, sum.Errors[ErrorKey{scannerapi.ErrServer, "fetch"}])
+	assert.Equal(t, 2, sum.Scanned)
+	assert.Contains(t, r.Status().LastError, leaseKey(0))
 }
 
 func TestPluginBacklogSampledInOneCall(t *testing.T) {
@@ -528,4 +560,42 @@ func TestLanesFuncIsReadEachCycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, s.callsByPartition()[1], 1)
 	assert.Equal(t, "new", s.callsByPartition()[1][0].Candidates[0].Lane)
+}
+
+// Entries a scan reports settled (handled, left in the index for another
+// actor) leave the backlog, and a scan's own lag replaces the oldest
+// candidate's: a drain that is done does not look like a stall.
+func TestSettledEntriesLeaveBacklogAndLag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := &testScanner{info: leaseInfo()}
+	s.fn = func(_ context.Context, _ scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+		switch req.Partition.Index {
+		case 2: // everything settled
+			return &scannerapi.ScanResult{Settled: int64(len(req.Candidates)), HasLag: true}, nil
+		case 5: // one of three settled; the oldest pending was due 7 s ago
+			return &scannerapi.ScanResult{Processed: 2, Settled: 1, Lag: 7 * time.Second, HasLag: true}, nil
+		}
+		return &scannerapi.ScanResult{}, nil
+	}
+	rec := &recRecorder{}
+	r := e.runner(t, s, Config{}, rec)
+	for i := range 4 {
+		e.do(t, "ZADD", leaseKey(2), "1000", fmt.Sprint("old", i)) // due since 1970
+	}
+	for i := range 3 {
+		e.do(t, "ZADD", leaseKey(5), "2000", fmt.Sprint("x", i))
+	}
+	sum, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	require.True(t, sum.BacklogKnown)
+	assert.Equal(t, int64(2), sum.Backlog, "7 due, 5 settled")
+	assert.Equal(t, 7*time.Second, sum.Lag, "not the decades of the settled entries")
+
+	// A scanner that reports nothing keeps the host's own samples.
+	s.fn = nil
+	sum, err = r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), sum.Backlog)
+	assert.Greater(t, sum.Lag, time.Hour)
 }

@@ -258,7 +258,34 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	if window >= batch && look == 0 && sc.res.Processed > 0 {
 		sc.res.More = true // FlowFabric's behaviour: come back for the rest
 	}
+	sc.report()
 	return sc.res, nil
+}
+
+// report tells the host which due entries are settled: marked leases wait
+// in the index for a reclaim, and without this the backlog gauge would
+// count them and the lag would grow with the oldest of them for as long as
+// no worker reclaims, though nothing is left for this scanner to do.
+// Settled is the partition's remembered stuck entries (those the function
+// answered are left in place), and the lag is the oldest due entry this
+// scan found still to do. Both are as good as the memory: a stuck entry a
+// reclaim re-scored is counted until it is seen again or stuckTTL cycles
+// pass, and after a reset the stuck entries count as backlog until the
+// next scan reads their marks back.
+func (sc *scan) report() {
+	sc.res.Settled = int64(sc.s.stuck.Count(sc.req.Partition.Index, sc.req.Cycle))
+	sc.res.HasLag = true
+	if sc.hasPending {
+		sc.res.Lag = max(0, time.Duration((float64(sc.req.NowMs)-sc.oldestPending)*float64(time.Millisecond)))
+	}
+}
+
+// pending notes a due entry still to be handled after this scan (or
+// handled only now), for the lag.
+func (sc *scan) pending(score float64) {
+	if !sc.hasPending || score < sc.oldestPending {
+		sc.oldestPending, sc.hasPending = score, true
+	}
 }
 
 // item is one execution the scan will act on.
@@ -294,6 +321,10 @@ type scan struct {
 	pageSize int
 	acted    bool // the look-ahead found work (an FCALL for a page entry)
 	inPage   bool // admit is called for a page entry
+
+	// The oldest due entry found still to do (or done only now).
+	oldestPending float64
+	hasPending    bool
 }
 
 // admit classifies a member read from the index (host window or page).
@@ -321,6 +352,7 @@ func (sc *scan) admit(member string, score float64) {
 	eid := id.String()
 	if sc.s.failures.ShouldSkip(eid, sc.req.Cycle) {
 		sc.res.Skipped++
+		sc.pending(score) // backed off, still to do
 		return
 	}
 	if _, stuck := sc.s.stuck.Recall(sc.req.Partition.Index, eid, score, sc.req.Cycle); stuck {
@@ -366,6 +398,8 @@ func (sc *scan) buildWave(b *scanutil.Batch) {
 			if sc.filter.Decide(r) {
 				sc.toAct = append(sc.toAct, it)
 			} else {
+				// Not this scanner's to do (another deployment's
+				// namespace): neither backlog of ours nor lag.
 				sc.res.Skipped++
 			}
 		}, sc.filter.ReadCommands(it.id)...)
@@ -388,6 +422,7 @@ func (sc *scan) record(it item, o outcome) {
 	eid := it.id.String()
 	switch o.kind {
 	case outMarked:
+		sc.pending(it.score) // it was due this long when marked
 		sc.res.Processed++
 		sc.s.failures.RecordSuccess(eid)
 		if sc.req.DryRun {
@@ -411,6 +446,7 @@ func (sc *scan) record(it item, o outcome) {
 			sc.res.Note("%s: %s", eid, o.code)
 		}
 	case outLuaError, outFailed:
+		sc.pending(it.score)
 		sc.res.AddError(o.class, o.code, 1)
 		if sc.s.failures.RecordFailureClass(eid, sc.req.Cycle, o.class) {
 			sc.log.Error("persistent FCALL failure; skipping the execution for a while",

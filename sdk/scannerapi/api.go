@@ -343,6 +343,18 @@ type ScanResult struct {
 	// this partition.
 	Backlog    int64
 	HasBacklog bool // Backlog is set
+	// Settled counts due entries of the partition's sources that the
+	// scanner knows are handled and stay in the index for another actor to
+	// remove (a lease marked expired waits in lease_expiry for a reclaim).
+	// The host leaves them out of the partition's due backlog, so a drain
+	// that is done does not look like a stall.
+	Settled int64
+	// Lag, when HasLag, replaces the host's lag sample for this partition
+	// (how long its oldest due candidate has been due, settled or not):
+	// how long the oldest due entry the scan found still to be handled had
+	// been due at ScanRequest.NowMs, 0 when it found none.
+	Lag    time.Duration
+	HasLag bool // Lag is set
 	// Notes are short human-readable lines for scan-once and dry runs.
 	Notes []string
 }

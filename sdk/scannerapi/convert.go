@@ -145,6 +145,7 @@ func scanResultToPB(r *ScanResult) *pb.ScanResult {
 	out := &pb.ScanResult{
 		Processed: r.Processed, Skipped: r.Skipped, More: r.More,
 		Backlog: r.Backlog, HasBacklog: r.HasBacklog,
+		Settled: r.Settled, LagNs: int64(r.Lag), HasLag: r.HasLag,
 	}
 	for _, e := range r.Errors {
 		out.Errors = append(out.Errors, &pb.ErrorCount{
@@ -164,6 +165,7 @@ func scanResultFromPB(r *pb.ScanResult) *ScanResult {
 	out := &ScanResult{
 		Processed: r.GetProcessed(), Skipped: r.GetSkipped(), More: r.GetMore(),
 		Backlog: r.GetBacklog(), HasBacklog: r.GetHasBacklog(),
+		Settled: r.GetSettled(), Lag: time.Duration(r.GetLagNs()), HasLag: r.GetHasLag(),
 	}
 	for _, e := range r.GetErrors() {
 		out.Errors = append(out.Errors, ErrorCount{Class: ErrorClass(e.GetClass()), Code: e.GetCode(), Count: e.GetCount()})

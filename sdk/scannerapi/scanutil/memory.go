@@ -145,6 +145,20 @@ func (m *Memory[V]) Entries(part uint16, now uint64, keep func(Entry[V]) bool) [
 	return out
 }
 
+// Count returns how many valid entries partition part has.
+func (m *Memory[V]) Count(part uint16, now uint64) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sweepLocked(now)
+	n := 0
+	for _, e := range m.parts[part] {
+		if e.valid(now) {
+			n++
+		}
+	}
+	return n
+}
+
 // Forget drops member of partition part.
 func (m *Memory[V]) Forget(part uint16, member string) {
 	m.mu.Lock()

@@ -902,14 +902,19 @@ func (x *ErrorCount) GetCount() int64 {
 }
 
 type ScanResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Processed     int64                  `protobuf:"varint,1,opt,name=processed,proto3" json:"processed,omitempty"`
-	Skipped       int64                  `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	Errors        []*ErrorCount          `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
-	More          bool                   `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"`
-	Backlog       int64                  `protobuf:"varint,5,opt,name=backlog,proto3" json:"backlog,omitempty"`
-	HasBacklog    bool                   `protobuf:"varint,6,opt,name=has_backlog,json=hasBacklog,proto3" json:"has_backlog,omitempty"`
-	Notes         []string               `protobuf:"bytes,7,rep,name=notes,proto3" json:"notes,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Processed  int64                  `protobuf:"varint,1,opt,name=processed,proto3" json:"processed,omitempty"`
+	Skipped    int64                  `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Errors     []*ErrorCount          `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
+	More       bool                   `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"`
+	Backlog    int64                  `protobuf:"varint,5,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	HasBacklog bool                   `protobuf:"varint,6,opt,name=has_backlog,json=hasBacklog,proto3" json:"has_backlog,omitempty"`
+	Notes      []string               `protobuf:"bytes,7,rep,name=notes,proto3" json:"notes,omitempty"`
+	// Due entries known handled but left in the index (API version 2; an
+	// older host ignores them and counts them as backlog).
+	Settled       int64 `protobuf:"varint,8,opt,name=settled,proto3" json:"settled,omitempty"`
+	LagNs         int64 `protobuf:"varint,9,opt,name=lag_ns,json=lagNs,proto3" json:"lag_ns,omitempty"`
+	HasLag        bool  `protobuf:"varint,10,opt,name=has_lag,json=hasLag,proto3" json:"has_lag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -991,6 +996,27 @@ func (x *ScanResult) GetNotes() []string {
 		return x.Notes
 	}
 	return nil
+}
+
+func (x *ScanResult) GetSettled() int64 {
+	if x != nil {
+		return x.Settled
+	}
+	return 0
+}
+
+func (x *ScanResult) GetLagNs() int64 {
+	if x != nil {
+		return x.LagNs
+	}
+	return 0
+}
+
+func (x *ScanResult) GetHasLag() bool {
+	if x != nil {
+		return x.HasLag
+	}
+	return false
 }
 
 type ScanPartitionResponse struct {
@@ -1548,7 +1574,7 @@ const file_scanner_proto_rawDesc = "" +
 	"ErrorCount\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x03R\x05count\"\xe0\x01\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\xaa\x02\n" +
 	"\n" +
 	"ScanResult\x12\x1c\n" +
 	"\tprocessed\x18\x01 \x01(\x03R\tprocessed\x12\x18\n" +
@@ -1558,7 +1584,11 @@ const file_scanner_proto_rawDesc = "" +
 	"\abacklog\x18\x05 \x01(\x03R\abacklog\x12\x1f\n" +
 	"\vhas_backlog\x18\x06 \x01(\bR\n" +
 	"hasBacklog\x12\x14\n" +
-	"\x05notes\x18\a \x03(\tR\x05notes\"N\n" +
+	"\x05notes\x18\a \x03(\tR\x05notes\x12\x18\n" +
+	"\asettled\x18\b \x01(\x03R\asettled\x12\x15\n" +
+	"\x06lag_ns\x18\t \x01(\x03R\x05lagNs\x12\x17\n" +
+	"\ahas_lag\x18\n" +
+	" \x01(\bR\x06hasLag\"N\n" +
 	"\x15ScanPartitionResponse\x125\n" +
 	"\x06result\x18\x01 \x01(\v2\x1d.ffscan.scanner.v1.ScanResultR\x06result\"\x87\x01\n" +
 	"\x14SampleBacklogRequest\x12\x18\n" +
