@@ -20,6 +20,7 @@ import (
 type procRunner struct {
 	logger hclog.Logger
 	cmd    *exec.Cmd
+	path   string // the plugin's file (cmd.Path may name the sandbox trampoline)
 	stdout io.ReadCloser
 	stderr io.ReadCloser
 
@@ -47,7 +48,7 @@ func newProcRunner(logger hclog.Logger, cmd *exec.Cmd) (*procRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &procRunner{logger: logger, cmd: cmd, stdout: stdout, stderr: stderr, exited: make(chan struct{})}, nil
+	return &procRunner{logger: logger, cmd: cmd, path: cmd.Path, stdout: stdout, stderr: stderr, exited: make(chan struct{})}, nil
 }
 
 func (r *procRunner) Start(context.Context) error {
@@ -68,7 +69,7 @@ func (r *procRunner) Start(context.Context) error {
 	r.mu.Lock()
 	r.pid = r.cmd.Process.Pid
 	r.mu.Unlock()
-	r.logger.Debug("plugin started", "path", r.cmd.Path, "pid", r.pid)
+	r.logger.Debug("plugin started", "path", r.path, "pid", r.pid)
 	return nil
 }
 
@@ -113,7 +114,7 @@ func (r *procRunner) Pid() int {
 
 func (r *procRunner) Stdout() io.ReadCloser { return r.stdout }
 func (r *procRunner) Stderr() io.ReadCloser { return r.stderr }
-func (r *procRunner) Name() string          { return r.cmd.Path }
+func (r *procRunner) Name() string          { return r.path }
 
 func (r *procRunner) ID() string {
 	if pid := r.Pid(); pid != 0 {
@@ -123,7 +124,7 @@ func (r *procRunner) ID() string {
 }
 
 func (r *procRunner) Diagnose(context.Context) string {
-	return fmt.Sprintf("the plugin %s did not complete the go-plugin handshake: it must be built for this OS and architecture and call scannerapi.Serve from main", r.cmd.Path)
+	return fmt.Sprintf("the plugin %s did not complete the go-plugin handshake: it must be built for this OS and architecture and call scannerapi.Serve from main", r.path)
 }
 
 func (r *procRunner) PluginToHost(network, addr string) (string, string, error) {

@@ -40,6 +40,16 @@ func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, 
 		}
 		return "none (" + why + ")", nil
 	}
+	noProcs := seccompAvailable()
+	if noProcs {
+		// Through the trampoline (seccomp_linux.go): this very program,
+		// which /proc/self/exe names in the child even when its file was
+		// replaced since, installs the filter and execs the plugin.
+		cmd.Env = append(cmd.Env, seccompExecEnv+"="+cmd.Path)
+		cmd.Path = "/proc/self/exe"
+		// Opened here, the rule names this program's own file.
+		readOnly = append(readOnly, "/proc/self/exe")
+	}
 	type started struct {
 		desc string
 		err  error
@@ -51,6 +61,11 @@ func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, 
 		desc, err := confineThread(abi, readOnly, readWrite)
 		if err == nil {
 			err = cmd.Start()
+		}
+		if noProcs {
+			desc += "; no new processes (seccomp)"
+		} else {
+			desc += "; may start processes (the kernel offers no seccomp filter)"
 		}
 		ch <- started{desc, err}
 		if err == nil {

@@ -77,6 +77,7 @@ func TestConfinedPluginCannotEscape(t *testing.T) {
 		"write:" + filepath.Join(dir, "dropped"),
 		"dial:" + ln.Addr().String(),
 		fmt.Sprintf("signal:%d", os.Getpid()),
+		"spawn:/bin/true",
 	}
 
 	free := launchWith(t, scannerapi.IsolationOff)
@@ -100,6 +101,11 @@ func TestConfinedPluginCannotEscape(t *testing.T) {
 	assert.Contains(t, got[fmt.Sprintf("environ:%d", os.Getpid())], "permission denied")
 	if strings.Contains(p.Isolation(), "signals scoped") {
 		assert.Contains(t, got[fmt.Sprintf("signal:%d", os.Getpid())], "operation not permitted")
+	}
+	if strings.Contains(p.Isolation(), "no new processes") {
+		assert.Contains(t, got["spawn:/bin/true"], "operation not permitted")
+	} else {
+		t.Logf("the kernel offers no seccomp filter: %s", p.Isolation())
 	}
 	_, err = os.Stat(filepath.Join(dir, "dropped"))
 	assert.ErrorIs(t, err, os.ErrNotExist)

@@ -168,7 +168,9 @@ func (Spawner) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannera
 // reports the outcome as a note "ACTION ARG: ok" or "ACTION ARG: <error>".
 // Members are "read:PATH" (read a file), "write:PATH" (create a file),
 // "dial:HOST:PORT" (TCP connect), "signal:PID" (signal 0, a permission
-// check) and "environ:PID" (read /proc/PID/environ).
+// check), "environ:PID" (read /proc/PID/environ) and "spawn:PATH" (run
+// PATH in a session of its own, as a child meant to outlive the plugin
+// would be started).
 type Prober struct{}
 
 // Info implements scannerapi.Scanner.
@@ -200,6 +202,10 @@ func (Prober) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannerap
 			}
 		case "environ":
 			_, err = os.ReadFile("/proc/" + arg + "/environ")
+		case "spawn":
+			child := exec.Command(arg)
+			child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			err = child.Run()
 		default:
 			err = fmt.Errorf("unknown probe %q", action)
 		}
