@@ -26,6 +26,7 @@ import (
 	"github.com/ffscan/ffscan/host/boot"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
@@ -71,6 +72,8 @@ type Host struct {
 	// fixed for the host's life).
 	approvals *policy.Store
 	res       resolver
+	// census knows which lane keys exist (runCensus keeps it).
+	census *census.Census
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
 	readOnly bool
 
@@ -182,6 +185,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		}
 	}
 	h.disc = lanes.New(h.client)
+	h.census = census.New(h.client, h.epoch.Load)
 	h.lanes.Store(&lanesList)
 	// Lanes in use that nobody configured or recorded: one full discovery
 	// pass before anything runs.
@@ -452,6 +456,7 @@ func (h *Host) Run(ctx context.Context) error {
 	h.startCompletions(cfg.Completions)
 	h.mu.Unlock()
 	go h.refreshLanes(ctx)
+	go h.runCensus(ctx)
 	go h.watchLibrary(ctx)
 	go h.watchFiles(ctx)
 	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion))
@@ -548,6 +553,7 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 		CallTimeout: cfg.Scheduler.CallTimeout,
 		CallParent:  h.callCtx,
 		Epoch:       h.epoch,
+		Census:      h.census,
 	}, h.client, supTarget{sup}, nil, h.met, log)
 	ctx, cancel := context.WithCancel(h.runCtx)
 	u := &unit{name: name, sc: sc, sup: sup, run: run, cancel: cancel, done: make(chan struct{})}

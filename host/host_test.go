@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,6 +59,7 @@ func TestMain(m *testing.M) {
 		{filepath.Join(variantDir, "raw99"), testplugin, "-X main.mode=raw99"},
 		{filepath.Join(variantDir, "greedy"), testplugin, "-X main.mode=greedy"},
 		{filepath.Join(variantDir, "wide"), testplugin, "-X main.version=1.1.0-wide -X main.mode=wide"},
+		{filepath.Join(variantDir, "lanes"), testplugin, "-X main.mode=lanes"},
 	}
 	errs := make(chan error, len(builds))
 	for _, b := range builds {
@@ -415,4 +417,69 @@ func TestPluginDeclaringDeniedCommandsIsRefused(t *testing.T) {
 		return strings.Contains(scannerStatus(h).LastError, "declares commands no plugin may run: CONFIG, FLUSHALL")
 	}, 30*time.Second, 20*time.Millisecond)
 	assert.NotEqual(t, "running", scannerStatus(h).State)
+}
+
+// With many lanes, the lane census lets a lane-scoped scanner read only
+// the lane keys that exist: an idle cycle costs next to nothing whatever
+// the number of lanes, and work that appears in a lane that was empty is
+// still found and done.
+func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 200 * time.Millisecond})
+	cfg.PluginDir = ownPluginDir(t)
+	install(t, cfg.PluginDir, "hostwork", variant("lanes"))
+	cfg.Scheduler.LaneCensus = "on"
+	cfg.Lanes = nil
+	for i := range 400 {
+		cfg.Lanes = append(cfg.Lanes, fmt.Sprintf("lane-%d", i))
+	}
+	h, _ := running(t, cfg)
+	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" && h.census.Ready() }, 30*time.Second, 10*time.Millisecond)
+
+	// Idle: a cycle reads no lane key (16 partitions x 400 lanes would
+	// be 400 EXISTS commands per cycle at least).
+	cycle := func() uint64 { return scannerStatus(h).Cycle }
+	start := cycle()
+	before := commandsProcessed(t, c)
+	require.Eventually(t, func() bool { return cycle() >= start+5 }, 30*time.Second, 10*time.Millisecond)
+	perCycle := float64(commandsProcessed(t, c)-before) / float64(cycle()-start)
+	t.Logf("idle with 400 lanes and the census: %.1f commands per cycle (census, sharing and clock included)", perCycle)
+	assert.Less(t, perCycle, 100.0)
+
+	type item struct {
+		part uint16
+		lane string
+	}
+	items := []item{{3, "lane-17"}, {11, "lane-350"}, {0, "lane-0"}}
+	for _, it := range items {
+		fp := keys.FlowPart(keys.Partition{Family: keys.FamilyFlow, Index: it.part})
+		require.NoError(t, c.Do(context.Background(), c.B().Zadd().Key("ff:idx:"+fp.Tag()+":lane:"+it.lane+":hostwork").ScoreMember().ScoreMember(1, "w-"+it.lane).Build()).Error())
+	}
+	require.Eventually(t, func() bool {
+		for _, it := range items {
+			n, err := c.Do(context.Background(), c.B().Sismember().Key(doneKey(it.part)).Member("w-"+it.lane).Build()).AsInt64()
+			if err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond)
+}
+
+// commandsProcessed reads the server's command counter.
+func commandsProcessed(t *testing.T, c valkey.Client) int64 {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("stats").Build()).ToString()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no total_commands_processed in INFO")
+	return 0
 }

@@ -138,6 +138,10 @@ type Scheduler struct {
 	Concurrency int
 	// CallTimeout is the deadline of one ScanPartition call.
 	CallTimeout time.Duration
+	// LaneCensus: auto reads only the lane keys that exist (host/census)
+	// when that is cheaper than reading every lane's key; on always, off
+	// never.
+	LaneCensus string
 }
 
 // Callbacks is the budget of each scanner's callbacks (callbacks.Budget):
@@ -191,7 +195,7 @@ func Defaults() Config {
 		HTTP:            HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:             Log{Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
-		Scheduler:       Scheduler{Concurrency: 8, CallTimeout: 5 * time.Second},
+		Scheduler:       Scheduler{Concurrency: 8, CallTimeout: 5 * time.Second, LaneCensus: "auto"},
 		Callbacks:       Callbacks{MaxInFlight: 64, CommandsPerSecond: 200_000, MaxReplyBytes: 64 << 20},
 		Supervisor:      Supervisor{HealthInterval: 5 * time.Second, StartTimeout: 10 * time.Second, SwapProbation: 10 * time.Second},
 		Watch:           Watch{Config: true, Plugins: true, Interval: time.Second},
@@ -251,6 +255,11 @@ func (c *Config) validate() []error {
 	case "first_use", "required":
 	default:
 		bad("plugin_approval", "%q is not one of first_use, required", c.PluginApproval)
+	}
+	switch c.Scheduler.LaneCensus {
+	case "auto", "on", "off":
+	default:
+		bad("scheduler.lane_census", "%q is not one of auto, on, off", c.Scheduler.LaneCensus)
 	}
 	switch c.Valkey.Cluster {
 	case "auto", "on", "off":

@@ -83,7 +83,7 @@ func (d *Discovery) Step(ctx context.Context, pages int) ([]string, bool, error)
 	var firstErr error
 	nodes := d.client.Nodes()
 	for addr, node := range nodes {
-		primary, err := isPrimary(ctx, node)
+		primary, err := IsPrimary(ctx, node)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("lanes: node %s: ROLE: %w", addr, err)
@@ -143,7 +143,8 @@ func (d *Discovery) scanNode(ctx context.Context, addr string, node valkey.Clien
 	return false, nil
 }
 
-func isPrimary(ctx context.Context, node valkey.Client) (bool, error) {
+// IsPrimary reports whether node is a primary (ROLE says master).
+func IsPrimary(ctx context.Context, node valkey.Client) (bool, error) {
 	role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
 	if err != nil {
 		return false, err

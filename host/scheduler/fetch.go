@@ -54,6 +54,10 @@ type sweep struct {
 	batch   int
 	dryRun  bool
 	sum     *Summary
+	// hasLaneSource: some source is per lane; laneSet is lanes as a set,
+	// made when the census is used.
+	hasLaneSource bool
+	laneSet       map[string]bool
 }
 
 // fetch reads candidates and backlog counts of the given partitions in at
@@ -74,7 +78,7 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 	for i, p := range parts {
 		st := &partState{p: p, next: map[string]uint64{}, sampled: true}
 		states[i] = st
-		for _, sk := range expand(sw.info.Sources, p, sw.lanes) {
+		for _, sk := range sw.expand(st) {
 			if sk.src.Backlog == scannerapi.BacklogPlugin {
 				st.pluginKeys++
 			}
@@ -100,6 +104,63 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 	second := sw.runOps(ctx, first, nowMs)
 	sw.runOps(ctx, second, nowMs)
 	return states
+}
+
+// Census tells which lane index keys exist (host/census).
+type Census interface {
+	// Keys returns the existing lane keys of partition tag, and whether
+	// the census knows them now.
+	Keys(tag string) ([]string, bool)
+}
+
+// expand returns the keys of st's partition to read. With a census that
+// knows the partition, a lane-scoped source reads only the lanes whose key
+// exists (the others are empty: a key with no members does not exist),
+// so an idle host's cost does not grow with the lanes; without one, every
+// lane's key.
+func (sw *sweep) expand(st *partState) []sourceKey {
+	cen := sw.r.cfg.Census
+	if cen == nil || !sw.hasLaneSource {
+		return expand(sw.info.Sources, st.p, sw.lanes)
+	}
+	present, ok := cen.Keys(st.p.Tag())
+	if !ok {
+		return expand(sw.info.Sources, st.p, sw.lanes)
+	}
+	if sw.laneSet == nil {
+		sw.laneSet = make(map[string]bool, len(sw.lanes))
+		for _, l := range sw.lanes {
+			sw.laneSet[l] = true
+		}
+	}
+	var out []sourceKey
+	for _, s := range sw.info.Sources {
+		k := strings.ReplaceAll(s.Key, "{p}", st.p.Tag())
+		pre, suf, isLane := strings.Cut(k, "{lane}")
+		if !isLane {
+			out = append(out, sourceKey{src: s, key: k})
+			continue
+		}
+		found := 0
+		for _, key := range present {
+			if len(key) <= len(pre)+len(suf) || !strings.HasPrefix(key, pre) || !strings.HasSuffix(key, suf) {
+				continue
+			}
+			lane := key[len(pre) : len(key)-len(suf)]
+			if !sw.laneSet[lane] {
+				continue
+			}
+			found++
+			out = append(out, sourceKey{src: s, key: key, lane: lane})
+		}
+		if s.Backlog == scannerapi.BacklogPlugin {
+			// The lanes left out are absent keys, as far as the
+			// plugin's backlog goes.
+			st.pluginKeys += len(sw.lanes) - found
+			st.pluginAbsent += len(sw.lanes) - found
+		}
+	}
+	return out
 }
 
 // existsChunk bounds the keys of one EXISTS of the empty-source check.

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,9 @@ type Config struct {
 	NoJitter bool
 	// Clock is the time source (the system clock).
 	Clock clock.Clock
+	// Census, when set, says which lane keys exist, so that lane-scoped
+	// sources read only those (nil: every lane's key is read).
+	Census Census
 	// Epoch is the host's store epoch, shared by its runners (nil: not
 	// tracked). The runner bumps it on transport failures and topology
 	// changes and sends it with every scan request.
@@ -232,6 +236,29 @@ func (r *Runner) Status() Status {
 	r.stMu.Lock()
 	defer r.stMu.Unlock()
 	return r.status
+}
+
+// LaneLoad says what the runner's lane-scoped sources cost when every
+// lane's key is read: the keys read per second (partitions x lanes x
+// lane-scoped sources / interval), and its interval. Zero when the scanner
+// has no lane-scoped source or is unavailable.
+func (r *Runner) LaneLoad() (keysPerSecond float64, interval time.Duration) {
+	_, info, err := r.target.Current()
+	if err != nil {
+		return 0, 0
+	}
+	n := 0
+	for _, s := range info.Sources {
+		if strings.Contains(s.Key, "{lane}") {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	iv := r.interval(info)
+	parts := len(r.cfg.Partitions.Partitions(info.Family))
+	return float64(parts*len(r.lanes())*n) / iv.Seconds(), iv
 }
 
 func (r *Runner) lanes() []string {
@@ -454,7 +481,8 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		return sum, fmt.Errorf("read server TIME: %w", err)
 	}
 	sum.NowMs = nowMs
-	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum}
+	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
+		hasLaneSource: hasLaneSource(info)}
 	states := sw.fetch(ctx, parts, nowMs)
 
 	// Backlog and lag are only meaningful when every partition of the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -598,4 +599,85 @@ func TestSettledEntriesLeaveBacklogAndLag(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(7), sum.Backlog)
 	assert.Greater(t, sum.Lag, time.Hour)
+}
+
+// fakeCensus knows the lane keys it was given.
+type fakeCensus struct {
+	keys  map[string][]string
+	known bool
+}
+
+func (f *fakeCensus) Keys(tag string) ([]string, bool) { return f.keys[tag], f.known }
+
+// With a census that knows the partition, a lane-scoped source reads
+// only the lanes whose key exists, and only lanes the host knows;
+// without one (or while it does not know), every lane's key.
+func TestCensusNarrowsLaneReads(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	info := scannerapi.Info{
+		Name: "lanes", Family: keys.FamilyFlow, DefaultBatch: 10,
+		Sources: []scannerapi.CandidateSource{
+			{Name: "delayed", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lane:{lane}:delayed"},
+			{Name: "lease", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry"},
+		},
+	}
+	lanes := make([]string, 300)
+	for i := range lanes {
+		lanes[i] = fmt.Sprintf("l%d", i)
+	}
+	fp := keys.FlowPart(keys.Partition{Family: keys.FamilyFlow, Index: 4})
+	cen := &fakeCensus{known: true, keys: map[string][]string{
+		"{fp:4}": {fp.LaneDelayed("l7"), fp.LaneEligible("l7"), fp.LaneDelayed("unknown-lane")},
+	}}
+	s := &testScanner{info: info}
+	r := e.runner(t, s, Config{Lanes: lanes, Census: cen}, nil)
+	e.do(t, "ZADD", fp.LaneDelayed("l7"), "1", "x")
+	e.do(t, "ZADD", fp.LaneDelayed("unknown-lane"), "1", "u")
+	e.do(t, "ZADD", fp.LeaseExpiry(), "1", "l")
+	// A key the census has not seen yet is not read this cycle.
+	e.do(t, "ZADD", fp.LaneDelayed("l9"), "1", "y")
+
+	before := commandsProcessed(t, e)
+	_, err := r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	narrowed := commandsProcessed(t, e) - before
+	calls := s.callsByPartition()[4]
+	require.Len(t, calls, 1)
+	var members []string
+	for _, c := range calls[0].Candidates {
+		members = append(members, c.Member)
+	}
+	assert.ElementsMatch(t, []string{"x", "l"}, members)
+
+	// Once the census does not know, every lane is read again.
+	cen.known = false
+	before = commandsProcessed(t, e)
+	_, err = r.Cycle(context.Background(), CycleOptions{})
+	require.NoError(t, err)
+	full := commandsProcessed(t, e) - before
+	calls = s.callsByPartition()[4]
+	require.Len(t, calls, 2)
+	members = nil
+	for _, c := range calls[1].Candidates {
+		members = append(members, c.Member)
+	}
+	assert.ElementsMatch(t, []string{"x", "y", "l"}, members)
+	assert.Less(t, narrowed*10, full, "the census saves the reads of the empty lanes (%d vs %d commands)", narrowed, full)
+}
+
+// commandsProcessed reads the server's command counter.
+func commandsProcessed(t *testing.T, e *env) int64 {
+	t.Helper()
+	info, err := e.client.Do(context.Background(), e.client.B().Info().Section("stats").Build()).ToString()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no total_commands_processed in INFO")
+	return 0
 }

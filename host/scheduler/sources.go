@@ -88,3 +88,13 @@ func backlogCmd(c valkey.Client, sk sourceKey, nowMs int64) (valkey.Completed, b
 	}
 	return valkey.Completed{}, false
 }
+
+// hasLaneSource reports whether a source is read per lane.
+func hasLaneSource(info scannerapi.Info) bool {
+	for _, s := range info.Sources {
+		if strings.Contains(s.Key, "{lane}") {
+			return true
+		}
+	}
+	return false
+}

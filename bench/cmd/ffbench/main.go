@@ -50,13 +50,15 @@ type sizes struct {
 	// Listener off (reconciler at its 15 s interval): chains run at once.
 	DAGOffLevels int
 	DAGOffChains int
+	// LaneProbes: executions timed from due to promoted among many lanes.
+	LaneProbes int
 }
 
 var (
 	fullSizes = sizes{DrainLeases: 100_000, DrainReps: 3, Burst: 10_000, Idle: 20 * time.Second,
-		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5}
+		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5, LaneProbes: 20}
 	quickSizes = sizes{DrainLeases: 10_000, DrainReps: 1, Burst: 2_000, Idle: 5 * time.Second,
-		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2}
+		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2, LaneProbes: 5}
 )
 
 type bench struct {
@@ -121,7 +123,7 @@ func main() {
 
 func run() error {
 	quick := flag.Bool("quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
-	only := flag.String("only", "drain,reclaim,idle,dag,idleall,hosts,cluster", "comma-separated benchmarks to run")
+	only := flag.String("only", "drain,reclaim,idle,dag,idleall,hosts,cluster,lanes", "comma-separated benchmarks to run")
 	binDir := flag.String("bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
 	leases := flag.Int("leases", 0, "drain: expired leases (default 100000, quick 10000)")
 	reps := flag.Int("reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
@@ -223,6 +225,7 @@ func run() error {
 	step("idleall", func() (err error) { rep.IdleAll, err = b.runIdleAll(ctx, sz.Idle); return })
 	step("hosts", func() (err error) { rep.Hosts, err = b.runHosts(ctx, sz.Burst); return })
 	step("cluster", func() (err error) { rep.Cluster, err = b.runCluster(ctx, sz.DrainLeases/2); return })
+	step("lanes", func() (err error) { rep.Lanes, err = b.runLanes(ctx, sz.Idle, sz.LaneProbes); return })
 	rep.End, rep.LoadEnd = time.Now(), measure.Load()
 	rep.Errors = errs
 	rep.print(os.Stdout)

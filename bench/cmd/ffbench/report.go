@@ -24,6 +24,7 @@ type report struct {
 	IdleAll     *idleAllResult
 	Hosts       *hostsResult
 	Cluster     *clusterResult
+	Lanes       *lanesResult
 	Errors      []error
 }
 
@@ -73,6 +74,10 @@ func (r *report) print(w io.Writer) {
 	if r.Cluster != nil {
 		p(rule)
 		r.Cluster.print(w)
+	}
+	if r.Lanes != nil {
+		p(rule)
+		r.Lanes.print(w)
 	}
 	if len(r.Errors) > 0 {
 		p(rule)

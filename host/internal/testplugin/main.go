@@ -14,6 +14,7 @@
 //	mode=raw99       answer the handshake with protocol version 99
 //	mode=greedy      declare commands no plugin may run
 //	mode=wide        also declare DEL (on any key): a wider policy
+//	mode=lanes       read ff:idx:{p}:lane:{lane}:hostwork, one key per lane
 package main
 
 import (
@@ -52,15 +53,19 @@ func (h *hostwork) Info() scannerapi.Info {
 		// approval before it may replace it.
 		commands = append(commands, "DEL")
 	}
+	src := scannerapi.CandidateSource{
+		Name: "work", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostwork", Backlog: scannerapi.BacklogDue,
+	}
+	if mode == "lanes" {
+		src.Key = "ff:idx:{p}:lane:{lane}:hostwork"
+	}
 	return scannerapi.Info{
 		Name: "hostwork", Version: version, APIVersion: apiVersion(),
 		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: 20,
-		Sources: []scannerapi.CandidateSource{{
-			Name: "work", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostwork", Backlog: scannerapi.BacklogDue,
-		}},
+		Sources:  []scannerapi.CandidateSource{src},
 		Commands: commands,
 		KeyScopes: []scannerapi.KeyScope{
-			{Command: "ZREM", Patterns: []string{"ff:idx:{*}:hostwork"}},
+			{Command: "ZREM", Patterns: []string{src.KeyPattern()}},
 			{Command: "SADD", Patterns: []string{"ff:test:{*}:done"}},
 		},
 		Options: []scannerapi.OptionSpec{{Name: "delay", Type: scannerapi.OptionDuration, Default: "0s", Description: "sleep before each partition"}},
