@@ -348,6 +348,7 @@ func TestPluginsListAndVerify(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "source work: zset_due ff:idx:{p}:hostwork (backlog: due)")
 	assert.Contains(t, out, "commands: ZREM SADD")
+	assert.Contains(t, out, "key scope of ZREM: ff:idx:{*}:hostwork")
 	assert.Contains(t, out, `option delay (duration, default "0s"): sleep before each partition`)
 
 	good := writeConfig(t, "scanners:\n  hostwork: {options: {delay: 1ms}}\n")

@@ -56,6 +56,9 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 					fmt.Fprintln(stdout)
 				}
 				fmt.Fprintf(stdout, "  commands: %s\n", orNone(in.Commands))
+				for _, ks := range in.KeyScopes {
+					fmt.Fprintf(stdout, "  key scope of %s: %s\n", ks.Command, strings.Join(ks.Patterns, " "))
+				}
 				fmt.Fprintf(stdout, "  functions: %s\n", orNone(in.Functions))
 				for _, o := range in.Options {
 					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", o.Name, o.Type, o.Default, o.Description)
