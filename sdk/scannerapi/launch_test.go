@@ -157,6 +157,9 @@ func TestLaunchedScannerMatchesLinked(t *testing.T) {
 	assert.Equal(t, []string{"p:a", "p:b\uFFFDbinary", "p:",
 		"echo {fp:7} now=1700000000123 cycle=42 dry=false lanes=[default bin\x00lane]"}, got.Notes)
 	assert.True(t, got.More)
+	assert.Equal(t, int64(2), got.Settled)
+	assert.Equal(t, 1500*time.Millisecond, got.Lag)
+	assert.True(t, got.HasLag)
 	cb.mu.Lock()
 	assert.Equal(t, "echo", cb.scanner)
 	cb.mu.Unlock()

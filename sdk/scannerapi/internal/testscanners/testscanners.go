@@ -27,8 +27,9 @@ func info(name string) scannerapi.Info {
 		Sources: []scannerapi.CandidateSource{{
 			Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:test", Backlog: scannerapi.BacklogPlugin,
 		}},
-		Commands: []string{"ECHO", "GET"},
-		Options:  []scannerapi.OptionSpec{{Name: "prefix", Type: scannerapi.OptionString}},
+		Commands:  []string{"ECHO", "GET"},
+		KeyScopes: []scannerapi.KeyScope{{Command: "GET", Patterns: []string{"ff:test:{*}:*", "ff:other"}}},
+		Options:   []scannerapi.OptionSpec{{Name: "prefix", Type: scannerapi.OptionString}},
 	}
 }
 
@@ -82,6 +83,8 @@ func (e *Echo) ScanPartition(ctx context.Context, host scannerapi.Host, req *sca
 	}
 	res.More = len(req.Candidates) >= req.Batch
 	res.Backlog, res.HasBacklog = int64(len(req.Candidates)), true
+	// Every result field crosses the wire (TestLaunchedScannerMatchesLinked).
+	res.Settled, res.Lag, res.HasLag = 2, 1500*time.Millisecond, true
 	res.Notes = append(res.Notes, fmt.Sprintf("%s %s now=%d cycle=%d dry=%v lanes=%v", req.Scanner, req.Partition, req.NowMs, req.Cycle, req.DryRun, req.Lanes))
 	return res, nil
 }
