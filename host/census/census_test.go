@@ -2,6 +2,7 @@ package census
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 
@@ -102,4 +103,37 @@ func TestCensusKnowsTheLaneKeysThatExist(t *testing.T) {
 	c.SetEnabled(false)
 	_, ok = c.Keys("{fp:3}")
 	assert.False(t, ok, "off forgets")
+}
+
+// On a cluster every primary's lane keys are found, each once: replicas,
+// which hold copies, are not scanned.
+func TestCensusOnAClusterWithReplicas(t *testing.T) {
+	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 2, Replicas: 1})
+	client := cl.Client(t)
+	ctx := context.Background()
+	var epoch atomic.Uint64
+	epoch.Store(1)
+	c := New(client, epoch.Load)
+	c.SetEnabled(true)
+	want := map[string][]string{}
+	for p := range 30 {
+		tag := "{fp:" + strconv.Itoa(p) + "}"
+		k := "ff:idx:" + tag + ":lane:l" + strconv.Itoa(p%4) + ":delayed"
+		require.NoError(t, client.Do(ctx, client.B().Zadd().Key(k).ScoreMember().ScoreMember(1, "x").Build()).Error())
+		want[tag] = []string{k}
+	}
+	// Replication is asynchronous; the census reads primaries only, so
+	// no wait is needed for what it must see.
+	for {
+		done, err := c.Step(ctx, 10)
+		require.NoError(t, err)
+		if done {
+			break
+		}
+	}
+	for tag, ks := range want {
+		got, ok := c.Keys(tag)
+		require.True(t, ok)
+		assert.Equal(t, ks, got, tag)
+	}
 }
