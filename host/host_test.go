@@ -437,6 +437,7 @@ func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
 	}
 	h, _ := running(t, cfg)
 	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" && h.census.Ready() }, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "on", h.Status().LaneCensus)
 
 	// Idle: a cycle reads no lane key (16 partitions x 400 lanes would
 	// be 400 EXISTS commands per cycle at least; the census itself uses

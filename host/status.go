@@ -20,7 +20,7 @@ import (
 func (h *Host) Status() httpapi.StatusDoc {
 	cfg := h.config()
 	doc := httpapi.StatusDoc{
-		Version: Version, StartedAt: h.started, Valkey: cfg.Valkey.Addrs, Lanes: h.Lanes(),
+		Version: Version, StartedAt: h.started, Valkey: cfg.Valkey.Addrs, Lanes: h.Lanes(), LaneCensus: h.census.State(),
 		ScannerAPI: fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion),
 	}
 	if h.client.Mode() == valkey.ClientModeCluster {

@@ -141,7 +141,14 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 	if len(doc.ValkeyNodes) > 0 {
 		valkeyLine = fmt.Sprintf("valkey cluster masters %s (seeds %s)", strings.Join(doc.ValkeyNodes, ","), strings.Join(doc.Valkey, ","))
 	}
-	fmt.Fprintf(w, "ffscan %s (scanner API %s), up since %s, %s, lanes %s\n", doc.Version, doc.ScannerAPI, doc.StartedAt.Format(time.RFC3339), valkeyLine, strings.Join(doc.Lanes, ","))
+	lanes := strings.Join(doc.Lanes, ",")
+	if len(doc.Lanes) > 8 {
+		lanes = fmt.Sprintf("%d (%s, ...)", len(doc.Lanes), strings.Join(doc.Lanes[:8], ","))
+	}
+	if doc.LaneCensus != "" && doc.LaneCensus != "off" {
+		lanes += " (lane census " + doc.LaneCensus + ")"
+	}
+	fmt.Fprintf(w, "ffscan %s (scanner API %s), up since %s, %s, lanes %s\n", doc.Version, doc.ScannerAPI, doc.StartedAt.Format(time.RFC3339), valkeyLine, lanes)
 	cfgLine := "config: loaded " + doc.Config.LoadedAt.Format(time.RFC3339)
 	if doc.Config.File != "" {
 		cfgLine = "config: " + doc.Config.File + ", loaded " + doc.Config.LoadedAt.Format(time.RFC3339)

@@ -104,6 +104,19 @@ func (c *Census) Ready() bool {
 	return c.enabled && c.ready && c.epoch() == c.lastEpoch && !c.tooMany
 }
 
+// State is "on" (in use), "warming" (enabled, not known yet) or "off".
+func (c *Census) State() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.enabled:
+		return "off"
+	case c.ready && c.epoch() == c.lastEpoch && !c.tooMany:
+		return "on"
+	}
+	return "warming"
+}
+
 // SetEnabled turns the census on (it is used once a pass completed) or
 // off (forgotten: the scheduler reads every lane's key).
 func (c *Census) SetEnabled(on bool) {

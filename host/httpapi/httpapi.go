@@ -37,8 +37,12 @@ type StatusDoc struct {
 	Valkey    []string  `json:"valkey_addrs"` // configured seeds
 	// ValkeyNodes: on a cluster, the masters that serve slots now, as the
 	// cluster reports them (the seeds only started the client).
-	ValkeyNodes []string           `json:"valkey_nodes,omitempty"`
-	Lanes       []string           `json:"lanes"`
+	ValkeyNodes []string `json:"valkey_nodes,omitempty"`
+	Lanes       []string `json:"lanes"`
+	// LaneCensus: "on" (lane-scoped sources read only the lane keys that
+	// exist), "warming" (on, its first pass not done: every lane is read)
+	// or "off" (scheduler.lane_census).
+	LaneCensus  string             `json:"lane_census"`
 	ScannerAPI  string             `json:"scanner_api"` // versions this host runs, e.g. "1..2"
 	Config      ConfigStatus       `json:"config"`
 	Completions *CompletionsStatus `json:"completions"`
