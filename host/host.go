@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/boot"
@@ -35,6 +36,7 @@ import (
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/policy"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/host/supervisor"
@@ -74,6 +76,10 @@ type Host struct {
 	res       resolver
 	// census knows which lane keys exist (runCensus keeps it).
 	census *census.Census
+	// pg is the FlowFabric Postgres database (nil without postgres.dsn),
+	// pgSchema what Boot recognised there.
+	pg       *pgxpool.Pool
+	pgSchema postgres.Schema
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
 	readOnly bool
 
@@ -155,7 +161,21 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 	}
 	fail := func(err error) (*Host, error) {
 		h.client.Close()
+		if h.pg != nil {
+			h.pg.Close()
+		}
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
+	}
+	if cfg.Postgres.DSN != "" {
+		// Before anything else touches it: a schema this ffscan does not
+		// know stops the boot, with what was found.
+		if h.pg, err = postgres.Connect(ctx, postgres.Options{DSN: cfg.Postgres.DSN, PoolSize: cfg.Postgres.PoolSize}); err != nil {
+			return fail(err)
+		}
+		if h.pgSchema, err = postgres.Recognize(ctx, h.pg); err != nil {
+			return fail(err)
+		}
+		log.Info("postgres", "schema", h.pgSchema.String(), "pool_size", h.pg.Config().MaxConns)
 	}
 	h.readOnly = readOnly
 	var lanesList []string
@@ -349,6 +369,9 @@ func (h *Host) checkLibrary(ctx context.Context) error {
 // plugin binaries.
 func (h *Host) Close() {
 	h.client.Close()
+	if h.pg != nil {
+		h.pg.Close()
+	}
 	_ = h.cat.Close()
 }
 

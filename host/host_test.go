@@ -23,7 +23,9 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/internal/pgtest"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 )
@@ -487,4 +489,33 @@ func laneReads(t *testing.T, c valkey.Client) int64 {
 		n += v
 	}
 	return n
+}
+
+// With postgres.dsn set, the host connects and recognises the schema
+// before anything runs; a database whose schema it does not know stops
+// the boot, saying what was found.
+func TestBootRecognisesThePostgresSchema(t *testing.T) {
+	t.Parallel()
+	pg := pgtest.New(t)
+	srv := testenv.New(t)
+	ctx := context.Background()
+	empty, err := pg.CreateDatabase(ctx, "empty")
+	require.NoError(t, err)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	cfg.Postgres.DSN = empty
+	_, err = Boot(ctx, cfg, hclog.NewNullLogger())
+	require.ErrorIs(t, err, ErrBoot)
+	assert.Contains(t, err.Error(), "no _sqlx_migrations table")
+
+	migrated, err := pg.CreateDatabase(ctx, "migrated")
+	require.NoError(t, err)
+	postgrestest.RecordFlowFabricLedger(t, migrated)
+	cfg.Postgres.DSN, cfg.Postgres.PoolSize = migrated, 3
+	h, err := Boot(ctx, cfg, hclog.NewNullLogger())
+	require.NoError(t, err)
+	defer h.Close()
+	st := h.Status().Postgres
+	require.NotNil(t, st)
+	assert.Equal(t, "flowfabric migration 22", st.Schema)
+	assert.Equal(t, 3, st.PoolSize)
 }

@@ -30,6 +30,11 @@ func (h *Host) Status() httpapi.StatusDoc {
 		}
 		cancel()
 	}
+	if h.pg != nil {
+		st := h.pg.Stat()
+		doc.Postgres = &httpapi.PostgresStatus{Schema: h.pgSchema.String(), PoolSize: int(st.MaxConns()),
+			Connections: int(st.TotalConns()), InUse: int(st.AcquiredConns())}
+	}
 	h.relMu.Lock()
 	doc.Config = httpapi.ConfigStatus{
 		File: h.src.File, FileSHA256: h.reloads.fileSHA, Generation: 1 + h.reloads.reloads,

@@ -149,6 +149,9 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 		lanes += " (lane census " + doc.LaneCensus + ")"
 	}
 	fmt.Fprintf(w, "ffscan %s (scanner API %s), up since %s, %s, lanes %s\n", doc.Version, doc.ScannerAPI, doc.StartedAt.Format(time.RFC3339), valkeyLine, lanes)
+	if pg := doc.Postgres; pg != nil {
+		fmt.Fprintf(w, "postgres: %s, %d of %d connections open, %d in use\n", pg.Schema, pg.Connections, pg.PoolSize, pg.InUse)
+	}
 	cfgLine := "config: loaded " + doc.Config.LoadedAt.Format(time.RFC3339)
 	if doc.Config.File != "" {
 		cfgLine = "config: " + doc.Config.File + ", loaded " + doc.Config.LoadedAt.Format(time.RFC3339)

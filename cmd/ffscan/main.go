@@ -67,6 +67,7 @@ commands:
 flags accepted by every command:
   --config FILE        YAML configuration (default $FFSCAN_CONFIG)
   --valkey-addr ADDR   Valkey host:port (overrides valkey.addrs)
+  --postgres-dsn DSN   FlowFabric Postgres database (overrides postgres.dsn)
   --plugin-dir DIR     overrides plugin_dir
   --http-listen ADDR   overrides http.listen
   --log-level LEVEL    overrides log.level
@@ -146,12 +147,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // common holds the flags every command takes.
 type common struct {
-	configFile string
-	valkeyAddr string
-	pluginDir  string
-	httpListen string
-	logLevel   string
-	logJSON    bool
+	configFile  string
+	valkeyAddr  string
+	postgresDSN string
+	pluginDir   string
+	httpListen  string
+	logLevel    string
+	logJSON     bool
 }
 
 func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *common) {
@@ -160,6 +162,7 @@ func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *common) {
 	c := &common{}
 	fs.StringVar(&c.configFile, "config", os.Getenv("FFSCAN_CONFIG"), "YAML configuration file")
 	fs.StringVar(&c.valkeyAddr, "valkey-addr", "", "Valkey host:port (overrides valkey.addrs)")
+	fs.StringVar(&c.postgresDSN, "postgres-dsn", "", "FlowFabric Postgres connection string (overrides postgres.dsn)")
 	fs.StringVar(&c.pluginDir, "plugin-dir", "", "plugin directory (overrides plugin_dir)")
 	fs.StringVar(&c.httpListen, "http-listen", "", "HTTP listen address (overrides http.listen)")
 	fs.StringVar(&c.logLevel, "log-level", "", "trace, debug, info, warn or error (overrides log.level)")
@@ -215,6 +218,8 @@ func (c *common) sources(fs *flag.FlagSet) config.Sources {
 		switch f.Name {
 		case "valkey-addr":
 			over["valkey.addrs"] = c.valkeyAddr
+		case "postgres-dsn":
+			over["postgres.dsn"] = c.postgresDSN
 		case "plugin-dir":
 			over["plugin_dir"] = c.pluginDir
 		case "http-listen":

@@ -23,13 +23,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // Config is the complete host configuration.
 type Config struct {
-	Valkey     Valkey
+	Valkey Valkey
+	// Postgres is a FlowFabric Postgres database the host also serves
+	// (empty DSN: none). The host owns the pool; plugins hold no
+	// credentials.
+	Postgres   Postgres
 	Partitions keys.PartitionConfig
 	// Lanes the host knows of at boot; merged with ff:idx:lanes.
 	Lanes []string
@@ -93,6 +99,17 @@ type Valkey struct {
 	// Cluster is "auto" (let the client detect it), "on" (require a
 	// cluster) or "off" (talk to the first address as a single node).
 	Cluster string
+}
+
+// Postgres is how to reach a FlowFabric Postgres database.
+type Postgres struct {
+	// DSN is a libpq connection string or URL; TLS goes through its
+	// sslmode, sslrootcert, ... parameters. Keep the password out of the
+	// file: PGPASSWORD or a ~/.pgpass entry work, as with psql.
+	DSN string
+	// PoolSize bounds the host's connections (0: pgx's default, the
+	// larger of 4 and the number of CPUs).
+	PoolSize int
 }
 
 // TLS configures the Valkey connection's TLS.
@@ -256,6 +273,15 @@ func (c *Config) validate() []error {
 	default:
 		bad("plugin_approval", "%q is not one of first_use, required", c.PluginApproval)
 	}
+	if c.Postgres.DSN != "" {
+		if _, err := pgx.ParseConfig(c.Postgres.DSN); err != nil {
+			// pgx's message may quote the DSN, password included.
+			bad("postgres.dsn", "not a valid connection string (a URL postgres://user@host:port/db?sslmode=... or key=value pairs)")
+		}
+	}
+	if c.Postgres.PoolSize < 0 {
+		bad("postgres.pool_size", "%d is negative", c.Postgres.PoolSize)
+	}
 	switch c.Scheduler.LaneCensus {
 	case "auto", "on", "off":
 	default:
@@ -377,6 +403,7 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("valkey.password", c.Valkey.Password != n.Valkey.Password)
 	diff("valkey.cluster", c.Valkey.Cluster != n.Valkey.Cluster)
 	diff("valkey.tls", c.Valkey.TLS != n.Valkey.TLS)
+	diff("postgres", c.Postgres != n.Postgres)
 	diff("partitions", c.Partitions != n.Partitions)
 	diff("plugin_dir", c.PluginDir != n.PluginDir)
 	diff("plugin_isolation", c.PluginIsolation != n.PluginIsolation)

@@ -270,3 +270,23 @@ func TestBadListenAddressIsRefusedAtLoad(t *testing.T) {
 	_, err := Load(Sources{Environ: noEnv, Flags: map[string]any{"http.listen": ""}})
 	assert.NoError(t, err, "empty disables the listener")
 }
+
+func TestPostgresSettings(t *testing.T) {
+	cfg, err := Load(Sources{Environ: []string{"FFSCAN_POSTGRES__DSN=postgres://ff@db:5432/ff?sslmode=verify-full", "FFSCAN_POSTGRES__POOL_SIZE=12"}})
+	require.NoError(t, err)
+	assert.Equal(t, "postgres://ff@db:5432/ff?sslmode=verify-full", cfg.Postgres.DSN)
+	assert.Equal(t, 12, cfg.Postgres.PoolSize)
+	assert.Empty(t, Defaults().Postgres.DSN, "no database unless configured")
+
+	p := writeFile(t, "postgres: {dsn: \"postgres://u:s3cret@[bad\", pool_size: -1}\n")
+	_, err = Load(Sources{File: p, Environ: noEnv})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "postgres.dsn: not a valid connection string")
+	assert.Contains(t, err.Error(), "postgres.pool_size: -1 is negative")
+	assert.NotContains(t, err.Error(), "s3cret", "the password never reaches a message")
+
+	// The database is a restart key, like Valkey's address.
+	a, b := Defaults(), Defaults()
+	b.Postgres.DSN = "postgres://ff@db/ff"
+	assert.Contains(t, a.RestartKeys(&b), "postgres")
+}

@@ -174,6 +174,12 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				},
 			})
 		},
+		"postgres": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"dsn":       func(k string, v any) { d.str(k, v, &c.Postgres.DSN) },
+				"pool_size": func(k string, v any) { d.integer(k, v, &c.Postgres.PoolSize) },
+			})
+		},
 		"partitions": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"flow":   func(k string, v any) { d.count(k, v, &c.Partitions.Flow) },

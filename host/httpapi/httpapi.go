@@ -38,7 +38,9 @@ type StatusDoc struct {
 	// ValkeyNodes: on a cluster, the masters that serve slots now, as the
 	// cluster reports them (the seeds only started the client).
 	ValkeyNodes []string `json:"valkey_nodes,omitempty"`
-	Lanes       []string `json:"lanes"`
+	// Postgres: the FlowFabric Postgres database, when postgres.dsn is set.
+	Postgres *PostgresStatus `json:"postgres,omitempty"`
+	Lanes    []string        `json:"lanes"`
 	// LaneCensus: "on" (lane-scoped sources read only the lane keys that
 	// exist), "warming" (on, its first pass not done: every lane is read)
 	// or "off" (scheduler.lane_census).
@@ -305,4 +307,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// PostgresStatus is the host's view of the Postgres database.
+type PostgresStatus struct {
+	// Schema is what the host recognised at boot ("flowfabric migration
+	// 22").
+	Schema   string `json:"schema"`
+	PoolSize int    `json:"pool_size"`
+	// Connections open now, and of those in use.
+	Connections int `json:"connections"`
+	InUse       int `json:"in_use"`
 }
