@@ -391,6 +391,10 @@ func TestHotSwapThatWidensThePolicyWaitsForApproval(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = ownPluginDir(t, "hostwork")
 	cfg.Watch.Plugins = false
+	// The swap that must succeed health-checks the new process; a slow
+	// ping on a busy machine is not what this test is about (as in
+	// TestHotSwapUnderLoad).
+	cfg.Supervisor.HealthInterval = 3 * time.Second
 	h, _ := running(t, cfg)
 	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
 	before := scannerStatus(h)
