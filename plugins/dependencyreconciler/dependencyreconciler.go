@@ -64,7 +64,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ffscan/ffscan/keys"
@@ -92,8 +91,7 @@ const (
 type Scanner struct {
 	failures *scannerapi.FailureTracker
 
-	mu     sync.Mutex
-	filter scannerapi.Filter
+	filter scanutil.FilterSetting
 }
 
 // New returns a scanner with default options.
@@ -134,19 +132,7 @@ func (s *Scanner) Info() scannerapi.Info {
 
 // Configure implements scannerapi.Scanner.
 func (s *Scanner) Configure(ctx context.Context, options map[string]string) error {
-	o, err := scanutil.ParseOptions(s.Info().Options, options)
-	if err != nil {
-		return err
-	}
-	f, err := scannerapi.ParseFilter(o.Map())
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.filter = f
-	s.mu.Unlock()
-	scannerapi.Logger(ctx).Info("configured", "filter", f.String())
-	return nil
+	return s.filter.Configure(ctx, s.Info().Options, options)
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -154,9 +140,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	if req.Partition.Family != keys.FamilyFlow {
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
-	s.mu.Lock()
-	filter := s.filter
-	s.mu.Unlock()
+	filter := s.filter.Get()
 	log := scannerapi.Logger(ctx)
 	res := &scannerapi.ScanResult{}
 	x := newScanExec(host, req.DryRun)
