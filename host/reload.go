@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -196,7 +197,7 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 		h.log.SetLevel(hclog.LevelFromString(n.Log.Level))
 		res.Notes = append(res.Notes, "log.level is now "+n.Log.Level)
 	}
-	if !equalStrings(old.Lanes, n.Lanes) {
+	if !slices.Equal(old.Lanes, n.Lanes) {
 		select {
 		case h.laneNow <- struct{}{}:
 		default:
@@ -302,18 +303,6 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	sort.Slice(res.Plugins, func(i, j int) bool { return res.Plugins[i].Scanner < res.Plugins[j].Scanner })
 	h.log.Info("configuration reloaded", "trigger", reason, "started", res.Started, "stopped", res.Stopped, "retuned", res.Retuned, "relaunched", len(res.Plugins))
 	return res
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func swapResult(name string, r supervisor.SwapResult, err error) httpapi.PluginSwapResult {

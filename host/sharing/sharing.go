@@ -33,6 +33,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -308,7 +309,7 @@ func (c *Coordinator) Tick(ctx context.Context) error {
 	// Valid from when the renewals were sent, less a margin for the
 	// clocks' drift and the round trip.
 	c.until = sent.Add(c.opts.TTL - c.opts.TTL/5)
-	changed := gained > 0 || lost > 0 || !equal(c.members, members)
+	changed := gained > 0 || lost > 0 || !slices.Equal(c.members, members)
 	c.members = members
 	c.ticks++
 	c.mu.Unlock()
@@ -330,16 +331,4 @@ func assign(members []string, p keys.Partition) string {
 		}
 	}
 	return best
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
