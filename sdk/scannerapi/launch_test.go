@@ -89,13 +89,16 @@ func (c *echoCallbacks) Exec(_ context.Context, scanner string, cmds []scannerap
 
 func launch(t *testing.T, cb scannerapi.Callbacks) *scannerapi.Plugin {
 	t.Helper()
+	return launchWith(t, scannerapi.LaunchConfig{Callbacks: cb})
+}
+
+func launchWith(t *testing.T, cfg scannerapi.LaunchConfig) *scannerapi.Plugin {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{
-		Path:      testPlugin(t),
-		Logger:    hclog.New(&hclog.LoggerOptions{Name: "host", Level: hclog.Warn, Output: os.Stderr}),
-		Callbacks: cb,
-	})
+	cfg.Path = testPlugin(t)
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "host", Level: hclog.Warn, Output: os.Stderr})
+	p, err := scannerapi.Launch(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		p.Kill()
@@ -187,6 +190,24 @@ func TestLaunchedScannerMatchesLinked(t *testing.T) {
 	b, err = scannerapi.Linked(testscanners.Spawner{}, cb).SampleBacklog(ctx, nil, parts)
 	require.NoError(t, err)
 	assert.Nil(t, b)
+}
+
+// A plugin built before the callback stream sends each batch as a unary
+// Exec with a protobuf message per command; the host still serves that,
+// with the same results.
+func TestUnaryCallbacksStillServed(t *testing.T) {
+	cb := &echoCallbacks{}
+	remote := scannerByName(t, launchWith(t, scannerapi.LaunchConfig{Callbacks: cb, UnaryCallbacks: true}), "echo")
+	linked := scannerapi.Linked(&testscanners.Echo{}, cb)
+	ctx := context.Background()
+	want, err := linked.ScanPartition(ctx, nil, sampleRequest())
+	require.NoError(t, err)
+	got, err := remote.ScanPartition(ctx, nil, sampleRequest())
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	cb.mu.Lock()
+	assert.Equal(t, 2, cb.batches, "one batch each")
+	cb.mu.Unlock()
 }
 
 func TestExplicitHostOverridesCallbacks(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,17 +17,9 @@ import (
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
-func launchWith(t *testing.T, iso scannerapi.Isolation) *scannerapi.Plugin {
+func launchIsolated(t *testing.T, iso scannerapi.Isolation) *scannerapi.Plugin {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{Path: testPlugin(t), Isolation: iso, Callbacks: &echoCallbacks{}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		p.Kill()
-		waitGone(t, p.Pid(), 5*time.Second)
-	})
-	return p
+	return launchWith(t, scannerapi.LaunchConfig{Isolation: iso, Callbacks: &echoCallbacks{}})
 }
 
 // probe runs the prober scanner over members and returns its notes by
@@ -80,18 +71,18 @@ func TestConfinedPluginCannotEscape(t *testing.T) {
 		"spawn:/bin/true",
 	}
 
-	free := launchWith(t, scannerapi.IsolationOff)
+	free := launchIsolated(t, scannerapi.IsolationOff)
 	assert.Empty(t, free.Isolation())
 	for m, outcome := range probe(t, free, members...) {
 		assert.Equal(t, "ok", outcome, "unconfined %s", m)
 	}
 	require.NoError(t, os.Remove(filepath.Join(dir, "dropped")))
 
-	if probeAuto := launchWith(t, scannerapi.IsolationAuto); strings.HasPrefix(probeAuto.Isolation(), "none") {
+	if probeAuto := launchIsolated(t, scannerapi.IsolationAuto); strings.HasPrefix(probeAuto.Isolation(), "none") {
 		// The kernel offers nothing to test; auto said so (loudly).
 		t.Skipf("no confinement on this kernel: %s", probeAuto.Isolation())
 	}
-	p := launchWith(t, scannerapi.IsolationRequired)
+	p := launchIsolated(t, scannerapi.IsolationRequired)
 	assert.Contains(t, p.Isolation(), "landlock ABI")
 	assert.Contains(t, p.Isolation(), "TCP denied")
 	got := probe(t, p, append(members, fmt.Sprintf("environ:%d", os.Getpid()))...)
@@ -127,7 +118,7 @@ func TestProtectedHostEnvironmentIsUnreadable(t *testing.T) {
 		// anyway; that is why plugins should not run as root.
 		t.Skip("as root the plugin bypasses the check")
 	}
-	p := launchWith(t, scannerapi.IsolationOff)
+	p := launchIsolated(t, scannerapi.IsolationOff)
 	env := fmt.Sprintf("environ:%d", os.Getpid())
 	require.Equal(t, "ok", probe(t, p, env)[env])
 	require.NoError(t, scannerapi.ProtectHostProcess())

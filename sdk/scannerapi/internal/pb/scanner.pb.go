@@ -38,7 +38,10 @@ type InfoRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	CallbackBrokerId uint32                 `protobuf:"varint,1,opt,name=callback_broker_id,json=callbackBrokerId,proto3" json:"callback_broker_id,omitempty"`
 	// The API version the host negotiated.
-	ApiVersion    int32 `protobuf:"varint,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	ApiVersion int32 `protobuf:"varint,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	// The host serves HostCallbacks.ExecStream. A plugin uses it only when
+	// this is set; an older host leaves it unset and serves Exec alone.
+	ExecStream    bool `protobuf:"varint,3,opt,name=exec_stream,json=execStream,proto3" json:"exec_stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,6 +88,13 @@ func (x *InfoRequest) GetApiVersion() int32 {
 		return x.ApiVersion
 	}
 	return 0
+}
+
+func (x *InfoRequest) GetExecStream() bool {
+	if x != nil {
+		return x.ExecStream
+	}
+	return false
 }
 
 type InfoResponse struct {
@@ -1301,10 +1311,17 @@ func (x *Command) GetArgs() [][]byte {
 }
 
 type ExecRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scanner       string                 `protobuf:"bytes,1,opt,name=scanner,proto3" json:"scanner,omitempty"`
-	CallId        uint64                 `protobuf:"varint,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Commands      []*Command             `protobuf:"bytes,3,rep,name=commands,proto3" json:"commands,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Scanner string                 `protobuf:"bytes,1,opt,name=scanner,proto3" json:"scanner,omitempty"`
+	CallId  uint64                 `protobuf:"varint,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Exec: the batch, one message per command.
+	Commands []*Command `protobuf:"bytes,3,rep,name=commands,proto3" json:"commands,omitempty"`
+	// ExecStream: the batch in the packed encoding (sdk/scannerapi/packed.go),
+	// with no message per command or argument, which was most of the cost
+	// of a large batch.
+	PackedCommands []byte `protobuf:"bytes,4,opt,name=packed_commands,json=packedCommands,proto3" json:"packed_commands,omitempty"`
+	// ExecStream: the batch's number, unique among those in flight.
+	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1358,6 +1375,20 @@ func (x *ExecRequest) GetCommands() []*Command {
 		return x.Commands
 	}
 	return nil
+}
+
+func (x *ExecRequest) GetPackedCommands() []byte {
+	if x != nil {
+		return x.PackedCommands
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type Reply struct {
@@ -1453,8 +1484,16 @@ func (x *Reply) GetErrClass() string {
 }
 
 type ExecResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Replies       []*Reply               `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exec: one reply per command.
+	Replies []*Reply `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	// ExecStream: the replies in the packed encoding, or an error (a gRPC
+	// status code and message, as Exec would have failed) for the batch
+	// numbered seq.
+	PackedReplies []byte `protobuf:"bytes,2,opt,name=packed_replies,json=packedReplies,proto3" json:"packed_replies,omitempty"`
+	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	ErrorCode     uint32 `protobuf:"varint,4,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,5,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1496,15 +1535,45 @@ func (x *ExecResponse) GetReplies() []*Reply {
 	return nil
 }
 
+func (x *ExecResponse) GetPackedReplies() []byte {
+	if x != nil {
+		return x.PackedReplies
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ExecResponse) GetErrorCode() uint32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ExecResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 var File_scanner_proto protoreflect.FileDescriptor
 
 const file_scanner_proto_rawDesc = "" +
 	"\n" +
-	"\rscanner.proto\x12\x11ffscan.scanner.v1\"\\\n" +
+	"\rscanner.proto\x12\x11ffscan.scanner.v1\"}\n" +
 	"\vInfoRequest\x12,\n" +
 	"\x12callback_broker_id\x18\x01 \x01(\rR\x10callbackBrokerId\x12\x1f\n" +
 	"\vapi_version\x18\x02 \x01(\x05R\n" +
-	"apiVersion\"\\\n" +
+	"apiVersion\x12\x1f\n" +
+	"\vexec_stream\x18\x03 \x01(\bR\n" +
+	"execStream\"\\\n" +
 	"\fInfoResponse\x12:\n" +
 	"\bscanners\x18\x01 \x03(\v2\x1e.ffscan.scanner.v1.ScannerInfoR\bscanners\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\"\xb6\x03\n" +
@@ -1604,11 +1673,13 @@ const file_scanner_proto_rawDesc = "" +
 	"\fPingResponse\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x03R\x03pid\"\x1d\n" +
 	"\aCommand\x12\x12\n" +
-	"\x04args\x18\x01 \x03(\fR\x04args\"x\n" +
+	"\x04args\x18\x01 \x03(\fR\x04args\"\xb3\x01\n" +
 	"\vExecRequest\x12\x18\n" +
 	"\ascanner\x18\x01 \x01(\tR\ascanner\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x126\n" +
-	"\bcommands\x18\x03 \x03(\v2\x1a.ffscan.scanner.v1.CommandR\bcommands\"\xb4\x01\n" +
+	"\bcommands\x18\x03 \x03(\v2\x1a.ffscan.scanner.v1.CommandR\bcommands\x12'\n" +
+	"\x0fpacked_commands\x18\x04 \x01(\fR\x0epackedCommands\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xb4\x01\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x10\n" +
 	"\x03str\x18\x02 \x01(\fR\x03str\x12\x10\n" +
@@ -1616,17 +1687,24 @@ const file_scanner_proto_rawDesc = "" +
 	"\x05float\x18\x04 \x01(\x01R\x05float\x12.\n" +
 	"\x05array\x18\x05 \x03(\v2\x18.ffscan.scanner.v1.ReplyR\x05array\x12\x10\n" +
 	"\x03err\x18\x06 \x01(\tR\x03err\x12\x1b\n" +
-	"\terr_class\x18\a \x01(\tR\berrClass\"B\n" +
+	"\terr_class\x18\a \x01(\tR\berrClass\"\xbf\x01\n" +
 	"\fExecResponse\x122\n" +
-	"\areplies\x18\x01 \x03(\v2\x18.ffscan.scanner.v1.ReplyR\areplies2\xbb\x03\n" +
+	"\areplies\x18\x01 \x03(\v2\x18.ffscan.scanner.v1.ReplyR\areplies\x12%\n" +
+	"\x0epacked_replies\x18\x02 \x01(\fR\rpackedReplies\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x04 \x01(\rR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage2\xbb\x03\n" +
 	"\aScanner\x12G\n" +
 	"\x04Info\x12\x1e.ffscan.scanner.v1.InfoRequest\x1a\x1f.ffscan.scanner.v1.InfoResponse\x12V\n" +
 	"\tConfigure\x12#.ffscan.scanner.v1.ConfigureRequest\x1a$.ffscan.scanner.v1.ConfigureResponse\x12b\n" +
 	"\rScanPartition\x12'.ffscan.scanner.v1.ScanPartitionRequest\x1a(.ffscan.scanner.v1.ScanPartitionResponse\x12b\n" +
 	"\rSampleBacklog\x12'.ffscan.scanner.v1.SampleBacklogRequest\x1a(.ffscan.scanner.v1.SampleBacklogResponse\x12G\n" +
-	"\x04Ping\x12\x1e.ffscan.scanner.v1.PingRequest\x1a\x1f.ffscan.scanner.v1.PingResponse2X\n" +
+	"\x04Ping\x12\x1e.ffscan.scanner.v1.PingRequest\x1a\x1f.ffscan.scanner.v1.PingResponse2\xab\x01\n" +
 	"\rHostCallbacks\x12G\n" +
-	"\x04Exec\x12\x1e.ffscan.scanner.v1.ExecRequest\x1a\x1f.ffscan.scanner.v1.ExecResponseB5Z3github.com/ffscan/ffscan/sdk/scannerapi/internal/pbb\x06proto3"
+	"\x04Exec\x12\x1e.ffscan.scanner.v1.ExecRequest\x1a\x1f.ffscan.scanner.v1.ExecResponse\x12Q\n" +
+	"\n" +
+	"ExecStream\x12\x1e.ffscan.scanner.v1.ExecRequest\x1a\x1f.ffscan.scanner.v1.ExecResponse(\x010\x01B5Z3github.com/ffscan/ffscan/sdk/scannerapi/internal/pbb\x06proto3"
 
 var (
 	file_scanner_proto_rawDescOnce sync.Once
@@ -1688,14 +1766,16 @@ var file_scanner_proto_depIdxs = []int32{
 	15, // 17: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
 	17, // 18: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
 	20, // 19: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
-	1,  // 20: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
-	7,  // 21: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
-	14, // 22: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
-	16, // 23: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
-	18, // 24: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
-	22, // 25: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
+	20, // 20: ffscan.scanner.v1.HostCallbacks.ExecStream:input_type -> ffscan.scanner.v1.ExecRequest
+	1,  // 21: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
+	7,  // 22: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
+	14, // 23: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
+	16, // 24: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
+	18, // 25: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
+	22, // 26: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
+	22, // 27: ffscan.scanner.v1.HostCallbacks.ExecStream:output_type -> ffscan.scanner.v1.ExecResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name

@@ -308,7 +308,8 @@ var Scanner_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	HostCallbacks_Exec_FullMethodName = "/ffscan.scanner.v1.HostCallbacks/Exec"
+	HostCallbacks_Exec_FullMethodName       = "/ffscan.scanner.v1.HostCallbacks/Exec"
+	HostCallbacks_ExecStream_FullMethodName = "/ffscan.scanner.v1.HostCallbacks/ExecStream"
 )
 
 // HostCallbacksClient is the client API for HostCallbacks service.
@@ -321,6 +322,14 @@ type HostCallbacksClient interface {
 	// per command. call_id binds the batch to the host call it belongs to
 	// (the host refuses batches of calls that are not in flight).
 	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (*ExecResponse, error)
+	// ExecStream does what Exec does for any number of batches on one
+	// long-lived stream, in the packed encoding: each request carries
+	// packed_commands and a seq, each response the same seq and either
+	// packed_replies or an error. Batches of different calls may be in
+	// flight at once and are answered in any order. A unary call costs
+	// new HTTP/2 stream headers, a server goroutine and trailers, which
+	// outweighed the commands themselves for typical batches.
+	ExecStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error)
 }
 
 type hostCallbacksClient struct {
@@ -341,6 +350,19 @@ func (c *hostCallbacksClient) Exec(ctx context.Context, in *ExecRequest, opts ..
 	return out, nil
 }
 
+func (c *hostCallbacksClient) ExecStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &HostCallbacks_ServiceDesc.Streams[0], HostCallbacks_ExecStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecRequest, ExecResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HostCallbacks_ExecStreamClient = grpc.BidiStreamingClient[ExecRequest, ExecResponse]
+
 // HostCallbacksServer is the server API for HostCallbacks service.
 // All implementations must embed UnimplementedHostCallbacksServer
 // for forward compatibility.
@@ -351,6 +373,14 @@ type HostCallbacksServer interface {
 	// per command. call_id binds the batch to the host call it belongs to
 	// (the host refuses batches of calls that are not in flight).
 	Exec(context.Context, *ExecRequest) (*ExecResponse, error)
+	// ExecStream does what Exec does for any number of batches on one
+	// long-lived stream, in the packed encoding: each request carries
+	// packed_commands and a seq, each response the same seq and either
+	// packed_replies or an error. Batches of different calls may be in
+	// flight at once and are answered in any order. A unary call costs
+	// new HTTP/2 stream headers, a server goroutine and trailers, which
+	// outweighed the commands themselves for typical batches.
+	ExecStream(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error
 	mustEmbedUnimplementedHostCallbacksServer()
 }
 
@@ -363,6 +393,9 @@ type UnimplementedHostCallbacksServer struct{}
 
 func (UnimplementedHostCallbacksServer) Exec(context.Context, *ExecRequest) (*ExecResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Exec not implemented")
+}
+func (UnimplementedHostCallbacksServer) ExecStream(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExecStream not implemented")
 }
 func (UnimplementedHostCallbacksServer) mustEmbedUnimplementedHostCallbacksServer() {}
 func (UnimplementedHostCallbacksServer) testEmbeddedByValue()                       {}
@@ -403,6 +436,13 @@ func _HostCallbacks_Exec_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostCallbacks_ExecStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(HostCallbacksServer).ExecStream(&grpc.GenericServerStream[ExecRequest, ExecResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HostCallbacks_ExecStreamServer = grpc.BidiStreamingServer[ExecRequest, ExecResponse]
+
 // HostCallbacks_ServiceDesc is the grpc.ServiceDesc for HostCallbacks service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -415,6 +455,13 @@ var HostCallbacks_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _HostCallbacks_Exec_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExecStream",
+			Handler:       _HostCallbacks_ExecStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "scanner.proto",
 }

@@ -1,0 +1,188 @@
+package scannerapi
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi/internal/pb"
+)
+
+// streamFixture is a host callback service on an in-memory connection
+// and the plugin's end of the callback stream talking to it.
+type streamFixture struct {
+	p      *Plugin
+	stream *execStream
+	server *grpc.Server
+}
+
+func newStreamFixture(t *testing.T) *streamFixture {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	f := &streamFixture{p: &Plugin{}, server: newGRPCServer(nil)}
+	pb.RegisterHostCallbacksServer(f.server, &callbackServer{p: f.p})
+	go func() { _ = f.server.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///bufconn",
+		append(dialOptions(),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		conn.Close()
+		f.server.Stop()
+	})
+	f.stream = &execStream{client: pb.NewHostCallbacksClient(conn)}
+	return f
+}
+
+func (f *streamFixture) exec(ctx context.Context, scanner string, call uint64, cmds []Command) ([]Reply, error) {
+	req := &pb.ExecRequest{Scanner: scanner, CallId: call, PackedCommands: appendPackedCommands(nil, cmds)}
+	resp, err := f.stream.exec(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return streamReplies(resp, len(cmds))
+}
+
+// echoHost answers each command with its last argument.
+var echoHost = HostFunc(func(ctx context.Context, cmds []Command) ([]Reply, error) {
+	out := make([]Reply, len(cmds))
+	for i, c := range cmds {
+		out[i] = Reply{Kind: KindString, Str: c[len(c)-1]}
+	}
+	return out, ctx.Err()
+})
+
+// The stream applies the same binding rules as the unary Exec, with the
+// same error text a scanner sees.
+func TestCallbackStreamBindsBatchesToCalls(t *testing.T) {
+	f := newStreamFixture(t)
+	ctx := context.Background()
+
+	_, err := f.exec(ctx, "a", 1, []Command{{"PING"}})
+	assert.EqualError(t, err, "host exec: FailedPrecondition: no host call 1 in flight")
+
+	callCtx, cancel := context.WithCancel(context.Background())
+	id := f.p.calls.add(callCtx, "a", echoHost)
+	replies, err := f.exec(ctx, "a", id, []Command{{"ECHO", "x"}, {"ECHO", "bin\x00\xff"}})
+	require.NoError(t, err)
+	assert.Equal(t, []Reply{{Kind: KindString, Str: "x"}, {Kind: KindString, Str: "bin\x00\xff"}}, replies)
+
+	_, err = f.exec(ctx, "b", id, []Command{{"PING"}})
+	assert.ErrorContains(t, err, "PermissionDenied: call")
+
+	cancel()
+	_, err = f.exec(ctx, "a", id, []Command{{"PING"}})
+	assert.ErrorContains(t, err, "Aborted: host call")
+
+	// A batch in the old form on the stream is refused, not misread.
+	resp, err := f.stream.exec(ctx, &pb.ExecRequest{Scanner: "a", CallId: f.p.calls.add(context.Background(), "a", echoHost),
+		Commands: commandsToPB([]Command{{"PING"}})})
+	require.NoError(t, err)
+	_, err = streamReplies(resp, 1)
+	assert.ErrorContains(t, err, "InvalidArgument")
+	// So is a malformed packed batch.
+	resp, err = f.stream.exec(ctx, &pb.ExecRequest{Scanner: "a", CallId: f.p.calls.add(context.Background(), "a", echoHost),
+		PackedCommands: []byte{5}})
+	require.NoError(t, err)
+	_, err = streamReplies(resp, 1)
+	assert.ErrorContains(t, err, "InvalidArgument: packed batch")
+
+	// The stream survived every refusal.
+	replies, err = f.exec(ctx, "a", f.p.calls.add(context.Background(), "a", echoHost), []Command{{"ECHO", "still"}})
+	require.NoError(t, err)
+	assert.Equal(t, "still", replies[0].Str)
+}
+
+// Batches of many calls in flight at once on one stream each get their
+// own replies.
+func TestCallbackStreamConcurrentBatches(t *testing.T) {
+	f := newStreamFixture(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := range 32 {
+		wg.Go(func() {
+			id := f.p.calls.add(context.Background(), "a", echoHost)
+			for i := range 50 {
+				want := fmt.Sprintf("g%d-i%d", g, i)
+				replies, err := f.exec(ctx, "a", id, []Command{{"ECHO", want}, {"ECHO", want + "b"}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if replies[0].Str != want || replies[1].Str != want+"b" {
+					errs <- fmt.Errorf("batch %s got %q, %q", want, replies[0].Str, replies[1].Str)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A scanner that gives up on a batch gets its context's error at once;
+// the host's late answer is dropped and later batches are unaffected.
+func TestCallbackStreamCancelledBatch(t *testing.T) {
+	f := newStreamFixture(t)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	slow := HostFunc(func(ctx context.Context, cmds []Command) ([]Reply, error) {
+		close(started)
+		<-release
+		return echoHost(ctx, cmds)
+	})
+	id := f.p.calls.add(context.Background(), "a", slow)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.exec(ctx, "a", id, []Command{{"ECHO", "late"}})
+		done <- err
+	}()
+	<-started
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
+	close(release)
+
+	replies, err := f.exec(context.Background(), "a", f.p.calls.add(context.Background(), "a", echoHost), []Command{{"ECHO", "next"}})
+	require.NoError(t, err)
+	assert.Equal(t, "next", replies[0].Str)
+}
+
+// When the stream breaks, the batches waiting on it fail instead of
+// hanging, and the next batch tries a new stream.
+func TestCallbackStreamBreaks(t *testing.T) {
+	f := newStreamFixture(t)
+	started := make(chan struct{})
+	stuck := HostFunc(func(ctx context.Context, cmds []Command) ([]Reply, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	id := f.p.calls.add(context.Background(), "a", stuck)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.exec(context.Background(), "a", id, []Command{{"PING"}})
+		done <- err
+	}()
+	<-started
+	f.server.Stop() // closes the connection: the host is gone
+	err := <-done
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "host exec:")
+
+	_, err = f.exec(context.Background(), "a", f.p.calls.add(context.Background(), "a", echoHost), []Command{{"PING"}})
+	assert.Error(t, err, "no host to open a new stream to")
+}

@@ -1,0 +1,190 @@
+package scannerapi
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func packedSampleCommands() []Command {
+	return []Command{
+		{"FCALL", "ff_mark_lease_expired_if_due", "4", "ff:exec:{fp:7}:x:core", "ff:exec:{fp:7}:x:lease:current", "ff:idx:{fp:7}:lease_expiry", "ff:exec:{fp:7}:x:lease:history", "x"},
+		{"PING"},
+		{"SET", "k", ""},                         // an empty argument
+		{"SET", "bin\x00\xff\r\n", "\x00"},       // binary-safe
+		{"HSET", "h", string(make([]byte, 300))}, // a length needing two varint bytes
+	}
+}
+
+func packedSampleReplies() []Reply {
+	return []Reply{
+		{Kind: KindArray, Array: []Reply{{Kind: KindInt, Int: 1}, {Kind: KindString, Str: "marked"}}},
+		{Kind: KindNil},
+		{Kind: KindString, Str: "bin\x00\xff"},
+		{Kind: KindInt, Int: math.MinInt64},
+		{Kind: KindInt, Int: -1},
+		{Kind: KindFloat, Float: 1.5},
+		{Kind: KindFloat, Float: math.Copysign(0, -1)},
+		{Kind: KindFloat, Float: math.Inf(-1)},
+		{Kind: KindError, Err: "ERR no such function", ErrClass: ErrServer},
+		{Kind: KindError, Err: "connection reset", ErrClass: ErrTransport},
+		{Kind: KindArray, Array: []Reply{{Kind: KindArray, Array: []Reply{{Kind: KindArray, Array: []Reply{{Kind: KindString, Str: "deep"}}}}}}},
+		// Fields a kind does not usually carry still travel.
+		{Kind: KindString, Str: "s", Int: 7, Err: "e"},
+	}
+}
+
+func TestPackedCommandsRoundTrip(t *testing.T) {
+	cmds := packedSampleCommands()
+	b := appendPackedCommands(nil, cmds)
+	assert.Len(t, b, packedCommandsSize(cmds), "the size is computed exactly")
+	got, err := unpackCommands(b)
+	require.NoError(t, err)
+	assert.Equal(t, cmds, got)
+	// The protobuf path gives the same commands.
+	assert.Equal(t, commandsFromPB(commandsToPB(cmds)), got)
+}
+
+func TestPackedRepliesRoundTrip(t *testing.T) {
+	rs := packedSampleReplies()
+	got, err := unpackReplies(appendPackedReplies(nil, rs))
+	require.NoError(t, err)
+	require.Len(t, got, len(rs))
+	for i := range rs {
+		assert.Equal(t, rs[i], got[i], "reply %d", i)
+		assert.Equal(t, math.Signbit(rs[i].Float), math.Signbit(got[i].Float), "reply %d keeps the sign of zero", i)
+	}
+	// NaN compares unequal to itself: check it separately.
+	nan, err := unpackReplies(appendPackedReplies(nil, []Reply{{Kind: KindFloat, Float: math.NaN()}}))
+	require.NoError(t, err)
+	assert.True(t, math.IsNaN(nan[0].Float))
+	// The protobuf path gives the same replies.
+	assert.Equal(t, repliesFromPB(repliesToPB(rs)), got)
+}
+
+// TestPackedRandomRoundTrip checks random batches both ways, seeded so a
+// failure repeats.
+func TestPackedRandomRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(16, 2))
+	randStr := func() string {
+		b := make([]byte, rng.IntN(4)*rng.IntN(70))
+		for i := range b {
+			b[i] = byte(rng.UintN(256))
+		}
+		return string(b)
+	}
+	var randReply func(depth int) Reply
+	randReply = func(depth int) Reply {
+		r := Reply{Kind: ReplyKind(rng.IntN(int(KindError) + 1))}
+		switch r.Kind {
+		case KindString:
+			r.Str = randStr()
+		case KindInt:
+			r.Int = rng.Int64() - rng.Int64()
+		case KindFloat:
+			r.Float = rng.NormFloat64() * 1e6
+		case KindArray:
+			if depth < 4 {
+				for range rng.IntN(5) {
+					r.Array = append(r.Array, randReply(depth+1))
+				}
+			}
+		case KindError:
+			r.Err, r.ErrClass = randStr(), ErrLua
+		}
+		return r
+	}
+	for range 300 {
+		var cmds []Command
+		for range 1 + rng.IntN(20) {
+			c := Command{"CMD"}
+			for range rng.IntN(8) {
+				c = append(c, randStr())
+			}
+			cmds = append(cmds, c)
+		}
+		gotC, err := unpackCommands(appendPackedCommands(nil, cmds))
+		require.NoError(t, err)
+		require.Equal(t, cmds, gotC)
+
+		var rs []Reply
+		for range rng.IntN(20) {
+			rs = append(rs, randReply(0))
+		}
+		gotR, err := unpackReplies(appendPackedReplies(nil, rs))
+		require.NoError(t, err)
+		// Exactly what was sent: unlike a protobuf string field, the
+		// packed form carries error text that is not UTF-8 unchanged,
+		// as a linked scanner sees it.
+		if rs == nil {
+			rs = []Reply{}
+		}
+		require.Equal(t, rs, gotR)
+	}
+}
+
+// TestPackedMalformed: every truncation of a valid batch, trailing bytes,
+// impossible counts, unknown kinds and fields, and endless nesting are
+// errors, never a panic or a large allocation.
+func TestPackedMalformed(t *testing.T) {
+	cmds := appendPackedCommands(nil, packedSampleCommands())
+	for n := 0; n < len(cmds); n++ {
+		_, err := unpackCommands(cmds[:n])
+		assert.Error(t, err, "commands cut to %d of %d bytes", n, len(cmds))
+	}
+	_, err := unpackCommands(append(append([]byte(nil), cmds...), 0))
+	assert.ErrorContains(t, err, "after the last command")
+
+	reps := appendPackedReplies(nil, packedSampleReplies())
+	for n := 0; n < len(reps); n++ {
+		_, err := unpackReplies(reps[:n])
+		assert.Error(t, err, "replies cut to %d of %d bytes", n, len(reps))
+	}
+	_, err = unpackReplies(append(append([]byte(nil), reps...), 0))
+	assert.ErrorContains(t, err, "after the last reply")
+
+	huge := binary.AppendUvarint(nil, math.MaxUint64)
+	_, err = unpackCommands(huge)
+	assert.Error(t, err, "a count beyond the input")
+	_, err = unpackReplies(huge)
+	assert.Error(t, err, "a count beyond the input")
+	_, err = unpackCommands(binary.AppendUvarint(binary.AppendUvarint(nil, 1), 0))
+	assert.ErrorContains(t, err, "no arguments")
+	_, err = unpackCommands(binary.AppendUvarint(nil, 0))
+	assert.ErrorContains(t, err, "no commands")
+
+	_, err = unpackReplies([]byte{1, byte(KindError) + 1, 0})
+	assert.ErrorContains(t, err, "unknown reply kind")
+	_, err = unpackReplies([]byte{1, byte(KindNil), 0x80})
+	assert.ErrorContains(t, err, "unknown reply fields")
+
+	// Arrays of one array of one array ... deeper than the bound.
+	var deep []byte
+	deep = binary.AppendUvarint(deep, 1)
+	for range maxPackedDepth + 2 {
+		deep = append(deep, byte(KindArray), packedArray, 1)
+	}
+	deep = append(deep, byte(KindNil), 0)
+	_, err = unpackReplies(deep)
+	assert.ErrorContains(t, err, "nested deeper")
+}
+
+// TestPackedArgumentsShareOneStringPerCommand: a command's arguments are
+// carved from one allocation of exactly that command's bytes, so keeping
+// an argument never keeps the rest of the batch alive.
+func TestPackedArgumentsShareOneStringPerCommand(t *testing.T) {
+	cmds := []Command{{"SET", "a", "bb"}, {"GET", "ccc"}}
+	got, err := unpackCommands(appendPackedCommands(nil, cmds))
+	require.NoError(t, err)
+	allocs := testing.AllocsPerRun(100, func() {
+		_, _ = unpackCommands(appendPackedCommands(nil, cmds))
+	})
+	// The buffer, the command slice, and per command: its string, its
+	// argument slice and the bounds scratch.
+	assert.LessOrEqual(t, allocs, float64(2+3*len(cmds)))
+	assert.Equal(t, cmds, got)
+}
