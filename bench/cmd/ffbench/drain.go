@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,10 +29,14 @@ import (
 
 // Drain modes.
 const (
-	modePlugin = "plugin"
-	modeLinked = "in-process"
-	modeRaw    = "raw"
+	modePlugin      = "plugin"
+	modePluginUnary = "plugin-unary" // callback batches as plugins built before the stream send them
+	modeLinked      = "in-process"
+	modeRaw         = "raw"
 )
+
+// drainModes are the known modes, in report order.
+var drainModes = []string{modePlugin, modePluginUnary, modeLinked, modeRaw}
 
 // drainRun is one timed drain of the seeded state.
 type drainRun struct {
@@ -58,22 +65,28 @@ type drainRun struct {
 type cpuMeter struct {
 	b                 *bench
 	pluginPid         int
+	stopProfile       func()
 	self, plugin, srv time.Duration
 	sys               time.Duration
 }
 
-func (b *bench) startCPU(ctx context.Context, pluginPid int) *cpuMeter {
-	m := &cpuMeter{b: b, pluginPid: pluginPid}
+func (b *bench) startCPU(ctx context.Context, mode string, pluginPid int) (*cpuMeter, error) {
+	stop, err := b.profileDrain(mode)
+	if err != nil {
+		return nil, err
+	}
+	m := &cpuMeter{b: b, pluginPid: pluginPid, stopProfile: stop}
 	m.self, _ = measure.ProcCPU(os.Getpid())
 	if pluginPid > 0 {
 		m.plugin, _ = measure.ProcCPU(pluginPid)
 	}
 	m.srv, _ = measure.ServerCPU(ctx, b.client)
 	m.sys, _ = measure.SystemCPU()
-	return m
+	return m, nil
 }
 
 func (m *cpuMeter) stop(ctx context.Context, run *drainRun) {
+	m.stopProfile()
 	sys, _ := measure.SystemCPU()
 	self, _ := measure.ProcCPU(os.Getpid())
 	srv, _ := measure.ServerCPU(ctx, m.b.client)
@@ -131,6 +144,22 @@ func (r *drainResult) median(mode string) (drainRun, bool) {
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].Elapsed < rs[j].Elapsed })
 	return rs[len(rs)/2], true
+}
+
+// medianHostCPU is the median host-side CPU (this process plus the
+// plugin) per 10 000 leases of a mode's counted runs.
+func (r *drainResult) medianHostCPU(mode string) (time.Duration, bool) {
+	var per []time.Duration
+	for _, x := range r.counted(mode) {
+		if x.Verified > 0 {
+			per = append(per, (x.BenchCPU+x.PluginCPU)*10_000/time.Duration(x.Verified))
+		}
+	}
+	if len(per) == 0 {
+		return 0, false
+	}
+	slices.Sort(per)
+	return per[len(per)/2], true
 }
 
 // medianBusy is the median server busy fraction of a mode's runs.
@@ -194,8 +223,8 @@ func (b *bench) runDrain(ctx context.Context, n, reps int) (*drainResult, error)
 
 	modes := b.drainModes
 	for _, m := range modes {
-		if m != modePlugin && m != modeLinked && m != modeRaw {
-			return nil, fmt.Errorf("unknown drain mode %q (want %s, %s or %s)", m, modePlugin, modeLinked, modeRaw)
+		if !slices.Contains(drainModes, m) {
+			return nil, fmt.Errorf("unknown drain mode %q (want one of %s)", m, strings.Join(drainModes, ", "))
 		}
 	}
 	// Disturbed runs are repeated, within a budget that keeps the whole
@@ -267,6 +296,28 @@ func (b *bench) drainOnce(ctx context.Context, mode string, n int, ids []keys.Ex
 	return run, nil
 }
 
+// profileDrain starts a CPU profile of this process for the timed part
+// of one drain run (with -cpuprofile PATH: PATH.MODE.N, N counting the
+// mode's runs), so the profile holds what the run's CPU figures count.
+func (b *bench) profileDrain(mode string) (stop func(), err error) {
+	if b.cpuProfile == "" {
+		return func() {}, nil
+	}
+	if b.profiled == nil {
+		b.profiled = map[string]int{}
+	}
+	b.profiled[mode]++
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d", b.cpuProfile, mode, b.profiled[mode]))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 // checkDue makes sure the restored state holds n due, unmarked leases.
 func (b *bench) checkDue(ctx context.Context, n int) error {
 	var cmds valkey.Commands
@@ -315,13 +366,14 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		pluginPid int
 	)
 	switch mode {
-	case modePlugin:
+	case modePlugin, modePluginUnary:
 		cat, err := catalog.New(b.pluginDir)
 		if err != nil {
 			return run, err
 		}
 		defer cat.Close()
-		l := launcher.New(launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry", StartTimeout: 30 * time.Second},
+		l := launcher.New(launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry", StartTimeout: 30 * time.Second,
+			UnaryCallbacks: mode == modePluginUnary},
 			cat, svc, b.log.Named(leaseexpiry.Name))
 		inst, _, err := l.Launch(ctx)
 		if err != nil {
@@ -373,7 +425,10 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 	rec.execs.Store(0)
 	rec.cmds.Store(0)
 
-	cpu := b.startCPU(ctx, pluginPid)
+	cpu, err := b.startCPU(ctx, mode, pluginPid)
+	if err != nil {
+		return run, err
+	}
 	t0 := time.Now()
 	for run.Marked < int64(n) {
 		sum, err := r.Cycle(ctx, scheduler.CycleOptions{})
@@ -426,7 +481,10 @@ func (b *bench) drainRaw(ctx context.Context, n int) (drainRun, error) {
 			}
 		}
 	}
-	cpu := b.startCPU(ctx, 0)
+	cpu, err := b.startCPU(ctx, modeRaw, 0)
+	if err != nil {
+		return run, err
+	}
 	t0 := time.Now()
 	for run.Marked < int64(n) {
 		run.Cycles++

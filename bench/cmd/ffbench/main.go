@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -70,6 +69,8 @@ type bench struct {
 	pluginDir   string
 	concurrency int
 	drainModes  []string
+	cpuProfile  string         // drain: profile path prefix (-cpuprofile)
+	profiled    map[string]int // drain: profiled runs per mode
 	rawChunk    int
 
 	restoreTimes []time.Duration
@@ -134,8 +135,8 @@ func run() error {
 	maxLoad := flag.Float64("max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	verbose := flag.Bool("v", false, "host and plugin logs at info level")
 	rawChunk := flag.Int("raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
-	drainModes := flag.String("drain-modes", "plugin,in-process,raw", "drain: modes to run")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (host side) to the file")
+	drainModes := flag.String("drain-modes", "plugin,plugin-unary,in-process,raw", "drain: modes to run (plugin-unary: the callback path of plugins built before the callback stream)")
+	cpuProfile := flag.String("cpuprofile", "", "drain: write a CPU profile of this process (host side) during each run to PATH.MODE.N")
 	flag.Parse()
 
 	sz := fullSizes
@@ -148,16 +149,6 @@ func run() error {
 	setIf(&sz.DAGRuns, *dagRuns)
 	if *idle > 0 {
 		sz.Idle = *idle
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	want := map[string]bool{}
 	for _, s := range splitList(*only) {
@@ -184,7 +175,7 @@ func run() error {
 	if *verbose {
 		level = hclog.Info
 	}
-	b := &bench{binDir: bin, drainModes: splitList(*drainModes), rawChunk: *rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: *concurrency,
+	b := &bench{binDir: bin, drainModes: splitList(*drainModes), cpuProfile: *cpuProfile, rawChunk: *rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: *concurrency,
 		parts: keys.DefaultPartitionConfig(), verbose: *verbose,
 		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
 	// DEBUG RELOAD restores the drain's snapshot between modes.
