@@ -53,8 +53,9 @@
 //
 // Cost: with a partial window (the common case) one callback of FCALLs and
 // nothing else, and known-stuck entries cost no FCALL. With a full window,
-// one callback per look-ahead page (200 entries by default, 500 at most per
-// scan), each read pipelined with the previous page's FCALLs; a filter adds
+// one callback per look-ahead page (the whole look-ahead of 500 entries by
+// default, 1000 at most per page), each read pipelined with the previous
+// page's FCALLs; a filter adds
 // one stage of reads to the same pipeline. A lost memory (plugin restart)
 // costs one FCALL per stuck entry, once; so does re-verifying it every
 // stuckTTL cycles.
@@ -114,6 +115,8 @@ const (
 	OptionLookahead = "lookahead"
 	// maxLookahead bounds the lookahead option.
 	maxLookahead = 1_000_000
+	// maxPage bounds one look-ahead read (a reply of about 60 KiB).
+	maxPage = 1000
 	// stuckLimit bounds the memory of stuck entries.
 	stuckLimit = 200_000
 	// stuckTTL is how many cycles a stuck entry is trusted before the
@@ -228,7 +231,11 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		// The window may hide due entries behind it: read the due range
 		// newest first, down to the window's highest score.
 		sc.budget = look
-		sc.pageSize = min(look, max(4*batch, 100))
+		// One page for the whole budget where it is not huge: each page
+		// is a callback round trip, which costs a plugin more than the
+		// few hundred entries it reads (pages of 200 made a 390-lease
+		// partition cost three callbacks instead of two).
+		sc.pageSize = min(look, maxPage)
 		sc.low = windowHigh
 		top := scanutil.From(float64(req.NowMs))
 		sc.next = &top
