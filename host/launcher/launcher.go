@@ -52,10 +52,10 @@ type Config struct {
 	// Approvals admits the scanner's declared policy (nil: no approval
 	// is needed, for test kits that build their own plugins).
 	Approvals *policy.Store
-	// UnaryCallbacks has the plugin send its callback batches the way
-	// plugins built before the callback stream do (one unary call each),
-	// so benchmarks can compare the two paths in one run.
-	UnaryCallbacks bool
+	// CallbackPath picks how the plugin's callback batches reach the
+	// host; the zero value is the production path, the others are the
+	// paths of older plugins, for benchmarks that compare them in one run.
+	CallbackPath scannerapi.CallbackPath
 }
 
 // Launcher implements supervisor.Launcher for one scanner.
@@ -95,9 +95,9 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		Path:         entry.ExecPath,
 		Logger:       l.log,
 		Callbacks:    cb,
-		StartTimeout:   l.cfg.StartTimeout,
-		Isolation:      l.cfg.Isolation,
-		UnaryCallbacks: l.cfg.UnaryCallbacks,
+		StartTimeout: l.cfg.StartTimeout,
+		Isolation:    l.cfg.Isolation,
+		CallbackPath: l.cfg.CallbackPath,
 	})
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {

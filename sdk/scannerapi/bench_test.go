@@ -21,9 +21,9 @@ import (
 // that many commands answered in memory, so Valkey's own time is not in
 // the figure). Besides the wall time per call it reports the CPU time of
 // both processes per call (cpu-us/op; from /proc, so Linux only), which is
-// what a busy host pays: the plugin variants are the default (packed
-// callback batches over mTLS), the protobuf batches older plugins send,
-// and no mTLS.
+// what a busy host pays: the plugin variants are the default (batches on
+// the inherited socket), the gRPC batch stream and the unary protobuf
+// batches older plugins send, and no mTLS.
 func BenchmarkScanPartition(b *testing.B) {
 	cb := &echoCallbacks{}
 	type variant struct {
@@ -42,7 +42,8 @@ func BenchmarkScanPartition(b *testing.B) {
 	variants := []variant{
 		{"linked", scannerapi.Linked(&testscanners.Echo{}, cb), 0},
 		launch("plugin", scannerapi.LaunchConfig{}),
-		launch("plugin-unary", scannerapi.LaunchConfig{UnaryCallbacks: true}),
+		launch("plugin-grpcstream", scannerapi.LaunchConfig{CallbackPath: scannerapi.CallbackStream}),
+		launch("plugin-unary", scannerapi.LaunchConfig{CallbackPath: scannerapi.CallbackUnary}),
 		launch("plugin-nomtls", scannerapi.LaunchConfig{NoMTLS: true}),
 	}
 	for _, n := range []int{0, 50, 500} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -36,8 +37,27 @@ import (
 // what a well-behaved plugin sends.
 const maxStreamBatches = 64
 
+// batchServerStream is the host's end of a batch stream: the gRPC stream
+// or the inherited socket (callbackfd.go).
+type batchServerStream interface {
+	Context() context.Context
+	Recv() (*pb.ExecRequest, error)
+	Send(*pb.ExecResponse) error
+}
+
+// batchClientStream is the plugin's end of a batch stream.
+type batchClientStream interface {
+	Send(*pb.ExecRequest) error
+	Recv() (*pb.ExecResponse, error)
+}
+
 // ExecStream serves the callback stream of one plugin.
 func (s *callbackServer) ExecStream(stream pb.HostCallbacks_ExecStreamServer) error {
+	return s.serveBatches(stream)
+}
+
+// serveBatches answers the batches of one stream until it ends.
+func (s *callbackServer) serveBatches(stream batchServerStream) error {
 	ctx := stream.Context()
 	var (
 		sendMu  sync.Mutex
@@ -94,7 +114,7 @@ func (s *callbackServer) streamBatch(ctx context.Context, req *pb.ExecRequest) *
 	if err != nil {
 		return fail(err)
 	}
-	resp.PackedReplies = appendPackedReplies(nil, replies)
+	resp.PackedReplies = packReplies(replies)
 	return resp
 }
 
@@ -102,15 +122,17 @@ func (s *callbackServer) streamBatch(ctx context.Context, req *pb.ExecRequest) *
 // and hands each response to the batch waiting for it. A stream that
 // breaks fails the batches in flight; the next batch opens a new one.
 type execStream struct {
-	client pb.HostCallbacksClient
-	seq    atomic.Uint64
+	// open opens a stream: a gRPC ExecStream, or the inherited socket
+	// (which can be opened once).
+	open func() (batchClientStream, error)
+	seq  atomic.Uint64
 
 	mu  sync.Mutex
 	cur *streamConn
 }
 
 type streamConn struct {
-	stream pb.HostCallbacks_ExecStreamClient
+	stream batchClientStream
 	sendMu sync.Mutex
 
 	mu      sync.Mutex
@@ -130,9 +152,7 @@ func (x *execStream) conn() (*streamConn, error) {
 			return c, nil
 		}
 	}
-	// The stream lives as long as the process: it is not bound to any one
-	// call, so it gets no call's context.
-	stream, err := x.client.ExecStream(context.Background())
+	stream, err := x.open()
 	if err != nil {
 		return nil, fmt.Errorf("host exec: open the callback stream: %w", err)
 	}
@@ -229,4 +249,24 @@ func streamReplies(resp *pb.ExecResponse, n int) ([]Reply, error) {
 		return nil, fmt.Errorf("host exec: %d replies to %d commands", len(replies), n)
 	}
 	return replies, nil
+}
+
+// grpcExecStream opens gRPC callback streams on client.
+func grpcExecStream(client pb.HostCallbacksClient) *execStream {
+	return &execStream{open: func() (batchClientStream, error) {
+		// The stream lives as long as the process: it is not bound to
+		// any one call, so it gets no call's context.
+		return client.ExecStream(context.Background())
+	}}
+}
+
+// fdExecStream sends batches on the inherited socket c; once it broke
+// there is no other.
+func fdExecStream(c net.Conn) *execStream {
+	var once sync.Once
+	return &execStream{open: func() (s batchClientStream, err error) {
+		err = errors.New("the callback socket is closed")
+		once.Do(func() { s, err = fdPluginStream{newFrameConn(c)}, nil })
+		return s, err
+	}}
 }

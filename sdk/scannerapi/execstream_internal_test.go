@@ -39,7 +39,7 @@ func newStreamFixture(t *testing.T) *streamFixture {
 		conn.Close()
 		f.server.Stop()
 	})
-	f.stream = &execStream{client: pb.NewHostCallbacksClient(conn)}
+	f.stream = grpcExecStream(pb.NewHostCallbacksClient(conn))
 	return f
 }
 

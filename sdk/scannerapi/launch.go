@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,19 +57,32 @@ type LaunchConfig struct {
 	// plain vs ~440 µs with mTLS per ScanPartition round trip on a loaded
 	// 2-core machine). Off by default, i.e. mTLS is on.
 	NoMTLS bool
-	// UnaryCallbacks makes the plugin send each callback batch as one
-	// unary Exec call with a protobuf message per command, as plugins
-	// built before ExecStream do, instead of on the callback stream in
-	// the packed encoding (execstream.go), which costs a fraction of the
-	// CPU on both sides. For tests and benchmarks of the older path; the
-	// host serves both.
-	UnaryCallbacks bool
+	// Callbacks says how the plugin's batches reach the host. The zero
+	// value, CallbackSocket, is the cheapest; the others are what older
+	// plugins use, for tests and benchmarks of those paths (the host
+	// serves all three).
+	CallbackPath CallbackPath
 	// Isolation confines the process (see Isolation); the zero value
 	// does not. Confined, the plugin reads only its executable, the
 	// system's shared libraries and what the Go runtime needs, writes
 	// only its socket directory (also its TMPDIR), and cannot use TCP.
 	Isolation Isolation
 }
+
+// CallbackPath is how a plugin's callback batches reach the host.
+type CallbackPath int
+
+const (
+	// CallbackSocket: the batch stream on a socket pair made for the
+	// plugin alone and inherited as a file descriptor (callbackfd.go).
+	CallbackSocket CallbackPath = iota
+	// CallbackStream: the batch stream as a gRPC stream through the
+	// go-plugin broker (execstream.go).
+	CallbackStream
+	// CallbackUnary: one unary gRPC Exec per batch with a protobuf
+	// message per command, as plugins built before the batch stream send.
+	CallbackUnary
+)
 
 // Plugin is a running plugin process and the scanners it serves.
 type Plugin struct {
@@ -127,6 +141,18 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	}
 	env = append(env, cfg.Env...)
 
+	// The callback socket pair: the plugin's end goes to the child as
+	// descriptor 3 and is closed here once the child has it.
+	var cbHost net.Conn
+	var cbPlugin *os.File
+	if cfg.CallbackPath == CallbackSocket {
+		var err error
+		if cbHost, cbPlugin, err = callbackPair(); err != nil {
+			return nil, fmt.Errorf("scannerapi: launch %s: %w", path, err)
+		}
+		defer cbPlugin.Close()
+	}
+
 	var secure *plugin.SecureConfig
 	if len(cfg.Checksum) > 0 {
 		secure = &plugin.SecureConfig{Checksum: cfg.Checksum, Hash: sha256.New()}
@@ -147,6 +173,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 				cmd.Env = append(cmd.Env, "TMPDIR="+socketDir)
 			}
 			cmd.SysProcAttr = pluginProcAttr()
+			if cbPlugin != nil {
+				cmd.ExtraFiles = []*os.File{cbPlugin} // descriptor 3 = callbackFD
+			}
 			r, err := newProcRunner(l, cmd)
 			if err != nil {
 				return nil, err
@@ -169,6 +198,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 
 	fail := func(err error) (*Plugin, error) {
 		p.Kill()
+		if cbHost != nil {
+			cbHost.Close()
+		}
 		return nil, fmt.Errorf("scannerapi: launch %s: %w", path, err)
 	}
 	rpcClient, err := p.client.Client()
@@ -201,9 +233,21 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 		return s
 	})
 
+	info := &pb.InfoRequest{CallbackBrokerId: cbID, ApiVersion: int32(p.apiVersion), ExecStream: cfg.CallbackPath != CallbackUnary}
+	if cbHost != nil {
+		// Served for the plugin's lifetime; its batches end with it.
+		srv := &callbackServer{p: p}
+		go func() {
+			_ = srv.serveBatches(fdHostStream{ctx: p.exitCtx, f: newFrameConn(cbHost)})
+			cbHost.Close()
+		}()
+		context.AfterFunc(p.exitCtx, func() { cbHost.Close() })
+		info.CallbackFd = callbackFD
+	}
+
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := p.rpc.Info(ictx, &pb.InfoRequest{CallbackBrokerId: cbID, ApiVersion: int32(p.apiVersion), ExecStream: !cfg.UnaryCallbacks})
+	resp, err := p.rpc.Info(ictx, info)
 	if err != nil {
 		return fail(fmt.Errorf("Info: %w", err))
 	}

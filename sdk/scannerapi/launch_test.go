@@ -192,22 +192,29 @@ func TestLaunchedScannerMatchesLinked(t *testing.T) {
 	assert.Nil(t, b)
 }
 
-// A plugin built before the callback stream sends each batch as a unary
-// Exec with a protobuf message per command; the host still serves that,
-// with the same results.
-func TestUnaryCallbacksStillServed(t *testing.T) {
-	cb := &echoCallbacks{}
-	remote := scannerByName(t, launchWith(t, scannerapi.LaunchConfig{Callbacks: cb, UnaryCallbacks: true}), "echo")
-	linked := scannerapi.Linked(&testscanners.Echo{}, cb)
-	ctx := context.Background()
-	want, err := linked.ScanPartition(ctx, nil, sampleRequest())
-	require.NoError(t, err)
-	got, err := remote.ScanPartition(ctx, nil, sampleRequest())
-	require.NoError(t, err)
-	assert.Equal(t, want, got)
-	cb.mu.Lock()
-	assert.Equal(t, 2, cb.batches, "one batch each")
-	cb.mu.Unlock()
+// Every callback path a plugin may use gives the same results: the
+// socket pair (the default), the gRPC batch stream, and the unary Exec
+// with a protobuf message per command that older plugins send.
+func TestEveryCallbackPathServed(t *testing.T) {
+	for _, path := range []struct {
+		name string
+		p    scannerapi.CallbackPath
+	}{{"socket", scannerapi.CallbackSocket}, {"stream", scannerapi.CallbackStream}, {"unary", scannerapi.CallbackUnary}} {
+		t.Run(path.name, func(t *testing.T) {
+			cb := &echoCallbacks{}
+			remote := scannerByName(t, launchWith(t, scannerapi.LaunchConfig{Callbacks: cb, CallbackPath: path.p}), "echo")
+			linked := scannerapi.Linked(&testscanners.Echo{}, cb)
+			ctx := context.Background()
+			want, err := linked.ScanPartition(ctx, nil, sampleRequest())
+			require.NoError(t, err)
+			got, err := remote.ScanPartition(ctx, nil, sampleRequest())
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+			cb.mu.Lock()
+			assert.Equal(t, 2, cb.batches, "one batch each")
+			cb.mu.Unlock()
+		})
+	}
 }
 
 func TestExplicitHostOverridesCallbacks(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -89,6 +90,7 @@ func unpackCommands(b []byte) ([]Command, error) {
 		return nil, errors.New("packed batch: no commands")
 	}
 	out := make([]Command, n)
+	var bounds []int // scratch, reused by every command
 	for i := range out {
 		argc, err := r.count()
 		if err != nil {
@@ -112,7 +114,7 @@ func unpackCommands(b []byte) ([]Command, error) {
 		r.off = start
 		var sb strings.Builder
 		sb.Grow(total)
-		bounds := make([]int, argc)
+		bounds = slices.Grow(bounds[:0], argc)[:argc]
 		for j := range argc {
 			l, _ := r.length() // checked by the first pass
 			sb.Write(r.b[r.off : r.off+l])
@@ -133,6 +135,42 @@ func unpackCommands(b []byte) ([]Command, error) {
 		return nil, fmt.Errorf("packed batch: %d bytes after the last command", len(r.b)-r.off)
 	}
 	return out, nil
+}
+
+// packReplies is the packed form of rs, in a buffer allocated once.
+func packReplies(rs []Reply) []byte {
+	n := uvarintLen(uint64(len(rs)))
+	for i := range rs {
+		n += packedReplySize(&rs[i])
+	}
+	return appendPackedReplies(make([]byte, 0, n), rs)
+}
+
+// packedReplySize is the exact size of the packed form of r.
+func packedReplySize(r *Reply) int {
+	n := 2
+	if r.Str != "" {
+		n += uvarintLen(uint64(len(r.Str))) + len(r.Str)
+	}
+	if r.Int != 0 {
+		n += uvarintLen(uint64(r.Int<<1) ^ uint64(r.Int>>63))
+	}
+	if r.Float != 0 || math.Signbit(r.Float) {
+		n += 8
+	}
+	if len(r.Array) > 0 {
+		n += uvarintLen(uint64(len(r.Array)))
+		for i := range r.Array {
+			n += packedReplySize(&r.Array[i])
+		}
+	}
+	if r.Err != "" {
+		n += uvarintLen(uint64(len(r.Err))) + len(r.Err)
+	}
+	if r.ErrClass != "" {
+		n += uvarintLen(uint64(len(r.ErrClass))) + len(r.ErrClass)
+	}
+	return n
 }
 
 // appendPackedReplies appends the packed form of rs to dst.

@@ -112,9 +112,12 @@ type pluginServer struct {
 	cbConn   *grpc.ClientConn
 	cbID     uint32
 	callback pb.HostCallbacksClient
-	// stream carries the batches when the host serves ExecStream
-	// (InfoRequest.exec_stream); nil means one unary Exec per batch.
-	stream *execStream
+	// stream carries the batches when the host serves a batch stream
+	// (InfoRequest.callback_fd or exec_stream); nil means one unary Exec
+	// per batch.
+	stream     *execStream
+	fdStream   *execStream // on the inherited socket, once opened
+	grpcStream *execStream
 }
 
 func newPluginServer(logger hclog.Logger, scanners []Scanner) (*pluginServer, error) {
@@ -188,21 +191,41 @@ func (s *pluginServer) callbacks() (pb.HostCallbacksClient, *execStream) {
 	return s.callback, s.stream
 }
 
+// chooseStream picks how batches go to the host, from what it offers:
+// the inherited socket, else the gRPC stream, else one unary Exec each.
+func (s *pluginServer) chooseStream(req *pb.InfoRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case req.GetCallbackFd() != 0:
+		if s.fdStream == nil {
+			c, err := openCallbackFD(req.GetCallbackFd())
+			if err != nil {
+				return err
+			}
+			s.fdStream = fdExecStream(c)
+		}
+		s.stream = s.fdStream
+	case req.GetExecStream() && s.callback != nil:
+		if s.grpcStream == nil {
+			s.grpcStream = grpcExecStream(s.callback)
+		}
+		s.stream = s.grpcStream
+	default:
+		s.stream = nil
+	}
+	return nil
+}
+
 func (s *pluginServer) Info(_ context.Context, req *pb.InfoRequest) (*pb.InfoResponse, error) {
 	if id := req.GetCallbackBrokerId(); id != 0 {
 		if err := s.connectCallbacks(id); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 	}
-	s.mu.Lock()
-	if req.GetExecStream() && s.callback != nil {
-		if s.stream == nil {
-			s.stream = &execStream{client: s.callback}
-		}
-	} else {
-		s.stream = nil
+	if err := s.chooseStream(req); err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	s.mu.Unlock()
 	out := &pb.InfoResponse{Pid: int64(os.Getpid())}
 	for _, name := range s.order {
 		out.Scanners = append(out.Scanners, infoToPB(s.infos[name]))

@@ -29,14 +29,15 @@ import (
 
 // Drain modes.
 const (
-	modePlugin      = "plugin"
-	modePluginUnary = "plugin-unary" // callback batches as plugins built before the stream send them
-	modeLinked      = "in-process"
-	modeRaw         = "raw"
+	modePlugin       = "plugin"
+	modePluginStream = "plugin-grpcstream" // callback batches on a gRPC stream through the broker
+	modePluginUnary  = "plugin-unary"      // one unary call per batch, as plugins built before the batch stream send them
+	modeLinked       = "in-process"
+	modeRaw          = "raw"
 )
 
 // drainModes are the known modes, in report order.
-var drainModes = []string{modePlugin, modePluginUnary, modeLinked, modeRaw}
+var drainModes = []string{modePlugin, modePluginStream, modePluginUnary, modeLinked, modeRaw}
 
 // drainRun is one timed drain of the seeded state.
 type drainRun struct {
@@ -366,14 +367,14 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		pluginPid int
 	)
 	switch mode {
-	case modePlugin, modePluginUnary:
+	case modePlugin, modePluginStream, modePluginUnary:
 		cat, err := catalog.New(b.pluginDir)
 		if err != nil {
 			return run, err
 		}
 		defer cat.Close()
 		l := launcher.New(launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry", StartTimeout: 30 * time.Second,
-			UnaryCallbacks: mode == modePluginUnary},
+			CallbackPath: map[string]scannerapi.CallbackPath{modePluginStream: scannerapi.CallbackStream, modePluginUnary: scannerapi.CallbackUnary}[mode]},
 			cat, svc, b.log.Named(leaseexpiry.Name))
 		inst, _, err := l.Launch(ctx)
 		if err != nil {

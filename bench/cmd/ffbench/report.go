@@ -93,7 +93,7 @@ func (d *drainResult) print(w io.Writer, conc int) {
 	p("1. DRAIN: %d expired leases over %d partitions (seeded in %s; snapshot %s; restore %s per run)",
 		d.Leases, d.Partitions, d.SeedTime.Round(time.Millisecond), d.SaveTime.Round(time.Millisecond), avg(d.Restore).Round(time.Millisecond))
 	p("   scheduler concurrency %d, cycles back to back; load %s -> %s", conc, d.LoadBefore, d.LoadAfter)
-	p("   %-12s %3s %8s %8s %5s %6s %4s %5s %8s %4s  %s", "mode", "rep", "time", "leases/s", "srv%",
+	p("   %-17s %3s %8s %8s %5s %6s %4s %5s %8s %4s  %s", "mode", "rep", "time", "leases/s", "srv%",
 		"cycles", "RPCs", "cbks", "verified", "errs", "CPU s: bench+plugin=host side | server | rest of machine")
 	for _, x := range d.Runs {
 		rpcs, execs := fmt.Sprint(x.RPCs), fmt.Sprint(x.Execs)
@@ -104,7 +104,7 @@ func (d *drainResult) print(w io.Writer, conc int) {
 		if x.Disturbed {
 			mark = "  disturbed: not counted"
 		}
-		p("   %-12s %3d %8s %8.0f %5.0f %6d %4s %5s %8d %4d  %.2f+%.2f=%.2f | %.2f | %.2f%s", x.Mode, x.Rep,
+		p("   %-17s %3d %8s %8.0f %5.0f %6d %4s %5s %8d %4d  %.2f+%.2f=%.2f | %.2f | %.2f%s", x.Mode, x.Rep,
 			x.Elapsed.Round(time.Millisecond), x.rate(), 100*x.busy(), x.Cycles, rpcs, execs, x.Verified, x.Errors,
 			x.BenchCPU.Seconds(), x.PluginCPU.Seconds(), (x.BenchCPU + x.PluginCPU).Seconds(), x.ServerCPU.Seconds(),
 			x.OtherCPU.Seconds(), mark)
@@ -141,7 +141,7 @@ func (d *drainResult) print(w io.Writer, conc int) {
 	// CPU per item: what a busy host pays for running the scanner as a
 	// plugin rather than linked in.
 	lc, okl := d.medianHostCPU(modeLinked)
-	for _, m := range []string{modePlugin, modePluginUnary, modeRaw} {
+	for _, m := range []string{modePlugin, modePluginStream, modePluginUnary, modeRaw} {
 		c, ok := d.medianHostCPU(m)
 		if !ok || !okl || lc == 0 {
 			continue
@@ -149,9 +149,9 @@ func (d *drainResult) print(w io.Writer, conc int) {
 		r := c.Seconds() / lc.Seconds()
 		switch m {
 		case modePlugin:
-			p("   CPU per item %-12s / in-process = %.2f (target <= 1.50: %s)", m, r, verdict(r <= 1.5))
+			p("   CPU per item %-17s / in-process = %.2f (target <= 1.50: %s)", m, r, verdict(r <= 1.5))
 		default:
-			p("   CPU per item %-12s / in-process = %.2f", m, r)
+			p("   CPU per item %-17s / in-process = %.2f", m, r)
 		}
 	}
 }

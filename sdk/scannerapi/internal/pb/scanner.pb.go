@@ -41,7 +41,12 @@ type InfoRequest struct {
 	ApiVersion int32 `protobuf:"varint,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
 	// The host serves HostCallbacks.ExecStream. A plugin uses it only when
 	// this is set; an older host leaves it unset and serves Exec alone.
-	ExecStream    bool `protobuf:"varint,3,opt,name=exec_stream,json=execStream,proto3" json:"exec_stream,omitempty"`
+	ExecStream bool `protobuf:"varint,3,opt,name=exec_stream,json=execStream,proto3" json:"exec_stream,omitempty"`
+	// When not 0: the host serves the same batches as ExecStream on this
+	// inherited file descriptor, one end of a socket pair made for this
+	// plugin alone, as messages each prefixed by its length (4 bytes,
+	// little-endian). A plugin that can use it prefers it to ExecStream.
+	CallbackFd    uint32 `protobuf:"varint,4,opt,name=callback_fd,json=callbackFd,proto3" json:"callback_fd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -95,6 +100,13 @@ func (x *InfoRequest) GetExecStream() bool {
 		return x.ExecStream
 	}
 	return false
+}
+
+func (x *InfoRequest) GetCallbackFd() uint32 {
+	if x != nil {
+		return x.CallbackFd
+	}
+	return 0
 }
 
 type InfoResponse struct {
@@ -1567,13 +1579,15 @@ var File_scanner_proto protoreflect.FileDescriptor
 
 const file_scanner_proto_rawDesc = "" +
 	"\n" +
-	"\rscanner.proto\x12\x11ffscan.scanner.v1\"}\n" +
+	"\rscanner.proto\x12\x11ffscan.scanner.v1\"\x9e\x01\n" +
 	"\vInfoRequest\x12,\n" +
 	"\x12callback_broker_id\x18\x01 \x01(\rR\x10callbackBrokerId\x12\x1f\n" +
 	"\vapi_version\x18\x02 \x01(\x05R\n" +
 	"apiVersion\x12\x1f\n" +
 	"\vexec_stream\x18\x03 \x01(\bR\n" +
-	"execStream\"\\\n" +
+	"execStream\x12\x1f\n" +
+	"\vcallback_fd\x18\x04 \x01(\rR\n" +
+	"callbackFd\"\\\n" +
 	"\fInfoResponse\x12:\n" +
 	"\bscanners\x18\x01 \x03(\v2\x1e.ffscan.scanner.v1.ScannerInfoR\bscanners\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\"\xb6\x03\n" +
