@@ -3,6 +3,7 @@ package scannerapi
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -185,4 +186,44 @@ func TestCallbackStreamBreaks(t *testing.T) {
 
 	_, err = f.exec(context.Background(), "a", f.p.calls.add(context.Background(), "a", echoHost), []Command{{"PING"}})
 	assert.Error(t, err, "no host to open a new stream to")
+}
+
+// The socket pair's framing: messages cross intact, and an oversized,
+// truncated or unreadable frame ends the channel with an error instead of
+// a huge allocation or a misread.
+func TestCallbackFrames(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	fa, fb := newFrameConn(a), newFrameConn(b)
+	want := &pb.ExecRequest{Scanner: "s", CallId: 7, Seq: 9, PackedCommands: appendPackedCommands(nil, []Command{{"PING", "x\x00"}})}
+	go func() { _ = fa.write(want) }()
+	got := &pb.ExecRequest{}
+	require.NoError(t, fb.read(got))
+	assert.Equal(t, want.GetPackedCommands(), got.GetPackedCommands())
+	assert.Equal(t, uint64(9), got.GetSeq())
+
+	frame := func(raw []byte) error {
+		c, d := net.Pipe()
+		defer d.Close()
+		go func() { _, _ = c.Write(raw); c.Close() }()
+		return newFrameConn(d).read(&pb.ExecRequest{})
+	}
+	assert.ErrorContains(t, frame([]byte{0xff, 0xff, 0xff, 0xff}), "exceeds")
+	assert.ErrorIs(t, frame([]byte{10, 0, 0, 0, 1, 2}), io.ErrUnexpectedEOF)
+	assert.Error(t, frame([]byte{2, 0, 0, 0, 0xff, 0xff}), "not a message")
+}
+
+// A plugin that writes garbage on its socket loses the channel; the host
+// goes on.
+func TestCallbackSocketGarbage(t *testing.T) {
+	host, plugin := net.Pipe()
+	srv := &callbackServer{p: &Plugin{}}
+	done := make(chan error, 1)
+	go func() { done <- srv.serveBatches(fdHostStream{ctx: context.Background(), f: newFrameConn(host)}) }()
+	_, err := plugin.Write([]byte{3, 0, 0, 0, 0xff, 0xff, 0xff})
+	require.NoError(t, err)
+	assert.Error(t, <-done)
+	host.Close()
+	plugin.Close()
 }
