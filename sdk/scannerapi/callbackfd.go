@@ -10,8 +10,12 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi/internal/pb"
@@ -93,35 +97,197 @@ func (f *frameConn) read(m proto.Message) error {
 	return proto.Unmarshal(buf, m)
 }
 
-// fdHostStream is the host's end as the batch stream its handler serves.
-type fdHostStream struct {
-	ctx context.Context
+// hostSocket is the host's end of a plugin's socket pair: the batch
+// stream its callback handler serves, and the ScanPartition calls it makes
+// to a plugin that said scans_on_socket.
+type hostSocket struct {
+	ctx context.Context // the plugin's lifetime
 	f   *frameConn
+
+	scans atomic.Bool // the plugin answers ScanPartition here
+	seq   atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]chan *pb.ScanReply
+	done    chan struct{} // closed when the socket can no longer be read
+	err     error         // why; set before done closes
 }
 
-func (s fdHostStream) Context() context.Context { return s.ctx }
-
-func (s fdHostStream) Recv() (*pb.ExecRequest, error) {
-	m := &pb.ExecRequest{}
-	if err := s.f.read(m); err != nil {
-		return nil, err
-	}
-	return m, nil
+func newHostSocket(ctx context.Context, c net.Conn) *hostSocket {
+	return &hostSocket{ctx: ctx, f: newFrameConn(c), pending: map[uint64]chan *pb.ScanReply{}, done: make(chan struct{})}
 }
 
-func (s fdHostStream) Send(m *pb.ExecResponse) error { return s.f.write(m) }
+func (h *hostSocket) Context() context.Context { return h.ctx }
 
-// fdPluginStream is the plugin's end as the stream its batches go on.
-type fdPluginStream struct{ f *frameConn }
-
-func (s fdPluginStream) Send(m *pb.ExecRequest) error { return s.f.write(m) }
-
-func (s fdPluginStream) Recv() (*pb.ExecResponse, error) {
-	m := &pb.ExecResponse{}
-	if err := s.f.read(m); err != nil {
+// Recv returns the next callback batch, handing scan answers to their
+// calls on the way.
+func (h *hostSocket) Recv() (*pb.ExecRequest, error) {
+	for {
+		fr := &pb.SocketFrame{}
+		err := h.f.read(fr)
+		if err == nil {
+			switch b := fr.GetBody().(type) {
+			case *pb.SocketFrame_Exec:
+				return b.Exec, nil
+			case *pb.SocketFrame_ScanReply:
+				h.mu.Lock()
+				ch := h.pending[b.ScanReply.GetSeq()]
+				delete(h.pending, b.ScanReply.GetSeq())
+				h.mu.Unlock()
+				if ch != nil {
+					ch <- b.ScanReply // buffered
+				}
+				continue
+			default:
+				err = fmt.Errorf("unexpected %T from the plugin", b)
+			}
+		}
+		h.mu.Lock()
+		if h.err == nil {
+			h.err = err
+			close(h.done)
+		}
+		h.mu.Unlock()
 		return nil, err
 	}
-	return m, nil
+}
+
+func (h *hostSocket) Send(m *pb.ExecResponse) error {
+	return h.f.write(&pb.SocketFrame{Body: &pb.SocketFrame_ExecReply{ExecReply: m}})
+}
+
+// scan makes one ScanPartition call on the socket. Its errors are gRPC
+// statuses, as the gRPC call's are, so callers map them the same way.
+func (h *hostSocket) scan(ctx context.Context, req *pb.ScanPartitionRequest) (*pb.ScanPartitionResponse, error) {
+	seq := h.seq.Add(1)
+	ch := make(chan *pb.ScanReply, 1)
+	h.mu.Lock()
+	if h.err != nil {
+		h.mu.Unlock()
+		return nil, status.Errorf(codes.Unavailable, "callback socket: %v", h.err)
+	}
+	h.pending[seq] = ch
+	h.mu.Unlock()
+	forget := func() {
+		h.mu.Lock()
+		delete(h.pending, seq)
+		h.mu.Unlock()
+	}
+	call := &pb.ScanCall{Seq: seq, Request: req}
+	if dl, ok := ctx.Deadline(); ok {
+		call.DeadlineUnixNano = dl.UnixNano()
+	}
+	if err := h.f.write(&pb.SocketFrame{Body: &pb.SocketFrame_Scan{Scan: call}}); err != nil {
+		forget()
+		return nil, status.Errorf(codes.Unavailable, "callback socket: %v", err)
+	}
+	select {
+	case r := <-ch:
+		if code := codes.Code(r.GetErrorCode()); code != codes.OK && ctx.Err() != nil {
+			// The call failed because the host gave up on it, as a gRPC
+			// client would report it.
+			return nil, status.FromContextError(ctx.Err()).Err()
+		} else if code != codes.OK {
+			return nil, status.Error(code, r.GetErrorMessage())
+		}
+		return r.GetResponse(), nil
+	case <-h.done:
+		forget()
+		return nil, status.Errorf(codes.Unavailable, "callback socket: %v", h.err)
+	case <-ctx.Done():
+		forget()
+		// The plugin's call ends too; its answer, if any, is dropped.
+		_ = h.f.write(&pb.SocketFrame{Body: &pb.SocketFrame_Cancel{Cancel: seq}})
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// pluginSocket is the plugin's end of the pair: the stream its batches go
+// on, and the ScanPartition calls the host makes on it, which it runs
+// as its gRPC server would.
+type pluginSocket struct {
+	f   *frameConn
+	srv *pluginServer
+
+	mu      sync.Mutex
+	running map[uint64]context.CancelFunc
+}
+
+func (p *pluginSocket) Send(m *pb.ExecRequest) error {
+	return p.f.write(&pb.SocketFrame{Body: &pb.SocketFrame_Exec{Exec: m}})
+}
+
+// Recv returns the next batch answer, starting and cancelling the host's
+// scan calls on the way.
+func (p *pluginSocket) Recv() (*pb.ExecResponse, error) {
+	for {
+		fr := &pb.SocketFrame{}
+		if err := p.f.read(fr); err != nil {
+			p.cancelAll()
+			return nil, err
+		}
+		switch b := fr.GetBody().(type) {
+		case *pb.SocketFrame_ExecReply:
+			return b.ExecReply, nil
+		case *pb.SocketFrame_Scan:
+			p.start(b.Scan)
+		case *pb.SocketFrame_Cancel:
+			p.mu.Lock()
+			if cancel := p.running[b.Cancel]; cancel != nil {
+				cancel()
+			}
+			p.mu.Unlock()
+		default:
+			p.cancelAll()
+			return nil, fmt.Errorf("unexpected %T from the host", b)
+		}
+	}
+}
+
+// start runs one scan call in a goroutine of its own and answers it.
+func (p *pluginSocket) start(call *pb.ScanCall) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if dl := call.GetDeadlineUnixNano(); dl != 0 {
+		ctx, cancel = context.WithDeadline(context.Background(), time.Unix(0, dl))
+	}
+	seq := call.GetSeq()
+	p.mu.Lock()
+	if p.running == nil {
+		p.running = map[uint64]context.CancelFunc{}
+	}
+	p.running[seq] = cancel
+	p.mu.Unlock()
+	go func() {
+		defer func() {
+			p.mu.Lock()
+			delete(p.running, seq)
+			p.mu.Unlock()
+			cancel()
+		}()
+		reply := &pb.ScanReply{Seq: seq}
+		resp, err := p.srv.ScanPartition(ctx, call.GetRequest())
+		if err != nil && ctx.Err() != nil {
+			// The call ended (the host's deadline or cancel): say so, as
+			// a gRPC server does, whatever the scanner returned.
+			err = status.FromContextError(ctx.Err()).Err()
+		}
+		if err != nil {
+			st := status.Convert(err)
+			reply.ErrorCode, reply.ErrorMessage = uint32(st.Code()), validUTF8(st.Message())
+		} else {
+			reply.Response = resp
+		}
+		// A failed write means the host is gone; the reader sees it.
+		_ = p.f.write(&pb.SocketFrame{Body: &pb.SocketFrame_ScanReply{ScanReply: reply}})
+	}()
+}
+
+func (p *pluginSocket) cancelAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cancel := range p.running {
+		cancel()
+	}
 }
 
 // callbackPair makes the socket pair for one plugin: the host's end as a

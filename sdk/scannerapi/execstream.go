@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 
@@ -260,13 +259,16 @@ func grpcExecStream(client pb.HostCallbacksClient) *execStream {
 	}}
 }
 
-// fdExecStream sends batches on the inherited socket c; once it broke
-// there is no other.
-func fdExecStream(c net.Conn) *execStream {
+// fdExecStream sends batches on the inherited socket and serves the
+// host's scan calls on it. Its reader starts at once (scan calls may come
+// before the first batch); once the socket broke there is no other.
+func fdExecStream(sock *pluginSocket) *execStream {
 	var once sync.Once
-	return &execStream{open: func() (s batchClientStream, err error) {
+	x := &execStream{open: func() (s batchClientStream, err error) {
 		err = errors.New("the callback socket is closed")
-		once.Do(func() { s, err = fdPluginStream{newFrameConn(c)}, nil })
+		once.Do(func() { s, err = sock, nil })
 		return s, err
 	}}
+	_, _ = x.conn() // cannot fail the first time
+	return x
 }

@@ -2,18 +2,24 @@ package scannerapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi/internal/pb"
 )
 
@@ -220,10 +226,134 @@ func TestCallbackSocketGarbage(t *testing.T) {
 	host, plugin := net.Pipe()
 	srv := &callbackServer{p: &Plugin{}}
 	done := make(chan error, 1)
-	go func() { done <- srv.serveBatches(fdHostStream{ctx: context.Background(), f: newFrameConn(host)}) }()
+	go func() { done <- srv.serveBatches(newHostSocket(context.Background(), host)) }()
 	_, err := plugin.Write([]byte{3, 0, 0, 0, 0xff, 0xff, 0xff})
 	require.NoError(t, err)
 	assert.Error(t, <-done)
 	host.Close()
 	plugin.Close()
+}
+
+// socketScanner is a scanner for the socket tests: "echo" members are
+// echoed through the host, "block" members wait for the call's context
+// and report how it ended, "fail" members fail the scan.
+type socketScanner struct {
+	ended chan error
+	hadDL chan bool
+}
+
+func (s *socketScanner) Info() Info {
+	return Info{
+		Name: "sock", Version: "1", APIVersion: APIVersion, Family: keys.FamilyFlow,
+		DefaultInterval: time.Second, DefaultBatch: 10,
+		Sources:  []CandidateSource{{Name: "due", Kind: SourceZSetDue, Key: "ff:idx:{p}:t", Backlog: BacklogPlugin}},
+		Commands: []string{"ECHO"},
+	}
+}
+
+func (s *socketScanner) Configure(context.Context, map[string]string) error { return nil }
+
+func (s *socketScanner) ScanPartition(ctx context.Context, host Host, req *ScanRequest) (*ScanResult, error) {
+	res := &ScanResult{}
+	for _, c := range req.Candidates {
+		switch c.Member {
+		case "block":
+			_, has := ctx.Deadline()
+			s.hadDL <- has
+			<-ctx.Done()
+			s.ended <- ctx.Err()
+			return nil, ctx.Err()
+		case "fail":
+			return nil, errors.New("scanner says no")
+		default:
+			replies, err := host.Exec(ctx, []Command{{"ECHO", c.Member}})
+			if err != nil {
+				return nil, err
+			}
+			res.Notes = append(res.Notes, replies[0].Str)
+			res.Processed++
+		}
+	}
+	return res, nil
+}
+
+// socketFixture connects a plugin server and a host over a real socket
+// pair, as Launch and Serve do, without a process in between.
+func socketFixture(t *testing.T, sc Scanner) (*Plugin, *hostSocket) {
+	t.Helper()
+	hostConn, pluginFile, err := callbackPair()
+	require.NoError(t, err)
+	pluginConn, err := net.FileConn(pluginFile)
+	require.NoError(t, err)
+	pluginFile.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Plugin{exitCtx: ctx}
+	hs := newHostSocket(ctx, hostConn)
+	hs.scans.Store(true)
+	served := make(chan struct{})
+	go func() { _ = (&callbackServer{p: p}).serveBatches(hs); close(served) }()
+	srv, err := newPluginServer(hclog.NewNullLogger(), []Scanner{sc})
+	require.NoError(t, err)
+	srv.callback = pb.NewHostCallbacksClient(nil) // never used: batches go on the socket
+	srv.stream = fdExecStream(&pluginSocket{f: newFrameConn(pluginConn), srv: srv})
+	t.Cleanup(func() {
+		cancel()
+		hostConn.Close()
+		pluginConn.Close()
+		<-served
+	})
+	return p, hs
+}
+
+func scanCall(p *Plugin, ctx context.Context, members ...string) *pb.ScanPartitionRequest {
+	id := p.calls.add(ctx, "sock", echoHost)
+	req := &ScanRequest{Partition: keys.Partition{Family: keys.FamilyFlow, Index: 3}, Batch: 10}
+	for _, m := range members {
+		req.Candidates = append(req.Candidates, Candidate{Source: "due", Member: m})
+	}
+	return &pb.ScanPartitionRequest{Scanner: "sock", CallId: id, Request: scanRequestToPB(req)}
+}
+
+// ScanPartition on the socket pair: results, callbacks on the same
+// socket, the scanner's errors as gRPC statuses, and the host's deadline
+// and cancellation reaching the scanner's context.
+func TestScanOnSocket(t *testing.T) {
+	sc := &socketScanner{ended: make(chan error, 1), hadDL: make(chan bool, 1)}
+	p, hs := socketFixture(t, sc)
+	ctx := context.Background()
+
+	resp, err := hs.scan(ctx, scanCall(p, ctx, "a", "b\x00"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), resp.GetResult().GetProcessed())
+	assert.Equal(t, []string{"a", "b\x00"}, resp.GetResult().GetNotes())
+
+	_, err = hs.scan(ctx, scanCall(p, ctx, "fail"))
+	assert.Equal(t, codes.Unknown, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "scanner says no")
+
+	_, err = hs.scan(ctx, &pb.ScanPartitionRequest{Scanner: "nope"})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+
+	// Cancelled by the host: the scanner's context ends.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := hs.scan(cctx, scanCall(p, cctx, "block")); done <- err }()
+	assert.False(t, <-sc.hadDL, "no deadline was set")
+	cancel()
+	assert.Equal(t, codes.Canceled, status.Code(<-done))
+	assert.ErrorIs(t, <-sc.ended, context.Canceled)
+
+	// The host's deadline becomes the scanner's.
+	dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer dcancel()
+	go func() { _, err := hs.scan(dctx, scanCall(p, dctx, "block")); done <- err }()
+	assert.True(t, <-sc.hadDL, "the deadline crossed")
+	// Its own timer or the host's cancel, whichever comes first.
+	assert.Error(t, <-sc.ended)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(<-done))
+
+	// The socket still works.
+	resp, err = hs.scan(ctx, scanCall(p, ctx, "c"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c"}, resp.GetResult().GetNotes())
 }

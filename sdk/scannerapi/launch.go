@@ -104,6 +104,9 @@ type Plugin struct {
 	// sockets; go-plugin removes it only when it still knows the process,
 	// so shutdown removes it too.
 	socketDir string
+	// sock is the host's end of the callback socket pair (nil when the
+	// plugin was launched without one).
+	sock *hostSocket
 }
 
 // Launch starts a plugin process, completes the go-plugin handshake
@@ -236,10 +239,26 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	info := &pb.InfoRequest{CallbackBrokerId: cbID, ApiVersion: int32(p.apiVersion), ExecStream: cfg.CallbackPath != CallbackUnary}
 	if cbHost != nil {
 		// Served for the plugin's lifetime; its batches end with it.
+		p.sock = newHostSocket(p.exitCtx, cbHost)
 		srv := &callbackServer{p: p}
 		go func() {
-			_ = srv.serveBatches(fdHostStream{ctx: p.exitCtx, f: newFrameConn(cbHost)})
+			err := srv.serveBatches(p.sock)
 			cbHost.Close()
+			// An exiting plugin closes its end a moment before the
+			// process is reaped: give the exit a moment to be seen.
+			t := time.NewTimer(500 * time.Millisecond)
+			select {
+			case <-p.exitCtx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			if p.exitCtx.Err() == nil {
+				// The process lives but its channel is gone: it can
+				// neither scan nor run a command. A restart is the way
+				// back (the supervisor sees the exit).
+				logger.Error("plugin's callback socket failed; stopping the plugin", "path", path, "error", err)
+				p.Kill()
+			}
 		}()
 		context.AfterFunc(p.exitCtx, func() { cbHost.Close() })
 		info.CallbackFd = callbackFD
@@ -250,6 +269,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	resp, err := p.rpc.Info(ictx, info)
 	if err != nil {
 		return fail(fmt.Errorf("Info: %w", err))
+	}
+	if p.sock != nil && resp.GetScansOnSocket() {
+		p.sock.scans.Store(true)
 	}
 	seen := map[string]bool{}
 	for _, pi := range resp.GetScanners() {
@@ -511,9 +533,13 @@ func (s *remoteScanner) ScanPartition(parent context.Context, host Host, req *Sc
 	defer cancel()
 	id := s.p.calls.add(ctx, s.info.Name, h)
 	defer s.p.calls.remove(id)
-	resp, err := s.p.rpc.ScanPartition(ctx, &pb.ScanPartitionRequest{
-		Scanner: s.info.Name, CallId: id, Request: scanRequestToPB(req),
-	})
+	preq := &pb.ScanPartitionRequest{Scanner: s.info.Name, CallId: id, Request: scanRequestToPB(req)}
+	var resp *pb.ScanPartitionResponse
+	if sock := s.p.sock; sock != nil && sock.scans.Load() {
+		resp, err = sock.scan(ctx, preq)
+	} else {
+		resp, err = s.p.rpc.ScanPartition(ctx, preq)
+	}
 	if err != nil {
 		return nil, s.p.rpcError(parent, s.info.Name, "ScanPartition", err)
 	}

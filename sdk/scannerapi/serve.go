@@ -203,7 +203,7 @@ func (s *pluginServer) chooseStream(req *pb.InfoRequest) error {
 			if err != nil {
 				return err
 			}
-			s.fdStream = fdExecStream(c)
+			s.fdStream = fdExecStream(&pluginSocket{f: newFrameConn(c), srv: s})
 		}
 		s.stream = s.fdStream
 	case req.GetExecStream() && s.callback != nil:
@@ -226,7 +226,7 @@ func (s *pluginServer) Info(_ context.Context, req *pb.InfoRequest) (*pb.InfoRes
 	if err := s.chooseStream(req); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	out := &pb.InfoResponse{Pid: int64(os.Getpid())}
+	out := &pb.InfoResponse{Pid: int64(os.Getpid()), ScansOnSocket: req.GetCallbackFd() != 0}
 	for _, name := range s.order {
 		out.Scanners = append(out.Scanners, infoToPB(s.infos[name]))
 	}

@@ -44,8 +44,9 @@ type InfoRequest struct {
 	ExecStream bool `protobuf:"varint,3,opt,name=exec_stream,json=execStream,proto3" json:"exec_stream,omitempty"`
 	// When not 0: the host serves the same batches as ExecStream on this
 	// inherited file descriptor, one end of a socket pair made for this
-	// plugin alone, as messages each prefixed by its length (4 bytes,
-	// little-endian). A plugin that can use it prefers it to ExecStream.
+	// plugin alone, as SocketFrame messages each prefixed by its length
+	// (4 bytes, little-endian). A plugin that can use it prefers it to
+	// ExecStream.
 	CallbackFd    uint32 `protobuf:"varint,4,opt,name=callback_fd,json=callbackFd,proto3" json:"callback_fd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -110,9 +111,12 @@ func (x *InfoRequest) GetCallbackFd() uint32 {
 }
 
 type InfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scanners      []*ScannerInfo         `protobuf:"bytes,1,rep,name=scanners,proto3" json:"scanners,omitempty"`
-	Pid           int64                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Scanners []*ScannerInfo         `protobuf:"bytes,1,rep,name=scanners,proto3" json:"scanners,omitempty"`
+	Pid      int64                  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	// The plugin took the socket pair of InfoRequest.callback_fd and also
+	// answers ScanPartition calls on it (SocketFrame.scan).
+	ScansOnSocket bool `protobuf:"varint,3,opt,name=scans_on_socket,json=scansOnSocket,proto3" json:"scans_on_socket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,6 +163,13 @@ func (x *InfoResponse) GetPid() int64 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *InfoResponse) GetScansOnSocket() bool {
+	if x != nil {
+		return x.ScansOnSocket
+	}
+	return false
 }
 
 type ScannerInfo struct {
@@ -1575,6 +1586,273 @@ func (x *ExecResponse) GetErrorMessage() string {
 	return ""
 }
 
+// SocketFrame is one message on the socket pair of
+// InfoRequest.callback_fd, in either direction.
+type SocketFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*SocketFrame_Exec
+	//	*SocketFrame_ExecReply
+	//	*SocketFrame_Scan
+	//	*SocketFrame_ScanReply
+	//	*SocketFrame_Cancel
+	Body          isSocketFrame_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SocketFrame) Reset() {
+	*x = SocketFrame{}
+	mi := &file_scanner_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SocketFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SocketFrame) ProtoMessage() {}
+
+func (x *SocketFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_scanner_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SocketFrame.ProtoReflect.Descriptor instead.
+func (*SocketFrame) Descriptor() ([]byte, []int) {
+	return file_scanner_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SocketFrame) GetBody() isSocketFrame_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SocketFrame) GetExec() *ExecRequest {
+	if x != nil {
+		if x, ok := x.Body.(*SocketFrame_Exec); ok {
+			return x.Exec
+		}
+	}
+	return nil
+}
+
+func (x *SocketFrame) GetExecReply() *ExecResponse {
+	if x != nil {
+		if x, ok := x.Body.(*SocketFrame_ExecReply); ok {
+			return x.ExecReply
+		}
+	}
+	return nil
+}
+
+func (x *SocketFrame) GetScan() *ScanCall {
+	if x != nil {
+		if x, ok := x.Body.(*SocketFrame_Scan); ok {
+			return x.Scan
+		}
+	}
+	return nil
+}
+
+func (x *SocketFrame) GetScanReply() *ScanReply {
+	if x != nil {
+		if x, ok := x.Body.(*SocketFrame_ScanReply); ok {
+			return x.ScanReply
+		}
+	}
+	return nil
+}
+
+func (x *SocketFrame) GetCancel() uint64 {
+	if x != nil {
+		if x, ok := x.Body.(*SocketFrame_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return 0
+}
+
+type isSocketFrame_Body interface {
+	isSocketFrame_Body()
+}
+
+type SocketFrame_Exec struct {
+	// Plugin to host: a callback batch (packed, with a seq), and its
+	// answer.
+	Exec *ExecRequest `protobuf:"bytes,1,opt,name=exec,proto3,oneof"`
+}
+
+type SocketFrame_ExecReply struct {
+	ExecReply *ExecResponse `protobuf:"bytes,2,opt,name=exec_reply,json=execReply,proto3,oneof"`
+}
+
+type SocketFrame_Scan struct {
+	// Host to plugin: a ScanPartition call (when the plugin said
+	// scans_on_socket), its answer, and the end of a call the host gave
+	// up on (its seq).
+	Scan *ScanCall `protobuf:"bytes,3,opt,name=scan,proto3,oneof"`
+}
+
+type SocketFrame_ScanReply struct {
+	ScanReply *ScanReply `protobuf:"bytes,4,opt,name=scan_reply,json=scanReply,proto3,oneof"`
+}
+
+type SocketFrame_Cancel struct {
+	Cancel uint64 `protobuf:"varint,5,opt,name=cancel,proto3,oneof"`
+}
+
+func (*SocketFrame_Exec) isSocketFrame_Body() {}
+
+func (*SocketFrame_ExecReply) isSocketFrame_Body() {}
+
+func (*SocketFrame_Scan) isSocketFrame_Body() {}
+
+func (*SocketFrame_ScanReply) isSocketFrame_Body() {}
+
+func (*SocketFrame_Cancel) isSocketFrame_Body() {}
+
+type ScanCall struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Seq     uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Request *ScanPartitionRequest  `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// The host's deadline for the call (0: none), in Unix nanoseconds.
+	DeadlineUnixNano int64 `protobuf:"varint,3,opt,name=deadline_unix_nano,json=deadlineUnixNano,proto3" json:"deadline_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ScanCall) Reset() {
+	*x = ScanCall{}
+	mi := &file_scanner_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanCall) ProtoMessage() {}
+
+func (x *ScanCall) ProtoReflect() protoreflect.Message {
+	mi := &file_scanner_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanCall.ProtoReflect.Descriptor instead.
+func (*ScanCall) Descriptor() ([]byte, []int) {
+	return file_scanner_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ScanCall) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ScanCall) GetRequest() *ScanPartitionRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ScanCall) GetDeadlineUnixNano() int64 {
+	if x != nil {
+		return x.DeadlineUnixNano
+	}
+	return 0
+}
+
+type ScanReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Seq      uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Response *ScanPartitionResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	// A gRPC status code and message, as the gRPC call would have failed.
+	ErrorCode     uint32 `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanReply) Reset() {
+	*x = ScanReply{}
+	mi := &file_scanner_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanReply) ProtoMessage() {}
+
+func (x *ScanReply) ProtoReflect() protoreflect.Message {
+	mi := &file_scanner_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanReply.ProtoReflect.Descriptor instead.
+func (*ScanReply) Descriptor() ([]byte, []int) {
+	return file_scanner_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ScanReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ScanReply) GetResponse() *ScanPartitionResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *ScanReply) GetErrorCode() uint32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ScanReply) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 var File_scanner_proto protoreflect.FileDescriptor
 
 const file_scanner_proto_rawDesc = "" +
@@ -1587,10 +1865,11 @@ const file_scanner_proto_rawDesc = "" +
 	"\vexec_stream\x18\x03 \x01(\bR\n" +
 	"execStream\x12\x1f\n" +
 	"\vcallback_fd\x18\x04 \x01(\rR\n" +
-	"callbackFd\"\\\n" +
+	"callbackFd\"\x84\x01\n" +
 	"\fInfoResponse\x12:\n" +
 	"\bscanners\x18\x01 \x03(\v2\x1e.ffscan.scanner.v1.ScannerInfoR\bscanners\x12\x10\n" +
-	"\x03pid\x18\x02 \x01(\x03R\x03pid\"\xb6\x03\n" +
+	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12&\n" +
+	"\x0fscans_on_socket\x18\x03 \x01(\bR\rscansOnSocket\"\xb6\x03\n" +
 	"\vScannerInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
@@ -1708,7 +1987,26 @@ const file_scanner_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x04 \x01(\rR\terrorCode\x12#\n" +
-	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage2\xbb\x03\n" +
+	"\rerror_message\x18\x05 \x01(\tR\ferrorMessage\"\x99\x02\n" +
+	"\vSocketFrame\x124\n" +
+	"\x04exec\x18\x01 \x01(\v2\x1e.ffscan.scanner.v1.ExecRequestH\x00R\x04exec\x12@\n" +
+	"\n" +
+	"exec_reply\x18\x02 \x01(\v2\x1f.ffscan.scanner.v1.ExecResponseH\x00R\texecReply\x121\n" +
+	"\x04scan\x18\x03 \x01(\v2\x1b.ffscan.scanner.v1.ScanCallH\x00R\x04scan\x12=\n" +
+	"\n" +
+	"scan_reply\x18\x04 \x01(\v2\x1c.ffscan.scanner.v1.ScanReplyH\x00R\tscanReply\x12\x18\n" +
+	"\x06cancel\x18\x05 \x01(\x04H\x00R\x06cancelB\x06\n" +
+	"\x04body\"\x8d\x01\n" +
+	"\bScanCall\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12A\n" +
+	"\arequest\x18\x02 \x01(\v2'.ffscan.scanner.v1.ScanPartitionRequestR\arequest\x12,\n" +
+	"\x12deadline_unix_nano\x18\x03 \x01(\x03R\x10deadlineUnixNano\"\xa7\x01\n" +
+	"\tScanReply\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12D\n" +
+	"\bresponse\x18\x02 \x01(\v2(.ffscan.scanner.v1.ScanPartitionResponseR\bresponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\rR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage2\xbb\x03\n" +
 	"\aScanner\x12G\n" +
 	"\x04Info\x12\x1e.ffscan.scanner.v1.InfoRequest\x1a\x1f.ffscan.scanner.v1.InfoResponse\x12V\n" +
 	"\tConfigure\x12#.ffscan.scanner.v1.ConfigureRequest\x1a$.ffscan.scanner.v1.ConfigureResponse\x12b\n" +
@@ -1732,7 +2030,7 @@ func file_scanner_proto_rawDescGZIP() []byte {
 	return file_scanner_proto_rawDescData
 }
 
-var file_scanner_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_scanner_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_scanner_proto_goTypes = []any{
 	(*InfoRequest)(nil),           // 0: ffscan.scanner.v1.InfoRequest
 	(*InfoResponse)(nil),          // 1: ffscan.scanner.v1.InfoResponse
@@ -1757,14 +2055,17 @@ var file_scanner_proto_goTypes = []any{
 	(*ExecRequest)(nil),           // 20: ffscan.scanner.v1.ExecRequest
 	(*Reply)(nil),                 // 21: ffscan.scanner.v1.Reply
 	(*ExecResponse)(nil),          // 22: ffscan.scanner.v1.ExecResponse
-	nil,                           // 23: ffscan.scanner.v1.ConfigureRequest.OptionsEntry
+	(*SocketFrame)(nil),           // 23: ffscan.scanner.v1.SocketFrame
+	(*ScanCall)(nil),              // 24: ffscan.scanner.v1.ScanCall
+	(*ScanReply)(nil),             // 25: ffscan.scanner.v1.ScanReply
+	nil,                           // 26: ffscan.scanner.v1.ConfigureRequest.OptionsEntry
 }
 var file_scanner_proto_depIdxs = []int32{
 	2,  // 0: ffscan.scanner.v1.InfoResponse.scanners:type_name -> ffscan.scanner.v1.ScannerInfo
 	4,  // 1: ffscan.scanner.v1.ScannerInfo.sources:type_name -> ffscan.scanner.v1.CandidateSource
 	5,  // 2: ffscan.scanner.v1.ScannerInfo.options:type_name -> ffscan.scanner.v1.OptionSpec
 	3,  // 3: ffscan.scanner.v1.ScannerInfo.key_scopes:type_name -> ffscan.scanner.v1.KeyScope
-	23, // 4: ffscan.scanner.v1.ConfigureRequest.options:type_name -> ffscan.scanner.v1.ConfigureRequest.OptionsEntry
+	26, // 4: ffscan.scanner.v1.ConfigureRequest.options:type_name -> ffscan.scanner.v1.ConfigureRequest.OptionsEntry
 	8,  // 5: ffscan.scanner.v1.ScanRequest.partition:type_name -> ffscan.scanner.v1.Partition
 	9,  // 6: ffscan.scanner.v1.ScanRequest.candidates:type_name -> ffscan.scanner.v1.Candidate
 	10, // 7: ffscan.scanner.v1.ScanPartitionRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
@@ -1774,25 +2075,31 @@ var file_scanner_proto_depIdxs = []int32{
 	19, // 11: ffscan.scanner.v1.ExecRequest.commands:type_name -> ffscan.scanner.v1.Command
 	21, // 12: ffscan.scanner.v1.Reply.array:type_name -> ffscan.scanner.v1.Reply
 	21, // 13: ffscan.scanner.v1.ExecResponse.replies:type_name -> ffscan.scanner.v1.Reply
-	0,  // 14: ffscan.scanner.v1.Scanner.Info:input_type -> ffscan.scanner.v1.InfoRequest
-	6,  // 15: ffscan.scanner.v1.Scanner.Configure:input_type -> ffscan.scanner.v1.ConfigureRequest
-	11, // 16: ffscan.scanner.v1.Scanner.ScanPartition:input_type -> ffscan.scanner.v1.ScanPartitionRequest
-	15, // 17: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
-	17, // 18: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
-	20, // 19: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
-	20, // 20: ffscan.scanner.v1.HostCallbacks.ExecStream:input_type -> ffscan.scanner.v1.ExecRequest
-	1,  // 21: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
-	7,  // 22: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
-	14, // 23: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
-	16, // 24: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
-	18, // 25: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
-	22, // 26: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
-	22, // 27: ffscan.scanner.v1.HostCallbacks.ExecStream:output_type -> ffscan.scanner.v1.ExecResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	20, // 14: ffscan.scanner.v1.SocketFrame.exec:type_name -> ffscan.scanner.v1.ExecRequest
+	22, // 15: ffscan.scanner.v1.SocketFrame.exec_reply:type_name -> ffscan.scanner.v1.ExecResponse
+	24, // 16: ffscan.scanner.v1.SocketFrame.scan:type_name -> ffscan.scanner.v1.ScanCall
+	25, // 17: ffscan.scanner.v1.SocketFrame.scan_reply:type_name -> ffscan.scanner.v1.ScanReply
+	11, // 18: ffscan.scanner.v1.ScanCall.request:type_name -> ffscan.scanner.v1.ScanPartitionRequest
+	14, // 19: ffscan.scanner.v1.ScanReply.response:type_name -> ffscan.scanner.v1.ScanPartitionResponse
+	0,  // 20: ffscan.scanner.v1.Scanner.Info:input_type -> ffscan.scanner.v1.InfoRequest
+	6,  // 21: ffscan.scanner.v1.Scanner.Configure:input_type -> ffscan.scanner.v1.ConfigureRequest
+	11, // 22: ffscan.scanner.v1.Scanner.ScanPartition:input_type -> ffscan.scanner.v1.ScanPartitionRequest
+	15, // 23: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
+	17, // 24: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
+	20, // 25: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
+	20, // 26: ffscan.scanner.v1.HostCallbacks.ExecStream:input_type -> ffscan.scanner.v1.ExecRequest
+	1,  // 27: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
+	7,  // 28: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
+	14, // 29: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
+	16, // 30: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
+	18, // 31: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
+	22, // 32: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
+	22, // 33: ffscan.scanner.v1.HostCallbacks.ExecStream:output_type -> ffscan.scanner.v1.ExecResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_scanner_proto_init() }
@@ -1800,13 +2107,20 @@ func file_scanner_proto_init() {
 	if File_scanner_proto != nil {
 		return
 	}
+	file_scanner_proto_msgTypes[23].OneofWrappers = []any{
+		(*SocketFrame_Exec)(nil),
+		(*SocketFrame_ExecReply)(nil),
+		(*SocketFrame_Scan)(nil),
+		(*SocketFrame_ScanReply)(nil),
+		(*SocketFrame_Cancel)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_scanner_proto_rawDesc), len(file_scanner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
