@@ -45,17 +45,25 @@ import (
 // (the first of exec.Cmd.ExtraFiles).
 const callbackFD = 3
 
+// frameWriteTimeout bounds one frame's write. Both ends read their
+// socket all the time (the readers hand frames on and never wait for
+// work), so a write that cannot finish means the peer is stuck; the
+// channel is then closed rather than blocking a caller for good (the host
+// stops a plugin whose channel failed, and the supervisor restarts it).
+const frameWriteTimeout = 30 * time.Second
+
 // frameConn reads and writes length-prefixed protobuf messages.
 type frameConn struct {
-	conn net.Conn
-	r    *bufio.Reader
+	conn         net.Conn
+	r            *bufio.Reader
+	writeTimeout time.Duration
 
 	wmu  sync.Mutex
 	wbuf []byte
 }
 
 func newFrameConn(c net.Conn) *frameConn {
-	return &frameConn{conn: c, r: bufio.NewReaderSize(c, 64<<10)}
+	return &frameConn{conn: c, r: bufio.NewReaderSize(c, 64<<10), writeTimeout: frameWriteTimeout}
 }
 
 func (f *frameConn) write(m proto.Message) error {
@@ -70,7 +78,14 @@ func (f *frameConn) write(m proto.Message) error {
 		return fmt.Errorf("callback message of %d bytes exceeds %d", len(buf)-4, maxMsgSize)
 	}
 	binary.LittleEndian.PutUint32(buf, uint32(len(buf)-4))
-	_, err = f.conn.Write(buf)
+	if err := f.conn.SetWriteDeadline(time.Now().Add(f.writeTimeout)); err != nil {
+		return err
+	}
+	if _, err = f.conn.Write(buf); err != nil {
+		// Part of the frame may have gone out: the stream is no longer
+		// in step, so nothing more may be written or read on it.
+		f.conn.Close()
+	}
 	if cap(buf) <= 1<<20 {
 		f.wbuf = buf // keep a moderate buffer for the next message
 	}

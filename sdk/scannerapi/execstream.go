@@ -84,8 +84,13 @@ func (s *callbackServer) serveBatches(stream batchServerStream) error {
 			resp := s.streamBatch(ctx, req)
 			sendMu.Lock()
 			defer sendMu.Unlock()
-			// A failed send means the stream is gone; Recv reports it.
-			_ = stream.Send(resp)
+			if err := stream.Send(resp); err != nil && resp.GetErrorCode() == 0 {
+				// Too large to send, most likely (a broken stream
+				// fails this send too, and Recv reports it): the batch
+				// must still get an answer.
+				_ = stream.Send(&pb.ExecResponse{Seq: resp.GetSeq(), ErrorCode: uint32(codes.ResourceExhausted),
+					ErrorMessage: validUTF8("the batch's replies could not be sent: " + err.Error())})
+			}
 		}()
 	}
 }

@@ -357,3 +357,15 @@ func TestScanOnSocket(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c"}, resp.GetResult().GetNotes())
 }
+
+// A peer that stops reading cannot block a writer for good: the write
+// times out and the channel is closed.
+func TestCallbackFrameWriteTimeout(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	f := newFrameConn(a)
+	f.writeTimeout = 50 * time.Millisecond
+	err := f.write(&pb.ExecRequest{Seq: 1})
+	require.Error(t, err)
+	assert.Error(t, f.write(&pb.ExecRequest{Seq: 2}), "closed after a failed write")
+}
