@@ -121,15 +121,11 @@ type hostSocket struct {
 
 	scans atomic.Bool // the plugin answers ScanPartition here
 	seq   atomic.Uint64
-
-	mu      sync.Mutex
-	pending map[uint64]chan *pb.ScanReply
-	done    chan struct{} // closed when the socket can no longer be read
-	err     error         // why; set before done closes
+	calls *waiters[*pb.ScanReply] // ends when the socket can no longer be read
 }
 
 func newHostSocket(ctx context.Context, c net.Conn) *hostSocket {
-	return &hostSocket{ctx: ctx, f: newFrameConn(c), pending: map[uint64]chan *pb.ScanReply{}, done: make(chan struct{})}
+	return &hostSocket{ctx: ctx, f: newFrameConn(c), calls: newWaiters[*pb.ScanReply]()}
 }
 
 func (h *hostSocket) Context() context.Context { return h.ctx }
@@ -145,24 +141,13 @@ func (h *hostSocket) Recv() (*pb.ExecRequest, error) {
 			case *pb.SocketFrame_Exec:
 				return b.Exec, nil
 			case *pb.SocketFrame_ScanReply:
-				h.mu.Lock()
-				ch := h.pending[b.ScanReply.GetSeq()]
-				delete(h.pending, b.ScanReply.GetSeq())
-				h.mu.Unlock()
-				if ch != nil {
-					ch <- b.ScanReply // buffered
-				}
+				h.calls.deliver(b.ScanReply.GetSeq(), b.ScanReply)
 				continue
 			default:
 				err = fmt.Errorf("unexpected %T from the plugin", b)
 			}
 		}
-		h.mu.Lock()
-		if h.err == nil {
-			h.err = err
-			close(h.done)
-		}
-		h.mu.Unlock()
+		h.calls.end(err)
 		return nil, err
 	}
 }
@@ -175,19 +160,11 @@ func (h *hostSocket) Send(m *pb.ExecResponse) error {
 // statuses, as the gRPC call's are, so callers map them the same way.
 func (h *hostSocket) scan(ctx context.Context, req *pb.ScanPartitionRequest) (*pb.ScanPartitionResponse, error) {
 	seq := h.seq.Add(1)
-	ch := make(chan *pb.ScanReply, 1)
-	h.mu.Lock()
-	if h.err != nil {
-		h.mu.Unlock()
-		return nil, status.Errorf(codes.Unavailable, "callback socket: %v", h.err)
+	ch, err := h.calls.add(seq)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "callback socket: %v", err)
 	}
-	h.pending[seq] = ch
-	h.mu.Unlock()
-	forget := func() {
-		h.mu.Lock()
-		delete(h.pending, seq)
-		h.mu.Unlock()
-	}
+	forget := func() { h.calls.forget(seq) }
 	call := &pb.ScanCall{Seq: seq, Request: req}
 	if dl, ok := ctx.Deadline(); ok {
 		call.DeadlineUnixNano = dl.UnixNano()
@@ -206,9 +183,8 @@ func (h *hostSocket) scan(ctx context.Context, req *pb.ScanPartitionRequest) (*p
 			return nil, status.Error(code, r.GetErrorMessage())
 		}
 		return r.GetResponse(), nil
-	case <-h.done:
-		forget()
-		return nil, status.Errorf(codes.Unavailable, "callback socket: %v", h.err)
+	case <-h.calls.ended():
+		return nil, status.Errorf(codes.Unavailable, "callback socket: %v", h.calls.reason())
 	case <-ctx.Done():
 		forget()
 		// The plugin's call ends too; its answer, if any, is dropped.

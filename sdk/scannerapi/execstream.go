@@ -138,11 +138,7 @@ type execStream struct {
 type streamConn struct {
 	stream batchClientStream
 	sendMu sync.Mutex
-
-	mu      sync.Mutex
-	pending map[uint64]chan *pb.ExecResponse
-	err     error         // why the stream ended; set before done closes
-	done    chan struct{} // closed when the stream ended
+	calls  *waiters[*pb.ExecResponse]
 }
 
 // conn returns the open stream, opening one if there is none.
@@ -151,7 +147,7 @@ func (x *execStream) conn() (*streamConn, error) {
 	defer x.mu.Unlock()
 	if c := x.cur; c != nil {
 		select {
-		case <-c.done:
+		case <-c.calls.ended():
 		default:
 			return c, nil
 		}
@@ -160,7 +156,7 @@ func (x *execStream) conn() (*streamConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host exec: open the callback stream: %w", err)
 	}
-	c := &streamConn{stream: stream, pending: map[uint64]chan *pb.ExecResponse{}, done: make(chan struct{})}
+	c := &streamConn{stream: stream, calls: newWaiters[*pb.ExecResponse]()}
 	go c.receive()
 	x.cur = c
 	return c, nil
@@ -174,20 +170,10 @@ func (c *streamConn) receive() {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the host closed the callback stream")
 			}
-			c.mu.Lock()
-			c.err = fmt.Errorf("host exec: %w", err)
-			c.pending = nil
-			c.mu.Unlock()
-			close(c.done)
+			c.calls.end(fmt.Errorf("host exec: %w", err))
 			return
 		}
-		c.mu.Lock()
-		ch := c.pending[resp.GetSeq()]
-		delete(c.pending, resp.GetSeq())
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- resp // buffered: never blocks
-		}
+		c.calls.deliver(resp.GetSeq(), resp)
 	}
 }
 
@@ -199,19 +185,9 @@ func (x *execStream) exec(ctx context.Context, req *pb.ExecRequest) (*pb.ExecRes
 	}
 	seq := x.seq.Add(1)
 	req.Seq = seq
-	ch := make(chan *pb.ExecResponse, 1)
-	c.mu.Lock()
-	if c.pending == nil {
-		err := c.err
-		c.mu.Unlock()
+	ch, err := c.calls.add(seq)
+	if err != nil {
 		return nil, err
-	}
-	c.pending[seq] = ch
-	c.mu.Unlock()
-	forget := func() {
-		c.mu.Lock()
-		delete(c.pending, seq)
-		c.mu.Unlock()
 	}
 
 	c.sendMu.Lock()
@@ -219,23 +195,23 @@ func (x *execStream) exec(ctx context.Context, req *pb.ExecRequest) (*pb.ExecRes
 	c.sendMu.Unlock()
 	if err != nil && !errors.Is(err, io.EOF) {
 		// io.EOF means the stream ended, and receive says why.
-		forget()
+		c.calls.forget(seq)
 		return nil, fmt.Errorf("host exec: %w", err)
 	}
 	select {
 	case resp := <-ch:
 		return resp, nil
-	case <-c.done:
+	case <-c.calls.ended():
 		select {
 		case resp := <-ch: // answered just before the stream ended
 			return resp, nil
 		default:
-			return nil, c.err
+			return nil, c.calls.reason()
 		}
 	case <-ctx.Done():
 		// The host still runs the batch until its call ends; the answer
 		// is dropped when it comes.
-		forget()
+		c.calls.forget(seq)
 		return nil, ctx.Err()
 	}
 }
