@@ -24,17 +24,20 @@ import (
 // The callback channel on an inherited socket (InfoRequest.callback_fd).
 //
 // The host creates a connected pair of unix sockets for each plugin it
-// launches and hands the plugin one end as file descriptor 3. The batches
-// of the callback stream (execstream.go) travel on it as length-prefixed
-// ExecRequest and ExecResponse messages, with the same binding checks,
-// seq pairing and packed encoding as on the gRPC stream.
+// launches and hands the plugin one end as file descriptor 3. Length-
+// prefixed SocketFrame messages travel on it both ways: the batches of the
+// callback stream (execstream.go), with the same binding checks, seq
+// pairing and packed encoding as on the gRPC stream, and the host's
+// ScanPartition calls to a plugin that said scans_on_socket, with the
+// host's deadline and cancellation. Everything else (Info, Configure,
+// SampleBacklog, health pings) stays on go-plugin's gRPC connection.
 //
 // Why: even on one long-lived gRPC stream a callback round trip cost
-// about 250 us of CPU across the two processes on a 2-core VM (HTTP/2
-// framing, the transport's reader and writer goroutines and the wake-ups
-// between them), against about 15 us for a plain round trip between two
-// processes. A drain makes one to three callbacks per partition, so that
-// was most of what running a scanner as a plugin cost over linking it.
+// a few hundred microseconds of CPU across the two processes on a 2-core
+// VM (HTTP/2 framing, the transport's reader and writer goroutines and
+// the wake-ups between them), and a gRPC ScanPartition call about 230 us,
+// against about 15 us for a plain round trip between two processes. A
+// drain makes a scan call and two callbacks per partition.
 //
 // Nothing is lost for security: the pair has no name anyone could connect
 // to (unlike the broker's socket, it is not reachable even by another
@@ -237,9 +240,14 @@ func (p *pluginSocket) Recv() (*pb.ExecResponse, error) {
 
 // start runs one scan call in a goroutine of its own and answers it.
 func (p *pluginSocket) start(call *pb.ScanCall) {
-	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+	)
 	if dl := call.GetDeadlineUnixNano(); dl != 0 {
 		ctx, cancel = context.WithDeadline(context.Background(), time.Unix(0, dl))
+	} else {
+		ctx, cancel = context.WithCancel(context.Background())
 	}
 	seq := call.GetSeq()
 	p.mu.Lock()
@@ -285,12 +293,18 @@ func (p *pluginSocket) cancelAll() {
 // connection and the plugin's end as a file for exec.Cmd.ExtraFiles
 // (which the parent closes once the plugin started).
 func callbackPair() (host net.Conn, plugin *os.File, err error) {
+	// Under ForkLock, so that no process another goroutine starts
+	// meanwhile inherits the pair before it is marked close-on-exec.
+	syscall.ForkLock.RLock()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil, nil, fmt.Errorf("callback socket pair: %w", err)
 	}
-	syscall.CloseOnExec(fds[0])
-	syscall.CloseOnExec(fds[1])
 	hf := os.NewFile(uintptr(fds[0]), "ffscan-callbacks-host")
 	plugin = os.NewFile(uintptr(fds[1]), "ffscan-callbacks-plugin")
 	host, err = net.FileConn(hf) // a duplicate: the file can go

@@ -50,17 +50,17 @@ type LaunchConfig struct {
 	// Checksum, if set, is the expected SHA-256 of the executable; go-plugin
 	// verifies it right before starting the process.
 	Checksum []byte
-	// NoMTLS turns off go-plugin's automatic mutual TLS between host and
-	// plugin. The sockets live in a directory only the host's user can
-	// open either way; mTLS additionally shuts out other processes of that
-	// user, at roughly twice the cost of a bare RPC (measured: ~230 µs
-	// plain vs ~440 µs with mTLS per ScanPartition round trip on a loaded
-	// 2-core machine). Off by default, i.e. mTLS is on.
+	// NoMTLS turns off go-plugin's automatic mutual TLS on the gRPC
+	// connection between host and plugin (Info, Configure, SampleBacklog,
+	// health pings; everything, for a plugin that does not take the
+	// callback socket). Its sockets live in a directory only the host's
+	// user can open either way; mTLS additionally shuts out other
+	// processes of that user. Off by default, i.e. mTLS is on.
 	NoMTLS bool
-	// Callbacks says how the plugin's batches reach the host. The zero
-	// value, CallbackSocket, is the cheapest; the others are what older
-	// plugins use, for tests and benchmarks of those paths (the host
-	// serves all three).
+	// CallbackPath says how the plugin's scan calls and callback batches
+	// travel. The zero value, CallbackSocket, is the cheapest; the others
+	// are what older plugins use, for tests and benchmarks of those paths
+	// (the host serves all three).
 	CallbackPath CallbackPath
 	// Isolation confines the process (see Isolation); the zero value
 	// does not. Confined, the plugin reads only its executable, the
@@ -73,8 +73,9 @@ type LaunchConfig struct {
 type CallbackPath int
 
 const (
-	// CallbackSocket: the batch stream on a socket pair made for the
-	// plugin alone and inherited as a file descriptor (callbackfd.go).
+	// CallbackSocket: scan calls and the batch stream on a socket pair
+	// made for the plugin alone and inherited as a file descriptor
+	// (callbackfd.go).
 	CallbackSocket CallbackPath = iota
 	// CallbackStream: the batch stream as a gRPC stream through the
 	// go-plugin broker (execstream.go).
@@ -210,6 +211,9 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Plugin, error) {
 	if err != nil {
 		if verr := apiVersionError(path, err); verr != nil {
 			p.Kill()
+			if cbHost != nil {
+				cbHost.Close()
+			}
 			return nil, verr
 		}
 		return fail(err)
