@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // Scanner is one scanner entry of the generated config.
@@ -57,7 +57,7 @@ func Start(ctx context.Context, o Options, ready time.Duration) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -214,13 +214,4 @@ func (p *Proc) Stop() {
 		}
 	}
 	os.RemoveAll(p.dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -24,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ffscan/ffscan/sdk/testserver"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -113,7 +113,7 @@ func Start() (*Server, error) {
 	}
 	// A port the OS just handed out; a rare clash is retried.
 	for attempt := 0; ; attempt++ {
-		port, err := freePort()
+		port, err := testserver.FreePort()
 		if err != nil {
 			return fail(err)
 		}
@@ -218,15 +218,6 @@ func runAs(dir string) (*syscall.Credential, error) {
 		}
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // CreateDatabase makes a new empty database and returns its DSN.

@@ -85,7 +85,7 @@ func Start(opts ...Option) (*Server, error) {
 }
 
 func startOnce(bin string, cfg config) (*Server, error) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,10 @@ func startOnce(bin string, cfg config) (*Server, error) {
 	return s, nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port that was free a moment ago, for a
+// test's own server (another process may take it before that server
+// binds it; servers started here retry on that).
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("testserver: find a free port: %w", err)
