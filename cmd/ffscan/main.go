@@ -62,6 +62,9 @@ commands:
   status [--addr host:port] [--json | --watch 3s]
                                show the status of a running host (--watch: a
                                compact view with rates, refreshed until Ctrl-C)
+  postgres create-schema       create FlowFabric's Postgres tables in an empty database
+                               (postgres.dsn), recorded as ffscan's; for tests, the demo
+                               and users without FlowFabric
   version                      print the version
 
 flags accepted by every command:
@@ -101,6 +104,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		cmd, rest = "plugins "+rest[0], rest[1:]
 	}
+	if cmd == "postgres" {
+		if len(rest) == 0 || rest[0] != "create-schema" {
+			fmt.Fprint(stderr, "ffscan postgres: want create-schema\n\n"+usage)
+			return exitUsage
+		}
+		cmd, rest = "postgres "+rest[0], rest[1:]
+	}
 	var err error
 	switch cmd {
 	case "run":
@@ -123,6 +133,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdStatus(rest, stdout, stderr)
 	case "version":
 		err = cmdVersion(rest, stdout, stderr)
+	case "postgres create-schema":
+		err = cmdPostgresCreateSchema(rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "ffscan: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage

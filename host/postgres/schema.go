@@ -1,8 +1,9 @@
 // Package postgres is the host's side of a FlowFabric Postgres database:
-// the connection pool the host owns (plugins hold no credentials) and the
-// recognition of the schema it finds, before anything touches it. See
-// docs/postgres-design.md for where this is going; today the host
-// connects, recognises the schema and reports it.
+// the connection pool the host owns (plugins hold no credentials), the
+// recognition of the schema it finds, before anything touches it, and the
+// creation of an equivalent schema where FlowFabric is not there to
+// migrate one. See docs/postgres-design.md for where this is going; today
+// the host connects, recognises the schema and reports it.
 package postgres
 
 import (
@@ -20,14 +21,19 @@ import (
 
 // Schema is what Recognize found.
 type Schema struct {
-	// Source is "flowfabric": migrated by FlowFabric's own migrator.
+	// Source is "flowfabric" (migrated by FlowFabric's own migrator) or
+	// "ffscan" (created by CreateSchema).
 	Source string
-	// Migration is the highest migration applied.
+	// Migration is the highest migration applied, or for "ffscan" the
+	// FlowFabric migration the tables are equivalent to.
 	Migration int64
 }
 
 // String describes the schema for logs and status.
 func (s Schema) String() string {
+	if s.Source == "ffscan" {
+		return fmt.Sprintf("created by ffscan, equivalent to flowfabric migration %d", s.Migration)
+	}
 	return fmt.Sprintf("%s migration %d", s.Source, s.Migration)
 }
 
@@ -73,7 +79,7 @@ type UnknownSchemaError struct {
 }
 
 func (e *UnknownSchemaError) Error() string {
-	return fmt.Sprintf("postgres: refusing a schema this ffscan does not know: %s (it knows FlowFabric's schema at migration %d, recorded in _sqlx_migrations)", e.Found, KnownMigration)
+	return fmt.Sprintf("postgres: refusing a schema this ffscan does not know: %s (it knows FlowFabric's schema at migration %d, recorded in _sqlx_migrations, and the equivalent it creates itself)", e.Found, KnownMigration)
 }
 
 // querier is what Recognize needs of a pool or connection.
@@ -84,16 +90,28 @@ type querier interface {
 
 var _ querier = (*pgxpool.Pool)(nil)
 
-// Recognize reads FlowFabric's migration ledger and accepts exactly the
-// migrations this ffscan knows, byte for byte (by their checksums);
-// anything else is an *UnknownSchemaError listing what differs.
+// Recognize accepts a schema ffscan knows: FlowFabric's migration ledger
+// with exactly the migrations this ffscan knows, byte for byte (by their
+// checksums), or the tables CreateSchema created and finished. Anything
+// else is an *UnknownSchemaError saying what it found.
 func Recognize(ctx context.Context, db querier) (Schema, error) {
 	var ledger *string
 	if err := db.QueryRow(ctx, "SELECT to_regclass('_sqlx_migrations')::text").Scan(&ledger); err != nil {
 		return Schema{}, fmt.Errorf("postgres: look for the migration ledger: %w", err)
 	}
-	if ledger == nil {
-		return Schema{}, &UnknownSchemaError{Found: "no _sqlx_migrations table on the search_path: the database was not migrated by FlowFabric"}
+	origin, err := readOrigin(ctx, db)
+	if err != nil {
+		return Schema{}, err
+	}
+	switch {
+	case ledger != nil && origin != originNone:
+		return Schema{}, &UnknownSchemaError{Found: "both FlowFabric's migration ledger (_sqlx_migrations) and ffscan's " + originTable + ": one of the two did not create these tables"}
+	case origin == originUnfinished:
+		return Schema{}, &UnknownSchemaError{Found: "ffscan's schema creation did not finish (" + originTable + " has no completed_at): run `ffscan postgres create-schema` again to complete it"}
+	case origin == originComplete:
+		return Schema{Source: "ffscan", Migration: KnownMigration}, nil
+	case ledger == nil:
+		return Schema{}, &UnknownSchemaError{Found: "no _sqlx_migrations table on the search_path: the database was not migrated by FlowFabric (to have ffscan create an equivalent schema, run `ffscan postgres create-schema`)"}
 	}
 	rows, err := db.Query(ctx, "SELECT version, success, checksum FROM _sqlx_migrations ORDER BY version")
 	if err != nil {
