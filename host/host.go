@@ -80,6 +80,9 @@ type Host struct {
 	// pgSchema what Boot recognised there.
 	pg       *pgxpool.Pool
 	pgSchema postgres.Schema
+	// pgLibrary is the version of ffscan's function library Boot made
+	// sure of (0 for a read-only host, which installs nothing).
+	pgLibrary int
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
 	readOnly bool
 
@@ -174,6 +177,16 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		}
 		if h.pgSchema, err = postgres.Recognize(ctx, h.pg); err != nil {
 			return fail(err)
+		}
+		if !readOnly {
+			// ffscan's own functions, in its own schema: installed or
+			// upgraded now, a newer one refused.
+			action, err := postgres.InstallLibrary(ctx, h.pg)
+			if err != nil {
+				return fail(err)
+			}
+			h.pgLibrary = postgres.LibraryVersion
+			log.Info("postgres function library", "version", postgres.LibraryVersion, "action", string(action))
 		}
 		log.Info("postgres", "schema", h.pgSchema.String(), "pool_size", h.pg.Config().MaxConns)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/internal/pgtest"
@@ -523,7 +524,7 @@ func TestBootRecognisesThePostgresSchema(t *testing.T) {
 
 	migrated, err := pg.CreateDatabase(ctx, "migrated")
 	require.NoError(t, err)
-	postgrestest.RecordFlowFabricLedger(t, migrated)
+	postgrestest.MigrateLikeFlowFabric(t, migrated)
 	cfg.Postgres.DSN, cfg.Postgres.PoolSize = migrated, 3
 	h, err := Boot(ctx, cfg, hclog.NewNullLogger())
 	require.NoError(t, err)
@@ -532,4 +533,14 @@ func TestBootRecognisesThePostgresSchema(t *testing.T) {
 	require.NotNil(t, st)
 	assert.Equal(t, "flowfabric migration 22", st.Schema)
 	assert.Equal(t, 3, st.PoolSize)
+	assert.Equal(t, postgres.LibraryVersion, st.Library, "the host installed ffscan's function library")
+
+	// It went into ffscan's own schema; FlowFabric's ledger is as it was.
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: migrated, PoolSize: 1})
+	require.NoError(t, err)
+	defer pool.Close()
+	var version, ledgerRows int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT version FROM ffscan.library), (SELECT count(*) FROM _sqlx_migrations)").Scan(&version, &ledgerRows))
+	assert.Equal(t, postgres.LibraryVersion, version)
+	assert.Equal(t, 21, ledgerRows)
 }

@@ -32,7 +32,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 	}
 	if h.pg != nil {
 		st := h.pg.Stat()
-		doc.Postgres = &httpapi.PostgresStatus{Schema: h.pgSchema.String(), PoolSize: int(st.MaxConns()),
+		doc.Postgres = &httpapi.PostgresStatus{Schema: h.pgSchema.String(), Library: h.pgLibrary, PoolSize: int(st.MaxConns()),
 			Connections: int(st.TotalConns()), InUse: int(st.AcquiredConns())}
 	}
 	h.relMu.Lock()

@@ -313,8 +313,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 type PostgresStatus struct {
 	// Schema is what the host recognised at boot ("flowfabric migration
 	// 22").
-	Schema   string `json:"schema"`
-	PoolSize int    `json:"pool_size"`
+	Schema string `json:"schema"`
+	// Library is the version of ffscan's function library the host
+	// installed or found (0: a read-only host, which installs nothing).
+	Library  int `json:"library"`
+	PoolSize int `json:"pool_size"`
 	// Connections open now, and of those in use.
 	Connections int `json:"connections"`
 	InUse       int `json:"in_use"`

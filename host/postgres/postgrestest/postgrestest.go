@@ -51,9 +51,30 @@ func RecordLedger(t testing.TB, dsn string, rows map[int64]string, failed ...int
 }
 
 // RecordFlowFabricLedger records the ledger of a database FlowFabric
-// migrated to the migration this ffscan knows. Only the ledger: the tables
-// come with the schema work of issue 14.
+// migrated to the migration this ffscan knows. Only the ledger: see
+// MigrateLikeFlowFabric for the tables too.
 func RecordFlowFabricLedger(t testing.TB, dsn string) {
 	t.Helper()
 	RecordLedger(t, dsn, postgres.FlowFabricChecksums())
+}
+
+// MigrateLikeFlowFabric leaves the database at dsn as FlowFabric's
+// migrations leave it, as far as ffscan can tell: its tables (made by
+// postgres.CreateSchema, whose own record is then dropped) and its ledger
+// at the migration this ffscan knows.
+func MigrateLikeFlowFabric(t testing.TB, dsn string) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := postgres.CreateSchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA "+postgres.OriginSchema+" CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	RecordFlowFabricLedger(t, dsn)
 }

@@ -1,0 +1,329 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/postgres"
+	"github.com/ffscan/ffscan/internal/pgtest"
+)
+
+// schemaDB returns a pool on a database of a new server holding ffscan's
+// schema and library. Creating the schema takes a few seconds, so each
+// test makes one and its subtests share it (each on rows of its own).
+func schemaDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	srv := pgtest.New(t)
+	dsn, err := srv.CreateDatabase(ctx, "ffscan")
+	require.NoError(t, err)
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 4})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = postgres.CreateSchema(ctx, pool)
+	require.NoError(t, err)
+	action, err := postgres.InstallLibrary(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, postgres.LibraryInstalled, action)
+	return pool
+}
+
+func TestInstallLibrary(t *testing.T) {
+	t.Parallel()
+	pool := schemaDB(t)
+	ctx := context.Background()
+	// The subtests run in order on one database, each from the state the
+	// one before left (the current library).
+
+	t.Run("installed once, then current", func(t *testing.T) {
+		action, err := postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryCurrent, action)
+		var v int
+		var sum string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT version, sha256 FROM ffscan.library").Scan(&v, &sum))
+		assert.Equal(t, postgres.LibraryVersion, v)
+		assert.Equal(t, postgres.LibraryDigest(), sum)
+	})
+	t.Run("an older version is replaced", func(t *testing.T) {
+		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET version = 0, sha256 = 'old'; DROP FUNCTION ffscan.lapsed_leases")
+		require.NoError(t, err)
+		action, err := postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		_, err = pool.Exec(ctx, "SELECT * FROM ffscan.lapsed_leases('{1}', 1)")
+		assert.NoError(t, err, "the functions are back")
+	})
+	t.Run("a newer version is refused", func(t *testing.T) {
+		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET version = 99")
+		require.NoError(t, err)
+		_, err = postgres.InstallLibrary(ctx, pool)
+		var le *postgres.LibraryError
+		require.ErrorAs(t, err, &le)
+		assert.Contains(t, err.Error(), "the database holds version 99, newer than this ffscan's 1")
+		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = $1", postgres.LibraryVersion)
+		require.NoError(t, err)
+	})
+	t.Run("the same version with other contents is refused", func(t *testing.T) {
+		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET sha256 = 'something else'")
+		require.NoError(t, err)
+		_, err = postgres.InstallLibrary(ctx, pool)
+		var le *postgres.LibraryError
+		require.ErrorAs(t, err, &le)
+		assert.Contains(t, err.Error(), "changed without a new version")
+	})
+}
+
+// lapse is an execution claimed by a worker whose lease lapsed, built as
+// postgres.md §7.1 leaves a claimed row (attempt 0 leased by w1).
+type lapse struct {
+	pk     int16
+	eid    string
+	flow   string
+	policy string // JSON or "" for NULL
+	// leaseAgoMs: how long ago the lease lapsed (negative: still valid).
+	leaseAgoMs int64
+	phase      string
+}
+
+func plant(t *testing.T, pool *pgxpool.Pool, l lapse) {
+	t.Helper()
+	ctx := context.Background()
+	if l.phase == "" {
+		l.phase = "active"
+	}
+	var policy any
+	if l.policy != "" {
+		policy = l.policy
+	}
+	var flow any
+	if l.flow != "" {
+		flow = l.flow
+	}
+	_, err := pool.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+		eligibility_state, public_state, attempt_state, created_at_ms, policy, raw_fields, started_at_ms)
+		VALUES ($1, $2, $3, 'default', $4, 'leased', 'not_applicable', 'running', 'running_attempt', 1000, $5::jsonb,
+		'{"namespace": "ns1", "tags": {"cairn.instance_id": "inst-a"}}', 1000)`, l.pk, l.eid, flow, l.phase, policy)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+		lease_epoch, lease_expires_at_ms, started_at_ms) VALUES ($1, $2, 0, 'w1', 'w1-i1', 1, ffscan.now_ms() - $3, 1000)`,
+		l.pk, l.eid, l.leaseAgoMs)
+	require.NoError(t, err)
+}
+
+// reclaim makes the execution active again on attempt n, as a claim by
+// another worker does, with a lease that lapsed already.
+func reclaim(t *testing.T, pool *pgxpool.Pool, pk int16, eid string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'active', ownership_state = 'leased',
+		eligibility_state = 'not_applicable', attempt_state = 'running_attempt' WHERE partition_key = $1 AND execution_id = $2`, pk, eid)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+		lease_epoch, lease_expires_at_ms, started_at_ms) VALUES ($1, $2, $3, 'w2', 'w2-i1', 1, ffscan.now_ms() - 10, 2000)`, pk, eid, n)
+	require.NoError(t, err)
+}
+
+func expire(t *testing.T, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, pk int16, eid string, att int) []string {
+	t.Helper()
+	var out []string
+	require.NoError(t, q.QueryRow(context.Background(), "SELECT ffscan.expire_lapsed_lease($1, $2, $3)", pk, eid, att).Scan(&out))
+	return out
+}
+
+type execRow struct {
+	Phase, Ownership, Eligibility, Public, AttemptState string
+	AttemptIndex                                        int
+	TerminalAt                                          *int64
+	Raw                                                 map[string]any
+}
+
+func readExec(t *testing.T, pool *pgxpool.Pool, pk int16, eid string) execRow {
+	t.Helper()
+	var r execRow
+	var raw []byte
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT lifecycle_phase, ownership_state, eligibility_state, public_state,
+		attempt_state, attempt_index, terminal_at_ms, raw_fields FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2`, pk, eid).
+		Scan(&r.Phase, &r.Ownership, &r.Eligibility, &r.Public, &r.AttemptState, &r.AttemptIndex, &r.TerminalAt, &raw))
+	require.NoError(t, json.Unmarshal(raw, &r.Raw))
+	return r
+}
+
+type attemptRow struct {
+	Outcome          *string
+	Lease            *int64
+	TerminalAt       *int64
+	Epoch            int64
+	Worker, Instance *string
+}
+
+func readAttempt(t *testing.T, pool *pgxpool.Pool, pk int16, eid string, n int) attemptRow {
+	t.Helper()
+	var r attemptRow
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT outcome, lease_expires_at_ms, terminal_at_ms, lease_epoch, worker_id,
+		worker_instance_id FROM ff_attempt WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, pk, eid, n).
+		Scan(&r.Outcome, &r.Lease, &r.TerminalAt, &r.Epoch, &r.Worker, &r.Instance))
+	return r
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func TestExpireLapsedLease(t *testing.T) {
+	t.Parallel()
+	pool := schemaDB(t)
+	ctx := context.Background()
+	const pk int16 = 86
+
+	t.Run("retry, then terminal (postgres.md §7.2), fenced", func(t *testing.T) {
+		eid, flow := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0001", "5d1c0a2e-1111-4c8e-9e0e-000000000001"
+		plant(t, pool, lapse{pk: pk, eid: eid, flow: flow, policy: `{"retry_policy": {"max_retries": 1}}`, leaseAgoMs: 5000})
+
+		var got []string
+		rows, err := pool.Query(ctx, "SELECT execution_id::text FROM ffscan.lapsed_leases($1, 10) WHERE execution_id = $2", []int16{pk, 0}, eid)
+		require.NoError(t, err)
+		got, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		assert.Equal(t, []string{eid}, got, "the candidate read finds the lapsed lease")
+
+		assert.Equal(t, []string{"1", "retried", "1"}, expire(t, pool, pk, eid, 0))
+		e := readExec(t, pool, pk, eid)
+		assert.Equal(t, execRow{Phase: "runnable", Ownership: "unowned", Eligibility: "eligible_now", Public: "running",
+			AttemptState: "pending_retry_attempt", AttemptIndex: 1, Raw: e.Raw}, e)
+		assert.Equal(t, "attempt_timeout", e.Raw["last_failure_message"])
+		a := readAttempt(t, pool, pk, eid, 0)
+		assert.Equal(t, "interrupted", *a.Outcome)
+		assert.Nil(t, a.Lease)
+		assert.NotNil(t, a.TerminalAt)
+		assert.Equal(t, int64(2), a.Epoch, "the lost lease is fenced: epoch +1")
+		assert.Equal(t, "w1", *a.Worker)
+		assert.Nil(t, a.Instance, "and its worker instance cleared")
+		assert.Equal(t, 0, count(t, pool, "SELECT count(*) FROM ff_completion_event WHERE execution_id = $1", eid))
+		var ns, tag string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT namespace, instance_tag FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'expired'", eid).Scan(&ns, &tag))
+		assert.Equal(t, []string{"ns1", "inst-a"}, []string{ns, tag}, "filter columns copied from the execution")
+
+		// Another worker claims attempt 1; its lease lapses too: 1 < 1 is
+		// false, so the execution ends.
+		reclaim(t, pool, pk, eid, 1)
+		assert.Equal(t, []string{"1", "terminal"}, expire(t, pool, pk, eid, 1))
+		e = readExec(t, pool, pk, eid)
+		assert.Equal(t, []string{"terminal", "unowned", "not_applicable", "running", "attempt_terminal"},
+			[]string{e.Phase, e.Ownership, e.Eligibility, e.Public, e.AttemptState})
+		assert.Equal(t, 1, e.AttemptIndex)
+		assert.NotNil(t, e.TerminalAt)
+		var outcome, gotFlow string
+		var nsNull, tagNull *string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT outcome, flow_id::text, namespace, instance_tag FROM ff_completion_event WHERE partition_key = $1 AND execution_id = $2", pk, eid).
+			Scan(&outcome, &gotFlow, &nsNull, &tagNull))
+		assert.Equal(t, "expired", outcome)
+		assert.Equal(t, flow, gotFlow)
+		assert.Nil(t, nsNull)
+		assert.Nil(t, tagNull)
+		assert.Equal(t, 2, count(t, pool, "SELECT count(*) FROM ff_lease_event WHERE execution_id = $1", eid))
+
+		// Acting again on the settled lapse is a no-op.
+		assert.Equal(t, []string{"1", "lease_released"}, expire(t, pool, pk, eid, 1))
+		assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM ff_completion_event WHERE execution_id = $1", eid))
+	})
+
+	t.Run("policies that allow no retry end on the first lapse", func(t *testing.T) {
+		for i, policy := range []string{"", `{}`, `{"retry_policy": {}}`, `{"retry_policy": {"max_retries": "3"}}`,
+			`{"retry_policy": {"max_retries": -1}}`, `{"retry_policy": {"max_retries": 1.5}}`, `{"retry_policy": {"max_retries": 0}}`} {
+			eid := fmt.Sprintf("0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d01%02d", i)
+			plant(t, pool, lapse{pk: pk, eid: eid, policy: policy, leaseAgoMs: 100})
+			assert.Equal(t, []string{"1", "terminal"}, expire(t, pool, pk, eid, 0), "policy %q", policy)
+		}
+		eid := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0199"
+		plant(t, pool, lapse{pk: pk, eid: eid, policy: `{"retry_policy": {"max_retries": 18446744073709551615}}`, leaseAgoMs: 100})
+		assert.Equal(t, []string{"1", "retried", "1"}, expire(t, pool, pk, eid, 0), "a u64 maximum is a number of retries")
+	})
+
+	t.Run("no-ops change nothing", func(t *testing.T) {
+		const mine = "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d02%"
+		snapshot := func() string {
+			var s string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT
+				coalesce((SELECT json_agg(e ORDER BY execution_id)::text FROM ff_exec_core e WHERE execution_id::text LIKE $1), '')
+				|| coalesce((SELECT json_agg(a ORDER BY execution_id, attempt_index)::text FROM ff_attempt a WHERE execution_id::text LIKE $1), '')
+				|| (SELECT count(*) FROM ff_lease_event WHERE execution_id LIKE $1)::text
+				|| (SELECT count(*) FROM ff_completion_event WHERE execution_id::text LIKE $1)::text`, mine).Scan(&s))
+			return s
+		}
+		renewed := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0201"
+		plant(t, pool, lapse{pk: pk, eid: renewed, leaseAgoMs: -60000})
+		released := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0202"
+		plant(t, pool, lapse{pk: pk, eid: released, leaseAgoMs: 100})
+		_, err := pool.Exec(ctx, "UPDATE ff_attempt SET lease_expires_at_ms = NULL WHERE execution_id = $1", released)
+		require.NoError(t, err)
+		runnable := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0203"
+		plant(t, pool, lapse{pk: pk, eid: runnable, leaseAgoMs: 100, phase: "runnable"})
+		orphan := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0204"
+		plant(t, pool, lapse{pk: pk, eid: orphan, leaseAgoMs: 100})
+		_, err = pool.Exec(ctx, "DELETE FROM ff_exec_core WHERE execution_id = $1", orphan)
+		require.NoError(t, err)
+
+		before := snapshot()
+		assert.Equal(t, []string{"1", "lease_renewed"}, expire(t, pool, pk, renewed, 0))
+		assert.Equal(t, []string{"1", "lease_released"}, expire(t, pool, pk, released, 0))
+		assert.Equal(t, []string{"1", "not_active"}, expire(t, pool, pk, runnable, 0))
+		assert.Equal(t, []string{"1", "execution_not_found"}, expire(t, pool, pk, orphan, 0))
+		assert.Equal(t, []string{"1", "attempt_not_found"}, expire(t, pool, pk, renewed, 7))
+		assert.Equal(t, []string{"1", "attempt_not_found"}, expire(t, pool, 3, renewed, 0), "another partition")
+		assert.Equal(t, before, snapshot())
+
+		rows, err := pool.Query(ctx, "SELECT execution_id::text FROM ffscan.lapsed_leases($1, 1000) WHERE execution_id::text LIKE $2", []int16{pk}, mine)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		assert.Empty(t, got, "the candidate read skips renewed, released and non-active leases, and attempts without an execution")
+	})
+
+	t.Run("two hosts racing on one lapse: one acts, the other finds it settled", func(t *testing.T) {
+		eid := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0301"
+		plant(t, pool, lapse{pk: pk, eid: eid, policy: `{"retry_policy": {"max_retries": 5}}`, leaseAgoMs: 100})
+
+		first, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer first.Rollback(ctx)
+		assert.Equal(t, []string{"1", "retried", "1"}, expire(t, first, pk, eid, 0))
+
+		second, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer second.Release()
+		var secondPID uint32
+		require.NoError(t, second.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&secondPID))
+		done := make(chan []string, 1)
+		go func() {
+			var out []string
+			if err := second.QueryRow(ctx, "SELECT ffscan.expire_lapsed_lease($1, $2, 0)", pk, eid).Scan(&out); err != nil {
+				out = []string{"error", err.Error()}
+			}
+			done <- out
+		}()
+		// The second call waits on the first one's row lock.
+		require.Eventually(t, func() bool {
+			var waiting bool
+			_ = pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", secondPID).Scan(&waiting)
+			return waiting
+		}, 30*time.Second, 5*time.Millisecond)
+		require.NoError(t, first.Commit(ctx))
+		assert.Equal(t, []string{"1", "lease_released"}, <-done)
+		assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM ff_lease_event WHERE execution_id = $1", eid), "acted once")
+		assert.Equal(t, 1, readExec(t, pool, pk, eid).AttemptIndex, "one retry counted")
+	})
+}
