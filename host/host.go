@@ -225,6 +225,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 	h.discoverLanes(ctx)
 	log.Info("lanes", "lanes", h.Lanes())
 	h.svc = callbacks.New(h.lib, h.met)
+	h.svc.SetPostgres(h.pg) // PGCALLs (refused when there is no database)
 	h.svc.SetBudget(budgetOf(cfg.Callbacks))
 	h.compMet = completions.NewPrometheusMetrics()
 	if err := h.compMet.Register(h.met.Registry); err != nil {
@@ -416,6 +417,7 @@ func (h *Host) launcherFor(cfg *config.Config, name string, sc config.Scanner, r
 		StartTimeout: cfg.Supervisor.StartTimeout,
 		Isolation:    cfg.PluginIsolation.Mode(),
 		Approvals:    h.approvals,
+		Postgres:     h.pg != nil,
 	}, h.cat, h.svc, h.scannerLog(name))
 }
 
@@ -590,6 +592,7 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 		CallParent:  h.callCtx,
 		Epoch:       h.epoch,
 		Census:      h.census,
+		Postgres:    h.pg,
 	}, h.client, supTarget{sup}, nil, h.met, log)
 	ctx, cancel := context.WithCancel(h.runCtx)
 	u := &unit{name: name, sc: sc, sup: sup, run: run, cancel: cancel, done: make(chan struct{})}
@@ -750,6 +753,9 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 		if err := scheduler.CheckInfo(info); err != nil {
 			return nil, err
 		}
+		if info.UsesPostgres() && h.pg == nil {
+			return nil, fmt.Errorf("scanner %s works on a FlowFabric Postgres database and this host has none: set postgres.dsn (or --postgres-dsn)", name)
+		}
 		resolved, err := launcher.ResolveOptions(name, info.Options, sc.Options)
 		if err != nil {
 			return nil, err
@@ -790,6 +796,7 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 		CallTimeout: cfg.Scheduler.CallTimeout,
 		NoJitter:    true,
 		Epoch:       h.epoch,
+		Postgres:    h.pg,
 	}, h.client, staticTarget{scanner}, host, h.met, h.scannerLog(name))
 	return &Session{h: h, run: run, dryRun: opts.DryRun, close: closeFn}, nil
 }

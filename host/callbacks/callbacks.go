@@ -12,6 +12,7 @@ package callbacks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -19,9 +20,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/keyless"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/spread"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
@@ -49,6 +53,7 @@ const (
 	ReasonDryRun             = "dry_run"
 	ReasonProtectedKey       = "protected_key"
 	ReasonKeyScope           = "key_scope"
+	ReasonNoDatabase         = "no_database"
 )
 
 // Recorder receives the service's counts (host/metrics implements it).
@@ -106,6 +111,7 @@ type Service struct {
 	policies map[string]Policy
 	budget   Budget
 	spends   map[string]*spend
+	pg       *pgxpool.Pool // PGCALLs (nil: none)
 }
 
 // New returns a service running commands on lib's client. rec may be nil.
@@ -173,6 +179,25 @@ type op struct {
 	keyless bool     // TIME, PING: routed with the batch's keys (see route)
 	keys    []string // a plain command's keys
 	call    lua.Call
+	// pg is a PGCALL (an action function of ffscan's Postgres library).
+	pg *pgCall
+}
+
+type pgCall struct {
+	function string
+	args     []string
+}
+
+// segment is what kind of pipeline an op goes out in.
+func (o op) segment() int {
+	switch {
+	case o.isPlain:
+		return 0
+	case o.pg != nil:
+		return 2
+	default:
+		return 1
+	}
 }
 
 // Exec runs a scanner's batch and returns one reply per command, in order.
@@ -271,14 +296,17 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 			continue
 		}
 		j := i
-		for j < len(ops) && ops[j].refused == nil && ops[j].isPlain == ops[i].isPlain &&
+		for j < len(ops) && ops[j].refused == nil && ops[j].segment() == ops[i].segment() &&
 			// With a reply budget, plain commands (reads of values of
 			// any size) go out in pipelines of replyCheckEvery, so that
 			// the budget is checked before more is read.
 			(!ops[i].isPlain || budget.MaxReplyBytes <= 0 || j-i < replyCheckEvery) {
 			j++
 		}
-		if ops[i].isPlain {
+		switch {
+		case ops[i].pg != nil:
+			s.runPG(ctx, ops[i:j], out[i:j])
+		case ops[i].isPlain:
 			seg := make(valkey.Commands, 0, j-i)
 			slots := make([]int, 0, j-i)
 			for k := i; k < j; k++ {
@@ -295,7 +323,7 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 			for k, r := range spread.DoMulti(ctx, s.client, seg, slots) {
 				out[i+k] = valkeyreply.Of(r)
 			}
-		} else {
+		default:
 			calls := make([]lua.Call, 0, j-i)
 			for k := i; k < j; k++ {
 				calls = append(calls, ops[k].call)
@@ -336,7 +364,7 @@ func (s *Service) route(ops []op) string {
 		case o.refused != nil || o.keyless:
 		case o.isPlain && len(o.keys) > 0:
 			anchor = o.keys[0]
-		case !o.isPlain && len(o.call.Keys) > 0:
+		case o.segment() == 1 && len(o.call.Keys) > 0:
 			anchor = o.call.Keys[0]
 		}
 		if anchor != "" {
@@ -369,8 +397,11 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 	}
 	name := strings.ToUpper(c[0])
 	args := c[1:]
-	if name == "FCALL" {
+	switch name {
+	case "FCALL":
 		return s.checkFCall(pol, args)
+	case "PGCALL":
+		return s.checkPGCall(pol, args)
 	}
 	spec, supported := commandTable[name]
 	if !pol.commands[name] {
@@ -445,6 +476,99 @@ func (s *Service) checkFCall(pol Policy, args []string) op {
 		return o
 	}
 	return op{call: lua.Call{Function: fn, Keys: ks, Args: args[2+n:]}}
+}
+
+// checkPGCall validates a PGCALL: a declared ("pg:<name>") action function
+// of ffscan's Postgres library, with its number of arguments, on a host
+// with a database, outside dry runs (every action function may write).
+func (s *Service) checkPGCall(pol Policy, args []string) op {
+	if len(args) < 1 {
+		return refuse(ReasonArity, "PGCALL needs a function name")
+	}
+	fn := args[0]
+	if !pol.functions[PGPrefix+fn] {
+		return refuse(ReasonUndeclaredFunction, "function %q is not among the scanner's declared functions (a Postgres function is declared as %q)", fn, PGPrefix+fn)
+	}
+	n, known := postgres.ActionFunctions[fn]
+	if !known {
+		return refuse(ReasonUnsupported, "%q is not an action function of ffscan's Postgres library", fn)
+	}
+	if len(args)-1 != n {
+		return refuse(ReasonArity, "PGCALL %s takes %d arguments, got %d", fn, n, len(args)-1)
+	}
+	if pol.readOnly {
+		return refuse(ReasonDryRun, "PGCALL %s and this is a dry run", fn)
+	}
+	s.mu.RLock()
+	pg := s.pg
+	s.mu.RUnlock()
+	if pg == nil {
+		return refuse(ReasonNoDatabase, "PGCALL %s: the host has no Postgres database (postgres.dsn)", fn)
+	}
+	return op{pg: &pgCall{function: fn, args: args[1:]}}
+}
+
+// PGPrefix marks a Postgres library function in Info.Functions.
+const PGPrefix = "pg:"
+
+// pgConcurrency bounds the PGCALLs of one batch in flight: each is a
+// transaction of its own on a connection of the host's pool.
+const pgConcurrency = 4
+
+// runPG runs a segment of PGCALLs, each in its own transaction, a few at
+// a time, and writes their replies into out.
+func (s *Service) runPG(ctx context.Context, ops []op, out []scannerapi.Reply) {
+	s.mu.RLock()
+	pg := s.pg
+	s.mu.RUnlock()
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(pgConcurrency, len(ops)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range next {
+				out[k] = pgReply(postgres.Call(ctx, pg, ops[k].pg.function, ops[k].pg.args))
+			}
+		}()
+	}
+	for k := range ops {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+}
+
+// pgReply turns an action function's text[] into a reply in the shape of
+// a FlowFabric function's, and an error into an error reply: the
+// database's own errors (bad input, a constraint) are class server, a
+// failure to reach it transport.
+func pgReply(arr []*string, err error) scannerapi.Reply {
+	if err != nil {
+		class := scannerapi.ErrTransport
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			class = scannerapi.ErrServer
+		}
+		return scannerapi.Reply{Kind: scannerapi.KindError, Err: err.Error(), ErrClass: class}
+	}
+	r := scannerapi.Reply{Kind: scannerapi.KindArray, Array: make([]scannerapi.Reply, len(arr))}
+	for i, v := range arr {
+		if v == nil {
+			r.Array[i] = scannerapi.Reply{Kind: scannerapi.KindNil}
+			continue
+		}
+		r.Array[i] = scannerapi.Reply{Kind: scannerapi.KindString, Str: *v}
+	}
+	return r
+}
+
+// SetPostgres gives the service the host's Postgres pool for PGCALLs (nil:
+// none, and PGCALLs are refused).
+func (s *Service) SetPostgres(pool *pgxpool.Pool) {
+	s.mu.Lock()
+	s.pg = pool
+	s.mu.Unlock()
 }
 
 // ProtectedPrefix starts the deployment's own configuration (the partition

@@ -44,6 +44,7 @@ func (Runner) Boot(ctx context.Context, b scannertest.Boot) (scannertest.BootedH
 	if b.PluginDir != "" {
 		cfg.PluginDir = b.PluginDir
 	}
+	cfg.Postgres.DSN = b.PostgresDSN
 	cfg.HTTP.Listen = ""
 	cfg.Completions.Enabled = false
 	cfg.Scanners = map[string]config.Scanner{b.Scanner: {Enabled: true, Plugin: b.Scanner, Options: b.Options}}

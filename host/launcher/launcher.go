@@ -56,6 +56,9 @@ type Config struct {
 	// host; the zero value is the production path, the others are the
 	// paths of older plugins, for benchmarks that compare them in one run.
 	CallbackPath scannerapi.CallbackPath
+	// Postgres says the host has a FlowFabric Postgres database; a scanner
+	// with Postgres sources is refused at launch without one.
+	Postgres bool
 }
 
 // Launcher implements supervisor.Launcher for one scanner.
@@ -183,6 +186,9 @@ func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supe
 	meta.Version = info.Version
 	if err := scheduler.CheckInfo(info); err != nil {
 		return nil, err
+	}
+	if info.UsesPostgres() && !l.cfg.Postgres {
+		return nil, fmt.Errorf("scanner %s works on a FlowFabric Postgres database and this host has none: set postgres.dsn (or --postgres-dsn)", l.cfg.Scanner)
 	}
 	opts, err := ResolveOptions(l.cfg.Scanner, info.Options, l.cfg.Options)
 	if err != nil {

@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -105,4 +107,108 @@ CREATE TABLE IF NOT EXISTS `+libraryTable+` (
 		return "", err
 	}
 	return action, nil
+}
+
+// ActionFunctions are the library functions a plugin may call (PGCALL),
+// by name, with how many arguments each takes. Each returns text[] in the
+// shape of FlowFabric's Lua replies. A plugin declares the ones it calls
+// as "pg:<name>" in Info.Functions.
+var ActionFunctions = map[string]int{
+	"expire_lapsed_lease": 3, // partition_key, execution uuid, attempt index
+}
+
+// CandidateFunctions are the library functions a Postgres candidate source
+// may name (CandidateSource.Key). Each takes (partitions smallint[],
+// per_partition integer) and returns (partition_key, member, score).
+var CandidateFunctions = map[string]bool{
+	"lapsed_leases": true,
+}
+
+// Now reads the database's clock in Unix milliseconds: the "now" of a
+// Postgres scanner's cycle, the clock every library function compares
+// against.
+func Now(ctx context.Context, db querier) (int64, error) {
+	var ms int64
+	if err := db.QueryRow(ctx, "SELECT ffscan.now_ms()").Scan(&ms); err != nil {
+		return 0, fmt.Errorf("postgres: read the clock: %w", err)
+	}
+	return ms, nil
+}
+
+// Candidate is one row of a candidate function.
+type Candidate struct {
+	Partition uint16
+	Member    string
+	Score     int64
+}
+
+// ReadCandidates runs candidate function fn for the given partitions, at
+// most perPartition rows each, in one query.
+func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, perPartition int) ([]Candidate, error) {
+	if !CandidateFunctions[fn] {
+		return nil, fmt.Errorf("postgres: %q is not a candidate function of ffscan's library", fn)
+	}
+	ps := make([]int16, len(parts))
+	for i, p := range parts {
+		ps[i] = int16(p)
+	}
+	// fn is one of CandidateFunctions' names, never a plugin's string.
+	rows, err := db.Query(ctx, "SELECT partition_key, member, score FROM ffscan."+fn+"($1, $2)", ps, perPartition)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", fn, err)
+	}
+	var out []Candidate
+	for rows.Next() {
+		var (
+			c  Candidate
+			pk int16
+		)
+		if err := rows.Scan(&pk, &c.Member, &c.Score); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("postgres: %s: %w", fn, err)
+		}
+		c.Partition = uint16(pk)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", fn, err)
+	}
+	return out, nil
+}
+
+// Call runs action function fn with args (text, converted by the server to
+// the function's parameter types) in a transaction of its own and returns
+// its reply. A serialization failure or deadlock is retried (3 tries in
+// all): the function re-validates, so running it again is safe.
+func Call(ctx context.Context, db querier, fn string, args []string) ([]*string, error) {
+	n, ok := ActionFunctions[fn]
+	if !ok {
+		return nil, fmt.Errorf("postgres: %q is not an action function of ffscan's library", fn)
+	}
+	if len(args) != n {
+		return nil, fmt.Errorf("postgres: %s takes %d arguments, got %d", fn, n, len(args))
+	}
+	var sql strings.Builder
+	sql.WriteString("SELECT ffscan." + fn + "(")
+	params := make([]any, n)
+	for i, a := range args {
+		if i > 0 {
+			sql.WriteString(", ")
+		}
+		fmt.Fprintf(&sql, "$%d", i+1)
+		params[i] = a
+	}
+	sql.WriteString(")")
+	var err error
+	for try := 1; try <= 3; try++ {
+		var out []*string
+		if err = db.QueryRow(ctx, sql.String(), params...).Scan(&out); err == nil {
+			return out, nil
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") {
+			break
+		}
+	}
+	return nil, err
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/clock"
@@ -115,6 +116,10 @@ type Config struct {
 	// tracked). The runner bumps it on transport failures and topology
 	// changes and sends it with every scan request.
 	Epoch *StoreEpoch
+	// Postgres is the host's FlowFabric Postgres database, which a scanner
+	// with Postgres sources reads (nil: none; such a scanner's cycles
+	// fail, saying so).
+	Postgres *pgxpool.Pool
 }
 
 // Tuning is the part of Config that can change while the runner runs
@@ -472,18 +477,20 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	batch := r.batch(info)
 	lanes := r.lanes()
 
-	r.cfg.Epoch.ObserveNodes(keyless.Nodes(r.client))
-	nowMs, err := r.serverTime(ctx)
+	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
+		hasLaneSource: hasLaneSource(info)}
+	if !sw.postgres() {
+		r.cfg.Epoch.ObserveNodes(keyless.Nodes(r.client))
+	}
+	nowMs, err := sw.now(ctx)
 	if err != nil {
 		r.noteErr(&sum, classify(err), "time", 1)
 		r.finish(&sum, start, false)
 		r.cycleError()
-		return sum, fmt.Errorf("read server TIME: %w", err)
+		return sum, fmt.Errorf("read the store's clock: %w", err)
 	}
 	sum.NowMs = nowMs
-	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
-		hasLaneSource: hasLaneSource(info)}
-	states := sw.fetch(ctx, parts, nowMs)
+	states := sw.read(ctx, parts, nowMs)
 
 	// Backlog and lag are only meaningful when every partition of the
 	// family was read: a partial sum would under-report (P8).
@@ -519,12 +526,12 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	// Follow-up passes: partitions that said More are refetched and scanned
 	// again now rather than an interval later.
 	for pass := 0; pass < r.cfg.MaxFollowUps && len(more) > 0 && ctx.Err() == nil; pass++ {
-		now2, err := r.serverTime(ctx)
+		now2, err := sw.now(ctx)
 		if err != nil {
 			r.noteErr(&sum, classify(err), "time", 1)
 			break
 		}
-		sub := sw.fetch(ctx, r.owned(more), now2)
+		sub := sw.read(ctx, r.owned(more), now2)
 		sum.FollowUps += len(sub)
 		more, _ = sw.dispatch(ctx, sub, now2, true)
 	}

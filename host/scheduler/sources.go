@@ -2,11 +2,14 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -14,7 +17,8 @@ import (
 // CheckInfo rejects an Info the host cannot drive. On top of
 // scannerapi.ValidateInfo (which Launch applies too, but a linked scanner
 // skips) it refuses a "due" backlog on a set source, which has no scores to
-// count by. The supervisor's launcher calls it at every launch so a bad
+// count by, and Postgres sources and functions this host's library does not
+// have. The supervisor's launcher calls it at every launch so a bad
 // plugin fails loudly instead of scanning nothing.
 func CheckInfo(info scannerapi.Info) error {
 	if err := scannerapi.ValidateInfo(info); err != nil {
@@ -23,6 +27,18 @@ func CheckInfo(info scannerapi.Info) error {
 	for _, s := range info.Sources {
 		if s.Backlog == scannerapi.BacklogDue && s.Kind == scannerapi.SourceSetScan {
 			return fmt.Errorf("scanner %s: source %s: backlog %q needs a zset source", info.Name, s.Name, s.Backlog)
+		}
+		if s.Kind == scannerapi.SourcePostgres && !postgres.CandidateFunctions[s.Key] {
+			return fmt.Errorf("scanner %s: source %s: %q is not a candidate function of this host's Postgres library (it has: %s)",
+				info.Name, s.Name, s.Key, strings.Join(slices.Sorted(maps.Keys(postgres.CandidateFunctions)), ", "))
+		}
+	}
+	for _, f := range info.Functions {
+		if fn, ok := strings.CutPrefix(f, "pg:"); ok {
+			if _, known := postgres.ActionFunctions[fn]; !known {
+				return fmt.Errorf("scanner %s: function %s: %q is not an action function of this host's Postgres library (it has: %s)",
+					info.Name, f, fn, strings.Join(slices.Sorted(maps.Keys(postgres.ActionFunctions)), ", "))
+			}
 		}
 	}
 	return nil

@@ -145,7 +145,9 @@ type Info struct {
 	// Host.Exec (upper case, e.g. "HMGET", "ZREM"). FCALL is not listed
 	// here; functions go in Functions.
 	Commands []string
-	// Functions are the library functions the scanner may FCALL.
+	// Functions are the library functions the scanner may FCALL, and, with
+	// a "pg:" prefix, the action functions of ffscan's Postgres library it
+	// may PGCALL (e.g. "pg:expire_lapsed_lease").
 	Functions []string
 	// KeyScopes narrow declared commands to the keys the scanner needs: a
 	// command that has a scope may touch only keys matching one of its
@@ -231,7 +233,27 @@ const (
 	// SourceSetScan reads a SET with SSCAN, one COUNT-batch step per cycle,
 	// keeping the cursor per partition across cycles.
 	SourceSetScan SourceKind = "set_scan"
+	// SourcePostgres reads a FlowFabric Postgres database: Key names one of
+	// the candidate functions of ffscan's Postgres library (for example
+	// "lapsed_leases"), which the host runs once per cycle for every
+	// partition, batch rows at most each. A candidate's Member is what the
+	// function says to act on and its Score a due time in ms. A scanner
+	// with Postgres sources has no Valkey sources, runs on a host with
+	// postgres.dsn, reads "now" from the database's clock, and acts through
+	// PGCALL commands (see Command).
+	SourcePostgres SourceKind = "postgres"
 )
+
+// UsesPostgres reports whether the scanner works on a FlowFabric Postgres
+// database (its candidate sources are SourcePostgres).
+func (in Info) UsesPostgres() bool {
+	for _, s := range in.Sources {
+		if s.Kind == SourcePostgres {
+			return true
+		}
+	}
+	return false
+}
 
 // BacklogMode says how the host measures a source's backlog gauge.
 type BacklogMode string
@@ -397,7 +419,20 @@ type Host interface {
 
 // Command is one Valkey command: its name then its arguments, e.g.
 // {"HMGET", key, "lane_id", "namespace"}. Use FCall to build an FCALL.
+//
+// PGCALL is the Postgres counterpart of FCALL: {"PGCALL", function,
+// args...} runs an action function of ffscan's Postgres library (declared
+// as "pg:<function>" in Info.Functions) in a transaction of its own, with
+// the arguments as text the database converts to the function's
+// parameter types. The reply has the shape of a FlowFabric function's:
+// an array of strings, "1" or "0" first (ParseFunctionReply reads it). Use
+// PGCall to build one.
 type Command []string
+
+// PGCall builds a PGCALL of a function of ffscan's Postgres library.
+func PGCall(function string, args ...string) Command {
+	return append(Command{"PGCALL", function}, args...)
+}
 
 // Reply is a Valkey reply in a transport-neutral form.
 type Reply struct {

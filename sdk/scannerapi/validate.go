@@ -45,11 +45,24 @@ func ValidateInfo(in Info) error {
 		names[s.Name] = true
 		switch s.Kind {
 		case SourceZSetDue, SourceZSetRotate, SourceSetScan:
+			if !strings.HasPrefix(s.Key, keys.Prefix) || !strings.Contains(s.Key, "{p}") {
+				return bad("source %s: key %q must start with %q and contain {p}", s.Name, s.Key, keys.Prefix)
+			}
+		case SourcePostgres:
+			if !isSQLName(s.Key) {
+				return bad("source %s: key %q must name a candidate function of ffscan's Postgres library (lower-case letters, digits, '_')", s.Name, s.Key)
+			}
+			if s.Backlog != BacklogNone {
+				return bad("source %s: a Postgres source has no backlog mode yet (got %q)", s.Name, s.Backlog)
+			}
+			if s.ScoreOffset != 0 {
+				return bad("source %s: a Postgres source takes no ScoreOffset (the candidate function decides what is due)", s.Name)
+			}
 		default:
 			return bad("source %s: unknown kind %q", s.Name, s.Kind)
 		}
-		if !strings.HasPrefix(s.Key, keys.Prefix) || !strings.Contains(s.Key, "{p}") {
-			return bad("source %s: key %q must start with %q and contain {p}", s.Name, s.Key, keys.Prefix)
+		if (s.Kind == SourcePostgres) != (in.Sources[0].Kind == SourcePostgres) {
+			return bad("source %s: a scanner's sources are all Postgres sources or none", s.Name)
 		}
 		switch s.Backlog {
 		case BacklogNone, BacklogDue, BacklogSize, BacklogPlugin:
@@ -118,4 +131,18 @@ func validateName(name string) error {
 		}
 	}
 	return nil
+}
+
+// isSQLName reports whether s is a plain lower-case SQL identifier.
+func isSQLName(s string) bool {
+	if s == "" || len(s) > 63 || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -47,6 +47,33 @@ func TestValidateInfo(t *testing.T) {
 	}
 }
 
+func TestValidateInfoPostgresSources(t *testing.T) {
+	good := func() scannerapi.Info {
+		return scannerapi.Info{
+			Name: "pg_attempt_timeout", APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow,
+			DefaultInterval: time.Second, DefaultBatch: 1000,
+			Sources:   []scannerapi.CandidateSource{{Name: "lapsed", Kind: scannerapi.SourcePostgres, Key: "lapsed_leases"}},
+			Functions: []string{"pg:expire_lapsed_lease"},
+		}
+	}
+	require.NoError(t, scannerapi.ValidateInfo(good()))
+	assert.True(t, good().UsesPostgres())
+	for name, mutate := range map[string]func(*scannerapi.Info){
+		"function name": func(i *scannerapi.Info) { i.Sources[0].Key = "ffscan.lapsed_leases" },
+		"quoted":        func(i *scannerapi.Info) { i.Sources[0].Key = `lapsed"; DROP` },
+		"empty":         func(i *scannerapi.Info) { i.Sources[0].Key = "" },
+		"backlog":       func(i *scannerapi.Info) { i.Sources[0].Backlog = scannerapi.BacklogDue },
+		"score offset":  func(i *scannerapi.Info) { i.Sources[0].ScoreOffset = time.Second },
+		"mixed with zset": func(i *scannerapi.Info) {
+			i.Sources = append(i.Sources, scannerapi.CandidateSource{Name: "z", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:x"})
+		},
+	} {
+		in := good()
+		mutate(&in)
+		assert.Error(t, scannerapi.ValidateInfo(in), name)
+	}
+}
+
 func TestMatchKeyPattern(t *testing.T) {
 	for _, c := range []struct {
 		pattern, key string

@@ -40,15 +40,21 @@ AS $fn$
 	END
 $fn$;
 
+-- Candidate functions take the partitions to read and the most rows per
+-- partition, and return (partition_key, member, score): the member names
+-- what to act on, the score orders it (a due time in ms, for the lag).
+
 -- lapsed_leases is attempt_timeout's candidate read: per partition in
 -- parts, the attempts whose lease lapsed before now on executions that are
 -- active, oldest lease first, at most per_partition each (postgres.md
--- §4.2). One index scan of ff_attempt_lease_expiry_idx per partition.
+-- §4.2). The member is '<execution uuid>/<attempt index>'; the score the
+-- lease's expiry. One index scan of ff_attempt_lease_expiry_idx per
+-- partition.
 CREATE OR REPLACE FUNCTION ffscan.lapsed_leases(parts smallint[], per_partition integer)
-RETURNS TABLE (partition_key smallint, execution_id uuid, attempt_index integer, lease_expires_at_ms bigint)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
-	SELECT c.partition_key, c.execution_id, c.attempt_index, c.lease_expires_at_ms
+	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, c.lease_expires_at_ms
 	FROM unnest(parts) AS p(k)
 	CROSS JOIN LATERAL (
 		SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms

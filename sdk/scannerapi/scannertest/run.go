@@ -61,6 +61,11 @@ type Case struct {
 	// Addr is a server to use instead of starting one. It is FLUSHALLed
 	// before each run.
 	Addr string
+	// PostgresDSN is the FlowFabric Postgres database the host serves, for
+	// scanners with Postgres sources. The kit does not reset it between
+	// runs: Setup puts it in the state each run starts from, and Check
+	// reads it (both through the test's own connection).
+	PostgresDSN string
 }
 
 // Report is what one run did.
@@ -79,8 +84,8 @@ type Report struct {
 	BacklogKnown bool
 	// Notes the scanner returned.
 	Notes []string
-	// Commands the scanner ran through the host, by name ("FCALL fn" for
-	// functions); Refused the ones the host refused, by reason
+	// Commands the scanner ran through the host, by name ("FCALL fn" and
+	// "PGCALL fn" for functions); Refused the ones the host refused, by reason
 	// (undeclared_command, key_prefix, dry_run, ...).
 	Commands map[string]int
 	Refused  map[string]int
@@ -215,7 +220,8 @@ func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Repor
 	for k, v := range c.Options {
 		opts[k] = v
 	}
-	h, err := c.Runner.Boot(ctx, Boot{Scanner: name, Addr: addr, PluginDir: binDir, Options: opts, Partitions: parts, Lanes: lanes})
+	h, err := c.Runner.Boot(ctx, Boot{Scanner: name, Addr: addr, PluginDir: binDir, Options: opts, Partitions: parts, Lanes: lanes,
+		PostgresDSN: c.PostgresDSN})
 	if err != nil {
 		fail("boot: %v", err)
 	}
@@ -304,7 +310,7 @@ func commandName(c scannerapi.Command) string {
 		return "(empty)"
 	}
 	n := strings.ToUpper(c[0])
-	if (n == "FCALL" || n == "FCALL_RO") && len(c) > 1 {
+	if (n == "FCALL" || n == "FCALL_RO" || n == "PGCALL") && len(c) > 1 {
 		return n + " " + c[1]
 	}
 	return n

@@ -29,6 +29,9 @@ type Boot struct {
 	Options    map[string]string
 	Partitions keys.PartitionConfig
 	Lanes      []string
+	// PostgresDSN is the FlowFabric Postgres database the host serves
+	// (Case.PostgresDSN; empty: none).
+	PostgresDSN string
 }
 
 // BootedHost is a running host.

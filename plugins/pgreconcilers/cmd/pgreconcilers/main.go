@@ -1,0 +1,12 @@
+// Command pgreconcilers serves the reconcilers that work on a FlowFabric
+// Postgres database. See package plugins/pgreconcilers.
+package main
+
+import (
+	"github.com/ffscan/ffscan/plugins/pgreconcilers"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+func main() {
+	scannerapi.Serve(pgreconcilers.NewAttemptTimeout())
+}

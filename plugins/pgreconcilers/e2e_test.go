@@ -1,0 +1,174 @@
+package pgreconcilers_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host/hosttest"
+	"github.com/ffscan/ffscan/host/postgres"
+	"github.com/ffscan/ffscan/host/postgres/postgrestest"
+	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/internal/pgtest"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/plugins/pgreconcilers"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+	"github.com/ffscan/ffscan/sdk/testserver"
+)
+
+const pluginPkg = "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers"
+
+// TestMain removes the plugin builds scannertest made.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	scannertest.Cleanup()
+	os.Exit(code)
+}
+
+// Executions of the scenario; the kit's host has 16 flow partitions, so
+// their partition keys are below 16.
+const (
+	retried   = "6a1e7c52-0d4b-4f7e-9a51-000000000001" // partition 3, max_retries 1, attempt 0 lapsed
+	ended     = "6a1e7c52-0d4b-4f7e-9a51-000000000002" // partition 7, no policy: ends on the first lapse
+	renewed   = "6a1e7c52-0d4b-4f7e-9a51-000000000003" // partition 7, lease still valid
+	notActive = "6a1e7c52-0d4b-4f7e-9a51-000000000004" // partition 3, runnable
+	flow      = "7b2f8d63-1e5c-4a8f-8b62-000000000009"
+)
+
+// plant puts the scenario's rows in place (the kit runs the scanner twice,
+// linked and as a plugin, from this same state).
+func plant(t testing.TB, pool *pgxpool.Pool) {
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, "TRUNCATE ff_exec_core, ff_attempt, ff_lease_event, ff_completion_event")
+	require.NoError(t, err)
+	for _, r := range []struct {
+		pk         int
+		eid, phase string
+		policy     any
+		flow       any
+		leaseInMs  int64
+	}{
+		{3, retried, "active", `{"retry_policy": {"max_retries": 1}}`, nil, -2000},
+		{7, ended, "active", nil, flow, -1000},
+		{7, renewed, "active", nil, nil, 60000},
+		{3, notActive, "runnable", nil, nil, -1000},
+	} {
+		_, err := pool.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase,
+			ownership_state, eligibility_state, public_state, attempt_state, created_at_ms, policy, raw_fields)
+			VALUES ($1, $2, $3, 'default', $4, 'leased', 'not_applicable', 'running', 'running_attempt', 1, $5::jsonb, '{"namespace": "e2e"}')`,
+			r.pk, r.eid, r.flow, r.phase, r.policy)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+			lease_epoch, lease_expires_at_ms) VALUES ($1, $2, 0, 'w', 'w-1', 1, ffscan.now_ms() + $3)`, r.pk, r.eid, r.leaseInMs)
+		require.NoError(t, err)
+	}
+}
+
+func states(t testing.TB, pool *pgxpool.Pool) map[string]string {
+	rows, err := pool.Query(context.Background(), `SELECT e.execution_id::text, e.lifecycle_phase || '/' || e.attempt_state || '/' || e.attempt_index
+		|| '/' || coalesce(a.outcome, '-') || '/' || a.lease_epoch FROM ff_exec_core e
+		JOIN ff_attempt a ON a.partition_key = e.partition_key AND a.execution_id = e.execution_id AND a.attempt_index = 0`)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for rows.Next() {
+		var id, s string
+		require.NoError(t, rows.Scan(&id, &s))
+		out[id] = s
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// run drives pg_attempt_timeout through a real host, linked and as its
+// plugin, on the database at dsn.
+func run(t *testing.T, dsn string) {
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+
+	linked, plugin := hosttest.Run(t, scannertest.Case{
+		New:         func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
+		Plugin:      pluginPkg,
+		PostgresDSN: dsn,
+		Setup:       func(t testing.TB, _ valkey.Client) { plant(t, pool) },
+		Check: func(t testing.TB, r scannertest.Report, _ valkey.Client) {
+			assert.Equal(t, 2, r.Scanned, "partitions 3 and 7 have lapsed leases")
+			assert.Equal(t, 14, r.Empty, "the others cost no call")
+			assert.Equal(t, int64(2), r.Processed)
+			assert.Empty(t, r.Errors)
+			assert.Equal(t, map[string]int{"PGCALL expire_lapsed_lease": 2}, r.Commands)
+			assert.Equal(t, map[string]string{
+				retried:   "runnable/pending_retry_attempt/1/interrupted/2",
+				ended:     "terminal/attempt_terminal/0/interrupted/2",
+				renewed:   "active/running_attempt/0/-/1",
+				notActive: "runnable/running_attempt/0/-/1",
+			}, states(t, pool))
+			var outcome, gotFlow string
+			require.NoError(t, pool.QueryRow(context.Background(),
+				"SELECT outcome, flow_id::text FROM ff_completion_event WHERE partition_key = 7 AND execution_id = $1", ended).Scan(&outcome, &gotFlow))
+			assert.Equal(t, []string{"expired", flow}, []string{outcome, gotFlow})
+			var events int
+			require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired' AND namespace = 'e2e'").Scan(&events))
+			assert.Equal(t, 2, events)
+		},
+	})
+	t.Log(linked)
+	t.Log(plugin)
+}
+
+func TestAttemptTimeoutOnFlowFabricsSchema(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.New(t)
+	dsn, err := srv.CreateDatabase(context.Background(), "flowfabric")
+	require.NoError(t, err)
+	postgrestest.MigrateLikeFlowFabric(t, dsn)
+	run(t, dsn)
+}
+
+func TestAttemptTimeoutOnFfscansSchema(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.New(t)
+	ctx := context.Background()
+	dsn, err := srv.CreateDatabase(ctx, "ffscan")
+	require.NoError(t, err)
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
+	require.NoError(t, err)
+	_, err = postgres.CreateSchema(ctx, pool)
+	pool.Close()
+	require.NoError(t, err)
+	run(t, dsn)
+}
+
+// A Postgres scanner on a host without a database is refused when it is
+// started, not at its first cycle; so is a scanner naming functions the
+// host's library does not have.
+func TestRefusedWithoutADatabase(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	ctx := context.Background()
+	booted, err := hosttest.Runner{}.Boot(ctx, scannertest.Boot{Scanner: pgreconcilers.AttemptTimeoutName, Addr: srv.Addr,
+		Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}})
+	require.NoError(t, err)
+	defer booted.Close()
+	_, err = booted.Open(ctx, scannertest.Open{Linked: pgreconcilers.NewAttemptTimeout()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "works on a FlowFabric Postgres database and this host has none: set postgres.dsn")
+
+	info := pgreconcilers.NewAttemptTimeout().Info()
+	info.Sources[0].Key = "no_such_candidates"
+	err = scheduler.CheckInfo(info)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"no_such_candidates" is not a candidate function of this host's Postgres library (it has: lapsed_leases)`)
+	info = pgreconcilers.NewAttemptTimeout().Info()
+	info.Functions = []string{"pg:truncate_everything"}
+	err = scheduler.CheckInfo(info)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"truncate_everything" is not an action function of this host's Postgres library`)
+}
