@@ -489,12 +489,12 @@ func (s *Service) checkPGCall(pol Policy, args []string) op {
 	if !pol.functions[PGPrefix+fn] {
 		return refuse(ReasonUndeclaredFunction, "function %q is not among the scanner's declared functions (a Postgres function is declared as %q)", fn, PGPrefix+fn)
 	}
-	n, known := postgres.ActionFunctions[fn]
+	action, known := postgres.ActionFunctions[fn]
 	if !known {
 		return refuse(ReasonUnsupported, "%q is not an action function of ffscan's Postgres library", fn)
 	}
-	if len(args)-1 != n {
-		return refuse(ReasonArity, "PGCALL %s takes %d arguments, got %d", fn, n, len(args)-1)
+	if len(args)-1 != action.Args {
+		return refuse(ReasonArity, "PGCALL %s takes %d arguments, got %d", fn, action.Args, len(args)-1)
 	}
 	if pol.readOnly {
 		return refuse(ReasonDryRun, "PGCALL %s and this is a dry run", fn)

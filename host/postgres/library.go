@@ -109,19 +109,39 @@ CREATE TABLE IF NOT EXISTS `+libraryTable+` (
 	return action, nil
 }
 
+// Action is an action function of the library.
+type Action struct {
+	// Args is how many arguments it takes.
+	Args int
+	// Serializable runs it in a SERIALIZABLE transaction (FlowFabric's
+	// budget reset is), retried on a serialization failure.
+	Serializable bool
+}
+
 // ActionFunctions are the library functions a plugin may call (PGCALL),
-// by name, with how many arguments each takes. Each returns text[] in the
-// shape of FlowFabric's Lua replies. A plugin declares the ones it calls
-// as "pg:<name>" in Info.Functions.
-var ActionFunctions = map[string]int{
-	"expire_lapsed_lease": 3, // partition_key, execution uuid, attempt index
+// by name. Each returns text[] in the shape of FlowFabric's Lua replies.
+// A plugin declares the ones it calls as "pg:<name>" in Info.Functions.
+var ActionFunctions = map[string]Action{
+	"expire_lapsed_lease":       {Args: 3},                     // partition_key, execution uuid, attempt index
+	"release_stale_lease":       {Args: 3},                     // partition_key, execution uuid, attempt index
+	"expire_execution_deadline": {Args: 2},                     // partition_key, execution uuid
+	"promote_delayed":           {Args: 2},                     // partition_key, execution uuid
+	"expire_pending_waitpoint":  {Args: 2},                     // partition_key, waitpoint uuid
+	"expire_suspension":         {Args: 3},                     // partition_key, execution uuid, suspension uuid
+	"reset_budget":              {Args: 2, Serializable: true}, // partition_key, budget id
 }
 
 // CandidateFunctions are the library functions a Postgres candidate source
 // may name (CandidateSource.Key). Each takes (partitions smallint[],
 // per_partition integer) and returns (partition_key, member, score).
 var CandidateFunctions = map[string]bool{
-	"lapsed_leases": true,
+	"lapsed_leases":         true,
+	"stale_leases":          true,
+	"deadlines_passed":      true,
+	"delays_due":            true,
+	"waitpoints_expired":    true,
+	"suspensions_timed_out": true,
+	"budgets_due":           true,
 }
 
 // Now reads the database's clock in Unix milliseconds: the "now" of a
@@ -180,11 +200,12 @@ func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, 
 // the function's parameter types) in a transaction of its own and returns
 // its reply. A serialization failure or deadlock is retried (3 tries in
 // all): the function re-validates, so running it again is safe.
-func Call(ctx context.Context, db querier, fn string, args []string) ([]*string, error) {
-	n, ok := ActionFunctions[fn]
+func Call(ctx context.Context, db *pgxpool.Pool, fn string, args []string) ([]*string, error) {
+	action, ok := ActionFunctions[fn]
 	if !ok {
 		return nil, fmt.Errorf("postgres: %q is not an action function of ffscan's library", fn)
 	}
+	n := action.Args
 	if len(args) != n {
 		return nil, fmt.Errorf("postgres: %s takes %d arguments, got %d", fn, n, len(args))
 	}
@@ -202,7 +223,14 @@ func Call(ctx context.Context, db querier, fn string, args []string) ([]*string,
 	var err error
 	for try := 1; try <= 3; try++ {
 		var out []*string
-		if err = db.QueryRow(ctx, sql.String(), params...).Scan(&out); err == nil {
+		if action.Serializable {
+			err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, sql.String(), params...).Scan(&out)
+			})
+		} else {
+			err = db.QueryRow(ctx, sql.String(), params...).Scan(&out)
+		}
+		if err == nil {
 			return out, nil
 		}
 		var pe *pgconn.PgError

@@ -165,10 +165,113 @@ func TestRefusedWithoutADatabase(t *testing.T) {
 	info.Sources[0].Key = "no_such_candidates"
 	err = scheduler.CheckInfo(info)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `"no_such_candidates" is not a candidate function of this host's Postgres library (it has: lapsed_leases)`)
+	assert.Contains(t, err.Error(), `"no_such_candidates" is not a candidate function of this host's Postgres library (it has: budgets_due, deadlines_passed`)
 	info = pgreconcilers.NewAttemptTimeout().Info()
 	info.Functions = []string{"pg:truncate_everything"}
 	err = scheduler.CheckInfo(info)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"truncate_everything" is not an action function of this host's Postgres library`)
+}
+
+// Each reconciler through a real host, linked and as the plugin, on one
+// database with ffscan's schema: Setup plants the scenario afresh for
+// each run, Check reads what the run left.
+func TestEveryReconcilerThroughTheHost(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.New(t)
+	ctx := context.Background()
+	dsn, err := srv.CreateDatabase(ctx, "ffscan")
+	require.NoError(t, err)
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = postgres.CreateSchema(ctx, pool)
+	require.NoError(t, err)
+	_, err = postgres.InstallLibrary(ctx, pool)
+	require.NoError(t, err)
+
+	sql := func(t testing.TB, q string, args ...any) {
+		_, err := pool.Exec(context.Background(), q, args...)
+		require.NoError(t, err)
+	}
+	reset := func(t testing.TB) {
+		sql(t, `TRUNCATE ff_exec_core, ff_attempt, ff_lease_event, ff_completion_event, ff_suspension_current, ff_waitpoint_pending,
+			ff_budget_policy, ff_budget_usage`)
+	}
+	const eid = "6a1e7c52-0d4b-4f7e-9a51-0000000000e1"
+	exec := func(t testing.TB, pk int, phase, eligibility string, deadlineInMs any) {
+		sql(t, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+			public_state, attempt_state, created_at_ms, deadline_at_ms) VALUES ($1, $2, 'default', $3, 'unowned', $4, 'running',
+			'running_attempt', 1, ffscan.now_ms() + $5::bigint)`, pk, eid, phase, eligibility, deadlineInMs)
+	}
+	one := func(t testing.TB, q string) string {
+		var s string
+		require.NoError(t, pool.QueryRow(context.Background(), q).Scan(&s))
+		return s
+	}
+	for _, c := range []struct {
+		name  string
+		new   func() *pgreconcilers.Reconciler
+		plant func(t testing.TB)
+		check func(t testing.TB)
+	}{
+		{pgreconcilers.LeaseExpiryName, pgreconcilers.NewLeaseExpiry, func(t testing.TB) {
+			exec(t, 5, "terminal", "not_applicable", nil)
+			sql(t, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms)
+				VALUES (5, $1, 0, 1, ffscan.now_ms() - 10)`, eid)
+		}, func(t testing.TB) {
+			assert.Equal(t, "lease_expired_reclaimable/2", one(t, "SELECT outcome || '/' || lease_epoch FROM ff_attempt"))
+		}},
+		{pgreconcilers.ExecutionDeadlineName, pgreconcilers.NewExecutionDeadline, func(t testing.TB) {
+			exec(t, 5, "active", "not_applicable", -10)
+		}, func(t testing.TB) {
+			assert.Equal(t, "terminal/expired", one(t, "SELECT x.lifecycle_phase || '/' || e.outcome FROM ff_exec_core x JOIN ff_completion_event e USING (partition_key, execution_id)"))
+		}},
+		{pgreconcilers.DelayedPromoterName, pgreconcilers.NewDelayedPromoter, func(t testing.TB) {
+			exec(t, 5, "runnable", "not_eligible_until_time", -10)
+		}, func(t testing.TB) {
+			assert.Equal(t, "eligible_now", one(t, "SELECT eligibility_state FROM ff_exec_core"))
+		}},
+		{pgreconcilers.PendingWPExpiryName, pgreconcilers.NewPendingWPExpiry, func(t testing.TB) {
+			sql(t, `INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms, expires_at_ms)
+				VALUES (5, gen_random_uuid(), $1, 'k', 't', 1, ffscan.now_ms() - 10)`, eid)
+		}, func(t testing.TB) {
+			assert.Equal(t, "0", one(t, "SELECT count(*)::text FROM ff_waitpoint_pending"))
+		}},
+		{pgreconcilers.SuspensionTimeoutName, pgreconcilers.NewSuspensionTimeout, func(t testing.TB) {
+			exec(t, 5, "suspended", "not_applicable", nil)
+			sql(t, `INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms, timeout_at_ms, condition,
+				timeout_behavior) VALUES (5, $1, gen_random_uuid(), 1, ffscan.now_ms() - 10, '{}', 'expire')`, eid)
+		}, func(t testing.TB) {
+			assert.Equal(t, "terminal/suspension_timeout_expire", one(t, "SELECT lifecycle_phase || '/' || cancellation_reason FROM ff_exec_core"))
+		}},
+		{pgreconcilers.BudgetResetName, pgreconcilers.NewBudgetReset, func(t testing.TB) {
+			// Budget partition 2 of the kit's 4.
+			sql(t, `INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms, next_reset_at_ms)
+				VALUES (2, 'b1', '{"reset_interval_ms": 1000}', 1, 1, ffscan.now_ms() - 10)`)
+			sql(t, `INSERT INTO ff_budget_usage (partition_key, budget_id, dimensions_key, current_value, updated_at_ms) VALUES (2, 'b1', 'd', 5, 1)`)
+		}, func(t testing.TB) {
+			assert.Equal(t, "0", one(t, "SELECT current_value::text FROM ff_budget_usage"))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			linked, plugin := hosttest.Run(t, scannertest.Case{
+				New:         func() scannerapi.Scanner { return c.new() },
+				Plugin:      pluginPkg,
+				PostgresDSN: dsn,
+				Setup: func(t testing.TB, _ valkey.Client) {
+					reset(t)
+					c.plant(t)
+				},
+				Check: func(t testing.TB, r scannertest.Report, _ valkey.Client) {
+					assert.Equal(t, 1, r.Scanned, r.String())
+					assert.Equal(t, int64(1), r.Processed, r.String())
+					assert.Empty(t, r.Errors)
+					assert.Empty(t, r.Refused)
+					c.check(t)
+				},
+			})
+			t.Log(linked.Mode, linked.Processed, plugin.Mode, plugin.Processed)
+		})
+	}
 }

@@ -127,13 +127,7 @@ BEGIN
 	-- attempt's index.
 	retry := cur_index < ffscan.max_retries(pol);
 
-	UPDATE ff_attempt a SET
-		outcome = 'interrupted',
-		lease_expires_at_ms = NULL,
-		terminal_at_ms = now_ms,
-		lease_epoch = a.lease_epoch + 1,
-		worker_instance_id = NULL
-	WHERE a.partition_key = pk AND a.execution_id = eid AND a.attempt_index = att;
+	PERFORM ffscan.fence_lease(pk, eid, att, 'interrupted', now_ms, true);
 
 	IF retry THEN
 		UPDATE ff_exec_core e SET
@@ -158,14 +152,458 @@ BEGIN
 		VALUES (pk, eid, flow, 'expired', NULL, NULL, now_ms);
 	END IF;
 
-	-- The lease outbox carries the filter columns copied from the
-	-- execution, as FlowFabric's lease producers write them.
-	INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
-	VALUES (eid::text, NULL, 'expired', now_ms, pk, raw ->> 'namespace', raw -> 'tags' ->> 'cairn.instance_id');
+	PERFORM ffscan.lease_event(pk, eid, 'expired', raw, now_ms);
 
 	IF retry THEN
 		RETURN ARRAY['1', 'retried', (cur_index + 1)::text];
 	END IF;
 	RETURN ARRAY['1', 'terminal'];
+END
+$fn$;
+
+-- fence_lease ends an attempt's lease: the lease is cleared, the
+-- lease_epoch goes up by one and worker_instance_id is cleared, so the
+-- worker that held it cannot complete, fail or renew on it any more (PG4:
+-- FlowFabric's reconcilers leave both, and its worker calls fence on the
+-- epoch alone). Returns whether the attempt row exists.
+CREATE OR REPLACE FUNCTION ffscan.fence_lease(pk smallint, eid uuid, att integer, new_outcome text, now_ms bigint, set_terminal boolean)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+BEGIN
+	UPDATE ff_attempt a SET
+		outcome = new_outcome,
+		lease_expires_at_ms = NULL,
+		terminal_at_ms = CASE WHEN set_terminal THEN now_ms ELSE a.terminal_at_ms END,
+		lease_epoch = a.lease_epoch + 1,
+		worker_instance_id = NULL
+	WHERE a.partition_key = pk AND a.execution_id = eid AND a.attempt_index = att;
+	RETURN FOUND;
+END
+$fn$;
+
+-- lease_event writes FlowFabric's lease outbox row, with the filter
+-- columns copied from the execution's raw_fields (NULL when there is none).
+CREATE OR REPLACE FUNCTION ffscan.lease_event(pk smallint, eid uuid, kind text, raw jsonb, now_ms bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $fn$
+	INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
+	VALUES (eid::text, NULL, kind, now_ms, pk, raw ->> 'namespace', raw -> 'tags' ->> 'cairn.instance_id')
+$fn$;
+
+-- ---------------------------------------------------------------------
+-- lease_expiry (postgres.md §4.1), one owner per lapse (PG3).
+--
+-- FlowFabric's lease_expiry and attempt_timeout both act on every lapsed
+-- lease of an active execution, and when lease_expiry wins no retry is
+-- counted, so a worker that dies on every attempt loops for ever. Here
+-- attempt_timeout (expire_lapsed_lease) owns the lapses of active
+-- executions; lease_expiry clears the lapsed leases left on executions
+-- that are not active (or are gone), as FlowFabric's does for them.
+
+-- stale_leases: lapsed leases whose execution is not active or missing;
+-- member '<execution uuid>/<attempt index>', score the lease's expiry.
+CREATE OR REPLACE FUNCTION ffscan.stale_leases(parts smallint[], per_partition integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, c.lease_expires_at_ms
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+		FROM ff_attempt a
+		LEFT JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+		WHERE a.partition_key = p.k
+			AND a.lease_expires_at_ms IS NOT NULL
+			AND a.lease_expires_at_ms < ffscan.now_ms()
+			AND (e.execution_id IS NULL OR e.lifecycle_phase <> 'active')
+		ORDER BY a.lease_expires_at_ms
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- release_stale_lease: {'1','released'}, or a no-op {'1', reason}:
+-- attempt_not_found, lease_released, lease_renewed, active (the lapse is
+-- attempt_timeout's).
+CREATE OR REPLACE FUNCTION ffscan.release_stale_lease(pk smallint, eid uuid, att integer)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	lease bigint;
+	phase text;
+	raw jsonb;
+BEGIN
+	SELECT a.lease_expires_at_ms INTO lease FROM ff_attempt a
+	WHERE a.partition_key = pk AND a.execution_id = eid AND a.attempt_index = att FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN ARRAY['1', 'attempt_not_found'];
+	END IF;
+	IF lease IS NULL THEN
+		RETURN ARRAY['1', 'lease_released'];
+	END IF;
+	IF lease >= now_ms THEN
+		RETURN ARRAY['1', 'lease_renewed'];
+	END IF;
+	SELECT e.lifecycle_phase, e.raw_fields INTO phase, raw FROM ff_exec_core e
+	WHERE e.partition_key = pk AND e.execution_id = eid FOR UPDATE;
+	IF FOUND AND phase = 'active' THEN
+		RETURN ARRAY['1', 'active'];
+	END IF;
+	PERFORM ffscan.fence_lease(pk, eid, att, 'lease_expired_reclaimable', now_ms, false);
+	PERFORM ffscan.lease_event(pk, eid, 'expired', raw, now_ms);
+	RETURN ARRAY['1', 'released'];
+END
+$fn$;
+
+-- ---------------------------------------------------------------------
+-- execution_deadline (postgres.md §4.4; never scheduled by FlowFabric,
+-- PG1).
+
+-- deadlines_passed: active executions whose deadline passed; member the
+-- execution uuid, score the deadline.
+CREATE OR REPLACE FUNCTION ffscan.deadlines_passed(parts smallint[], per_partition integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+		FROM ff_exec_core e
+		WHERE e.partition_key = p.k
+			AND e.deadline_at_ms IS NOT NULL
+			AND e.deadline_at_ms < ffscan.now_ms()
+			AND e.lifecycle_phase = 'active'
+		ORDER BY e.deadline_at_ms
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- expire_execution_deadline ends an active execution whose deadline
+-- passed: its current attempt interrupted (and fenced), the execution
+-- terminal with an 'expired' completion and a lease event. Replies
+-- {'1','expired'} or a no-op {'1', reason}: execution_not_found,
+-- not_active, not_due.
+CREATE OR REPLACE FUNCTION ffscan.expire_execution_deadline(pk smallint, eid uuid)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	e record;
+BEGIN
+	SELECT x.lifecycle_phase, x.deadline_at_ms, x.attempt_index, x.flow_id, x.raw_fields INTO e
+	FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = eid FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN ARRAY['1', 'execution_not_found'];
+	END IF;
+	IF e.lifecycle_phase <> 'active' THEN
+		RETURN ARRAY['1', 'not_active'];
+	END IF;
+	IF e.deadline_at_ms IS NULL OR e.deadline_at_ms >= now_ms THEN
+		RETURN ARRAY['1', 'not_due'];
+	END IF;
+	-- The execution's pointer may name no attempt row (PG5): then no
+	-- lease is cleared, as FlowFabric's does.
+	PERFORM ffscan.fence_lease(pk, eid, e.attempt_index, 'interrupted', now_ms, true);
+	UPDATE ff_exec_core x SET
+		lifecycle_phase = 'terminal',
+		ownership_state = 'unowned',
+		eligibility_state = 'not_applicable',
+		attempt_state = 'attempt_terminal',
+		terminal_at_ms = now_ms,
+		raw_fields = x.raw_fields || jsonb_build_object('last_failure_message', 'execution_deadline')
+	WHERE x.partition_key = pk AND x.execution_id = eid;
+	INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+	VALUES (pk, eid, e.flow_id, 'expired', NULL, NULL, now_ms);
+	PERFORM ffscan.lease_event(pk, eid, 'expired', e.raw_fields, now_ms);
+	RETURN ARRAY['1', 'expired'];
+END
+$fn$;
+
+-- ---------------------------------------------------------------------
+-- delayed_promoter (postgres.md §4.5; never scheduled by FlowFabric,
+-- PG1).
+
+-- delays_due: runnable executions waiting for a time (attempt::delay
+-- keeps it in deadline_at_ms) that came; member the execution uuid.
+CREATE OR REPLACE FUNCTION ffscan.delays_due(parts smallint[], per_partition integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+		FROM ff_exec_core e
+		WHERE e.partition_key = p.k
+			AND e.deadline_at_ms IS NOT NULL
+			AND e.deadline_at_ms <= ffscan.now_ms()
+			AND e.lifecycle_phase = 'runnable'
+			AND e.eligibility_state = 'not_eligible_until_time'
+		ORDER BY e.deadline_at_ms
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- promote_delayed makes a delayed execution eligible, as FlowFabric's
+-- promote_delayed does (deadline_at_ms, which held the delay, is cleared).
+-- Replies {'1','promoted'} or a no-op {'1', reason}: execution_not_found,
+-- not_delayed, not_due.
+CREATE OR REPLACE FUNCTION ffscan.promote_delayed(pk smallint, eid uuid)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	e record;
+BEGIN
+	SELECT x.lifecycle_phase, x.eligibility_state, x.deadline_at_ms INTO e
+	FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = eid FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN ARRAY['1', 'execution_not_found'];
+	END IF;
+	IF e.lifecycle_phase <> 'runnable' OR e.eligibility_state <> 'not_eligible_until_time' THEN
+		RETURN ARRAY['1', 'not_delayed'];
+	END IF;
+	IF e.deadline_at_ms IS NULL OR e.deadline_at_ms > now_ms THEN
+		RETURN ARRAY['1', 'not_due'];
+	END IF;
+	UPDATE ff_exec_core x SET eligibility_state = 'eligible_now', deadline_at_ms = NULL
+	WHERE x.partition_key = pk AND x.execution_id = eid;
+	RETURN ARRAY['1', 'promoted'];
+END
+$fn$;
+
+-- ---------------------------------------------------------------------
+-- pending_wp_expiry (postgres.md §4.6; never scheduled by FlowFabric,
+-- PG1).
+--
+-- Only waitpoints still 'pending' expire here: an 'active' one belongs to
+-- a suspension, whose timeout (expires_at_ms is the suspension's timeout)
+-- suspension_timeout handles; FlowFabric's would delete it too (PG9).
+
+-- waitpoints_expired: pending waitpoints past their expiry; member the
+-- waitpoint uuid, score the expiry.
+CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired(parts smallint[], per_partition integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT c.partition_key, c.waitpoint_id::text, c.expires_at_ms
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
+		FROM ff_waitpoint_pending w
+		WHERE w.partition_key = p.k
+			AND w.expires_at_ms IS NOT NULL
+			AND w.expires_at_ms < ffscan.now_ms()
+			AND w.state = 'pending'
+		ORDER BY w.expires_at_ms
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- expire_pending_waitpoint deletes a pending waitpoint past its expiry and
+-- marks it in its execution's current suspension, if there is one, as
+-- FlowFabric's close_waitpoint does ({status:'never_committed', ...} under
+-- the waitpoint's key). Replies {'1','expired'} or a no-op {'1', reason}:
+-- waitpoint_not_found, not_pending, not_due.
+CREATE OR REPLACE FUNCTION ffscan.expire_pending_waitpoint(pk smallint, wpid uuid)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	w record;
+	mm jsonb;
+BEGIN
+	SELECT x.execution_id, x.expires_at_ms, x.state, x.waitpoint_key INTO w
+	FROM ff_waitpoint_pending x WHERE x.partition_key = pk AND x.waitpoint_id = wpid FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN ARRAY['1', 'waitpoint_not_found'];
+	END IF;
+	IF w.state <> 'pending' THEN
+		RETURN ARRAY['1', 'not_pending'];
+	END IF;
+	IF w.expires_at_ms IS NULL OR w.expires_at_ms >= now_ms THEN
+		RETURN ARRAY['1', 'not_due'];
+	END IF;
+	DELETE FROM ff_waitpoint_pending x WHERE x.partition_key = pk AND x.waitpoint_id = wpid;
+	SELECT s.member_map INTO mm FROM ff_suspension_current s
+	WHERE s.partition_key = pk AND s.execution_id = w.execution_id FOR UPDATE;
+	IF FOUND THEN
+		IF jsonb_typeof(mm) IS DISTINCT FROM 'object' THEN
+			mm := '{}'::jsonb;
+		END IF;
+		UPDATE ff_suspension_current s SET member_map = mm || jsonb_build_object(
+			coalesce(nullif(w.waitpoint_key, ''), wpid::text),
+			jsonb_build_object('status', 'never_committed', 'closed_at_ms', now_ms, 'source', 'pending_wp_expiry'))
+		WHERE s.partition_key = pk AND s.execution_id = w.execution_id;
+	END IF;
+	RETURN ARRAY['1', 'expired'];
+END
+$fn$;
+
+-- ---------------------------------------------------------------------
+-- suspension_timeout (postgres.md §4.3), acting only on the suspension it
+-- was read for and only while the execution is suspended (PG8), with the
+-- behaviour read under the row lock (PG9).
+
+-- suspensions_timed_out: suspensions past their timeout; member
+-- '<execution uuid>/<suspension uuid>', score the timeout.
+CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out(parts smallint[], per_partition integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text || '/' || c.suspension_id::text, c.timeout_at_ms
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
+		FROM ff_suspension_current s
+		WHERE s.partition_key = p.k
+			AND s.timeout_at_ms IS NOT NULL
+			AND s.timeout_at_ms < ffscan.now_ms()
+		ORDER BY s.timeout_at_ms
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- expire_suspension applies a suspension's timeout behaviour (NULL counts
+-- as 'fail'), as FlowFabric's suspension_timeout does:
+-- auto_resume_with_timeout_signal appends the timeout to
+-- member_map.__timeout__ and clears the timeout ({'1','timeout_signal'});
+-- anything else ends the execution ({'1','terminal'}) with
+-- cancellation_reason suspension_timeout_<behaviour> (fail for unknown
+-- behaviours), deletes the suspension and writes a completion event
+-- ('cancelled' for cancel, else 'expired').
+--
+-- A suspension that is no longer current (replaced, or its execution
+-- resumed: FlowFabric keeps the row with its timeout, PG8) never ends the
+-- execution: a replaced one is left alone ({'1','suspension_replaced'}),
+-- and the stale timeout of an execution that is not suspended any more is
+-- cleared so it is not read again ({'1','stale_suspension'}). Other no-ops:
+-- suspension_not_found, not_due.
+CREATE OR REPLACE FUNCTION ffscan.expire_suspension(pk smallint, eid uuid, sid uuid)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	s record;
+	e record;
+	behaviour text;
+	mm jsonb;
+BEGIN
+	SELECT x.suspension_id, x.timeout_at_ms, x.timeout_behavior, x.member_map INTO s
+	FROM ff_suspension_current x WHERE x.partition_key = pk AND x.execution_id = eid FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN ARRAY['1', 'suspension_not_found'];
+	END IF;
+	IF s.suspension_id <> sid THEN
+		RETURN ARRAY['1', 'suspension_replaced'];
+	END IF;
+	IF s.timeout_at_ms IS NULL OR s.timeout_at_ms >= now_ms THEN
+		RETURN ARRAY['1', 'not_due'];
+	END IF;
+	SELECT x.lifecycle_phase, x.flow_id INTO e
+	FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = eid FOR UPDATE;
+	IF NOT FOUND OR e.lifecycle_phase <> 'suspended' THEN
+		UPDATE ff_suspension_current x SET timeout_at_ms = NULL
+		WHERE x.partition_key = pk AND x.execution_id = eid;
+		RETURN ARRAY['1', 'stale_suspension'];
+	END IF;
+	behaviour := coalesce(s.timeout_behavior, 'fail');
+	IF behaviour = 'auto_resume_with_timeout_signal' THEN
+		mm := s.member_map;
+		IF jsonb_typeof(mm) IS DISTINCT FROM 'object' THEN
+			mm := '{}'::jsonb;
+		END IF;
+		IF jsonb_typeof(mm -> '__timeout__') IS DISTINCT FROM 'array' THEN
+			mm := mm || jsonb_build_object('__timeout__', '[]'::jsonb);
+		END IF;
+		mm := jsonb_set(mm, '{__timeout__}', (mm -> '__timeout__') || jsonb_build_array(jsonb_build_object(
+			'signal_name', 'timeout', 'payload', NULL, 'delivered_at_ms', now_ms, 'source', 'suspension_timeout')));
+		UPDATE ff_suspension_current x SET member_map = mm, timeout_at_ms = NULL
+		WHERE x.partition_key = pk AND x.execution_id = eid;
+		RETURN ARRAY['1', 'timeout_signal'];
+	END IF;
+	UPDATE ff_exec_core x SET
+		lifecycle_phase = 'terminal',
+		ownership_state = 'unowned',
+		eligibility_state = 'not_applicable',
+		attempt_state = 'attempt_terminal',
+		terminal_at_ms = now_ms,
+		cancellation_reason = 'suspension_timeout_' || CASE WHEN behaviour IN ('cancel', 'expire', 'escalate') THEN behaviour ELSE 'fail' END,
+		raw_fields = x.raw_fields || jsonb_build_object('last_failure_message', 'suspension_timeout')
+	WHERE x.partition_key = pk AND x.execution_id = eid;
+	DELETE FROM ff_suspension_current x WHERE x.partition_key = pk AND x.execution_id = eid;
+	INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+	VALUES (pk, eid, e.flow_id, CASE WHEN behaviour = 'cancel' THEN 'cancelled' ELSE 'expired' END, NULL, NULL, now_ms);
+	RETURN ARRAY['1', 'terminal'];
+END
+$fn$;
+
+-- ---------------------------------------------------------------------
+-- budget_reset (postgres.md §4.7): budget partitions.
+
+-- budgets_due: budgets whose scheduled reset came; member the budget id,
+-- score the reset time.
+CREATE OR REPLACE FUNCTION ffscan.budgets_due(parts smallint[], per_partition integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT c.partition_key, c.budget_id, c.next_reset_at_ms
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT b.partition_key, b.budget_id, b.next_reset_at_ms
+		FROM ff_budget_policy b
+		WHERE b.partition_key = p.k
+			AND b.next_reset_at_ms IS NOT NULL
+			AND b.next_reset_at_ms <= ffscan.now_ms()
+		ORDER BY b.next_reset_at_ms
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- reset_budget zeroes a due budget's usage and schedules its next reset
+-- (now + policy_json.reset_interval_ms when that is a positive integer,
+-- else none), clearing the last breach; breach counters, per-execution
+-- usage and dedup rows are kept. The host runs it SERIALIZABLE, as
+-- FlowFabric does. Replies {'1','reset'} or a no-op {'1', reason}:
+-- budget_not_found, not_due.
+CREATE OR REPLACE FUNCTION ffscan.reset_budget(pk smallint, bid text)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	due bigint;
+	pol jsonb;
+	interval_ms numeric;
+BEGIN
+	SELECT b.next_reset_at_ms, b.policy_json INTO due, pol FROM ff_budget_policy b
+	WHERE b.partition_key = pk AND b.budget_id = bid FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RETURN ARRAY['1', 'budget_not_found'];
+	END IF;
+	IF due IS NULL OR due > now_ms THEN
+		RETURN ARRAY['1', 'not_due'];
+	END IF;
+	UPDATE ff_budget_usage u SET current_value = 0, last_reset_at_ms = now_ms, updated_at_ms = now_ms
+	WHERE u.partition_key = pk AND u.budget_id = bid;
+	IF jsonb_typeof(pol -> 'reset_interval_ms') = 'number' THEN
+		interval_ms := (pol ->> 'reset_interval_ms')::numeric;
+	END IF;
+	UPDATE ff_budget_policy b SET
+		last_breach_at_ms = NULL,
+		last_breach_dim = NULL,
+		updated_at_ms = now_ms,
+		next_reset_at_ms = CASE WHEN interval_ms > 0 AND interval_ms = trunc(interval_ms) AND interval_ms < 9e15
+			THEN now_ms + interval_ms::bigint ELSE NULL END
+	WHERE b.partition_key = pk AND b.budget_id = bid;
+	RETURN ARRAY['1', 'reset'];
 END
 $fn$;

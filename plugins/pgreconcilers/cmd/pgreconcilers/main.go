@@ -8,5 +8,9 @@ import (
 )
 
 func main() {
-	scannerapi.Serve(pgreconcilers.NewAttemptTimeout())
+	var all []scannerapi.Scanner
+	for _, r := range pgreconcilers.All() {
+		all = append(all, r)
+	}
+	scannerapi.Serve(all...)
 }

@@ -1,0 +1,257 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/postgres"
+)
+
+// call runs action function fn with args through postgres.Call, the path
+// the host's PGCALLs take.
+func call(t *testing.T, pool *pgxpool.Pool, fn string, args ...string) []string {
+	t.Helper()
+	out, err := postgres.Call(context.Background(), pool, fn, args)
+	require.NoError(t, err)
+	s := make([]string, len(out))
+	for i, v := range out {
+		if v != nil {
+			s[i] = *v
+		}
+	}
+	return s
+}
+
+// candidates runs candidate function fn for the given partitions and
+// returns its members.
+func candidates(t *testing.T, pool *pgxpool.Pool, fn string, parts ...uint16) []string {
+	t.Helper()
+	rows, err := postgres.ReadCandidates(context.Background(), pool, fn, parts, 1000)
+	require.NoError(t, err)
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Member)
+	}
+	return out
+}
+
+func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), sql, args...)
+	require.NoError(t, err)
+}
+
+// execRowAt plants an execution with the given state columns.
+func execRowAt(t *testing.T, pool *pgxpool.Pool, pk int, eid, phase, eligibility string, deadlineInMs *int64, attemptIndex int) {
+	t.Helper()
+	var deadline any
+	if deadlineInMs != nil {
+		exec(t, pool, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+			public_state, attempt_state, created_at_ms, deadline_at_ms, attempt_index, raw_fields, flow_id)
+			VALUES ($1, $2, 'default', $3, 'leased', $4, 'running', 'running_attempt', 1, ffscan.now_ms() + $5, $6,
+			'{"namespace": "n1", "tags": {"cairn.instance_id": "i1"}}', '7b2f8d63-1e5c-4a8f-8b62-000000000009')`,
+			pk, eid, phase, eligibility, *deadlineInMs, attemptIndex)
+		return
+	}
+	exec(t, pool, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+		public_state, attempt_state, created_at_ms, deadline_at_ms, attempt_index, raw_fields)
+		VALUES ($1, $2, 'default', $3, 'leased', $4, 'running', 'running_attempt', 1, $5, $6, '{}')`, pk, eid, phase, eligibility, deadline, attemptIndex)
+}
+
+func ms(v int64) *int64 { return &v }
+
+func one[T any](t *testing.T, pool *pgxpool.Pool, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&v))
+	return v
+}
+
+func TestReconcilerFunctions(t *testing.T) {
+	t.Parallel()
+	pool := schemaDB(t)
+
+	t.Run("lease_expiry clears lapsed leases of executions that are not active, and leaves active ones to attempt_timeout", func(t *testing.T) {
+		const pk = 11
+		done, active, gone := "11111111-0000-4000-8000-000000000001", "11111111-0000-4000-8000-000000000002", "11111111-0000-4000-8000-000000000003"
+		execRowAt(t, pool, pk, done, "terminal", "not_applicable", nil, 0)
+		execRowAt(t, pool, pk, active, "active", "not_applicable", nil, 0)
+		for _, id := range []string{done, active, gone} {
+			exec(t, pool, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch,
+				lease_expires_at_ms) VALUES ($1, $2, 0, 'w', 'w-1', 3, ffscan.now_ms() - 100)`, pk, id)
+		}
+		assert.ElementsMatch(t, []string{done + "/0", gone + "/0"}, candidates(t, pool, "stale_leases", pk))
+		assert.Equal(t, []string{"1", "released"}, call(t, pool, "release_stale_lease", "11", done, "0"))
+		assert.Equal(t, []string{"1", "released"}, call(t, pool, "release_stale_lease", "11", gone, "0"))
+		assert.Equal(t, []string{"1", "active"}, call(t, pool, "release_stale_lease", "11", active, "0"))
+		assert.Equal(t, []string{"1", "lease_released"}, call(t, pool, "release_stale_lease", "11", done, "0"))
+		assert.Equal(t, "lease_expired_reclaimable/4/true", one[string](t, pool, `SELECT outcome || '/' || lease_epoch || '/' || (worker_instance_id IS NULL)
+			FROM ff_attempt WHERE execution_id = $1`, done))
+		assert.Equal(t, "terminal", one[string](t, pool, "SELECT lifecycle_phase FROM ff_exec_core WHERE execution_id = $1", done))
+		assert.Equal(t, 2, one[int](t, pool, "SELECT count(*) FROM ff_lease_event WHERE partition_key = 11"))
+		assert.Equal(t, 3, one[int](t, pool, "SELECT lease_epoch FROM ff_attempt WHERE execution_id = $1", active), "untouched")
+	})
+
+	t.Run("execution_deadline ends active executions past their deadline", func(t *testing.T) {
+		const pk = 12
+		late, early, waiting := "12121212-0000-4000-8000-000000000001", "12121212-0000-4000-8000-000000000002", "12121212-0000-4000-8000-000000000003"
+		execRowAt(t, pool, pk, late, "active", "not_applicable", ms(-100), 1)
+		execRowAt(t, pool, pk, early, "active", "not_applicable", ms(60000), 0)
+		execRowAt(t, pool, pk, waiting, "runnable", "eligible_now", ms(-100), 0)
+		exec(t, pool, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch,
+			lease_expires_at_ms) VALUES (12, $1, 1, 'w', 'w-1', 1, ffscan.now_ms() + 60000)`, late)
+		assert.Equal(t, []string{late}, candidates(t, pool, "deadlines_passed", pk))
+		assert.Equal(t, []string{"1", "expired"}, call(t, pool, "expire_execution_deadline", "12", late))
+		assert.Equal(t, []string{"1", "not_due"}, call(t, pool, "expire_execution_deadline", "12", early))
+		assert.Equal(t, []string{"1", "not_active"}, call(t, pool, "expire_execution_deadline", "12", waiting))
+		assert.Equal(t, []string{"1", "not_active"}, call(t, pool, "expire_execution_deadline", "12", late))
+		assert.Equal(t, "terminal/attempt_terminal/execution_deadline", one[string](t, pool, `SELECT lifecycle_phase || '/' || attempt_state || '/'
+			|| (raw_fields ->> 'last_failure_message') FROM ff_exec_core WHERE execution_id = $1`, late))
+		assert.Equal(t, "interrupted/2/true", one[string](t, pool, `SELECT outcome || '/' || lease_epoch || '/' || (lease_expires_at_ms IS NULL)
+			FROM ff_attempt WHERE execution_id = $1`, late), "the running attempt is interrupted and fenced")
+		assert.Equal(t, "expired/7b2f8d63-1e5c-4a8f-8b62-000000000009", one[string](t, pool,
+			"SELECT outcome || '/' || flow_id FROM ff_completion_event WHERE execution_id = $1", late))
+		assert.Equal(t, "n1/i1", one[string](t, pool, "SELECT namespace || '/' || instance_tag FROM ff_lease_event WHERE execution_id = $1", late))
+	})
+
+	t.Run("delayed_promoter makes due delays eligible", func(t *testing.T) {
+		const pk = 13
+		due, later, other := "13131313-0000-4000-8000-000000000001", "13131313-0000-4000-8000-000000000002", "13131313-0000-4000-8000-000000000003"
+		execRowAt(t, pool, pk, due, "runnable", "not_eligible_until_time", ms(-100), 0)
+		execRowAt(t, pool, pk, later, "runnable", "not_eligible_until_time", ms(60000), 0)
+		execRowAt(t, pool, pk, other, "runnable", "eligible_now", ms(-100), 0)
+		assert.Equal(t, []string{due}, candidates(t, pool, "delays_due", pk))
+		assert.Equal(t, []string{"1", "promoted"}, call(t, pool, "promote_delayed", "13", due))
+		assert.Equal(t, []string{"1", "not_due"}, call(t, pool, "promote_delayed", "13", later))
+		assert.Equal(t, []string{"1", "not_delayed"}, call(t, pool, "promote_delayed", "13", other))
+		assert.Equal(t, []string{"1", "not_delayed"}, call(t, pool, "promote_delayed", "13", due))
+		assert.Equal(t, "eligible_now/true", one[string](t, pool, `SELECT eligibility_state || '/' || (deadline_at_ms IS NULL)
+			FROM ff_exec_core WHERE execution_id = $1`, due))
+	})
+
+	t.Run("pending_wp_expiry closes pending waitpoints only", func(t *testing.T) {
+		const pk = 14
+		eid := "14141414-0000-4000-8000-000000000001"
+		pending, active := "14141414-0000-4000-8000-0000000000aa", "14141414-0000-4000-8000-0000000000bb"
+		execRowAt(t, pool, pk, eid, "suspended", "not_applicable", nil, 0)
+		exec(t, pool, `INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms, condition, member_map)
+			VALUES (14, $1, gen_random_uuid(), 1, '{}', '{"wk-active": []}')`, eid)
+		exec(t, pool, `INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms,
+			expires_at_ms, waitpoint_key, state) VALUES (14, $1, $3, 'k', 't', 1, ffscan.now_ms() - 10, 'wk-pending', 'pending'),
+			(14, $2, $3, 'k', 't', 1, ffscan.now_ms() - 10, 'wk-active', 'active')`, pending, active, eid)
+		assert.Equal(t, []string{pending}, candidates(t, pool, "waitpoints_expired", pk))
+		assert.Equal(t, []string{"1", "not_pending"}, call(t, pool, "expire_pending_waitpoint", "14", active))
+		assert.Equal(t, []string{"1", "expired"}, call(t, pool, "expire_pending_waitpoint", "14", pending))
+		assert.Equal(t, []string{"1", "waitpoint_not_found"}, call(t, pool, "expire_pending_waitpoint", "14", pending))
+		assert.Equal(t, 1, one[int](t, pool, "SELECT count(*) FROM ff_waitpoint_pending WHERE partition_key = 14"), "the active one stays")
+		var mm map[string]any
+		require.NoError(t, json.Unmarshal(one[[]byte](t, pool, "SELECT member_map::text::bytea FROM ff_suspension_current WHERE execution_id = $1", eid), &mm))
+		marker := mm["wk-pending"].(map[string]any)
+		assert.Equal(t, "never_committed", marker["status"])
+		assert.Equal(t, "pending_wp_expiry", marker["source"])
+		assert.Equal(t, []any{}, mm["wk-active"])
+	})
+
+	t.Run("suspension_timeout acts on the suspension it read, while the execution is suspended", func(t *testing.T) {
+		const pk = 15
+		type row struct{ eid, sid, behaviour, phase string }
+		rows := map[string]row{
+			"fail":    {"15151515-0000-4000-8000-000000000001", "15151515-0000-4000-8000-0000000000f1", "", "suspended"},
+			"cancel":  {"15151515-0000-4000-8000-000000000002", "15151515-0000-4000-8000-0000000000f2", "cancel", "suspended"},
+			"signal":  {"15151515-0000-4000-8000-000000000003", "15151515-0000-4000-8000-0000000000f3", "auto_resume_with_timeout_signal", "suspended"},
+			"resumed": {"15151515-0000-4000-8000-000000000004", "15151515-0000-4000-8000-0000000000f4", "fail", "active"},
+			"odd":     {"15151515-0000-4000-8000-000000000005", "15151515-0000-4000-8000-0000000000f5", "auto_resume", "suspended"},
+		}
+		for _, r := range rows {
+			execRowAt(t, pool, pk, r.eid, r.phase, "not_applicable", nil, 0)
+			var b any
+			if r.behaviour != "" {
+				b = r.behaviour
+			}
+			exec(t, pool, `INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms, timeout_at_ms,
+				condition, timeout_behavior) VALUES (15, $1, $2, 1, ffscan.now_ms() - 10, '{}', $3)`, r.eid, r.sid, b)
+		}
+		assert.Len(t, candidates(t, pool, "suspensions_timed_out", pk), 5)
+
+		f := rows["fail"]
+		assert.Equal(t, []string{"1", "suspension_replaced"}, call(t, pool, "expire_suspension", "15", f.eid, rows["cancel"].sid))
+		assert.Equal(t, []string{"1", "terminal"}, call(t, pool, "expire_suspension", "15", f.eid, f.sid))
+		assert.Equal(t, "terminal/suspension_timeout_fail", one[string](t, pool,
+			"SELECT lifecycle_phase || '/' || cancellation_reason FROM ff_exec_core WHERE execution_id = $1", f.eid))
+		assert.Equal(t, "expired", one[string](t, pool, "SELECT outcome FROM ff_completion_event WHERE execution_id = $1", f.eid))
+		assert.Equal(t, 0, one[int](t, pool, "SELECT count(*) FROM ff_suspension_current WHERE execution_id = $1", f.eid))
+		assert.Equal(t, []string{"1", "suspension_not_found"}, call(t, pool, "expire_suspension", "15", f.eid, f.sid))
+
+		c := rows["cancel"]
+		assert.Equal(t, []string{"1", "terminal"}, call(t, pool, "expire_suspension", "15", c.eid, c.sid))
+		assert.Equal(t, "cancelled/suspension_timeout_cancel", one[string](t, pool, `SELECT e.outcome || '/' || x.cancellation_reason
+			FROM ff_completion_event e JOIN ff_exec_core x USING (partition_key, execution_id) WHERE execution_id = $1`, c.eid))
+
+		o := rows["odd"]
+		assert.Equal(t, []string{"1", "terminal"}, call(t, pool, "expire_suspension", "15", o.eid, o.sid), "an unknown behaviour fails, as FlowFabric's")
+		assert.Equal(t, "suspension_timeout_fail", one[string](t, pool, "SELECT cancellation_reason FROM ff_exec_core WHERE execution_id = $1", o.eid))
+
+		s := rows["signal"]
+		assert.Equal(t, []string{"1", "timeout_signal"}, call(t, pool, "expire_suspension", "15", s.eid, s.sid))
+		assert.Equal(t, "suspended/true/timeout", one[string](t, pool, `SELECT x.lifecycle_phase || '/' || (s.timeout_at_ms IS NULL) || '/'
+			|| (s.member_map -> '__timeout__' -> 0 ->> 'signal_name') FROM ff_suspension_current s JOIN ff_exec_core x USING (partition_key, execution_id)
+			WHERE execution_id = $1`, s.eid))
+
+		// PG8: the execution resumed and runs; its old suspension's
+		// timeout passing must not end it.
+		r := rows["resumed"]
+		assert.Equal(t, []string{"1", "stale_suspension"}, call(t, pool, "expire_suspension", "15", r.eid, r.sid))
+		assert.Equal(t, "active/true", one[string](t, pool, `SELECT x.lifecycle_phase || '/' || (s.timeout_at_ms IS NULL)
+			FROM ff_suspension_current s JOIN ff_exec_core x USING (partition_key, execution_id) WHERE execution_id = $1`, r.eid))
+		assert.Equal(t, 0, one[int](t, pool, "SELECT count(*) FROM ff_completion_event WHERE execution_id = $1", r.eid))
+		assert.Empty(t, candidates(t, pool, "suspensions_timed_out", pk), "nothing is read again")
+	})
+
+	t.Run("budget_reset zeroes usage and schedules the next reset", func(t *testing.T) {
+		const pk = 16
+		exec(t, pool, `INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms, breach_count,
+			last_breach_at_ms, last_breach_dim, next_reset_at_ms) VALUES
+			(16, 'b-every-minute', '{"reset_interval_ms": 60000}', 1, 1, 4, 5, 'tokens', ffscan.now_ms() - 10),
+			(16, 'b-once', '{}', 1, 1, 0, NULL, NULL, ffscan.now_ms() - 20),
+			(16, 'b-later', '{"reset_interval_ms": 60000}', 1, 1, 0, NULL, NULL, ffscan.now_ms() + 60000)`)
+		exec(t, pool, `INSERT INTO ff_budget_usage (partition_key, budget_id, dimensions_key, current_value, updated_at_ms) VALUES
+			(16, 'b-every-minute', 'tokens', 900, 1), (16, 'b-every-minute', 'calls', 3, 1), (16, 'b-later', 'tokens', 7, 1)`)
+		assert.Equal(t, []string{"b-once", "b-every-minute"}, candidates(t, pool, "budgets_due", pk))
+		before := one[int64](t, pool, "SELECT ffscan.now_ms()")
+		assert.Equal(t, []string{"1", "reset"}, call(t, pool, "reset_budget", "16", "b-every-minute"))
+		assert.Equal(t, []string{"1", "reset"}, call(t, pool, "reset_budget", "16", "b-once"))
+		assert.Equal(t, []string{"1", "not_due"}, call(t, pool, "reset_budget", "16", "b-later"))
+		assert.Equal(t, []string{"1", "budget_not_found"}, call(t, pool, "reset_budget", "16", "b-none"))
+		assert.Equal(t, 0, one[int](t, pool, "SELECT sum(current_value) FROM ff_budget_usage WHERE budget_id = 'b-every-minute'"))
+		assert.Equal(t, 7, one[int](t, pool, "SELECT current_value FROM ff_budget_usage WHERE budget_id = 'b-later'"))
+		next := one[int64](t, pool, "SELECT next_reset_at_ms FROM ff_budget_policy WHERE budget_id = 'b-every-minute'")
+		assert.GreaterOrEqual(t, next, before+60000)
+		assert.Equal(t, "4/true", one[string](t, pool, `SELECT breach_count || '/' || (last_breach_at_ms IS NULL AND last_breach_dim IS NULL)
+			FROM ff_budget_policy WHERE budget_id = 'b-every-minute'`), "breach counters kept, the last breach cleared")
+		assert.True(t, one[bool](t, pool, "SELECT next_reset_at_ms IS NULL FROM ff_budget_policy WHERE budget_id = 'b-once'"))
+	})
+
+	t.Run("every registered function exists with its arity", func(t *testing.T) {
+		for fn, a := range postgres.ActionFunctions {
+			n := one[int](t, pool, "SELECT pronargs FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = 'ffscan' AND proname = $1", fn)
+			assert.Equal(t, a.Args, n, fn)
+			assert.Equal(t, "text[]", one[string](t, pool, "SELECT prorettype::regtype::text FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = 'ffscan' AND proname = $1", fn), fn)
+		}
+		for fn := range postgres.CandidateFunctions {
+			rows, err := pool.Query(context.Background(), "SELECT * FROM ffscan."+pgx.Identifier{fn}.Sanitize()+"('{0}', 1)")
+			require.NoError(t, err, fn)
+			names := []string{}
+			for _, f := range rows.FieldDescriptions() {
+				names = append(names, f.Name)
+			}
+			rows.Close()
+			assert.Equal(t, []string{"partition_key", "member", "score"}, names, fn)
+		}
+	})
+}

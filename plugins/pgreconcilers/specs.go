@@ -1,0 +1,144 @@
+package pgreconcilers
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ffscan/ffscan/keys"
+)
+
+// Scanner names.
+const (
+	AttemptTimeoutName    = "pg_attempt_timeout"
+	LeaseExpiryName       = "pg_lease_expiry"
+	ExecutionDeadlineName = "pg_execution_deadline"
+	DelayedPromoterName   = "pg_delayed_promoter"
+	PendingWPExpiryName   = "pg_pending_wp_expiry"
+	SuspensionTimeoutName = "pg_suspension_timeout"
+	BudgetResetName       = "pg_budget_reset"
+)
+
+const (
+	// defaultBatch is FlowFabric's LIMIT for its partition reconcilers,
+	// budgetBatch its budget_reset's (postgres.md §5).
+	defaultBatch = 1000
+	budgetBatch  = 20
+	// maxBudgetIDLength bounds a budget id read as a candidate.
+	maxBudgetIDLength = 256
+	flowFamily        = keys.FamilyFlow
+)
+
+// NewAttemptTimeout is FlowFabric's attempt_timeout (postgres.md §4.2,
+// §7.2): a lapsed lease of an active execution is retried while the
+// execution's attempt_index is below its retry_policy.max_retries, else
+// the execution ends with an "expired" completion. It is the one owner of
+// those lapses (PG3) and fences the lost lease (PG4).
+func NewAttemptTimeout() *Reconciler {
+	return newReconciler(spec{name: AttemptTimeoutName, family: flowFamily, interval: 2 * time.Second, batch: defaultBatch,
+		candidates: "lapsed_leases", action: "expire_lapsed_lease", args: attemptArgs, done: []string{"retried", "terminal"}})
+}
+
+// NewLeaseExpiry is FlowFabric's lease_expiry (postgres.md §4.1) for the
+// lapsed leases of executions that are not active: the lease is cleared
+// (and fenced) with a lease event. The lapses of active executions are
+// attempt_timeout's, so that a retry is counted for each (PG3).
+func NewLeaseExpiry() *Reconciler {
+	return newReconciler(spec{name: LeaseExpiryName, family: flowFamily, interval: 1500 * time.Millisecond, batch: defaultBatch,
+		candidates: "stale_leases", action: "release_stale_lease", args: attemptArgs, done: []string{"released"}})
+}
+
+// NewExecutionDeadline ends active executions whose deadline passed
+// (postgres.md §4.4), which FlowFabric never schedules (PG1).
+func NewExecutionDeadline() *Reconciler {
+	return newReconciler(spec{name: ExecutionDeadlineName, family: flowFamily, interval: 5 * time.Second, batch: defaultBatch,
+		candidates: "deadlines_passed", action: "expire_execution_deadline", args: uuidArgs, done: []string{"expired"}})
+}
+
+// NewDelayedPromoter makes delayed executions eligible when their delay
+// passed (postgres.md §4.5), which FlowFabric never schedules (PG1).
+func NewDelayedPromoter() *Reconciler {
+	return newReconciler(spec{name: DelayedPromoterName, family: flowFamily, interval: 750 * time.Millisecond, batch: defaultBatch,
+		candidates: "delays_due", action: "promote_delayed", args: uuidArgs, done: []string{"promoted"}})
+}
+
+// NewPendingWPExpiry closes pending waitpoints past their expiry
+// (postgres.md §4.6), which FlowFabric never schedules (PG1); waitpoints a
+// suspension activated are left to suspension_timeout.
+func NewPendingWPExpiry() *Reconciler {
+	return newReconciler(spec{name: PendingWPExpiryName, family: flowFamily, interval: 5 * time.Second, batch: defaultBatch,
+		candidates: "waitpoints_expired", action: "expire_pending_waitpoint", args: uuidArgs, done: []string{"expired"}})
+}
+
+// NewSuspensionTimeout applies suspension timeouts (postgres.md §4.3) to
+// the suspension each was read for, while its execution is suspended
+// (PG8), with the behaviour as it is under the row lock (PG9).
+func NewSuspensionTimeout() *Reconciler {
+	return newReconciler(spec{name: SuspensionTimeoutName, family: flowFamily, interval: 2 * time.Second, batch: defaultBatch,
+		candidates: "suspensions_timed_out", action: "expire_suspension", args: suspensionArgs, done: []string{"terminal", "timeout_signal"}})
+}
+
+// NewBudgetReset resets budgets whose scheduled reset came (postgres.md
+// §4.7), on budget partitions.
+func NewBudgetReset() *Reconciler {
+	return newReconciler(spec{name: BudgetResetName, family: keys.FamilyBudget, interval: 15 * time.Second, batch: budgetBatch,
+		candidates: "budgets_due", action: "reset_budget", args: budgetArgs, done: []string{"reset"}})
+}
+
+// All returns every Postgres reconciler, as the plugin serves them.
+func All() []*Reconciler {
+	return []*Reconciler{NewAttemptTimeout(), NewLeaseExpiry(), NewExecutionDeadline(), NewDelayedPromoter(),
+		NewPendingWPExpiry(), NewSuspensionTimeout(), NewBudgetReset()}
+}
+
+// attemptArgs reads "<execution uuid>/<attempt index>".
+func attemptArgs(m string) ([]string, error) {
+	id, idx, ok := strings.Cut(m, "/")
+	if !ok {
+		return nil, fmt.Errorf("no '/'")
+	}
+	u, err := keys.ParseUUID(id)
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(idx)
+	if err != nil || n < 0 {
+		return nil, fmt.Errorf("attempt index %q", idx)
+	}
+	return []string{u.String(), strconv.Itoa(n)}, nil
+}
+
+// uuidArgs reads one uuid.
+func uuidArgs(m string) ([]string, error) {
+	u, err := keys.ParseUUID(m)
+	if err != nil {
+		return nil, err
+	}
+	return []string{u.String()}, nil
+}
+
+// suspensionArgs reads "<execution uuid>/<suspension uuid>".
+func suspensionArgs(m string) ([]string, error) {
+	e, s, ok := strings.Cut(m, "/")
+	if !ok {
+		return nil, fmt.Errorf("no '/'")
+	}
+	eu, err := keys.ParseUUID(e)
+	if err != nil {
+		return nil, err
+	}
+	su, err := keys.ParseUUID(s)
+	if err != nil {
+		return nil, err
+	}
+	return []string{eu.String(), su.String()}, nil
+}
+
+// budgetArgs passes a budget id through (text in the database).
+func budgetArgs(m string) ([]string, error) {
+	if m == "" || len(m) > maxBudgetIDLength {
+		return nil, fmt.Errorf("budget id of %d bytes", len(m))
+	}
+	return []string{m}, nil
+}
