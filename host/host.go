@@ -35,6 +35,7 @@ import (
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
+	"github.com/ffscan/ffscan/host/pgcompletions"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -110,7 +111,10 @@ type Host struct {
 	mu    sync.Mutex
 	units map[string]*unit
 	comp  *completions.Listener
-	bg    sync.WaitGroup // scanners being stopped by a reload
+	// pgComp is the Postgres completion listener (nil without a database
+	// or with completions disabled).
+	pgComp *pgcompletions.Listener
+	bg     sync.WaitGroup // scanners being stopped by a reload
 }
 
 // unit is one enabled scanner: its supervisor and its scheduler.
@@ -516,7 +520,7 @@ func (h *Host) Run(ctx context.Context) error {
 	for _, u := range h.units {
 		units = append(units, u)
 	}
-	comp := h.comp
+	comp, pgComp := h.comp, h.pgComp
 	h.mu.Unlock()
 	drained := make(chan struct{})
 	go func() {
@@ -528,11 +532,16 @@ func (h *Host) Run(ctx context.Context) error {
 	compDone := make(chan struct{})
 	go func() {
 		defer close(compDone)
+		cctx, cancel := context.WithDeadline(context.Background(), start.Add(budget/2))
+		defer cancel()
+		if pgComp != nil {
+			if err := pgComp.Stop(cctx); err != nil {
+				h.log.Warn("postgres completion listener: dispatches still running at the deadline were cancelled", "error", err)
+			}
+		}
 		if comp == nil {
 			return
 		}
-		cctx, cancel := context.WithDeadline(context.Background(), start.Add(budget/2))
-		defer cancel()
 		if err := comp.Stop(cctx); err != nil {
 			h.log.Warn("completion listener: cascades still running at the deadline were cancelled", "error", err)
 		}
@@ -640,8 +649,14 @@ func (h *Host) stopUnit(u *unit, callTimeout time.Duration) {
 // be held.
 func (h *Host) startCompletions(c config.Completions) {
 	if !c.Enabled {
-		h.comp = nil
+		h.comp, h.pgComp = nil, nil
 		return
+	}
+	if h.pg != nil {
+		l := pgcompletions.New(pgcompletions.Options{Pool: h.pg, Concurrency: c.Concurrency, Owns: h.owns(), Logger: h.log.Named("pgcompletions")})
+		l.Start(h.runCtx)
+		h.pgComp = l
+		h.log.Info("postgres completion listener started", "channel", pgcompletions.Channel, "concurrency", c.Concurrency)
 	}
 	l := completions.New(completions.Config{Enabled: true, Concurrency: c.Concurrency}, h.lib, completions.Options{
 		Logger:     h.log.Named("completions"),

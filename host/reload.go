@@ -260,6 +260,13 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 			}
 			cancel()
 		}
+		if h.pgComp != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), n.ShutdownTimeout/2)
+			if err := h.pgComp.Stop(cctx); err != nil {
+				h.log.Warn("postgres completion listener: dispatches cut short by the restart", "error", err)
+			}
+			cancel()
+		}
 		h.startCompletions(n.Completions)
 		res.Notes = append(res.Notes, fmt.Sprintf("completion listener restarted (enabled %t, concurrency %d)", n.Completions.Enabled, n.Completions.Concurrency))
 	}

@@ -129,19 +129,24 @@ var ActionFunctions = map[string]Action{
 	"expire_pending_waitpoint":  {Args: 2},                     // partition_key, waitpoint uuid
 	"expire_suspension":         {Args: 3},                     // partition_key, execution uuid, suspension uuid
 	"reset_budget":              {Args: 2, Serializable: true}, // partition_key, budget id
+	"dispatch_completion":       {Args: 2, Serializable: true}, // partition_key, completion event id
+	"dispatch_sibling_cancels":  {Args: 3},                     // partition_key, flow uuid, downstream uuid
+	"reconcile_sibling_cancels": {Args: 3},                     // partition_key, flow uuid, downstream uuid
 }
 
 // CandidateFunctions are the library functions a Postgres candidate source
 // may name (CandidateSource.Key). Each takes (partitions smallint[],
 // per_partition integer) and returns (partition_key, member, score).
 var CandidateFunctions = map[string]bool{
-	"lapsed_leases":         true,
-	"stale_leases":          true,
-	"deadlines_passed":      true,
-	"delays_due":            true,
-	"waitpoints_expired":    true,
-	"suspensions_timed_out": true,
-	"budgets_due":           true,
+	"lapsed_leases":            true,
+	"stale_leases":             true,
+	"deadlines_passed":         true,
+	"delays_due":               true,
+	"waitpoints_expired":       true,
+	"suspensions_timed_out":    true,
+	"budgets_due":              true,
+	"completions_undispatched": true,
+	"cancel_groups_pending":    true,
 }
 
 // Now reads the database's clock in Unix milliseconds: the "now" of a

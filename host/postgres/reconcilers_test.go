@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/postgres"
+	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 )
 
 // call runs action function fn with args through postgres.Call, the path
@@ -253,5 +254,103 @@ func TestReconcilerFunctions(t *testing.T) {
 			rows.Close()
 			assert.Equal(t, []string{"partition_key", "member", "score"}, names, fn)
 		}
+	})
+}
+
+func TestDependencyFunctions(t *testing.T) {
+	t.Parallel()
+	pool := schemaDB(t)
+	const pk = 20
+	id := func(n int) string {
+		return "20202020-0000-4000-8000-0000000000" + string(rune('0'+n/10)) + string(rune('0'+n%10))
+	}
+	state := func(eid string) string {
+		return one[string](t, pool, "SELECT lifecycle_phase || '/' || eligibility_state || '/' || public_state FROM ff_exec_core WHERE execution_id = $1", eid)
+	}
+
+	t.Run("all_of: pending until every upstream succeeded; each event dispatched once", func(t *testing.T) {
+		flow := "f0000000-0000-4000-8000-000000000001"
+		a, b, down := id(1), id(2), id(3)
+		postgrestest.DAG(t, pool, pk, flow, nil, [][2]string{{a, down}, {b, down}})
+		ev := postgrestest.Complete(t, pool, pk, a, "success")
+		assert.Equal(t, []string{"1", "dispatched", "1"}, call(t, pool, "dispatch_completion", "20", ev))
+		assert.Equal(t, "runnable/blocked_by_dependencies/waiting", state(down))
+		assert.Equal(t, "1/1", one[string](t, pool, "SELECT success_count || '/' || running_count FROM ff_edge_group WHERE downstream_eid = $1", down))
+		assert.Equal(t, []string{"1", "already_dispatched"}, call(t, pool, "dispatch_completion", "20", ev), "never counted twice")
+		ev = postgrestest.Complete(t, pool, pk, b, "success")
+		assert.Equal(t, []string{"1", "dispatched", "1"}, call(t, pool, "dispatch_completion", "20", ev))
+		assert.Equal(t, "runnable/eligible_now/waiting", state(down))
+		assert.Equal(t, 0, one[int](t, pool, "SELECT count(*) FROM ff_completion_event WHERE partition_key = 20 AND dispatched_at_ms IS NULL AND flow_id = $1", flow))
+	})
+
+	t.Run("all_of: a failed upstream skips the downstream and emits its skipped completion", func(t *testing.T) {
+		flow := "f0000000-0000-4000-8000-000000000002"
+		a, b, down := id(11), id(12), id(13)
+		postgrestest.DAG(t, pool, pk, flow, nil, [][2]string{{a, down}, {b, down}})
+		ev := postgrestest.Complete(t, pool, pk, a, "failed")
+		assert.Equal(t, []string{"1", "dispatched", "1"}, call(t, pool, "dispatch_completion", "20", ev))
+		assert.Equal(t, "terminal/not_applicable/skipped", state(down))
+		assert.Equal(t, "skipped/", one[string](t, pool, "SELECT outcome || '/' || coalesce(dispatched_at_ms::text, '') FROM ff_completion_event WHERE execution_id = $1", down))
+	})
+
+	t.Run("any_of with cancel_remaining: the first success releases the downstream and lists the live siblings", func(t *testing.T) {
+		flow := "f0000000-0000-4000-8000-000000000003"
+		a, b, c, down := id(21), id(22), id(23), id(24)
+		postgrestest.DAG(t, pool, pk, flow, map[string]string{down: `{"kind": "any_of", "on_satisfied": "cancel_remaining"}`}, [][2]string{{a, down}, {b, down}, {c, down}})
+		postgrestest.Complete(t, pool, pk, c, "failed") // ended already: not a sibling to cancel (its event not dispatched yet)
+		ev := postgrestest.Complete(t, pool, pk, a, "success")
+		assert.Equal(t, []string{"1", "dispatched", "1"}, call(t, pool, "dispatch_completion", "20", ev))
+		assert.Equal(t, "runnable/eligible_now/waiting", state(down))
+		assert.Equal(t, "true/{"+b+"}", one[string](t, pool, `SELECT cancel_siblings_pending_flag || '/' || cancel_siblings_pending_members::text
+			FROM ff_edge_group WHERE downstream_eid = $1`, down))
+		assert.Equal(t, []string{flow + "/" + down}, candidates(t, pool, "cancel_groups_pending", pk))
+
+		assert.Equal(t, []string{"1", "no_op"}, call(t, pool, "reconcile_sibling_cancels", "20", flow, down), "the dispatcher owns a live sibling")
+		assert.Equal(t, []string{"1", "dispatched", "1"}, call(t, pool, "dispatch_sibling_cancels", "20", flow, down))
+		assert.Equal(t, "terminal/not_applicable/cancelled", state(b))
+		assert.Equal(t, "sibling_quorum_satisfied/engine", one[string](t, pool, "SELECT cancellation_reason || '/' || cancelled_by FROM ff_exec_core WHERE execution_id = $1", b))
+		assert.Equal(t, "false/{}", one[string](t, pool, `SELECT cancel_siblings_pending_flag || '/' || cancel_siblings_pending_members::text
+			FROM ff_edge_group WHERE downstream_eid = $1`, down))
+		assert.Empty(t, candidates(t, pool, "cancel_groups_pending", pk))
+		assert.Equal(t, []string{"1", "sremmed_stale"}, call(t, pool, "reconcile_sibling_cancels", "20", flow, down))
+	})
+
+	t.Run("the reconciler drains a group whose siblings all ended", func(t *testing.T) {
+		flow := "f0000000-0000-4000-8000-000000000004"
+		a, b, down := id(31), id(32), id(33)
+		postgrestest.DAG(t, pool, pk, flow, map[string]string{down: `{"kind": "quorum", "k": 1}`}, [][2]string{{a, down}, {b, down}})
+		ev := postgrestest.Complete(t, pool, pk, a, "success")
+		call(t, pool, "dispatch_completion", "20", ev)
+		postgrestest.Complete(t, pool, pk, b, "success") // ended on its own before the dispatcher came
+		assert.Equal(t, []string{"1", "completed_drain"}, call(t, pool, "reconcile_sibling_cancels", "20", flow, down))
+		assert.Equal(t, "terminal/runnable", one[string](t, pool, "SELECT (SELECT lifecycle_phase FROM ff_exec_core WHERE execution_id = $1) || '/' || (SELECT lifecycle_phase FROM ff_exec_core WHERE execution_id = $2)", b, down))
+	})
+
+	t.Run("quorum: impossible once the rest cannot reach k; let_run lists nothing", func(t *testing.T) {
+		flow := "f0000000-0000-4000-8000-000000000005"
+		a, b, c, down, down2 := id(41), id(42), id(43), id(44), id(45)
+		postgrestest.DAG(t, pool, pk, flow, map[string]string{down: `{"kind": "quorum", "k": 2}`, down2: `{"kind": "any_of", "on_satisfied": "let_run"}`},
+			[][2]string{{a, down}, {b, down}, {c, down}, {a, down2}, {b, down2}})
+		assert.Equal(t, []string{"1", "dispatched", "2"}, call(t, pool, "dispatch_completion", "20", postgrestest.Complete(t, pool, pk, a, "failed")))
+		assert.Equal(t, "runnable/blocked_by_dependencies/waiting", state(down), "2 of 3 can still succeed")
+		assert.Equal(t, []string{"1", "dispatched", "2"}, call(t, pool, "dispatch_completion", "20", postgrestest.Complete(t, pool, pk, b, "success")))
+		assert.Equal(t, "runnable/eligible_now/waiting", state(down2))
+		assert.Equal(t, "false", one[string](t, pool, "SELECT cancel_siblings_pending_flag::text FROM ff_edge_group WHERE downstream_eid = $1", down2))
+		assert.Equal(t, []string{"1", "dispatched", "1"}, call(t, pool, "dispatch_completion", "20", postgrestest.Complete(t, pool, pk, c, "expired")))
+		assert.Equal(t, "terminal/not_applicable/skipped", state(down))
+	})
+
+	t.Run("an event without a flow is just marked", func(t *testing.T) {
+		ev := one[string](t, pool, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms)
+			VALUES (20, gen_random_uuid(), 'success', 1) RETURNING event_id::text`)
+		assert.Equal(t, []string{"1", "dispatched", "0"}, call(t, pool, "dispatch_completion", "20", ev))
+		assert.Equal(t, []string{"1", "event_not_found"}, call(t, pool, "dispatch_completion", "21", ev), "another partition")
+	})
+
+	t.Run("the safety net reads events left undispatched for 15 s", func(t *testing.T) {
+		old := one[string](t, pool, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms, committed_at_ms)
+			VALUES (22, gen_random_uuid(), 'success', 1, ffscan.now_ms() - 16000) RETURNING event_id::text`)
+		exec(t, pool, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms) VALUES (22, gen_random_uuid(), 'success', 1)`)
+		assert.Equal(t, []string{old}, candidates(t, pool, "completions_undispatched", 22))
 	})
 }

@@ -196,9 +196,13 @@ func TestEveryReconcilerThroughTheHost(t *testing.T) {
 	}
 	reset := func(t testing.TB) {
 		sql(t, `TRUNCATE ff_exec_core, ff_attempt, ff_lease_event, ff_completion_event, ff_suspension_current, ff_waitpoint_pending,
-			ff_budget_policy, ff_budget_usage`)
+			ff_budget_policy, ff_budget_usage, ff_edge, ff_edge_group, ff_pending_cancel_groups`)
 	}
-	const eid = "6a1e7c52-0d4b-4f7e-9a51-0000000000e1"
+	const (
+		eid     = "6a1e7c52-0d4b-4f7e-9a51-0000000000e1"
+		down    = "6a1e7c52-0d4b-4f7e-9a51-0000000000e2"
+		sibling = "6a1e7c52-0d4b-4f7e-9a51-0000000000e3"
+	)
 	exec := func(t testing.TB, pk int, phase, eligibility string, deadlineInMs any) {
 		sql(t, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
 			public_state, attempt_state, created_at_ms, deadline_at_ms) VALUES ($1, $2, 'default', $3, 'unowned', $4, 'running',
@@ -244,6 +248,31 @@ func TestEveryReconcilerThroughTheHost(t *testing.T) {
 				timeout_behavior) VALUES (5, $1, gen_random_uuid(), 1, ffscan.now_ms() - 10, '{}', 'expire')`, eid)
 		}, func(t testing.TB) {
 			assert.Equal(t, "terminal/suspension_timeout_expire", one(t, "SELECT lifecycle_phase || '/' || cancellation_reason FROM ff_exec_core"))
+		}},
+		{pgreconcilers.DependencyName, pgreconcilers.NewDependency, func(t testing.TB) {
+			postgrestest.DAG(t, pool, 5, flow, nil, [][2]string{{eid, down}})
+			ev := postgrestest.Complete(t, pool, 5, eid, "success")
+			// Missed by every listener: the reconciler's threshold is 15 s.
+			sql(t, "UPDATE ff_completion_event SET committed_at_ms = ffscan.now_ms() - 16000 WHERE event_id = $1", ev)
+		}, func(t testing.TB) {
+			assert.Equal(t, "eligible_now", one(t, "SELECT eligibility_state FROM ff_exec_core WHERE execution_id = '"+down+"'"))
+			assert.Equal(t, "0", one(t, "SELECT count(*)::text FROM ff_completion_event WHERE dispatched_at_ms IS NULL"))
+		}},
+		{pgreconcilers.EdgeCancelDispatcherName, pgreconcilers.NewEdgeCancelDispatcher, func(t testing.TB) {
+			postgrestest.DAG(t, pool, 5, flow, map[string]string{down: `{"kind": "any_of"}`}, [][2]string{{eid, down}, {sibling, down}})
+			sql(t, `UPDATE ff_edge_group SET cancel_siblings_pending_flag = true, cancel_siblings_pending_members = ARRAY[$1]`, sibling)
+			sql(t, `INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms) VALUES (5, $1, $2, 1)`, flow, down)
+		}, func(t testing.TB) {
+			assert.Equal(t, "terminal/cancelled", one(t, "SELECT lifecycle_phase || '/' || public_state FROM ff_exec_core WHERE execution_id = '"+sibling+"'"))
+			assert.Equal(t, "0", one(t, "SELECT count(*)::text FROM ff_pending_cancel_groups"))
+		}},
+		{pgreconcilers.EdgeCancelReconcilerName, pgreconcilers.NewEdgeCancelReconciler, func(t testing.TB) {
+			postgrestest.DAG(t, pool, 5, flow, map[string]string{down: `{"kind": "any_of"}`}, [][2]string{{eid, down}, {sibling, down}})
+			postgrestest.Complete(t, pool, 5, sibling, "success")
+			sql(t, `UPDATE ff_edge_group SET cancel_siblings_pending_flag = true, cancel_siblings_pending_members = ARRAY[$1]`, sibling)
+			sql(t, `INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms) VALUES (5, $1, $2, 1)`, flow, down)
+		}, func(t testing.TB) {
+			assert.Equal(t, "false/0", one(t, "SELECT cancel_siblings_pending_flag::text || '/' || (SELECT count(*) FROM ff_pending_cancel_groups) FROM ff_edge_group"))
 		}},
 		{pgreconcilers.BudgetResetName, pgreconcilers.NewBudgetReset, func(t testing.TB) {
 			// Budget partition 2 of the kit's 4.

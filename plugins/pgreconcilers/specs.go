@@ -11,13 +11,16 @@ import (
 
 // Scanner names.
 const (
-	AttemptTimeoutName    = "pg_attempt_timeout"
-	LeaseExpiryName       = "pg_lease_expiry"
-	ExecutionDeadlineName = "pg_execution_deadline"
-	DelayedPromoterName   = "pg_delayed_promoter"
-	PendingWPExpiryName   = "pg_pending_wp_expiry"
-	SuspensionTimeoutName = "pg_suspension_timeout"
-	BudgetResetName       = "pg_budget_reset"
+	AttemptTimeoutName       = "pg_attempt_timeout"
+	LeaseExpiryName          = "pg_lease_expiry"
+	ExecutionDeadlineName    = "pg_execution_deadline"
+	DelayedPromoterName      = "pg_delayed_promoter"
+	PendingWPExpiryName      = "pg_pending_wp_expiry"
+	SuspensionTimeoutName    = "pg_suspension_timeout"
+	BudgetResetName          = "pg_budget_reset"
+	DependencyName           = "pg_dependency"
+	EdgeCancelDispatcherName = "pg_edge_cancel_dispatcher"
+	EdgeCancelReconcilerName = "pg_edge_cancel_reconciler"
 )
 
 const (
@@ -25,6 +28,7 @@ const (
 	// budgetBatch its budget_reset's (postgres.md §5).
 	defaultBatch = 1000
 	budgetBatch  = 20
+	cancelBatch  = 50
 	// maxBudgetIDLength bounds a budget id read as a candidate.
 	maxBudgetIDLength = 256
 	flowFamily        = keys.FamilyFlow
@@ -76,7 +80,7 @@ func NewPendingWPExpiry() *Reconciler {
 // (PG8), with the behaviour as it is under the row lock (PG9).
 func NewSuspensionTimeout() *Reconciler {
 	return newReconciler(spec{name: SuspensionTimeoutName, family: flowFamily, interval: 2 * time.Second, batch: defaultBatch,
-		candidates: "suspensions_timed_out", action: "expire_suspension", args: suspensionArgs, done: []string{"terminal", "timeout_signal"}})
+		candidates: "suspensions_timed_out", action: "expire_suspension", args: twoUUIDs, done: []string{"terminal", "timeout_signal"}})
 }
 
 // NewBudgetReset resets budgets whose scheduled reset came (postgres.md
@@ -86,10 +90,44 @@ func NewBudgetReset() *Reconciler {
 		candidates: "budgets_due", action: "reset_budget", args: budgetArgs, done: []string{"reset"}})
 }
 
+// NewDependency is the safety net of DAG dispatch (postgres.md §4.8):
+// completion events still undispatched 15 s after their commit have every
+// outgoing edge advanced and are marked dispatched, in one transaction
+// (PG10). The host's completion listener dispatches each event when it is
+// committed; this finds what the listener missed.
+func NewDependency() *Reconciler {
+	return newReconciler(spec{name: DependencyName, family: flowFamily, interval: 15 * time.Second, batch: defaultBatch,
+		candidates: "completions_undispatched", action: "dispatch_completion", args: eventArgs, done: []string{"dispatched"}})
+}
+
+// NewEdgeCancelDispatcher cancels the siblings an any_of or quorum group
+// with cancel_remaining no longer needs (postgres.md §4.9).
+func NewEdgeCancelDispatcher() *Reconciler {
+	return newReconciler(spec{name: EdgeCancelDispatcherName, family: flowFamily, interval: time.Second, batch: cancelBatch,
+		candidates: "cancel_groups_pending", action: "dispatch_sibling_cancels", args: twoUUIDs, done: []string{"dispatched", "orphaned"}})
+}
+
+// NewEdgeCancelReconciler clears pending sibling cancels that are done or
+// stale; it never cancels (postgres.md §4.10).
+func NewEdgeCancelReconciler() *Reconciler {
+	return newReconciler(spec{name: EdgeCancelReconcilerName, family: flowFamily, interval: 10 * time.Second, batch: cancelBatch,
+		candidates: "cancel_groups_pending", action: "reconcile_sibling_cancels", args: twoUUIDs, done: []string{"completed_drain", "sremmed_stale"}})
+}
+
 // All returns every Postgres reconciler, as the plugin serves them.
 func All() []*Reconciler {
 	return []*Reconciler{NewAttemptTimeout(), NewLeaseExpiry(), NewExecutionDeadline(), NewDelayedPromoter(),
-		NewPendingWPExpiry(), NewSuspensionTimeout(), NewBudgetReset()}
+		NewPendingWPExpiry(), NewSuspensionTimeout(), NewBudgetReset(), NewDependency(), NewEdgeCancelDispatcher(),
+		NewEdgeCancelReconciler()}
+}
+
+// eventArgs reads a completion event id.
+func eventArgs(m string) ([]string, error) {
+	n, err := strconv.ParseInt(m, 10, 64)
+	if err != nil || n <= 0 {
+		return nil, fmt.Errorf("event id %q", m)
+	}
+	return []string{strconv.FormatInt(n, 10)}, nil
 }
 
 // attemptArgs reads "<execution uuid>/<attempt index>".
@@ -118,8 +156,9 @@ func uuidArgs(m string) ([]string, error) {
 	return []string{u.String()}, nil
 }
 
-// suspensionArgs reads "<execution uuid>/<suspension uuid>".
-func suspensionArgs(m string) ([]string, error) {
+// twoUUIDs reads two uuids joined by '/': "<execution>/<suspension>",
+// "<flow>/<downstream execution>".
+func twoUUIDs(m string) ([]string, error) {
 	e, s, ok := strings.Cut(m, "/")
 	if !ok {
 		return nil, fmt.Errorf("no '/'")

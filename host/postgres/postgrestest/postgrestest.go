@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ffscan/ffscan/host/postgres"
 )
@@ -77,4 +78,69 @@ func MigrateLikeFlowFabric(t testing.TB, dsn string) {
 		t.Fatal(err)
 	}
 	RecordFlowFabricLedger(t, dsn)
+}
+
+// DAG plants a flow on partition pk: the executions named in edges
+// (runnable, blocked on dependencies), the edges (upstream, downstream),
+// and one edge group per downstream whose running_count is its number of
+// edges, as applying the edges leaves it. policy gives a downstream's group
+// policy JSON (default all_of).
+func DAG(t testing.TB, pool *pgxpool.Pool, pk int, flow string, policy map[string]string, edges [][2]string) {
+	t.Helper()
+	ctx := context.Background()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	running := map[string]int{}
+	var downs []string
+	for _, e := range edges {
+		for _, id := range e {
+			if !seen[id] {
+				seen[id] = true
+				exec(`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+					eligibility_state, public_state, attempt_state, created_at_ms) VALUES ($1, $2, $3, 'default', 'runnable', 'unowned',
+					'blocked_by_dependencies', 'waiting', 'pending', 1)`, pk, id, flow)
+			}
+		}
+		exec(`INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy) VALUES
+			($1, $2, gen_random_uuid(), $3, $4, '{"edge_state": "applied"}')`, pk, flow, e[0], e[1])
+		if running[e[1]] == 0 {
+			downs = append(downs, e[1])
+		}
+		running[e[1]]++
+	}
+	for _, down := range downs {
+		p := policy[down]
+		if p == "" {
+			p = `{"kind": "all_of"}`
+		}
+		exec(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count) VALUES ($1, $2, $3, $4, $5)`,
+			pk, flow, down, p, running[down])
+	}
+}
+
+// Complete ends an execution with outcome (success, failed, skipped, ...)
+// and commits its completion event, returning the event id.
+func Complete(t testing.TB, pool *pgxpool.Pool, pk int, eid, outcome string) string {
+	t.Helper()
+	ctx := context.Background()
+	public := map[string]string{"success": "completed", "failed": "failed", "skipped": "skipped"}[outcome]
+	if public == "" {
+		public = outcome
+	}
+	if _, err := pool.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = $3
+		WHERE partition_key = $1 AND execution_id = $2`, pk, eid, public); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	if err := pool.QueryRow(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms)
+		SELECT partition_key, execution_id, flow_id, $3, 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2
+		RETURNING event_id::text`, pk, eid, outcome).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -607,3 +607,304 @@ BEGIN
 	RETURN ARRAY['1', 'reset'];
 END
 $fn$;
+
+-- ---------------------------------------------------------------------
+-- dependency (postgres.md §4.8): completion events to DAG edges.
+--
+-- One transaction per event does every hop and marks the event
+-- dispatched last: a failure (a conflict, a crash) leaves the event
+-- undispatched with nothing applied, and the next attempt does all of it.
+-- FlowFabric marks the event first, in a statement of its own, then
+-- advances each edge in its own transaction, so a failed hop loses the
+-- remaining edges for good (PG10). The host runs it SERIALIZABLE, as
+-- FlowFabric runs each hop, and retries a conflict.
+
+-- completions_undispatched: the safety net's read, completion events not
+-- dispatched 15 s after their commit (FlowFabric's ff-server threshold);
+-- member the event id, score the commit time. Per partition, on the
+-- pending-dispatch index (FlowFabric's read spans every partition).
+CREATE OR REPLACE FUNCTION ffscan.completions_undispatched(parts smallint[], per_partition integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT c.partition_key, c.event_id::text, c.committed_at_ms
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
+		FROM ff_completion_event ev
+		WHERE ev.partition_key = p.k
+			AND ev.dispatched_at_ms IS NULL
+			AND ev.committed_at_ms < ffscan.now_ms() - 15000
+		ORDER BY ev.committed_at_ms
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- dispatch_completion advances every edge out of the event's execution
+-- (FlowFabric's advance_edge_group, hop by hop) and marks the event
+-- dispatched. Replies {'1','dispatched',<edges advanced>} or a no-op
+-- {'1', reason}: event_not_found, already_dispatched.
+CREATE OR REPLACE FUNCTION ffscan.dispatch_completion(pk smallint, ev bigint)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	e record;
+	edge record;
+	g record;
+	succ integer;
+	fails integer;
+	skips integer;
+	run integer;
+	total integer;
+	kind text;
+	k bigint;
+	cancel_siblings boolean;
+	decision text;
+	advanced integer := 0;
+	members text[];
+BEGIN
+	SELECT x.execution_id, x.flow_id, x.outcome, x.dispatched_at_ms INTO e
+	FROM ff_completion_event x WHERE x.partition_key = pk AND x.event_id = ev FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN ARRAY['1', 'event_not_found'];
+	END IF;
+	IF e.dispatched_at_ms IS NOT NULL THEN
+		RETURN ARRAY['1', 'already_dispatched'];
+	END IF;
+	IF e.flow_id IS NOT NULL THEN
+		FOR edge IN
+			SELECT d.downstream_eid FROM ff_edge d
+			WHERE d.partition_key = pk AND d.flow_id = e.flow_id AND d.upstream_eid = e.execution_id
+			ORDER BY d.downstream_eid, d.edge_id
+		LOOP
+			SELECT x.policy, x.success_count, x.fail_count, x.skip_count, x.running_count, x.cancel_siblings_pending_flag INTO g
+			FROM ff_edge_group x
+			WHERE x.partition_key = pk AND x.flow_id = e.flow_id AND x.downstream_eid = edge.downstream_eid
+			FOR UPDATE;
+			IF NOT FOUND THEN
+				CONTINUE;
+			END IF;
+			advanced := advanced + 1;
+			succ := g.success_count;
+			fails := g.fail_count;
+			skips := g.skip_count;
+			run := g.running_count;
+			IF run > 0 THEN
+				run := run - 1;
+			END IF;
+			-- success and skipped have buckets of their own; any other
+			-- outcome (failed, expired, cancelled, resumable...) fails.
+			IF e.outcome = 'success' THEN
+				succ := succ + 1;
+			ELSIF e.outcome = 'skipped' THEN
+				skips := skips + 1;
+			ELSE
+				fails := fails + 1;
+			END IF;
+			total := succ + fails + skips + greatest(run, 0);
+			UPDATE ff_edge_group x SET success_count = succ, fail_count = fails, skip_count = skips, running_count = greatest(run, 0)
+			WHERE x.partition_key = pk AND x.flow_id = e.flow_id AND x.downstream_eid = edge.downstream_eid;
+
+			-- The policy as FlowFabric decodes it: an unknown or missing kind
+			-- is all_of; quorum's k a JSON integer that fits 32 bits, else 1;
+			-- only on_satisfied "let_run" keeps the siblings running.
+			kind := coalesce(g.policy ->> 'kind', 'all_of');
+			cancel_siblings := (g.policy ->> 'on_satisfied') IS DISTINCT FROM 'let_run';
+			decision := 'pending';
+			IF kind = 'any_of' THEN
+				IF succ >= 1 THEN
+					decision := 'satisfied';
+				ELSIF fails + skips >= total AND total > 0 THEN
+					decision := 'impossible';
+				END IF;
+			ELSIF kind = 'quorum' THEN
+				k := 1;
+				IF jsonb_typeof(g.policy -> 'k') = 'number'
+					AND (g.policy ->> 'k')::numeric = trunc((g.policy ->> 'k')::numeric)
+					AND (g.policy ->> 'k')::numeric BETWEEN 0 AND 4294967295 THEN
+					k := (g.policy ->> 'k')::bigint;
+				END IF;
+				IF succ >= k THEN
+					decision := 'satisfied';
+				ELSIF total - (fails + skips) < k THEN
+					decision := 'impossible';
+				END IF;
+			ELSE
+				cancel_siblings := false;
+				IF succ = total AND total > 0 THEN
+					decision := 'satisfied';
+				ELSIF fails + skips > 0 THEN
+					decision := 'impossible';
+				END IF;
+			END IF;
+
+			IF decision = 'satisfied' THEN
+				UPDATE ff_exec_core x SET
+					eligibility_state = 'eligible_now',
+					lifecycle_phase = CASE WHEN x.lifecycle_phase = 'blocked' THEN 'runnable' ELSE x.lifecycle_phase END
+				WHERE x.partition_key = pk AND x.execution_id = edge.downstream_eid
+					AND x.lifecycle_phase NOT IN ('terminal', 'cancelled');
+				IF cancel_siblings AND NOT g.cancel_siblings_pending_flag THEN
+					SELECT coalesce(array_agg(DISTINCT d.upstream_eid::text ORDER BY d.upstream_eid::text), '{}') INTO members
+					FROM ff_edge d
+					JOIN ff_exec_core x ON x.partition_key = d.partition_key AND x.execution_id = d.upstream_eid
+					WHERE d.partition_key = pk AND d.flow_id = e.flow_id AND d.downstream_eid = edge.downstream_eid
+						AND d.upstream_eid <> e.execution_id
+						AND x.lifecycle_phase NOT IN ('terminal', 'cancelled')
+						AND x.public_state <> 'skipped';
+					INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
+					VALUES (pk, e.flow_id, edge.downstream_eid, now_ms) ON CONFLICT DO NOTHING;
+					UPDATE ff_edge_group x SET cancel_siblings_pending_flag = true, cancel_siblings_pending_members = members
+					WHERE x.partition_key = pk AND x.flow_id = e.flow_id AND x.downstream_eid = edge.downstream_eid;
+				END IF;
+			ELSIF decision = 'impossible' THEN
+				UPDATE ff_exec_core x SET
+					lifecycle_phase = 'terminal',
+					eligibility_state = 'not_applicable',
+					public_state = 'skipped',
+					attempt_state = 'attempt_terminal',
+					terminal_at_ms = coalesce(x.terminal_at_ms, now_ms)
+				WHERE x.partition_key = pk AND x.execution_id = edge.downstream_eid
+					AND x.lifecycle_phase NOT IN ('terminal', 'cancelled');
+				IF FOUND THEN
+					INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+					VALUES (pk, edge.downstream_eid, e.flow_id, 'skipped', NULL, NULL, now_ms);
+				END IF;
+			END IF;
+		END LOOP;
+	END IF;
+	UPDATE ff_completion_event x SET dispatched_at_ms = now_ms WHERE x.partition_key = pk AND x.event_id = ev;
+	RETURN ARRAY['1', 'dispatched', advanced::text];
+END
+$fn$;
+
+-- completion_partition finds the partition of a completion event from its
+-- id alone (a NOTIFY carries only the id): one probe of the event-id index
+-- per partition.
+CREATE OR REPLACE FUNCTION ffscan.completion_partition(ev bigint)
+RETURNS smallint
+LANGUAGE sql STABLE
+AS $fn$ SELECT x.partition_key FROM ff_completion_event x WHERE x.event_id = ev LIMIT 1 $fn$;
+
+-- ---------------------------------------------------------------------
+-- edge_cancel_dispatcher and edge_cancel_reconciler (postgres.md §4.9,
+-- §4.10): groups with pending sibling cancels, per partition.
+
+-- cancel_groups_pending: member '<flow uuid>/<downstream uuid>', score
+-- the enqueue time.
+CREATE OR REPLACE FUNCTION ffscan.cancel_groups_pending(parts smallint[], per_partition integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT c.partition_key, c.flow_id::text || '/' || c.downstream_eid::text, c.enqueued_at_ms
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT q.partition_key, q.flow_id, q.downstream_eid, q.enqueued_at_ms
+		FROM ff_pending_cancel_groups q
+		WHERE q.partition_key = p.k
+		ORDER BY q.enqueued_at_ms
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- dispatch_sibling_cancels cancels the group's listed siblings that have
+-- not ended, clears the flag and drops the pending row. Replies
+-- {'1','dispatched',<cancelled>} or a no-op {'1', reason}: skipped_locked
+-- (another dispatcher holds the group), orphaned (no group: the pending
+-- row is dropped, and counted as done), skipped_for_reconciler (the flag
+-- is off). Siblings whose id does not parse are skipped, as FlowFabric
+-- skips them.
+CREATE OR REPLACE FUNCTION ffscan.dispatch_sibling_cancels(pk smallint, flow uuid, downstream uuid)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	g record;
+	m text;
+	n integer := 0;
+	cnt integer;
+BEGIN
+	SELECT x.cancel_siblings_pending_flag AS flag, x.cancel_siblings_pending_members AS members INTO g
+	FROM ff_edge_group x WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream
+	FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		PERFORM 1 FROM ff_edge_group x WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream;
+		IF FOUND THEN
+			RETURN ARRAY['1', 'skipped_locked'];
+		END IF;
+		DELETE FROM ff_pending_cancel_groups q WHERE q.partition_key = pk AND q.flow_id = flow AND q.downstream_eid = downstream;
+		RETURN ARRAY['1', 'orphaned'];
+	END IF;
+	IF NOT g.flag THEN
+		RETURN ARRAY['1', 'skipped_for_reconciler'];
+	END IF;
+	FOREACH m IN ARRAY g.members LOOP
+		IF m !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+			CONTINUE;
+		END IF;
+		UPDATE ff_exec_core x SET
+			lifecycle_phase = 'terminal',
+			ownership_state = 'unowned',
+			eligibility_state = 'not_applicable',
+			public_state = 'cancelled',
+			attempt_state = 'cancelled',
+			terminal_at_ms = coalesce(x.terminal_at_ms, now_ms),
+			cancellation_reason = coalesce(x.cancellation_reason, 'sibling_quorum_satisfied'),
+			cancelled_by = coalesce(x.cancelled_by, 'engine'),
+			raw_fields = x.raw_fields || jsonb_build_object('last_mutation_at', now_ms::text)
+		WHERE x.partition_key = pk AND x.execution_id = m::uuid
+			AND x.lifecycle_phase NOT IN ('terminal', 'cancelled');
+		GET DIAGNOSTICS cnt = ROW_COUNT;
+		n := n + cnt;
+	END LOOP;
+	UPDATE ff_edge_group x SET cancel_siblings_pending_flag = false, cancel_siblings_pending_members = '{}'
+	WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream;
+	DELETE FROM ff_pending_cancel_groups q WHERE q.partition_key = pk AND q.flow_id = flow AND q.downstream_eid = downstream;
+	RETURN ARRAY['1', 'dispatched', n::text];
+END
+$fn$;
+
+-- reconcile_sibling_cancels is the safety net: it never cancels. A group
+-- whose flag is off, or whose listed siblings have all ended (a missing
+-- row counts as ended), has its flag cleared and its pending row dropped
+-- ({'1','completed_drain'} or {'1','sremmed_stale'}). Otherwise the
+-- dispatcher owns it ({'1','no_op'}).
+CREATE OR REPLACE FUNCTION ffscan.reconcile_sibling_cancels(pk smallint, flow uuid, downstream uuid)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	g record;
+	live integer;
+BEGIN
+	SELECT x.cancel_siblings_pending_flag AS flag, x.cancel_siblings_pending_members AS members INTO g
+	FROM ff_edge_group x WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream
+	FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		PERFORM 1 FROM ff_edge_group x WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream;
+		IF FOUND THEN
+			RETURN ARRAY['1', 'no_op'];
+		END IF;
+		DELETE FROM ff_pending_cancel_groups q WHERE q.partition_key = pk AND q.flow_id = flow AND q.downstream_eid = downstream;
+		RETURN ARRAY['1', 'sremmed_stale'];
+	END IF;
+	IF NOT g.flag THEN
+		DELETE FROM ff_pending_cancel_groups q WHERE q.partition_key = pk AND q.flow_id = flow AND q.downstream_eid = downstream;
+		RETURN ARRAY['1', 'sremmed_stale'];
+	END IF;
+	SELECT count(*) INTO live FROM ff_exec_core x
+	WHERE x.partition_key = pk
+		AND x.execution_id::text = ANY (g.members)
+		AND x.lifecycle_phase NOT IN ('terminal', 'cancelled');
+	IF live > 0 THEN
+		RETURN ARRAY['1', 'no_op'];
+	END IF;
+	UPDATE ff_edge_group x SET cancel_siblings_pending_flag = false, cancel_siblings_pending_members = '{}'
+	WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream;
+	DELETE FROM ff_pending_cancel_groups q WHERE q.partition_key = pk AND q.flow_id = flow AND q.downstream_eid = downstream;
+	RETURN ARRAY['1', 'completed_drain'];
+END
+$fn$;

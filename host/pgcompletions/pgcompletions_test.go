@@ -1,0 +1,118 @@
+package pgcompletions_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/pgcompletions"
+	"github.com/ffscan/ffscan/host/postgres"
+	"github.com/ffscan/ffscan/host/postgres/postgrestest"
+	"github.com/ffscan/ffscan/internal/pgtest"
+	"github.com/ffscan/ffscan/keys"
+)
+
+func database(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	srv := pgtest.New(t)
+	dsn, err := srv.CreateDatabase(ctx, "ff")
+	require.NoError(t, err)
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 8})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = postgres.CreateSchema(ctx, pool)
+	require.NoError(t, err)
+	_, err = postgres.InstallLibrary(ctx, pool)
+	require.NoError(t, err)
+	return pool
+}
+
+func start(t *testing.T, pool *pgxpool.Pool, owns func(keys.Partition) bool) *pgcompletions.Listener {
+	t.Helper()
+	l := pgcompletions.New(pgcompletions.Options{Pool: pool, Owns: owns, Logger: hclog.NewNullLogger()})
+	l.Start(context.Background())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, l.Stop(ctx))
+	})
+	select {
+	case <-l.Listening():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the listener did not start listening")
+	}
+	return l
+}
+
+// waitFor polls cond (a database read) until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	require.Eventually(t, cond, 30*time.Second, time.Millisecond, what)
+	return time.Since(t0)
+}
+
+func phase(t *testing.T, pool *pgxpool.Pool, eid string) string {
+	var s string
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT lifecycle_phase || '/' || eligibility_state || '/' || public_state FROM ff_exec_core WHERE execution_id = $1", eid).Scan(&s))
+	return s
+}
+
+// A chain a -> b -> c: each completion releases the next step through the
+// listener alone (no reconciler runs), in milliseconds; a failure skips
+// the rest of the chain through the skipped completions the dispatch
+// itself commits.
+func TestChainAdvancesOnNotifications(t *testing.T) {
+	t.Parallel()
+	pool := database(t)
+	l := start(t, pool, nil)
+	const pk = 86
+	a, b, c := "a0000000-0000-4000-8000-000000000001", "a0000000-0000-4000-8000-000000000002", "a0000000-0000-4000-8000-000000000003"
+	postgrestest.DAG(t, pool, pk, "f1000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}, {b, c}})
+
+	postgrestest.Complete(t, pool, pk, a, "success")
+	hop1 := waitFor(t, "b released", func() bool { return phase(t, pool, b) == "runnable/eligible_now/waiting" })
+	postgrestest.Complete(t, pool, pk, b, "success")
+	hop2 := waitFor(t, "c released", func() bool { return phase(t, pool, c) == "runnable/eligible_now/waiting" })
+	t.Logf("hops released in %s and %s (FlowFabric's reconciler alone: 15-30 s per hop)", hop1, hop2)
+
+	x, y, z := "a0000000-0000-4000-8000-000000000011", "a0000000-0000-4000-8000-000000000012", "a0000000-0000-4000-8000-000000000013"
+	postgrestest.DAG(t, pool, pk, "f1000000-0000-4000-8000-000000000002", nil, [][2]string{{x, y}, {y, z}})
+	postgrestest.Complete(t, pool, pk, x, "failed")
+	waitFor(t, "z skipped by the cascade", func() bool { return phase(t, pool, z) == "terminal/not_applicable/skipped" })
+	assert.Equal(t, "terminal/not_applicable/skipped", phase(t, pool, y))
+	waitFor(t, "every event dispatched", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL").Scan(&n))
+		return n == 0
+	})
+	st := l.Stats()
+	assert.Equal(t, int64(5), st.Dispatched, "a, b, x and the two skipped completions")
+	assert.Zero(t, st.Errors)
+}
+
+// Events committed while no listener ran are dispatched when one starts;
+// partitions another host owns are left to it.
+func TestCatchUpAndOwnership(t *testing.T) {
+	t.Parallel()
+	pool := database(t)
+	const mine, theirs = 5, 6
+	a, b := "b0000000-0000-4000-8000-000000000001", "b0000000-0000-4000-8000-000000000002"
+	x, y := "b0000000-0000-4000-8000-000000000011", "b0000000-0000-4000-8000-000000000012"
+	postgrestest.DAG(t, pool, mine, "f2000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
+	postgrestest.DAG(t, pool, theirs, "f2000000-0000-4000-8000-000000000002", nil, [][2]string{{x, y}})
+	postgrestest.Complete(t, pool, mine, a, "success")
+	postgrestest.Complete(t, pool, theirs, x, "success")
+
+	l := start(t, pool, func(p keys.Partition) bool { return p.Index == mine })
+	waitFor(t, "b released by the catch-up", func() bool { return phase(t, pool, b) == "runnable/eligible_now/waiting" })
+	waitFor(t, "the other partition's event seen and left", func() bool { return l.Stats().NotOwned >= 1 })
+	assert.Equal(t, "runnable/blocked_by_dependencies/waiting", phase(t, pool, y), "another host's partition")
+}
