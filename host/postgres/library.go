@@ -26,6 +26,17 @@ var librarySQL string
 // older host must not replace what a newer one installed).
 const LibraryVersion = 1
 
+// dropLibrarySQL drops every function of the schema "ffscan" (nothing of
+// FlowFabric's depends on them).
+const dropLibrarySQL = `DO $drop$
+DECLARE f regprocedure;
+BEGIN
+	FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ffscan' LOOP
+		EXECUTE 'DROP FUNCTION ' || f::text;
+	END LOOP;
+END
+$drop$`
+
 // libraryTable records the installed library: one row.
 const libraryTable = OriginSchema + ".library"
 
@@ -92,6 +103,14 @@ CREATE TABLE IF NOT EXISTS `+libraryTable+` (
 		default:
 			action = LibraryUpgraded
 		}
+		if action == LibraryUpgraded {
+			// Functions the new version renamed or re-typed would stay
+			// behind as overloads: the schema's functions are all the
+			// library's, so they go first.
+			if _, err := tx.Exec(ctx, dropLibrarySQL); err != nil {
+				return fmt.Errorf("postgres: remove the old library: %w", err)
+			}
+		}
 		if _, err := tx.Exec(ctx, librarySQL); err != nil {
 			return fmt.Errorf("postgres: install ffscan's function library version %d: %w", LibraryVersion, err)
 		}
@@ -132,11 +151,13 @@ var ActionFunctions = map[string]Action{
 	"dispatch_completion":       {Args: 2, Serializable: true}, // partition_key, completion event id
 	"dispatch_sibling_cancels":  {Args: 3},                     // partition_key, flow uuid, downstream uuid
 	"reconcile_sibling_cancels": {Args: 3},                     // partition_key, flow uuid, downstream uuid
+	"sweep_worker":              {Args: 2},                     // flow partition_key, '<registry partition>/[namespace, instance]'
 }
 
 // CandidateFunctions are the library functions a Postgres candidate source
 // may name (CandidateSource.Key). Each takes (partitions smallint[],
-// per_partition integer) and returns (partition_key, member, score).
+// per_partition integer, partition_count integer) and returns
+// (partition_key, member, score).
 var CandidateFunctions = map[string]bool{
 	"lapsed_leases":            true,
 	"stale_leases":             true,
@@ -147,6 +168,7 @@ var CandidateFunctions = map[string]bool{
 	"budgets_due":              true,
 	"completions_undispatched": true,
 	"cancel_groups_pending":    true,
+	"workers_expired":          true,
 }
 
 // Now reads the database's clock in Unix milliseconds: the "now" of a
@@ -167,9 +189,10 @@ type Candidate struct {
 	Score     int64
 }
 
-// ReadCandidates runs candidate function fn for the given partitions, at
-// most perPartition rows each, in one query.
-func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, perPartition int) ([]Candidate, error) {
+// ReadCandidates runs candidate function fn for the given partitions of a
+// family of count partitions, at most perPartition rows each, in one
+// query.
+func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, count uint16, perPartition int) ([]Candidate, error) {
 	if !CandidateFunctions[fn] {
 		return nil, fmt.Errorf("postgres: %q is not a candidate function of ffscan's library", fn)
 	}
@@ -178,7 +201,7 @@ func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, 
 		ps[i] = int16(p)
 	}
 	// fn is one of CandidateFunctions' names, never a plugin's string.
-	rows, err := db.Query(ctx, "SELECT partition_key, member, score FROM ffscan."+fn+"($1, $2)", ps, perPartition)
+	rows, err := db.Query(ctx, "SELECT partition_key, member, score FROM ffscan."+fn+"($1, $2, $3)", ps, perPartition, int(count))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", fn, err)
 	}

@@ -59,7 +59,7 @@ func TestInstallLibrary(t *testing.T) {
 		action, err := postgres.InstallLibrary(ctx, pool)
 		require.NoError(t, err)
 		assert.Equal(t, postgres.LibraryUpgraded, action)
-		_, err = pool.Exec(ctx, "SELECT * FROM ffscan.lapsed_leases('{1}', 1)")
+		_, err = pool.Exec(ctx, "SELECT * FROM ffscan.lapsed_leases('{1}', 1, 256)")
 		assert.NoError(t, err, "the functions are back")
 	})
 	t.Run("a newer version is refused", func(t *testing.T) {
@@ -194,7 +194,7 @@ func TestExpireLapsedLease(t *testing.T) {
 		plant(t, pool, lapse{pk: pk, eid: eid, flow: flow, policy: `{"retry_policy": {"max_retries": 1}}`, leaseAgoMs: 5000})
 
 		var got []string
-		rows, err := pool.Query(ctx, "SELECT member FROM ffscan.lapsed_leases($1, 10) WHERE member LIKE $2", []int16{pk, 0}, eid+"%")
+		rows, err := pool.Query(ctx, "SELECT member FROM ffscan.lapsed_leases($1, 10, 256) WHERE member LIKE $2", []int16{pk, 0}, eid+"%")
 		require.NoError(t, err)
 		got, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
@@ -286,7 +286,7 @@ func TestExpireLapsedLease(t *testing.T) {
 		assert.Equal(t, []string{"1", "attempt_not_found"}, expire(t, pool, 3, renewed, 0), "another partition")
 		assert.Equal(t, before, snapshot())
 
-		rows, err := pool.Query(ctx, "SELECT member FROM ffscan.lapsed_leases($1, 1000) WHERE member LIKE $2", []int16{pk}, mine)
+		rows, err := pool.Query(ctx, "SELECT member FROM ffscan.lapsed_leases($1, 1000, 256) WHERE member LIKE $2", []int16{pk}, mine)
 		require.NoError(t, err)
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)

@@ -33,7 +33,7 @@ func call(t *testing.T, pool *pgxpool.Pool, fn string, args ...string) []string 
 // returns its members.
 func candidates(t *testing.T, pool *pgxpool.Pool, fn string, parts ...uint16) []string {
 	t.Helper()
-	rows, err := postgres.ReadCandidates(context.Background(), pool, fn, parts, 1000)
+	rows, err := postgres.ReadCandidates(context.Background(), pool, fn, parts, 256, 1000)
 	require.NoError(t, err)
 	var out []string
 	for _, r := range rows {
@@ -245,7 +245,7 @@ func TestReconcilerFunctions(t *testing.T) {
 			assert.Equal(t, "text[]", one[string](t, pool, "SELECT prorettype::regtype::text FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = 'ffscan' AND proname = $1", fn), fn)
 		}
 		for fn := range postgres.CandidateFunctions {
-			rows, err := pool.Query(context.Background(), "SELECT * FROM ffscan."+pgx.Identifier{fn}.Sanitize()+"('{0}', 1)")
+			rows, err := pool.Query(context.Background(), "SELECT * FROM ffscan."+pgx.Identifier{fn}.Sanitize()+"('{0}', 1, 256)")
 			require.NoError(t, err, fn)
 			names := []string{}
 			for _, f := range rows.FieldDescriptions() {
@@ -353,4 +353,39 @@ func TestDependencyFunctions(t *testing.T) {
 		exec(t, pool, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms) VALUES (22, gen_random_uuid(), 'success', 1)`)
 		assert.Equal(t, []string{old}, candidates(t, pool, "completions_undispatched", 22))
 	})
+}
+
+func TestWorkerRegistrySweep(t *testing.T) {
+	t.Parallel()
+	pool := schemaDB(t)
+	// Registry partitions 3, 19 and 35 are swept by flow partition 3 of 16.
+	exec(t, pool, `INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
+		last_heartbeat_ms, liveness_ttl_ms, registered_at_ms) VALUES
+		(3, 'ns', 'dead/one "quoted"', 'w', '{}', '', ffscan.now_ms() - 60000, 30000, 1),
+		(19, 'ns', 'dead-two', 'w', '{}', '', ffscan.now_ms() - 60000, 30000, 1),
+		(35, 'ns', 'alive', 'w', '{}', '', ffscan.now_ms(), 30000, 1),
+		(4, 'ns', 'dead-elsewhere', 'w', '{}', '', ffscan.now_ms() - 60000, 30000, 1)`)
+	got := candidates16(t, pool, 3)
+	assert.ElementsMatch(t, []string{`3/["ns", "dead/one \"quoted\""]`, `19/["ns", "dead-two"]`}, got)
+	for _, m := range got {
+		assert.Equal(t, []string{"1", "swept"}, call(t, pool, "sweep_worker", "3", m))
+	}
+	assert.Equal(t, []string{"1", "worker_not_found"}, call(t, pool, "sweep_worker", "3", got[0]))
+	assert.Equal(t, []string{"1", "alive"}, call(t, pool, "sweep_worker", "3", `35/["ns", "alive"]`))
+	assert.Equal(t, 2, one[int](t, pool, "SELECT count(*) FROM ff_worker_registry"))
+	assert.Equal(t, 2, one[int](t, pool, "SELECT count(*) FROM ff_worker_registry_event WHERE event_kind = 'ttl_swept'"))
+	_, err := postgres.Call(context.Background(), pool, "sweep_worker", []string{"3", "3/not json"})
+	require.Error(t, err, "a malformed member is refused, nothing written")
+}
+
+// candidates16 reads workers_expired for one flow partition of 16.
+func candidates16(t *testing.T, pool *pgxpool.Pool, part uint16) []string {
+	t.Helper()
+	rows, err := postgres.ReadCandidates(context.Background(), pool, "workers_expired", []uint16{part}, 16, 1000)
+	require.NoError(t, err)
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Member)
+	}
+	return out
 }

@@ -21,6 +21,7 @@ const (
 	DependencyName           = "pg_dependency"
 	EdgeCancelDispatcherName = "pg_edge_cancel_dispatcher"
 	EdgeCancelReconcilerName = "pg_edge_cancel_reconciler"
+	WorkerRegistrySweepName  = "pg_worker_registry_ttl_sweep"
 )
 
 const (
@@ -114,11 +115,35 @@ func NewEdgeCancelReconciler() *Reconciler {
 		candidates: "cancel_groups_pending", action: "reconcile_sibling_cancels", args: twoUUIDs, done: []string{"completed_drain", "sremmed_stale"}})
 }
 
+// NewWorkerRegistrySweep deletes worker registrations whose heartbeat is
+// older than their TTL, with a ttl_swept event (postgres.md §4.11). The
+// registry's 256 partitions are spread over the host's flow partitions.
+func NewWorkerRegistrySweep() *Reconciler {
+	return newReconciler(spec{name: WorkerRegistrySweepName, family: flowFamily, interval: 30 * time.Second, batch: defaultBatch,
+		candidates: "workers_expired", action: "sweep_worker", args: workerArgs, done: []string{"swept"}})
+}
+
 // All returns every Postgres reconciler, as the plugin serves them.
 func All() []*Reconciler {
 	return []*Reconciler{NewAttemptTimeout(), NewLeaseExpiry(), NewExecutionDeadline(), NewDelayedPromoter(),
 		NewPendingWPExpiry(), NewSuspensionTimeout(), NewBudgetReset(), NewDependency(), NewEdgeCancelDispatcher(),
-		NewEdgeCancelReconciler()}
+		NewEdgeCancelReconciler(), NewWorkerRegistrySweep()}
+}
+
+// workerArgs checks "<registry partition>/<JSON>" and passes it whole (the
+// library function reads the namespace and instance id out of the JSON).
+func workerArgs(m string) ([]string, error) {
+	p, ident, ok := strings.Cut(m, "/")
+	if !ok {
+		return nil, fmt.Errorf("no '/'")
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 255 {
+		return nil, fmt.Errorf("registry partition %q", p)
+	}
+	if !strings.HasPrefix(ident, "[") {
+		return nil, fmt.Errorf("identity %q is not a JSON array", ident)
+	}
+	return []string{m}, nil
 }
 
 // eventArgs reads a completion event id.

@@ -40,9 +40,11 @@ AS $fn$
 	END
 $fn$;
 
--- Candidate functions take the partitions to read and the most rows per
--- partition, and return (partition_key, member, score): the member names
--- what to act on, the score orders it (a due time in ms, for the lag).
+-- Candidate functions take the partitions to read, the most rows per
+-- partition and how many partitions the family has (only the worker
+-- registry, whose partitions are not the host's, needs it), and return
+-- (partition_key, member, score): the member names what to act on, the
+-- score orders it (a due time in ms, for the lag).
 
 -- lapsed_leases is attempt_timeout's candidate read: per partition in
 -- parts, the attempts whose lease lapsed before now on executions that are
@@ -50,7 +52,7 @@ $fn$;
 -- §4.2). The member is '<execution uuid>/<attempt index>'; the score the
 -- lease's expiry. One index scan of ff_attempt_lease_expiry_idx per
 -- partition.
-CREATE OR REPLACE FUNCTION ffscan.lapsed_leases(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.lapsed_leases(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -204,7 +206,7 @@ $fn$;
 
 -- stale_leases: lapsed leases whose execution is not active or missing;
 -- member '<execution uuid>/<attempt index>', score the lease's expiry.
-CREATE OR REPLACE FUNCTION ffscan.stale_leases(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.stale_leases(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -264,7 +266,7 @@ $fn$;
 
 -- deadlines_passed: active executions whose deadline passed; member the
 -- execution uuid, score the deadline.
-CREATE OR REPLACE FUNCTION ffscan.deadlines_passed(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.deadlines_passed(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -330,7 +332,7 @@ $fn$;
 
 -- delays_due: runnable executions waiting for a time (attempt::delay
 -- keeps it in deadline_at_ms) that came; member the execution uuid.
-CREATE OR REPLACE FUNCTION ffscan.delays_due(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.delays_due(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -388,7 +390,7 @@ $fn$;
 
 -- waitpoints_expired: pending waitpoints past their expiry; member the
 -- waitpoint uuid, score the expiry.
-CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -454,7 +456,7 @@ $fn$;
 
 -- suspensions_timed_out: suspensions past their timeout; member
 -- '<execution uuid>/<suspension uuid>', score the timeout.
-CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -551,7 +553,7 @@ $fn$;
 
 -- budgets_due: budgets whose scheduled reset came; member the budget id,
 -- score the reset time.
-CREATE OR REPLACE FUNCTION ffscan.budgets_due(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.budgets_due(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -623,7 +625,7 @@ $fn$;
 -- dispatched 15 s after their commit (FlowFabric's ff-server threshold);
 -- member the event id, score the commit time. Per partition, on the
 -- pending-dispatch index (FlowFabric's read spans every partition).
-CREATE OR REPLACE FUNCTION ffscan.completions_undispatched(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.completions_undispatched(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -794,7 +796,7 @@ AS $fn$ SELECT x.partition_key FROM ff_completion_event x WHERE x.event_id = ev 
 
 -- cancel_groups_pending: member '<flow uuid>/<downstream uuid>', score
 -- the enqueue time.
-CREATE OR REPLACE FUNCTION ffscan.cancel_groups_pending(parts smallint[], per_partition integer)
+CREATE OR REPLACE FUNCTION ffscan.cancel_groups_pending(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE sql VOLATILE
 AS $fn$
@@ -906,5 +908,71 @@ BEGIN
 	WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream;
 	DELETE FROM ff_pending_cancel_groups q WHERE q.partition_key = pk AND q.flow_id = flow AND q.downstream_eid = downstream;
 	RETURN ARRAY['1', 'completed_drain'];
+END
+$fn$;
+
+-- ---------------------------------------------------------------------
+-- worker_registry_ttl_sweep (postgres.md §4.11).
+--
+-- The registry has 256 partitions of its own (FNV-1a of the instance id),
+-- whatever the host's flow partition count F: flow partition i sweeps the
+-- registry partitions w with w mod F = i, so every registry partition is
+-- swept once per cycle by whichever host owns its flow partition.
+
+-- workers_expired: registrations whose heartbeat is older than their TTL;
+-- member '<registry partition>/' followed by the JSON array [namespace,
+-- instance id] (both free text), score the time they expired.
+CREATE OR REPLACE FUNCTION ffscan.workers_expired(parts smallint[], per_partition integer, partition_count integer)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql VOLATILE
+AS $fn$
+	SELECT p.k, c.partition_key::text || '/' || jsonb_build_array(c.namespace, c.worker_instance_id)::text, c.expired_at
+	FROM unnest(parts) AS p(k)
+	CROSS JOIN LATERAL (
+		SELECT w.partition_key, w.namespace, w.worker_instance_id, w.last_heartbeat_ms + w.liveness_ttl_ms AS expired_at
+		FROM ff_worker_registry w
+		WHERE w.partition_key IN (SELECT g FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g)
+			AND w.last_heartbeat_ms + w.liveness_ttl_ms < ffscan.now_ms()
+		ORDER BY expired_at
+		LIMIT per_partition
+	) AS c
+$fn$;
+
+-- sweep_worker deletes a registration whose heartbeat is still older than
+-- its TTL and records a ttl_swept event (on conflict nothing), as
+-- FlowFabric's sweep statement does. Replies {'1','swept'} or a no-op
+-- {'1', reason}: worker_not_found, alive (it heartbeat since the read).
+CREATE OR REPLACE FUNCTION ffscan.sweep_worker(flow_pk smallint, member text)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+	wpk smallint;
+	ident jsonb;
+	ns text;
+	inst text;
+	hb bigint;
+	ttl bigint;
+BEGIN
+	wpk := split_part(member, '/', 1)::smallint;
+	ident := substr(member, length(split_part(member, '/', 1)) + 2)::jsonb;
+	IF jsonb_typeof(ident) IS DISTINCT FROM 'array' OR jsonb_array_length(ident) <> 2 THEN
+		RAISE EXCEPTION 'sweep_worker: member % is not <partition>/[namespace, instance]', member USING ERRCODE = '22023';
+	END IF;
+	ns := ident ->> 0;
+	inst := ident ->> 1;
+	SELECT w.last_heartbeat_ms, w.liveness_ttl_ms INTO hb, ttl FROM ff_worker_registry w
+	WHERE w.partition_key = wpk AND w.namespace = ns AND w.worker_instance_id = inst FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN ARRAY['1', 'worker_not_found'];
+	END IF;
+	IF hb + ttl >= now_ms THEN
+		RETURN ARRAY['1', 'alive'];
+	END IF;
+	DELETE FROM ff_worker_registry w WHERE w.partition_key = wpk AND w.namespace = ns AND w.worker_instance_id = inst;
+	INSERT INTO ff_worker_registry_event (partition_key, namespace, worker_instance_id, event_kind, event_at_ms, reason)
+	VALUES (wpk, ns, inst, 'ttl_swept', now_ms, NULL) ON CONFLICT DO NOTHING;
+	RETURN ARRAY['1', 'swept'];
 END
 $fn$;
