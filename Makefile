@@ -23,6 +23,8 @@ ALL_PKGS  := ./... $(foreach m,$(filter-out .,$(MODULES)),github.com/ffscan/ffsc
 # so twice the core count keeps a 2-core machine busy (84 s -> 52 s for the
 # package tests on one).
 TEST_P    ?= 4
+# BACKEND picks make run's store: valkey (default) or postgres.
+BACKEND   ?= valkey
 
 .PHONY: build lua test compat lint run bench proto clean
 
@@ -64,10 +66,11 @@ test:
 	echo "$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS)"; \
 	$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS) || tstatus=$$?; \
 	if [ "$${tstatus:-0}" -ne 0 ] || [ "$${cstatus:-0}" -ne 0 ]; then echo "make test: FAILED (package tests exit $${tstatus:-0}, compat exit $${cstatus:-0})"; exit 1; fi
-	@# make run as a user runs it: up with every scanner, Ctrl-C stops it
-	@# gracefully and leaves nothing behind.
+	@# make run as a user runs it (and make run BACKEND=postgres): up with
+	@# every scanner, Ctrl-C stops it gracefully and leaves nothing behind.
 	@$(MAKE) --no-print-directory build >/dev/null
 	umask 022; ./scripts/check-run.sh
+	umask 022; BACKEND=postgres ./scripts/check-run.sh
 	@# The plugin guide's first steps, outside this repository's modules.
 	umask 022; ./scripts/check-guide.sh
 
@@ -88,9 +91,9 @@ lint:
 	$(GO) vet $(ALL_PKGS)
 	$(GO) run $(STATICCHECK) $(ALL_PKGS)
 
-## run: build, start a throwaway server, run the host with all plugins and a demo workload
+## run: build, start a throwaway server, run the host with all plugins and a demo workload (BACKEND=postgres: on a throwaway PostgreSQL)
 run: build
-	./scripts/run-demo.sh
+	BACKEND=$(BACKEND) ./scripts/run-demo.sh
 
 ## bench: side-by-side benchmarks (see docs/performance.md)
 bench: build

@@ -4,6 +4,12 @@
 # a live per-scanner summary until Ctrl-C; then stop everything and remove
 # the temporary files. Expects `make build` to have run (make run does it).
 #
+# BACKEND=postgres (make run BACKEND=postgres): a throwaway PostgreSQL as
+# well, with FlowFabric's schema created by `ffscan postgres create-schema`,
+# the host with the Postgres reconcilers (configs/demo-postgres.yaml) and
+# the Postgres demo workload (examples/pgdemo). The host still keeps its
+# partition record and status in the Valkey server.
+#
 # Job control (set -m) puts every background process in a process group of
 # its own, so the terminal's Ctrl-C reaches only this script: each child
 # then gets exactly one SIGTERM from cleanup, and the host shuts down
@@ -25,6 +31,23 @@ if [ -z "$server" ]; then
   fi
 fi
 
+backend=${BACKEND:-valkey}
+case "$backend" in
+  valkey|postgres) ;;
+  *) echo "run: BACKEND must be valkey or postgres, not \"$backend\"" >&2; exit 2 ;;
+esac
+
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
+if [ "$backend" = postgres ] && [ -z "$(pg_bin)" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "run: no PostgreSQL found; installing postgresql with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "run: no PostgreSQL in /usr/lib/postgresql/*/bin. Install it (e.g. sudo apt-get install -y postgresql) and retry." >&2
+    exit 1
+  fi
+fi
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
   || echo $((20000 + RANDOM % 20000)); }
 
@@ -32,6 +55,7 @@ work=$(mktemp -d -t ffscan-run-XXXXXX)
 port=$(free_port)
 http_port=$(free_port)
 pids=()
+extra_dirs=()
 cleanup() {
   trap - EXIT INT TERM
   echo
@@ -51,7 +75,7 @@ cleanup() {
   if [ -n "${host_log:-}" ] && grep -q "shutdown complete" "$host_log"; then
     echo "run: the host shut down gracefully ($(grep -o 'shutdown complete.*' "$host_log" | head -1))"
   fi
-  rm -rf "$work"
+  rm -rf "$work" ${extra_dirs[@]+"${extra_dirs[@]}"}
 }
 trap cleanup EXIT
 trap 'exit 0' INT TERM
@@ -64,14 +88,54 @@ for _ in $(seq 100); do
 done
 echo "run: $(basename "$server") on 127.0.0.1:$port (data in $work)"
 
-go build -o "$work/demo" ./examples/demo
+config=configs/demo.yaml
+host_args=()
+if [ "$backend" = postgres ]; then
+  # PostgreSQL refuses to run as root: then it runs as the postgres user,
+  # in a directory that user owns.
+  pg=$(pg_bin)
+  pg_port=$(free_port)
+  pgdir="$work/pg"
+  as_pg=()
+  if [ "$(id -u)" = 0 ]; then
+    # The postgres user must reach the directory: under /tmp, whose
+    # parents anyone may pass (a TMPDIR inside a private directory would
+    # stop it), removed with the rest.
+    pgdir=$(mktemp -d /tmp/ffscan-run-pg-XXXXXX)
+    extra_dirs+=("$pgdir")
+    chown postgres: "$pgdir"
+    as_pg=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+  else
+    mkdir "$pgdir"
+  fi
+  "${as_pg[@]}" "$pg/initdb" -D "$pgdir/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$work/initdb.log" 2>&1 \
+    || { echo "run: initdb failed:"; cat "$work/initdb.log"; exit 1; }
+  "${as_pg[@]}" "$pg/postgres" -D "$pgdir/data" -p "$pg_port" -c listen_addresses=127.0.0.1 -c unix_socket_directories="$pgdir" \
+    -c max_locks_per_transaction=256 >"$work/postgres.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do
+    if "$pg/pg_isready" -q -h 127.0.0.1 -p "$pg_port"; then break; fi
+    sleep 0.05
+  done
+  "$pg/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -c "CREATE DATABASE ffscan" postgres
+  dsn="postgres://postgres@127.0.0.1:$pg_port/ffscan?sslmode=disable"
+  echo "run: PostgreSQL $(basename "$(dirname "$pg")") on 127.0.0.1:$pg_port (data in $pgdir)"
+  ./bin/ffscan postgres create-schema --postgres-dsn "$dsn" | sed 's/^/run: /'
+  config=configs/demo-postgres.yaml
+  host_args=(--postgres-dsn "$dsn")
+  go build -o "$work/demo" ./examples/pgdemo
+  demo_args=(-dsn "$dsn")
+else
+  go build -o "$work/demo" ./examples/demo
+  demo_args=(-addr "127.0.0.1:$port")
+fi
 
 # The host's temporary files (its plugins' sockets) go under $work too.
 mkdir "$work/tmp"
 host_log="$work/host.log"
 TMPDIR="$work/tmp" FFSCAN_HTTP__LISTEN="127.0.0.1:$http_port" \
-  FFSCAN_PLUGIN_APPROVALS_FILE="$work/plugin-approvals.json" ./bin/ffscan run --config configs/demo.yaml \
-  --valkey-addr "127.0.0.1:$port" >"$host_log" 2>&1 &
+  FFSCAN_PLUGIN_APPROVALS_FILE="$work/plugin-approvals.json" ./bin/ffscan run --config "$config" \
+  --valkey-addr "127.0.0.1:$port" ${host_args[@]+"${host_args[@]}"} >"$host_log" 2>&1 &
 pids+=($!)
 host_pid=$!
 for _ in $(seq 100); do
@@ -81,7 +145,7 @@ for _ in $(seq 100); do
 done
 echo "run: ffscan host up (metrics and status on http://127.0.0.1:$http_port, log in $work/host.log)"
 
-"$work/demo" -addr "127.0.0.1:$port" >"$work/demo.log" 2>&1 &
+"$work/demo" "${demo_args[@]}" >"$work/demo.log" 2>&1 &
 pids+=($!)
 echo "run: demo workload running (log in $work/demo.log). Ctrl-C to stop."
 echo
