@@ -176,6 +176,15 @@ func readAttempt(t *testing.T, pool *pgxpool.Pool, pk int16, eid string, n int) 
 	return r
 }
 
+// readExecPhase is "<phase>/<raw_fields>/<lease cleared>" of attempt 0.
+func readExecPhase(t *testing.T, pool *pgxpool.Pool, eid string) string {
+	t.Helper()
+	var s string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT e.lifecycle_phase || '/' || e.raw_fields::text || '/' || (a.lease_expires_at_ms IS NULL)
+		FROM ff_exec_core e JOIN ff_attempt a USING (partition_key, execution_id) WHERE execution_id = $1 AND a.attempt_index = 0`, eid).Scan(&s))
+	return s
+}
+
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -251,6 +260,21 @@ func TestExpireLapsedLease(t *testing.T) {
 		eid := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0199"
 		plant(t, pool, lapse{pk: pk, eid: eid, policy: `{"retry_policy": {"max_retries": 18446744073709551615}}`, leaseAgoMs: 100})
 		assert.Equal(t, []string{"1", "retried", "1"}, expire(t, pool, pk, eid, 0), "a u64 maximum is a number of retries")
+		for i, policy := range []string{`"a string"`, `[1, 2]`, `{"retry_policy": [3]}`, `{"retry_policy": "3"}`, `null`} {
+			eid := fmt.Sprintf("0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d01a%d", i)
+			plant(t, pool, lapse{pk: pk, eid: eid, policy: policy, leaseAgoMs: 100})
+			assert.Equal(t, []string{"1", "terminal"}, expire(t, pool, pk, eid, 0), "a policy of the wrong shape allows no retry: %s", policy)
+		}
+	})
+
+	t.Run("an execution whose raw_fields is not an object is refused, unchanged", func(t *testing.T) {
+		eid := "0b4f4a51-9c1e-4a53-9d8c-7a1f2f7d0401"
+		plant(t, pool, lapse{pk: pk, eid: eid, leaseAgoMs: 100})
+		_, err := pool.Exec(ctx, `UPDATE ff_exec_core SET raw_fields = '"junk"', lifecycle_phase = 'active' WHERE execution_id = $1`, eid)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"0", "malformed_raw_fields"}, expire(t, pool, pk, eid, 0))
+		e := readExecPhase(t, pool, eid)
+		assert.Equal(t, "active/\"junk\"/false", e)
 	})
 
 	t.Run("no-ops change nothing", func(t *testing.T) {

@@ -232,3 +232,7 @@ func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error
 	}
 	return strings.Replace(s.DSN, "/postgres?", "/"+name+"?", 1), nil
 }
+
+// Pid is the postmaster's process id (benchmarks read the server's CPU
+// from it and its children).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }

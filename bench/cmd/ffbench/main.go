@@ -51,13 +51,15 @@ type sizes struct {
 	DAGOffChains int
 	// LaneProbes: executions timed from due to promoted among many lanes.
 	LaneProbes int
+	// PGRows: lapsed leases of the Postgres drain, PGReps its repetitions.
+	PGRows, PGReps int
 }
 
 var (
 	fullSizes = sizes{DrainLeases: 100_000, DrainReps: 3, Burst: 10_000, Idle: 20 * time.Second,
-		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5, LaneProbes: 20}
+		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5, LaneProbes: 20, PGRows: 20_000, PGReps: 3}
 	quickSizes = sizes{DrainLeases: 10_000, DrainReps: 1, Burst: 2_000, Idle: 5 * time.Second,
-		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2, LaneProbes: 5}
+		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2, LaneProbes: 5, PGRows: 2_000, PGReps: 1}
 )
 
 type bench struct {
@@ -124,7 +126,7 @@ func main() {
 
 func run() error {
 	quick := flag.Bool("quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
-	only := flag.String("only", "drain,reclaim,idle,dag,idleall,hosts,cluster,lanes", "comma-separated benchmarks to run")
+	only := flag.String("only", "drain,reclaim,idle,dag,idleall,hosts,cluster,lanes,pgdrain,pgidle", "comma-separated benchmarks to run")
 	binDir := flag.String("bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
 	leases := flag.Int("leases", 0, "drain: expired leases (default 100000, quick 10000)")
 	reps := flag.Int("reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
@@ -217,6 +219,8 @@ func run() error {
 	step("hosts", func() (err error) { rep.Hosts, err = b.runHosts(ctx, sz.Burst); return })
 	step("cluster", func() (err error) { rep.Cluster, err = b.runCluster(ctx, sz.DrainLeases/2); return })
 	step("lanes", func() (err error) { rep.Lanes, err = b.runLanes(ctx, sz.Idle, sz.LaneProbes); return })
+	step("pgdrain", func() (err error) { rep.PGDrain, err = b.runPGDrain(ctx, sz.PGRows, sz.PGReps); return })
+	step("pgidle", func() (err error) { rep.PGIdle, err = b.runPGIdle(ctx, sz.Idle); return })
 	rep.End, rep.LoadEnd = time.Now(), measure.Load()
 	rep.Errors = errs
 	rep.print(os.Stdout)

@@ -25,6 +25,8 @@ type report struct {
 	Hosts       *hostsResult
 	Cluster     *clusterResult
 	Lanes       *lanesResult
+	PGDrain     *pgDrainResult
+	PGIdle      *pgIdleResult
 	Errors      []error
 }
 
@@ -74,6 +76,14 @@ func (r *report) print(w io.Writer) {
 	if r.Cluster != nil {
 		p(rule)
 		r.Cluster.print(w)
+	}
+	if r.PGDrain != nil {
+		p(rule)
+		r.PGDrain.print(w)
+	}
+	if r.PGIdle != nil {
+		p(rule)
+		r.PGIdle.print(w)
 	}
 	if r.Lanes != nil {
 		p(rule)

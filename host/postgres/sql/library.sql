@@ -45,6 +45,13 @@ $fn$;
 -- registry, whose partitions are not the host's, needs it), and return
 -- (partition_key, member, score): the member names what to act on, the
 -- score orders it (a due time in ms, for the lag).
+--
+-- Their query spans every partition of two or three partitioned tables,
+-- each narrowed to one partition at run time. They are PL/pgSQL with a
+-- generic plan, so that the query is planned once per connection (planned
+-- at every call, as an SQL function's is, it cost the idle database about
+-- 15 ms of CPU per read), and without JIT: the plan's estimated cost
+-- crosses jit_above_cost, and compiling it took PostgreSQL 15 about 12 s.
 
 -- lapsed_leases is attempt_timeout's candidate read: per partition in
 -- parts, the attempts whose lease lapsed before now on executions that are
@@ -54,21 +61,27 @@ $fn$;
 -- partition.
 CREATE OR REPLACE FUNCTION ffscan.lapsed_leases(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, c.lease_expires_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
-		FROM ff_attempt a
-		JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
-		WHERE a.partition_key = p.k
-			AND a.lease_expires_at_ms IS NOT NULL
-			AND a.lease_expires_at_ms < ffscan.now_ms()
-			AND e.lifecycle_phase = 'active'
-		ORDER BY a.lease_expires_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+			FROM ff_attempt a
+			JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+			WHERE a.partition_key = p.k
+				AND a.lease_expires_at_ms IS NOT NULL
+				AND a.lease_expires_at_ms < ffscan.now_ms()
+				AND e.lifecycle_phase = 'active'
+			ORDER BY a.lease_expires_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- expire_lapsed_lease decides a lapsed attempt lease of an active
@@ -84,7 +97,8 @@ $fn$;
 -- Replies: {'1','retried',<new attempt index>}, {'1','terminal'}, or a
 -- no-op {'1', reason}: attempt_not_found, lease_released (the lease was
 -- cleared meanwhile), lease_renewed (it no longer lapsed),
--- execution_not_found, not_active.
+-- execution_not_found, not_active; {'0','malformed_raw_fields'} for an
+-- execution whose raw_fields is not a JSON object (nothing is changed).
 CREATE OR REPLACE FUNCTION ffscan.expire_lapsed_lease(pk smallint, eid uuid, att integer)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
@@ -123,6 +137,11 @@ BEGIN
 	END IF;
 	IF phase <> 'active' THEN
 		RETURN ARRAY['1', 'not_active'];
+	END IF;
+	IF jsonb_typeof(raw) IS DISTINCT FROM 'object' THEN
+		-- Merging into it would turn it into an array: refuse, change
+		-- nothing.
+		RETURN ARRAY['0', 'malformed_raw_fields'];
 	END IF;
 
 	-- FlowFabric compares the execution's pointer, not the scanned
@@ -208,21 +227,27 @@ $fn$;
 -- member '<execution uuid>/<attempt index>', score the lease's expiry.
 CREATE OR REPLACE FUNCTION ffscan.stale_leases(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, c.lease_expires_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
-		FROM ff_attempt a
-		LEFT JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
-		WHERE a.partition_key = p.k
-			AND a.lease_expires_at_ms IS NOT NULL
-			AND a.lease_expires_at_ms < ffscan.now_ms()
-			AND (e.execution_id IS NULL OR e.lifecycle_phase <> 'active')
-		ORDER BY a.lease_expires_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+			FROM ff_attempt a
+			LEFT JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+			WHERE a.partition_key = p.k
+				AND a.lease_expires_at_ms IS NOT NULL
+				AND a.lease_expires_at_ms < ffscan.now_ms()
+				AND (e.execution_id IS NULL OR e.lifecycle_phase <> 'active')
+			ORDER BY a.lease_expires_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- release_stale_lease: {'1','released'}, or a no-op {'1', reason}:
@@ -268,20 +293,26 @@ $fn$;
 -- execution uuid, score the deadline.
 CREATE OR REPLACE FUNCTION ffscan.deadlines_passed(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT e.partition_key, e.execution_id, e.deadline_at_ms
-		FROM ff_exec_core e
-		WHERE e.partition_key = p.k
-			AND e.deadline_at_ms IS NOT NULL
-			AND e.deadline_at_ms < ffscan.now_ms()
-			AND e.lifecycle_phase = 'active'
-		ORDER BY e.deadline_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+			FROM ff_exec_core e
+			WHERE e.partition_key = p.k
+				AND e.deadline_at_ms IS NOT NULL
+				AND e.deadline_at_ms < ffscan.now_ms()
+				AND e.lifecycle_phase = 'active'
+			ORDER BY e.deadline_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- expire_execution_deadline ends an active execution whose deadline
@@ -307,6 +338,9 @@ BEGIN
 	END IF;
 	IF e.deadline_at_ms IS NULL OR e.deadline_at_ms >= now_ms THEN
 		RETURN ARRAY['1', 'not_due'];
+	END IF;
+	IF jsonb_typeof(e.raw_fields) IS DISTINCT FROM 'object' THEN
+		RETURN ARRAY['0', 'malformed_raw_fields'];
 	END IF;
 	-- The execution's pointer may name no attempt row (PG5): then no
 	-- lease is cleared, as FlowFabric's does.
@@ -334,21 +368,27 @@ $fn$;
 -- keeps it in deadline_at_ms) that came; member the execution uuid.
 CREATE OR REPLACE FUNCTION ffscan.delays_due(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT e.partition_key, e.execution_id, e.deadline_at_ms
-		FROM ff_exec_core e
-		WHERE e.partition_key = p.k
-			AND e.deadline_at_ms IS NOT NULL
-			AND e.deadline_at_ms <= ffscan.now_ms()
-			AND e.lifecycle_phase = 'runnable'
-			AND e.eligibility_state = 'not_eligible_until_time'
-		ORDER BY e.deadline_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+			FROM ff_exec_core e
+			WHERE e.partition_key = p.k
+				AND e.deadline_at_ms IS NOT NULL
+				AND e.deadline_at_ms <= ffscan.now_ms()
+				AND e.lifecycle_phase = 'runnable'
+				AND e.eligibility_state = 'not_eligible_until_time'
+			ORDER BY e.deadline_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- promote_delayed makes a delayed execution eligible, as FlowFabric's
@@ -392,20 +432,26 @@ $fn$;
 -- waitpoint uuid, score the expiry.
 CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.waitpoint_id::text, c.expires_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
-		FROM ff_waitpoint_pending w
-		WHERE w.partition_key = p.k
-			AND w.expires_at_ms IS NOT NULL
-			AND w.expires_at_ms < ffscan.now_ms()
-			AND w.state = 'pending'
-		ORDER BY w.expires_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
+			FROM ff_waitpoint_pending w
+			WHERE w.partition_key = p.k
+				AND w.expires_at_ms IS NOT NULL
+				AND w.expires_at_ms < ffscan.now_ms()
+				AND w.state = 'pending'
+			ORDER BY w.expires_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- expire_pending_waitpoint deletes a pending waitpoint past its expiry and
@@ -458,19 +504,25 @@ $fn$;
 -- '<execution uuid>/<suspension uuid>', score the timeout.
 CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.execution_id::text || '/' || c.suspension_id::text, c.timeout_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
-		FROM ff_suspension_current s
-		WHERE s.partition_key = p.k
-			AND s.timeout_at_ms IS NOT NULL
-			AND s.timeout_at_ms < ffscan.now_ms()
-		ORDER BY s.timeout_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
+			FROM ff_suspension_current s
+			WHERE s.partition_key = p.k
+				AND s.timeout_at_ms IS NOT NULL
+				AND s.timeout_at_ms < ffscan.now_ms()
+			ORDER BY s.timeout_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- expire_suspension applies a suspension's timeout behaviour (NULL counts
@@ -510,7 +562,7 @@ BEGIN
 	IF s.timeout_at_ms IS NULL OR s.timeout_at_ms >= now_ms THEN
 		RETURN ARRAY['1', 'not_due'];
 	END IF;
-	SELECT x.lifecycle_phase, x.flow_id INTO e
+	SELECT x.lifecycle_phase, x.flow_id, x.raw_fields INTO e
 	FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = eid FOR UPDATE;
 	IF NOT FOUND OR e.lifecycle_phase <> 'suspended' THEN
 		UPDATE ff_suspension_current x SET timeout_at_ms = NULL
@@ -531,6 +583,9 @@ BEGIN
 		UPDATE ff_suspension_current x SET member_map = mm, timeout_at_ms = NULL
 		WHERE x.partition_key = pk AND x.execution_id = eid;
 		RETURN ARRAY['1', 'timeout_signal'];
+	END IF;
+	IF jsonb_typeof(e.raw_fields) IS DISTINCT FROM 'object' THEN
+		RETURN ARRAY['0', 'malformed_raw_fields'];
 	END IF;
 	UPDATE ff_exec_core x SET
 		lifecycle_phase = 'terminal',
@@ -555,19 +610,25 @@ $fn$;
 -- score the reset time.
 CREATE OR REPLACE FUNCTION ffscan.budgets_due(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.budget_id, c.next_reset_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT b.partition_key, b.budget_id, b.next_reset_at_ms
-		FROM ff_budget_policy b
-		WHERE b.partition_key = p.k
-			AND b.next_reset_at_ms IS NOT NULL
-			AND b.next_reset_at_ms <= ffscan.now_ms()
-		ORDER BY b.next_reset_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT b.partition_key, b.budget_id, b.next_reset_at_ms
+			FROM ff_budget_policy b
+			WHERE b.partition_key = p.k
+				AND b.next_reset_at_ms IS NOT NULL
+				AND b.next_reset_at_ms <= ffscan.now_ms()
+			ORDER BY b.next_reset_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- reset_budget zeroes a due budget's usage and schedules its next reset
@@ -627,19 +688,25 @@ $fn$;
 -- pending-dispatch index (FlowFabric's read spans every partition).
 CREATE OR REPLACE FUNCTION ffscan.completions_undispatched(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.event_id::text, c.committed_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
-		FROM ff_completion_event ev
-		WHERE ev.partition_key = p.k
-			AND ev.dispatched_at_ms IS NULL
-			AND ev.committed_at_ms < ffscan.now_ms() - 15000
-		ORDER BY ev.committed_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
+			FROM ff_completion_event ev
+			WHERE ev.partition_key = p.k
+				AND ev.dispatched_at_ms IS NULL
+				AND ev.committed_at_ms < ffscan.now_ms() - 15000
+			ORDER BY ev.committed_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- dispatch_completion advances every edge out of the event's execution
@@ -798,17 +865,23 @@ AS $fn$ SELECT x.partition_key FROM ff_completion_event x WHERE x.event_id = ev 
 -- the enqueue time.
 CREATE OR REPLACE FUNCTION ffscan.cancel_groups_pending(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT c.partition_key, c.flow_id::text || '/' || c.downstream_eid::text, c.enqueued_at_ms
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT q.partition_key, q.flow_id, q.downstream_eid, q.enqueued_at_ms
-		FROM ff_pending_cancel_groups q
-		WHERE q.partition_key = p.k
-		ORDER BY q.enqueued_at_ms
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT q.partition_key, q.flow_id, q.downstream_eid, q.enqueued_at_ms
+			FROM ff_pending_cancel_groups q
+			WHERE q.partition_key = p.k
+			ORDER BY q.enqueued_at_ms
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- dispatch_sibling_cancels cancels the group's listed siblings that have
@@ -856,7 +929,8 @@ BEGIN
 			terminal_at_ms = coalesce(x.terminal_at_ms, now_ms),
 			cancellation_reason = coalesce(x.cancellation_reason, 'sibling_quorum_satisfied'),
 			cancelled_by = coalesce(x.cancelled_by, 'engine'),
-			raw_fields = x.raw_fields || jsonb_build_object('last_mutation_at', now_ms::text)
+			raw_fields = CASE WHEN jsonb_typeof(x.raw_fields) = 'object'
+				THEN x.raw_fields || jsonb_build_object('last_mutation_at', now_ms::text) ELSE x.raw_fields END
 		WHERE x.partition_key = pk AND x.execution_id = m::uuid
 			AND x.lifecycle_phase NOT IN ('terminal', 'cancelled');
 		GET DIAGNOSTICS cnt = ROW_COUNT;
@@ -924,18 +998,24 @@ $fn$;
 -- instance id] (both free text), score the time they expired.
 CREATE OR REPLACE FUNCTION ffscan.workers_expired(parts smallint[], per_partition integer, partition_count integer)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
 	SELECT p.k, c.partition_key::text || '/' || jsonb_build_array(c.namespace, c.worker_instance_id)::text, c.expired_at
-	FROM unnest(parts) AS p(k)
-	CROSS JOIN LATERAL (
-		SELECT w.partition_key, w.namespace, w.worker_instance_id, w.last_heartbeat_ms + w.liveness_ttl_ms AS expired_at
-		FROM ff_worker_registry w
-		WHERE w.partition_key IN (SELECT g FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g)
-			AND w.last_heartbeat_ms + w.liveness_ttl_ms < ffscan.now_ms()
-		ORDER BY expired_at
-		LIMIT per_partition
-	) AS c
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT w.partition_key, w.namespace, w.worker_instance_id, w.last_heartbeat_ms + w.liveness_ttl_ms AS expired_at
+			FROM ff_worker_registry w
+			WHERE w.partition_key IN (SELECT g FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g)
+				AND w.last_heartbeat_ms + w.liveness_ttl_ms < ffscan.now_ms()
+			ORDER BY expired_at
+			LIMIT per_partition
+		) AS c;
+END
 $fn$;
 
 -- sweep_worker deletes a registration whose heartbeat is still older than
