@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -388,4 +389,47 @@ func candidates16(t *testing.T, pool *pgxpool.Pool, part uint16) []string {
 		out = append(out, r.Member)
 	}
 	return out
+}
+
+// TestDispatchRace: the listener and the reconciler (or two hosts) racing
+// on one completion: the second waits on the first's row lock and finds
+// the event dispatched; the edge group is counted once.
+func TestDispatchRace(t *testing.T) {
+	t.Parallel()
+	pool := schemaDB(t)
+	ctx := context.Background()
+	const pk = 30
+	up, down := "30303030-0000-4000-8000-000000000001", "30303030-0000-4000-8000-000000000002"
+	postgrestest.DAG(t, pool, pk, "f3000000-0000-4000-8000-000000000001", nil, [][2]string{{up, down}})
+	ev := postgrestest.Complete(t, pool, pk, up, "success")
+
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer first.Rollback(ctx)
+	var out []string
+	require.NoError(t, first.QueryRow(ctx, "SELECT ffscan.dispatch_completion($1, $2)", pk, ev).Scan(&out))
+	assert.Equal(t, []string{"1", "dispatched", "1"}, out)
+
+	second, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer second.Release()
+	var pid uint32
+	require.NoError(t, second.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+	done := make(chan []string, 1)
+	go func() {
+		var o []string
+		if err := second.QueryRow(ctx, "SELECT ffscan.dispatch_completion($1, $2)", pk, ev).Scan(&o); err != nil {
+			o = []string{"error", err.Error()}
+		}
+		done <- o
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		_ = pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+		return waiting
+	}, 30*time.Second, 5*time.Millisecond)
+	require.NoError(t, first.Commit(ctx))
+	assert.Equal(t, []string{"1", "already_dispatched"}, <-done)
+	assert.Equal(t, "1/0", one[string](t, pool, "SELECT success_count || '/' || running_count FROM ff_edge_group WHERE downstream_eid = $1", down),
+		"counted once")
 }
