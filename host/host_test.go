@@ -528,7 +528,6 @@ func TestBootRecognisesThePostgresSchema(t *testing.T) {
 	cfg.Postgres.DSN, cfg.Postgres.PoolSize = migrated, 3
 	h, err := Boot(ctx, cfg, hclog.NewNullLogger())
 	require.NoError(t, err)
-	defer h.Close()
 	st := h.Status().Postgres
 	require.NotNil(t, st)
 	assert.Equal(t, "flowfabric migration 22", st.Schema)
@@ -543,4 +542,27 @@ func TestBootRecognisesThePostgresSchema(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT version FROM ffscan.library), (SELECT count(*) FROM _sqlx_migrations)").Scan(&version, &ledgerRows))
 	assert.Equal(t, postgres.LibraryVersion, version)
 	assert.Equal(t, 21, ledgerRows)
+	h.Close()
+
+	// Running, the host dispatches DAG completions committed on the
+	// database (LISTEN) and says so in its status.
+	cfg.Completions.Enabled = true
+	rh, stop := running(t, cfg)
+	defer stop()
+	const a, b = "c0000000-0000-4000-8000-000000000001", "c0000000-0000-4000-8000-000000000002"
+	dbPool, err := postgres.Connect(ctx, postgres.Options{DSN: migrated, PoolSize: 2})
+	require.NoError(t, err)
+	defer dbPool.Close()
+	postgrestest.DAG(t, dbPool, 7, "f7000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
+	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions != nil }, 30*time.Second, 10*time.Millisecond,
+		"the Postgres completion listener starts with the host")
+	// Committed before or after its LISTEN is in place: a catch-up after
+	// each connect dispatches what came before.
+	postgrestest.Complete(t, dbPool, 7, a, "success")
+	require.Eventually(t, func() bool {
+		var eligible string
+		_ = dbPool.QueryRow(ctx, "SELECT eligibility_state FROM ff_exec_core WHERE execution_id = $1", b).Scan(&eligible)
+		return eligible == "eligible_now"
+	}, 30*time.Second, 10*time.Millisecond, "the downstream released by the host's listener")
+	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 }, 10*time.Second, 10*time.Millisecond)
 }

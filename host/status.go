@@ -54,7 +54,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 		running[name] = u
 		notApplied[name] = u.notApplied
 	}
-	comp, share := h.comp, h.share
+	comp, share, pgComp := h.comp, h.share, h.pgComp
 	h.mu.Unlock()
 	if share != nil {
 		st := share.Status()
@@ -64,6 +64,11 @@ func (h *Host) Status() httpapi.StatusDoc {
 			ss.Totals[f.String()] = len(h.parts.Partitions(f))
 		}
 		doc.Sharing = ss
+	}
+	if pgComp != nil && doc.Postgres != nil {
+		st := pgComp.Stats()
+		doc.Postgres.Completions = &httpapi.PGCompletionsStatus{Notifications: st.Notifications, Dispatched: st.Dispatched,
+			AlreadyDone: st.AlreadyDone, NotOwned: st.NotOwned, Errors: st.Errors, Reconnects: st.Reconnects}
 	}
 	if comp != nil {
 		st := comp.Stats()

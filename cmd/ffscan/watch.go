@@ -62,6 +62,9 @@ func printCompact(w io.Writer, prev, cur *sample) {
 	}
 	if cs := d.Completions; cs != nil {
 		head += fmt.Sprintf("  completions: %d msgs, %d edges", cs.Messages, cs.Resolved)
+		if pg := d.Postgres; pg != nil && pg.Completions != nil {
+			head += fmt.Sprintf(", pg %d", pg.Completions.Dispatched)
+		}
 	}
 	fmt.Fprintln(w, head)
 	fmt.Fprintf(w, "%-22s %-10s %7s %9s %10s %6s %8s %10s\n", "SCANNER", "STATE", "CYCLES", "ITEMS/S", "ITEMS", "ERRS", "BACKLOG", "LAST")

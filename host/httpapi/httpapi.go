@@ -321,4 +321,19 @@ type PostgresStatus struct {
 	// Connections open now, and of those in use.
 	Connections int `json:"connections"`
 	InUse       int `json:"in_use"`
+	// Completions is the Postgres completion listener (null when disabled).
+	Completions *PGCompletionsStatus `json:"completions,omitempty"`
+}
+
+// PGCompletionsStatus counts what the Postgres completion listener did:
+// notifications received, events it dispatched, events it found already
+// dispatched, events of partitions other hosts own, failures and
+// reconnects.
+type PGCompletionsStatus struct {
+	Notifications int64 `json:"notifications"`
+	Dispatched    int64 `json:"dispatched"`
+	AlreadyDone   int64 `json:"already_done"`
+	NotOwned      int64 `json:"not_owned"`
+	Errors        int64 `json:"errors"`
+	Reconnects    int64 `json:"reconnects"`
 }
