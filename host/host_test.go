@@ -453,12 +453,16 @@ func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
 	measured := false
 	for try := 0; try < 5 && !measured; try++ {
 		require.Eventually(t, h.census.Ready, 30*time.Second, 10*time.Millisecond)
-		epoch, start := h.epoch.Load(), cycle()
+		epoch, resets, start := h.epoch.Load(), h.census.Resets(), cycle()
 		before := laneReads(t, c)
 		require.Eventually(t, func() bool { return cycle() >= start+5 }, 30*time.Second, 10*time.Millisecond)
 		reads := laneReads(t, c) - before
-		if h.epoch.Load() != epoch {
+		if h.epoch.Load() != epoch || !h.census.Ready() {
 			t.Logf("window %d: the store epoch changed (%d lane reads); measuring again", try, reads)
+			continue
+		}
+		if h.census.Resets() != resets {
+			t.Logf("window %d: the census was forgotten meanwhile (%d lane reads); measuring again", try, reads)
 			continue
 		}
 		measured = true

@@ -13,6 +13,10 @@ import (
 // lane's key before auto mode uses it.
 const censusWorth = 2
 
+// censusGrace is how long the census outlives the lane-scoped scanners'
+// load dropping to nothing (see runCensus).
+const censusGrace = 30 * time.Second
+
 // CensusMinLanes is the fewest lanes auto mode uses the census for: with
 // few lanes, reading every lane's key costs a few commands per interval
 // (one EXISTS covers a lane's keys of 256 partitions on a single node),
@@ -36,12 +40,23 @@ const commandCost = 20
 func (h *Host) runCensus(ctx context.Context) {
 	var dbsize, largest int64
 	var primaries int
-	var sized, passStart time.Time
+	var sized, passStart, lastLoad time.Time
+	var lastDirect float64
+	var lastIv time.Duration
 	on := false
 	for {
 		wait := time.Second
 		mode := h.config().Scheduler.LaneCensus
 		direct, minIv := h.laneLoad()
+		// A lane-scoped scanner that is briefly unavailable (a plugin
+		// restarting, a swap) reports no load: the census is kept through
+		// such gaps (up to censusGrace) rather than forgotten and warmed
+		// again, with every lane key read in between.
+		if direct > 0 {
+			lastDirect, lastIv, lastLoad = direct, minIv, time.Now()
+		} else if !lastLoad.IsZero() && time.Since(lastLoad) < censusGrace {
+			direct, minIv = lastDirect, lastIv
+		}
 		want := false
 		if mode != "off" && direct > 0 && (mode == "on" || len(h.Lanes()) >= CensusMinLanes) {
 			if time.Since(sized) > 2*time.Second {

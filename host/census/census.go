@@ -58,6 +58,8 @@ type Census struct {
 	done     map[string]bool   // primaries whose part of the pass ended
 	tooMany  bool
 	enabled  bool
+	// resets counts Reset calls (the census forgotten and warming again).
+	resets uint64
 }
 
 // New returns an empty census (unknown until a pass completes). epoch is
@@ -141,6 +143,14 @@ func (c *Census) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ready, c.last, c.cur, c.cursors, c.done, c.tooMany = false, nil, nil, nil, nil, false
+	c.resets++
+}
+
+// Resets returns how many times the census was forgotten.
+func (c *Census) Resets() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resets
 }
 
 // Step reads up to pages SCAN pages from every primary and reports whether
