@@ -70,7 +70,6 @@ func phase(t *testing.T, pool *pgxpool.Pool, eid string) string {
 // the rest of the chain through the skipped completions the dispatch
 // itself commits.
 func TestChainAdvancesOnNotifications(t *testing.T) {
-	t.Parallel()
 	pool := database(t)
 	l := start(t, pool, nil)
 	const pk = 86
@@ -101,7 +100,6 @@ func TestChainAdvancesOnNotifications(t *testing.T) {
 // Events committed while no listener ran are dispatched when one starts;
 // partitions another host owns are left to it.
 func TestCatchUpAndOwnership(t *testing.T) {
-	t.Parallel()
 	pool := database(t)
 	const mine, theirs = 5, 6
 	a, b := "b0000000-0000-4000-8000-000000000001", "b0000000-0000-4000-8000-000000000002"

@@ -3,7 +3,10 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,9 +19,61 @@ import (
 	"github.com/ffscan/ffscan/internal/pgtest"
 )
 
+// shared is the server and database the function tests share: creating
+// the schema costs a few seconds of a core, and the tests work on rows of
+// their own (partitions and ids no other test uses).
+var shared struct {
+	once sync.Once
+	srv  *pgtest.Server
+	pool *pgxpool.Pool
+	err  error
+}
+
+// TestMain stops the shared server after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.pool != nil {
+		shared.pool.Close()
+	}
+	if shared.srv != nil {
+		shared.srv.Stop()
+	}
+	os.Exit(code)
+}
+
+// sharedDB returns a pool on the shared database holding ffscan's schema
+// and library (skipping the test, as pgtest.New does, when PostgreSQL is
+// not installed and not required).
+func sharedDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	shared.once.Do(func() {
+		ctx := context.Background()
+		if shared.srv, shared.err = pgtest.Start(); shared.err != nil {
+			return
+		}
+		dsn, err := shared.srv.CreateDatabase(ctx, "ffscan")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		if shared.pool, shared.err = postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 8}); shared.err != nil {
+			return
+		}
+		if _, shared.err = postgres.CreateSchema(ctx, shared.pool); shared.err != nil {
+			return
+		}
+		_, shared.err = postgres.InstallLibrary(ctx, shared.pool)
+	})
+	if errors.Is(shared.err, pgtest.ErrNoPostgres) && os.Getenv("FFSCAN_TEST_REQUIRE_POSTGRES") == "" {
+		t.Skip(shared.err.Error())
+	}
+	require.NoError(t, shared.err)
+	return shared.pool
+}
+
 // schemaDB returns a pool on a database of a new server holding ffscan's
-// schema and library. Creating the schema takes a few seconds, so each
-// test makes one and its subtests share it (each on rows of its own).
+// schema and library, for a test that changes what others rely on (the
+// library record).
 func schemaDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
@@ -37,7 +92,6 @@ func schemaDB(t *testing.T) *pgxpool.Pool {
 }
 
 func TestInstallLibrary(t *testing.T) {
-	t.Parallel()
 	pool := schemaDB(t)
 	ctx := context.Background()
 	// The subtests run in order on one database, each from the state the
@@ -194,7 +248,7 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 
 func TestExpireLapsedLease(t *testing.T) {
 	t.Parallel()
-	pool := schemaDB(t)
+	pool := sharedDB(t)
 	ctx := context.Background()
 	const pk int16 = 86
 

@@ -77,7 +77,7 @@ func one[T any](t *testing.T, pool *pgxpool.Pool, sql string, args ...any) T {
 
 func TestReconcilerFunctions(t *testing.T) {
 	t.Parallel()
-	pool := schemaDB(t)
+	pool := sharedDB(t)
 
 	t.Run("lease_expiry clears lapsed leases of executions that are not active, and leaves active ones to attempt_timeout", func(t *testing.T) {
 		const pk = 11
@@ -260,7 +260,7 @@ func TestReconcilerFunctions(t *testing.T) {
 
 func TestDependencyFunctions(t *testing.T) {
 	t.Parallel()
-	pool := schemaDB(t)
+	pool := sharedDB(t)
 	const pk = 20
 	id := func(n int) string {
 		return "20202020-0000-4000-8000-0000000000" + string(rune('0'+n/10)) + string(rune('0'+n%10))
@@ -358,7 +358,7 @@ func TestDependencyFunctions(t *testing.T) {
 
 func TestWorkerRegistrySweep(t *testing.T) {
 	t.Parallel()
-	pool := schemaDB(t)
+	pool := sharedDB(t)
 	// Registry partitions 3, 19 and 35 are swept by flow partition 3 of 16.
 	exec(t, pool, `INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
 		last_heartbeat_ms, liveness_ttl_ms, registered_at_ms) VALUES
@@ -396,7 +396,7 @@ func candidates16(t *testing.T, pool *pgxpool.Pool, part uint16) []string {
 // the event dispatched; the edge group is counted once.
 func TestDispatchRace(t *testing.T) {
 	t.Parallel()
-	pool := schemaDB(t)
+	pool := sharedDB(t)
 	ctx := context.Background()
 	const pk = 30
 	up, down := "30303030-0000-4000-8000-000000000001", "30303030-0000-4000-8000-000000000002"

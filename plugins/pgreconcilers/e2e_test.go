@@ -124,7 +124,6 @@ func run(t *testing.T, dsn string) {
 }
 
 func TestAttemptTimeoutOnFlowFabricsSchema(t *testing.T) {
-	t.Parallel()
 	srv := pgtest.New(t)
 	dsn, err := srv.CreateDatabase(context.Background(), "flowfabric")
 	require.NoError(t, err)
@@ -133,7 +132,6 @@ func TestAttemptTimeoutOnFlowFabricsSchema(t *testing.T) {
 }
 
 func TestAttemptTimeoutOnFfscansSchema(t *testing.T) {
-	t.Parallel()
 	srv := pgtest.New(t)
 	ctx := context.Background()
 	dsn, err := srv.CreateDatabase(ctx, "ffscan")
@@ -150,7 +148,6 @@ func TestAttemptTimeoutOnFfscansSchema(t *testing.T) {
 // started, not at its first cycle; so is a scanner naming functions the
 // host's library does not have.
 func TestRefusedWithoutADatabase(t *testing.T) {
-	t.Parallel()
 	srv := testserver.New(t)
 	ctx := context.Background()
 	booted, err := hosttest.Runner{}.Boot(ctx, scannertest.Boot{Scanner: pgreconcilers.AttemptTimeoutName, Addr: srv.Addr,
@@ -178,7 +175,6 @@ func TestRefusedWithoutADatabase(t *testing.T) {
 // database with ffscan's schema: Setup plants the scenario afresh for
 // each run, Check reads what the run left.
 func TestEveryReconcilerThroughTheHost(t *testing.T) {
-	t.Parallel()
 	srv := pgtest.New(t)
 	ctx := context.Background()
 	dsn, err := srv.CreateDatabase(ctx, "ffscan")
