@@ -453,6 +453,10 @@ func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
 	measured := false
 	for try := 0; try < 5 && !measured; try++ {
 		require.Eventually(t, h.census.Ready, 30*time.Second, 10*time.Millisecond)
+		// A cycle that began before the census was ready still reads
+		// every lane: the window starts once a whole cycle began after.
+		ready := cycle()
+		require.Eventually(t, func() bool { return cycle() >= ready+2 }, 30*time.Second, 10*time.Millisecond)
 		epoch, resets, start := h.epoch.Load(), h.census.Resets(), cycle()
 		before := laneReads(t, c)
 		require.Eventually(t, func() bool { return cycle() >= start+5 }, 30*time.Second, 10*time.Millisecond)
