@@ -1,8 +1,11 @@
 // Command pgdemo is the workload `make run BACKEND=postgres` drives against
 // a throwaway PostgreSQL holding FlowFabric's schema, so every Postgres
-// reconciler has something to do. It writes rows the way FlowFabric's
-// Postgres backend leaves them (postgres.md §3 and §7), standing in for
-// its producers and workers:
+// reconciler has something to do. It writes rows with the columns and
+// values FlowFabric's Postgres backend leaves (postgres.md §3 and §7),
+// standing in for its producers and workers. Executions, flows and
+// budgets go to random partitions (the reconcilers never recompute a
+// partition from an id); worker registrations to FlowFabric's (FNV-1a of
+// the instance id, mod 256):
 //
 //   - executions are created and claimed by workers; most complete, some
 //     workers "crash" (the lease lapses), so pg_attempt_timeout retries them
@@ -342,7 +345,17 @@ func (d *demo) worker(ctx context.Context) error {
 	inst := "demo-worker-" + newUUID()[:8]
 	return d.exec(ctx, `INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
 		last_heartbeat_ms, liveness_ttl_ms, registered_at_ms) VALUES ($1, 'demo', $2, 'demo-worker', '{default}', '', ffscan.now_ms(), 2000, ffscan.now_ms())`,
-		int16(rand.IntN(256)), inst)
+		int16(fnv1a64(inst)%256), inst)
+}
+
+// fnv1a64 is FNV-1a 64-bit, FlowFabric's worker-registry partitioning.
+func fnv1a64(s string) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 0x100000001b3
+	}
+	return h
 }
 
 // newUUID is a random (version 4) uuid.
