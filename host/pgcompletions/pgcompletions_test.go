@@ -11,27 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/pgcompletions"
-	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
-	"github.com/ffscan/ffscan/internal/pgtest"
 	"github.com/ffscan/ffscan/keys"
 )
-
-func database(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	srv := pgtest.New(t)
-	dsn, err := srv.CreateDatabase(ctx, "ff")
-	require.NoError(t, err)
-	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 8})
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = postgres.CreateSchema(ctx, pool)
-	require.NoError(t, err)
-	_, err = postgres.InstallLibrary(ctx, pool)
-	require.NoError(t, err)
-	return pool
-}
 
 func start(t *testing.T, pool *pgxpool.Pool, owns func(keys.Partition) bool) *pgcompletions.Listener {
 	t.Helper()
@@ -70,7 +52,7 @@ func phase(t *testing.T, pool *pgxpool.Pool, eid string) string {
 // the rest of the chain through the skipped completions the dispatch
 // itself commits.
 func TestChainAdvancesOnNotifications(t *testing.T) {
-	pool := database(t)
+	pool := postgrestest.SchemaDB(t, 8)
 	l := start(t, pool, nil)
 	const pk = 86
 	a, b, c := "a0000000-0000-4000-8000-000000000001", "a0000000-0000-4000-8000-000000000002", "a0000000-0000-4000-8000-000000000003"
@@ -100,7 +82,7 @@ func TestChainAdvancesOnNotifications(t *testing.T) {
 // Events committed while no listener ran are dispatched when one starts;
 // partitions another host owns are left to it.
 func TestCatchUpAndOwnership(t *testing.T) {
-	pool := database(t)
+	pool := postgrestest.SchemaDB(t, 8)
 	const mine, theirs = 5, 6
 	a, b := "b0000000-0000-4000-8000-000000000001", "b0000000-0000-4000-8000-000000000002"
 	x, y := "b0000000-0000-4000-8000-000000000011", "b0000000-0000-4000-8000-000000000012"

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/postgres"
+	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/internal/pgtest"
 )
 
@@ -71,28 +72,10 @@ func sharedDB(t *testing.T) *pgxpool.Pool {
 	return shared.pool
 }
 
-// schemaDB returns a pool on a database of a new server holding ffscan's
-// schema and library, for a test that changes what others rely on (the
-// library record).
-func schemaDB(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	srv := pgtest.New(t)
-	dsn, err := srv.CreateDatabase(ctx, "ffscan")
-	require.NoError(t, err)
-	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 4})
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = postgres.CreateSchema(ctx, pool)
-	require.NoError(t, err)
-	action, err := postgres.InstallLibrary(ctx, pool)
-	require.NoError(t, err)
-	require.Equal(t, postgres.LibraryInstalled, action)
-	return pool
-}
-
 func TestInstallLibrary(t *testing.T) {
-	pool := schemaDB(t)
+	// A database of its own: the test changes the library record others
+	// rely on.
+	pool := postgrestest.SchemaDB(t, 4)
 	ctx := context.Background()
 	// The subtests run in order on one database, each from the state the
 	// one before left (the current library).
@@ -239,6 +222,36 @@ func readExecPhase(t *testing.T, pool *pgxpool.Pool, eid string) string {
 	return s
 }
 
+// secondWaits runs sql (a function call answering text[]) on a second
+// connection while first holds its row locks, waits until it blocks on
+// them, commits first, and returns the second call's answer.
+func secondWaits(t *testing.T, pool *pgxpool.Pool, first pgx.Tx, sql string, args ...any) []string {
+	t.Helper()
+	ctx := context.Background()
+	second, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer second.Release()
+	var pid uint32
+	require.NoError(t, second.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+	done := make(chan []string, 1)
+	go func() {
+		var out []string
+		if err := second.QueryRow(ctx, sql, args...).Scan(&out); err != nil {
+			out = []string{"error", err.Error()}
+		}
+		done <- out
+	}()
+	// The server says when the call is blocked on a lock: polled, as
+	// PostgreSQL has no event for it.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		_ = pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+		return waiting
+	}, 30*time.Second, 5*time.Millisecond)
+	require.NoError(t, first.Commit(ctx))
+	return <-done
+}
+
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -380,27 +393,10 @@ func TestExpireLapsedLease(t *testing.T) {
 		defer first.Rollback(ctx)
 		assert.Equal(t, []string{"1", "retried", "1"}, expire(t, first, pk, eid, 0))
 
-		second, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer second.Release()
-		var secondPID uint32
-		require.NoError(t, second.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&secondPID))
-		done := make(chan []string, 1)
-		go func() {
-			var out []string
-			if err := second.QueryRow(ctx, "SELECT ffscan.expire_lapsed_lease($1, $2, 0)", pk, eid).Scan(&out); err != nil {
-				out = []string{"error", err.Error()}
-			}
-			done <- out
-		}()
-		// The second call waits on the first one's row lock.
-		require.Eventually(t, func() bool {
-			var waiting bool
-			_ = pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", secondPID).Scan(&waiting)
-			return waiting
-		}, 30*time.Second, 5*time.Millisecond)
-		require.NoError(t, first.Commit(ctx))
-		assert.Equal(t, []string{"1", "lease_released"}, <-done)
+		// The second call waits on the first one's row lock, then finds the
+		// lapse settled.
+		assert.Equal(t, []string{"1", "lease_released"},
+			secondWaits(t, pool, first, "SELECT ffscan.expire_lapsed_lease($1, $2, 0)", pk, eid))
 		assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM ff_lease_event WHERE execution_id = $1", eid), "acted once")
 		assert.Equal(t, 1, readExec(t, pool, pk, eid).AttemptIndex, "one retry counted")
 	})

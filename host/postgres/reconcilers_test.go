@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -410,26 +409,8 @@ func TestDispatchRace(t *testing.T) {
 	require.NoError(t, first.QueryRow(ctx, "SELECT ffscan.dispatch_completion($1, $2)", pk, ev).Scan(&out))
 	assert.Equal(t, []string{"1", "dispatched", "1"}, out)
 
-	second, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer second.Release()
-	var pid uint32
-	require.NoError(t, second.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
-	done := make(chan []string, 1)
-	go func() {
-		var o []string
-		if err := second.QueryRow(ctx, "SELECT ffscan.dispatch_completion($1, $2)", pk, ev).Scan(&o); err != nil {
-			o = []string{"error", err.Error()}
-		}
-		done <- o
-	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		_ = pool.QueryRow(ctx, "SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
-		return waiting
-	}, 30*time.Second, 5*time.Millisecond)
-	require.NoError(t, first.Commit(ctx))
-	assert.Equal(t, []string{"1", "already_dispatched"}, <-done)
+	assert.Equal(t, []string{"1", "already_dispatched"},
+		secondWaits(t, pool, first, "SELECT ffscan.dispatch_completion($1, $2)", pk, ev))
 	assert.Equal(t, "1/0", one[string](t, pool, "SELECT success_count || '/' || running_count FROM ff_edge_group WHERE downstream_eid = $1", down),
 		"counted once")
 }

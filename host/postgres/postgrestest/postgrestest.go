@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ffscan/ffscan/host/postgres"
+	"github.com/ffscan/ffscan/internal/pgtest"
 )
 
 // LedgerDDL is the migration ledger as FlowFabric's migrator (sqlx)
@@ -143,4 +144,29 @@ func Complete(t testing.TB, pool *pgxpool.Pool, pk int, eid, outcome string) str
 		t.Fatal(err)
 	}
 	return id
+}
+
+// SchemaDB starts a PostgreSQL for the test (skipped as pgtest.New skips
+// when there is none) and returns a pool of poolSize connections on a
+// database holding ffscan's schema and function library.
+func SchemaDB(t testing.TB, poolSize int) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	srv := pgtest.New(t)
+	dsn, err := srv.CreateDatabase(ctx, "ffscan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: poolSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := postgres.CreateSchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.InstallLibrary(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
