@@ -192,7 +192,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 			h.pgLibrary = postgres.LibraryVersion
 			log.Info("postgres function library", "version", postgres.LibraryVersion, "action", string(action))
 		}
-		log.Info("postgres", "schema", h.pgSchema.String(), "pool_size", h.pg.Config().MaxConns)
+		log.Info("postgres", "schema", h.pgSchema.String(), "pool_size", h.pg.Config().MaxConns, "filter", cfg.Postgres.Filter().String())
 	}
 	h.readOnly = readOnly
 	var lanesList []string
@@ -229,7 +229,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 	h.discoverLanes(ctx)
 	log.Info("lanes", "lanes", h.Lanes())
 	h.svc = callbacks.New(h.lib, h.met)
-	h.svc.SetPostgres(h.pg) // PGCALLs (refused when there is no database)
+	h.svc.SetPostgres(h.pg, cfg.Postgres.Filter()) // PGCALLs (refused when there is no database)
 	h.svc.SetBudget(budgetOf(cfg.Callbacks))
 	h.compMet = completions.NewPrometheusMetrics()
 	if err := h.compMet.Register(h.met.Registry); err != nil {
@@ -590,18 +590,19 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 		DrainTimeout:   cfg.Scheduler.CallTimeout + 5*time.Second,
 	}, h.launcherFor(cfg, name, sc, false), h.met, log)
 	run := scheduler.New(scheduler.Config{
-		Name:        name,
-		Interval:    sc.Interval,
-		Batch:       sc.Batch,
-		Partitions:  h.parts,
-		LanesFunc:   h.Lanes,
-		Owns:        h.owns(),
-		Concurrency: cfg.Scheduler.Concurrency,
-		CallTimeout: cfg.Scheduler.CallTimeout,
-		CallParent:  h.callCtx,
-		Epoch:       h.epoch,
-		Census:      h.census,
-		Postgres:    h.pg,
+		Name:           name,
+		Interval:       sc.Interval,
+		Batch:          sc.Batch,
+		Partitions:     h.parts,
+		LanesFunc:      h.Lanes,
+		Owns:           h.owns(),
+		Concurrency:    cfg.Scheduler.Concurrency,
+		CallTimeout:    cfg.Scheduler.CallTimeout,
+		CallParent:     h.callCtx,
+		Epoch:          h.epoch,
+		Census:         h.census,
+		Postgres:       h.pg,
+		PostgresFilter: cfg.Postgres.Filter(),
 	}, h.client, supTarget{sup}, nil, h.met, log)
 	ctx, cancel := context.WithCancel(h.runCtx)
 	u := &unit{name: name, sc: sc, sup: sup, run: run, cancel: cancel, done: make(chan struct{})}
@@ -653,7 +654,8 @@ func (h *Host) startCompletions(c config.Completions) {
 		return
 	}
 	if h.pg != nil {
-		l := pgcompletions.New(pgcompletions.Options{Pool: h.pg, Concurrency: c.Concurrency, Owns: h.owns(), Logger: h.log.Named("pgcompletions")})
+		l := pgcompletions.New(pgcompletions.Options{Pool: h.pg, Concurrency: c.Concurrency, Owns: h.owns(),
+			Filter: h.config().Postgres.Filter(), Logger: h.log.Named("pgcompletions")})
 		l.Start(h.runCtx)
 		h.pgComp = l
 		h.log.Info("postgres completion listener started", "channel", pgcompletions.Channel, "concurrency", c.Concurrency)
@@ -802,16 +804,17 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 		scanner, host = inst.Scanner(), instanceHost(inst)
 	}
 	run := scheduler.New(scheduler.Config{
-		Name:        name,
-		Interval:    sc.Interval,
-		Batch:       sc.Batch,
-		Partitions:  h.parts,
-		LanesFunc:   h.Lanes,
-		Concurrency: cfg.Scheduler.Concurrency,
-		CallTimeout: cfg.Scheduler.CallTimeout,
-		NoJitter:    true,
-		Epoch:       h.epoch,
-		Postgres:    h.pg,
+		Name:           name,
+		Interval:       sc.Interval,
+		Batch:          sc.Batch,
+		Partitions:     h.parts,
+		LanesFunc:      h.Lanes,
+		Concurrency:    cfg.Scheduler.Concurrency,
+		CallTimeout:    cfg.Scheduler.CallTimeout,
+		NoJitter:       true,
+		Epoch:          h.epoch,
+		Postgres:       h.pg,
+		PostgresFilter: cfg.Postgres.Filter(),
 	}, h.client, staticTarget{scanner}, host, h.met, h.scannerLog(name))
 	return &Session{h: h, run: run, dryRun: opts.DryRun, close: closeFn}, nil
 }

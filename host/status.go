@@ -32,7 +32,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 	}
 	if h.pg != nil {
 		st := h.pg.Stat()
-		doc.Postgres = &httpapi.PostgresStatus{Schema: h.pgSchema.String(), Library: h.pgLibrary, PoolSize: int(st.MaxConns()),
+		doc.Postgres = &httpapi.PostgresStatus{Schema: h.pgSchema.String(), Library: h.pgLibrary, Filter: cfg.Postgres.Filter().String(), PoolSize: int(st.MaxConns()),
 			Connections: int(st.TotalConns()), InUse: int(st.AcquiredConns())}
 	}
 	h.relMu.Lock()
@@ -68,7 +68,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 	if pgComp != nil && doc.Postgres != nil {
 		st := pgComp.Stats()
 		doc.Postgres.Completions = &httpapi.PGCompletionsStatus{Notifications: st.Notifications, Dispatched: st.Dispatched,
-			AlreadyDone: st.AlreadyDone, NotOwned: st.NotOwned, Errors: st.Errors, Reconnects: st.Reconnects}
+			AlreadyDone: st.AlreadyDone, NotOwned: st.NotOwned, Filtered: st.Filtered, Errors: st.Errors, Reconnects: st.Reconnects}
 	}
 	if comp != nil {
 		st := comp.Stats()

@@ -150,10 +150,10 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 	}
 	fmt.Fprintf(w, "ffscan %s (scanner API %s), up since %s, %s, lanes %s\n", doc.Version, doc.ScannerAPI, doc.StartedAt.Format(time.RFC3339), valkeyLine, lanes)
 	if pg := doc.Postgres; pg != nil {
-		fmt.Fprintf(w, "postgres: %s, ffscan library %d, %d of %d connections open, %d in use\n", pg.Schema, pg.Library, pg.Connections, pg.PoolSize, pg.InUse)
+		fmt.Fprintf(w, "postgres: %s, ffscan library %d, filter %s, %d of %d connections open, %d in use\n", pg.Schema, pg.Library, pg.Filter, pg.Connections, pg.PoolSize, pg.InUse)
 		if c := pg.Completions; c != nil {
-			fmt.Fprintf(w, "postgres completions: %d notifications, %d dispatched (%d already done, %d other hosts'), %d errors, %d reconnects\n",
-				c.Notifications, c.Dispatched, c.AlreadyDone, c.NotOwned, c.Errors, c.Reconnects)
+			fmt.Fprintf(w, "postgres completions: %d notifications, %d dispatched (%d already done, %d other hosts', %d filtered), %d errors, %d reconnects\n",
+				c.Notifications, c.Dispatched, c.AlreadyDone, c.NotOwned, c.Filtered, c.Errors, c.Reconnects)
 		}
 	}
 	cfgLine := "config: loaded " + doc.Config.LoadedAt.Format(time.RFC3339)

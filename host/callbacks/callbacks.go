@@ -112,6 +112,7 @@ type Service struct {
 	budget   Budget
 	spends   map[string]*spend
 	pg       *pgxpool.Pool // PGCALLs (nil: none)
+	pgFilter scannerapi.Filter
 }
 
 // New returns a service running commands on lib's client. rec may be nil.
@@ -519,7 +520,7 @@ const pgConcurrency = 4
 // a time, and writes their replies into out.
 func (s *Service) runPG(ctx context.Context, ops []op, out []scannerapi.Reply) {
 	s.mu.RLock()
-	pg := s.pg
+	pg, filter := s.pg, s.pgFilter
 	s.mu.RUnlock()
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -528,7 +529,7 @@ func (s *Service) runPG(ctx context.Context, ops []op, out []scannerapi.Reply) {
 		go func() {
 			defer wg.Done()
 			for k := range next {
-				out[k] = pgReply(postgres.Call(ctx, pg, ops[k].pg.function, ops[k].pg.args))
+				out[k] = pgReply(postgres.Call(ctx, pg, ops[k].pg.function, ops[k].pg.args, filter))
 			}
 		}()
 	}
@@ -564,10 +565,11 @@ func pgReply(arr []*string, err error) scannerapi.Reply {
 }
 
 // SetPostgres gives the service the host's Postgres pool for PGCALLs (nil:
-// none, and PGCALLs are refused).
-func (s *Service) SetPostgres(pool *pgxpool.Pool) {
+// none, and PGCALLs are refused) and the host's namespace / instance-tag
+// filter, which every PGCALL carries to its function.
+func (s *Service) SetPostgres(pool *pgxpool.Pool, filter scannerapi.Filter) {
 	s.mu.Lock()
-	s.pg = pool
+	s.pg, s.pgFilter = pool, filter
 	s.mu.Unlock()
 }
 

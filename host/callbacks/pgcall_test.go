@@ -70,7 +70,7 @@ func TestPGCallRuns(t *testing.T) {
 	require.NoError(t, err)
 	_, err = postgres.InstallLibrary(ctx, pool)
 	require.NoError(t, err)
-	svc.SetPostgres(pool)
+	svc.SetPostgres(pool, scannerapi.Filter{})
 
 	cmds := []scannerapi.Command{{"SET", "ff:a", "1"}}
 	for i := range 9 {

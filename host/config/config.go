@@ -110,6 +110,23 @@ type Postgres struct {
 	// PoolSize bounds the host's connections (0: pgx's default, the
 	// larger of 4 and the number of CPUs).
 	PoolSize int
+	// Namespace and InstanceTag ("key=value") restrict every Postgres
+	// reconciler and the completion push path to the executions of one
+	// namespace and/or instance tag, read from the execution's raw_fields
+	// (empty: all). One filter for the whole database, so that no
+	// reconciler can act outside it (FlowFabric's applies to half of them).
+	Namespace   string
+	InstanceTag string
+}
+
+// Filter is the namespace / instance-tag filter the Postgres settings
+// name. Validate has checked it parses.
+func (p Postgres) Filter() scannerapi.Filter {
+	f, err := scannerapi.ParseFilter(map[string]string{scannerapi.OptionNamespace: p.Namespace, scannerapi.OptionInstanceTag: p.InstanceTag})
+	if err != nil {
+		return scannerapi.Filter{}
+	}
+	return f
 }
 
 // TLS configures the Valkey connection's TLS.
@@ -281,6 +298,12 @@ func (c *Config) validate() []error {
 	}
 	if c.Postgres.PoolSize < 0 {
 		bad("postgres.pool_size", "%d is negative", c.Postgres.PoolSize)
+	}
+	if _, err := scannerapi.ParseFilter(map[string]string{scannerapi.OptionInstanceTag: c.Postgres.InstanceTag}); err != nil {
+		bad("postgres.instance_tag", "%q must be key=value with a non-empty key (a key of the execution's tags)", c.Postgres.InstanceTag)
+	}
+	if (c.Postgres.Namespace != "" || c.Postgres.InstanceTag != "") && c.Postgres.DSN == "" {
+		bad("postgres.namespace", "a filter without postgres.dsn filters nothing: set the database or remove the filter")
 	}
 	switch c.Scheduler.LaneCensus {
 	case "auto", "on", "off":

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -289,4 +290,26 @@ func TestPostgresSettings(t *testing.T) {
 	a, b := Defaults(), Defaults()
 	b.Postgres.DSN = "postgres://ff@db/ff"
 	assert.Contains(t, a.RestartKeys(&b), "postgres")
+	b = a
+	b.Postgres.Namespace = "tenant-a"
+	assert.Contains(t, a.RestartKeys(&b), "postgres", "so is its filter")
+}
+
+func TestPostgresFilter(t *testing.T) {
+	cfg, err := Load(Sources{Environ: []string{"FFSCAN_POSTGRES__DSN=postgres://ff@db/ff", "FFSCAN_POSTGRES__NAMESPACE=tenant-a",
+		"FFSCAN_POSTGRES__INSTANCE_TAG=cairn.instance_id=i=1"}})
+	require.NoError(t, err)
+	assert.Equal(t, scannerapi.Filter{Namespace: "tenant-a", TagKey: "cairn.instance_id", TagValue: "i=1"}, cfg.Postgres.Filter(),
+		"the tag splits at the first '='")
+	assert.True(t, Defaults().Postgres.Filter().IsNoop())
+
+	p := writeFile(t, "postgres: {dsn: \"postgres://ff@db/ff\", instance_tag: \"=v\"}\n")
+	_, err = Load(Sources{File: p, Environ: noEnv})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `postgres.instance_tag: "=v" must be key=value with a non-empty key`)
+
+	p = writeFile(t, "postgres: {namespace: tenant-a}\n")
+	_, err = Load(Sources{File: p, Environ: noEnv})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "a filter without postgres.dsn filters nothing")
 }

@@ -176,8 +176,10 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 		},
 		"postgres": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
-				"dsn":       func(k string, v any) { d.str(k, v, &c.Postgres.DSN) },
-				"pool_size": func(k string, v any) { d.integer(k, v, &c.Postgres.PoolSize) },
+				"dsn":          func(k string, v any) { d.str(k, v, &c.Postgres.DSN) },
+				"pool_size":    func(k string, v any) { d.integer(k, v, &c.Postgres.PoolSize) },
+				"namespace":    func(k string, v any) { d.str(k, v, &c.Postgres.Namespace) },
+				"instance_tag": func(k string, v any) { d.str(k, v, &c.Postgres.InstanceTag) },
 			})
 		},
 		"partitions": func(key string, v any) {

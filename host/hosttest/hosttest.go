@@ -45,6 +45,10 @@ func (Runner) Boot(ctx context.Context, b scannertest.Boot) (scannertest.BootedH
 		cfg.PluginDir = b.PluginDir
 	}
 	cfg.Postgres.DSN = b.PostgresDSN
+	cfg.Postgres.Namespace = b.PostgresFilter.Namespace
+	if f := b.PostgresFilter; f.TagKey != "" {
+		cfg.Postgres.InstanceTag = f.TagKey + "=" + f.TagValue
+	}
 	cfg.HTTP.Listen = ""
 	cfg.Completions.Enabled = false
 	cfg.Scanners = map[string]config.Scanner{b.Scanner: {Enabled: true, Plugin: b.Scanner, Options: b.Options}}

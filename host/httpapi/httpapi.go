@@ -318,6 +318,9 @@ type PostgresStatus struct {
 	// installed or found (0: a read-only host, which installs nothing).
 	Library  int `json:"library"`
 	PoolSize int `json:"pool_size"`
+	// Filter is the host's namespace / instance-tag filter ("none" when
+	// not set).
+	Filter string `json:"filter"`
 	// Connections open now, and of those in use.
 	Connections int `json:"connections"`
 	InUse       int `json:"in_use"`
@@ -327,13 +330,14 @@ type PostgresStatus struct {
 
 // PGCompletionsStatus counts what the Postgres completion listener did:
 // notifications received, events it dispatched, events it found already
-// dispatched, events of partitions other hosts own, failures and
-// reconnects.
+// dispatched, events of partitions other hosts own, events of executions
+// the host's filter leaves to others, failures and reconnects.
 type PGCompletionsStatus struct {
 	Notifications int64 `json:"notifications"`
 	Dispatched    int64 `json:"dispatched"`
 	AlreadyDone   int64 `json:"already_done"`
 	NotOwned      int64 `json:"not_owned"`
+	Filtered      int64 `json:"filtered"`
 	Errors        int64 `json:"errors"`
 	Reconnects    int64 `json:"reconnects"`
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // Channel is FlowFabric's completion notification channel.
@@ -51,13 +52,16 @@ type Options struct {
 	// Concurrency bounds dispatches in flight (default 16).
 	Concurrency int
 	// Owns says whether this host dispatches a partition (nil: all).
-	Owns   func(keys.Partition) bool
+	Owns func(keys.Partition) bool
+	// Filter is the host's namespace / instance-tag filter: events of
+	// executions it does not keep are left to their own hosts.
+	Filter scannerapi.Filter
 	Logger hclog.Logger
 }
 
 // Stats counts what the listener did.
 type Stats struct {
-	Notifications, Dispatched, AlreadyDone, NotOwned, Errors, Reconnects int64
+	Notifications, Dispatched, AlreadyDone, NotOwned, Filtered, Errors, Reconnects int64
 }
 
 // Listener dispatches completion events as they are committed.
@@ -72,7 +76,7 @@ type Listener struct {
 	listening chan struct{}
 	once      sync.Once
 
-	notifications, dispatched, alreadyDone, notOwned, errs, reconnects atomic.Int64
+	notifications, dispatched, alreadyDone, notOwned, filtered, errs, reconnects atomic.Int64
 }
 
 // New returns a listener; Start runs it.
@@ -120,7 +124,7 @@ func (l *Listener) Stop(ctx context.Context) error {
 // Stats returns the counters.
 func (l *Listener) Stats() Stats {
 	return Stats{Notifications: l.notifications.Load(), Dispatched: l.dispatched.Load(), AlreadyDone: l.alreadyDone.Load(),
-		NotOwned: l.notOwned.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load()}
+		NotOwned: l.notOwned.Load(), Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load()}
 }
 
 // run keeps a listening connection, reconnecting with backoff (100 ms
@@ -270,7 +274,7 @@ func (l *Listener) dispatchOne(ctx context.Context, ev int64, pk int) error {
 		l.notOwned.Add(1)
 		return nil
 	}
-	out, err := postgres.Call(ctx, l.o.Pool, "dispatch_completion", []string{strconv.Itoa(pk), strconv.FormatInt(ev, 10)})
+	out, err := postgres.Call(ctx, l.o.Pool, "dispatch_completion", []string{strconv.Itoa(pk), strconv.FormatInt(ev, 10)}, l.o.Filter)
 	if err != nil {
 		return err
 	}
@@ -280,6 +284,8 @@ func (l *Listener) dispatchOne(ctx context.Context, ev int64, pk int) error {
 	switch *out[1] {
 	case "dispatched":
 		l.dispatched.Add(1)
+	case "filtered":
+		l.filtered.Add(1)
 	default:
 		l.alreadyDone.Add(1)
 	}

@@ -13,11 +13,18 @@ import (
 	"github.com/ffscan/ffscan/host/pgcompletions"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 func start(t *testing.T, pool *pgxpool.Pool, owns func(keys.Partition) bool) *pgcompletions.Listener {
 	t.Helper()
-	l := pgcompletions.New(pgcompletions.Options{Pool: pool, Owns: owns, Logger: hclog.NewNullLogger()})
+	return startWith(t, pgcompletions.Options{Pool: pool, Owns: owns})
+}
+
+func startWith(t *testing.T, o pgcompletions.Options) *pgcompletions.Listener {
+	t.Helper()
+	o.Logger = hclog.NewNullLogger()
+	l := pgcompletions.New(o)
 	l.Start(context.Background())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -95,4 +102,30 @@ func TestCatchUpAndOwnership(t *testing.T) {
 	waitFor(t, "b released by the catch-up", func() bool { return phase(t, pool, b) == "runnable/eligible_now/waiting" })
 	waitFor(t, "the other partition's event seen and left", func() bool { return l.Stats().NotOwned >= 1 })
 	assert.Equal(t, "runnable/blocked_by_dependencies/waiting", phase(t, pool, y), "another host's partition")
+}
+
+// A host filtered to one namespace dispatches its tenant's completions and
+// leaves another tenant's, in the same partition, undispatched for that
+// tenant's host.
+func TestFilteredListener(t *testing.T) {
+	pool := postgrestest.SchemaDB(t, 8)
+	const pk = 9
+	a, b := "c0000000-0000-4000-8000-000000000001", "c0000000-0000-4000-8000-000000000002"
+	x, y := "c0000000-0000-4000-8000-000000000011", "c0000000-0000-4000-8000-000000000012"
+	flowA, flowB := "f3000000-0000-4000-8000-000000000001", "f3000000-0000-4000-8000-000000000002"
+	postgrestest.DAG(t, pool, pk, flowA, nil, [][2]string{{a, b}})
+	postgrestest.DAG(t, pool, pk, flowB, nil, [][2]string{{x, y}})
+	for flow, ns := range map[string]string{flowA: "a", flowB: "b"} {
+		_, err := pool.Exec(context.Background(), "UPDATE ff_exec_core SET raw_fields = jsonb_build_object('namespace', $2::text) WHERE flow_id = $1", flow, ns)
+		require.NoError(t, err)
+	}
+	l := startWith(t, pgcompletions.Options{Pool: pool, Filter: scannerapi.Filter{Namespace: "a"}})
+	postgrestest.Complete(t, pool, pk, x, "success")
+	postgrestest.Complete(t, pool, pk, a, "success")
+	waitFor(t, "b released", func() bool { return phase(t, pool, b) == "runnable/eligible_now/waiting" })
+	waitFor(t, "x's event seen and left", func() bool { return l.Stats().Filtered >= 1 })
+	assert.Equal(t, "runnable/blocked_by_dependencies/waiting", phase(t, pool, y), "another tenant's flow")
+	var undispatched bool
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT dispatched_at_ms IS NULL FROM ff_completion_event WHERE execution_id = $1", x).Scan(&undispatched))
+	assert.True(t, undispatched, "left for its own host")
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // librarySQL is ffscan's function library (sql/library.sql): candidate
@@ -24,7 +26,7 @@ var librarySQL string
 // LibraryVersion is the version of librarySQL. It goes up with every
 // change of the file; a database holding a newer version is refused (an
 // older host must not replace what a newer one installed).
-const LibraryVersion = 1
+const LibraryVersion = 2
 
 // dropLibrarySQL drops every function of the schema "ffscan" (nothing of
 // FlowFabric's depends on them).
@@ -140,6 +142,8 @@ type Action struct {
 // ActionFunctions are the library functions a plugin may call (PGCALL),
 // by name. Each returns text[] in the shape of FlowFabric's Lua replies.
 // A plugin declares the ones it calls as "pg:<name>" in Info.Functions.
+// Args counts the plugin's arguments; the host adds its filter's three
+// (see Call).
 var ActionFunctions = map[string]Action{
 	"expire_lapsed_lease":       {Args: 3},                     // partition_key, execution uuid, attempt index
 	"release_stale_lease":       {Args: 3},                     // partition_key, execution uuid, attempt index
@@ -156,8 +160,9 @@ var ActionFunctions = map[string]Action{
 
 // CandidateFunctions are the library functions a Postgres candidate source
 // may name (CandidateSource.Key). Each takes (partitions smallint[],
-// per_partition integer, partition_count integer) and returns
-// (partition_key, member, score).
+// per_partition integer, partition_count integer) and the host's filter
+// (namespace, tag key, tag value) and returns (partition_key, member,
+// score).
 var CandidateFunctions = map[string]bool{
 	"lapsed_leases":            true,
 	"stale_leases":             true,
@@ -182,6 +187,20 @@ func Now(ctx context.Context, db querier) (int64, error) {
 	return ms, nil
 }
 
+// filterArgs are the three filter arguments every candidate and action
+// function takes last (ffscan.keeps): the namespace, the tag key and the
+// tag value, NULL for a part that is not set.
+func filterArgs(f scannerapi.Filter) []any {
+	args := []any{nil, nil, nil}
+	if f.Namespace != "" {
+		args[0] = f.Namespace
+	}
+	if f.TagKey != "" {
+		args[1], args[2] = f.TagKey, f.TagValue
+	}
+	return args
+}
+
 // Candidate is one row of a candidate function.
 type Candidate struct {
 	Partition uint16
@@ -191,8 +210,8 @@ type Candidate struct {
 
 // ReadCandidates runs candidate function fn for the given partitions of a
 // family of count partitions, at most perPartition rows each, in one
-// query.
-func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, count uint16, perPartition int) ([]Candidate, error) {
+// query. Rows the filter does not keep are left out.
+func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, count uint16, perPartition int, f scannerapi.Filter) ([]Candidate, error) {
 	if !CandidateFunctions[fn] {
 		return nil, fmt.Errorf("postgres: %q is not a candidate function of ffscan's library", fn)
 	}
@@ -201,7 +220,8 @@ func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, 
 		ps[i] = int16(p)
 	}
 	// fn is one of CandidateFunctions' names, never a plugin's string.
-	rows, err := db.Query(ctx, "SELECT partition_key, member, score FROM ffscan."+fn+"($1, $2, $3)", ps, perPartition, int(count))
+	rows, err := db.Query(ctx, "SELECT partition_key, member, score FROM ffscan."+fn+"($1, $2, $3, $4, $5, $6)",
+		append([]any{ps, perPartition, int(count)}, filterArgs(f)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", fn, err)
 	}
@@ -227,8 +247,10 @@ func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, 
 // Call runs action function fn with args (text, converted by the server to
 // the function's parameter types) in a transaction of its own and returns
 // its reply. A serialization failure or deadlock is retried (3 tries in
-// all): the function re-validates, so running it again is safe.
-func Call(ctx context.Context, db *pgxpool.Pool, fn string, args []string) ([]*string, error) {
+// all): the function re-validates, so running it again is safe. The
+// filter goes to the function as its last three arguments: an execution it
+// does not keep is answered {'1','filtered'} and left.
+func Call(ctx context.Context, db *pgxpool.Pool, fn string, args []string, f scannerapi.Filter) ([]*string, error) {
 	action, ok := ActionFunctions[fn]
 	if !ok {
 		return nil, fmt.Errorf("postgres: %q is not an action function of ffscan's library", fn)
@@ -239,13 +261,16 @@ func Call(ctx context.Context, db *pgxpool.Pool, fn string, args []string) ([]*s
 	}
 	var sql strings.Builder
 	sql.WriteString("SELECT ffscan." + fn + "(")
-	params := make([]any, n)
-	for i, a := range args {
+	params := make([]any, 0, n+3)
+	for _, a := range args {
+		params = append(params, a)
+	}
+	params = append(params, filterArgs(f)...)
+	for i := range params {
 		if i > 0 {
 			sql.WriteString(", ")
 		}
 		fmt.Fprintf(&sql, "$%d", i+1)
-		params[i] = a
 	}
 	sql.WriteString(")")
 	var err error

@@ -99,13 +99,34 @@ func TestInstallLibrary(t *testing.T) {
 		_, err = pool.Exec(ctx, "SELECT * FROM ffscan.lapsed_leases('{1}', 1, 256)")
 		assert.NoError(t, err, "the functions are back")
 	})
+	t.Run("version 1, whose functions had no filter arguments, is replaced without leaving an overload", func(t *testing.T) {
+		v1, err := os.ReadFile("testdata/library-v1.sql")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "DO $d$ DECLARE f regprocedure; BEGIN FOR f IN SELECT p.oid::regprocedure FROM pg_proc p "+
+			"JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ffscan' LOOP EXECUTE 'DROP FUNCTION ' || f::text; END LOOP; END $d$")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, string(v1))
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = 1, sha256 = 'v1'")
+		require.NoError(t, err)
+		action, err := postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "+
+			"WHERE s.nspname = 'ffscan' AND proname = 'expire_lapsed_lease'").Scan(&n))
+		assert.Equal(t, 1, n, "one expire_lapsed_lease, the new one")
+		require.NoError(t, pool.QueryRow(ctx, "SELECT pronargs FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "+
+			"WHERE s.nspname = 'ffscan' AND proname = 'expire_lapsed_lease'").Scan(&n))
+		assert.Equal(t, 6, n)
+	})
 	t.Run("a newer version is refused", func(t *testing.T) {
 		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET version = 99")
 		require.NoError(t, err)
 		_, err = postgres.InstallLibrary(ctx, pool)
 		var le *postgres.LibraryError
 		require.ErrorAs(t, err, &le)
-		assert.Contains(t, err.Error(), "the database holds version 99, newer than this ffscan's 1")
+		assert.Contains(t, err.Error(), fmt.Sprintf("the database holds version 99, newer than this ffscan's %d", postgres.LibraryVersion))
 		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = $1", postgres.LibraryVersion)
 		require.NoError(t, err)
 	})

@@ -12,13 +12,20 @@ import (
 
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // call runs action function fn with args through postgres.Call, the path
-// the host's PGCALLs take.
+// the host's PGCALLs take, without a filter.
 func call(t *testing.T, pool *pgxpool.Pool, fn string, args ...string) []string {
 	t.Helper()
-	out, err := postgres.Call(context.Background(), pool, fn, args)
+	return callFiltered(t, pool, scannerapi.Filter{}, fn, args...)
+}
+
+// callFiltered is call with the host's filter f.
+func callFiltered(t *testing.T, pool *pgxpool.Pool, f scannerapi.Filter, fn string, args ...string) []string {
+	t.Helper()
+	out, err := postgres.Call(context.Background(), pool, fn, args, f)
 	require.NoError(t, err)
 	s := make([]string, len(out))
 	for i, v := range out {
@@ -29,11 +36,17 @@ func call(t *testing.T, pool *pgxpool.Pool, fn string, args ...string) []string 
 	return s
 }
 
-// candidates runs candidate function fn for the given partitions and
-// returns its members.
+// candidates runs candidate function fn for the given partitions, without
+// a filter, and returns its members.
 func candidates(t *testing.T, pool *pgxpool.Pool, fn string, parts ...uint16) []string {
 	t.Helper()
-	rows, err := postgres.ReadCandidates(context.Background(), pool, fn, parts, 256, 1000)
+	return candidatesFiltered(t, pool, scannerapi.Filter{}, fn, parts...)
+}
+
+// candidatesFiltered is candidates with the host's filter f.
+func candidatesFiltered(t *testing.T, pool *pgxpool.Pool, f scannerapi.Filter, fn string, parts ...uint16) []string {
+	t.Helper()
+	rows, err := postgres.ReadCandidates(context.Background(), pool, fn, parts, 256, 1000, f)
 	require.NoError(t, err)
 	var out []string
 	for _, r := range rows {
@@ -241,7 +254,7 @@ func TestReconcilerFunctions(t *testing.T) {
 	t.Run("every registered function exists with its arity", func(t *testing.T) {
 		for fn, a := range postgres.ActionFunctions {
 			n := one[int](t, pool, "SELECT pronargs FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = 'ffscan' AND proname = $1", fn)
-			assert.Equal(t, a.Args, n, fn)
+			assert.Equal(t, a.Args+3, n, fn+": the plugin's arguments and the filter's three")
 			assert.Equal(t, "text[]", one[string](t, pool, "SELECT prorettype::regtype::text FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = 'ffscan' AND proname = $1", fn), fn)
 		}
 		for fn := range postgres.CandidateFunctions {
@@ -374,14 +387,14 @@ func TestWorkerRegistrySweep(t *testing.T) {
 	assert.Equal(t, []string{"1", "alive"}, call(t, pool, "sweep_worker", "3", `35/["ns", "alive"]`))
 	assert.Equal(t, 2, one[int](t, pool, "SELECT count(*) FROM ff_worker_registry"))
 	assert.Equal(t, 2, one[int](t, pool, "SELECT count(*) FROM ff_worker_registry_event WHERE event_kind = 'ttl_swept'"))
-	_, err := postgres.Call(context.Background(), pool, "sweep_worker", []string{"3", "3/not json"})
+	_, err := postgres.Call(context.Background(), pool, "sweep_worker", []string{"3", "3/not json"}, scannerapi.Filter{})
 	require.Error(t, err, "a malformed member is refused, nothing written")
 }
 
 // candidates16 reads workers_expired for one flow partition of 16.
 func candidates16(t *testing.T, pool *pgxpool.Pool, part uint16) []string {
 	t.Helper()
-	rows, err := postgres.ReadCandidates(context.Background(), pool, "workers_expired", []uint16{part}, 16, 1000)
+	rows, err := postgres.ReadCandidates(context.Background(), pool, "workers_expired", []uint16{part}, 16, 1000, scannerapi.Filter{})
 	require.NoError(t, err)
 	var out []string
 	for _, r := range rows {

@@ -57,7 +57,7 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*p
 		return states
 	}
 	for _, src := range sw.info.Sources {
-		rows, err := postgres.ReadCandidates(ctx, r.cfg.Postgres, src.Key, idx, r.cfg.Partitions.Count(sw.info.Family), sw.batch)
+		rows, err := postgres.ReadCandidates(ctx, r.cfg.Postgres, src.Key, idx, r.cfg.Partitions.Count(sw.info.Family), sw.batch, r.cfg.PostgresFilter)
 		if err != nil {
 			for _, st := range states {
 				st.fetchError, st.sampled = true, false

@@ -120,6 +120,9 @@ type Config struct {
 	// with Postgres sources reads (nil: none; such a scanner's cycles
 	// fail, saying so).
 	Postgres *pgxpool.Pool
+	// PostgresFilter is the host's namespace / instance-tag filter, which
+	// the candidate reads apply (postgres.namespace, postgres.instance_tag).
+	PostgresFilter scannerapi.Filter
 }
 
 // Tuning is the part of Config that can change while the runner runs

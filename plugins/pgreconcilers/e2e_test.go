@@ -87,17 +87,22 @@ func states(t testing.TB, pool *pgxpool.Pool) map[string]string {
 
 // run drives pg_attempt_timeout through a real host, linked and as its
 // plugin, on the database at dsn.
-func run(t *testing.T, dsn string) {
+func run(t *testing.T, dsn string) { runFiltered(t, dsn, scannerapi.Filter{}) }
+
+// runFiltered is run on a host with filter f, which keeps the scenario's
+// executions (namespace e2e).
+func runFiltered(t *testing.T, dsn string, f scannerapi.Filter) {
 	ctx := context.Background()
 	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
 	require.NoError(t, err)
 	defer pool.Close()
 
 	linked, plugin := hosttest.Run(t, scannertest.Case{
-		New:         func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
-		Plugin:      pluginPkg,
-		PostgresDSN: dsn,
-		Setup:       func(t testing.TB, _ valkey.Client) { plant(t, pool) },
+		New:            func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
+		Plugin:         pluginPkg,
+		PostgresDSN:    dsn,
+		PostgresFilter: f,
+		Setup:          func(t testing.TB, _ valkey.Client) { plant(t, pool) },
 		Check: func(t testing.TB, r scannertest.Report, _ valkey.Client) {
 			assert.Equal(t, 2, r.Scanned, "partitions 3 and 7 have lapsed leases")
 			assert.Equal(t, 14, r.Empty, "the others cost no call")
@@ -142,6 +147,41 @@ func TestAttemptTimeoutOnFfscansSchema(t *testing.T) {
 	pool.Close()
 	require.NoError(t, err)
 	run(t, dsn)
+}
+
+// The host's filter through the host: a host for namespace e2e does what
+// an unfiltered one does, a host for another namespace reads nothing and
+// changes nothing.
+func TestAttemptTimeoutFiltered(t *testing.T) {
+	srv := pgtest.New(t)
+	ctx := context.Background()
+	dsn, err := srv.CreateDatabase(ctx, "ffscan")
+	require.NoError(t, err)
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = postgres.CreateSchema(ctx, pool)
+	require.NoError(t, err)
+	runFiltered(t, dsn, scannerapi.Filter{Namespace: "e2e"})
+
+	hosttest.Run(t, scannertest.Case{
+		New:            func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
+		Plugin:         pluginPkg,
+		PostgresDSN:    dsn,
+		PostgresFilter: scannerapi.Filter{Namespace: "other"},
+		Setup:          func(t testing.TB, _ valkey.Client) { plant(t, pool) },
+		Check: func(t testing.TB, r scannertest.Report, _ valkey.Client) {
+			assert.Equal(t, 0, r.Scanned, "no partition has another tenant's lapse")
+			assert.Zero(t, r.Processed)
+			assert.Empty(t, r.Commands)
+			assert.Equal(t, map[string]string{
+				retried:   "active/running_attempt/0/-/1",
+				ended:     "active/running_attempt/0/-/1",
+				renewed:   "active/running_attempt/0/-/1",
+				notActive: "runnable/running_attempt/0/-/1",
+			}, states(t, pool))
+		},
+	})
 }
 
 // A Postgres scanner on a host without a database is refused when it is

@@ -74,8 +74,15 @@ func (r *Reconciler) Info() scannerapi.Info {
 }
 
 // Configure implements scannerapi.Scanner. The reconcilers take no
-// options.
+// options. Their namespace / instance-tag filter is the host's, one for
+// every reconciler of the database (postgres.namespace,
+// postgres.instance_tag), so that none can act outside it.
 func (r *Reconciler) Configure(ctx context.Context, options map[string]string) error {
+	for _, o := range []string{scannerapi.OptionNamespace, scannerapi.OptionInstanceTag} {
+		if _, ok := options[o]; ok {
+			return fmt.Errorf("option %s: the Postgres reconcilers share the host's filter; set postgres.%s instead", o, o)
+		}
+	}
 	_, err := scanutil.ParseOptions(nil, options)
 	return err
 }

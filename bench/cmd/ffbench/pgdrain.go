@@ -203,7 +203,7 @@ func (b *bench) pgDrainOnce(ctx context.Context, pool *pgxpool.Pool, pgPid int, 
 		cycle = func() (int64, error) { return rawExpire(ctx, pool) }
 	} else {
 		svc := callbacks.New(b.lib, nil)
-		svc.SetPostgres(pool)
+		svc.SetPostgres(pool, scannerapi.Filter{})
 		var (
 			sc   scannerapi.Scanner
 			host scannerapi.Host
@@ -282,7 +282,7 @@ func rawExpire(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	for i := range parts {
 		parts[i] = uint16(i)
 	}
-	rows, err := postgres.ReadCandidates(ctx, pool, "lapsed_leases", parts, 256, 1000)
+	rows, err := postgres.ReadCandidates(ctx, pool, "lapsed_leases", parts, 256, 1000, scannerapi.Filter{})
 	if err != nil {
 		return 0, err
 	}
@@ -299,7 +299,7 @@ func rawExpire(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 			defer wg.Done()
 			for c := range next {
 				eid, att, _ := strings.Cut(c.Member, "/")
-				out, err := postgres.Call(ctx, pool, "expire_lapsed_lease", []string{strconv.Itoa(int(c.Partition)), eid, att})
+				out, err := postgres.Call(ctx, pool, "expire_lapsed_lease", []string{strconv.Itoa(int(c.Partition)), eid, att}, scannerapi.Filter{})
 				if err != nil {
 					mu.Lock()
 					ferr = err

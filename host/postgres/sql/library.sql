@@ -16,6 +16,11 @@
 -- the same row cannot do harm. Replies have the shape of FlowFabric's Lua
 -- replies: {'1', detail, ...} on success (a no-op is a success with its
 -- reason), {'0', code} on refusal.
+--
+-- Every candidate and action function takes the host's namespace /
+-- instance-tag filter as its last three arguments (see keeps; NULL: no
+-- filter). Candidate reads leave out other tenants' rows, and an action
+-- asked about one answers the no-op {'1','filtered'}.
 
 -- now_ms is the database's clock in Unix milliseconds. Every function
 -- compares against it, never a host's clock (FlowFabric's reconcilers use
@@ -40,6 +45,30 @@ AS $fn$
 	END
 $fn$;
 
+-- keeps is the host's namespace / instance-tag filter (postgres.namespace,
+-- postgres.instance_tag) applied to an execution's raw_fields: the
+-- namespace must be the JSON string filter_namespace, and the tags object
+-- must map filter_tag_key to the JSON string filter_tag_value. A NULL
+-- filter part keeps everything; a missing execution (raw NULL) or a
+-- raw_fields of another shape is not kept by a set filter. Every candidate
+-- and action function takes the three filter arguments (NULL: none), so
+-- one convention applies to every reconciler (FlowFabric has three, and
+-- half of its reconcilers ignore the filter: PG12, PG13).
+CREATE OR REPLACE FUNCTION ffscan.keeps(raw jsonb, filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT (filter_namespace IS NULL OR (raw -> 'namespace') = to_jsonb(filter_namespace)) IS TRUE
+		AND (filter_tag_key IS NULL OR (raw -> 'tags' -> filter_tag_key) = to_jsonb(filter_tag_value)) IS TRUE
+$fn$;
+
+-- filtered says whether a filter is set at all (the functions skip the
+-- reads the filter needs when it is not).
+CREATE OR REPLACE FUNCTION ffscan.filtered(filter_namespace text, filter_tag_key text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $fn$ SELECT filter_namespace IS NOT NULL OR filter_tag_key IS NOT NULL $fn$;
+
 -- Candidate functions take the partitions to read, the most rows per
 -- partition and how many partitions the family has (only the worker
 -- registry, whose partitions are not the host's, needs it), and return
@@ -59,7 +88,8 @@ $fn$;
 -- §4.2). The member is '<execution uuid>/<attempt index>'; the score the
 -- lease's expiry. One index scan of ff_attempt_lease_expiry_idx per
 -- partition.
-CREATE OR REPLACE FUNCTION ffscan.lapsed_leases(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.lapsed_leases(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -78,6 +108,7 @@ BEGIN
 				AND a.lease_expires_at_ms IS NOT NULL
 				AND a.lease_expires_at_ms < ffscan.now_ms()
 				AND e.lifecycle_phase = 'active'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
 			ORDER BY a.lease_expires_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -99,7 +130,8 @@ $fn$;
 -- cleared meanwhile), lease_renewed (it no longer lapsed),
 -- execution_not_found, not_active; {'0','malformed_raw_fields'} for an
 -- execution whose raw_fields is not a JSON object (nothing is changed).
-CREATE OR REPLACE FUNCTION ffscan.expire_lapsed_lease(pk smallint, eid uuid, att integer)
+CREATE OR REPLACE FUNCTION ffscan.expire_lapsed_lease(pk smallint, eid uuid, att integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -134,6 +166,9 @@ BEGIN
 	FOR UPDATE;
 	IF NOT FOUND THEN
 		RETURN ARRAY['1', 'execution_not_found'];
+	END IF;
+	IF NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
+		RETURN ARRAY['1', 'filtered'];
 	END IF;
 	IF phase <> 'active' THEN
 		RETURN ARRAY['1', 'not_active'];
@@ -225,7 +260,8 @@ $fn$;
 
 -- stale_leases: lapsed leases whose execution is not active or missing;
 -- member '<execution uuid>/<attempt index>', score the lease's expiry.
-CREATE OR REPLACE FUNCTION ffscan.stale_leases(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.stale_leases(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -243,7 +279,7 @@ BEGIN
 			WHERE a.partition_key = p.k
 				AND a.lease_expires_at_ms IS NOT NULL
 				AND a.lease_expires_at_ms < ffscan.now_ms()
-				AND (e.execution_id IS NULL OR e.lifecycle_phase <> 'active')
+				AND (e.execution_id IS NULL OR (e.lifecycle_phase <> 'active' AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
 			ORDER BY a.lease_expires_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -253,7 +289,8 @@ $fn$;
 -- release_stale_lease: {'1','released'}, or a no-op {'1', reason}:
 -- attempt_not_found, lease_released, lease_renewed, active (the lapse is
 -- attempt_timeout's).
-CREATE OR REPLACE FUNCTION ffscan.release_stale_lease(pk smallint, eid uuid, att integer)
+CREATE OR REPLACE FUNCTION ffscan.release_stale_lease(pk smallint, eid uuid, att integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -276,6 +313,11 @@ BEGIN
 	END IF;
 	SELECT e.lifecycle_phase, e.raw_fields INTO phase, raw FROM ff_exec_core e
 	WHERE e.partition_key = pk AND e.execution_id = eid FOR UPDATE;
+	-- An attempt whose execution is gone belongs to no tenant: any host
+	-- releases it.
+	IF FOUND AND NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
+		RETURN ARRAY['1', 'filtered'];
+	END IF;
 	IF FOUND AND phase = 'active' THEN
 		RETURN ARRAY['1', 'active'];
 	END IF;
@@ -291,7 +333,8 @@ $fn$;
 
 -- deadlines_passed: active executions whose deadline passed; member the
 -- execution uuid, score the deadline.
-CREATE OR REPLACE FUNCTION ffscan.deadlines_passed(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.deadlines_passed(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -309,6 +352,7 @@ BEGIN
 				AND e.deadline_at_ms IS NOT NULL
 				AND e.deadline_at_ms < ffscan.now_ms()
 				AND e.lifecycle_phase = 'active'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
 			ORDER BY e.deadline_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -320,7 +364,8 @@ $fn$;
 -- terminal with an 'expired' completion and a lease event. Replies
 -- {'1','expired'} or a no-op {'1', reason}: execution_not_found,
 -- not_active, not_due.
-CREATE OR REPLACE FUNCTION ffscan.expire_execution_deadline(pk smallint, eid uuid)
+CREATE OR REPLACE FUNCTION ffscan.expire_execution_deadline(pk smallint, eid uuid,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -332,6 +377,9 @@ BEGIN
 	FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = eid FOR UPDATE;
 	IF NOT FOUND THEN
 		RETURN ARRAY['1', 'execution_not_found'];
+	END IF;
+	IF NOT ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value) THEN
+		RETURN ARRAY['1', 'filtered'];
 	END IF;
 	IF e.lifecycle_phase <> 'active' THEN
 		RETURN ARRAY['1', 'not_active'];
@@ -366,7 +414,8 @@ $fn$;
 
 -- delays_due: runnable executions waiting for a time (attempt::delay
 -- keeps it in deadline_at_ms) that came; member the execution uuid.
-CREATE OR REPLACE FUNCTION ffscan.delays_due(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.delays_due(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -385,6 +434,7 @@ BEGIN
 				AND e.deadline_at_ms <= ffscan.now_ms()
 				AND e.lifecycle_phase = 'runnable'
 				AND e.eligibility_state = 'not_eligible_until_time'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
 			ORDER BY e.deadline_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -395,7 +445,8 @@ $fn$;
 -- promote_delayed does (deadline_at_ms, which held the delay, is cleared).
 -- Replies {'1','promoted'} or a no-op {'1', reason}: execution_not_found,
 -- not_delayed, not_due.
-CREATE OR REPLACE FUNCTION ffscan.promote_delayed(pk smallint, eid uuid)
+CREATE OR REPLACE FUNCTION ffscan.promote_delayed(pk smallint, eid uuid,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -403,10 +454,13 @@ DECLARE
 	now_ms bigint := ffscan.now_ms();
 	e record;
 BEGIN
-	SELECT x.lifecycle_phase, x.eligibility_state, x.deadline_at_ms INTO e
+	SELECT x.lifecycle_phase, x.eligibility_state, x.deadline_at_ms, x.raw_fields INTO e
 	FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = eid FOR UPDATE;
 	IF NOT FOUND THEN
 		RETURN ARRAY['1', 'execution_not_found'];
+	END IF;
+	IF NOT ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value) THEN
+		RETURN ARRAY['1', 'filtered'];
 	END IF;
 	IF e.lifecycle_phase <> 'runnable' OR e.eligibility_state <> 'not_eligible_until_time' THEN
 		RETURN ARRAY['1', 'not_delayed'];
@@ -430,7 +484,8 @@ $fn$;
 
 -- waitpoints_expired: pending waitpoints past their expiry; member the
 -- waitpoint uuid, score the expiry.
-CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -444,10 +499,12 @@ BEGIN
 		CROSS JOIN LATERAL (
 			SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
 			FROM ff_waitpoint_pending w
+			LEFT JOIN ff_exec_core e ON e.partition_key = w.partition_key AND e.execution_id = w.execution_id
 			WHERE w.partition_key = p.k
 				AND w.expires_at_ms IS NOT NULL
 				AND w.expires_at_ms < ffscan.now_ms()
 				AND w.state = 'pending'
+				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
 			ORDER BY w.expires_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -459,7 +516,8 @@ $fn$;
 -- FlowFabric's close_waitpoint does ({status:'never_committed', ...} under
 -- the waitpoint's key). Replies {'1','expired'} or a no-op {'1', reason}:
 -- waitpoint_not_found, not_pending, not_due.
-CREATE OR REPLACE FUNCTION ffscan.expire_pending_waitpoint(pk smallint, wpid uuid)
+CREATE OR REPLACE FUNCTION ffscan.expire_pending_waitpoint(pk smallint, wpid uuid,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -467,6 +525,7 @@ DECLARE
 	now_ms bigint := ffscan.now_ms();
 	w record;
 	mm jsonb;
+	raw jsonb;
 BEGIN
 	SELECT x.execution_id, x.expires_at_ms, x.state, x.waitpoint_key INTO w
 	FROM ff_waitpoint_pending x WHERE x.partition_key = pk AND x.waitpoint_id = wpid FOR UPDATE;
@@ -478,6 +537,13 @@ BEGIN
 	END IF;
 	IF w.expires_at_ms IS NULL OR w.expires_at_ms >= now_ms THEN
 		RETURN ARRAY['1', 'not_due'];
+	END IF;
+	IF ffscan.filtered(filter_namespace, filter_tag_key) THEN
+		-- A waitpoint whose execution is gone belongs to no tenant.
+		SELECT x.raw_fields INTO raw FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = w.execution_id;
+		IF FOUND AND NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
+			RETURN ARRAY['1', 'filtered'];
+		END IF;
 	END IF;
 	DELETE FROM ff_waitpoint_pending x WHERE x.partition_key = pk AND x.waitpoint_id = wpid;
 	SELECT s.member_map INTO mm FROM ff_suspension_current s
@@ -502,7 +568,8 @@ $fn$;
 
 -- suspensions_timed_out: suspensions past their timeout; member
 -- '<execution uuid>/<suspension uuid>', score the timeout.
-CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -516,9 +583,11 @@ BEGIN
 		CROSS JOIN LATERAL (
 			SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
 			FROM ff_suspension_current s
+			LEFT JOIN ff_exec_core e ON e.partition_key = s.partition_key AND e.execution_id = s.execution_id
 			WHERE s.partition_key = p.k
 				AND s.timeout_at_ms IS NOT NULL
 				AND s.timeout_at_ms < ffscan.now_ms()
+				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
 			ORDER BY s.timeout_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -540,7 +609,8 @@ $fn$;
 -- and the stale timeout of an execution that is not suspended any more is
 -- cleared so it is not read again ({'1','stale_suspension'}). Other no-ops:
 -- suspension_not_found, not_due.
-CREATE OR REPLACE FUNCTION ffscan.expire_suspension(pk smallint, eid uuid, sid uuid)
+CREATE OR REPLACE FUNCTION ffscan.expire_suspension(pk smallint, eid uuid, sid uuid,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -564,6 +634,10 @@ BEGIN
 	END IF;
 	SELECT x.lifecycle_phase, x.flow_id, x.raw_fields INTO e
 	FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = eid FOR UPDATE;
+	-- A suspension whose execution is gone belongs to no tenant.
+	IF FOUND AND NOT ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value) THEN
+		RETURN ARRAY['1', 'filtered'];
+	END IF;
 	IF NOT FOUND OR e.lifecycle_phase <> 'suspended' THEN
 		UPDATE ff_suspension_current x SET timeout_at_ms = NULL
 		WHERE x.partition_key = pk AND x.execution_id = eid;
@@ -608,7 +682,8 @@ $fn$;
 
 -- budgets_due: budgets whose scheduled reset came; member the budget id,
 -- score the reset time.
-CREATE OR REPLACE FUNCTION ffscan.budgets_due(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.budgets_due(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -617,6 +692,7 @@ AS $fn$
 #variable_conflict use_column
 BEGIN
 	RETURN QUERY
+	-- Budgets belong to no execution: the filter does not apply.
 	SELECT c.partition_key, c.budget_id, c.next_reset_at_ms
 		FROM unnest(parts) AS p(k)
 		CROSS JOIN LATERAL (
@@ -637,7 +713,8 @@ $fn$;
 -- usage and dedup rows are kept. The host runs it SERIALIZABLE, as
 -- FlowFabric does. Replies {'1','reset'} or a no-op {'1', reason}:
 -- budget_not_found, not_due.
-CREATE OR REPLACE FUNCTION ffscan.reset_budget(pk smallint, bid text)
+CREATE OR REPLACE FUNCTION ffscan.reset_budget(pk smallint, bid text,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -686,7 +763,8 @@ $fn$;
 -- dispatched 15 s after their commit (FlowFabric's ff-server threshold);
 -- member the event id, score the commit time. Per partition, on the
 -- pending-dispatch index (FlowFabric's read spans every partition).
-CREATE OR REPLACE FUNCTION ffscan.completions_undispatched(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.completions_undispatched(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -703,6 +781,10 @@ BEGIN
 			WHERE ev.partition_key = p.k
 				AND ev.dispatched_at_ms IS NULL
 				AND ev.committed_at_ms < ffscan.now_ms() - 15000
+				AND (NOT ffscan.filtered(filter_namespace, filter_tag_key) OR EXISTS (
+					SELECT 1 FROM ff_exec_core e
+					WHERE e.partition_key = ev.partition_key AND e.execution_id = ev.execution_id
+						AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
 			ORDER BY ev.committed_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -713,7 +795,8 @@ $fn$;
 -- (FlowFabric's advance_edge_group, hop by hop) and marks the event
 -- dispatched. Replies {'1','dispatched',<edges advanced>} or a no-op
 -- {'1', reason}: event_not_found, already_dispatched.
-CREATE OR REPLACE FUNCTION ffscan.dispatch_completion(pk smallint, ev bigint)
+CREATE OR REPLACE FUNCTION ffscan.dispatch_completion(pk smallint, ev bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -733,6 +816,7 @@ DECLARE
 	decision text;
 	advanced integer := 0;
 	members text[];
+	raw jsonb;
 BEGIN
 	SELECT x.execution_id, x.flow_id, x.outcome, x.dispatched_at_ms INTO e
 	FROM ff_completion_event x WHERE x.partition_key = pk AND x.event_id = ev FOR UPDATE;
@@ -741,6 +825,14 @@ BEGIN
 	END IF;
 	IF e.dispatched_at_ms IS NOT NULL THEN
 		RETURN ARRAY['1', 'already_dispatched'];
+	END IF;
+	IF ffscan.filtered(filter_namespace, filter_tag_key) THEN
+		-- The event is the completed execution's tenant's; without its
+		-- row that cannot be told, and the event is left.
+		SELECT x.raw_fields INTO raw FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = e.execution_id;
+		IF NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
+			RETURN ARRAY['1', 'filtered'];
+		END IF;
 	END IF;
 	IF e.flow_id IS NOT NULL THEN
 		FOR edge IN
@@ -863,7 +955,8 @@ AS $fn$ SELECT x.partition_key FROM ff_completion_event x WHERE x.event_id = ev 
 
 -- cancel_groups_pending: member '<flow uuid>/<downstream uuid>', score
 -- the enqueue time.
-CREATE OR REPLACE FUNCTION ffscan.cancel_groups_pending(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.cancel_groups_pending(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -878,6 +971,10 @@ BEGIN
 			SELECT q.partition_key, q.flow_id, q.downstream_eid, q.enqueued_at_ms
 			FROM ff_pending_cancel_groups q
 			WHERE q.partition_key = p.k
+				AND (NOT ffscan.filtered(filter_namespace, filter_tag_key) OR EXISTS (
+					SELECT 1 FROM ff_exec_core e
+					WHERE e.partition_key = q.partition_key AND e.execution_id = q.downstream_eid
+						AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
 			ORDER BY q.enqueued_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -891,17 +988,26 @@ $fn$;
 -- row is dropped, and counted as done), skipped_for_reconciler (the flag
 -- is off). Siblings whose id does not parse are skipped, as FlowFabric
 -- skips them.
-CREATE OR REPLACE FUNCTION ffscan.dispatch_sibling_cancels(pk smallint, flow uuid, downstream uuid)
+CREATE OR REPLACE FUNCTION ffscan.dispatch_sibling_cancels(pk smallint, flow uuid, downstream uuid,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
+	raw jsonb;
 	now_ms bigint := ffscan.now_ms();
 	g record;
 	m text;
 	n integer := 0;
 	cnt integer;
 BEGIN
+	IF ffscan.filtered(filter_namespace, filter_tag_key) THEN
+		-- The group is its downstream execution's tenant's.
+		SELECT x.raw_fields INTO raw FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = downstream;
+		IF NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
+			RETURN ARRAY['1', 'filtered'];
+		END IF;
+	END IF;
 	SELECT x.cancel_siblings_pending_flag AS flag, x.cancel_siblings_pending_members AS members INTO g
 	FROM ff_edge_group x WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream
 	FOR UPDATE SKIP LOCKED;
@@ -948,14 +1054,23 @@ $fn$;
 -- row counts as ended), has its flag cleared and its pending row dropped
 -- ({'1','completed_drain'} or {'1','sremmed_stale'}). Otherwise the
 -- dispatcher owns it ({'1','no_op'}).
-CREATE OR REPLACE FUNCTION ffscan.reconcile_sibling_cancels(pk smallint, flow uuid, downstream uuid)
+CREATE OR REPLACE FUNCTION ffscan.reconcile_sibling_cancels(pk smallint, flow uuid, downstream uuid,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
+	raw jsonb;
 	g record;
 	live integer;
 BEGIN
+	IF ffscan.filtered(filter_namespace, filter_tag_key) THEN
+		-- The group is its downstream execution's tenant's.
+		SELECT x.raw_fields INTO raw FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = downstream;
+		IF NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
+			RETURN ARRAY['1', 'filtered'];
+		END IF;
+	END IF;
 	SELECT x.cancel_siblings_pending_flag AS flag, x.cancel_siblings_pending_members AS members INTO g
 	FROM ff_edge_group x WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream
 	FOR UPDATE SKIP LOCKED;
@@ -996,7 +1111,8 @@ $fn$;
 -- workers_expired: registrations whose heartbeat is older than their TTL;
 -- member '<registry partition>/' followed by the JSON array [namespace,
 -- instance id] (both free text), score the time they expired.
-CREATE OR REPLACE FUNCTION ffscan.workers_expired(parts smallint[], per_partition integer, partition_count integer)
+CREATE OR REPLACE FUNCTION ffscan.workers_expired(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
 LANGUAGE plpgsql VOLATILE
 SET jit = off
@@ -1012,6 +1128,7 @@ BEGIN
 			FROM ff_worker_registry w
 			WHERE w.partition_key IN (SELECT g FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g)
 				AND w.last_heartbeat_ms + w.liveness_ttl_ms < ffscan.now_ms()
+				AND (filter_namespace IS NULL OR w.namespace = filter_namespace)
 			ORDER BY expired_at
 			LIMIT per_partition
 		) AS c;
@@ -1022,7 +1139,8 @@ $fn$;
 -- its TTL and records a ttl_swept event (on conflict nothing), as
 -- FlowFabric's sweep statement does. Replies {'1','swept'} or a no-op
 -- {'1', reason}: worker_not_found, alive (it heartbeat since the read).
-CREATE OR REPLACE FUNCTION ffscan.sweep_worker(flow_pk smallint, member text)
+CREATE OR REPLACE FUNCTION ffscan.sweep_worker(flow_pk smallint, member text,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
@@ -1042,6 +1160,11 @@ BEGIN
 	END IF;
 	ns := ident ->> 0;
 	inst := ident ->> 1;
+	-- Registrations carry a namespace and no tags: only the namespace
+	-- filter applies.
+	IF filter_namespace IS NOT NULL AND ns IS DISTINCT FROM filter_namespace THEN
+		RETURN ARRAY['1', 'filtered'];
+	END IF;
 	SELECT w.last_heartbeat_ms, w.liveness_ttl_ms INTO hb, ttl FROM ff_worker_registry w
 	WHERE w.partition_key = wpk AND w.namespace = ns AND w.worker_instance_id = inst FOR UPDATE;
 	IF NOT FOUND THEN

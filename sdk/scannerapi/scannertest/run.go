@@ -66,6 +66,9 @@ type Case struct {
 	// runs: Setup puts it in the state each run starts from, and Check
 	// reads it (both through the test's own connection).
 	PostgresDSN string
+	// PostgresFilter is the host's namespace / instance-tag filter on
+	// that database (postgres.namespace, postgres.instance_tag).
+	PostgresFilter scannerapi.Filter
 }
 
 // Report is what one run did.
@@ -221,7 +224,7 @@ func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Repor
 		opts[k] = v
 	}
 	h, err := c.Runner.Boot(ctx, Boot{Scanner: name, Addr: addr, PluginDir: binDir, Options: opts, Partitions: parts, Lanes: lanes,
-		PostgresDSN: c.PostgresDSN})
+		PostgresDSN: c.PostgresDSN, PostgresFilter: c.PostgresFilter})
 	if err != nil {
 		fail("boot: %v", err)
 	}

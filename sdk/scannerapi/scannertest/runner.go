@@ -30,8 +30,10 @@ type Boot struct {
 	Partitions keys.PartitionConfig
 	Lanes      []string
 	// PostgresDSN is the FlowFabric Postgres database the host serves
-	// (Case.PostgresDSN; empty: none).
-	PostgresDSN string
+	// (Case.PostgresDSN; empty: none), and its filter
+	// (Case.PostgresFilter).
+	PostgresDSN    string
+	PostgresFilter scannerapi.Filter
 }
 
 // BootedHost is a running host.
