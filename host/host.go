@@ -162,12 +162,15 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 	if h.approvals, err = policy.NewStore(cfg.PluginApprovalsFile, policy.Mode(cfg.PluginApproval)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
 	}
-	h.client, err = boot.Connect(ctx, cfg.Valkey)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
+	if cfg.HasValkey() {
+		if h.client, err = boot.Connect(ctx, cfg.Valkey); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBoot, err)
+		}
 	}
 	fail := func(err error) (*Host, error) {
-		h.client.Close()
+		if h.client != nil {
+			h.client.Close()
+		}
 		if h.pg != nil {
 			h.pg.Close()
 		}
@@ -196,7 +199,16 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 	}
 	h.readOnly = readOnly
 	var lanesList []string
-	if readOnly {
+	switch {
+	case h.client == nil:
+		// Postgres alone: the partition counts are the configuration's,
+		// as FlowFabric's own server takes them from its environment
+		// (nothing reads ff_partition_config), and there are no lanes to
+		// discover (the Postgres reads do not go by lane).
+		h.parts = cfg.Partitions
+		lanesList = append(lanesList, cfg.Lanes...)
+		log.Info("no valkey: this host serves its Postgres database alone", "flow", h.parts.Flow, "budget", h.parts.Budget)
+	case readOnly:
 		parts, recorded, err := boot.ReadPartitions(ctx, h.client, cfg.Partitions)
 		if err != nil {
 			return fail(err)
@@ -207,7 +219,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		if lanesList, err = boot.ReadLanes(ctx, h.client, cfg.Lanes, log); err != nil {
 			return fail(err)
 		}
-	} else {
+	default:
 		parts, created, err := boot.EnsurePartitions(ctx, h.client, cfg.Partitions)
 		if err != nil {
 			return fail(err)
@@ -221,13 +233,15 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 			return fail(err)
 		}
 	}
-	h.disc = lanes.New(h.client)
-	h.census = census.New(h.client, h.epoch.Load)
 	h.lanes.Store(&lanesList)
-	// Lanes in use that nobody configured or recorded: one full discovery
-	// pass before anything runs.
-	h.discoverLanes(ctx)
-	log.Info("lanes", "lanes", h.Lanes())
+	if h.client != nil {
+		h.disc = lanes.New(h.client)
+		h.census = census.New(h.client, h.epoch.Load)
+		// Lanes in use that nobody configured or recorded: one full
+		// discovery pass before anything runs.
+		h.discoverLanes(ctx)
+		log.Info("lanes", "lanes", h.Lanes())
+	}
 	h.svc = callbacks.New(h.lib, h.met)
 	h.svc.SetPostgres(h.pg, cfg.Postgres.Filter()) // PGCALLs (refused when there is no database)
 	h.svc.SetBudget(budgetOf(cfg.Callbacks))
@@ -288,6 +302,9 @@ func hostID() string {
 // the known ones (and to ff:idx:lanes, unless the host is read only). A
 // failure is logged: the known lanes stay.
 func (h *Host) discoverLanes(ctx context.Context) {
+	if h.disc == nil {
+		return // no Valkey
+	}
 	found, _, err := h.disc.Step(ctx, 0)
 	if err != nil {
 		h.log.Warn("lane discovery failed; lanes in use that are not recorded stay unseen until it succeeds", "error", err)
@@ -386,7 +403,9 @@ func (h *Host) checkLibrary(ctx context.Context) error {
 // Close releases the Valkey client and removes the private copies of the
 // plugin binaries.
 func (h *Host) Close() {
-	h.client.Close()
+	if h.client != nil {
+		h.client.Close()
+	}
 	if h.pg != nil {
 		h.pg.Close()
 	}
@@ -422,6 +441,7 @@ func (h *Host) launcherFor(cfg *config.Config, name string, sc config.Scanner, r
 		Isolation:    cfg.PluginIsolation.Mode(),
 		Approvals:    h.approvals,
 		Postgres:     h.pg != nil,
+		NoValkey:     h.client == nil,
 	}, h.cat, h.svc, h.scannerLog(name))
 }
 
@@ -480,15 +500,21 @@ func (h *Host) Run(ctx context.Context) error {
 	callCtx, abortCalls := context.WithCancel(context.Background())
 	defer abortCalls()
 	// Partition sharing: this host's share is known before any scanner
-	// runs (a single host owns every partition from its first tick).
-	share := sharing.New(h.client, sharing.Options{ID: hostID(), Partitions: h.parts, Logger: h.log.Named("sharing")})
-	if err := share.Tick(ctx); err != nil {
-		h.log.Warn("partition sharing: first tick failed; scanners wait for a tick that succeeds", "error", err)
+	// runs (a single host owns every partition from its first tick). The
+	// shares live on Valkey: a host without it scans every partition.
+	var share *sharing.Coordinator
+	if h.client != nil {
+		share = sharing.New(h.client, sharing.Options{ID: hostID(), Partitions: h.parts, Logger: h.log.Named("sharing")})
+		if err := share.Tick(ctx); err != nil {
+			h.log.Warn("partition sharing: first tick failed; scanners wait for a tick that succeeds", "error", err)
+		}
+		shareCtx, stopShare := context.WithCancel(context.Background())
+		shareDone := make(chan struct{})
+		go func() { defer close(shareDone); share.Run(shareCtx) }()
+		defer func() { stopShare(); <-shareDone }()
+	} else {
+		h.log.Info("no valkey: partitions are not shared; every host on this database scans every partition (the library's functions re-check each row under its lock, so several hosts are safe, at a multiplied cost)")
 	}
-	shareCtx, stopShare := context.WithCancel(context.Background())
-	shareDone := make(chan struct{})
-	go func() { defer close(shareDone); share.Run(shareCtx) }()
-	defer func() { stopShare(); <-shareDone }()
 	h.mu.Lock()
 	h.share = share
 	h.runCtx, h.callCtx = ctx, callCtx
@@ -497,9 +523,11 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	h.startCompletions(cfg.Completions)
 	h.mu.Unlock()
-	go h.refreshLanes(ctx)
-	go h.runCensus(ctx)
-	go h.watchLibrary(ctx)
+	if h.client != nil {
+		go h.refreshLanes(ctx)
+		go h.runCensus(ctx)
+		go h.watchLibrary(ctx)
+	}
 	go h.watchFiles(ctx)
 	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion))
 
@@ -600,7 +628,7 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 		CallTimeout:    cfg.Scheduler.CallTimeout,
 		CallParent:     h.callCtx,
 		Epoch:          h.epoch,
-		Census:         h.census,
+		Census:         h.laneCensus(),
 		Postgres:       h.pg,
 		PostgresFilter: cfg.Postgres.Filter(),
 	}, h.client, supTarget{sup}, nil, h.met, log)
@@ -660,6 +688,10 @@ func (h *Host) startCompletions(c config.Completions) {
 		h.pgComp = l
 		h.log.Info("postgres completion listener started", "channel", pgcompletions.Channel, "concurrency", c.Concurrency)
 	}
+	if h.client == nil {
+		h.comp = nil
+		return
+	}
 	l := completions.New(completions.Config{Enabled: true, Concurrency: c.Concurrency}, h.lib, completions.Options{
 		Logger:     h.log.Named("completions"),
 		Metrics:    h.compMet,
@@ -688,8 +720,15 @@ func waitUntil(ch <-chan struct{}, deadline time.Time) bool {
 
 // Ready implements httpapi.Source.
 func (h *Host) Ready(ctx context.Context) error {
-	if err := keyless.Do(ctx, h.client, func(b valkey.Builder) valkey.Completed { return b.Ping().Build() }).Error(); err != nil {
-		return fmt.Errorf("valkey: %w", err)
+	if h.client != nil {
+		if err := keyless.Do(ctx, h.client, func(b valkey.Builder) valkey.Completed { return b.Ping().Build() }).Error(); err != nil {
+			return fmt.Errorf("valkey: %w", err)
+		}
+	}
+	if h.pg != nil {
+		if err := h.pg.Ping(ctx); err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
 	}
 	h.libMu.Lock()
 	libErr := h.libErr
@@ -772,6 +811,9 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 		}
 		if info.UsesPostgres() && h.pg == nil {
 			return nil, fmt.Errorf("scanner %s works on a FlowFabric Postgres database and this host has none: set postgres.dsn (or --postgres-dsn)", name)
+		}
+		if !info.UsesPostgres() && h.client == nil {
+			return nil, fmt.Errorf("scanner %s works on Valkey and this host has none (it serves its Postgres database alone): set valkey.addrs", name)
 		}
 		resolved, err := launcher.ResolveOptions(name, info.Options, sc.Options)
 		if err != nil {
@@ -883,4 +925,13 @@ func (t supTarget) Acquire() (scheduler.Lease, error) {
 // budgetOf is the callbacks budget the configuration sets.
 func budgetOf(c config.Callbacks) callbacks.Budget {
 	return callbacks.Budget{MaxInFlight: c.MaxInFlight, CommandsPerSecond: float64(c.CommandsPerSecond), MaxReplyBytes: int64(c.MaxReplyBytes)}
+}
+
+// laneCensus is the census the runners consult: none on a host without
+// Valkey (a nil *census.Census in the interface would be called).
+func (h *Host) laneCensus() scheduler.Census {
+	if h.census == nil {
+		return nil
+	}
+	return h.census
 }

@@ -574,3 +574,38 @@ func TestBootRecognisesThePostgresSchema(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond, "the downstream released by the host's listener")
 	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 }, 10*time.Second, 10*time.Millisecond)
 }
+
+// A host given a Postgres database and no Valkey serves the database
+// alone: its completion listener dispatches, its status and readiness
+// speak of Postgres only, and a Valkey scanner is refused with a message.
+func TestPostgresOnlyHost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbPool := postgrestest.SchemaDB(t, 2)
+	cfg := testConfig(t, "", config.Scanner{})
+	cfg.Valkey.Addrs = nil
+	cfg.Postgres.DSN = dbPool.Config().ConnString()
+
+	h, err := Boot(ctx, cfg, hclog.NewNullLogger())
+	require.NoError(t, err)
+	_, err = h.OpenSession(ctx, "hostwork", SessionOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "scanner hostwork works on Valkey and this host has none")
+	h.Close()
+
+	cfg.Scanners = map[string]config.Scanner{}
+	cfg.Completions.Enabled = true
+	rh, stop := running(t, cfg)
+	defer stop()
+	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions != nil }, 30*time.Second, 10*time.Millisecond)
+	const a, b = "d0000000-0000-4000-8000-000000000001", "d0000000-0000-4000-8000-000000000002"
+	postgrestest.DAG(t, dbPool, 3, "fd000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
+	postgrestest.Complete(t, dbPool, 3, a, "success")
+	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 }, 30*time.Second, 10*time.Millisecond,
+		"the downstream released by the listener, on every partition (no sharing without Valkey)")
+	st := rh.Status()
+	assert.Empty(t, st.Valkey)
+	assert.Nil(t, st.Completions, "no Valkey completion listener")
+	assert.Nil(t, st.Sharing)
+	assert.NoError(t, rh.Ready(ctx))
+}

@@ -20,10 +20,13 @@ import (
 func (h *Host) Status() httpapi.StatusDoc {
 	cfg := h.config()
 	doc := httpapi.StatusDoc{
-		Version: Version, StartedAt: h.started, Valkey: cfg.Valkey.Addrs, Lanes: h.Lanes(), LaneCensus: h.census.State(),
+		Version: Version, StartedAt: h.started, Valkey: cfg.Valkey.Addrs, Lanes: h.Lanes(),
 		ScannerAPI: fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion),
 	}
-	if h.client.Mode() == valkey.ClientModeCluster {
+	if h.census != nil {
+		doc.LaneCensus = h.census.State()
+	}
+	if h.client != nil && h.client.Mode() == valkey.ClientModeCluster {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if ms, err := topology.Masters(ctx, h.client); err == nil {
 			doc.ValkeyNodes = ms

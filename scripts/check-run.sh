@@ -96,6 +96,7 @@ if [ "$backend" = postgres ]; then
   [ -n "$pgdir" ] || fail "make run did not say where PostgreSQL's data was"
   [ ! -e "$pgdir" ] || fail "left behind: $pgdir"
   if pgrep -f "$pgdir" >/dev/null; then fail "PostgreSQL of the run is still alive"; fi
+  ! grep -qE '^run: (valkey|redis)-server on' "$out" || fail "the Postgres run started a Valkey: the host should serve the database alone"
 fi
 awk 'length > 100 { bad = 1 } END { exit bad }' <(grep -v '^run:' "$out") || fail "the summary has lines over 100 columns"
 rm -rf "$tmp"

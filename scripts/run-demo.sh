@@ -7,8 +7,8 @@
 # BACKEND=postgres (make run BACKEND=postgres): a throwaway PostgreSQL as
 # well, with FlowFabric's schema created by `ffscan postgres create-schema`,
 # the host with the Postgres reconcilers (configs/demo-postgres.yaml) and
-# the Postgres demo workload (examples/pgdemo). The host still keeps its
-# partition record and status in the Valkey server.
+# the Postgres demo workload (examples/pgdemo). No Valkey runs: the host
+# serves the database alone.
 #
 # Job control (set -m) puts every background process in a process group of
 # its own, so the terminal's Ctrl-C reaches only this script: each child
@@ -19,23 +19,25 @@ set -m
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-server=$(command -v valkey-server || command -v redis-server || true)
-if [ -z "$server" ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "run: no valkey-server or redis-server found; installing redis-server with apt-get"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-    server=$(command -v redis-server)
-  else
-    echo "run: no valkey-server or redis-server on PATH. Install one (e.g. sudo apt-get install -y redis-server) and retry." >&2
-    exit 1
-  fi
-fi
-
 backend=${BACKEND:-valkey}
 case "$backend" in
   valkey|postgres) ;;
   *) echo "run: BACKEND must be valkey or postgres, not \"$backend\"" >&2; exit 2 ;;
 esac
+
+if [ "$backend" = valkey ]; then
+  server=$(command -v valkey-server || command -v redis-server || true)
+  if [ -z "$server" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "run: no valkey-server or redis-server found; installing redis-server with apt-get"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+      server=$(command -v redis-server)
+    else
+      echo "run: no valkey-server or redis-server on PATH. Install one (e.g. sudo apt-get install -y redis-server) and retry." >&2
+      exit 1
+    fi
+  fi
+fi
 
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 if [ "$backend" = postgres ] && [ -z "$(pg_bin)" ]; then
@@ -80,16 +82,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 0' INT TERM
 
-"$server" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/server.log" &
-pids+=($!)
-for _ in $(seq 100); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-  sleep 0.05
-done
-echo "run: $(basename "$server") on 127.0.0.1:$port (data in $work)"
-
 config=configs/demo.yaml
 host_args=()
+if [ "$backend" = valkey ]; then
+  "$server" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/server.log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+    sleep 0.05
+  done
+  echo "run: $(basename "$server") on 127.0.0.1:$port (data in $work)"
+  host_args=(--valkey-addr "127.0.0.1:$port")
+fi
+
 if [ "$backend" = postgres ]; then
   # PostgreSQL refuses to run as root: then it runs as the postgres user,
   # in a directory that user owns.
@@ -122,7 +127,7 @@ if [ "$backend" = postgres ]; then
   echo "run: PostgreSQL $(basename "$(dirname "$pg")") on 127.0.0.1:$pg_port (data in $pgdir)"
   ./bin/ffscan postgres create-schema --postgres-dsn "$dsn" | sed 's/^/run: /'
   config=configs/demo-postgres.yaml
-  host_args=(--postgres-dsn "$dsn")
+  host_args=(--postgres-dsn "$dsn")  # and no Valkey: the host serves the database alone
   go build -o "$work/demo" ./examples/pgdemo
   demo_args=(-dsn "$dsn")
 else
@@ -135,7 +140,7 @@ mkdir "$work/tmp"
 host_log="$work/host.log"
 TMPDIR="$work/tmp" FFSCAN_HTTP__LISTEN="127.0.0.1:$http_port" \
   FFSCAN_PLUGIN_APPROVALS_FILE="$work/plugin-approvals.json" ./bin/ffscan run --config "$config" \
-  --valkey-addr "127.0.0.1:$port" ${host_args[@]+"${host_args[@]}"} >"$host_log" 2>&1 &
+  ${host_args[@]+"${host_args[@]}"} >"$host_log" 2>&1 &
 pids+=($!)
 host_pid=$!
 for _ in $(seq 100); do

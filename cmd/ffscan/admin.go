@@ -138,6 +138,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 
 func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 	valkeyLine := "valkey " + strings.Join(doc.Valkey, ",")
+	if len(doc.Valkey) == 0 {
+		valkeyLine = "no valkey (postgres only)"
+	}
 	if len(doc.ValkeyNodes) > 0 {
 		valkeyLine = fmt.Sprintf("valkey cluster masters %s (seeds %s)", strings.Join(doc.ValkeyNodes, ","), strings.Join(doc.Valkey, ","))
 	}

@@ -35,6 +35,9 @@ func cmdScanOnce(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// On a host without Valkey, FlowFabric's name of a Postgres
+	// reconciler names ffscan's scanner for it.
+	*name = cfg.ScannerName(*name)
 	log := quietLogger(cfg, c)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

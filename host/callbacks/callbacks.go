@@ -54,6 +54,7 @@ const (
 	ReasonProtectedKey       = "protected_key"
 	ReasonKeyScope           = "key_scope"
 	ReasonNoDatabase         = "no_database"
+	ReasonNoValkey           = "no_valkey"
 )
 
 // Recorder receives the service's counts (host/metrics implements it).
@@ -116,12 +117,17 @@ type Service struct {
 }
 
 // New returns a service running commands on lib's client. rec may be nil.
+// A nil lib is a host without Valkey: only PGCALLs run, every other
+// command is refused.
 func New(lib *lua.Library, rec Recorder) *Service {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	return &Service{client: lib.Client(), lib: lib, rec: rec, policies: map[string]Policy{},
-		budget: DefaultBudget, spends: map[string]*spend{}}
+	s := &Service{lib: lib, rec: rec, policies: map[string]Policy{}, budget: DefaultBudget, spends: map[string]*spend{}}
+	if lib != nil {
+		s.client = lib.Client()
+	}
+	return s
 }
 
 // SetBudget sets the budget every scanner gets from now on.
@@ -398,11 +404,14 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 	}
 	name := strings.ToUpper(c[0])
 	args := c[1:]
-	switch name {
-	case "FCALL":
-		return s.checkFCall(pol, args)
-	case "PGCALL":
+	if name == "PGCALL" {
 		return s.checkPGCall(pol, args)
+	}
+	if s.client == nil {
+		return refuse(ReasonNoValkey, "%s: this host has no Valkey (it serves a Postgres database alone)", name)
+	}
+	if name == "FCALL" {
+		return s.checkFCall(pol, args)
 	}
 	spec, supported := commandTable[name]
 	if !pol.commands[name] {

@@ -92,6 +92,9 @@ type Completions struct {
 // Valkey is how to reach the server or cluster. Credentials stay in the host:
 // plugins reach Valkey only through the host's callback service.
 type Valkey struct {
+	// Addrs are the seed addresses. None: the host serves its Postgres
+	// database alone (Load leaves them empty when postgres.dsn is set and
+	// no source names a Valkey address).
 	Addrs    []string
 	Username string
 	Password string
@@ -272,8 +275,8 @@ func (c *Config) validate() []error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
 	}
-	if len(c.Valkey.Addrs) == 0 {
-		bad("valkey.addrs", "at least one address is required")
+	if len(c.Valkey.Addrs) == 0 && c.Postgres.DSN == "" {
+		bad("valkey.addrs", "at least one address is required (a host without Valkey serves a Postgres database: set postgres.dsn)")
 	}
 	for i, a := range c.Valkey.Addrs {
 		if !strings.Contains(a, ":") {
@@ -393,6 +396,9 @@ func (c *Config) validate() []error {
 		if s.Batch < 0 || s.Batch > 10000 {
 			bad(p+".batch", "%d is outside 0..10000 (0 means the plugin's default)", s.Batch)
 		}
+		if pg := c.ScannerName(name); pg != name {
+			bad(p, "on a host without Valkey this is FlowFabric's name of %s, which is configured too: keep one of the two", pg)
+		}
 	}
 	return errs
 }
@@ -479,4 +485,60 @@ func (i Isolation) Mode() scannerapi.Isolation {
 		return scannerapi.IsolationOff
 	}
 	return scannerapi.IsolationAuto
+}
+
+// HasValkey reports whether the host serves a Valkey deployment; without
+// one it serves its Postgres database alone.
+func (c *Config) HasValkey() bool { return len(c.Valkey.Addrs) > 0 }
+
+// flowFabricPostgres maps the names of FlowFabric's Postgres reconcilers
+// to the scanners that run them here. Their own names go to the Valkey
+// scanners, which are different programs; on a host without Valkey they
+// can only mean these.
+var flowFabricPostgres = map[string]string{
+	"attempt_timeout":           "pg_attempt_timeout",
+	"lease_expiry":              "pg_lease_expiry",
+	"suspension_timeout":        "pg_suspension_timeout",
+	"execution_deadline":        "pg_execution_deadline",
+	"delayed_promoter":          "pg_delayed_promoter",
+	"pending_wp_expiry":         "pg_pending_wp_expiry",
+	"budget_reset":              "pg_budget_reset",
+	"dependency":                "pg_dependency",
+	"edge_cancel_dispatcher":    "pg_edge_cancel_dispatcher",
+	"edge_cancel_reconciler":    "pg_edge_cancel_reconciler",
+	"worker_registry_ttl_sweep": "pg_worker_registry_ttl_sweep",
+}
+
+// ScannerName is the scanner a name given by an operator (a flag, a
+// configuration key) means on this host: on a host without Valkey,
+// FlowFabric's name of a Postgres reconciler ("attempt_timeout") means
+// ffscan's scanner for it ("pg_attempt_timeout"); every other name is
+// itself.
+func (c *Config) ScannerName(name string) string {
+	if pg, ok := flowFabricPostgres[name]; ok && !c.HasValkey() {
+		return pg
+	}
+	return name
+}
+
+// postgresNames renames the scanners configured under FlowFabric's
+// Postgres names to ffscan's; a name configured both ways keeps both, and
+// validate reports the clash.
+func postgresNames(in map[string]Scanner) map[string]Scanner {
+	out := make(map[string]Scanner, len(in))
+	for name, sc := range in {
+		out[name] = sc
+	}
+	for ff, pg := range flowFabricPostgres {
+		sc, ok := in[ff]
+		if !ok {
+			continue
+		}
+		if _, both := in[pg]; both {
+			continue
+		}
+		delete(out, ff)
+		out[pg] = sc
+	}
+	return out
 }

@@ -313,3 +313,40 @@ func TestPostgresFilter(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "a filter without postgres.dsn filters nothing")
 }
+
+// A host given a database and no Valkey address serves the database
+// alone, and FlowFabric's reconciler names mean the Postgres scanners
+// there.
+func TestPostgresOnly(t *testing.T) {
+	cfg, err := Load(Sources{Environ: []string{"FFSCAN_POSTGRES__DSN=postgres://ff@db/ff"}})
+	require.NoError(t, err)
+	assert.False(t, cfg.HasValkey())
+	assert.Equal(t, "pg_attempt_timeout", cfg.ScannerName("attempt_timeout"))
+	assert.Equal(t, "pg_lease_expiry", cfg.ScannerName("pg_lease_expiry"))
+	assert.Equal(t, "retention_trimmer", cfg.ScannerName("retention_trimmer"))
+
+	p := writeFile(t, "postgres: {dsn: \"postgres://ff@db/ff\"}\nscanners:\n  attempt_timeout: {interval: 3s}\n  pg_lease_expiry: {}\n")
+	cfg, err = Load(Sources{File: p, Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"pg_attempt_timeout", "pg_lease_expiry"}, cfg.Enabled())
+	assert.Equal(t, 3*time.Second, cfg.Scanners["pg_attempt_timeout"].Interval)
+
+	// Named as well: both.
+	cfg, err = Load(Sources{Environ: []string{"FFSCAN_POSTGRES__DSN=postgres://ff@db/ff", "FFSCAN_VALKEY__ADDRS=10.0.0.1:6379"}})
+	require.NoError(t, err)
+	assert.True(t, cfg.HasValkey())
+	assert.Equal(t, "attempt_timeout", cfg.ScannerName("attempt_timeout"), "with Valkey the name is the Valkey scanner's")
+
+	p = writeFile(t, "postgres: {dsn: \"postgres://ff@db/ff\"}\nscanners:\n  attempt_timeout: {}\n  pg_attempt_timeout: {}\n")
+	_, err = Load(Sources{File: p, Environ: noEnv})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "scanners.attempt_timeout: on a host without Valkey this is FlowFabric's name of pg_attempt_timeout")
+
+	p = writeFile(t, "valkey: {addrs: []}\n")
+	_, err = Load(Sources{File: p, Environ: noEnv})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "valkey.addrs: at least one address is required")
+	cfg, err = Load(Sources{Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.1:6379"}, cfg.Valkey.Addrs, "nothing configured: the local Valkey")
+}

@@ -45,6 +45,14 @@ func Load(src Sources) (*Config, error) {
 	cfg := Defaults()
 	d := &decoder{}
 	d.root(&cfg, ko.Raw())
+	if cfg.Postgres.DSN != "" && !ko.Exists("valkey.addrs") {
+		// A host given a database and no Valkey address serves the
+		// database alone, rather than a local Valkey nobody named.
+		cfg.Valkey.Addrs = nil
+	}
+	if !cfg.HasValkey() {
+		cfg.Scanners = postgresNames(cfg.Scanners)
+	}
 	d.errs = append(d.errs, cfg.validate()...)
 	if len(d.errs) > 0 {
 		sort.Slice(d.errs, func(i, j int) bool { return d.errs[i].Error() < d.errs[j].Error() })

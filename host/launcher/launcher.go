@@ -59,6 +59,9 @@ type Config struct {
 	// Postgres says the host has a FlowFabric Postgres database; a scanner
 	// with Postgres sources is refused at launch without one.
 	Postgres bool
+	// NoValkey says the host serves a Postgres database alone; a scanner
+	// of a Valkey deployment is refused at launch.
+	NoValkey bool
 }
 
 // Launcher implements supervisor.Launcher for one scanner.
@@ -189,6 +192,9 @@ func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supe
 	}
 	if info.UsesPostgres() && !l.cfg.Postgres {
 		return nil, fmt.Errorf("scanner %s works on a FlowFabric Postgres database and this host has none: set postgres.dsn (or --postgres-dsn)", l.cfg.Scanner)
+	}
+	if !info.UsesPostgres() && l.cfg.NoValkey {
+		return nil, fmt.Errorf("scanner %s works on Valkey and this host has none (it serves its Postgres database alone): set valkey.addrs, or run the Postgres reconcilers (pg_*)", l.cfg.Scanner)
 	}
 	opts, err := ResolveOptions(l.cfg.Scanner, info.Options, l.cfg.Options)
 	if err != nil {

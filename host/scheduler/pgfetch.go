@@ -19,6 +19,10 @@ import (
 // postgres.dsn.
 var errNoDatabase = errors.New("the scanner reads a Postgres database and the host has none (set postgres.dsn)")
 
+// errNoValkey fails the cycles of a Valkey scanner on a host that serves
+// a Postgres database alone.
+var errNoValkey = errors.New("the scanner reads Valkey and the host has none (set valkey.addrs)")
+
 func (sw *sweep) postgres() bool { return sw.info.UsesPostgres() }
 
 // now is the cycle's "now": the database's clock for a Postgres scanner

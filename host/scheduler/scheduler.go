@@ -483,6 +483,11 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
 		hasLaneSource: hasLaneSource(info)}
 	if !sw.postgres() {
+		if r.client == nil {
+			r.finish(&sum, start, false)
+			r.cycleError()
+			return sum, errNoValkey
+		}
 		r.cfg.Epoch.ObserveNodes(keyless.Nodes(r.client))
 	}
 	nowMs, err := sw.now(ctx)
