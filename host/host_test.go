@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/internal/pgtest"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 )
 
 // pluginDir holds the test plugins, built once for the package;
@@ -608,4 +609,39 @@ func TestPostgresOnlyHost(t *testing.T) {
 	assert.Nil(t, st.Completions, "no Valkey completion listener")
 	assert.Nil(t, st.Sharing)
 	assert.NoError(t, rh.Ready(ctx))
+}
+
+// The due backlog of a Postgres scanner: counted from the candidate read
+// where it returned less than a batch, and counted again where it came
+// back full (batch 1 here).
+func TestPostgresBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbPool := postgrestest.SchemaDB(t, 2)
+	for i, pk := range []int{3, 3, 3, 5} {
+		eid := fmt.Sprintf("e0000000-0000-4000-8000-%012d", i)
+		_, err := dbPool.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+			eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
+			VALUES ($1, $2, 'default', 'active', 'leased', 'not_applicable', 'running', 'running_attempt', 1, '{}')`, pk, eid)
+		require.NoError(t, err)
+		_, err = dbPool.Exec(ctx, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, lease_epoch,
+			lease_expires_at_ms) VALUES ($1, $2, 0, 'w', 1, ffscan.now_ms() - 1000)`, pk, eid)
+		require.NoError(t, err)
+	}
+	cfg := testConfig(t, "", config.Scanner{})
+	cfg.Valkey.Addrs = nil
+	cfg.Postgres.DSN = dbPool.Config().ConnString()
+	cfg.Scanners = map[string]config.Scanner{pgreconcilers.AttemptTimeoutName: {Enabled: true, Batch: 1, Options: map[string]string{}}}
+	h, err := Boot(ctx, cfg, hclog.NewNullLogger())
+	require.NoError(t, err)
+	defer h.Close()
+	s, err := h.OpenSession(ctx, pgreconcilers.AttemptTimeoutName, SessionOptions{Linked: pgreconcilers.NewAttemptTimeout(), DryRun: true})
+	require.NoError(t, err)
+	defer s.Close()
+	sum, err := s.Cycle(ctx, -1)
+	require.NoError(t, err)
+	assert.True(t, sum.BacklogKnown)
+	assert.Equal(t, int64(4), sum.Backlog, "3 in partition 3 (its read was full), 1 in partition 5")
+	assert.Equal(t, 2, sum.Scanned)
+	assert.GreaterOrEqual(t, sum.Lag, time.Second, "the oldest lapse waited at least its second")
 }

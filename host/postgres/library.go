@@ -244,6 +244,45 @@ func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, 
 	return out, nil
 }
 
+// MaxCounted bounds CountCandidates per partition: a backlog gauge that
+// reads this many is at least this many.
+const MaxCounted = 1_000_000
+
+// CountCandidates counts what candidate function fn would return for the
+// given partitions with no batch limit (up to MaxCounted each), by
+// partition: the due backlog of partitions whose read came back full.
+// Partitions with none are absent from the map.
+func CountCandidates(ctx context.Context, db querier, fn string, parts []uint16, count uint16, f scannerapi.Filter) (map[uint16]int64, error) {
+	if !CandidateFunctions[fn] {
+		return nil, fmt.Errorf("postgres: %q is not a candidate function of ffscan's library", fn)
+	}
+	ps := make([]int16, len(parts))
+	for i, p := range parts {
+		ps[i] = int16(p)
+	}
+	rows, err := db.Query(ctx, "SELECT partition_key, count(*) FROM ffscan."+fn+"($1, $2, $3, $4, $5, $6) GROUP BY partition_key",
+		append([]any{ps, MaxCounted, int(count)}, filterArgs(f)...)...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: count %s: %w", fn, err)
+	}
+	out := map[uint16]int64{}
+	for rows.Next() {
+		var (
+			pk int16
+			n  int64
+		)
+		if err := rows.Scan(&pk, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("postgres: count %s: %w", fn, err)
+		}
+		out[uint16(pk)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: count %s: %w", fn, err)
+	}
+	return out, nil
+}
+
 // Call runs action function fn with args (text, converted by the server to
 // the function's parameter types) in a transaction of its own and returns
 // its reply. A serialization failure or deadlock is retried (3 tries in

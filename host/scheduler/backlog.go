@@ -108,7 +108,7 @@ func hasBacklog(info scannerapi.Info) bool {
 
 func hasDueSource(info scannerapi.Info) bool {
 	for _, s := range info.Sources {
-		if s.Kind == scannerapi.SourceZSetDue {
+		if s.Kind == scannerapi.SourceZSetDue || s.Kind == scannerapi.SourcePostgres {
 			return true
 		}
 	}

@@ -48,6 +48,9 @@ func (sw *sweep) read(ctx context.Context, parts []keys.Partition, nowMs int64) 
 // fetchPostgres runs each source's candidate function once for all the
 // partitions, at most a batch of rows each. A failed query fails every
 // partition of the cycle (they are counted failed and retried next cycle).
+// A source with a due backlog counts it from the read: a partition that
+// returned less than a batch has that many due, and only the partitions
+// that came back full are counted again, in one more query.
 func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*partState {
 	r := sw.r
 	states := make([]*partState, len(parts))
@@ -70,6 +73,7 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*p
 			r.log.Warn("postgres candidate read failed", "function", src.Key, "error", err)
 			continue
 		}
+		read := make(map[uint16]int, len(parts))
 		for _, c := range rows {
 			st := byIndex[c.Partition]
 			if st == nil {
@@ -77,14 +81,49 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*p
 				r.noteErr(sw.sum, scannerapi.ErrInvalid, "foreign_partition", 1)
 				continue
 			}
+			read[c.Partition]++
 			score := float64(c.Score)
 			st.cands = append(st.cands, scannerapi.Candidate{Source: src.Name, Key: src.Key, Member: c.Member, Score: score})
 			if !st.hasDue || score < st.oldestDue {
 				st.oldestDue, st.hasDue = score, true
 			}
 		}
+		if src.Backlog == scannerapi.BacklogDue {
+			sw.pgBacklog(ctx, src, states, byIndex, read)
+		}
 	}
 	return states
+}
+
+// pgBacklog adds a source's due backlog to each partition: what the read
+// returned, or for a partition that returned a full batch a count of
+// everything due there.
+func (sw *sweep) pgBacklog(ctx context.Context, src scannerapi.CandidateSource, states []*partState, byIndex map[uint16]*partState, read map[uint16]int) {
+	r := sw.r
+	var full []uint16
+	for _, st := range states {
+		n := read[st.p.Index]
+		if n >= sw.batch {
+			full = append(full, st.p.Index)
+			continue
+		}
+		st.backlog += int64(n)
+	}
+	if len(full) == 0 {
+		return
+	}
+	counts, err := postgres.CountCandidates(ctx, r.cfg.Postgres, src.Key, full, r.cfg.Partitions.Count(sw.info.Family), r.cfg.PostgresFilter)
+	if err != nil {
+		for _, p := range full {
+			byIndex[p].sampled = false
+		}
+		r.noteErr(sw.sum, pgClass(err), "backlog", 1)
+		r.log.Warn("postgres backlog count failed", "function", src.Key, "error", err)
+		return
+	}
+	for _, p := range full {
+		byIndex[p].backlog += counts[p]
+	}
 }
 
 // pgClass classifies a database failure: the server's own errors are class

@@ -65,9 +65,10 @@ func (r *Reconciler) Info() scannerapi.Info {
 		DefaultInterval: r.sp.interval,
 		DefaultBatch:    r.sp.batch,
 		Sources: []scannerapi.CandidateSource{{
-			Name: r.sp.candidates,
-			Kind: scannerapi.SourcePostgres,
-			Key:  r.sp.candidates,
+			Name:    r.sp.candidates,
+			Kind:    scannerapi.SourcePostgres,
+			Key:     r.sp.candidates,
+			Backlog: scannerapi.BacklogDue,
 		}},
 		Functions: []string{"pg:" + r.sp.action},
 	}

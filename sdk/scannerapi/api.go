@@ -262,7 +262,10 @@ const (
 	// BacklogNone exports no backlog for the source.
 	BacklogNone BacklogMode = ""
 	// BacklogDue counts members due now (ZCOUNT key -inf now+offset),
-	// read in the same pipeline as the candidates.
+	// read in the same pipeline as the candidates. For a Postgres source
+	// it counts the rows its candidate function returns (the read's own
+	// count; partitions whose read was full are counted again, up to a
+	// million each).
 	BacklogDue BacklogMode = "due"
 	// BacklogSize counts all members (ZCARD / SCARD).
 	BacklogSize BacklogMode = "size"

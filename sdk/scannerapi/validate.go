@@ -52,8 +52,8 @@ func ValidateInfo(in Info) error {
 			if !isSQLName(s.Key) {
 				return bad("source %s: key %q must name a candidate function of ffscan's Postgres library (lower-case letters, digits, '_')", s.Name, s.Key)
 			}
-			if s.Backlog != BacklogNone {
-				return bad("source %s: a Postgres source has no backlog mode yet (got %q)", s.Name, s.Backlog)
+			if s.Backlog != BacklogNone && s.Backlog != BacklogDue {
+				return bad("source %s: a Postgres source's backlog is none or due (the rows its candidate function returns), not %q", s.Name, s.Backlog)
 			}
 			if s.ScoreOffset != 0 {
 				return bad("source %s: a Postgres source takes no ScoreOffset (the candidate function decides what is due)", s.Name)
