@@ -46,9 +46,32 @@ func TestScanOnceOnPostgresAlone(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.New(t)
 	ctx := context.Background()
-	dsn, err := srv.CreateDatabase(ctx, "flowfabric")
-	require.NoError(t, err)
-	postgrestest.MigrateLikeFlowFabric(t, dsn)
+	dir := filepath.Join(t.TempDir(), "plugins")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "pgreconcilers"), "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	t.Run("on a database laid out by FlowFabric's migrations", func(t *testing.T) {
+		dsn, err := srv.CreateDatabase(ctx, "flowfabric")
+		require.NoError(t, err)
+		postgrestest.MigrateLikeFlowFabric(t, dsn)
+		scanOnceAttemptTimeout(t, dsn, dir)
+	})
+	t.Run("on ffscan's own schema", func(t *testing.T) {
+		dsn, err := srv.CreateDatabase(ctx, "own")
+		require.NoError(t, err)
+		code, out := ffscan(t, "postgres", "create-schema", "--postgres-dsn", dsn)
+		require.Equal(t, 0, code, out)
+		scanOnceAttemptTimeout(t, dsn, dir)
+	})
+}
+
+// scanOnceAttemptTimeout plants two lapsed leases of active executions,
+// one with a retry left, and runs the done-when's command with the
+// pgreconcilers plugin in dir.
+func scanOnceAttemptTimeout(t *testing.T, dsn, dir string) {
+	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, dsn)
 	require.NoError(t, err)
 	defer pool.Close()
@@ -65,12 +88,6 @@ func TestScanOnceOnPostgresAlone(t *testing.T) {
 			lease_epoch, lease_expires_at_ms) VALUES (5, $1, 0, 'w', 'w-1', 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - 1000)`, r.eid)
 		require.NoError(t, err)
 	}
-	dir := filepath.Join(t.TempDir(), "plugins")
-	require.NoError(t, os.Mkdir(dir, 0o755))
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "pgreconcilers"), "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-
 	code, outs := ffscan(t, "scan-once", "--scanner", "attempt_timeout", "--postgres-dsn", dsn, "--plugin-dir", dir)
 	require.Equal(t, 0, code, outs)
 	assert.Contains(t, outs, "scanner pg_attempt_timeout")

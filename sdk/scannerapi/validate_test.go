@@ -58,12 +58,16 @@ func TestValidateInfoPostgresSources(t *testing.T) {
 	}
 	require.NoError(t, scannerapi.ValidateInfo(good()))
 	assert.True(t, good().UsesPostgres())
+	due := good()
+	due.Sources[0].Backlog = scannerapi.BacklogDue
+	require.NoError(t, scannerapi.ValidateInfo(due), "the due backlog: the rows the candidate function returns")
 	for name, mutate := range map[string]func(*scannerapi.Info){
-		"function name": func(i *scannerapi.Info) { i.Sources[0].Key = "ffscan.lapsed_leases" },
-		"quoted":        func(i *scannerapi.Info) { i.Sources[0].Key = `lapsed"; DROP` },
-		"empty":         func(i *scannerapi.Info) { i.Sources[0].Key = "" },
-		"backlog":       func(i *scannerapi.Info) { i.Sources[0].Backlog = scannerapi.BacklogDue },
-		"score offset":  func(i *scannerapi.Info) { i.Sources[0].ScoreOffset = time.Second },
+		"function name":  func(i *scannerapi.Info) { i.Sources[0].Key = "ffscan.lapsed_leases" },
+		"quoted":         func(i *scannerapi.Info) { i.Sources[0].Key = `lapsed"; DROP` },
+		"empty":          func(i *scannerapi.Info) { i.Sources[0].Key = "" },
+		"size backlog":   func(i *scannerapi.Info) { i.Sources[0].Backlog = scannerapi.BacklogSize },
+		"plugin backlog": func(i *scannerapi.Info) { i.Sources[0].Backlog = scannerapi.BacklogPlugin },
+		"score offset":   func(i *scannerapi.Info) { i.Sources[0].ScoreOffset = time.Second },
 		"mixed with zset": func(i *scannerapi.Info) {
 			i.Sources = append(i.Sources, scannerapi.CandidateSource{Name: "z", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:x"})
 		},
