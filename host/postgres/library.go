@@ -201,6 +201,16 @@ func filterArgs(f scannerapi.Filter) []any {
 	return args
 }
 
+// partitionKeys are partition indexes as the smallint[] the candidate
+// functions take.
+func partitionKeys(parts []uint16) []int16 {
+	ps := make([]int16, len(parts))
+	for i, p := range parts {
+		ps[i] = int16(p)
+	}
+	return ps
+}
+
 // Candidate is one row of a candidate function.
 type Candidate struct {
 	Partition uint16
@@ -215,10 +225,7 @@ func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, 
 	if !CandidateFunctions[fn] {
 		return nil, fmt.Errorf("postgres: %q is not a candidate function of ffscan's library", fn)
 	}
-	ps := make([]int16, len(parts))
-	for i, p := range parts {
-		ps[i] = int16(p)
-	}
+	ps := partitionKeys(parts)
 	// fn is one of CandidateFunctions' names, never a plugin's string.
 	rows, err := db.Query(ctx, "SELECT partition_key, member, score FROM ffscan."+fn+"($1, $2, $3, $4, $5, $6)",
 		append([]any{ps, perPartition, int(count)}, filterArgs(f)...)...)
@@ -256,10 +263,7 @@ func CountCandidates(ctx context.Context, db querier, fn string, parts []uint16,
 	if !CandidateFunctions[fn] {
 		return nil, fmt.Errorf("postgres: %q is not a candidate function of ffscan's library", fn)
 	}
-	ps := make([]int16, len(parts))
-	for i, p := range parts {
-		ps[i] = int16(p)
-	}
+	ps := partitionKeys(parts)
 	rows, err := db.Query(ctx, "SELECT partition_key, count(*) FROM ffscan."+fn+"($1, $2, $3, $4, $5, $6) GROUP BY partition_key",
 		append([]any{ps, MaxCounted, int(count)}, filterArgs(f)...)...)
 	if err != nil {

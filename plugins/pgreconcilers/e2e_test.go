@@ -137,22 +137,13 @@ func TestAttemptTimeoutOnFlowFabricsSchema(t *testing.T) {
 }
 
 func TestAttemptTimeoutOnFfscansSchema(t *testing.T) {
-	srv := pgtest.New(t)
-	ctx := context.Background()
-	dsn, err := srv.CreateDatabase(ctx, "ffscan")
-	require.NoError(t, err)
-	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
-	require.NoError(t, err)
-	_, err = postgres.CreateSchema(ctx, pool)
-	pool.Close()
-	require.NoError(t, err)
-	run(t, dsn)
+	run(t, ownSchema(t))
 }
 
-// The host's filter through the host: a host for namespace e2e does what
-// an unfiltered one does, a host for another namespace reads nothing and
-// changes nothing.
-func TestAttemptTimeoutFiltered(t *testing.T) {
+// ownSchema starts a PostgreSQL and returns the DSN of a database with
+// ffscan's equivalent of FlowFabric's schema.
+func ownSchema(t *testing.T) string {
+	t.Helper()
 	srv := pgtest.New(t)
 	ctx := context.Background()
 	dsn, err := srv.CreateDatabase(ctx, "ffscan")
@@ -162,7 +153,18 @@ func TestAttemptTimeoutFiltered(t *testing.T) {
 	defer pool.Close()
 	_, err = postgres.CreateSchema(ctx, pool)
 	require.NoError(t, err)
+	return dsn
+}
+
+// The host's filter through the host: a host for namespace e2e does what
+// an unfiltered one does, a host for another namespace reads nothing and
+// changes nothing.
+func TestAttemptTimeoutFiltered(t *testing.T) {
+	dsn := ownSchema(t)
 	runFiltered(t, dsn, scannerapi.Filter{Namespace: "e2e"})
+	pool, err := postgres.Connect(context.Background(), postgres.Options{DSN: dsn, PoolSize: 2})
+	require.NoError(t, err)
+	defer pool.Close()
 
 	hosttest.Run(t, scannertest.Case{
 		New:            func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
@@ -215,15 +217,11 @@ func TestRefusedWithoutADatabase(t *testing.T) {
 // database with ffscan's schema: Setup plants the scenario afresh for
 // each run, Check reads what the run left.
 func TestEveryReconcilerThroughTheHost(t *testing.T) {
-	srv := pgtest.New(t)
+	dsn := ownSchema(t)
 	ctx := context.Background()
-	dsn, err := srv.CreateDatabase(ctx, "ffscan")
-	require.NoError(t, err)
 	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
 	require.NoError(t, err)
 	defer pool.Close()
-	_, err = postgres.CreateSchema(ctx, pool)
-	require.NoError(t, err)
 	_, err = postgres.InstallLibrary(ctx, pool)
 	require.NoError(t, err)
 

@@ -69,6 +69,18 @@ RETURNS boolean
 LANGUAGE sql IMMUTABLE
 AS $fn$ SELECT filter_namespace IS NOT NULL OR filter_tag_key IS NOT NULL $fn$;
 
+-- keeps_execution applies the filter to an execution by its key: true
+-- when no filter is set, else when the execution exists and keeps() keeps
+-- it (an execution that is gone cannot be told to be the host's).
+CREATE OR REPLACE FUNCTION ffscan.keeps_execution(pk integer, eid uuid, filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT NOT ffscan.filtered(filter_namespace, filter_tag_key) OR coalesce((
+		SELECT ffscan.keeps(x.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+		FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = eid), false)
+$fn$;
+
 -- Candidate functions take the partitions to read, the most rows per
 -- partition and how many partitions the family has (only the worker
 -- registry, whose partitions are not the host's, needs it), and return
@@ -781,10 +793,7 @@ BEGIN
 			WHERE ev.partition_key = p.k
 				AND ev.dispatched_at_ms IS NULL
 				AND ev.committed_at_ms < ffscan.now_ms() - 15000
-				AND (NOT ffscan.filtered(filter_namespace, filter_tag_key) OR EXISTS (
-					SELECT 1 FROM ff_exec_core e
-					WHERE e.partition_key = ev.partition_key AND e.execution_id = ev.execution_id
-						AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
+				AND ffscan.keeps_execution(ev.partition_key, ev.execution_id, filter_namespace, filter_tag_key, filter_tag_value)
 			ORDER BY ev.committed_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -816,7 +825,6 @@ DECLARE
 	decision text;
 	advanced integer := 0;
 	members text[];
-	raw jsonb;
 BEGIN
 	SELECT x.execution_id, x.flow_id, x.outcome, x.dispatched_at_ms INTO e
 	FROM ff_completion_event x WHERE x.partition_key = pk AND x.event_id = ev FOR UPDATE;
@@ -826,13 +834,10 @@ BEGIN
 	IF e.dispatched_at_ms IS NOT NULL THEN
 		RETURN ARRAY['1', 'already_dispatched'];
 	END IF;
-	IF ffscan.filtered(filter_namespace, filter_tag_key) THEN
-		-- The event is the completed execution's tenant's; without its
-		-- row that cannot be told, and the event is left.
-		SELECT x.raw_fields INTO raw FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = e.execution_id;
-		IF NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
-			RETURN ARRAY['1', 'filtered'];
-		END IF;
+	-- The event is the completed execution's tenant's; without its row
+	-- that cannot be told, and the event is left.
+	IF NOT ffscan.keeps_execution(pk, e.execution_id, filter_namespace, filter_tag_key, filter_tag_value) THEN
+		RETURN ARRAY['1', 'filtered'];
 	END IF;
 	IF e.flow_id IS NOT NULL THEN
 		FOR edge IN
@@ -971,10 +976,7 @@ BEGIN
 			SELECT q.partition_key, q.flow_id, q.downstream_eid, q.enqueued_at_ms
 			FROM ff_pending_cancel_groups q
 			WHERE q.partition_key = p.k
-				AND (NOT ffscan.filtered(filter_namespace, filter_tag_key) OR EXISTS (
-					SELECT 1 FROM ff_exec_core e
-					WHERE e.partition_key = q.partition_key AND e.execution_id = q.downstream_eid
-						AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
+				AND ffscan.keeps_execution(q.partition_key, q.downstream_eid, filter_namespace, filter_tag_key, filter_tag_value)
 			ORDER BY q.enqueued_at_ms
 			LIMIT per_partition
 		) AS c;
@@ -994,19 +996,15 @@ RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
-	raw jsonb;
 	now_ms bigint := ffscan.now_ms();
 	g record;
 	m text;
 	n integer := 0;
 	cnt integer;
 BEGIN
-	IF ffscan.filtered(filter_namespace, filter_tag_key) THEN
-		-- The group is its downstream execution's tenant's.
-		SELECT x.raw_fields INTO raw FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = downstream;
-		IF NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
-			RETURN ARRAY['1', 'filtered'];
-		END IF;
+	-- The group is its downstream execution's tenant's.
+	IF NOT ffscan.keeps_execution(pk, downstream, filter_namespace, filter_tag_key, filter_tag_value) THEN
+		RETURN ARRAY['1', 'filtered'];
 	END IF;
 	SELECT x.cancel_siblings_pending_flag AS flag, x.cancel_siblings_pending_members AS members INTO g
 	FROM ff_edge_group x WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream
@@ -1060,16 +1058,12 @@ RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
-	raw jsonb;
 	g record;
 	live integer;
 BEGIN
-	IF ffscan.filtered(filter_namespace, filter_tag_key) THEN
-		-- The group is its downstream execution's tenant's.
-		SELECT x.raw_fields INTO raw FROM ff_exec_core x WHERE x.partition_key = pk AND x.execution_id = downstream;
-		IF NOT ffscan.keeps(raw, filter_namespace, filter_tag_key, filter_tag_value) THEN
-			RETURN ARRAY['1', 'filtered'];
-		END IF;
+	-- The group is its downstream execution's tenant's.
+	IF NOT ffscan.keeps_execution(pk, downstream, filter_namespace, filter_tag_key, filter_tag_value) THEN
+		RETURN ARRAY['1', 'filtered'];
 	END IF;
 	SELECT x.cancel_siblings_pending_flag AS flag, x.cancel_siblings_pending_members AS members INTO g
 	FROM ff_edge_group x WHERE x.partition_key = pk AND x.flow_id = flow AND x.downstream_eid = downstream
