@@ -81,6 +81,9 @@ func TestChainAdvancesOnNotifications(t *testing.T) {
 		require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL").Scan(&n))
 		return n == 0
 	})
+	// The listener counts a dispatch after its transaction committed: the
+	// count may trail what the database shows by a moment.
+	waitFor(t, "five dispatches counted", func() bool { return l.Stats().Dispatched >= 5 })
 	st := l.Stats()
 	assert.Equal(t, int64(5), st.Dispatched, "a, b, x and the two skipped completions")
 	assert.Zero(t, st.Errors)
