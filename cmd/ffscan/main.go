@@ -70,7 +70,8 @@ commands:
 flags accepted by every command:
   --config FILE        YAML configuration (default $FFSCAN_CONFIG)
   --valkey-addr ADDR   Valkey host:port (overrides valkey.addrs)
-  --postgres-dsn DSN   FlowFabric Postgres database (overrides postgres.dsn)
+  --postgres-dsn DSN   FlowFabric Postgres database (overrides postgres.dsn); with no
+                       Valkey address configured the host serves it alone
   --plugin-dir DIR     overrides plugin_dir
   --http-listen ADDR   overrides http.listen
   --log-level LEVEL    overrides log.level
