@@ -59,24 +59,34 @@ func Ensure(path string) (token string, created bool, err error) {
 		return "", false, fmt.Errorf("admin token: %w", err)
 	}
 	tok = hex.EncodeToString(raw)
-	// O_EXCL: two hosts starting at once do not overwrite each other's
-	// token; the loser reads the winner's.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		tok, err = Read(path)
-		return tok, false, err
-	}
+	// The token is written whole to a file of its own, then linked to
+	// its name: a link never replaces an existing file, so two hosts
+	// starting at once do not overwrite each other's token (the loser
+	// reads the winner's), and a reader never sees a file that exists but
+	// is not written yet (creating the name first, then writing, showed
+	// an empty token to a host starting at that moment).
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-*")
 	if err != nil {
 		return "", false, fmt.Errorf("admin token: %w", err)
 	}
-	if _, err := f.WriteString(tok + "\n"); err != nil {
-		f.Close()
-		os.Remove(path)
-		return "", false, fmt.Errorf("admin token: write %s: %w", path, err)
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return "", false, fmt.Errorf("admin token: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(path)
-		return "", false, fmt.Errorf("admin token: write %s: %w", path, err)
+	if _, err := tmp.WriteString(tok + "\n"); err != nil {
+		tmp.Close()
+		return "", false, fmt.Errorf("admin token: write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", false, fmt.Errorf("admin token: write %s: %w", tmp.Name(), err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			tok, err = Read(path)
+			return tok, false, err
+		}
+		return "", false, fmt.Errorf("admin token: %w", err)
 	}
 	return tok, true, nil
 }

@@ -3,6 +3,7 @@ package admintoken
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,4 +59,45 @@ func TestEqual(t *testing.T) {
 	assert.True(t, Equal("abc", "abc"))
 	assert.False(t, Equal("abd", "abc"))
 	assert.False(t, Equal("", ""), "no token configured matches nothing")
+}
+
+// Hosts starting at the same moment on one token path: every one gets
+// the same complete token, exactly one created it, and nothing else is
+// left in the directory. (Creating the name first and writing it after
+// let a host read an empty token in between.)
+func TestEnsureConcurrently(t *testing.T) {
+	for round := 0; round < 200; round++ {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "admin-token")
+		const hosts = 8
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			tokens  [hosts]string
+			created [hosts]bool
+			errs    [hosts]error
+		)
+		for i := range hosts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				tokens[i], created[i], errs[i] = Ensure(path)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		n := 0
+		for i := range hosts {
+			require.NoError(t, errs[i], "round %d", round)
+			assert.Equal(t, tokens[0], tokens[i])
+			if created[i] {
+				n++
+			}
+		}
+		assert.Equal(t, 1, n, "one host created the token")
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		assert.Len(t, entries, 1, "only the token file is left")
+	}
 }
