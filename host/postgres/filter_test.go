@@ -27,6 +27,10 @@ var (
 	onlyNum = scannerapi.Filter{TagKey: "cairn.instance_id", TagValue: "1"}
 )
 
+// testUUID is execution (or flow, waitpoint, ...) uuid n of partition p,
+// so that tests sharing the database never collide.
+func testUUID(p, n int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", p, n) }
+
 // tenantExec plants an execution with raw_fields raw; deadlineIn, when not
 // nil, sets deadline_at_ms that far from now.
 func tenantExec(t *testing.T, pool *pgxpool.Pool, pk int, eid, phase, eligibility, raw string, deadlineIn *int64) {
@@ -53,14 +57,13 @@ func lapsedLease(t *testing.T, pool *pgxpool.Pool, pk int, eid string) {
 func TestFilter(t *testing.T) {
 	t.Parallel()
 	pool := sharedDB(t)
-	id := func(p, n int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", p, n) }
 	phase := func(eid string) string {
 		return one[string](t, pool, "SELECT lifecycle_phase || '/' || eligibility_state FROM ff_exec_core WHERE execution_id = $1", eid)
 	}
 
 	t.Run("the filter's convention: namespace and tag read from the execution's raw_fields, as JSON strings", func(t *testing.T) {
 		const pk = 40
-		a, b, num, odd := id(pk, 1), id(pk, 2), id(pk, 3), id(pk, 4)
+		a, b, num, odd := testUUID(pk, 1), testUUID(pk, 2), testUUID(pk, 3), testUUID(pk, 4)
 		for eid, raw := range map[string]string{a: rawA, b: rawB, num: rawTagNum, odd: rawNoShape} {
 			tenantExec(t, pool, pk, eid, "active", "not_applicable", raw, ms(-100))
 		}
@@ -81,7 +84,7 @@ func TestFilter(t *testing.T) {
 
 	t.Run("attempt_timeout and lease_expiry: other tenants' lapses are left, orphaned leases released by anyone", func(t *testing.T) {
 		const pk = 41
-		a, b, doneB, gone := id(pk, 1), id(pk, 2), id(pk, 3), id(pk, 4)
+		a, b, doneB, gone := testUUID(pk, 1), testUUID(pk, 2), testUUID(pk, 3), testUUID(pk, 4)
 		tenantExec(t, pool, pk, a, "active", "not_applicable", rawA, nil)
 		tenantExec(t, pool, pk, b, "active", "not_applicable", rawB, nil)
 		tenantExec(t, pool, pk, doneB, "terminal", "not_applicable", rawB, nil)
@@ -101,7 +104,7 @@ func TestFilter(t *testing.T) {
 
 	t.Run("delayed_promoter, suspension_timeout and pending_wp_expiry", func(t *testing.T) {
 		const pk = 42
-		delayedA, delayedB := id(pk, 1), id(pk, 2)
+		delayedA, delayedB := testUUID(pk, 1), testUUID(pk, 2)
 		tenantExec(t, pool, pk, delayedA, "runnable", "not_eligible_until_time", rawA, ms(-10))
 		tenantExec(t, pool, pk, delayedB, "runnable", "not_eligible_until_time", rawB, ms(-10))
 		assert.Equal(t, []string{delayedA}, candidatesFiltered(t, pool, onlyI1, "delays_due", pk))
@@ -109,8 +112,8 @@ func TestFilter(t *testing.T) {
 		assert.Equal(t, "runnable/not_eligible_until_time", phase(delayedB))
 		assert.Equal(t, []string{"1", "promoted"}, callFiltered(t, pool, onlyI1, "promote_delayed", "42", delayedA))
 
-		suspA, suspB, suspGone := id(pk, 11), id(pk, 12), id(pk, 13)
-		sids := map[string]string{suspA: id(pk, 21), suspB: id(pk, 22), suspGone: id(pk, 23)}
+		suspA, suspB, suspGone := testUUID(pk, 11), testUUID(pk, 12), testUUID(pk, 13)
+		sids := map[string]string{suspA: testUUID(pk, 21), suspB: testUUID(pk, 22), suspGone: testUUID(pk, 23)}
 		tenantExec(t, pool, pk, suspA, "suspended", "not_applicable", rawA, nil)
 		tenantExec(t, pool, pk, suspB, "suspended", "not_applicable", rawB, nil)
 		for eid, sid := range sids {
@@ -124,10 +127,10 @@ func TestFilter(t *testing.T) {
 		assert.Equal(t, []string{"1", "terminal"}, callFiltered(t, pool, onlyA, "expire_suspension", "42", suspA, sids[suspA]))
 		assert.Equal(t, []string{"1", "stale_suspension"}, callFiltered(t, pool, onlyA, "expire_suspension", "42", suspGone, sids[suspGone]))
 
-		wpB, wpGone := id(pk, 31), id(pk, 32)
+		wpB, wpGone := testUUID(pk, 31), testUUID(pk, 32)
 		exec(t, pool, `INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms,
 			expires_at_ms, waitpoint_key, state) VALUES (42, $1, $2, 'k', 't', 1, ffscan.now_ms() - 10, 'wk-b', 'pending'),
-			(42, $3, $4, 'k', 't', 1, ffscan.now_ms() - 10, 'wk-gone', 'pending')`, wpB, suspB, wpGone, id(pk, 99))
+			(42, $3, $4, 'k', 't', 1, ffscan.now_ms() - 10, 'wk-gone', 'pending')`, wpB, suspB, wpGone, testUUID(pk, 99))
 		assert.Equal(t, []string{wpGone}, candidatesFiltered(t, pool, onlyA, "waitpoints_expired", pk))
 		assert.Equal(t, []string{"1", "filtered"}, callFiltered(t, pool, onlyA, "expire_pending_waitpoint", "42", wpB))
 		assert.Equal(t, 1, one[int](t, pool, "SELECT count(*) FROM ff_waitpoint_pending WHERE waitpoint_id = $1", wpB), "kept")
@@ -136,9 +139,9 @@ func TestFilter(t *testing.T) {
 
 	t.Run("dependency and the sibling cancels: another tenant's flow is left whole", func(t *testing.T) {
 		const pk = 43
-		flowA, flowB := id(pk, 100), id(pk, 200)
-		upA, downA := id(pk, 1), id(pk, 2)
-		upB, sibB, downB := id(pk, 11), id(pk, 12), id(pk, 13)
+		flowA, flowB := testUUID(pk, 100), testUUID(pk, 200)
+		upA, downA := testUUID(pk, 1), testUUID(pk, 2)
+		upB, sibB, downB := testUUID(pk, 11), testUUID(pk, 12), testUUID(pk, 13)
 		postgrestest.DAG(t, pool, pk, flowA, nil, [][2]string{{upA, downA}})
 		postgrestest.DAG(t, pool, pk, flowB, map[string]string{downB: `{"kind": "any_of", "on_satisfied": "cancel_remaining"}`},
 			[][2]string{{upB, downB}, {sibB, downB}})
@@ -165,7 +168,7 @@ func TestFilter(t *testing.T) {
 		assert.Equal(t, []string{"1", "dispatched", "1"}, callFiltered(t, pool, scannerapi.Filter{Namespace: "b"}, "dispatch_sibling_cancels", "43", flowB, downB))
 
 		// An event whose execution is gone cannot be told whose it is.
-		orphan := id(pk, 50)
+		orphan := testUUID(pk, 50)
 		var ev string
 		exec(t, pool, "INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms) VALUES (43, $1, $2, 'success', 1)", orphan, flowA)
 		ev = one[string](t, pool, "SELECT event_id::text FROM ff_completion_event WHERE execution_id = $1", orphan)

@@ -273,13 +273,6 @@ func secondWaits(t *testing.T, pool *pgxpool.Pool, first pgx.Tx, sql string, arg
 	return <-done
 }
 
-func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
-}
-
 func TestExpireLapsedLease(t *testing.T) {
 	t.Parallel()
 	pool := sharedDB(t)
@@ -309,7 +302,7 @@ func TestExpireLapsedLease(t *testing.T) {
 		assert.Equal(t, int64(2), a.Epoch, "the lost lease is fenced: epoch +1")
 		assert.Equal(t, "w1", *a.Worker)
 		assert.Nil(t, a.Instance, "and its worker instance cleared")
-		assert.Equal(t, 0, count(t, pool, "SELECT count(*) FROM ff_completion_event WHERE execution_id = $1", eid))
+		assert.Equal(t, 0, one[int](t, pool, "SELECT count(*) FROM ff_completion_event WHERE execution_id = $1", eid))
 		var ns, tag string
 		require.NoError(t, pool.QueryRow(ctx, "SELECT namespace, instance_tag FROM ff_lease_event WHERE execution_id = $1 AND event_type = 'expired'", eid).Scan(&ns, &tag))
 		assert.Equal(t, []string{"ns1", "inst-a"}, []string{ns, tag}, "filter columns copied from the execution")
@@ -331,11 +324,11 @@ func TestExpireLapsedLease(t *testing.T) {
 		assert.Equal(t, flow, gotFlow)
 		assert.Nil(t, nsNull)
 		assert.Nil(t, tagNull)
-		assert.Equal(t, 2, count(t, pool, "SELECT count(*) FROM ff_lease_event WHERE execution_id = $1", eid))
+		assert.Equal(t, 2, one[int](t, pool, "SELECT count(*) FROM ff_lease_event WHERE execution_id = $1", eid))
 
 		// Acting again on the settled lapse is a no-op.
 		assert.Equal(t, []string{"1", "lease_released"}, expire(t, pool, pk, eid, 1))
-		assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM ff_completion_event WHERE execution_id = $1", eid))
+		assert.Equal(t, 1, one[int](t, pool, "SELECT count(*) FROM ff_completion_event WHERE execution_id = $1", eid))
 	})
 
 	t.Run("policies that allow no retry end on the first lapse", func(t *testing.T) {
@@ -418,7 +411,7 @@ func TestExpireLapsedLease(t *testing.T) {
 		// lapse settled.
 		assert.Equal(t, []string{"1", "lease_released"},
 			secondWaits(t, pool, first, "SELECT ffscan.expire_lapsed_lease($1, $2, 0)", pk, eid))
-		assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM ff_lease_event WHERE execution_id = $1", eid), "acted once")
+		assert.Equal(t, 1, one[int](t, pool, "SELECT count(*) FROM ff_lease_event WHERE execution_id = $1", eid), "acted once")
 		assert.Equal(t, 1, readExec(t, pool, pk, eid).AttemptIndex, "one retry counted")
 	})
 }

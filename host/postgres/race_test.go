@@ -17,7 +17,6 @@ func TestActionsRace(t *testing.T) {
 	t.Parallel()
 	pool := sharedDB(t)
 	ctx := context.Background()
-	id := func(p, n int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", p, n) }
 
 	for _, c := range []struct {
 		name          string
@@ -26,29 +25,29 @@ func TestActionsRace(t *testing.T) {
 		first, second []string
 	}{
 		{"release_stale_lease", 50, func(pk int) (string, []any) {
-			eid := id(pk, 1)
+			eid := testUUID(pk, 1)
 			tenantExec(t, pool, pk, eid, "terminal", "not_applicable", rawA, nil)
 			lapsedLease(t, pool, pk, eid)
 			return "SELECT ffscan.release_stale_lease($1, $2, 0)", []any{pk, eid}
 		}, []string{"1", "released"}, []string{"1", "lease_released"}},
 		{"expire_execution_deadline", 51, func(pk int) (string, []any) {
-			eid := id(pk, 1)
+			eid := testUUID(pk, 1)
 			tenantExec(t, pool, pk, eid, "active", "not_applicable", rawA, ms(-100))
 			return "SELECT ffscan.expire_execution_deadline($1, $2)", []any{pk, eid}
 		}, []string{"1", "expired"}, []string{"1", "not_active"}},
 		{"promote_delayed", 52, func(pk int) (string, []any) {
-			eid := id(pk, 1)
+			eid := testUUID(pk, 1)
 			tenantExec(t, pool, pk, eid, "runnable", "not_eligible_until_time", rawA, ms(-100))
 			return "SELECT ffscan.promote_delayed($1, $2)", []any{pk, eid}
 		}, []string{"1", "promoted"}, []string{"1", "not_delayed"}},
 		{"expire_pending_waitpoint", 53, func(pk int) (string, []any) {
-			wp := id(pk, 2)
+			wp := testUUID(pk, 2)
 			exec(t, pool, `INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms,
-				expires_at_ms, waitpoint_key, state) VALUES ($1, $2, $3, 'k', 't', 1, ffscan.now_ms() - 10, 'wk', 'pending')`, pk, wp, id(pk, 1))
+				expires_at_ms, waitpoint_key, state) VALUES ($1, $2, $3, 'k', 't', 1, ffscan.now_ms() - 10, 'wk', 'pending')`, pk, wp, testUUID(pk, 1))
 			return "SELECT ffscan.expire_pending_waitpoint($1, $2)", []any{pk, wp}
 		}, []string{"1", "expired"}, []string{"1", "waitpoint_not_found"}},
 		{"expire_suspension", 54, func(pk int) (string, []any) {
-			eid, sid := id(pk, 1), id(pk, 2)
+			eid, sid := testUUID(pk, 1), testUUID(pk, 2)
 			tenantExec(t, pool, pk, eid, "suspended", "not_applicable", rawA, nil)
 			exec(t, pool, `INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms, timeout_at_ms,
 				condition, timeout_behavior) VALUES ($1, $2, $3, 1, ffscan.now_ms() - 10, '{}', 'fail')`, pk, eid, sid)

@@ -353,6 +353,42 @@ func countMarked(ctx context.Context, c valkey.Client, ids []keys.ExecutionID) (
 	return n, nil
 }
 
+// launched is a scanner plugin a drain run drives.
+type launched struct {
+	scanner scannerapi.Scanner
+	// host is the callback service bound to the instance's policy (the
+	// launcher's binding; the plugin calls back through it).
+	host  scannerapi.Host
+	pid   int
+	close func()
+}
+
+// launchPlugin starts the plugin cfg names from the bench's plugin
+// directory, its callbacks served by svc, as the host's launcher does.
+func (b *bench) launchPlugin(ctx context.Context, cfg launcher.Config, svc *callbacks.Service) (*launched, error) {
+	cat, err := catalog.New(b.pluginDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.StartTimeout = 30 * time.Second
+	inst, _, err := launcher.New(cfg, cat, svc, b.log.Named(cfg.Scanner)).Launch(ctx)
+	if err != nil {
+		cat.Close()
+		return nil, err
+	}
+	p := &launched{scanner: inst.Scanner(), pid: inst.Pid(), close: func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = inst.Close(cctx)
+		cancel()
+		inst.Kill()
+		cat.Close()
+	}}
+	if hi, ok := inst.(interface{ Host() scannerapi.Host }); ok {
+		p.host = hi.Host()
+	}
+	return p, nil
+}
+
 // drainScheduler drives the host's scheduler over the scanner, plugin or
 // linked, with cycles back to back (no interval sleep) until every lease
 // is marked. The scanner and runner are fresh for each run: the scanner
@@ -368,31 +404,13 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 	)
 	switch mode {
 	case modePlugin, modePluginStream, modePluginUnary:
-		cat, err := catalog.New(b.pluginDir)
+		p, err := b.launchPlugin(ctx, launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry",
+			CallbackPath: map[string]scannerapi.CallbackPath{modePluginStream: scannerapi.CallbackStream, modePluginUnary: scannerapi.CallbackUnary}[mode]}, svc)
 		if err != nil {
 			return run, err
 		}
-		defer cat.Close()
-		l := launcher.New(launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry", StartTimeout: 30 * time.Second,
-			CallbackPath: map[string]scannerapi.CallbackPath{modePluginStream: scannerapi.CallbackStream, modePluginUnary: scannerapi.CallbackUnary}[mode]},
-			cat, svc, b.log.Named(leaseexpiry.Name))
-		inst, _, err := l.Launch(ctx)
-		if err != nil {
-			return run, err
-		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = inst.Close(cctx)
-			cancel()
-			inst.Kill()
-		}()
-		sc, pluginPid = inst.Scanner(), inst.Pid()
-		// The launcher binds the callback service to this instance's
-		// policy; the plugin calls back through that binding and ignores
-		// the Host argument, which is the same binding here.
-		if hi, ok := inst.(interface{ Host() scannerapi.Host }); ok {
-			host = hi.Host()
-		}
+		defer p.close()
+		sc, host, pluginPid = p.scanner, p.host, p.pid
 	case modeLinked:
 		// As the launcher does for a plugin: the callback service bound
 		// to the scanner's declared policy, options resolved against its

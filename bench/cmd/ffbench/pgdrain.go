@@ -23,7 +23,6 @@ import (
 	"github.com/ffscan/ffscan/bench/hostproc"
 	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/host/callbacks"
-	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/postgres"
@@ -209,27 +208,12 @@ func (b *bench) pgDrainOnce(ctx context.Context, pool *pgxpool.Pool, pgPid int, 
 			host scannerapi.Host
 		)
 		if mode == "plugin" {
-			cat, err := catalog.New(b.pluginDir)
+			p, err := b.launchPlugin(ctx, launcher.Config{Scanner: pgreconcilers.AttemptTimeoutName, Binary: "pgreconcilers", Postgres: true}, svc)
 			if err != nil {
 				return run, err
 			}
-			defer cat.Close()
-			l := launcher.New(launcher.Config{Scanner: pgreconcilers.AttemptTimeoutName, Binary: "pgreconcilers", StartTimeout: 30 * time.Second, Postgres: true},
-				cat, svc, b.log.Named("pg"))
-			inst, _, err := l.Launch(ctx)
-			if err != nil {
-				return run, err
-			}
-			defer func() {
-				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = inst.Close(cctx)
-				cancel()
-				inst.Kill()
-			}()
-			sc, pluginPid = inst.Scanner(), inst.Pid()
-			if hi, ok := inst.(interface{ Host() scannerapi.Host }); ok {
-				host = hi.Host()
-			}
+			defer p.close()
+			sc, host, pluginPid = p.scanner, p.host, p.pid
 		} else {
 			sc = scannerapi.Linked(pgreconcilers.NewAttemptTimeout(), nil)
 			pol, _ := callbacks.PolicyFromInfo(sc.Info(), false)
