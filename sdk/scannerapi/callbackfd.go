@@ -63,6 +63,8 @@ type frameConn struct {
 
 	wmu  sync.Mutex
 	wbuf []byte
+
+	rbuf []byte // the reader's buffer (one reader): the message is copied out of it
 }
 
 func newFrameConn(c net.Conn) *frameConn {
@@ -95,7 +97,9 @@ func (f *frameConn) write(m proto.Message) error {
 	return err
 }
 
-// read reads one message; only one goroutine reads.
+// read reads one message; only one goroutine reads. Unmarshalling copies
+// every field out of the frame (protobuf copies bytes and strings), so the
+// frame's buffer is reused for the next one.
 func (f *frameConn) read(m proto.Message) error {
 	var hdr [4]byte
 	if _, err := io.ReadFull(f.r, hdr[:]); err != nil {
@@ -105,7 +109,13 @@ func (f *frameConn) read(m proto.Message) error {
 	if n > maxMsgSize {
 		return fmt.Errorf("callback message of %d bytes exceeds %d", n, maxMsgSize)
 	}
-	buf := make([]byte, n)
+	if cap(f.rbuf) < int(n) {
+		f.rbuf = make([]byte, n)
+	}
+	buf := f.rbuf[:n]
+	if cap(f.rbuf) > maxPooledBuffer {
+		f.rbuf = nil // a rare huge frame is not kept
+	}
 	if _, err := io.ReadFull(f.r, buf); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
@@ -154,6 +164,9 @@ func (h *hostSocket) Recv() (*pb.ExecRequest, error) {
 		return nil, err
 	}
 }
+
+// copiesOnSend: Send has copied the message when it returns.
+func (h *hostSocket) copiesOnSend() bool { return true }
 
 func (h *hostSocket) Send(m *pb.ExecResponse) error {
 	return h.f.write(&pb.SocketFrame{Body: &pb.SocketFrame_ExecReply{ExecReply: m}})

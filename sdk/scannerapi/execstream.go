@@ -44,6 +44,15 @@ type batchServerStream interface {
 	Send(*pb.ExecResponse) error
 }
 
+// copyingSender is a stream whose Send has copied the message when it
+// returns, so the message's buffers may be reused (bufpool.go).
+type copyingSender interface{ copiesOnSend() bool }
+
+func copiesOnSend(s any) bool {
+	c, ok := s.(copyingSender)
+	return ok && c.copiesOnSend()
+}
+
 // batchClientStream is the plugin's end of a batch stream.
 type batchClientStream interface {
 	Send(*pb.ExecRequest) error
@@ -65,6 +74,7 @@ func (s *callbackServer) serveBatches(stream batchServerStream) error {
 	)
 	// Responses may only be sent while this handler runs.
 	defer running.Wait()
+	recycle := copiesOnSend(stream)
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -81,10 +91,18 @@ func (s *callbackServer) serveBatches(stream batchServerStream) error {
 		running.Add(1)
 		go func() {
 			defer func() { <-slots; running.Done() }()
-			resp := s.streamBatch(ctx, req)
+			var buf *[]byte
+			if recycle {
+				buf = getBatchBuffer(0)
+			}
+			resp := s.streamBatch(ctx, req, buf)
 			sendMu.Lock()
 			defer sendMu.Unlock()
-			if err := stream.Send(resp); err != nil && resp.GetErrorCode() == 0 {
+			err := stream.Send(resp)
+			if buf != nil {
+				putBatchBuffer(buf, resp.PackedReplies)
+			}
+			if err != nil && resp.GetErrorCode() == 0 {
 				// Too large to send, most likely (a broken stream
 				// fails this send too, and Recv reports it): the batch
 				// must still get an answer.
@@ -95,8 +113,9 @@ func (s *callbackServer) serveBatches(stream batchServerStream) error {
 	}
 }
 
-// streamBatch runs one batch of the stream and answers it.
-func (s *callbackServer) streamBatch(ctx context.Context, req *pb.ExecRequest) *pb.ExecResponse {
+// streamBatch runs one batch of the stream and answers it, packing the
+// replies into buf when it is given (a recycled buffer) or a new one.
+func (s *callbackServer) streamBatch(ctx context.Context, req *pb.ExecRequest, buf *[]byte) *pb.ExecResponse {
 	resp := &pb.ExecResponse{Seq: req.GetSeq()}
 	fail := func(err error) *pb.ExecResponse {
 		st, _ := status.FromError(err)
@@ -118,7 +137,11 @@ func (s *callbackServer) streamBatch(ctx context.Context, req *pb.ExecRequest) *
 	if err != nil {
 		return fail(err)
 	}
-	resp.PackedReplies = packReplies(replies)
+	if buf != nil {
+		resp.PackedReplies = appendPackedReplies(*buf, replies)
+	} else {
+		resp.PackedReplies = packReplies(replies)
+	}
 	return resp
 }
 
@@ -129,7 +152,10 @@ type execStream struct {
 	// open opens a stream: a gRPC ExecStream, or the inherited socket
 	// (which can be opened once).
 	open func() (batchClientStream, error)
-	seq  atomic.Uint64
+	// copies: a batch has been copied when Send returns (the socket), so
+	// its buffer may be recycled once exec returns.
+	copies bool
+	seq    atomic.Uint64
 
 	mu  sync.Mutex
 	cur *streamConn
@@ -245,7 +271,7 @@ func grpcExecStream(client pb.HostCallbacksClient) *execStream {
 // before the first batch); once the socket broke there is no other.
 func fdExecStream(sock *pluginSocket) *execStream {
 	var once sync.Once
-	x := &execStream{open: func() (s batchClientStream, err error) {
+	x := &execStream{copies: true, open: func() (s batchClientStream, err error) {
 		err = errors.New("the callback socket is closed")
 		once.Do(func() { s, err = sock, nil })
 		return s, err

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 )
 
 // The packed encoding of a callback batch (ExecRequest.packed_commands and
@@ -77,9 +75,13 @@ func packedCommandsSize(cmds []Command) int {
 	return n
 }
 
-// unpackCommands decodes a packed command batch. Each command's arguments
-// share one string allocation: a command is handled and dropped as a
-// whole, so no argument keeps a larger buffer alive than its own command.
+// unpackCommands decodes a packed command batch. Each command's
+// arguments are carved from one string, a copy of that command's own
+// encoded bytes (its arguments and their length prefixes): a command is
+// handled and dropped as a whole, so no argument keeps a larger buffer
+// alive than its own command. The argument slices of the whole batch
+// share one array. So a batch costs three allocations and one per command,
+// whatever the number of arguments.
 func unpackCommands(b []byte) ([]Command, error) {
 	r := packedReader{b: b}
 	n, err := r.count()
@@ -89,9 +91,11 @@ func unpackCommands(b []byte) ([]Command, error) {
 	if n == 0 {
 		return nil, errors.New("packed batch: no commands")
 	}
-	out := make([]Command, n)
-	var bounds []int // scratch, reused by every command
-	for i := range out {
+	// First pass: check every length, count the arguments and note where
+	// each command ends.
+	first, total := r.off, 0
+	ends := make([]int, n)
+	for i := range ends {
 		argc, err := r.count()
 		if err != nil {
 			return nil, err
@@ -99,40 +103,36 @@ func unpackCommands(b []byte) ([]Command, error) {
 		if argc == 0 {
 			return nil, fmt.Errorf("packed batch: command %d has no arguments", i)
 		}
-		// First pass: find the arguments and their total size.
-		start, total := r.off, 0
 		for range argc {
 			l, err := r.length()
 			if err != nil {
 				return nil, err
 			}
 			r.off += l
-			total += l
 		}
-		// Second pass: copy them into one string and slice it.
-		end := r.off
-		r.off = start
-		var sb strings.Builder
-		sb.Grow(total)
-		bounds = slices.Grow(bounds[:0], argc)[:argc]
-		for j := range argc {
-			l, _ := r.length() // checked by the first pass
-			sb.Write(r.b[r.off : r.off+l])
-			r.off += l
-			bounds[j] = sb.Len()
-		}
-		r.off = end
-		all := sb.String()
-		cmd := make(Command, argc)
-		from := 0
-		for j, to := range bounds {
-			cmd[j] = all[from:to]
-			from = to
-		}
-		out[i] = cmd
+		total += argc
+		ends[i] = r.off
 	}
 	if r.off != len(r.b) {
 		return nil, fmt.Errorf("packed batch: %d bytes after the last command", len(r.b)-r.off)
+	}
+	// Second pass, over checked input: copy each command and slice it.
+	out := make([]Command, n)
+	args := make([]string, total)
+	r.off = first
+	for i, end := range ends {
+		argc, _ := r.count()
+		base := r.off
+		all := string(r.b[base:end])
+		cmd := args[:argc:argc]
+		args = args[argc:]
+		for j := range cmd {
+			l, _ := r.length()
+			from := r.off - base
+			cmd[j] = all[from : from+l]
+			r.off += l
+		}
+		out[i] = cmd
 	}
 	return out, nil
 }

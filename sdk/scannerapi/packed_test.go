@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -178,18 +179,37 @@ func TestPackedMalformed(t *testing.T) {
 }
 
 // TestPackedArgumentsShareOneStringPerCommand: a command's arguments are
-// carved from one allocation of exactly that command's bytes, so keeping
-// an argument never keeps the rest of the batch alive.
+// carved from one allocation of about that command's bytes, so keeping an
+// argument never keeps the rest of the batch alive, and a batch's
+// allocations do not grow with its arguments.
 func TestPackedArgumentsShareOneStringPerCommand(t *testing.T) {
-	cmds := []Command{{"SET", "a", "bb"}, {"GET", "ccc"}}
-	got, err := unpackCommands(appendPackedCommands(nil, cmds))
-	require.NoError(t, err)
+	cmds := []Command{{"SET", "a", "bb"}, {"GET", "ccc"}, {"HSET", "key", "f1", "v1", "f2", "v2", "f3", "v3"}}
 	packed := appendPackedCommands(nil, cmds)
+	got, err := unpackCommands(packed)
+	require.NoError(t, err)
+	assert.Equal(t, cmds, got)
+	var regions [][2]uintptr
+	for i, c := range got {
+		lo, hi := uintptr(math.MaxUint64), uintptr(0)
+		size := 0
+		for _, a := range c {
+			size += len(a) + 1 // its bytes and a length byte
+			if len(a) == 0 {
+				continue
+			}
+			p := uintptr(unsafe.Pointer(unsafe.StringData(a)))
+			lo, hi = min(lo, p), max(hi, p+uintptr(len(a)))
+		}
+		assert.LessOrEqual(t, int(hi-lo), size, "command %d's arguments lie in one copy of its bytes", i)
+		for _, r := range regions {
+			assert.True(t, hi <= r[0] || lo >= r[1], "command %d shares memory with another command", i)
+		}
+		regions = append(regions, [2]uintptr{lo, hi})
+	}
 	allocs := testing.AllocsPerRun(100, func() {
 		_, _ = unpackCommands(packed)
 	})
-	// The command slice, the bounds scratch, and per command its string
-	// and its argument slice.
-	assert.Equal(t, float64(2+2*len(cmds)), allocs)
-	assert.Equal(t, cmds, got)
+	// The command slice, the argument array, the commands' ends (which
+	// the compiler may keep on the stack) and one string per command.
+	assert.LessOrEqual(t, allocs, float64(3+len(cmds)))
 }

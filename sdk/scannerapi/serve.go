@@ -322,7 +322,15 @@ func (h *pluginHost) Exec(ctx context.Context, cmds []Command) ([]Reply, error) 
 	}
 	if stream != nil {
 		req := &pb.ExecRequest{Scanner: h.scanner, CallId: h.callID}
-		req.PackedCommands = appendPackedCommands(make([]byte, 0, packedCommandsSize(cmds)), cmds)
+		size := packedCommandsSize(cmds)
+		if stream.copies {
+			// exec has sent the batch (or failed to) when it returns.
+			buf := getBatchBuffer(size)
+			req.PackedCommands = appendPackedCommands(*buf, cmds)
+			defer putBatchBuffer(buf, req.PackedCommands)
+		} else {
+			req.PackedCommands = appendPackedCommands(make([]byte, 0, size), cmds)
+		}
 		resp, err := stream.exec(ctx, req)
 		if err != nil {
 			return nil, err
