@@ -439,7 +439,6 @@ func (h *Host) launcherFor(cfg *config.Config, name string, sc config.Scanner, r
 		ReadOnly:     readOnly,
 		StartTimeout: cfg.Supervisor.StartTimeout,
 		Isolation:    cfg.PluginIsolation.Mode(),
-		Procs:        cfg.PluginProcs,
 		Approvals:    h.approvals,
 		Postgres:     h.pg != nil,
 		NoValkey:     h.client == nil,

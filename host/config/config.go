@@ -46,12 +46,6 @@ type Config struct {
 	// offers, a warning when it offers nothing), required (refuse to
 	// launch without it) or off.
 	PluginIsolation Isolation
-	// PluginProcs is the GOMAXPROCS each plugin process runs with; 0
-	// leaves Go's default (one per CPU). Default 1: a plugin spends its
-	// scans waiting on its callbacks, and with one processor its threads
-	// stop waking and spinning for one another at every round trip to the
-	// host (about a tenth of the plugin's CPU in the lease_expiry drain).
-	PluginProcs int
 	// PluginApproval is what a launch does for a scanner whose policy
 	// (declared commands, key scopes, functions) was never approved:
 	// first_use records it as approved, required refuses the launch. A
@@ -234,7 +228,6 @@ func Defaults() Config {
 		Lanes:           []string{"default"},
 		PluginDir:       DefaultPluginDir(),
 		PluginIsolation: IsolationAuto,
-		PluginProcs:     1,
 		PluginApproval:  "first_use",
 		HTTP:            HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:             Log{Level: "info"},
@@ -294,9 +287,6 @@ func (c *Config) validate() []error {
 	case IsolationAuto, IsolationRequired, IsolationOff:
 	default:
 		bad("plugin_isolation", "%q is not one of auto, required, off", c.PluginIsolation)
-	}
-	if c.PluginProcs < 0 || c.PluginProcs > MaxPluginProcs {
-		bad("plugin_procs", "%d is not 0 (one per CPU) or a count of 1..%d", c.PluginProcs, MaxPluginProcs)
 	}
 	switch c.PluginApproval {
 	case "first_use", "required":
@@ -446,7 +436,6 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("partitions", c.Partitions != n.Partitions)
 	diff("plugin_dir", c.PluginDir != n.PluginDir)
 	diff("plugin_isolation", c.PluginIsolation != n.PluginIsolation)
-	diff("plugin_procs", c.PluginProcs != n.PluginProcs)
 	diff("plugin_approval", c.PluginApproval != n.PluginApproval)
 	diff("plugin_approvals_file", c.PluginApprovalsFile != n.PluginApprovalsFile)
 	diff("lua.force_replace", c.Lua != n.Lua)
@@ -476,10 +465,6 @@ func loopbackListen(listen string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-// MaxPluginProcs bounds plugin_procs (the Go runtime's own limit is far
-// above any machine's CPU count; a larger value is a typo).
-const MaxPluginProcs = 1024
 
 // Isolation is plugin_isolation.
 type Isolation string

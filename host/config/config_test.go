@@ -350,31 +350,3 @@ func TestPostgresOnly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"127.0.0.1:6379"}, cfg.Valkey.Addrs, "nothing configured: the local Valkey")
 }
-
-func TestPluginProcs(t *testing.T) {
-	cfg, err := Load(Sources{Environ: noEnv})
-	require.NoError(t, err)
-	assert.Equal(t, 1, cfg.PluginProcs, "plugins run with one processor unless told otherwise")
-
-	cfg, err = Load(Sources{File: writeFile(t, "plugin_procs: 0\n"), Environ: noEnv})
-	require.NoError(t, err)
-	assert.Equal(t, 0, cfg.PluginProcs, "0: Go's default")
-	cfg, err = Load(Sources{Environ: []string{"FFSCAN_PLUGIN_PROCS=4"}})
-	require.NoError(t, err)
-	assert.Equal(t, 4, cfg.PluginProcs)
-
-	for body, want := range map[string]string{
-		"plugin_procs: -1\n":   "plugin_procs: -1 is not 0 (one per CPU) or a count of 1..1024",
-		"plugin_procs: 5000\n": "plugin_procs: 5000 is not 0 (one per CPU) or a count of 1..1024",
-		"plugin_procs: all\n":  `plugin_procs: "all" is not an integer`,
-	} {
-		_, err := Load(Sources{File: writeFile(t, body), Environ: noEnv})
-		require.Error(t, err, body)
-		assert.Contains(t, err.Error(), want)
-	}
-
-	// Plugins read it once, at start: changing it takes a restart.
-	a, b := Defaults(), Defaults()
-	b.PluginProcs = 2
-	assert.Equal(t, []string{"plugin_procs"}, a.RestartKeys(&b))
-}

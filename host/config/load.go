@@ -204,7 +204,6 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 			d.str(k, v, &s)
 			c.PluginIsolation = Isolation(s)
 		},
-		"plugin_procs":          func(k string, v any) { d.integer(k, v, &c.PluginProcs) },
 		"plugin_approval":       func(k string, v any) { d.str(k, v, &c.PluginApproval) },
 		"plugin_approvals_file": func(k string, v any) { d.str(k, v, &c.PluginApprovalsFile) },
 		"lua": func(key string, v any) {

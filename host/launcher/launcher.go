@@ -62,9 +62,6 @@ type Config struct {
 	// NoValkey says the host serves a Postgres database alone; a scanner
 	// of a Valkey deployment is refused at launch.
 	NoValkey bool
-	// Procs is the plugin's GOMAXPROCS (plugin_procs); 0 leaves Go's
-	// default, one per CPU.
-	Procs int
 }
 
 // Launcher implements supervisor.Launcher for one scanner.
@@ -107,7 +104,6 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		StartTimeout: l.cfg.StartTimeout,
 		Isolation:    l.cfg.Isolation,
 		CallbackPath: l.cfg.CallbackPath,
-		Env:          procsEnv(l.cfg.Procs),
 	})
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
@@ -369,13 +365,4 @@ func CheckCommands(scanner string, info scannerapi.Info) error {
 			scanner, strings.Join(unsupported, ", "), strings.Join(callbacks.SupportedCommands(), " "))
 	}
 	return nil
-}
-
-// procsEnv is the environment that sets a plugin's GOMAXPROCS to n (none
-// for 0: Go's default).
-func procsEnv(n int) []string {
-	if n <= 0 {
-		return nil
-	}
-	return []string{"GOMAXPROCS=" + strconv.Itoa(n)}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/ffscan/ffscan/bench/seed"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
-	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -33,13 +32,12 @@ const (
 	modePlugin       = "plugin"
 	modePluginStream = "plugin-grpcstream" // callback batches on a gRPC stream through the broker
 	modePluginUnary  = "plugin-unary"      // one unary call per batch, as plugins built before the batch stream send them
-	modePluginAllCPU = "plugin-allcpus"    // the plugin with Go's default GOMAXPROCS (one per CPU) instead of plugin_procs
 	modeLinked       = "in-process"
 	modeRaw          = "raw"
 )
 
 // drainModes are the known modes, in report order.
-var drainModes = []string{modePlugin, modePluginAllCPU, modePluginStream, modePluginUnary, modeLinked, modeRaw}
+var drainModes = []string{modePlugin, modePluginStream, modePluginUnary, modeLinked, modeRaw}
 
 // drainRun is one timed drain of the seeded state.
 type drainRun struct {
@@ -405,14 +403,8 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		pluginPid int
 	)
 	switch mode {
-	case modePlugin, modePluginAllCPU, modePluginStream, modePluginUnary:
-		// The host's default plugin_procs, except in the mode that
-		// shows what it is worth.
-		procs := config.Defaults().PluginProcs
-		if mode == modePluginAllCPU {
-			procs = 0
-		}
-		p, err := b.launchPlugin(ctx, launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry", Procs: procs,
+	case modePlugin, modePluginStream, modePluginUnary:
+		p, err := b.launchPlugin(ctx, launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry",
 			CallbackPath: map[string]scannerapi.CallbackPath{modePluginStream: scannerapi.CallbackStream, modePluginUnary: scannerapi.CallbackUnary}[mode]}, svc)
 		if err != nil {
 			return run, err

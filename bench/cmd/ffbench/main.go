@@ -137,7 +137,7 @@ func run() error {
 	maxLoad := flag.Float64("max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	verbose := flag.Bool("v", false, "host and plugin logs at info level")
 	rawChunk := flag.Int("raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
-	drainModes := flag.String("drain-modes", "plugin,plugin-allcpus,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin-allcpus: GOMAXPROCS one per CPU instead of plugin_procs; plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
+	drainModes := flag.String("drain-modes", "plugin,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
 	cpuProfile := flag.String("cpuprofile", "", "drain: write a CPU profile of this process (host side) during each run to PATH.MODE.N")
 	flag.Parse()
 

@@ -23,7 +23,6 @@ import (
 	"github.com/ffscan/ffscan/bench/hostproc"
 	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/host/callbacks"
-	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/postgres"
@@ -209,7 +208,7 @@ func (b *bench) pgDrainOnce(ctx context.Context, pool *pgxpool.Pool, pgPid int, 
 			host scannerapi.Host
 		)
 		if mode == "plugin" {
-			p, err := b.launchPlugin(ctx, launcher.Config{Scanner: pgreconcilers.AttemptTimeoutName, Binary: "pgreconcilers", Postgres: true, Procs: config.Defaults().PluginProcs}, svc)
+			p, err := b.launchPlugin(ctx, launcher.Config{Scanner: pgreconcilers.AttemptTimeoutName, Binary: "pgreconcilers", Postgres: true}, svc)
 			if err != nil {
 				return run, err
 			}
