@@ -26,9 +26,12 @@ func getBatchBuffer(size int) *[]byte {
 	return b
 }
 
-// putBatchBuffer recycles buf, which now holds used. Nothing may refer to
-// its bytes any more.
+// putBatchBuffer recycles buf, which now holds used (nil: buf was not
+// used). Nothing may refer to its bytes any more.
 func putBatchBuffer(buf *[]byte, used []byte) {
+	if used == nil {
+		used = *buf
+	}
 	if cap(used) > maxPooledBuffer {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -356,6 +357,37 @@ func TestScanOnSocket(t *testing.T) {
 	resp, err = hs.scan(ctx, scanCall(p, ctx, "c"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"c"}, resp.GetResult().GetNotes())
+}
+
+// Concurrent scans on one socket, each echoing members of many sizes:
+// every reply is its own command's, though both ends pack into recycled
+// buffers and reuse their frame buffers (a buffer recycled while a frame
+// still refers to it would show up here as another scan's bytes).
+func TestSocketRecycledBuffersKeepBatchesApart(t *testing.T) {
+	p, hs := socketFixture(t, &socketScanner{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 30 {
+				var members []string
+				for i := range 10 {
+					// Sizes from a few bytes to a few kilobytes, so a
+					// reused buffer is sometimes larger than the frame.
+					n := 1 + (g*131+round*17+i*7)%4000
+					members = append(members, fmt.Sprintf("%d/%d/%d:", g, round, i)+strings.Repeat(string(rune('a'+(g+i)%26)), n))
+				}
+				resp, err := hs.scan(ctx, scanCall(p, ctx, members...))
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.Equal(t, members, resp.GetResult().GetNotes())
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // A peer that stops reading cannot block a writer for good: the write
