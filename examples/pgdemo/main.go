@@ -30,6 +30,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -345,17 +346,15 @@ func (d *demo) worker(ctx context.Context) error {
 	inst := "demo-worker-" + newUUID()[:8]
 	return d.exec(ctx, `INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
 		last_heartbeat_ms, liveness_ttl_ms, registered_at_ms) VALUES ($1, 'demo', $2, 'demo-worker', '{default}', '', ffscan.now_ms(), 2000, ffscan.now_ms())`,
-		int16(fnv1a64(inst)%256), inst)
+		workerPartition(inst), inst)
 }
 
-// fnv1a64 is FNV-1a 64-bit, FlowFabric's worker-registry partitioning.
-func fnv1a64(s string) uint64 {
-	h := uint64(0xcbf29ce484222325)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 0x100000001b3
-	}
-	return h
+// workerPartition is FlowFabric's worker-registry partition of an
+// instance id: FNV-1a 64-bit, modulo 256.
+func workerPartition(inst string) int16 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(inst)) // a hash.Hash never fails to write
+	return int16(h.Sum64() % 256)
 }
 
 // newUUID is a random (version 4) uuid.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"sort"
 	"sync"
@@ -198,15 +199,12 @@ func defaultDurations(o *WorkerOptions) error {
 	return nil
 }
 
-// fnv1a64 is FNV-1a 64-bit (offset 0xcbf29ce484222325, prime
-// 0x100000001b3), FlowFabric's hash for per-worker scan jitter.
+// fnv1a64 is FNV-1a 64-bit of s, FlowFabric's hash for per-worker scan
+// jitter.
 func fnv1a64(s string) uint64 {
-	h := uint64(0xcbf29ce484222325)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 0x100000001b3
-	}
-	return h
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s)) // a hash.Hash never fails to write
+	return h.Sum64()
 }
 
 // InstanceID is this worker process's instance id.
