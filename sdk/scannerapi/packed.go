@@ -232,9 +232,13 @@ func appendPackedReply(dst []byte, r *Reply) []byte {
 
 // unpackReplies decodes a packed reply batch. Strings are allocated one
 // by one: a scanner may keep a member it read for a long time, and it
-// must not keep the whole batch alive with it.
+// must not keep the whole batch alive with it. Short strings that repeat
+// (status words and codes: a batch of FCALLs answers "OK" hundreds of
+// times) are allocated once per batch, and nested arrays are carved from
+// shared blocks, so a batch costs a few allocations per hundred replies
+// instead of three or four per reply.
 func unpackReplies(b []byte) ([]Reply, error) {
-	r := packedReader{b: b}
+	r := packedReader{b: b, short: new(shortStrings)}
 	n, err := r.count()
 	if err != nil {
 		return nil, err
@@ -254,6 +258,50 @@ func unpackReplies(b []byte) ([]Reply, error) {
 type packedReader struct {
 	b   []byte
 	off int
+
+	// Reply decoding only (nil for commands).
+	short *shortStrings
+	block []Reply // what is left of the block nested arrays are cut from
+}
+
+// replyBlock is how many nested replies one shared block holds: large
+// enough that a batch of FCALL replies costs a handful of allocations,
+// small enough that a scanner keeping one reply keeps little else alive.
+const replyBlock = 128
+
+// array returns n zero replies for a nested array: cut from the current
+// block when it has room, a block of its own when n is large.
+func (r *packedReader) array(n int) []Reply {
+	if n > replyBlock/4 {
+		return make([]Reply, n)
+	}
+	if len(r.block) < n {
+		r.block = make([]Reply, replyBlock)
+	}
+	a := r.block[:n:n]
+	r.block = r.block[n:]
+	return a
+}
+
+// shortStrings remembers the short strings of one batch, so the ones that
+// repeat are allocated once. It is a small direct-mapped table: a
+// collision only costs an allocation.
+type shortStrings [64]string
+
+// maxShortString is the longest string shortStrings keeps: status words
+// and error codes, not members or keys (which rarely repeat).
+const maxShortString = 24
+
+func (t *shortStrings) get(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	slot := &t[(len(b)*31+int(b[0])*7+int(b[len(b)-1]))&(len(t)-1)]
+	if *slot == string(b) { // compared without allocating
+		return *slot
+	}
+	*slot = string(b)
+	return *slot
 }
 
 func (r *packedReader) uvarint() (uint64, error) {
@@ -289,7 +337,12 @@ func (r *packedReader) str() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s := string(r.b[r.off : r.off+l])
+	var s string
+	if r.short != nil && l <= maxShortString {
+		s = r.short.get(r.b[r.off : r.off+l])
+	} else {
+		s = string(r.b[r.off : r.off+l])
+	}
 	r.off += l
 	return s, nil
 }
@@ -336,7 +389,7 @@ func (r *packedReader) reply(out *Reply, depth int) error {
 		if err != nil {
 			return err
 		}
-		out.Array = make([]Reply, n)
+		out.Array = r.array(n)
 		for i := range out.Array {
 			if err := r.reply(&out.Array[i], depth+1); err != nil {
 				return err

@@ -213,3 +213,43 @@ func TestPackedArgumentsShareOneStringPerCommand(t *testing.T) {
 	// the compiler may keep on the stack) and one string per command.
 	assert.LessOrEqual(t, allocs, float64(3+len(cmds)))
 }
+
+// TestPackedRepliesShareShortStringsAndBlocks: a batch of FCALL replies
+// allocates its repeated status words once and cuts its nested arrays
+// from shared blocks, and neither is visible to the scanner: every array
+// is its own (appending to one leaves the next alone) and long strings,
+// which a scanner may keep, are still allocated one by one.
+func TestPackedRepliesShareShortStringsAndBlocks(t *testing.T) {
+	const n = 300
+	member := "{fp:3}:0b7c4e3a-9d1f-4c2a-8e5b-000000000001"
+	rs := make([]Reply, 0, n+2)
+	for range n {
+		rs = append(rs, Reply{Kind: KindArray, Array: []Reply{{Kind: KindInt, Int: 1}, {Kind: KindString, Str: "OK"}, {Kind: KindString, Str: "marked"}}})
+	}
+	big := Reply{Kind: KindArray}
+	for i := range replyBlock {
+		big.Array = append(big.Array, Reply{Kind: KindInt, Int: int64(i)})
+	}
+	rs = append(rs, big, Reply{Kind: KindArray, Array: []Reply{{Kind: KindString, Str: member}, {Kind: KindString, Str: member}}})
+	packed := packReplies(rs)
+	got, err := unpackReplies(packed)
+	require.NoError(t, err)
+	require.Equal(t, rs, got)
+
+	assert.Same(t, unsafe.StringData(got[0].Array[1].Str), unsafe.StringData(got[n-1].Array[1].Str), "a repeated status word is allocated once")
+	long := got[n+1].Array
+	assert.NotSame(t, unsafe.StringData(long[0].Str), unsafe.StringData(long[1].Str), "a long string is its own allocation")
+
+	got[0].Array = append(got[0].Array, Reply{Kind: KindString, Str: "appended"})
+	got[0].Array[0].Int = 99
+	for i := 1; i < n; i++ {
+		require.Equal(t, rs[i], got[i], "reply %d is untouched by changes to reply 0", i)
+	}
+
+	allocs := testing.AllocsPerRun(50, func() {
+		_, _ = unpackReplies(packed)
+	})
+	// The batch, the short-string table, two strings, the large array, the
+	// long strings and one block per replyBlock nested replies.
+	assert.LessOrEqual(t, allocs, float64(1+1+2+1+2+(3*n+2)/replyBlock+1))
+}
