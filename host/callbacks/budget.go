@@ -3,8 +3,6 @@ package callbacks
 import (
 	"sync"
 	"time"
-
-	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // Budget bounds what one scanner's callbacks may cost the host and
@@ -85,13 +83,4 @@ func (s *spend) admit(b Budget, n int, now time.Time) (string, func()) {
 		s.inFlight--
 		s.mu.Unlock()
 	}
-}
-
-// replySize approximates the memory a reply holds.
-func replySize(r scannerapi.Reply) int64 {
-	n := int64(len(r.Str) + len(r.Err) + 16)
-	for _, e := range r.Array {
-		n += replySize(e)
-	}
-	return n
 }

@@ -249,32 +249,113 @@ func (b *Bound) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scannera
 
 // Callbacks returns scannerapi.Callbacks for a plugin process: batches of
 // the bound scanner run under the bound policy; batches naming another
-// scanner are refused as a whole.
-func (b *Bound) Callbacks() scannerapi.Callbacks {
-	return scannerapi.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-		if scanner != b.scanner {
-			return nil, fmt.Errorf("callbacks: this plugin instance runs scanner %q, not %q", b.scanner, scanner)
-		}
-		return b.s.exec(ctx, b.scanner, b.pol, cmds)
-	})
+// scanner are refused as a whole. It is also scannerapi.PackedCallbacks:
+// a batch from a plugin's socket is answered straight from the client's
+// replies in the packed form.
+func (b *Bound) Callbacks() scannerapi.Callbacks { return pluginCallbacks{b} }
+
+type pluginCallbacks struct{ b *Bound }
+
+func (c pluginCallbacks) check(scanner string) error {
+	if scanner != c.b.scanner {
+		return fmt.Errorf("callbacks: this plugin instance runs scanner %q, not %q", c.b.scanner, scanner)
+	}
+	return nil
+}
+
+// Exec implements scannerapi.Callbacks.
+func (c pluginCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	if err := c.check(scanner); err != nil {
+		return nil, err
+	}
+	return c.b.s.exec(ctx, c.b.scanner, c.b.pol, cmds)
+}
+
+// ExecPacked implements scannerapi.PackedCallbacks.
+func (c pluginCallbacks) ExecPacked(ctx context.Context, scanner string, cmds []scannerapi.Command, w *scannerapi.ReplyWriter) error {
+	if err := c.check(scanner); err != nil {
+		return err
+	}
+	return c.b.s.run(ctx, c.b.scanner, c.b.pol, cmds, &packedOut{w: w})
+}
+
+// replyOut takes a batch's replies, in order: Reply values (refusals,
+// Postgres) or the client's results. Each returns the reply's Size, for
+// the reply budget.
+type replyOut interface {
+	reply(r *scannerapi.Reply) int64
+	result(r valkey.ValkeyResult) int64
+	// replaceLast replaces the reply just taken (its command ran, but the
+	// batch's replies passed the budget).
+	replaceLast(r *scannerapi.Reply)
+}
+
+// sliceOut collects Reply values (linked scanners, and plugins on the
+// unary and gRPC stream paths).
+type sliceOut struct{ rs []scannerapi.Reply }
+
+func (o *sliceOut) reply(r *scannerapi.Reply) int64 {
+	o.rs = append(o.rs, *r)
+	return r.Size()
+}
+
+func (o *sliceOut) result(r valkey.ValkeyResult) int64 {
+	rep := valkeyreply.Of(r)
+	return o.reply(&rep)
+}
+
+func (o *sliceOut) replaceLast(r *scannerapi.Reply) { o.rs[len(o.rs)-1] = *r }
+
+// packedOut writes the replies in the packed form without building Reply
+// values for the client's results.
+type packedOut struct {
+	w    *scannerapi.ReplyWriter
+	last scannerapi.ReplyMark
+}
+
+func (o *packedOut) reply(r *scannerapi.Reply) int64 {
+	o.last = o.w.Mark()
+	o.w.Reply(r)
+	return r.Size()
+}
+
+func (o *packedOut) result(r valkey.ValkeyResult) int64 {
+	o.last = o.w.Mark()
+	before := o.w.Size()
+	valkeyreply.Write(o.w, r)
+	return o.w.Size() - before
+}
+
+func (o *packedOut) replaceLast(r *scannerapi.Reply) {
+	o.w.Rewind(o.last)
+	o.w.Reply(r)
 }
 
 func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	out := &sliceOut{rs: make([]scannerapi.Reply, 0, len(cmds))}
+	if err := s.run(ctx, scanner, pol, cmds, out); err != nil {
+		return nil, err
+	}
+	return out.rs, nil
+}
+
+// run runs a batch and gives out one reply per command, in order.
+func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []scannerapi.Command, out replyOut) error {
 	if len(cmds) > MaxBatch {
-		return nil, fmt.Errorf("callbacks: batch of %d commands exceeds the limit of %d", len(cmds), MaxBatch)
+		return fmt.Errorf("callbacks: batch of %d commands exceeds the limit of %d", len(cmds), MaxBatch)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	sp, budget := s.spendOf(scanner)
 	reason, release := sp.admit(budget, len(cmds), time.Now())
 	if reason != "" {
 		s.rec.CallbackRefused(scanner, reason)
-		out := make([]scannerapi.Reply, len(cmds))
-		for i := range out {
-			out[i] = *refuse(reason, "the scanner's callback budget is spent (%s); try again later", budgetText(budget)).refused
+		refused := refuse(reason, "the scanner's callback budget is spent (%s); try again later", budgetText(budget)).refused
+		for range cmds {
+			out.reply(refused)
 		}
-		return out, nil
+		return nil
 	}
 	defer release()
 	s.rec.CallbackCommands(scanner, len(cmds))
@@ -286,19 +367,31 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 		}
 	}
 	anchor := s.route(ops)
-	out := make([]scannerapi.Reply, len(cmds))
 	var replyBytes int64
 	over := false
+	// took accounts for a reply of a command that ran: past the reply
+	// budget it is dropped.
+	took := func(size int64) {
+		if budget.MaxReplyBytes <= 0 {
+			return
+		}
+		replyBytes += size
+		if replyBytes > budget.MaxReplyBytes {
+			out.replaceLast(refuse(ReasonBudgetReply, "the command ran but its reply was dropped: the batch's replies passed %d bytes", budget.MaxReplyBytes).refused)
+			s.rec.CallbackRefused(scanner, ReasonBudgetReply)
+			over = true
+		}
+	}
 	for i := 0; i < len(ops); {
 		if over {
 			// Past the reply budget: the rest is not sent.
-			out[i] = *refuse(ReasonBudgetReply, "not sent: the batch's replies passed %d bytes", budget.MaxReplyBytes).refused
+			out.reply(refuse(ReasonBudgetReply, "not sent: the batch's replies passed %d bytes", budget.MaxReplyBytes).refused)
 			s.rec.CallbackRefused(scanner, ReasonBudgetReply)
 			i++
 			continue
 		}
 		if ops[i].refused != nil {
-			out[i] = *ops[i].refused
+			out.reply(ops[i].refused)
 			i++
 			continue
 		}
@@ -312,7 +405,11 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 		}
 		switch {
 		case ops[i].pg != nil:
-			s.runPG(ctx, ops[i:j], out[i:j])
+			replies := make([]scannerapi.Reply, j-i)
+			s.runPG(ctx, ops[i:j], replies)
+			for k := range replies {
+				took(out.reply(&replies[k]))
+			}
 		case ops[i].isPlain:
 			seg := make(valkey.Commands, 0, j-i)
 			slots := make([]int, 0, j-i)
@@ -327,32 +424,21 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 			// Per slot on a cluster: a master failing over holds up only
 			// the commands of its own slots (a SampleBacklog batch spans
 			// every partition).
-			for k, r := range spread.DoMulti(ctx, s.client, seg, slots) {
-				out[i+k] = valkeyreply.Of(r)
+			for _, r := range spread.DoMulti(ctx, s.client, seg, slots) {
+				took(out.result(r))
 			}
 		default:
 			calls := make([]lua.Call, 0, j-i)
 			for k := i; k < j; k++ {
 				calls = append(calls, ops[k].call)
 			}
-			for k, r := range s.lib.DoMulti(ctx, calls...) {
-				out[i+k] = valkeyreply.Of(r)
-			}
-		}
-		if budget.MaxReplyBytes > 0 {
-			for k := i; k < j; k++ {
-				replyBytes += replySize(out[k])
-				if replyBytes > budget.MaxReplyBytes {
-					// The command ran; its reply is dropped.
-					out[k] = *refuse(ReasonBudgetReply, "the command ran but its reply was dropped: the batch's replies passed %d bytes", budget.MaxReplyBytes).refused
-					s.rec.CallbackRefused(scanner, ReasonBudgetReply)
-					over = true
-				}
+			for _, r := range s.lib.DoMulti(ctx, calls...) {
+				took(out.result(r))
 			}
 		}
 		i = j
 	}
-	return out, nil
+	return nil
 }
 
 func budgetText(b Budget) string {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,4 +401,57 @@ func TestCallbackFrameWriteTimeout(t *testing.T) {
 	err := f.write(&pb.ExecRequest{Seq: 1})
 	require.Error(t, err)
 	assert.Error(t, f.write(&pb.ExecRequest{Seq: 2}), "closed after a failed write")
+}
+
+// packedEcho answers ECHO batches in packed form (as the host's callback
+// service does), or answers them wrongly when told to.
+type packedEcho struct {
+	packed atomic.Int64
+	short  bool // one reply too few
+	fail   bool
+}
+
+func (e *packedEcho) Exec(ctx context.Context, scanner string, cmds []Command) ([]Reply, error) {
+	return echoHost.Exec(ctx, cmds)
+}
+
+func (e *packedEcho) ExecPacked(_ context.Context, _ string, cmds []Command, w *ReplyWriter) error {
+	e.packed.Add(1)
+	if e.fail {
+		return errors.New("the store is gone")
+	}
+	for i, c := range cmds {
+		if e.short && i == len(cmds)-1 {
+			break
+		}
+		w.String(c[1])
+	}
+	return nil
+}
+
+// A Host whose Callbacks answer in packed form answers socket batches that
+// way, with the same replies; a packed answer with a reply missing, or an
+// error, fails the batch instead of handing the scanner wrong replies.
+func TestSocketPackedCallbacks(t *testing.T) {
+	p, hs := socketFixture(t, &socketScanner{})
+	ctx := context.Background()
+	call := func(e *packedEcho, members ...string) (*pb.ScanPartitionResponse, error) {
+		id := p.calls.add(ctx, "sock", BindHost(e, "sock"))
+		defer p.calls.remove(id)
+		req := &ScanRequest{Partition: keys.Partition{Family: keys.FamilyFlow, Index: 3}, Batch: 10}
+		for _, m := range members {
+			req.Candidates = append(req.Candidates, Candidate{Source: "due", Member: m})
+		}
+		return hs.scan(ctx, &pb.ScanPartitionRequest{Scanner: "sock", CallId: id, Request: scanRequestToPB(req)})
+	}
+	good := &packedEcho{}
+	resp, err := call(good, "a", "b\x00", strings.Repeat("c", 3000))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b\x00", strings.Repeat("c", 3000)}, resp.GetResult().GetNotes())
+	assert.Equal(t, int64(3), good.packed.Load(), "every batch went the packed way")
+
+	_, err = call(&packedEcho{short: true}, "a")
+	assert.ErrorContains(t, err, "answered 0 replies to 1 commands")
+	_, err = call(&packedEcho{fail: true}, "a")
+	assert.ErrorContains(t, err, "the store is gone")
 }

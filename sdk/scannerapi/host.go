@@ -168,3 +168,20 @@ func Logger(ctx context.Context) hclog.Logger {
 	}
 	return hclog.NewNullLogger()
 }
+
+// packedHost is a Host that can answer a batch in packed form.
+type packedHost interface {
+	Host
+	// packs reports whether execPacked can be used.
+	packs() bool
+	execPacked(ctx context.Context, cmds []Command, w *ReplyWriter) error
+}
+
+func (h boundHost) packs() bool {
+	_, ok := h.cb.(PackedCallbacks)
+	return ok
+}
+
+func (h boundHost) execPacked(ctx context.Context, cmds []Command, w *ReplyWriter) error {
+	return h.cb.(PackedCallbacks).ExecPacked(ctx, h.scanner, cmds, w)
+}

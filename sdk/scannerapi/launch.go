@@ -651,6 +651,21 @@ func (s *callbackServer) bind(req *pb.ExecRequest) (callEntry, error) {
 	return call, nil
 }
 
+// runPacked is run for a Host that answers in packed form.
+func (s *callbackServer) runPacked(ctx context.Context, call callEntry, h packedHost, cmds []Command, w *ReplyWriter) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(call.ctx, cancel)
+	defer stop()
+	if err := h.execPacked(ctx, cmds, w); err != nil {
+		return status.Error(codes.Aborted, err.Error())
+	}
+	if err := w.finish(len(cmds)); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return nil
+}
+
 // run runs a bound batch on its call's Host. The batch ends with
 // whichever ends first: ctx (the plugin's request or stream) or the host
 // call it belongs to.

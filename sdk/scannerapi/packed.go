@@ -183,6 +183,17 @@ func appendPackedReplies(dst []byte, rs []Reply) []byte {
 }
 
 func appendPackedReply(dst []byte, r *Reply) []byte {
+	dst = appendPackedHead(dst, r, len(r.Array))
+	for i := range r.Array {
+		dst = appendPackedReply(dst, &r.Array[i])
+	}
+	return appendPackedErr(dst, r)
+}
+
+// appendPackedHead appends r's kind, flags and the fields that come
+// before the elements (str, int, float, and the element count when elems
+// > 0). The elements follow, then appendPackedErr's fields.
+func appendPackedHead(dst []byte, r *Reply, elems int) []byte {
 	var flags byte
 	if r.Str != "" {
 		flags |= packedStr
@@ -193,7 +204,7 @@ func appendPackedReply(dst []byte, r *Reply) []byte {
 	if r.Float != 0 || math.Signbit(r.Float) {
 		flags |= packedFloat
 	}
-	if len(r.Array) > 0 {
+	if elems > 0 {
 		flags |= packedArray
 	}
 	if r.Err != "" {
@@ -214,16 +225,18 @@ func appendPackedReply(dst []byte, r *Reply) []byte {
 		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(r.Float))
 	}
 	if flags&packedArray != 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(r.Array)))
-		for i := range r.Array {
-			dst = appendPackedReply(dst, &r.Array[i])
-		}
+		dst = binary.AppendUvarint(dst, uint64(elems))
 	}
-	if flags&packedErr != 0 {
+	return dst
+}
+
+// appendPackedErr appends r's err and class fields, the last of a node.
+func appendPackedErr(dst []byte, r *Reply) []byte {
+	if r.Err != "" {
 		dst = binary.AppendUvarint(dst, uint64(len(r.Err)))
 		dst = append(dst, r.Err...)
 	}
-	if flags&packedClass != 0 {
+	if r.ErrClass != "" {
 		dst = binary.AppendUvarint(dst, uint64(len(r.ErrClass)))
 		dst = append(dst, r.ErrClass...)
 	}

@@ -38,6 +38,53 @@ func Of(r valkey.ValkeyResult) scannerapi.Reply {
 	return convert(&msg)
 }
 
+// Write writes what Of returns for r to w, without building the Reply:
+// the host answers a plugin's packed batch this way.
+func Write(w *scannerapi.ReplyWriter, r valkey.ValkeyResult) {
+	msg, err := r.ToMessage()
+	if err != nil {
+		rep := Of(r) // nil or an error: nothing to save
+		w.Reply(&rep)
+		return
+	}
+	write(w, &msg)
+}
+
+// write is convert for a ReplyWriter; the two must stay in step (the
+// package's tests compare them on every kind of reply).
+func write(w *scannerapi.ReplyWriter, m *valkey.ValkeyMessage) {
+	switch {
+	case m.IsNil():
+		w.Nil()
+	case m.IsInt64():
+		v, _ := m.AsInt64()
+		w.Int(v)
+	case m.IsBool():
+		v, _ := m.AsBool()
+		if v {
+			w.Int(1)
+		} else {
+			w.Int(0)
+		}
+	case m.IsFloat64():
+		v, _ := m.AsFloat64()
+		w.Float(v)
+	case m.IsString():
+		v, _ := m.ToString()
+		w.String(v)
+	case m.IsArray():
+		vals, _ := m.ToArray()
+		w.Array(len(vals))
+		for i := range vals {
+			write(w, &vals[i])
+		}
+	default:
+		// Maps, errors and rarer kinds: as Of gives them.
+		r := convert(m)
+		w.Reply(&r)
+	}
+}
+
 func convert(m *valkey.ValkeyMessage) scannerapi.Reply {
 	switch {
 	case m.IsNil():

@@ -60,3 +60,58 @@ func splitAddr(addr string) (string, string, error) {
 	}
 	return addr, "", nil
 }
+
+// Write gives, byte for byte, the packed form of what Of gives, for every
+// kind of reply a real server sends (RESP3, as the host's client speaks).
+func TestWriteMatchesOf(t *testing.T) {
+	ctx := context.Background()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	for _, cmd := range []valkey.Completed{
+		c.B().Set().Key("ff:s").Value("v").Build(),
+		c.B().Hset().Key("ff:h").FieldValue().FieldValue("a", "1").FieldValue("b", "").Build(),
+		c.B().Zadd().Key("ff:z").ScoreMember().ScoreMember(1.5, "m1").ScoreMember(-2, "m2").Build(),
+	} {
+		require.NoError(t, c.Do(ctx, cmd).Error())
+	}
+	cases := map[string]valkey.Completed{
+		"string":       c.B().Get().Key("ff:s").Build(),
+		"nil":          c.B().Get().Key("ff:missing").Build(),
+		"int":          c.B().Incr().Key("ff:n").Build(),
+		"zero":         c.B().Exists().Key("ff:missing").Build(),
+		"map":          c.B().Hgetall().Key("ff:h").Build(),
+		"empty map":    c.B().Hgetall().Key("ff:missing").Build(),
+		"array of nil": c.B().Hmget().Key("ff:h").Field("a", "x", "b").Build(),
+		"scored pairs": c.B().Zrange().Key("ff:z").Min("0").Max("-1").Withscores().Build(),
+		"double":       c.B().Zscore().Key("ff:z").Member("m1").Build(),
+		"empty array":  c.B().Zrange().Key("ff:missing").Min("0").Max("-1").Build(),
+		"wrong type":   c.B().Hget().Key("ff:s").Field("f").Build(),
+		"status":       c.B().Ping().Build(),
+		"nested":       c.B().Eval().Script("return {1, {'a', {2, false}}, 'b', true}").Numkeys(0).Build(),
+		"script error": c.B().Eval().Script("return redis.error_reply('MY_CODE detail')").Numkeys(0).Build(),
+		"set":          c.B().Smembers().Key("ff:missing").Build(),
+		"booleans":     c.B().Eval().Script("redis.setresp(3); return {true, false}").Numkeys(0).Build(),
+		"big number":   c.B().Eval().Script("return 12345678901234567890").Numkeys(0).Build(),
+	}
+	for name, cmd := range cases {
+		r := c.Do(ctx, cmd)
+		want := scannerapi.NewReplyWriter(1)
+		of := Of(r)
+		want.Reply(&of)
+		got := scannerapi.NewReplyWriter(1)
+		Write(got, r)
+		assert.Equal(t, want.Bytes(), got.Bytes(), name)
+		assert.Equal(t, of.Size(), got.Size(), name)
+		assert.Equal(t, 1, got.Replies(), name)
+	}
+	// A result without a reply (the client is closed): as Of gives it.
+	c.Close()
+	r := c.Do(ctx, c.B().Get().Key("ff:s").Build())
+	want := scannerapi.NewReplyWriter(1)
+	of := Of(r)
+	require.Equal(t, scannerapi.ErrTransport, of.ErrClass)
+	want.Reply(&of)
+	got := scannerapi.NewReplyWriter(1)
+	Write(got, r)
+	assert.Equal(t, want.Bytes(), got.Bytes())
+}
