@@ -3,7 +3,7 @@
 # (see docs/performance.md for what each one measures and a recorded run).
 #
 #   scripts/bench.sh            full size (100k-lease drain, 10k burst, 20 s idle,
-#                               10-level DAG chains); a few minutes on 2 cores
+#                               10-level DAG chains); about 12 minutes on 2 cores
 #   scripts/bench.sh -quick     CI-sized numbers in about a minute
 #   scripts/bench.sh -only drain,idle -reps 5    any ffbench flag (-h lists them)
 #

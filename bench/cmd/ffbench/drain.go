@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -72,6 +73,11 @@ type cpuMeter struct {
 }
 
 func (b *bench) startCPU(ctx context.Context, mode string, pluginPid int) (*cpuMeter, error) {
+	// Collect the set-up's garbage (the restore, the check of every
+	// lease, the warm-up) now, so that no mode's timed run pays for it:
+	// when it fell into a run was chance, and it moved this process's CPU
+	// figure from run to run.
+	runtime.GC()
 	stop, err := b.profileDrain(mode)
 	if err != nil {
 		return nil, err

@@ -56,7 +56,7 @@ type sizes struct {
 }
 
 var (
-	fullSizes = sizes{DrainLeases: 100_000, DrainReps: 3, Burst: 10_000, Idle: 20 * time.Second,
+	fullSizes = sizes{DrainLeases: 100_000, DrainReps: 5, Burst: 10_000, Idle: 20 * time.Second,
 		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5, LaneProbes: 20, PGRows: 20_000, PGReps: 3}
 	quickSizes = sizes{DrainLeases: 10_000, DrainReps: 1, Burst: 2_000, Idle: 5 * time.Second,
 		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2, LaneProbes: 5, PGRows: 2_000, PGReps: 1}
