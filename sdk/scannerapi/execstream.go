@@ -133,28 +133,15 @@ func (s *callbackServer) streamBatch(ctx context.Context, req *pb.ExecRequest, b
 	if err != nil {
 		return fail(status.Error(codes.InvalidArgument, err.Error()))
 	}
-	if ph, ok := call.host.(packedHost); ok && ph.packs() {
-		// Straight from the host's client replies into the packed form.
-		var dst []byte
-		if buf != nil {
-			dst = *buf
-		}
-		w := newReplyWriter(dst, len(cmds))
-		if err := s.runPacked(ctx, call, ph, cmds, w); err != nil {
-			return fail(err)
-		}
-		resp.PackedReplies = w.buf
-		return resp
+	var dst []byte
+	if buf != nil {
+		dst = *buf
 	}
-	replies, err := s.run(ctx, call, cmds)
-	if err != nil {
+	w := newReplyWriter(dst, len(cmds))
+	if err := s.runInto(ctx, call, cmds, w); err != nil {
 		return fail(err)
 	}
-	if buf != nil {
-		resp.PackedReplies = appendPackedReplies(*buf, replies)
-	} else {
-		resp.PackedReplies = packReplies(replies)
-	}
+	resp.PackedReplies = w.buf
 	return resp
 }
 

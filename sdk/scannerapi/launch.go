@@ -651,29 +651,12 @@ func (s *callbackServer) bind(req *pb.ExecRequest) (callEntry, error) {
 	return call, nil
 }
 
-// runPacked is run for a Host that answers in packed form.
-func (s *callbackServer) runPacked(ctx context.Context, call callEntry, h packedHost, cmds []Command, w *ReplyWriter) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(call.ctx, cancel)
-	defer stop()
-	if err := h.execPacked(ctx, cmds, w); err != nil {
-		return status.Error(codes.Aborted, err.Error())
-	}
-	if err := w.finish(len(cmds)); err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
-	return nil
-}
-
 // run runs a bound batch on its call's Host. The batch ends with
 // whichever ends first: ctx (the plugin's request or stream) or the host
 // call it belongs to.
 func (s *callbackServer) run(ctx context.Context, call callEntry, cmds []Command) ([]Reply, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := callContext(ctx, call)
 	defer cancel()
-	stop := context.AfterFunc(call.ctx, cancel)
-	defer stop()
 	replies, err := call.host.Exec(ctx, cmds)
 	if err != nil {
 		return nil, status.Error(codes.Aborted, err.Error())
@@ -682,4 +665,37 @@ func (s *callbackServer) run(ctx context.Context, call callEntry, cmds []Command
 		return nil, status.Errorf(codes.Internal, "host answered %d replies to %d commands", len(replies), len(cmds))
 	}
 	return replies, nil
+}
+
+// runInto is run for the packed stream paths: the replies go to w, written
+// by the Host itself when it can (PackedCallbacks), else from Exec's.
+func (s *callbackServer) runInto(ctx context.Context, call callEntry, cmds []Command, w *ReplyWriter) error {
+	ph, ok := call.host.(packedHost)
+	if !ok || !ph.packs() {
+		replies, err := s.run(ctx, call, cmds)
+		if err != nil {
+			return err
+		}
+		for i := range replies {
+			w.Reply(&replies[i])
+		}
+		return nil
+	}
+	ctx, cancel := callContext(ctx, call)
+	defer cancel()
+	if err := ph.execPacked(ctx, cmds, w); err != nil {
+		return status.Error(codes.Aborted, err.Error())
+	}
+	if err := w.finish(len(cmds)); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return nil
+}
+
+// callContext is the context of one batch: it ends with whichever ends
+// first, ctx or the host call the batch belongs to.
+func callContext(ctx context.Context, call callEntry) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(call.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }

@@ -137,51 +137,8 @@ func unpackCommands(b []byte) ([]Command, error) {
 	return out, nil
 }
 
-// packReplies is the packed form of rs, in a buffer allocated once.
-func packReplies(rs []Reply) []byte {
-	n := uvarintLen(uint64(len(rs)))
-	for i := range rs {
-		n += packedReplySize(&rs[i])
-	}
-	return appendPackedReplies(make([]byte, 0, n), rs)
-}
-
-// packedReplySize is the exact size of the packed form of r.
-func packedReplySize(r *Reply) int {
-	n := 2
-	if r.Str != "" {
-		n += uvarintLen(uint64(len(r.Str))) + len(r.Str)
-	}
-	if r.Int != 0 {
-		n += uvarintLen(uint64(r.Int<<1) ^ uint64(r.Int>>63))
-	}
-	if r.Float != 0 || math.Signbit(r.Float) {
-		n += 8
-	}
-	if len(r.Array) > 0 {
-		n += uvarintLen(uint64(len(r.Array)))
-		for i := range r.Array {
-			n += packedReplySize(&r.Array[i])
-		}
-	}
-	if r.Err != "" {
-		n += uvarintLen(uint64(len(r.Err))) + len(r.Err)
-	}
-	if r.ErrClass != "" {
-		n += uvarintLen(uint64(len(r.ErrClass))) + len(r.ErrClass)
-	}
-	return n
-}
-
-// appendPackedReplies appends the packed form of rs to dst.
-func appendPackedReplies(dst []byte, rs []Reply) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(rs)))
-	for i := range rs {
-		dst = appendPackedReply(dst, &rs[i])
-	}
-	return dst
-}
-
+// appendPackedReply appends the packed form of r (replies are written
+// through a ReplyWriter, which also counts them).
 func appendPackedReply(dst []byte, r *Reply) []byte {
 	dst = appendPackedHead(dst, r, len(r.Array))
 	for i := range r.Array {

