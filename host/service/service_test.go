@@ -1,0 +1,68 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLoopRunsUntilStop(t *testing.T) {
+	var l Loop
+	require.NoError(t, l.Stop(context.Background()), "stop before start")
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("nothing runs before Start: Done is closed")
+	}
+	running := make(chan struct{})
+	require.NoError(t, l.Start(context.Background(), func(ctx context.Context) {
+		close(running)
+		<-ctx.Done()
+	}))
+	<-running
+	assert.ErrorIs(t, l.Start(context.Background(), func(context.Context) {}), ErrStarted)
+	select {
+	case <-l.Done():
+		t.Fatal("Done closed while the loop runs")
+	default:
+	}
+	require.NoError(t, l.Stop(context.Background()))
+	<-l.Done()
+	require.NoError(t, l.Stop(context.Background()), "a second stop")
+}
+
+func TestLoopEndsWithItsContext(t *testing.T) {
+	var l Loop
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, l.Start(ctx, func(ctx context.Context) { <-ctx.Done() }))
+	cancel()
+	<-l.Done()
+	require.NoError(t, l.Stop(context.Background()))
+}
+
+func TestStopGivesUpAtItsDeadline(t *testing.T) {
+	var l Loop
+	release := make(chan struct{})
+	require.NoError(t, l.Start(context.Background(), func(context.Context) { <-release }))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, l.Stop(ctx), context.Canceled, "the loop ignores its context: Stop returns at its own")
+	close(release)
+	<-l.Done()
+}
+
+type stopper struct{ err error }
+
+func (stopper) Start(context.Context) error  { return nil }
+func (s stopper) Stop(context.Context) error { return s.err }
+
+func TestStopAllJoinsErrors(t *testing.T) {
+	a, b := errors.New("a"), errors.New("b")
+	err := StopAll(context.Background(), stopper{a}, nil, stopper{}, stopper{b})
+	assert.ErrorIs(t, err, a)
+	assert.ErrorIs(t, err, b)
+	assert.NoError(t, StopAll(context.Background()))
+}
