@@ -614,7 +614,7 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 		Name:           name,
 		HealthInterval: cfg.Supervisor.HealthInterval,
 		StartTimeout:   cfg.Supervisor.StartTimeout,
-		SwapProbation:  probation(cfg.Supervisor.SwapProbation),
+		SwapProbation:  cfg.Supervisor.SwapProbation,
 		DrainTimeout:   cfg.Scheduler.CallTimeout + 5*time.Second,
 	}, h.launcherFor(cfg, name, sc, false), h.met, log)
 	run := scheduler.New(scheduler.Config{
@@ -635,21 +635,12 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 	ctx, cancel := context.WithCancel(h.runCtx)
 	u := &unit{name: name, sc: sc, sup: sup, run: run, cancel: cancel, done: make(chan struct{})}
 	h.units[name] = u
-	sup.Start()
+	_ = sup.Start(context.Background())
 	go func() {
 		defer close(u.done)
 		run.Run(ctx)
 	}()
 	return u
-}
-
-// probation maps the config's "0 = none" to the supervisor's "negative =
-// none" (its zero means the default).
-func probation(d time.Duration) time.Duration {
-	if d <= 0 {
-		return -1
-	}
-	return d
 }
 
 // stopUnit stops a scanner a reload disabled: dispatch stops now, its

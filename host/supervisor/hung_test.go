@@ -20,7 +20,7 @@ func TestHungCallsRestartThePlugin(t *testing.T) {
 	rec := &countRec{}
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	s := New(Config{Name: "t", BackoffMin: time.Second, CrashLoopCount: 100, HealthInterval: time.Hour, HungCalls: 3, Clock: clk}, l, rec, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	require.Equal(t, 1, <-l.started)
 	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 20*time.Second, time.Millisecond)
@@ -66,7 +66,7 @@ func TestHungCallsRestartThePlugin(t *testing.T) {
 func TestBrokenCooldownDefaultsToAMinute(t *testing.T) {
 	t.Parallel()
 	c := Config{}
-	c.defaults()
+	c = c.withDefaults()
 	assert.Equal(t, time.Minute, c.BrokenCooldown)
 	assert.Equal(t, c.BackoffMax, c.BrokenCooldown, "no longer than the backoff's cap")
 	assert.Equal(t, 3, c.HungCalls)

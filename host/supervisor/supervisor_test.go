@@ -142,7 +142,7 @@ func TestCrashedPluginRestartsWithBackoff(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	s := New(Config{Name: "t", BackoffMin: 40 * time.Millisecond, BackoffMax: 10 * time.Second, CrashLoopCount: 100,
 		HealthInterval: time.Hour, Clock: clk}, l, rec, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 
 	// Each restart waits for exactly the doubled backoff on the clock,
@@ -174,7 +174,7 @@ func TestCrashLoopMarksBroken(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, CrashLoopWindow: time.Minute,
 		BrokenCooldown: time.Hour, HealthInterval: time.Hour, Clock: clk}, l, nil, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 
 	require.Equal(t, 1, <-l.started)
@@ -201,7 +201,7 @@ func TestLaunchFailuresBreakWithTheReason(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{fail: errors.New("plugin /p/t: sha256 mismatch: the file's sha256 is aa but the configured pin is bb")}
 	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, BrokenCooldown: time.Hour}, l, nil, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	require.Eventually(t, func() bool { return s.Status().State == StateBroken }, 20*time.Second, 10*time.Millisecond)
 	assert.Contains(t, s.Status().LastError, "sha256 mismatch")
@@ -211,7 +211,7 @@ func TestUnhealthyPluginIsReplaced(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{behave: func(n int, inst *fakeInstance) { inst.pingFail.Store(n == 1) }}
 	s := New(Config{Name: "t", HealthInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond}, l, nil, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	require.Eventually(t, func() bool { return len(l.launches()) >= 2 && s.Status().State == StateRunning }, 20*time.Second, 10*time.Millisecond)
 	assert.Contains(t, s.Status().LastError, "health check failed 2 times")
@@ -229,7 +229,7 @@ func TestStopClosesThePlugin(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
 	s := New(Config{Name: "t", HealthInterval: time.Hour}, l, nil, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 10*time.Second, 10*time.Millisecond)
 	s.Stop(context.Background())
 	l.mu.Lock()

@@ -92,12 +92,7 @@ func (s *Supervisor) Update(ctx context.Context, l Launcher, reason string, sett
 }
 
 func (s *Supervisor) request(ctx context.Context, r *request) (SwapResult, error) {
-	s.mu.Lock()
-	done := s.done
-	s.mu.Unlock()
-	if done == nil {
-		return SwapResult{}, ErrStopped
-	}
+	done := s.loop.Done()
 	r.ctx = ctx
 	r.reply = make(chan SwapResult, 1)
 	select {

@@ -41,7 +41,7 @@ func running(t *testing.T, cfg Config, l *fakeLauncher, rec Recorder) *Superviso
 		cfg.SwapCheck = 20 * time.Millisecond
 	}
 	s := New(cfg, l, rec, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	t.Cleanup(func() { s.Stop(context.Background()) })
 	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 10*time.Second, 5*time.Millisecond)
 	return s
@@ -104,7 +104,7 @@ func TestSwapSwitchesBetweenCallsAndDrainsTheOld(t *testing.T) {
 func TestSwapToTheSameFileIsANoOpUnlessForced(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
-	s := running(t, Config{SwapProbation: -1}, l, nil)
+	s := running(t, Config{SwapProbation: 0}, l, nil)
 	res, err := s.Swap(context.Background(), false, "test", nil)
 	require.NoError(t, err)
 	assert.Equal(t, SwapUnchanged, res.Outcome)
@@ -247,7 +247,7 @@ func (r *reconfLauncher) Reconfigure(context.Context, Instance) (bool, error) {
 func TestUpdateReconfiguresInPlaceOrSwaps(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
-	s := running(t, Config{SwapProbation: -1}, l, nil)
+	s := running(t, Config{SwapProbation: 0}, l, nil)
 
 	res, err := s.Update(context.Background(), &reconfLauncher{fakeLauncher: l, applied: true}, "options", nil)
 	require.NoError(t, err)
@@ -274,7 +274,7 @@ func TestSwapOfABrokenScannerLaunchesNow(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{fail: errors.New("bad binary")}
 	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 2, BrokenCooldown: time.Hour, HealthInterval: time.Hour}, l, nil, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	require.Eventually(t, func() bool { return s.Status().State == StateBroken }, 10*time.Second, 5*time.Millisecond)
 	l.mu.Lock()
@@ -291,7 +291,7 @@ func TestStopDuringProbationStopsBoth(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
 	s := New(Config{Name: "t", SwapProbation: time.Hour, HealthInterval: time.Hour, SwapCheck: time.Millisecond}, l, nil, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 10*time.Second, 5*time.Millisecond)
 	l.setSHA("def")
 	res, err := s.Swap(context.Background(), false, "test", nil)
