@@ -124,7 +124,7 @@ type unit struct {
 	sup    *supervisor.Supervisor
 	run    *scheduler.Runner
 	cancel context.CancelFunc // stops the runner's dispatch
-	done   chan struct{}      // closed when the runner returned
+	done   <-chan struct{}    // closed when the runner returned
 
 	watch fileWatch // the plugin binary (watch.go)
 
@@ -633,13 +633,11 @@ func (h *Host) startUnit(cfg *config.Config, name string, sc config.Scanner) *un
 		PostgresFilter: cfg.Postgres.Filter(),
 	}, h.client, supTarget{sup}, nil, h.met, log)
 	ctx, cancel := context.WithCancel(h.runCtx)
-	u := &unit{name: name, sc: sc, sup: sup, run: run, cancel: cancel, done: make(chan struct{})}
+	u := &unit{name: name, sc: sc, sup: sup, run: run, cancel: cancel}
 	h.units[name] = u
 	_ = sup.Start(context.Background())
-	go func() {
-		defer close(u.done)
-		run.Run(ctx)
-	}()
+	_ = run.Start(ctx)
+	u.done = run.Done()
 	return u
 }
 

@@ -68,7 +68,7 @@ func (sw *sweep) dispatch(ctx context.Context, states []*partState, nowMs int64,
 					if lease.Outcome != nil {
 						// A deadline of the call's own, not the host's
 						// shutdown cutting calls short.
-						lease.Outcome(errors.Is(err, context.DeadlineExceeded) && r.cfg.CallParent.Err() == nil)
+						lease.Outcome(errors.Is(err, context.DeadlineExceeded) && r.calls.Err() == nil)
 					}
 					release(lease)
 				}
@@ -159,7 +159,7 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 	if host == nil {
 		host = r.host
 	}
-	ctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
+	ctx, cancel := context.WithTimeout(r.calls, r.Tuning().CallTimeout)
 	defer cancel()
 	req := &scannerapi.ScanRequest{
 		Scanner:    r.cfg.Name,
