@@ -504,14 +504,9 @@ func (h *Host) Run(ctx context.Context) error {
 	// shares live on Valkey: a host without it scans every partition.
 	var share *sharing.Coordinator
 	if h.client != nil {
-		share = sharing.New(h.client, sharing.Options{ID: hostID(), Partitions: h.parts, Logger: h.log.Named("sharing")})
-		if err := share.Tick(ctx); err != nil {
-			h.log.Warn("partition sharing: first tick failed; scanners wait for a tick that succeeds", "error", err)
-		}
-		shareCtx, stopShare := context.WithCancel(context.Background())
-		shareDone := make(chan struct{})
-		go func() { defer close(shareDone); share.Run(shareCtx) }()
-		defer func() { stopShare(); <-shareDone }()
+		share = sharing.New(h.client, sharing.Config{ID: hostID(), Partitions: h.parts, Logger: h.log.Named("sharing")})
+		_ = share.Start(context.WithoutCancel(ctx))
+		defer func() { _ = share.Stop(context.Background()) }()
 	} else {
 		h.log.Info("no valkey: partitions are not shared; every host on this database scans every partition (the library's functions re-check each row under its lock, so several hosts are safe, at a multiplied cost)")
 	}
