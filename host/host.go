@@ -666,9 +666,9 @@ func (h *Host) startCompletions(c config.Completions) {
 		return
 	}
 	if h.pg != nil {
-		l := pgcompletions.New(pgcompletions.Options{Pool: h.pg, Concurrency: c.Concurrency, Owns: h.owns(),
+		l := pgcompletions.New(pgcompletions.Config{Pool: h.pg, Concurrency: c.Concurrency, Owns: h.owns(),
 			Filter: h.config().Postgres.Filter(), Logger: h.log.Named("pgcompletions")})
-		l.Start(h.runCtx)
+		_ = l.Start(h.runCtx)
 		h.pgComp = l
 		h.log.Info("postgres completion listener started", "channel", pgcompletions.Channel, "concurrency", c.Concurrency)
 	}

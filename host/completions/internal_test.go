@@ -63,16 +63,24 @@ func TestParseIsStrict(t *testing.T) {
 	}
 }
 
+// The operator's bounds are the configuration's to check (host/config);
+// the listener fills what is unset and keeps its backoff range in order.
 func TestConfig(t *testing.T) {
-	assert.NoError(t, Config{}.Validate())
-	assert.NoError(t, Config{Enabled: true, Concurrency: 4, QueueSize: 10}.Validate())
-	assert.Error(t, Config{Concurrency: -1}.Validate())
-	assert.Error(t, Config{QueueSize: -1}.Validate())
-	assert.Error(t, Config{DispatchTimeout: -time.Second}.Validate())
-	assert.Error(t, Config{MinBackoff: 10 * time.Second, MaxBackoff: time.Second}.Validate())
 	d := Config{}.withDefaults()
 	assert.Equal(t, DefaultConcurrency, d.Concurrency)
 	assert.Equal(t, DefaultQueueSize, d.QueueSize)
+	assert.Equal(t, DefaultDispatchTimeout, d.DispatchTimeout)
+	assert.Equal(t, DefaultMinBackoff, d.MinBackoff)
+	assert.Equal(t, DefaultMaxBackoff, d.MaxBackoff)
+	assert.NotNil(t, d.Clock)
+	d = Config{Concurrency: -1, QueueSize: -1, DispatchTimeout: -time.Second}.withDefaults()
+	assert.Equal(t, DefaultConcurrency, d.Concurrency)
+	assert.Equal(t, DefaultQueueSize, d.QueueSize)
+	assert.Equal(t, DefaultDispatchTimeout, d.DispatchTimeout)
+	d = Config{Enabled: true, Concurrency: 4, QueueSize: 10, MinBackoff: 10 * time.Second, MaxBackoff: time.Second}.withDefaults()
+	assert.Equal(t, 4, d.Concurrency)
+	assert.Equal(t, 10, d.QueueSize)
+	assert.Equal(t, 10*time.Second, d.MaxBackoff, "never below the minimum")
 }
 
 // harness is a server, a listener whose cascade is replaced by fn, and a

@@ -18,14 +18,14 @@ import (
 
 func start(t *testing.T, pool *pgxpool.Pool, owns func(keys.Partition) bool) *pgcompletions.Listener {
 	t.Helper()
-	return startWith(t, pgcompletions.Options{Pool: pool, Owns: owns})
+	return startWith(t, pgcompletions.Config{Pool: pool, Owns: owns})
 }
 
-func startWith(t *testing.T, o pgcompletions.Options) *pgcompletions.Listener {
+func startWith(t *testing.T, o pgcompletions.Config) *pgcompletions.Listener {
 	t.Helper()
 	o.Logger = hclog.NewNullLogger()
 	l := pgcompletions.New(o)
-	l.Start(context.Background())
+	require.NoError(t, l.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -59,6 +59,7 @@ func phase(t *testing.T, pool *pgxpool.Pool, eid string) string {
 // the rest of the chain through the skipped completions the dispatch
 // itself commits.
 func TestChainAdvancesOnNotifications(t *testing.T) {
+	t.Parallel()
 	pool := postgrestest.SchemaDB(t, 8)
 	l := start(t, pool, nil)
 	const pk = 86
@@ -92,6 +93,7 @@ func TestChainAdvancesOnNotifications(t *testing.T) {
 // Events committed while no listener ran are dispatched when one starts;
 // partitions another host owns are left to it.
 func TestCatchUpAndOwnership(t *testing.T) {
+	t.Parallel()
 	pool := postgrestest.SchemaDB(t, 8)
 	const mine, theirs = 5, 6
 	a, b := "b0000000-0000-4000-8000-000000000001", "b0000000-0000-4000-8000-000000000002"
@@ -111,6 +113,7 @@ func TestCatchUpAndOwnership(t *testing.T) {
 // leaves another tenant's, in the same partition, undispatched for that
 // tenant's host.
 func TestFilteredListener(t *testing.T) {
+	t.Parallel()
 	pool := postgrestest.SchemaDB(t, 8)
 	const pk = 9
 	a, b := "c0000000-0000-4000-8000-000000000001", "c0000000-0000-4000-8000-000000000002"
@@ -122,7 +125,7 @@ func TestFilteredListener(t *testing.T) {
 		_, err := pool.Exec(context.Background(), "UPDATE ff_exec_core SET raw_fields = jsonb_build_object('namespace', $2::text) WHERE flow_id = $1", flow, ns)
 		require.NoError(t, err)
 	}
-	l := startWith(t, pgcompletions.Options{Pool: pool, Filter: scannerapi.Filter{Namespace: "a"}})
+	l := startWith(t, pgcompletions.Config{Pool: pool, Filter: scannerapi.Filter{Namespace: "a"}})
 	postgrestest.Complete(t, pool, pk, x, "success")
 	postgrestest.Complete(t, pool, pk, a, "success")
 	waitFor(t, "b released", func() bool { return phase(t, pool, b) == "runnable/eligible_now/waiting" })
