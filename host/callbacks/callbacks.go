@@ -18,12 +18,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/spread"
@@ -109,6 +109,7 @@ type Service struct {
 	rec    Recorder
 
 	mu       sync.RWMutex
+	clk      clock.Clock // times the command rate and stragglers
 	policies map[string]Policy
 	budget   Budget
 	spends   map[string]*spend
@@ -123,7 +124,7 @@ func New(lib *lua.Library, rec Recorder) *Service {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	s := &Service{lib: lib, rec: rec, policies: map[string]Policy{}, budget: DefaultBudget, spends: map[string]*spend{}}
+	s := &Service{lib: lib, rec: rec, clk: clock.Real(), policies: map[string]Policy{}, budget: DefaultBudget, spends: map[string]*spend{}}
 	if lib != nil {
 		s.client = lib.Client()
 	}
@@ -137,7 +138,15 @@ func (s *Service) SetBudget(b Budget) {
 	s.mu.Unlock()
 }
 
-func (s *Service) spendOf(scanner string) (*spend, Budget) {
+// SetClock sets the clock the command rate is measured on (the system
+// clock until then).
+func (s *Service) SetClock(c clock.Clock) {
+	s.mu.Lock()
+	s.clk = clock.Or(c)
+	s.mu.Unlock()
+}
+
+func (s *Service) spendOf(scanner string) (*spend, Budget, clock.Clock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sp := s.spends[scanner]
@@ -145,7 +154,7 @@ func (s *Service) spendOf(scanner string) (*spend, Budget) {
 		sp = &spend{}
 		s.spends[scanner] = sp
 	}
-	return sp, s.budget
+	return sp, s.budget, s.clk
 }
 
 // Register sets the policy of a scanner (replacing an earlier one, e.g.
@@ -347,8 +356,8 @@ func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []sc
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sp, budget := s.spendOf(scanner)
-	reason, release := sp.admit(budget, len(cmds), time.Now())
+	sp, budget, clk := s.spendOf(scanner)
+	reason, release := sp.admit(budget, len(cmds), clk.Now())
 	if reason != "" {
 		s.rec.CallbackRefused(scanner, reason)
 		refused := refuse(reason, "the scanner's callback budget is spent (%s); try again later", budgetText(budget)).refused
@@ -424,7 +433,7 @@ func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []sc
 			// Per slot on a cluster: a master failing over holds up only
 			// the commands of its own slots (a SampleBacklog batch spans
 			// every partition).
-			for _, r := range spread.DoMulti(ctx, s.client, seg, slots) {
+			for _, r := range spread.DoMulti(ctx, clk, s.client, seg, slots) {
 				took(out.result(r))
 			}
 		default:
