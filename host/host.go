@@ -15,9 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -90,7 +88,7 @@ type Host struct {
 	libMu   sync.Mutex
 	libErr  error // the last library check's failure; nil when it passed
 	parts   keys.PartitionConfig
-	lanes   atomic.Pointer[[]string]
+	lanes   *lanes.Keeper
 	started time.Time
 
 	cfgMu sync.RWMutex
@@ -104,8 +102,6 @@ type Host struct {
 	// Set by Run.
 	runCtx  context.Context
 	callCtx context.Context
-	laneNow chan struct{} // asks refreshLanes for an immediate merge
-	disc    *lanes.Discovery
 	share   *sharing.Coordinator // this host's share of the partitions (Run)
 
 	mu    sync.Mutex
@@ -153,7 +149,7 @@ func BootReadOnly(ctx context.Context, cfg *config.Config, log hclog.Logger) (*H
 }
 
 func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnly bool) (*Host, error) {
-	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now(), units: map[string]*unit{}, laneNow: make(chan struct{}, 1), epoch: scheduler.NewStoreEpoch()}
+	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now(), units: map[string]*unit{}, epoch: scheduler.NewStoreEpoch()}
 	cat, err := catalog.New(cfg.PluginDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
@@ -198,7 +194,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		log.Info("postgres", "schema", h.pgSchema.String(), "pool_size", h.pg.Config().MaxConns, "filter", cfg.Postgres.Filter().String())
 	}
 	h.readOnly = readOnly
-	var lanesList []string
+	h.lanes = lanes.NewKeeper(h.client, lanes.KeeperConfig{Configured: cfg.Lanes, ReadOnly: readOnly, Logger: log})
 	switch {
 	case h.client == nil:
 		// Postgres alone: the partition counts are the configuration's,
@@ -206,7 +202,6 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		// (nothing reads ff_partition_config), and there are no lanes to
 		// discover (the Postgres reads do not go by lane).
 		h.parts = cfg.Partitions
-		lanesList = append(lanesList, cfg.Lanes...)
 		log.Info("no valkey: this host serves its Postgres database alone", "flow", h.parts.Flow, "budget", h.parts.Budget)
 	case readOnly:
 		parts, recorded, err := boot.ReadPartitions(ctx, h.client, cfg.Partitions)
@@ -216,9 +211,6 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		h.parts = parts
 		log.Info("partitions (read only)", "flow", parts.Flow, "budget", parts.Budget, "quota", parts.Quota, "recorded", recorded)
 		h.lib = lua.New(h.client, lua.Options{})
-		if lanesList, err = boot.ReadLanes(ctx, h.client, cfg.Lanes, log); err != nil {
-			return fail(err)
-		}
 	default:
 		parts, created, err := boot.EnsurePartitions(ctx, h.client, cfg.Partitions)
 		if err != nil {
@@ -229,17 +221,15 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 		if h.lib, err = boot.LoadLibrary(ctx, h.client, cfg.Lua.ForceReplace, log); err != nil {
 			return fail(err)
 		}
-		if lanesList, err = boot.MergeLanes(ctx, h.client, cfg.Lanes, log); err != nil {
+	}
+	if h.client != nil {
+		// The lanes configured, recorded, and in use though nobody
+		// configured or recorded them (one full discovery pass), before
+		// anything runs.
+		if err := h.lanes.Load(ctx); err != nil {
 			return fail(err)
 		}
-	}
-	h.lanes.Store(&lanesList)
-	if h.client != nil {
-		h.disc = lanes.New(h.client)
 		h.census = census.New(h.client, h.epoch.Load)
-		// Lanes in use that nobody configured or recorded: one full
-		// discovery pass before anything runs.
-		h.discoverLanes(ctx)
 		log.Info("lanes", "lanes", h.Lanes())
 	}
 	h.svc = callbacks.New(h.lib, h.met)
@@ -265,18 +255,7 @@ func (h *Host) config() *config.Config {
 func (h *Host) Config() *config.Config { return h.config() }
 
 // Lanes returns the lanes the host currently knows.
-func (h *Host) Lanes() []string { return *h.lanes.Load() }
-
-// LaneRefresh is how often a running host re-reads ff:idx:lanes, so
-// lane-scoped sources pick up lanes producers add after boot.
-const LaneRefresh = 30 * time.Second
-
-// DiscoveryPages bounds the lane discovery SCAN of one LaneRefresh tick:
-// pages of lanes.PageSize keys per primary. A lane a producer starts using
-// after boot is found within ceil(keys per primary / (DiscoveryPages *
-// lanes.PageSize)) ticks: within one tick (30 s) up to 50,000 keys per
-// primary, within 10 ticks (5 min) at 500,000.
-const DiscoveryPages = 50
+func (h *Host) Lanes() []string { return h.lanes.Lanes() }
 
 // owns is the ownership check the scanners' cycles use (nil, every
 // partition, before partition sharing runs). Callers hold h.mu.
@@ -296,65 +275,6 @@ func hostID() string {
 		name = "host"
 	}
 	return fmt.Sprintf("%s:%d:%s", name, os.Getpid(), keys.NewUUID().String()[:8])
-}
-
-// discoverLanes runs one full discovery pass and adds the lanes found to
-// the known ones (and to ff:idx:lanes, unless the host is read only). A
-// failure is logged: the known lanes stay.
-func (h *Host) discoverLanes(ctx context.Context) {
-	if h.disc == nil {
-		return // no Valkey
-	}
-	found, _, err := h.disc.Step(ctx, 0)
-	if err != nil {
-		h.log.Warn("lane discovery failed; lanes in use that are not recorded stay unseen until it succeeds", "error", err)
-	}
-	if len(found) == 0 {
-		return
-	}
-	known := h.Lanes()
-	merged := boot.UnionLanes(known, found, h.log)
-	if !h.readOnly {
-		if m, err := boot.MergeLanes(ctx, h.client, append(append([]string{}, h.config().Lanes...), merged...), h.log); err != nil {
-			h.log.Warn("could not record discovered lanes in "+keys.LanesIndex, "error", err)
-		} else {
-			merged = m
-		}
-	}
-	if !slices.Equal(known, merged) {
-		h.log.Info("lanes discovered", "lanes", merged)
-	}
-	h.lanes.Store(&merged)
-}
-
-func (h *Host) refreshLanes(ctx context.Context) {
-	t := time.NewTicker(LaneRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-h.laneNow:
-		}
-		record := append([]string{}, h.config().Lanes...)
-		found, _, derr := h.disc.Step(ctx, DiscoveryPages)
-		if derr != nil && ctx.Err() == nil {
-			h.log.Warn("lane discovery step failed; it starts over on the next tick", "error", derr)
-		}
-		record = append(record, found...)
-		lanes, err := boot.MergeLanes(ctx, h.client, record, h.log)
-		if err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn("lane refresh failed; keeping the known lanes", "error", err)
-			}
-			continue
-		}
-		if old := h.Lanes(); !slices.Equal(old, lanes) {
-			h.log.Info("lanes changed", "lanes", lanes)
-		}
-		h.lanes.Store(&lanes)
-	}
 }
 
 // LibraryCheck is how often a running host checks that every primary
@@ -519,7 +439,7 @@ func (h *Host) Run(ctx context.Context) error {
 	h.startCompletions(cfg.Completions)
 	h.mu.Unlock()
 	if h.client != nil {
-		go h.refreshLanes(ctx)
+		_ = h.lanes.Start(ctx)
 		go h.runCensus(ctx)
 		go h.watchLibrary(ctx)
 	}
@@ -863,7 +783,7 @@ func observed(cb scannerapi.Callbacks, obs func([]scannerapi.Command, []scannera
 func (s *Session) Cycle(ctx context.Context, partition int) (scheduler.Summary, error) {
 	// A cycle on demand sees every lane in use now, not as of the last
 	// discovery step.
-	s.h.discoverLanes(ctx)
+	s.h.lanes.Discover(ctx)
 	opts := scheduler.CycleOptions{DryRun: s.dryRun}
 	if partition >= 0 {
 		if partition > 65535 {

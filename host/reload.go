@@ -198,10 +198,7 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 		res.Notes = append(res.Notes, "log.level is now "+n.Log.Level)
 	}
 	if !slices.Equal(old.Lanes, n.Lanes) {
-		select {
-		case h.laneNow <- struct{}{}:
-		default:
-		}
+		h.lanes.SetConfigured(n.Lanes)
 		res.Notes = append(res.Notes, "lanes merged into ff:idx:lanes")
 	}
 	if old.Supervisor != n.Supervisor {

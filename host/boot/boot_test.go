@@ -53,19 +53,6 @@ func TestEnsurePartitions(t *testing.T) {
 	})
 }
 
-func TestMergeLanes(t *testing.T) {
-	srv := testenv.New(t)
-	ctx := context.Background()
-	client := srv.Client(t)
-	require.NoError(t, client.Do(ctx, client.B().Sadd().Key(keys.LanesIndex).Member("gpu", "default").Build()).Error())
-	lanes, err := MergeLanes(ctx, client, []string{"default", "cpu"}, hclog.NewNullLogger())
-	require.NoError(t, err)
-	assert.Equal(t, []string{"cpu", "default", "gpu"}, lanes)
-	stored, err := client.Do(ctx, client.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
-	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{"cpu", "default", "gpu"}, stored)
-}
-
 func TestLoadLibrary(t *testing.T) {
 	srv := testenv.New(t)
 	client := srv.Client(t)
