@@ -32,6 +32,7 @@ import (
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/launcher"
+	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/pgcompletions"
 	"github.com/ffscan/ffscan/host/policy"
@@ -85,8 +86,9 @@ type Host struct {
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
 	readOnly bool
 
-	libMu   sync.Mutex
-	libErr  error // the last library check's failure; nil when it passed
+	// library keeps the flowfabric library on every primary (nil
+	// without Valkey).
+	library *libwatch.Watch
 	parts   keys.PartitionConfig
 	lanes   *lanes.Keeper
 	started time.Time
@@ -230,6 +232,9 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 			return fail(err)
 		}
 		h.census = census.New(h.client, h.epoch.Load)
+		if !readOnly {
+			h.library = libwatch.New(h.lib, libwatch.Config{Logger: log})
+		}
 		log.Info("lanes", "lanes", h.Lanes())
 	}
 	h.svc = callbacks.New(h.lib, h.met)
@@ -275,49 +280,6 @@ func hostID() string {
 		name = "host"
 	}
 	return fmt.Sprintf("%s:%d:%s", name, os.Getpid(), keys.NewUUID().String()[:8])
-}
-
-// LibraryCheck is how often a running host checks that every primary
-// still serves the flowfabric library. A server restarted without
-// persistence (or a new primary that never had it) has lost it; the
-// host's own FCALLs would reload it on "function not found", but
-// producers and workers would fail until then, and an idle host makes
-// none.
-const LibraryCheck = 5 * time.Second
-
-// watchLibrary reloads the library wherever it went missing, every
-// LibraryCheck, until ctx ends.
-func (h *Host) watchLibrary(ctx context.Context) {
-	t := time.NewTicker(LibraryCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := h.checkLibrary(ctx); err != nil && ctx.Err() == nil {
-			h.log.Error("flowfabric library check failed; checking again", "error", err, "in", LibraryCheck)
-		}
-	}
-}
-
-// checkLibrary makes every primary serve the library (lua.Library.Ensure)
-// and logs every node where it had to load or replace it: at run time
-// that means the server lost it.
-func (h *Host) checkLibrary(ctx context.Context) error {
-	results, err := h.lib.Ensure(ctx)
-	for _, r := range results {
-		if r.Action == lua.ActionKept || r.Action == lua.ActionFlowFabric {
-			continue
-		}
-		h.log.Warn("flowfabric library reloaded at run time (the server had lost it: restarted without persistence, or a new primary)",
-			"node", r.Node, "action", string(r.Action), "found", r.Found, "version", lua.Version())
-	}
-	h.libMu.Lock()
-	h.libErr = err
-	h.libMu.Unlock()
-	return err
 }
 
 // Close releases the Valkey client and removes the private copies of the
@@ -441,7 +403,7 @@ func (h *Host) Run(ctx context.Context) error {
 	if h.client != nil {
 		_ = h.lanes.Start(ctx)
 		go h.runCensus(ctx)
-		go h.watchLibrary(ctx)
+		_ = h.library.Start(ctx)
 	}
 	go h.watchFiles(ctx)
 	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion))
@@ -634,11 +596,10 @@ func (h *Host) Ready(ctx context.Context) error {
 			return fmt.Errorf("postgres: %w", err)
 		}
 	}
-	h.libMu.Lock()
-	libErr := h.libErr
-	h.libMu.Unlock()
-	if libErr != nil {
-		return fmt.Errorf("flowfabric library: %w", libErr)
+	if h.library != nil {
+		if err := h.library.Err(); err != nil {
+			return fmt.Errorf("flowfabric library: %w", err)
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
