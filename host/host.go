@@ -74,8 +74,10 @@ type Host struct {
 	// fixed for the host's life).
 	approvals *policy.Store
 	res       resolver
-	// census knows which lane keys exist (runCensus keeps it).
-	census *census.Census
+	// census knows which lane keys exist; censusCtl keeps it while it
+	// pays (nil without Valkey).
+	census    *census.Census
+	censusCtl *census.Controller
 	// pg is the FlowFabric Postgres database (nil without postgres.dsn),
 	// pgSchema what Boot recognised there.
 	pg       *pgxpool.Pool
@@ -232,6 +234,8 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 			return fail(err)
 		}
 		h.census = census.New(h.client, h.epoch.Load)
+		h.censusCtl = census.NewController(h.census, h.client, census.ControllerConfig{
+			Mode: census.Mode(cfg.Scheduler.LaneCensus), Load: h.laneLoad, Lanes: func() int { return len(h.Lanes()) }, Logger: log})
 		if !readOnly {
 			h.library = libwatch.New(h.lib, libwatch.Config{Logger: log})
 		}
@@ -402,7 +406,7 @@ func (h *Host) Run(ctx context.Context) error {
 	h.mu.Unlock()
 	if h.client != nil {
 		_ = h.lanes.Start(ctx)
-		go h.runCensus(ctx)
+		_ = h.censusCtl.Start(ctx)
 		_ = h.library.Start(ctx)
 	}
 	go h.watchFiles(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/launcher"
@@ -200,6 +201,9 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	if !slices.Equal(old.Lanes, n.Lanes) {
 		h.lanes.SetConfigured(n.Lanes)
 		res.Notes = append(res.Notes, "lanes merged into ff:idx:lanes")
+	}
+	if h.censusCtl != nil {
+		h.censusCtl.SetMode(census.Mode(n.Scheduler.LaneCensus))
 	}
 	if old.Supervisor != n.Supervisor {
 		res.Notes = append(res.Notes, "supervisor.* applies to scanners started from now on; running ones keep their settings until disabled and enabled again or the host restarts")
