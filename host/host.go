@@ -26,8 +26,10 @@ import (
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/census"
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/lanes"
@@ -78,6 +80,9 @@ type Host struct {
 	// pays (nil without Valkey).
 	census    *census.Census
 	censusCtl *census.Controller
+	// files follows the configuration file and the plugin binaries.
+	files *filewatch.Watcher
+	clk   clock.Clock
 	// pg is the FlowFabric Postgres database (nil without postgres.dsn),
 	// pgSchema what Boot recognised there.
 	pg       *pgxpool.Pool
@@ -126,8 +131,6 @@ type unit struct {
 	cancel context.CancelFunc // stops the runner's dispatch
 	done   <-chan struct{}    // closed when the runner returned
 
-	watch fileWatch // the plugin binary (watch.go)
-
 	// notApplied says why the configuration's plugin, pin or options for
 	// this scanner are not what runs (a reload's update failed); empty
 	// when they are. Guarded by Host.mu.
@@ -153,7 +156,8 @@ func BootReadOnly(ctx context.Context, cfg *config.Config, log hclog.Logger) (*H
 }
 
 func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnly bool) (*Host, error) {
-	h := &Host{cfg: cfg, log: log, met: metrics.New(), started: time.Now(), units: map[string]*unit{}, epoch: scheduler.NewStoreEpoch()}
+	h := &Host{cfg: cfg, log: log, clk: clock.Real(), met: metrics.New(), units: map[string]*unit{}, epoch: scheduler.NewStoreEpoch()}
+	h.started = h.clk.Now()
 	cat, err := catalog.New(cfg.PluginDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBoot, err)
@@ -248,7 +252,8 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 	if err := h.compMet.Register(h.met.Registry); err != nil {
 		return fail(fmt.Errorf("register completion metrics: %w", err))
 	}
-	h.reloads.loadedAt = time.Now()
+	h.reloads.loadedAt = h.clk.Now()
+	h.files = h.newFileWatch(cfg.Watch)
 	return h, nil
 }
 
@@ -409,7 +414,7 @@ func (h *Host) Run(ctx context.Context) error {
 		_ = h.censusCtl.Start(ctx)
 		_ = h.library.Start(ctx)
 	}
-	go h.watchFiles(ctx)
+	_ = h.files.Start(ctx)
 	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion))
 
 	<-ctx.Done()

@@ -16,6 +16,7 @@ import (
 	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -40,8 +41,8 @@ func (h *Host) SetConfigSource(src ConfigSource) {
 	defer h.relMu.Unlock()
 	h.src = src
 	if src.File != "" {
-		h.reloads.fileSig, _ = statFile(src.File)
-		h.reloads.fileSHA, _ = hashFile(src.File)
+		h.reloads.fileSig, _ = filewatch.Stat(src.File)
+		h.reloads.fileSHA, _ = filewatch.Hash(src.File)
 	}
 }
 
@@ -53,7 +54,7 @@ type reloadState struct {
 	lastError   string
 	lastErrorAt time.Time
 	// The config file as last loaded, for the watch.
-	fileSig fileSig
+	fileSig filewatch.Sig
 	fileSHA string
 }
 
@@ -74,11 +75,11 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 	if src.Load == nil {
 		return httpapi.ReloadResult{}, errors.New("this host has no configuration source to reload from")
 	}
-	var sig fileSig
+	var sig filewatch.Sig
 	var sha string
 	if src.File != "" {
-		sig, _ = statFile(src.File)
-		sha, _ = hashFile(src.File)
+		sig, _ = filewatch.Stat(src.File)
+		sha, _ = filewatch.Hash(src.File)
 	}
 	cfg, err := src.Load()
 	if err == nil {
@@ -205,6 +206,7 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	if h.censusCtl != nil {
 		h.censusCtl.SetMode(census.Mode(n.Scheduler.LaneCensus))
 	}
+	h.files.Retune(watchSettings(n.Watch))
 	if old.Supervisor != n.Supervisor {
 		res.Notes = append(res.Notes, "supervisor.* applies to scanners started from now on; running ones keep their settings until disabled and enabled again or the host restarts")
 	}

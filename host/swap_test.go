@@ -17,6 +17,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/internal/testenv"
@@ -60,7 +61,7 @@ func variant(name string) string { return filepath.Join(variantDir, name) }
 
 func fileSHA(t *testing.T, path string) string {
 	t.Helper()
-	sha, err := hashFile(path)
+	sha, err := filewatch.Hash(path)
 	require.NoError(t, err)
 	return sha
 }
