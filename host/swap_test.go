@@ -234,9 +234,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	assert.Zero(t, st.FailedPartitions, "no scan failed")
 	assert.Zero(t, st.Errors, "no item failed")
 	assert.Equal(t, int64(produced), st.Processed, "every item handled exactly once")
-	h.mu.Lock()
-	cycleErrors := h.units["hostwork"].run.Status().CycleErrors
-	h.mu.Unlock()
+	cycleErrors := h.units.Get("hostwork").Runner().Status().CycleErrors
 	// No cycle was lost to a swap: a cycle that found no plugin to call
 	// counts as a cycle error. (How close the cycles kept to the interval
 	// is logged above, not asserted: on a busy machine that is the

@@ -41,12 +41,12 @@ func (h *Host) loadedConfigFile() (string, filewatch.Sig, string) {
 
 // watchedPlugins are the running scanners' binaries, each with its swap.
 func (h *Host) watchedPlugins() []filewatch.Plugin {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]filewatch.Plugin, 0, len(h.units))
-	for name, u := range h.units {
-		p := filewatch.Plugin{Name: name, Path: filepath.Join(h.cat.Dir(), u.sc.Plugin), Swap: func(ctx context.Context) { h.swapChanged(ctx, name, u.sup) }}
-		if st := u.sup.Status(); st.State == supervisor.StateRunning {
+	running := h.units.Views()
+	out := make([]filewatch.Plugin, 0, len(running))
+	for name, run := range running {
+		sup := run.Unit.Supervisor()
+		p := filewatch.Plugin{Name: name, Path: filepath.Join(h.cat.Dir(), run.Scanner.Plugin), Swap: func(ctx context.Context) { h.swapChanged(ctx, name, sup) }}
+		if st := sup.Status(); st.State == supervisor.StateRunning {
 			p.Running = st.Meta.SHA256
 		}
 		out = append(out, p)

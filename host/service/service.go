@@ -123,3 +123,13 @@ func StopAll(ctx context.Context, svcs ...Service) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// StopFunc is a stop as a Service: Start does nothing (what it stops was
+// started otherwise), Stop calls it.
+type StopFunc func(ctx context.Context) error
+
+// Start does nothing.
+func (StopFunc) Start(context.Context) error { return nil }
+
+// Stop calls f.
+func (f StopFunc) Stop(ctx context.Context) error { return f(ctx) }
