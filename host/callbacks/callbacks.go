@@ -412,42 +412,48 @@ func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []sc
 			(!ops[i].isPlain || budget.MaxReplyBytes <= 0 || j-i < replyCheckEvery) {
 			j++
 		}
-		switch {
-		case ops[i].pg != nil:
-			replies := make([]scannerapi.Reply, j-i)
-			s.runPG(ctx, ops[i:j], replies)
-			for k := range replies {
-				took(out.reply(&replies[k]))
-			}
-		case ops[i].isPlain:
-			seg := make(valkey.Commands, 0, j-i)
-			slots := make([]int, 0, j-i)
-			for k := i; k < j; k++ {
-				seg = append(seg, ops[k].plain)
-				key := anchor
-				if len(ops[k].keys) > 0 {
-					key = ops[k].keys[0]
-				}
-				slots = append(slots, int(keys.ClusterSlot(key)))
-			}
-			// Per slot on a cluster: a master failing over holds up only
-			// the commands of its own slots (a SampleBacklog batch spans
-			// every partition).
-			for _, r := range spread.DoMulti(ctx, clk, s.client, seg, slots) {
-				took(out.result(r))
-			}
-		default:
-			calls := make([]lua.Call, 0, j-i)
-			for k := i; k < j; k++ {
-				calls = append(calls, ops[k].call)
-			}
-			for _, r := range s.lib.DoMulti(ctx, calls...) {
-				took(out.result(r))
-			}
-		}
+		s.runSegment(ctx, clk, ops[i:j], anchor, out, took)
 		i = j
 	}
 	return nil
+}
+
+// runSegment runs one pipeline of a batch (ops of one segment kind) and
+// gives out its replies; took accounts for each.
+func (s *Service) runSegment(ctx context.Context, clk clock.Clock, ops []op, anchor string, out replyOut, took func(int64)) {
+	switch {
+	case ops[0].pg != nil:
+		replies := make([]scannerapi.Reply, len(ops))
+		s.runPG(ctx, ops, replies)
+		for k := range replies {
+			took(out.reply(&replies[k]))
+		}
+	case ops[0].isPlain:
+		seg := make(valkey.Commands, 0, len(ops))
+		slots := make([]int, 0, len(ops))
+		for _, o := range ops {
+			seg = append(seg, o.plain)
+			key := anchor
+			if len(o.keys) > 0 {
+				key = o.keys[0]
+			}
+			slots = append(slots, int(keys.ClusterSlot(key)))
+		}
+		// Per slot on a cluster: a master failing over holds up only the
+		// commands of its own slots (a SampleBacklog batch spans every
+		// partition).
+		for _, r := range spread.DoMulti(ctx, clk, s.client, seg, slots) {
+			took(out.result(r))
+		}
+	default:
+		calls := make([]lua.Call, 0, len(ops))
+		for _, o := range ops {
+			calls = append(calls, o.call)
+		}
+		for _, r := range s.lib.DoMulti(ctx, calls...) {
+			took(out.result(r))
+		}
+	}
 }
 
 func budgetText(b Budget) string {
