@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 		{filepath.Join(variantDir, "v2"), testplugin, "-X main.version=1.0.1"},
 		{filepath.Join(variantDir, "v3"), testplugin, "-X main.version=1.0.2"},
 		{filepath.Join(variantDir, "exit"), testplugin, "-X main.mode=exit"},
-		{filepath.Join(variantDir, "crash"), testplugin, "-X main.version=1.0.9-crash -X main.mode=crash:2s"},
+		{filepath.Join(variantDir, "crash"), testplugin, "-X main.version=1.0.9-crash -X main.mode=crash"},
 		{filepath.Join(variantDir, "api1"), testplugin, "-X main.version=0.9.0-api1 -X main.mode=api1"},
 		{filepath.Join(variantDir, "raw99"), testplugin, "-X main.mode=raw99"},
 		{filepath.Join(variantDir, "greedy"), testplugin, "-X main.mode=greedy"},

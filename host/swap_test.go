@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,9 +302,33 @@ func TestHotSwapToBinaryThatCrashesRollsBack(t *testing.T) {
 	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
 	before := scannerStatus(h)
 
-	install(t, cfg.PluginDir, "hostwork", variant("crash")) // exits 2 s after it started
-	res, err := h.ReloadPlugin(context.Background(), "hostwork", false, true)
-	require.NoError(t, err)
+	// The new binary crashes when the test says so: once the swap has
+	// switched to it, during its probation.
+	install(t, cfg.PluginDir, "hostwork", variant("crash"))
+	h.testSignals.pluginSwitched.Init()
+	type reload struct {
+		res httpapi.PluginSwapResult
+		err error
+	}
+	reloaded := make(chan reload, 1)
+	go func() {
+		res, err := h.ReloadPlugin(context.Background(), "hostwork", false, true)
+		reloaded <- reload{res, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pid, err := h.testSignals.pluginSwitched.Wait(ctx)
+	require.NoError(t, err, "the swap did not switch to the new plugin")
+	require.NotEqual(t, before.Pid, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGUSR1))
+	var r reload
+	select {
+	case r = <-reloaded:
+	case <-ctx.Done():
+		t.Fatal("the reload did not settle")
+	}
+	require.NoError(t, r.err)
+	res := r.res
 	assert.Equal(t, "rolled_back", res.Outcome, "%+v", res)
 	assert.Contains(t, res.Error, "plugin process exited")
 	assert.Equal(t, before.Pid, res.Pid)
