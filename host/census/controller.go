@@ -199,17 +199,10 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	if c.Lanes == nil {
 		c.Lanes = func() int { return 0 }
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.Grace, DefaultGrace)
-	def(&c.KeysMaxAge, DefaultKeysMaxAge)
-	def(&c.Idle, DefaultIdle)
-	if c.MinLanes <= 0 {
-		c.MinLanes = DefaultMinLanes
-	}
+	service.Default(&c.Grace, DefaultGrace)
+	service.Default(&c.KeysMaxAge, DefaultKeysMaxAge)
+	service.Default(&c.Idle, DefaultIdle)
+	service.Default(&c.MinLanes, DefaultMinLanes)
 	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

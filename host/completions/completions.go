@@ -56,6 +56,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/depexec"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/depresolve"
@@ -106,21 +107,11 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.QueueSize <= 0 {
-		c.QueueSize = DefaultQueueSize
-	}
-	if c.DispatchTimeout <= 0 {
-		c.DispatchTimeout = DefaultDispatchTimeout
-	}
-	if c.MinBackoff <= 0 {
-		c.MinBackoff = DefaultMinBackoff
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = DefaultMaxBackoff
-	}
+	service.Default(&c.Concurrency, DefaultConcurrency)
+	service.Default(&c.QueueSize, DefaultQueueSize)
+	service.Default(&c.DispatchTimeout, DefaultDispatchTimeout)
+	service.Default(&c.MinBackoff, DefaultMinBackoff)
+	service.Default(&c.MaxBackoff, DefaultMaxBackoff)
 	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
 	c.Clock = clock.Or(c.Clock)
 	return c
@@ -292,8 +283,7 @@ func (l *Listener) Stop(ctx context.Context) error {
 		// Nothing sends any more: close the queue so the workers drain it
 		// and return.
 		close(l.queue)
-		drained := make(chan struct{})
-		go func() { l.workers.Wait(); close(drained) }()
+		drained := service.Drained(&l.workers)
 		select {
 		case <-drained:
 		case <-ctx.Done():

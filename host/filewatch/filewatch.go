@@ -108,9 +108,7 @@ type Settings struct {
 }
 
 func (s Settings) withDefaults() Settings {
-	if s.Interval <= 0 {
-		s.Interval = DefaultInterval
-	}
+	service.Default(&s.Interval, DefaultInterval)
 	return s
 }
 
@@ -225,13 +223,7 @@ func (w *Watcher) Stop(ctx context.Context) error {
 	if err := w.loop.Stop(ctx); err != nil {
 		return err
 	}
-	return service.Wait(ctx, waitGroupDone(&w.swaps))
-}
-
-func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	return done
+	return service.Wait(ctx, service.Drained(&w.swaps))
 }
 
 func (w *Watcher) run(ctx context.Context) {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ffscan/ffscan/host/service"
 )
 
 // DefaultReadHeaderTimeout bounds a client's request headers (a slow
@@ -25,9 +27,7 @@ type ServerConfig struct {
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
+	service.Default(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}

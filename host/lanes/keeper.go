@@ -46,12 +46,8 @@ type KeeperConfig struct {
 }
 
 func (c KeeperConfig) withDefaults() KeeperConfig {
-	if c.Refresh <= 0 {
-		c.Refresh = DefaultRefresh
-	}
-	if c.DiscoveryPages <= 0 {
-		c.DiscoveryPages = DefaultDiscoveryPages
-	}
+	service.Default(&c.Refresh, DefaultRefresh)
+	service.Default(&c.DiscoveryPages, DefaultDiscoveryPages)
 	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

@@ -31,9 +31,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Interval <= 0 {
-		c.Interval = DefaultInterval
-	}
+	service.Default(&c.Interval, DefaultInterval)
 	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

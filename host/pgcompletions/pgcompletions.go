@@ -83,19 +83,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.MinBackoff, DefaultMinBackoff)
-	def(&c.MaxBackoff, DefaultMaxBackoff)
+	service.Default(&c.Concurrency, DefaultConcurrency)
+	service.Default(&c.MinBackoff, DefaultMinBackoff)
+	service.Default(&c.MaxBackoff, DefaultMaxBackoff)
 	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
-	def(&c.StableAfter, DefaultStableAfter)
-	def(&c.CheckTimeout, DefaultCheckTimeout)
+	service.Default(&c.StableAfter, DefaultStableAfter)
+	service.Default(&c.CheckTimeout, DefaultCheckTimeout)
 	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
@@ -146,18 +139,12 @@ func (l *Listener) Listening() <-chan struct{} { return l.listening }
 func (l *Listener) Stop(ctx context.Context) error {
 	err := l.loop.Stop(ctx)
 	if err == nil {
-		err = service.Wait(ctx, waitGroupDone(&l.work))
+		err = service.Wait(ctx, service.Drained(&l.work))
 	}
 	if err != nil {
 		l.log.Warn("postgres completion listener: dispatches still running at the deadline were cancelled; the dependency reconciler dispatches what they left", "error", err)
 	}
 	return err
-}
-
-func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	return done
 }
 
 // Stats returns the counters.

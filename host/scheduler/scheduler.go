@@ -147,9 +147,7 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.MaxFollowUps <= 0 {
-		c.MaxFollowUps = DefaultMaxFollowUps
-	}
+	service.Default(&c.MaxFollowUps, DefaultMaxFollowUps)
 	if c.CallParent == nil {
 		c.CallParent = context.Background()
 	}
@@ -176,12 +174,8 @@ type Tuning struct {
 }
 
 func (t Tuning) withDefaults() Tuning {
-	if t.Concurrency <= 0 {
-		t.Concurrency = DefaultConcurrency
-	}
-	if t.CallTimeout <= 0 {
-		t.CallTimeout = DefaultCallTimeout
-	}
+	service.Default(&t.Concurrency, DefaultConcurrency)
+	service.Default(&t.CallTimeout, DefaultCallTimeout)
 	return t
 }
 

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // Service is what the host starts and stops.
@@ -133,3 +134,19 @@ func (StopFunc) Start(context.Context) error { return nil }
 
 // Stop calls f.
 func (f StopFunc) Stop(ctx context.Context) error { return f(ctx) }
+
+// Drained is closed once wg's count is zero: a WaitGroup to wait on
+// within a context (Wait).
+func Drained(wg *sync.WaitGroup) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// Default sets *v to def when it is zero or less: the rule of every
+// service's withDefaults (a zero field takes its default).
+func Default[T int | int64 | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}

@@ -3,7 +3,9 @@ package service
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,4 +67,27 @@ func TestStopAllJoinsErrors(t *testing.T) {
 	assert.ErrorIs(t, err, a)
 	assert.ErrorIs(t, err, b)
 	assert.NoError(t, StopAll(context.Background()))
+}
+
+func TestDefault(t *testing.T) {
+	d, n := -time.Second, 0
+	Default(&d, time.Minute)
+	Default(&n, 3)
+	assert.Equal(t, time.Minute, d, "negative takes the default")
+	assert.Equal(t, 3, n, "zero takes the default")
+	Default(&n, 5)
+	assert.Equal(t, 3, n, "a value set stays")
+}
+
+func TestDrained(t *testing.T) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	done := Drained(&wg)
+	select {
+	case <-done:
+		t.Fatal("drained with one left")
+	default:
+	}
+	wg.Done()
+	<-done
 }

@@ -129,16 +129,10 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.TTL <= 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.Tick <= 0 {
-		c.Tick = DefaultTick
-	}
+	service.Default(&c.TTL, DefaultTTL)
+	service.Default(&c.Tick, DefaultTick)
 	c.Tick = min(c.Tick, c.TTL/3)
-	if c.LeaveTimeout <= 0 {
-		c.LeaveTimeout = DefaultLeaveTimeout
-	}
+	service.Default(&c.LeaveTimeout, DefaultLeaveTimeout)
 	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()

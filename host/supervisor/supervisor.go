@@ -182,25 +182,16 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	defInt := func(n *int, v int) {
-		if *n <= 0 {
-			*n = v
-		}
-	}
+	def := service.Default[time.Duration]
 	def(&c.HealthInterval, DefaultHealthInterval)
 	def(&c.PingTimeout, min(c.HealthInterval, DefaultPingTimeout))
-	defInt(&c.FailedPings, DefaultFailedPings)
+	service.Default(&c.FailedPings, DefaultFailedPings)
 	def(&c.StartTimeout, DefaultStartTimeout)
 	def(&c.BackoffMin, DefaultBackoffMin)
 	def(&c.BackoffMax, DefaultBackoffMax)
-	defInt(&c.CrashLoopCount, DefaultCrashLoopCount)
+	service.Default(&c.CrashLoopCount, DefaultCrashLoopCount)
 	def(&c.CrashLoopWindow, DefaultCrashLoopWindow)
-	defInt(&c.HungCalls, DefaultHungCalls)
+	service.Default(&c.HungCalls, DefaultHungCalls)
 	def(&c.BrokenCooldown, DefaultBrokenCooldown)
 	def(&c.StableAfter, c.CrashLoopWindow)
 	def(&c.SwapCheck, DefaultSwapCheck)

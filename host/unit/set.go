@@ -236,7 +236,5 @@ func (s *Set) Stop(ctx context.Context) error {
 		sups = append(sups, v.Unit.sup)
 	}
 	err = errors.Join(err, service.StopAll(ctx, sups...))
-	removed := make(chan struct{})
-	go func() { s.removing.Wait(); close(removed) }()
-	return errors.Join(err, service.Wait(ctx, removed))
+	return errors.Join(err, service.Wait(ctx, service.Drained(&s.removing)))
 }
