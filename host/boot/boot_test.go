@@ -15,6 +15,7 @@ import (
 )
 
 func TestEnsurePartitions(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	ctx := context.Background()
 	client, err := Connect(ctx, config.Valkey{Addrs: []string{srv.Addr}, Cluster: "auto"})
@@ -54,6 +55,7 @@ func TestEnsurePartitions(t *testing.T) {
 }
 
 func TestLoadLibrary(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	client := srv.Client(t)
 	lib, err := LoadLibrary(context.Background(), client, false, hclog.NewNullLogger())
@@ -67,6 +69,7 @@ func TestLoadLibrary(t *testing.T) {
 // The MULTI of HSETNXs and the read-back also works through a cluster
 // client (one key, one slot).
 func TestEnsurePartitionsOnCluster(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewCluster(t, 3)
 	client, err := Connect(context.Background(), config.Valkey{Addrs: cl.Addrs(), Cluster: "on"})
 	require.NoError(t, err)
@@ -82,6 +85,7 @@ func TestEnsurePartitionsOnCluster(t *testing.T) {
 }
 
 func TestClusterOnRefusesASingleNode(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	_, err := Connect(context.Background(), config.Valkey{Addrs: []string{srv.Addr}, Cluster: "on"})
 	assert.ErrorContains(t, err, "not a cluster")

@@ -31,6 +31,7 @@ var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 //     working (a failed D of D -> E -> G skips E and G);
 //   - Stop is clean.
 func TestListenerEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -158,6 +159,7 @@ func mustVec(t *testing.T, m *completions.PrometheusMetrics, outcome string) pro
 // published by functions running on every master reach it (PUBLISH is
 // cluster-wide), and the cascades run through the cluster client.
 func TestListenerOnACluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}

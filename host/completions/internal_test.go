@@ -120,6 +120,7 @@ func (h *harness) publish(t *testing.T, payload string) {
 
 // A panic in a dispatch is recovered and counted; the worker goes on.
 func TestDispatchPanicIsRecovered(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	h := newHarness(t, Config{Concurrency: 1}, func(context.Context, depresolve.Completion) (depresolve.Result, error) {
 		if calls.Add(1) == 1 {
@@ -140,6 +141,7 @@ func TestDispatchPanicIsRecovered(t *testing.T) {
 // No more than Concurrency cascades run at once; the rest wait in the
 // queue and all get dispatched.
 func TestConcurrencyIsBounded(t *testing.T) {
+	t.Parallel()
 	var inflight, peak atomic.Int64
 	release := make(chan struct{})
 	h := newHarness(t, Config{Concurrency: 3}, func(ctx context.Context, _ depresolve.Completion) (depresolve.Result, error) {
@@ -169,6 +171,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 // cascades, drops what is left and returns the deadline error; the
 // subscription is gone.
 func TestStopDrainsThenCancels(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var cancelled int
 	var started atomic.Int64
@@ -207,6 +210,7 @@ func TestStopDrainsThenCancels(t *testing.T) {
 
 // A disabled listener does nothing.
 func TestDisabled(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
 	l := New(Config{Enabled: false}, lua.New(vk, lua.Options{}), Options{})
@@ -221,6 +225,7 @@ func TestDisabled(t *testing.T) {
 
 // A second Start is refused.
 func TestStartTwice(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, func(context.Context, depresolve.Completion) (depresolve.Result, error) {
 		return depresolve.Result{}, nil
 	})
@@ -230,6 +235,7 @@ func TestStartTwice(t *testing.T) {
 // With the server gone the receiver keeps retrying (with backoff) without
 // spinning or failing, and Stop still returns at once.
 func TestServerGoneThenStop(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
 	l := New(Config{Enabled: true, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},

@@ -43,6 +43,7 @@ func TestLaneOfKey(t *testing.T) {
 // it stopped; a pass finds every lane with an index key, whatever else is
 // in the keyspace.
 func TestStepFindsLanesInPages(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	ctx := context.Background()
@@ -84,6 +85,7 @@ func TestStepFindsLanesInPages(t *testing.T) {
 }
 
 func TestMergeLanes(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	ctx := context.Background()
 	client := srv.Client(t)
