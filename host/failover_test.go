@@ -35,7 +35,7 @@ func clusterLeaseHost(t *testing.T, seedAddr string) *Host {
 	cfg.Valkey.Cluster = "auto"
 	cfg.Scanners = map[string]config.Scanner{"lease_expiry": cfg.Scanners["hostwork"]}
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return leaseStatus(h).Cycle >= 1 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return leaseStatus(h).Cycle >= 1 })
 	return h
 }
 
@@ -148,7 +148,7 @@ func TestClusterCrashFailoverMarksEveryLease(t *testing.T) {
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
 	// Expiring in waves over 3 s, so the kill lands in the middle.
 	ids := plantLeases(t, cl, c, 1200, func(i int) time.Duration { return time.Duration(200+(i%30)*100) * time.Millisecond })
-	require.Eventually(t, func() bool { return len(unmarked(t, c, ids)) < 900 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return len(unmarked(t, c, ids)) < 900 })
 	victim, err := cl.MasterOf(context.Background(), "{fp:5}")
 	require.NoError(t, err)
 	require.NotEqual(t, cl.Nodes[0], victim, "the seed is the subject of another test")
@@ -199,7 +199,7 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 	// Let a few cycles see the marks (a scanner that remembers what it
 	// read back would remember these entries now).
 	cycle := leaseStatus(h).Cycle
-	require.Eventually(t, func() bool { return leaseStatus(h).Cycle >= cycle+3 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return leaseStatus(h).Cycle >= cycle+3 })
 
 	victim.Kill()
 	_, err = cl.WaitServed(context.Background(), "{fp:5}")
@@ -228,7 +228,7 @@ func TestClusterDeadSeed(t *testing.T) {
 		Errors   int64
 		Restarts int
 	}
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 60*time.Second, "", func() bool {
 		st := leaseStatus(h)
 		if from.Cycle != 0 && st.Cycle >= from.Cycle+2 && st.Errors == from.Errors {
 			return true
@@ -237,7 +237,7 @@ func TestClusterDeadSeed(t *testing.T) {
 			from = st
 		}
 		return false
-	}, 60*time.Second, 10*time.Millisecond)
+	})
 	t.Logf("dead seed: cycles clean again %s after the kill", time.Since(t0).Round(time.Millisecond))
 	for i := 0; i < 100; i++ {
 		require.NoError(t, h.Ready(context.Background()), "readiness %d with the seed dead", i)
@@ -245,7 +245,7 @@ func TestClusterDeadSeed(t *testing.T) {
 	ids := plantLeases(t, cl, c, 300, func(int) time.Duration { return 100 * time.Millisecond })
 	waitAllMarked(t, c, ids, 30*time.Second)
 	cy := leaseStatus(h).Cycle
-	require.Eventually(t, func() bool { return leaseStatus(h).Cycle >= cy+20 }, 60*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 60*time.Second, "", func() bool { return leaseStatus(h).Cycle >= cy+20 })
 	st := leaseStatus(h)
 	require.Equal(t, from.Errors, st.Errors, "no cycle failed after the failover (%d cycles)", st.Cycle-from.Cycle)
 	nodes := h.Status().ValkeyNodes

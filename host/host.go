@@ -46,6 +46,7 @@ import (
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
@@ -120,6 +121,9 @@ type Host struct {
 	files     *filewatch.Watcher
 	http      *httpapi.Server
 
+	// changes is told of every change of the status: a scanner's plugin
+	// or cycle, the set of scanners, a reload.
+	changes service.Changes
 	// testSignals fire at the host's events for tests that Init them.
 	testSignals testSignals
 }

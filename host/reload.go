@@ -131,6 +131,7 @@ func (h *Host) refuse(reason string, err error) httpapi.ReloadResult {
 	h.relMu.Unlock()
 	h.log.Error(ErrReloadRefused.Error(), "trigger", reason, "reason", err)
 	h.met.ConfigReload("refused")
+	h.changes.Notify()
 	return httpapi.ReloadResult{Error: fmt.Sprintf("%v: %v", ErrReloadRefused, err)}
 }
 
@@ -219,6 +220,7 @@ func (h *Host) install(n *config.Config) *config.Config {
 	h.reloads.loadedAt = h.clk.Now()
 	h.relMu.Unlock()
 	h.met.ConfigReload("applied")
+	h.changes.Notify()
 	return old
 }
 

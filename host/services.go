@@ -58,6 +58,7 @@ func (h *Host) unitDeps() unit.Deps {
 	d := unit.Deps{
 		Catalog: h.cat, Callbacks: h.svc, Approvals: h.approvals, Client: h.client, Postgres: h.pg,
 		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Metrics: h.met, Clock: h.clk, Logger: h.log,
+		Changes: &h.changes,
 	}
 	if h.census != nil {
 		// A nil *census.Census in the interface would be called.

@@ -96,7 +96,9 @@ func (sw *sweep) call(st *partState, nowMs int64, out *dispatched) {
 	}
 	var res *scannerapi.ScanResult
 	if err == nil {
+		r.inFlight(1)
 		res, err = sw.scanOne(lease, st, nowMs)
+		r.inFlight(-1)
 		if lease.Outcome != nil {
 			// A deadline of the call's own, not the host's shutdown
 			// cutting calls short.

@@ -144,6 +144,9 @@ type Config struct {
 	// PostgresFilter is the host's namespace / instance-tag filter, which
 	// the candidate reads apply (postgres.namespace, postgres.instance_tag).
 	PostgresFilter scannerapi.Filter
+	// Changes, when set, is told of every change of the status (a cycle
+	// ended, a cycle could not run).
+	Changes *service.Changes
 }
 
 func (c Config) withDefaults() Config {
@@ -232,6 +235,8 @@ type Status struct {
 	// CycleErrors counts cycles that could not run at all (scanner
 	// unavailable, no server time).
 	CycleErrors int64
+	// InFlight is the ScanPartition calls running now.
+	InFlight int
 }
 
 // New returns a runner. host is passed to ScanPartition (a linked scanner
@@ -649,18 +654,29 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	if sum.BacklogKnown {
 		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
 	}
+	r.cfg.Changes.Notify()
 }
 
 func (r *Runner) cycleError() {
 	r.stMu.Lock()
 	r.status.CycleErrors++
 	r.stMu.Unlock()
+	r.cfg.Changes.Notify()
+}
+
+// inFlight counts a call starting (+1) or ending (-1).
+func (r *Runner) inFlight(delta int) {
+	r.stMu.Lock()
+	r.status.InFlight += delta
+	r.stMu.Unlock()
+	r.cfg.Changes.Notify()
 }
 
 func (r *Runner) setLastError(s string) {
 	r.stMu.Lock()
 	r.status.LastError = s
 	r.stMu.Unlock()
+	r.cfg.Changes.Notify()
 }
 
 type nopRecorder struct{}

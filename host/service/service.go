@@ -150,3 +150,50 @@ func Default[T int | int64 | float64 | time.Duration](v *T, def T) {
 		*v = def
 	}
 }
+
+// Changes tells waiters that something changed (a service's status): each
+// Notify wakes whoever waits on a channel C returned before it. The zero
+// value is ready, and a nil *Changes ignores Notify.
+type Changes struct {
+	mu sync.Mutex
+	c  chan struct{}
+}
+
+// Notify wakes the waiters.
+func (ch *Changes) Notify() {
+	if ch == nil {
+		return
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.c != nil {
+		close(ch.c)
+	}
+	ch.c = make(chan struct{})
+}
+
+// C is closed at the next Notify.
+func (ch *Changes) C() <-chan struct{} {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.c == nil {
+		ch.c = make(chan struct{})
+	}
+	return ch.c
+}
+
+// WaitFor checks cond at once and after every change until it holds, or
+// until ctx ends (then it returns ctx's error).
+func (ch *Changes) WaitFor(ctx context.Context, cond func() bool) error {
+	for {
+		c := ch.C()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -91,3 +91,25 @@ func TestDrained(t *testing.T) {
 	wg.Done()
 	<-done
 }
+
+func TestChangesWakeWaiters(t *testing.T) {
+	var nilChanges *Changes
+	nilChanges.Notify() // ignored
+	var ch Changes
+	var mu sync.Mutex
+	n := 0
+	done := make(chan error)
+	go func() {
+		done <- ch.WaitFor(context.Background(), func() bool { mu.Lock(); defer mu.Unlock(); return n == 3 })
+	}()
+	for range 3 {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		ch.Notify()
+	}
+	require.NoError(t, <-done)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, ch.WaitFor(ctx, func() bool { return false }), context.Canceled)
+}

@@ -179,6 +179,8 @@ type Config struct {
 	// Clock is the time source (the system clock); tests pass a
 	// clock.Manual to drive backoffs and probation without waiting.
 	Clock clock.Clock
+	// Changes, when set, is told of every change of the status.
+	Changes *service.Changes
 }
 
 func (c Config) withDefaults() Config {
@@ -338,6 +340,7 @@ func (s *Supervisor) setState(st State, lastErr string) {
 	if st != StateRestarting && st != StateBroken {
 		s.st.NextAttempt = time.Time{}
 	}
+	s.cfg.Changes.Notify()
 }
 
 func (s *Supervisor) launcher() Launcher {

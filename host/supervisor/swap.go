@@ -254,6 +254,7 @@ func (s *Supervisor) endProbation(res *SwapResult) {
 		if res == nil && old != nil {
 			ls.Outcome = SwapKept
 		}
+		s.cfg.Changes.Notify()
 	}
 	s.mu.Unlock()
 	reqs := s.probeReqs
@@ -355,5 +356,6 @@ func settle(r *request, res SwapResult) {
 func (s *Supervisor) recordSwap(rec SwapRecord) {
 	s.mu.Lock()
 	s.st.LastSwap = &rec
+	s.cfg.Changes.Notify()
 	s.mu.Unlock()
 }

@@ -78,6 +78,7 @@ func (s *Set) Add(st Settings, name string, sc config.Scanner) error {
 		return err
 	}
 	s.units[name] = u
+	s.deps.Changes.Notify()
 	return nil
 }
 
@@ -92,6 +93,7 @@ func (s *Set) Remove(name string, callTimeout time.Duration) {
 		s.removing.Add(1)
 	}
 	s.mu.Unlock()
+	s.deps.Changes.Notify()
 	if u == nil {
 		return
 	}
@@ -183,6 +185,7 @@ func (s *Set) Update(ctx context.Context, st Settings, name string, sc config.Sc
 	} else {
 		u.notApplied = fmt.Sprintf("%s: the configuration's plugin, pin or options are not running: %s", s.deps.Clock.Now().UTC().Format(time.RFC3339), failure)
 	}
+	s.deps.Changes.Notify()
 	return r, err
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -53,6 +54,8 @@ type Deps struct {
 	Clock   clock.Clock
 	// Logger is the host's; each scanner's lines carry its name.
 	Logger hclog.Logger
+	// Changes, when set, is told of every change of a unit's status.
+	Changes *service.Changes
 }
 
 // Settings are the host-wide settings a unit is built with: the
@@ -110,6 +113,7 @@ func (d Deps) RunnerConfig(s Settings, name string, sc config.Scanner) scheduler
 		Epoch:          d.Epoch,
 		Postgres:       d.Postgres,
 		PostgresFilter: s.PostgresFilter,
+		Changes:        d.Changes,
 	}
 }
 
@@ -135,6 +139,7 @@ func (d Deps) newUnit(s Settings, name string, sc config.Scanner) *Unit {
 		SwapProbation:  s.Supervisor.SwapProbation,
 		DrainTimeout:   s.Scheduler.CallTimeout + drainMargin,
 		Clock:          d.Clock,
+		Changes:        d.Changes,
 	}, d.Launcher(s, name, sc, false), d.Metrics, log)
 	run := scheduler.New(d.RunnerConfig(s, name, sc), d.Client, supTarget{sup}, nil, d.Metrics, log)
 	return &Unit{name: name, sup: sup, run: run, sc: sc}
