@@ -31,6 +31,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/internal/testsignal"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -249,6 +250,17 @@ type Supervisor struct {
 	// probation state
 	probeReqs []*request
 	probeEnd  time.Time
+
+	// TestSignals fire at the supervisor's events for tests that Init
+	// them.
+	TestSignals TestSignals
+}
+
+// TestSignals are a Supervisor's events.
+type TestSignals struct {
+	// Draining: a swapped-out instance (its pid) waits for its calls in
+	// flight before it is stopped.
+	Draining testsignal.Signal[int]
 }
 
 // New returns a supervisor; call Start.

@@ -284,6 +284,7 @@ func (s *Supervisor) retire(sl *slot) {
 	s.retiring.Add(1)
 	go func() {
 		defer s.retiring.Done()
+		s.TestSignals.Draining.Signal(sl.inst.Pid())
 		if !s.waitDrained(sl) {
 			s.log.Warn("old plugin still busy after the drain timeout; stopping it anyway", "pid", sl.inst.Pid(), "timeout", s.cfg.DrainTimeout)
 		}
