@@ -132,6 +132,8 @@ type Options struct {
 	// sharing a keyspace): a completion of another host's partition is
 	// left to that host (counted "elsewhere"). Nil: every partition.
 	Owns func(keys.Partition) bool
+	// Changes, when set, is told of every change of the Stats.
+	Changes *service.Changes
 }
 
 // Message outcomes (the "outcome" label of the messages counter).
@@ -172,6 +174,7 @@ type Listener struct {
 	met     Metrics
 	parts   keys.PartitionConfig
 	owns    func(keys.Partition) bool
+	changes *service.Changes
 	cascade func(context.Context, depresolve.Completion) (depresolve.Result, error)
 
 	queue chan depresolve.Completion
@@ -198,12 +201,13 @@ type Listener struct {
 // host's) and subscribes on a dedicated connection of lib's client.
 func New(cfg Config, lib *lua.Library, opts Options) *Listener {
 	l := &Listener{
-		cfg:    cfg.withDefaults(),
-		client: lib.Client(),
-		log:    opts.Logger,
-		met:    opts.Metrics,
-		parts:  opts.Partitions,
-		owns:   opts.Owns,
+		cfg:     cfg.withDefaults(),
+		client:  lib.Client(),
+		log:     opts.Logger,
+		met:     opts.Metrics,
+		parts:   opts.Partitions,
+		owns:    opts.Owns,
+		changes: opts.Changes,
 	}
 	l.clk = l.cfg.Clock
 	if l.log == nil {
@@ -359,6 +363,7 @@ func (l *Listener) receiveOnce(ctx context.Context) (subscribed bool) {
 }
 
 func (l *Listener) setSubscribed(up bool) {
+	defer l.changes.Notify()
 	if up {
 		if l.subs.Add(1) > 1 {
 			l.met.Reconnect()
@@ -373,6 +378,7 @@ func (l *Listener) setSubscribed(up bool) {
 // handle parses one message and queues it, waiting while the queue is
 // full.
 func (l *Listener) handle(ctx context.Context, m valkey.PubSubMessage) {
+	defer l.changes.Notify()
 	l.messages.Add(1)
 	c, err := l.parse(m)
 	if err != nil {
@@ -441,6 +447,7 @@ func (l *Listener) work() {
 			// Stop's deadline passed: leave the rest to the reconciler.
 			l.dropped.Add(1)
 			l.met.Message(OutcomeDropped)
+			l.changes.Notify()
 			continue
 		}
 		l.run(c)
@@ -449,6 +456,7 @@ func (l *Listener) work() {
 
 // run performs one cascade, supervised: a panic is recovered and counted.
 func (l *Listener) run(c depresolve.Completion) {
+	defer l.changes.Notify() // after the panic's count, if any
 	ctx, cancel := context.WithTimeout(l.dispatch, l.cfg.DispatchTimeout)
 	defer cancel()
 	start := l.clk.Now()
