@@ -80,6 +80,9 @@ type Config struct {
 	// Clock is the time source of the backoff (the system clock).
 	Clock  clock.Clock
 	Logger hclog.Logger
+	// Changes, when set, is told of every change of the Stats (a
+	// dispatch's end follows its commit).
+	Changes *service.Changes
 }
 
 func (c Config) withDefaults() Config {
@@ -276,6 +279,7 @@ func (l *Listener) dispatch(ctx context.Context, ev int64, pk int) {
 	go func() {
 		defer l.work.Done()
 		defer func() { <-l.sem }()
+		defer l.o.Changes.Notify()
 		if err := l.dispatchOne(ctx, ev, pk); err != nil && ctx.Err() == nil {
 			l.errs.Add(1)
 			l.log.Warn("completion dispatch failed; the dependency reconciler retries it", "event_id", ev, "error", err)
