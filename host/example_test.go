@@ -77,7 +77,7 @@ func TestExampleThirdPartyScannerRunsUnderTheHost(t *testing.T) {
 	require.Len(t, rr.Plugins, 1)
 	assert.Equal(t, "reconfigured", rr.Plugins[0].Outcome)
 	assert.Equal(t, st.Pid, statusOf(h, "delayed_watchdog").Pid)
-	require.Eventually(t, func() bool { return eligibility() == "eligible_now" }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "promoted by the reconfigured scanner", func() bool { return eligibility() == "eligible_now" })
 
 	// Options the scanner rejects (it wants max_age >= 1m) keep the old ones.
 	n2 := n

@@ -575,17 +575,16 @@ func TestBootRecognisesThePostgresSchema(t *testing.T) {
 	require.NoError(t, err)
 	defer dbPool.Close()
 	postgrestest.DAG(t, dbPool, 7, "f7000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
-	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions != nil }, 30*time.Second, 10*time.Millisecond,
-		"the Postgres completion listener starts with the host")
+	waitFor(t, rh, 30*time.Second, "the Postgres completion listener starts with the host", func() bool { return rh.Status().Postgres.Completions != nil })
 	// Committed before or after its LISTEN is in place: a catch-up after
 	// each connect dispatches what came before.
 	postgrestest.Complete(t, dbPool, 7, a, "success")
-	require.Eventually(t, func() bool {
+	waitFor(t, rh, 30*time.Second, "the downstream released by the host's listener", func() bool {
 		var eligible string
 		_ = dbPool.QueryRow(ctx, "SELECT eligibility_state FROM ff_exec_core WHERE execution_id = $1", b).Scan(&eligible)
 		return eligible == "eligible_now"
-	}, 30*time.Second, 10*time.Millisecond, "the downstream released by the host's listener")
-	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 }, 10*time.Second, 10*time.Millisecond)
+	})
+	waitFor(t, rh, 10*time.Second, "", func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 })
 }
 
 // A host given a Postgres database and no Valkey serves the database
@@ -610,12 +609,12 @@ func TestPostgresOnlyHost(t *testing.T) {
 	cfg.Completions.Enabled = true
 	rh, stop := running(t, cfg)
 	defer stop()
-	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions != nil }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, rh, 30*time.Second, "", func() bool { return rh.Status().Postgres.Completions != nil })
 	const a, b = "d0000000-0000-4000-8000-000000000001", "d0000000-0000-4000-8000-000000000002"
 	postgrestest.DAG(t, dbPool, 3, "fd000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
 	postgrestest.Complete(t, dbPool, 3, a, "success")
-	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 }, 30*time.Second, 10*time.Millisecond,
-		"the downstream released by the listener, on every partition (no sharing without Valkey)")
+	waitFor(t, rh, 30*time.Second, "the downstream released by the listener, on every partition (no sharing without Valkey)",
+		func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 })
 	st := rh.Status()
 	assert.Empty(t, st.Valkey)
 	assert.Nil(t, st.Completions, "no Valkey completion listener")

@@ -297,13 +297,13 @@ func TestCompletionListenerIsWired(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	cfg.Completions = config.Completions{Enabled: true, Concurrency: 3}
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 20*time.Second, "subscribed", func() bool {
 		comp := h.Status().Completions
 		return comp != nil && comp.Subscribed
-	}, 20*time.Second, 10*time.Millisecond)
+	})
 	assert.Equal(t, 3, h.Status().Completions.Concurrency)
 	require.NoError(t, c.Do(context.Background(), c.B().Publish().Channel("ff:dag:completions").Message("not json").Build()).Error())
-	require.Eventually(t, func() bool { return h.Status().Completions.Malformed == 1 }, 10*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 10*time.Second, "", func() bool { return h.Status().Completions.Malformed == 1 })
 	var buf strings.Builder
 	mfs, err := h.Metrics().Registry.Gather()
 	require.NoError(t, err)
@@ -323,10 +323,10 @@ func TestCompletionListenerIsWired(t *testing.T) {
 	n2.Completions = config.Completions{Enabled: true, Concurrency: 5}
 	_, err = h.Reload(context.Background(), &n2, "test")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 20*time.Second, "resubscribed", func() bool {
 		comp := h.Status().Completions
 		return comp != nil && comp.Subscribed && comp.Concurrency == 5
-	}, 20*time.Second, 10*time.Millisecond)
+	})
 }
 
 // Options a running scanner refuses on reload are not silently taken for

@@ -45,7 +45,7 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 	}
 	h.units = unit.NewSet(h.unitDeps())
 	h.listeners = listeners.New(listeners.Deps{Library: h.lib, Postgres: h.pg, PostgresFilter: cfg.Postgres.Filter(),
-		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log}, cfg.Completions)
+		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}, cfg.Completions)
 	h.files = h.newFileWatch(cfg.Watch)
 	if cfg.HTTP.Listen != "" {
 		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Logger: h.log}, h.met.Registry, h)

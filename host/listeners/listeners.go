@@ -35,6 +35,9 @@ type Deps struct {
 	Metrics completions.Metrics
 	Clock   clock.Clock
 	Logger  hclog.Logger
+	// Changes, when set, is told of every change of the listeners'
+	// counters.
+	Changes *service.Changes
 }
 
 // Listeners are the running push paths.
@@ -62,6 +65,7 @@ func (l *Listeners) Start(ctx context.Context) error {
 	}
 	l.ctx = ctx
 	l.startLocked()
+	l.deps.Changes.Notify()
 	return nil
 }
 
@@ -73,7 +77,7 @@ func (l *Listeners) startLocked() {
 	}
 	if d.Postgres != nil {
 		pg := pgcompletions.New(pgcompletions.Config{Pool: d.Postgres, Concurrency: c.Concurrency, Owns: d.Owns,
-			Filter: d.PostgresFilter, Clock: d.Clock, Logger: d.Logger.Named("pgcompletions")})
+			Filter: d.PostgresFilter, Clock: d.Clock, Logger: d.Logger.Named("pgcompletions"), Changes: d.Changes})
 		if err := pg.Start(l.ctx); err == nil {
 			l.pg = pg
 			d.Logger.Info("postgres completion listener started", "channel", pgcompletions.Channel, "concurrency", c.Concurrency)
@@ -87,6 +91,7 @@ func (l *Listeners) startLocked() {
 		Metrics:    d.Metrics,
 		Partitions: d.Partitions,
 		Owns:       d.Owns,
+		Changes:    d.Changes,
 	})
 	if err := v.Start(l.ctx); err != nil {
 		d.Logger.Error("completion listener did not start; dependency resolution relies on the dependency_reconciler", "error", err)
@@ -129,6 +134,7 @@ func (l *Listeners) Restart(stopCtx context.Context, cfg config.Completions) {
 	} else {
 		l.valkey, l.pg = nil, nil
 	}
+	l.deps.Changes.Notify()
 }
 
 // Stats are the running listeners' counters (nil for one not running),
