@@ -109,21 +109,18 @@ func unmarked(t *testing.T, c valkey.Client, ids []keys.ExecutionID) []keys.Exec
 	return out
 }
 
-// waitAllMarked waits until every lease is marked and returns how long it
-// took.
-func waitAllMarked(t *testing.T, c valkey.Client, ids []keys.ExecutionID, limit time.Duration) time.Duration {
+// waitAllMarked waits until every lease is marked (checked at every end
+// of the host's cycles) and returns how long it took.
+func waitAllMarked(t *testing.T, h *Host, c valkey.Client, ids []keys.ExecutionID, limit time.Duration) time.Duration {
 	t.Helper()
 	t0 := time.Now()
-	for {
-		left := unmarked(t, c, ids)
-		if len(left) == 0 {
-			return time.Since(t0)
-		}
-		if time.Since(t0) > limit {
-			t.Fatalf("%d of %d leases still unmarked after %s", len(left), len(ids), limit)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var left []keys.ExecutionID
+	if err := h.changes.WaitFor(ctx, func() bool { left = unmarked(t, c, ids); return len(left) == 0 }); err != nil {
+		t.Fatalf("%d of %d leases still unmarked after %s", len(left), len(ids), limit)
 	}
+	return time.Since(t0)
 }
 
 // onMaster keeps the ids whose partition the node m serves.
@@ -154,7 +151,7 @@ func TestClusterCrashFailoverMarksEveryLease(t *testing.T) {
 	require.NotEqual(t, cl.Nodes[0], victim, "the seed is the subject of another test")
 	t0 := time.Now()
 	victim.Kill()
-	waitAllMarked(t, c, ids, 60*time.Second)
+	waitAllMarked(t, h, c, ids, 60*time.Second)
 	t.Logf("crash failover: all %d leases marked %s after the kill", len(ids), time.Since(t0).Round(time.Millisecond))
 	require.Zero(t, leaseStatus(h).Restarts)
 }
@@ -181,7 +178,7 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 	// From here on the victim's writes reach no replica.
 	require.NoError(t, cl.CutReplication(context.Background(), victim))
 	require.Len(t, unmarked(t, c, lost), len(lost), "the leases expired before the cut: raise the TTL")
-	waitAllMarked(t, c, ids, 30*time.Second)
+	waitAllMarked(t, h, c, ids, 30*time.Second)
 	// The replica, cut off, still has the victim's leases unmarked: they
 	// are the marks the failover will lose.
 	rc := reps[0].Direct(t)
@@ -207,7 +204,7 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 	t0 := time.Now()
 	// Every lost mark is made again, well within the memory's own expiry
 	// (50 cycles): the host's store epoch changed during the failover.
-	waitAllMarked(t, c, ids, 40*failoverInterval)
+	waitAllMarked(t, h, c, ids, 40*failoverInterval)
 	t.Logf("failover with lost writes: %d of %d marks lost, all marked again %s after the failover completed", missed, len(ids), time.Since(t0).Round(time.Millisecond))
 }
 
@@ -243,7 +240,7 @@ func TestClusterDeadSeed(t *testing.T) {
 		require.NoError(t, h.Ready(context.Background()), "readiness %d with the seed dead", i)
 	}
 	ids := plantLeases(t, cl, c, 300, func(int) time.Duration { return 100 * time.Millisecond })
-	waitAllMarked(t, c, ids, 30*time.Second)
+	waitAllMarked(t, h, c, ids, 30*time.Second)
 	cy := leaseStatus(h).Cycle
 	waitFor(t, h, 60*time.Second, "", func() bool { return leaseStatus(h).Cycle >= cy+20 })
 	st := leaseStatus(h)
@@ -271,7 +268,7 @@ func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
 	}
 	t0 := time.Now()
 	victim.Kill()
-	took := waitAllMarked(t, c, healthy, 30*time.Second)
+	took := waitAllMarked(t, h, c, healthy, 30*time.Second)
 	// The victim's slots are still unserved: the healthy masters' leases
 	// were marked during the failover, not after it.
 	_, err = cl.MasterOf(context.Background(), "{fp:5}")
@@ -279,7 +276,7 @@ func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
 	t.Logf("one failing master: %d leases of the healthy masters marked %s after the kill, before the failover", len(healthy), took.Round(time.Millisecond))
 	_, err = cl.WaitServed(context.Background(), "{fp:5}")
 	require.NoError(t, err)
-	waitAllMarked(t, c, ids, 30*time.Second)
+	waitAllMarked(t, h, c, ids, 30*time.Second)
 	t.Logf("one failing master: all %d marked %s after the kill", len(ids), time.Since(t0).Round(time.Millisecond))
 	require.Zero(t, leaseStatus(h).Restarts)
 }
@@ -314,7 +311,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	require.NotZero(t, moved)
 	// The last lease expires 2.1 s after planting; a lease backed off as
 	// poison would wait 15 s more.
-	waitAllMarked(t, c, ids, 8*time.Second)
+	waitAllMarked(t, h, c, ids, 8*time.Second)
 	t.Logf("reshard: %d partitions moved, all %d leases marked %s after the migration began", moved, len(ids), time.Since(t0).Round(time.Millisecond))
 	require.Zero(t, leaseStatus(h).Restarts)
 }
