@@ -8,7 +8,8 @@
 //
 //   - host.go: the Host and what it holds.
 //   - boot.go: Boot, which connects to the stores and prepares them.
-//   - services.go: every service built from the configuration.
+//   - services.go: every service built from the configuration;
+//     settings.go: a configuration section as a service's settings.
 //   - run.go: Run, which starts the services and waits.
 //   - shutdown.go: the shutdown, phase by phase, within its budget.
 //   - reload.go: configuration reloads (SIGHUP, the admin call, the file

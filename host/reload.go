@@ -151,7 +151,7 @@ func (h *Host) check(n *config.Config) error {
 	}
 	running := h.units.Views()
 	for _, name := range n.Enabled() {
-		if p := h.checkScanner(name, n.Scanners[name], running[name]); p != "" {
+		if p := h.checkEnabled(name, n.Scanners[name], running[name]); p != "" {
 			problems = append(problems, p)
 		}
 	}
@@ -162,9 +162,9 @@ func (h *Host) check(n *config.Config) error {
 	return nil
 }
 
-// checkScanner says what is wrong with an enabled scanner's new
+// checkEnabled says what is wrong with an enabled scanner's new
 // configuration sc, given what runs (a zero View: not running).
-func (h *Host) checkScanner(name string, sc config.Scanner, run unit.View) string {
+func (h *Host) checkEnabled(name string, sc config.Scanner, run unit.View) string {
 	if run.Unit == nil || sc.Plugin != run.Scanner.Plugin || sc.SHA256 != run.Scanner.SHA256 {
 		if _, err := h.cat.Verify(sc.Plugin, sc.SHA256); err != nil {
 			return fmt.Sprintf("scanners.%s: %v", name, err)

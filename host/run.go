@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -98,17 +97,4 @@ func (h *Host) start(ctx context.Context, cfg *config.Config) error {
 		}
 	}
 	return nil
-}
-
-// background are the services that keep the host's view current: they
-// follow the run context alone, and have nothing to finish.
-func (h *Host) background() []service.Service {
-	var svcs []service.Service
-	if h.client != nil {
-		svcs = append(svcs, h.lanes, h.censusCtl)
-	}
-	if h.library != nil {
-		svcs = append(svcs, h.library)
-	}
-	return append(svcs, h.files)
 }

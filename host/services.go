@@ -16,6 +16,7 @@ import (
 	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/listeners"
 	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
@@ -87,11 +88,6 @@ func hostID() string {
 	return fmt.Sprintf("%s:%d:%s", name, os.Getpid(), keys.NewUUID().String()[:8])
 }
 
-// budgetOf is the callbacks budget the configuration sets.
-func budgetOf(c config.Callbacks) callbacks.Budget {
-	return callbacks.Budget{MaxInFlight: c.MaxInFlight, CommandsPerSecond: float64(c.CommandsPerSecond), MaxReplyBytes: int64(c.MaxReplyBytes)}
-}
-
 // sessionRunner is the scheduler configuration of a session of scanner
 // name: every partition (no sharing, no census), its first cycle when
 // asked.
@@ -99,4 +95,17 @@ func (h *Host) sessionRunner(cfg *config.Config, name string, sc config.Scanner)
 	c := h.units.Deps().RunnerConfig(unit.SettingsOf(cfg), name, sc)
 	c.Owns, c.Census, c.NoJitter = nil, nil, true
 	return c
+}
+
+// background are the services that keep the host's view current: they
+// follow the run context alone, and have nothing to finish.
+func (h *Host) background() []service.Service {
+	var svcs []service.Service
+	if h.client != nil {
+		svcs = append(svcs, h.lanes, h.censusCtl)
+	}
+	if h.library != nil {
+		svcs = append(svcs, h.library)
+	}
+	return append(svcs, h.files)
 }

@@ -12,10 +12,8 @@ import (
 	"github.com/ffscan/ffscan/host/supervisor"
 )
 
-func watchSettings(c config.Watch) filewatch.Settings {
-	return filewatch.Settings{Config: c.Config, Plugins: c.Plugins, Interval: c.Interval}
-}
-
+// newFileWatch builds the file watch: it reloads the configuration when
+// its file changed and hot-swaps the plugins whose binary changed.
 func (h *Host) newFileWatch(c config.Watch) *filewatch.Watcher {
 	return filewatch.New(filewatch.Config{
 		Settings:   watchSettings(c),
