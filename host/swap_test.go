@@ -259,7 +259,10 @@ func TestHotSwapToBinaryThatFailsHandshakeKeepsTheOld(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = ownPluginDir(t, "hostwork")
 	cfg.Watch.Interval = 100 * time.Millisecond
-	cfg.Supervisor.StartTimeout = 3 * time.Second
+	// The default start timeout: the broken binary exits at once, failing
+	// its handshake whatever the timeout, while the good one's launch
+	// must not race a short one on a busy machine (3 s did: its Info
+	// call timed out, and it never ran).
 	h, _ := running(t, cfg)
 	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	before := scannerStatus(h)
