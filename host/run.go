@@ -25,7 +25,6 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	if err := h.start(ctx, cfg); err != nil {
-		h.shutdown() // what did start
 		return err
 	}
 	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion))
@@ -67,13 +66,18 @@ func (h *Host) prepareRun(ctx context.Context) (*config.Config, error) {
 // then what keeps the host's view current (lanes, lane census, library,
 // file watch). What runs until the shutdown stops it (the plugins, the
 // share) is not stopped by ctx.
-func (h *Host) start(ctx context.Context, cfg *config.Config) error {
+func (h *Host) start(ctx context.Context, cfg *config.Config) (err error) {
 	if h.http != nil {
 		if err := h.http.Start(ctx); err != nil {
-			return err
+			return err // nothing started
 		}
 		h.log.Info("http listening", "addr", h.http.Addr(), "admin", cfg.HTTP.Admin)
 	}
+	defer func() {
+		if err != nil {
+			h.shutdown() // what did start
+		}
+	}()
 	if h.share != nil {
 		_ = h.share.Start(context.WithoutCancel(ctx))
 	} else {
