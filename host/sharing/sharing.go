@@ -126,6 +126,8 @@ type Config struct {
 	Clock clock.Clock
 	// Logger for ownership changes.
 	Logger hclog.Logger
+	// Changes, when set, is told of every tick that renewed the share.
+	Changes *service.Changes
 }
 
 func (c Config) withDefaults() Config {
@@ -341,6 +343,7 @@ func (c *Coordinator) Tick(ctx context.Context) error {
 	c.members = members
 	c.ticks++
 	c.mu.Unlock()
+	c.cfg.Changes.Notify()
 	if changed {
 		c.log.Info("partition sharing", "hosts", len(members), "owned", len(owned), "of", len(c.all), "gained", gained, "lost", lost)
 	}
