@@ -12,14 +12,34 @@ import (
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/listeners"
+	"github.com/ffscan/ffscan/host/pgcompletions"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/sharing"
+	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
+)
+
+// Every service the host starts has the one shape.
+var (
+	_ service.Service = (*supervisor.Supervisor)(nil)
+	_ service.Service = (*scheduler.Runner)(nil)
+	_ service.Service = (*unit.Set)(nil)
+	_ service.Service = (*sharing.Coordinator)(nil)
+	_ service.Service = (*listeners.Listeners)(nil)
+	_ service.Service = (*completions.Listener)(nil)
+	_ service.Service = (*pgcompletions.Listener)(nil)
+	_ service.Service = (*lanes.Keeper)(nil)
+	_ service.Service = (*census.Controller)(nil)
+	_ service.Service = (*libwatch.Watch)(nil)
+	_ service.Service = (*filewatch.Watcher)(nil)
+	_ service.Service = (*httpapi.Server)(nil)
 )
 
 // build makes every service of the host from cfg.
