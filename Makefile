@@ -85,11 +85,13 @@ compat:
 # cache (nothing is added to go.mod).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-## lint: gofmt, go vet and staticcheck (pinned) over every module
+## lint: gofmt, go vet and staticcheck (pinned) over every module, and the
+## host's architecture rules (no wall-clock call outside host/clock)
 lint:
 	@bad=$$(gofmt -l $(GOFILES)); if [ -n "$$bad" ]; then echo "gofmt wants to change:"; echo "$$bad"; exit 1; fi
 	$(GO) vet $(ALL_PKGS)
 	$(GO) run $(STATICCHECK) $(ALL_PKGS)
+	$(GO) test -count=1 ./host/internal/wallclock/
 
 ## run: build, start a throwaway server, run the host with all plugins and a demo workload (BACKEND=postgres: on a throwaway PostgreSQL)
 run: build

@@ -57,10 +57,10 @@ func TestPluginBuiltWithTheOldSDKRuns(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = dir
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	assert.Equal(t, 1, scannerStatus(h).APIVersion)
 	parts := []uint16{2, 12}
 	want := addWork(t, c, parts, 4)
-	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 20*time.Second, "", func() bool { return allDone(c, parts, want) })
 	assert.Zero(t, scannerStatus(h).Errors)
 }

@@ -42,7 +42,7 @@ func TestExampleThirdPartyScannerRunsUnderTheHost(t *testing.T) {
 	require.NoError(t, vk.Do(ctx, vk.B().Zadd().Key(delayed).ScoreMember().ScoreMember(float64(past), id.String()).Build()).Error())
 	require.NoError(t, vk.Do(ctx, vk.B().Hset().Key(keys.Exec(id).Core()).FieldValue().FieldValue("delay_until", strconv.FormatInt(past, 10)).Build()).Error())
 
-	require.Eventually(t, func() bool { return statusOf(h, "delayed_watchdog").Processed >= 1 }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return statusOf(h, "delayed_watchdog").Processed >= 1 })
 	st := statusOf(h, "delayed_watchdog")
 	assert.Equal(t, "running", st.State)
 	assert.Equal(t, "1.0.0", st.Version)
@@ -77,7 +77,7 @@ func TestExampleThirdPartyScannerRunsUnderTheHost(t *testing.T) {
 	require.Len(t, rr.Plugins, 1)
 	assert.Equal(t, "reconfigured", rr.Plugins[0].Outcome)
 	assert.Equal(t, st.Pid, statusOf(h, "delayed_watchdog").Pid)
-	require.Eventually(t, func() bool { return eligibility() == "eligible_now" }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "promoted by the reconfigured scanner", func() bool { return eligibility() == "eligible_now" })
 
 	// Options the scanner rejects (it wants max_age >= 1m) keep the old ones.
 	n2 := n

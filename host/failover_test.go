@@ -35,7 +35,7 @@ func clusterLeaseHost(t *testing.T, seedAddr string) *Host {
 	cfg.Valkey.Cluster = "auto"
 	cfg.Scanners = map[string]config.Scanner{"lease_expiry": cfg.Scanners["hostwork"]}
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return leaseStatus(h).Cycle >= 1 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return leaseStatus(h).Cycle >= 1 })
 	return h
 }
 
@@ -109,21 +109,18 @@ func unmarked(t *testing.T, c valkey.Client, ids []keys.ExecutionID) []keys.Exec
 	return out
 }
 
-// waitAllMarked waits until every lease is marked and returns how long it
-// took.
-func waitAllMarked(t *testing.T, c valkey.Client, ids []keys.ExecutionID, limit time.Duration) time.Duration {
+// waitAllMarked waits until every lease is marked (checked at every end
+// of the host's cycles) and returns how long it took.
+func waitAllMarked(t *testing.T, h *Host, c valkey.Client, ids []keys.ExecutionID, limit time.Duration) time.Duration {
 	t.Helper()
 	t0 := time.Now()
-	for {
-		left := unmarked(t, c, ids)
-		if len(left) == 0 {
-			return time.Since(t0)
-		}
-		if time.Since(t0) > limit {
-			t.Fatalf("%d of %d leases still unmarked after %s", len(left), len(ids), limit)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var left []keys.ExecutionID
+	if err := h.changes.WaitFor(ctx, func() bool { left = unmarked(t, c, ids); return len(left) == 0 }); err != nil {
+		t.Fatalf("%d of %d leases still unmarked after %s", len(left), len(ids), limit)
 	}
+	return time.Since(t0)
 }
 
 // onMaster keeps the ids whose partition the node m serves.
@@ -148,13 +145,13 @@ func TestClusterCrashFailoverMarksEveryLease(t *testing.T) {
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
 	// Expiring in waves over 3 s, so the kill lands in the middle.
 	ids := plantLeases(t, cl, c, 1200, func(i int) time.Duration { return time.Duration(200+(i%30)*100) * time.Millisecond })
-	require.Eventually(t, func() bool { return len(unmarked(t, c, ids)) < 900 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return len(unmarked(t, c, ids)) < 900 })
 	victim, err := cl.MasterOf(context.Background(), "{fp:5}")
 	require.NoError(t, err)
 	require.NotEqual(t, cl.Nodes[0], victim, "the seed is the subject of another test")
 	t0 := time.Now()
 	victim.Kill()
-	waitAllMarked(t, c, ids, 60*time.Second)
+	waitAllMarked(t, h, c, ids, 60*time.Second)
 	t.Logf("crash failover: all %d leases marked %s after the kill", len(ids), time.Since(t0).Round(time.Millisecond))
 	require.Zero(t, leaseStatus(h).Restarts)
 }
@@ -181,7 +178,7 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 	// From here on the victim's writes reach no replica.
 	require.NoError(t, cl.CutReplication(context.Background(), victim))
 	require.Len(t, unmarked(t, c, lost), len(lost), "the leases expired before the cut: raise the TTL")
-	waitAllMarked(t, c, ids, 30*time.Second)
+	waitAllMarked(t, h, c, ids, 30*time.Second)
 	// The replica, cut off, still has the victim's leases unmarked: they
 	// are the marks the failover will lose.
 	rc := reps[0].Direct(t)
@@ -199,7 +196,7 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 	// Let a few cycles see the marks (a scanner that remembers what it
 	// read back would remember these entries now).
 	cycle := leaseStatus(h).Cycle
-	require.Eventually(t, func() bool { return leaseStatus(h).Cycle >= cycle+3 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return leaseStatus(h).Cycle >= cycle+3 })
 
 	victim.Kill()
 	_, err = cl.WaitServed(context.Background(), "{fp:5}")
@@ -207,7 +204,7 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 	t0 := time.Now()
 	// Every lost mark is made again, well within the memory's own expiry
 	// (50 cycles): the host's store epoch changed during the failover.
-	waitAllMarked(t, c, ids, 40*failoverInterval)
+	waitAllMarked(t, h, c, ids, 40*failoverInterval)
 	t.Logf("failover with lost writes: %d of %d marks lost, all marked again %s after the failover completed", missed, len(ids), time.Since(t0).Round(time.Millisecond))
 }
 
@@ -228,7 +225,7 @@ func TestClusterDeadSeed(t *testing.T) {
 		Errors   int64
 		Restarts int
 	}
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 60*time.Second, "", func() bool {
 		st := leaseStatus(h)
 		if from.Cycle != 0 && st.Cycle >= from.Cycle+2 && st.Errors == from.Errors {
 			return true
@@ -237,15 +234,15 @@ func TestClusterDeadSeed(t *testing.T) {
 			from = st
 		}
 		return false
-	}, 60*time.Second, 10*time.Millisecond)
+	})
 	t.Logf("dead seed: cycles clean again %s after the kill", time.Since(t0).Round(time.Millisecond))
 	for i := 0; i < 100; i++ {
 		require.NoError(t, h.Ready(context.Background()), "readiness %d with the seed dead", i)
 	}
 	ids := plantLeases(t, cl, c, 300, func(int) time.Duration { return 100 * time.Millisecond })
-	waitAllMarked(t, c, ids, 30*time.Second)
+	waitAllMarked(t, h, c, ids, 30*time.Second)
 	cy := leaseStatus(h).Cycle
-	require.Eventually(t, func() bool { return leaseStatus(h).Cycle >= cy+20 }, 60*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 60*time.Second, "", func() bool { return leaseStatus(h).Cycle >= cy+20 })
 	st := leaseStatus(h)
 	require.Equal(t, from.Errors, st.Errors, "no cycle failed after the failover (%d cycles)", st.Cycle-from.Cycle)
 	nodes := h.Status().ValkeyNodes
@@ -271,7 +268,7 @@ func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
 	}
 	t0 := time.Now()
 	victim.Kill()
-	took := waitAllMarked(t, c, healthy, 30*time.Second)
+	took := waitAllMarked(t, h, c, healthy, 30*time.Second)
 	// The victim's slots are still unserved: the healthy masters' leases
 	// were marked during the failover, not after it.
 	_, err = cl.MasterOf(context.Background(), "{fp:5}")
@@ -279,7 +276,7 @@ func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
 	t.Logf("one failing master: %d leases of the healthy masters marked %s after the kill, before the failover", len(healthy), took.Round(time.Millisecond))
 	_, err = cl.WaitServed(context.Background(), "{fp:5}")
 	require.NoError(t, err)
-	waitAllMarked(t, c, ids, 30*time.Second)
+	waitAllMarked(t, h, c, ids, 30*time.Second)
 	t.Logf("one failing master: all %d marked %s after the kill", len(ids), time.Since(t0).Round(time.Millisecond))
 	require.Zero(t, leaseStatus(h).Restarts)
 }
@@ -314,7 +311,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	require.NotZero(t, moved)
 	// The last lease expires 2.1 s after planting; a lease backed off as
 	// poison would wait 15 s more.
-	waitAllMarked(t, c, ids, 8*time.Second)
+	waitAllMarked(t, h, c, ids, 8*time.Second)
 	t.Logf("reshard: %d partitions moved, all %d leases marked %s after the migration began", moved, len(ids), time.Since(t0).Round(time.Millisecond))
 	require.Zero(t, leaseStatus(h).Restarts)
 }

@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 		{filepath.Join(variantDir, "v2"), testplugin, "-X main.version=1.0.1"},
 		{filepath.Join(variantDir, "v3"), testplugin, "-X main.version=1.0.2"},
 		{filepath.Join(variantDir, "exit"), testplugin, "-X main.mode=exit"},
-		{filepath.Join(variantDir, "crash"), testplugin, "-X main.version=1.0.9-crash -X main.mode=crash:2s"},
+		{filepath.Join(variantDir, "crash"), testplugin, "-X main.version=1.0.9-crash -X main.mode=crash"},
 		{filepath.Join(variantDir, "api1"), testplugin, "-X main.version=0.9.0-api1 -X main.mode=api1"},
 		{filepath.Join(variantDir, "raw99"), testplugin, "-X main.mode=raw99"},
 		{filepath.Join(variantDir, "greedy"), testplugin, "-X main.mode=greedy"},
@@ -147,6 +147,18 @@ func running(t *testing.T, cfg *config.Config, setup ...func(*Host)) (h *Host, s
 	return h, stop
 }
 
+// waitFor waits until cond holds, checking it whenever the host's status
+// changes (a plugin started, stopped or swapped, a cycle ended, the
+// scanners or the configuration changed): no polling. Conditions on the
+// store are checked at every cycle end, which is when the scanners change
+// it.
+func waitFor(t *testing.T, h *Host, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	require.NoError(t, h.changes.WaitFor(ctx, cond), what)
+}
+
 func workKey(p uint16) string { return fmt.Sprintf("ff:idx:{fp:%d}:hostwork", p) }
 func doneKey(p uint16) string { return fmt.Sprintf("ff:test:{fp:%d}:done", p) }
 
@@ -233,17 +245,17 @@ func TestEndToEndThroughPluginProcess(t *testing.T) {
 	cfg.HTTP.Listen = freeAddr(t)
 	h, _ := running(t, cfg)
 
-	require.Eventually(t, func() bool { return scannerStatus(h).State == string(supervisor.StateRunning) }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == string(supervisor.StateRunning) })
 	parts := []uint16{0, 5, 15}
 	want := addWork(t, c, parts, 7)
-	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 50*time.Millisecond)
+	waitFor(t, h, 20*time.Second, "", func() bool { return allDone(c, parts, want) })
 
 	st := scannerStatus(h)
 	assert.Equal(t, "1.0.0", st.Version)
 	assert.Len(t, st.SHA256, 64)
 	assert.NotZero(t, st.Pid)
 	assert.True(t, alive(st.Pid))
-	require.Eventually(t, func() bool { return scannerStatus(h).Processed >= int64(want) }, 10*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 10*time.Second, "", func() bool { return scannerStatus(h).Processed >= int64(want) })
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + cfg.HTTP.Listen + path)
@@ -287,21 +299,21 @@ func TestKillPluginMidCycleRestartsWithoutLoss(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Batch: 2, Options: map[string]string{"delay": "150ms"}})
 	cfg.Scheduler.Concurrency = 2
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	oldPid := scannerStatus(h).Pid
 
 	parts := []uint16{1, 2, 3, 4, 5, 6, 7, 8}
 	want := addWork(t, c, parts, 6)
 	// Kill once some work was done but not all of it.
-	require.Eventually(t, func() bool { return doneCount(c, parts) > 0 }, 20*time.Second, 5*time.Millisecond)
+	waitFor(t, h, 20*time.Second, "", func() bool { return doneCount(c, parts) > 0 })
 	require.Less(t, doneCount(c, parts), want, "the kill must land mid-work")
 	require.NoError(t, syscall.Kill(oldPid, syscall.SIGKILL))
 
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 30*time.Second, "", func() bool {
 		st := scannerStatus(h)
 		return st.Restarts >= 1 && st.State == "running" && st.Pid != oldPid
-	}, 30*time.Second, 20*time.Millisecond)
-	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 30*time.Second, 50*time.Millisecond)
+	})
+	waitFor(t, h, 30*time.Second, "", func() bool { return allDone(c, parts, want) })
 	assert.False(t, alive(oldPid))
 	assert.Contains(t, scannerStatus(h).LastError, "exited")
 }
@@ -311,9 +323,9 @@ func TestWrongSHA256IsRefusedWithAClearError(t *testing.T) {
 	srv := testenv.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{SHA256: strings.Repeat("0", 64)})
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 30*time.Second, "", func() bool {
 		return strings.Contains(scannerStatus(h).LastError, "sha256 mismatch")
-	}, 30*time.Second, 20*time.Millisecond)
+	})
 	st := scannerStatus(h)
 	assert.Contains(t, st.LastError, "configured pin is "+strings.Repeat("0", 64))
 	assert.NotEqual(t, "running", st.State)
@@ -333,12 +345,12 @@ func TestShutdownDuringScanIsBounded(t *testing.T) {
 	cfg.Scheduler.CallTimeout = time.Minute
 	cfg.ShutdownTimeout = 2 * time.Second
 	h, stop := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	pid := scannerStatus(h).Pid
 	addWork(t, c, []uint16{3}, 1)
 	// The scanner picks it up within an interval or two and then sits in
-	// its 30 s delay; a second is plenty.
-	time.Sleep(time.Second)
+	// its 30 s delay.
+	waitFor(t, h, 30*time.Second, "a call in flight", func() bool { return h.units.Get("hostwork").Runner().Status().InFlight > 0 })
 
 	took := stop()
 	// The alternative is the 30 s delay; the margin is for a busy machine.
@@ -396,15 +408,15 @@ func TestPluginWithHungCallsIsRestarted(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "1h"}})
 	cfg.Scheduler.CallTimeout = 200 * time.Millisecond
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	pid := scannerStatus(h).Pid
 	addWork(t, c, []uint16{3}, 1)
 	// The restart is counted a moment before its reason is recorded:
 	// wait for both.
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 60*time.Second, "", func() bool {
 		st := scannerStatus(h)
 		return st.Restarts >= 1 && strings.Contains(st.LastError, "calls in a row ran into their deadline")
-	}, 60*time.Second, 20*time.Millisecond)
+	})
 	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond, "the hung plugin is gone")
 }
 
@@ -417,9 +429,9 @@ func TestPluginDeclaringDeniedCommandsIsRefused(t *testing.T) {
 	cfg.PluginDir = ownPluginDir(t)
 	install(t, cfg.PluginDir, "hostwork", variant("greedy"))
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 30*time.Second, "", func() bool {
 		return strings.Contains(scannerStatus(h).LastError, "declares commands no plugin may run: CONFIG, FLUSHALL")
-	}, 30*time.Second, 20*time.Millisecond)
+	})
 	assert.NotEqual(t, "running", scannerStatus(h).State)
 }
 
@@ -440,7 +452,7 @@ func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
 		cfg.Lanes = append(cfg.Lanes, fmt.Sprintf("lane-%d", i))
 	}
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" && h.census.Ready() }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" && h.census.Ready() })
 	assert.Equal(t, "on", h.Status().LaneCensus)
 
 	// Idle: a cycle reads no lane key (16 partitions x 400 lanes would
@@ -453,14 +465,14 @@ func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
 	cycle := func() uint64 { return scannerStatus(h).Cycle }
 	measured := false
 	for try := 0; try < 5 && !measured; try++ {
-		require.Eventually(t, h.census.Ready, 30*time.Second, 10*time.Millisecond)
+		waitFor(t, h, 30*time.Second, "", h.census.Ready)
 		// A cycle that began before the census was ready still reads
 		// every lane: the window starts once a whole cycle began after.
 		ready := cycle()
-		require.Eventually(t, func() bool { return cycle() >= ready+2 }, 30*time.Second, 10*time.Millisecond)
+		waitFor(t, h, 30*time.Second, "", func() bool { return cycle() >= ready+2 })
 		epoch, resets, start := h.epoch.Load(), h.census.Resets(), cycle()
 		before := laneReads(t, c)
-		require.Eventually(t, func() bool { return cycle() >= start+5 }, 30*time.Second, 10*time.Millisecond)
+		waitFor(t, h, 30*time.Second, "", func() bool { return cycle() >= start+5 })
 		reads := laneReads(t, c) - before
 		if h.epoch.Load() != epoch || !h.census.Ready() {
 			t.Logf("window %d: the store epoch changed (%d lane reads); measuring again", try, reads)
@@ -485,7 +497,7 @@ func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
 		fp := keys.FlowPart(keys.Partition{Family: keys.FamilyFlow, Index: it.part})
 		require.NoError(t, c.Do(context.Background(), c.B().Zadd().Key("ff:idx:"+fp.Tag()+":lane:"+it.lane+":hostwork").ScoreMember().ScoreMember(1, "w-"+it.lane).Build()).Error())
 	}
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 30*time.Second, "", func() bool {
 		for _, it := range items {
 			n, err := c.Do(context.Background(), c.B().Sismember().Key(doneKey(it.part)).Member("w-"+it.lane).Build()).AsInt64()
 			if err != nil || n != 1 {
@@ -493,7 +505,7 @@ func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
 			}
 		}
 		return true
-	}, 30*time.Second, 10*time.Millisecond)
+	})
 }
 
 // laneReads counts the EXISTS and ZRANGE commands the server has run.
@@ -563,17 +575,16 @@ func TestBootRecognisesThePostgresSchema(t *testing.T) {
 	require.NoError(t, err)
 	defer dbPool.Close()
 	postgrestest.DAG(t, dbPool, 7, "f7000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
-	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions != nil }, 30*time.Second, 10*time.Millisecond,
-		"the Postgres completion listener starts with the host")
+	waitFor(t, rh, 30*time.Second, "the Postgres completion listener starts with the host", func() bool { return rh.Status().Postgres.Completions != nil })
 	// Committed before or after its LISTEN is in place: a catch-up after
 	// each connect dispatches what came before.
 	postgrestest.Complete(t, dbPool, 7, a, "success")
-	require.Eventually(t, func() bool {
+	waitFor(t, rh, 30*time.Second, "the downstream released by the host's listener", func() bool {
 		var eligible string
 		_ = dbPool.QueryRow(ctx, "SELECT eligibility_state FROM ff_exec_core WHERE execution_id = $1", b).Scan(&eligible)
 		return eligible == "eligible_now"
-	}, 30*time.Second, 10*time.Millisecond, "the downstream released by the host's listener")
-	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 }, 10*time.Second, 10*time.Millisecond)
+	})
+	waitFor(t, rh, 10*time.Second, "", func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 })
 }
 
 // A host given a Postgres database and no Valkey serves the database
@@ -598,12 +609,12 @@ func TestPostgresOnlyHost(t *testing.T) {
 	cfg.Completions.Enabled = true
 	rh, stop := running(t, cfg)
 	defer stop()
-	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions != nil }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, rh, 30*time.Second, "", func() bool { return rh.Status().Postgres.Completions != nil })
 	const a, b = "d0000000-0000-4000-8000-000000000001", "d0000000-0000-4000-8000-000000000002"
 	postgrestest.DAG(t, dbPool, 3, "fd000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
 	postgrestest.Complete(t, dbPool, 3, a, "success")
-	require.Eventually(t, func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 }, 30*time.Second, 10*time.Millisecond,
-		"the downstream released by the listener, on every partition (no sharing without Valkey)")
+	waitFor(t, rh, 30*time.Second, "the downstream released by the listener, on every partition (no sharing without Valkey)",
+		func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 })
 	st := rh.Status()
 	assert.Empty(t, st.Valkey)
 	assert.Nil(t, st.Completions, "no Valkey completion listener")

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -77,7 +78,7 @@ func TestLeaseExpiryPluginMarksExpiredLeases(t *testing.T) {
 		return "", 0
 	}
 	// Past the start jitter: the scanner is cycling.
-	require.Eventually(t, func() bool { st, cy := status(); return st == "running" && cy >= 1 }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { st, cy := status(); return st == "running" && cy >= 1 })
 
 	const ttl = 300 * time.Millisecond
 	var ids []keys.ExecutionID
@@ -90,8 +91,7 @@ func TestLeaseExpiryPluginMarksExpiredLeases(t *testing.T) {
 	}
 	deadline := expiry.Add(interval + time.Second)
 	for _, id := range ids {
-		require.Eventually(t, func() bool { return ownership(c, id) == "lease_expired_reclaimable" },
-			time.Until(deadline), 10*time.Millisecond, "lease of %s not marked within interval + 1 s of expiry", id)
+		waitFor(t, h, time.Until(deadline), fmt.Sprintf("lease of %s not marked within interval + 1 s of expiry", id), func() bool { return ownership(c, id) == "lease_expired_reclaimable" })
 	}
 	for _, s := range h.Status().Scanners {
 		require.Equal(t, "lease_expiry", s.Name)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/lua"
 )
@@ -47,6 +48,7 @@ func TestLostLibraryIsReloaded(t *testing.T) {
 	logs := &lockedBuffer{}
 	h, err := Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: logs}))
 	require.NoError(t, err)
+	h.library.TestSignals.Checked.Init()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); assert.NoError(t, h.Run(ctx)) }()
@@ -59,11 +61,16 @@ func TestLostLibraryIsReloaded(t *testing.T) {
 	require.NoError(t, c.Do(context.Background(), c.B().FunctionFlush().Build()).Error())
 	require.True(t, lua.IsFunctionNotFound(fcallVersion()), "the server lost the library")
 
-	// The host's periodic check (every LibraryCheck) loads it again, then
-	// says so (the line follows the load: wait for both).
-	require.Eventually(t, func() bool {
-		return fcallVersion() == nil && strings.Contains(logs.String(), "flowfabric library reloaded at run time")
-	}, 3*LibraryCheck, 20*time.Millisecond, logs.String())
+	// The host's periodic check (every libwatch.DefaultInterval) loads it
+	// again and says so.
+	wctx, wcancel := context.WithTimeout(ctx, 3*libwatch.DefaultInterval+20*time.Second)
+	defer wcancel()
+	for reloaded := false; !reloaded; {
+		reloaded, err = h.library.TestSignals.Checked.Wait(wctx)
+		require.NoError(t, err, logs.String())
+	}
+	require.NoError(t, fcallVersion())
+	assert.Contains(t, logs.String(), "flowfabric library reloaded at run time")
 	assert.Contains(t, logs.String(), `action=loaded found="no library"`)
 	require.NoError(t, h.Ready(context.Background()))
 }

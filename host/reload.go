@@ -1,5 +1,7 @@
 package host
 
+// Configuration reloads: load, check against the running host, apply.
+
 import (
 	"context"
 	"errors"
@@ -13,12 +15,13 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/scheduler"
-	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/host/unit"
 )
 
 // ConfigSource lets a running host re-read its configuration: on SIGHUP
@@ -39,8 +42,8 @@ func (h *Host) SetConfigSource(src ConfigSource) {
 	defer h.relMu.Unlock()
 	h.src = src
 	if src.File != "" {
-		h.reloads.fileSig, _ = statFile(src.File)
-		h.reloads.fileSHA, _ = hashFile(src.File)
+		h.reloads.fileSig, _ = filewatch.Stat(src.File)
+		h.reloads.fileSHA, _ = filewatch.Hash(src.File)
 	}
 }
 
@@ -52,7 +55,7 @@ type reloadState struct {
 	lastError   string
 	lastErrorAt time.Time
 	// The config file as last loaded, for the watch.
-	fileSig fileSig
+	fileSig filewatch.Sig
 	fileSHA string
 }
 
@@ -73,11 +76,11 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 	if src.Load == nil {
 		return httpapi.ReloadResult{}, errors.New("this host has no configuration source to reload from")
 	}
-	var sig fileSig
+	var sig filewatch.Sig
 	var sha string
 	if src.File != "" {
-		sig, _ = statFile(src.File)
-		sha, _ = hashFile(src.File)
+		sig, _ = filewatch.Stat(src.File)
+		sha, _ = filewatch.Hash(src.File)
 	}
 	cfg, err := src.Load()
 	if err == nil {
@@ -124,10 +127,11 @@ func (h *Host) refuse(reason string, err error) httpapi.ReloadResult {
 	h.relMu.Lock()
 	h.reloads.refused++
 	h.reloads.lastError = err.Error()
-	h.reloads.lastErrorAt = time.Now()
+	h.reloads.lastErrorAt = h.clk.Now()
 	h.relMu.Unlock()
 	h.log.Error(ErrReloadRefused.Error(), "trigger", reason, "reason", err)
 	h.met.ConfigReload("refused")
+	h.changes.Notify()
 	return httpapi.ReloadResult{Error: fmt.Sprintf("%v: %v", ErrReloadRefused, err)}
 }
 
@@ -145,27 +149,10 @@ func (h *Host) check(n *config.Config) error {
 			problems = append(problems, "http.admin: "+err.Error())
 		}
 	}
-	h.mu.Lock()
-	units := maps.Clone(h.units)
-	h.mu.Unlock()
+	running := h.units.Views()
 	for _, name := range n.Enabled() {
-		sc := n.Scanners[name]
-		key := "scanners." + name
-		u := units[name]
-		if u == nil || sc.Plugin != u.sc.Plugin || sc.SHA256 != u.sc.SHA256 {
-			if _, err := h.cat.Verify(sc.Plugin, sc.SHA256); err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", key, err))
-				continue
-			}
-		}
-		if u != nil && sc.Plugin == u.sc.Plugin && !maps.Equal(sc.Options, u.sc.Options) {
-			// The running plugin's schema judges the options now; a new
-			// binary's would only be known once launched.
-			if _, info, err := u.sup.Current(); err == nil {
-				if _, err := launcher.ResolveOptions(name, info.Options, sc.Options); err != nil {
-					problems = append(problems, err.Error())
-				}
-			}
+		if p := h.checkEnabled(name, n.Scanners[name], running[name]); p != "" {
+			problems = append(problems, p)
 		}
 	}
 	if len(problems) > 0 {
@@ -175,212 +162,153 @@ func (h *Host) check(n *config.Config) error {
 	return nil
 }
 
-// apply makes n the configuration in force and changes the running
-// scanners to match. reloadMu must be held and n must have passed check.
-func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpapi.ReloadResult {
-	old := h.config()
-	h.cfgMu.Lock()
-	h.cfg = n
-	h.cfgMu.Unlock()
-	h.relMu.Lock()
-	h.reloads.reloads++
-	h.reloads.loadedAt = time.Now()
-	h.relMu.Unlock()
-	h.met.ConfigReload("applied")
-	res := httpapi.ReloadResult{}
-
-	if old.Callbacks != n.Callbacks {
-		h.svc.SetBudget(budgetOf(n.Callbacks))
-		res.Notes = append(res.Notes, "callbacks.* (the scanners' budget) applies from the next batch")
-	}
-	if old.Log.Level != n.Log.Level {
-		h.log.SetLevel(hclog.LevelFromString(n.Log.Level))
-		res.Notes = append(res.Notes, "log.level is now "+n.Log.Level)
-	}
-	if !slices.Equal(old.Lanes, n.Lanes) {
-		select {
-		case h.laneNow <- struct{}{}:
-		default:
+// checkEnabled says what is wrong with an enabled scanner's new
+// configuration sc, given what runs (a zero View: not running).
+func (h *Host) checkEnabled(name string, sc config.Scanner, run unit.View) string {
+	if run.Unit == nil || sc.Plugin != run.Scanner.Plugin || sc.SHA256 != run.Scanner.SHA256 {
+		if _, err := h.cat.Verify(sc.Plugin, sc.SHA256); err != nil {
+			return fmt.Sprintf("scanners.%s: %v", name, err)
 		}
-		res.Notes = append(res.Notes, "lanes merged into ff:idx:lanes")
 	}
-	if old.Supervisor != n.Supervisor {
-		res.Notes = append(res.Notes, "supervisor.* applies to scanners started from now on; running ones keep their settings until disabled and enabled again or the host restarts")
+	if run.Unit != nil && sc.Plugin == run.Scanner.Plugin && !maps.Equal(sc.Options, run.Scanner.Options) {
+		// The running plugin's schema judges the options now; a new
+		// binary's would only be known once launched.
+		if _, info, err := run.Unit.Supervisor().Current(); err == nil {
+			if _, err := launcher.ResolveOptions(name, info.Options, sc.Options); err != nil {
+				return err.Error()
+			}
+		}
 	}
+	return ""
+}
 
-	h.mu.Lock()
-	if h.runCtx != nil {
-		// A shutdown cuts the relaunches short: Run waits for the reload.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(h.runCtx, cancel)()
-	}
-	if h.runCtx == nil || h.runCtx.Err() != nil {
+// apply makes n the configuration in force and changes the running
+// services to match. reloadMu must be held and n must have passed check.
+func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpapi.ReloadResult {
+	old := h.install(n)
+	res := httpapi.ReloadResult{Notes: h.retune(old, n)}
+	if !h.units.Running() {
 		// Not running (yet, or any more): the new configuration is
 		// simply what Run will use.
-		h.mu.Unlock()
 		h.log.Info("configuration reloaded", "trigger", reason)
 		return res
 	}
-	tuneAll := old.Scheduler != n.Scheduler
-	type update struct {
-		u    *unit
-		l    *launcher.Launcher
-		prev config.Scanner // what runs until the update succeeds
-	}
-	var updates []update
-	for name, u := range h.units {
-		sc, ok := n.Scanners[name]
-		if !ok || !sc.Enabled {
-			h.stopUnit(u, old.Scheduler.CallTimeout)
-			res.Stopped = append(res.Stopped, name)
-			continue
-		}
-		if tuneAll || sc.Interval != u.sc.Interval || sc.Batch != u.sc.Batch {
-			u.run.Retune(scheduler.Tuning{Interval: sc.Interval, Batch: sc.Batch, Concurrency: n.Scheduler.Concurrency, CallTimeout: n.Scheduler.CallTimeout})
-			res.Retuned = append(res.Retuned, name)
-		}
-		if sc.Plugin != u.sc.Plugin || sc.SHA256 != u.sc.SHA256 || !maps.Equal(sc.Options, u.sc.Options) {
-			updates = append(updates, update{u, h.launcherFor(n, name, sc, false), u.sc})
-		}
-		u.sc = sc
-	}
-	for _, name := range n.Enabled() {
-		if _, ok := h.units[name]; !ok {
-			h.startUnit(n, name, n.Scanners[name])
-			res.Started = append(res.Started, name)
-		}
-	}
+	relaunch := h.applyScanners(old, n, &res)
 	if old.Completions != n.Completions {
-		if h.comp != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), n.ShutdownTimeout/2)
-			if err := h.comp.Stop(cctx); err != nil {
-				h.log.Warn("completion listener: cascades cut short by the restart", "error", err)
-			}
-			cancel()
-		}
-		if h.pgComp != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), n.ShutdownTimeout/2)
-			if err := h.pgComp.Stop(cctx); err != nil {
-				h.log.Warn("postgres completion listener: dispatches cut short by the restart", "error", err)
-			}
-			cancel()
-		}
-		h.startCompletions(n.Completions)
+		cctx, cancel := context.WithTimeout(context.Background(), n.ShutdownTimeout/2)
+		h.listeners.Restart(cctx, n.Completions)
+		cancel()
 		res.Notes = append(res.Notes, fmt.Sprintf("completion listener restarted (enabled %t, concurrency %d)", n.Completions.Enabled, n.Completions.Concurrency))
 	}
-	h.mu.Unlock()
-
-	// Relaunches run in parallel; each keeps its old plugin if it fails.
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for _, up := range updates {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := up.u.sup.Update(ctx, up.l, "configuration reload", nil)
-			out := swapResult(up.u.name, r, err)
-			mu.Lock()
-			res.Plugins = append(res.Plugins, out)
-			mu.Unlock()
-			// What runs is what status shows: a plugin, pin or options
-			// the update could not bring in stay out of the unit's
-			// configuration (so the next reload tries them again) and
-			// are reported as not applied until one succeeds.
-			h.mu.Lock()
-			if out.Error != "" {
-				sc := up.u.sc
-				sc.Plugin, sc.SHA256, sc.Options = up.prev.Plugin, up.prev.SHA256, up.prev.Options
-				up.u.sc = sc
-				up.u.notApplied = fmt.Sprintf("%s: the configuration's plugin, pin or options are not running: %s", time.Now().UTC().Format(time.RFC3339), out.Error)
-			} else {
-				up.u.notApplied = ""
-			}
-			h.mu.Unlock()
-			if out.Error != "" {
-				h.log.Error("configuration reload: the scanner keeps its running plugin and options", "scanner", up.u.name, "error", out.Error)
-			}
-		}()
-	}
-	wg.Wait()
+	res.Plugins = h.relaunch(ctx, n, relaunch)
 	sort.Strings(res.Started)
 	sort.Strings(res.Stopped)
 	sort.Strings(res.Retuned)
-	sort.Slice(res.Plugins, func(i, j int) bool { return res.Plugins[i].Scanner < res.Plugins[j].Scanner })
 	h.log.Info("configuration reloaded", "trigger", reason, "started", res.Started, "stopped", res.Stopped, "retuned", res.Retuned, "relaunched", len(res.Plugins))
 	return res
 }
 
-func swapResult(name string, r supervisor.SwapResult, err error) httpapi.PluginSwapResult {
-	out := httpapi.PluginSwapResult{
-		Scanner: name, Outcome: string(r.Outcome),
-		FromSHA256: r.From.SHA256, ToSHA256: r.To.SHA256, FromVersion: r.From.Version, ToVersion: r.To.Version,
-	}
-	switch {
-	case err != nil:
-		out.Outcome, out.Error = string(supervisor.SwapFailed), err.Error()
-	case r.Err != nil:
-		out.Error = r.Err.Error()
-	}
-	return out
+// install makes n the configuration in force and returns the one it
+// replaces.
+func (h *Host) install(n *config.Config) *config.Config {
+	h.cfgMu.Lock()
+	old := h.cfg
+	h.cfg = n
+	h.cfgMu.Unlock()
+	h.relMu.Lock()
+	h.reloads.reloads++
+	h.reloads.loadedAt = h.clk.Now()
+	h.relMu.Unlock()
+	h.met.ConfigReload("applied")
+	h.changes.Notify()
+	return old
 }
 
-// AdminEnabled implements httpapi.Admin.
-func (h *Host) AdminEnabled() bool { return h.config().HTTP.Admin }
-
-// AdminToken implements httpapi.Admin: the token is read from its file at
-// every admin request (they are rare), so replacing the file rotates it
-// without a restart; a missing file is created.
-func (h *Host) AdminToken() (string, error) {
-	return h.ensureAdminToken(h.config().HTTP)
+// retune applies the settings a running service takes in place, and
+// returns the notes that say so.
+func (h *Host) retune(old, n *config.Config) []string {
+	var notes []string
+	if old.Callbacks != n.Callbacks {
+		h.svc.SetBudget(budgetOf(n.Callbacks))
+		notes = append(notes, "callbacks.* (the scanners' budget) applies from the next batch")
+	}
+	if old.Log.Level != n.Log.Level {
+		h.log.SetLevel(hclog.LevelFromString(n.Log.Level))
+		notes = append(notes, "log.level is now "+n.Log.Level)
+	}
+	if !slices.Equal(old.Lanes, n.Lanes) {
+		h.lanes.SetConfigured(n.Lanes)
+		notes = append(notes, "lanes merged into ff:idx:lanes")
+	}
+	if h.censusCtl != nil {
+		h.censusCtl.SetMode(census.Mode(n.Scheduler.LaneCensus))
+	}
+	h.files.Retune(watchSettings(n.Watch))
+	if old.Supervisor != n.Supervisor {
+		notes = append(notes, "supervisor.* applies to scanners started from now on; running ones keep their settings until disabled and enabled again or the host restarts")
+	}
+	return notes
 }
 
-func (h *Host) ensureAdminToken(c config.HTTP) (string, error) {
-	path, err := admintoken.Resolve(c.AdminTokenFile)
-	if err != nil {
-		return "", err
-	}
-	tok, created, err := admintoken.Ensure(path)
-	if err != nil {
-		return "", err
-	}
-	if created {
-		h.log.Info("admin token created; ffscan reload and ffscan plugins reload read it from there", "file", path)
-	}
-	return tok, nil
-}
-
-// ReloadPlugin hot-swaps a running scanner's plugin from the file in the
-// plugin directory (implements httpapi.Admin): the new process is verified
-// (sha256 pin), started and health-checked while the old one serves, then
-// takes over between two calls. Unless force, nothing happens when the
-// file is what already runs, or was already tried and rejected. With wait,
-// it returns once probation is over (kept or rolled back).
-func (h *Host) ReloadPlugin(ctx context.Context, name string, force, wait bool) (httpapi.PluginSwapResult, error) {
-	h.mu.Lock()
-	u := h.units[name]
-	h.mu.Unlock()
-	if u == nil {
-		return httpapi.PluginSwapResult{}, fmt.Errorf("%w: %q is not an enabled scanner of this host", httpapi.ErrNotFound, name)
-	}
-	var settled chan supervisor.SwapResult
-	if wait {
-		settled = make(chan supervisor.SwapResult, 1)
-	}
-	r, err := u.sup.Swap(ctx, force, "reload requested", settled)
-	out := swapResult(name, r, err)
-	if err == nil && wait {
-		select {
-		case final := <-settled:
-			if final.Outcome == supervisor.SwapRolledBack {
-				out = swapResult(name, final, nil)
-			} else if final.Outcome == supervisor.SwapKept {
-				out.Outcome = string(supervisor.SwapKept)
-			}
-		case <-ctx.Done():
+// applyScanners stops the scanners n disables, retunes those whose
+// interval, batch or scheduler settings changed and starts those it
+// enables; it returns the scanners whose plugin, pin or options changed,
+// which need a relaunch.
+func (h *Host) applyScanners(old, n *config.Config, res *httpapi.ReloadResult) []string {
+	tuneAll := old.Scheduler != n.Scheduler
+	var relaunch []string
+	for name, run := range h.units.Views() {
+		sc, ok := n.Scanners[name]
+		if !ok || !sc.Enabled {
+			h.units.Remove(name, old.Scheduler.CallTimeout)
+			res.Stopped = append(res.Stopped, name)
+			continue
 		}
+		if tuneAll || sc.Interval != run.Scanner.Interval || sc.Batch != run.Scanner.Batch {
+			run.Unit.Runner().Retune(scheduler.Tuning{Interval: sc.Interval, Batch: sc.Batch, Concurrency: n.Scheduler.Concurrency, CallTimeout: n.Scheduler.CallTimeout})
+			res.Retuned = append(res.Retuned, name)
+		}
+		runs := sc
+		if sc.Plugin != run.Scanner.Plugin || sc.SHA256 != run.Scanner.SHA256 || !maps.Equal(sc.Options, run.Scanner.Options) {
+			relaunch = append(relaunch, name)
+			// What runs until the relaunch succeeds.
+			runs.Plugin, runs.SHA256, runs.Options = run.Scanner.Plugin, run.Scanner.SHA256, run.Scanner.Options
+		}
+		h.units.SetScanner(name, runs)
 	}
-	out.Pid = u.sup.Status().Pid
-	return out, nil
+	settings := unit.SettingsOf(n)
+	for _, name := range n.Enabled() {
+		if h.units.Get(name) != nil {
+			continue
+		}
+		if err := h.units.Add(settings, name, n.Scanners[name]); err != nil {
+			h.log.Error("configuration reload: scanner not started", "scanner", name, "error", err)
+			continue
+		}
+		res.Started = append(res.Started, name)
+	}
+	return relaunch
+}
+
+// relaunch relaunches the named scanners' plugins as n says, in parallel;
+// each keeps its running plugin and options if its relaunch fails (status
+// shows them as not applied until one succeeds).
+func (h *Host) relaunch(ctx context.Context, n *config.Config, names []string) []httpapi.PluginSwapResult {
+	settings := unit.SettingsOf(n)
+	out := make([]httpapi.PluginSwapResult, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := h.units.Update(ctx, settings, name, n.Scanners[name])
+			out[i] = swapResult(name, r, err)
+			if out[i].Error != "" {
+				h.log.Error("configuration reload: the scanner keeps its running plugin and options", "scanner", name, "error", out[i].Error)
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].Scanner < out[j].Scanner })
+	return out
 }

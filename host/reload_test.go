@@ -86,7 +86,7 @@ scanners:
   lease_expiry: {enabled: false, plugin: leaseexpiry}
 `)
 	h := f.start(t)
-	require.Eventually(t, func() bool { return statusOf(h, "hostwork").State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return statusOf(h, "hostwork").State == "running" })
 	assert.Equal(t, "stopped", statusOf(h, "lease_expiry").State)
 	hostworkPid := statusOf(h, "hostwork").Pid
 
@@ -96,7 +96,7 @@ scanners:
   hostwork: {interval: 300ms, batch: 7, options: {delay: 1ms}}
   lease_expiry: {enabled: true, plugin: leaseexpiry, interval: 500ms}
 `)
-	require.Eventually(t, func() bool { return statusOf(h, "lease_expiry").State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return statusOf(h, "lease_expiry").State == "running" })
 	hw := statusOf(h, "hostwork")
 	assert.Equal(t, "300ms", hw.Interval)
 	assert.Equal(t, 7, hw.Batch)
@@ -105,7 +105,7 @@ scanners:
 	le := statusOf(h, "lease_expiry")
 	assert.True(t, le.Enabled)
 	assert.NotZero(t, le.Pid)
-	require.Eventually(t, func() bool { return statusOf(h, "lease_expiry").Cycle >= 1 }, 10*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 10*time.Second, "", func() bool { return statusOf(h, "lease_expiry").Cycle >= 1 })
 
 	// Disable hostwork: no new work is dispatched, its plugin stops (a
 	// call in flight finishes first: TestDisableFinishesTheCallInFlight).
@@ -114,13 +114,15 @@ scanners:
   hostwork: {enabled: false, interval: 300ms, batch: 7, options: {delay: 1500ms}}
   lease_expiry: {enabled: true, plugin: leaseexpiry, interval: 500ms}
 `)
-	require.Eventually(t, func() bool { return h.Status().Config.Reloads == 2 }, 10*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 10*time.Second, "", func() bool { return h.Status().Config.Reloads == 2 })
 	// (A disabled scanner's other changes are moot: it just stops.)
-	require.Eventually(t, func() bool { return statusOf(h, "hostwork").State == "stopped" }, 10*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 10*time.Second, "", func() bool { return statusOf(h, "hostwork").State == "stopped" })
 	require.Eventually(t, func() bool { return !alive(hostworkPid) }, 20*time.Second, 20*time.Millisecond, "the disabled plugin stopped")
 	parts := []uint16{2}
 	addWork(t, c, parts, 2)
-	time.Sleep(700 * time.Millisecond)
+	// Two cycles of the other scanner (about a second) pass.
+	cycled := statusOf(h, "lease_expiry").Cycle
+	waitFor(t, h, 30*time.Second, "the other scanner cycles", func() bool { return statusOf(h, "lease_expiry").Cycle >= cycled+2 })
 	assert.Zero(t, doneCount(c, parts), "a disabled scanner does no work")
 	assert.Equal(t, "running", statusOf(h, "lease_expiry").State, "the other scanner is untouched")
 	assert.NoError(t, h.Ready(context.Background()))
@@ -131,7 +133,7 @@ scanners:
   hostwork: {interval: 100ms}
   lease_expiry: {enabled: true, plugin: leaseexpiry, interval: 500ms}
 `)
-	require.Eventually(t, func() bool { return allDone(c, parts, 2) }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return allDone(c, parts, 2) })
 	assert.NotEqual(t, hostworkPid, statusOf(h, "hostwork").Pid)
 }
 
@@ -143,12 +145,13 @@ func TestDisableFinishesTheCallInFlight(t *testing.T) {
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "1s"}})
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return scannerStatus(h).Cycle >= 1 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).Cycle >= 1 })
 	pid := scannerStatus(h).Pid
 	parts := []uint16{5}
 	want := addWork(t, c, parts, 3)
-	time.Sleep(400 * time.Millisecond) // the call is in its 1 s delay
+	// The call is in its 1 s delay.
+	waitFor(t, h, 30*time.Second, "a call in flight", func() bool { return h.units.Get("hostwork").Runner().Status().InFlight > 0 })
 	require.Zero(t, doneCount(c, parts))
 
 	n := *h.Config()
@@ -172,7 +175,7 @@ scanners:
   hostwork: {interval: 100ms}
 `)
 	h := f.start(t)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	before := h.Config()
 	pid := scannerStatus(h).Pid
 
@@ -189,7 +192,7 @@ scanners:
 	}
 	for i, tc := range cases {
 		f.write(t, tc.scanners)
-		require.Eventually(t, func() bool { return h.Status().Config.Refused == i+1 }, 10*time.Second, 10*time.Millisecond, tc.name)
+		waitFor(t, h, 10*time.Second, tc.name, func() bool { return h.Status().Config.Refused == i+1 })
 		doc := h.Status()
 		assert.Contains(t, doc.Config.LastError, tc.want, tc.name)
 		assert.Same(t, before, h.Config(), "%s: the running configuration stays", tc.name)
@@ -212,7 +215,7 @@ scanners:
 	// The host still works.
 	parts := []uint16{1, 11}
 	want := addWork(t, c, parts, 3)
-	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 20*time.Second, "", func() bool { return allDone(c, parts, want) })
 }
 
 // The admin endpoints: config reload and plugin reload over HTTP, refused
@@ -231,7 +234,7 @@ func TestAdminEndpoints(t *testing.T) {
 			return &n, nil
 		}})
 	})
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 
 	token, err := admintoken.Read(cfg.HTTP.AdminTokenFile)
 	require.NoError(t, err, "the host created the token file at boot")
@@ -294,13 +297,13 @@ func TestCompletionListenerIsWired(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	cfg.Completions = config.Completions{Enabled: true, Concurrency: 3}
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 20*time.Second, "subscribed", func() bool {
 		comp := h.Status().Completions
 		return comp != nil && comp.Subscribed
-	}, 20*time.Second, 10*time.Millisecond)
+	})
 	assert.Equal(t, 3, h.Status().Completions.Concurrency)
 	require.NoError(t, c.Do(context.Background(), c.B().Publish().Channel("ff:dag:completions").Message("not json").Build()).Error())
-	require.Eventually(t, func() bool { return h.Status().Completions.Malformed == 1 }, 10*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 10*time.Second, "", func() bool { return h.Status().Completions.Malformed == 1 })
 	var buf strings.Builder
 	mfs, err := h.Metrics().Registry.Gather()
 	require.NoError(t, err)
@@ -320,10 +323,10 @@ func TestCompletionListenerIsWired(t *testing.T) {
 	n2.Completions = config.Completions{Enabled: true, Concurrency: 5}
 	_, err = h.Reload(context.Background(), &n2, "test")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 20*time.Second, "resubscribed", func() bool {
 		comp := h.Status().Completions
 		return comp != nil && comp.Subscribed && comp.Concurrency == 5
-	}, 20*time.Second, 10*time.Millisecond)
+	})
 }
 
 // Options a running scanner refuses on reload are not silently taken for
@@ -339,7 +342,7 @@ func TestRefusedOptionsShowInStatus(t *testing.T) {
 	f.base = strings.Replace(f.base, "watch: {interval: 100ms}", "watch: {config: false, plugins: false}", 1)
 	f.write(t, "scanners:\n  hostwork: {interval: 100ms, options: {delay: 1ms}}\n")
 	h := f.start(t)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	assert.Equal(t, 1, h.Status().Config.Generation)
 	assert.Regexp(t, "^[0-9a-f]{64}$", h.Status().Config.FileSHA256)
 	pid := scannerStatus(h).Pid

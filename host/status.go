@@ -9,7 +9,9 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua/topology"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -50,38 +52,22 @@ func (h *Host) Status() httpapi.StatusDoc {
 	}
 	h.relMu.Unlock()
 
-	h.mu.Lock()
-	running := map[string]*unit{}
-	notApplied := map[string]string{}
-	for name, u := range h.units {
-		running[name] = u
-		notApplied[name] = u.notApplied
-	}
-	comp, share, pgComp := h.comp, h.share, h.pgComp
-	h.mu.Unlock()
-	if share != nil {
-		st := share.Status()
-		ss := &httpapi.SharingStatus{HostID: st.ID, Hosts: st.Members, Owned: map[string]int{}, Totals: map[string]int{}}
-		for _, f := range []keys.Family{keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota} {
-			ss.Owned[f.String()] = st.Owned[f]
-			ss.Totals[f.String()] = len(h.parts.Partitions(f))
-		}
-		doc.Sharing = ss
-	}
+	doc.Sharing = h.sharingStatus()
+	lc, comp, pgComp := h.listeners.Stats()
 	if pgComp != nil && doc.Postgres != nil {
-		st := pgComp.Stats()
+		st := pgComp
 		doc.Postgres.Completions = &httpapi.PGCompletionsStatus{Notifications: st.Notifications, Dispatched: st.Dispatched,
 			AlreadyDone: st.AlreadyDone, NotOwned: st.NotOwned, Filtered: st.Filtered, Errors: st.Errors, Reconnects: st.Reconnects}
 	}
-	if comp != nil {
-		st := comp.Stats()
+	if st := comp; st != nil {
 		doc.Completions = &httpapi.CompletionsStatus{
-			Concurrency: cfg.Completions.Concurrency, Subscribed: st.Subscribed,
+			Concurrency: lc.Concurrency, Subscribed: st.Subscribed,
 			Messages: st.Messages, Accepted: st.Accepted, Malformed: st.Malformed, Dropped: st.Dropped,
 			Dispatched: st.Dispatched, Failed: st.Failed, Panics: st.Panics, Resolved: st.Resolved, Reconnects: st.Reconnects,
 		}
 	}
 
+	running := h.units.Views()
 	names := make([]string, 0, len(cfg.Scanners))
 	for n := range cfg.Scanners {
 		names = append(names, n)
@@ -90,18 +76,34 @@ func (h *Host) Status() httpapi.StatusDoc {
 	for _, n := range names {
 		sc := cfg.Scanners[n]
 		s := httpapi.ScannerStatus{Name: n, Enabled: sc.Enabled, Plugin: sc.Plugin, State: string(supervisor.StateStopped)}
-		if u, ok := running[n]; ok {
-			fillStatus(&s, u)
-			s.NotApplied = notApplied[n]
+		if run, ok := running[n]; ok {
+			fillStatus(&s, run.Unit)
+			s.NotApplied = run.NotApplied
 		}
 		doc.Scanners = append(doc.Scanners, s)
 	}
 	return doc
 }
 
-func fillStatus(s *httpapi.ScannerStatus, u *unit) {
-	ss := u.sup.Status()
-	rs := u.run.Status()
+// sharingStatus is this host's share of the partitions (nil without
+// sharing).
+func (h *Host) sharingStatus() *httpapi.SharingStatus {
+	if h.share == nil {
+		return nil
+	}
+	st := h.share.Status()
+	ss := &httpapi.SharingStatus{HostID: st.ID, Hosts: st.Members, Owned: map[string]int{}, Totals: map[string]int{}}
+	for _, f := range []keys.Family{keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota} {
+		ss.Owned[f.String()] = st.Owned[f]
+		ss.Totals[f.String()] = len(h.parts.Partitions(f))
+	}
+	return ss
+}
+
+func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
+	sup, run := u.Supervisor(), u.Runner()
+	ss := sup.Status()
+	rs := run.Status()
 	s.Path, s.Version, s.APIVersion, s.SHA256, s.Pid = ss.Meta.Path, ss.Meta.Version, ss.Meta.APIVersion, ss.Meta.SHA256, ss.Pid
 	s.Isolation, s.Policy = ss.Meta.Isolation, ss.Meta.Policy
 	s.State, s.Since, s.Restarts, s.Swaps, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.Swaps, ss.LastError
@@ -115,8 +117,8 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit) {
 			FromVersion: ls.From.Version, ToVersion: ls.To.Version, Reason: ls.Reason, Probation: ls.Probation,
 		}
 	}
-	if _, info, err := u.sup.Current(); err == nil {
-		tun := u.run.Tuning()
+	if _, info, err := sup.Current(); err == nil {
+		tun := run.Tuning()
 		iv := tun.Interval
 		if iv == 0 {
 			iv = info.DefaultInterval
@@ -138,4 +140,24 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit) {
 		s.Backlog = &b
 	}
 	s.LastScanError = rs.LastError
+}
+
+// Ready implements httpapi.Source.
+func (h *Host) Ready(ctx context.Context) error {
+	if h.client != nil {
+		if err := keyless.Do(ctx, h.client, func(b valkey.Builder) valkey.Completed { return b.Ping().Build() }).Error(); err != nil {
+			return fmt.Errorf("valkey: %w", err)
+		}
+	}
+	if h.pg != nil {
+		if err := h.pg.Ping(ctx); err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
+	}
+	if h.library != nil {
+		if err := h.library.Err(); err != nil {
+			return fmt.Errorf("flowfabric library: %w", err)
+		}
+	}
+	return h.units.Ready()
 }

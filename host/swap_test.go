@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/internal/testenv"
@@ -60,7 +62,7 @@ func variant(name string) string { return filepath.Join(variantDir, name) }
 
 func fileSHA(t *testing.T, path string) string {
 	t.Helper()
-	sha, err := hashFile(path)
+	sha, err := filewatch.Hash(path)
 	require.NoError(t, err)
 	return sha
 }
@@ -102,8 +104,9 @@ func (p *producer) finish() int {
 	return int(p.n.Load())
 }
 
-// cycleClock samples a scanner's last cycle start every few ms and keeps
-// the longest gap between two consecutive cycle starts.
+// cycleClock follows a scanner's cycle starts (at every status change: a
+// cycle's end reports its start) and keeps the longest gap between two
+// consecutive ones.
 type cycleClock struct {
 	mu     sync.Mutex
 	maxGap time.Duration
@@ -118,22 +121,21 @@ func watchCycles(h *Host) *cycleClock {
 		defer close(c.done)
 		var last time.Time
 		for {
+			changed := h.changes.C()
+			if st := scannerStatus(h); st.LastCycleAt != nil && !st.LastCycleAt.Equal(last) {
+				c.mu.Lock()
+				if !last.IsZero() {
+					c.maxGap = max(c.maxGap, st.LastCycleAt.Sub(last))
+				}
+				c.starts++
+				c.mu.Unlock()
+				last = *st.LastCycleAt
+			}
 			select {
 			case <-c.stop:
 				return
-			case <-time.After(5 * time.Millisecond):
+			case <-changed:
 			}
-			st := scannerStatus(h)
-			if st.LastCycleAt == nil || st.LastCycleAt.Equal(last) {
-				continue
-			}
-			c.mu.Lock()
-			if !last.IsZero() {
-				c.maxGap = max(c.maxGap, st.LastCycleAt.Sub(last))
-			}
-			c.starts++
-			c.mu.Unlock()
-			last = *st.LastCycleAt
 		}
 	}()
 	return c
@@ -170,7 +172,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	h, _ := running(t, cfg)
 	// Measure from the first cycle on (the runner starts with a random
 	// delay of up to an interval).
-	require.Eventually(t, func() bool { return scannerStatus(h).Cycle >= 1 }, 30*time.Second, 5*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).Cycle >= 1 })
 
 	parts := []uint16{0, 1, 2, 3, 5, 8, 13, 15}
 	load := produce(c, parts, 2*time.Millisecond)
@@ -187,17 +189,17 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		install(t, cfg.PluginDir, "hostwork", src)
 		if i%2 == 0 {
 			// The file watch notices and swaps.
-			require.Eventually(t, func() bool {
+			waitFor(t, h, 30*time.Second, fmt.Sprintf("swap %d by the file watch", i), func() bool {
 				st := scannerStatus(h)
 				return st.SHA256 == want && st.LastSwap != nil && !st.LastSwap.Probation
-			}, 30*time.Second, 10*time.Millisecond, "swap %d by the file watch", i)
+			})
 		} else {
 			// An explicit reload, waiting out probation.
 			res, err := h.ReloadPlugin(context.Background(), "hostwork", false, true)
 			require.NoError(t, err)
 			if res.Outcome == "unchanged" {
 				// The watch was quicker; wait for its probation.
-				require.Eventually(t, func() bool { st := scannerStatus(h); return st.LastSwap != nil && !st.LastSwap.Probation }, 30*time.Second, 10*time.Millisecond)
+				waitFor(t, h, 30*time.Second, "", func() bool { st := scannerStatus(h); return st.LastSwap != nil && !st.LastSwap.Probation })
 			} else {
 				require.Equal(t, "kept", res.Outcome, "swap %d: %+v", i, res)
 				assert.Equal(t, want, res.ToSHA256)
@@ -207,13 +209,15 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		require.Equal(t, want, st.SHA256)
 		require.Equal(t, "running", st.State)
 		pids = append(pids, st.Pid)
-		time.Sleep(3 * interval) // let some cycles run on the new process
+		// Some cycles run on the new process.
+		cycled := st.Cycle
+		waitFor(t, h, 30*time.Second, "cycles on the new process", func() bool { return scannerStatus(h).Cycle >= cycled+3 })
 	}
 	elapsed := time.Since(t0)
 	produced := load.finish()
 	maxGap, starts := clock.finish()
 	t.Logf("observed cycle starts: %d", starts)
-	require.Eventually(t, func() bool { return allDone(c, parts, produced) }, 30*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return allDone(c, parts, produced) })
 	// Status counts a cycle's items when the whole cycle ends, so the
 	// cycle that did the last items may still be running now. Once a
 	// cycle that started after this point has ended, every item is
@@ -221,7 +225,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	// for the one call that removed it, so a double handling would show
 	// as more, a lost result as fewer).
 	settled := scannerStatus(h).Cycle + 2
-	require.Eventually(t, func() bool { return scannerStatus(h).Cycle >= settled }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).Cycle >= settled })
 
 	st := scannerStatus(h)
 	cycles := int(st.Cycle - startCycle)
@@ -233,9 +237,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	assert.Zero(t, st.FailedPartitions, "no scan failed")
 	assert.Zero(t, st.Errors, "no item failed")
 	assert.Equal(t, int64(produced), st.Processed, "every item handled exactly once")
-	h.mu.Lock()
-	cycleErrors := h.units["hostwork"].run.Status().CycleErrors
-	h.mu.Unlock()
+	cycleErrors := h.units.Get("hostwork").Runner().Status().CycleErrors
 	// No cycle was lost to a swap: a cycle that found no plugin to call
 	// counts as a cycle error. (How close the cycles kept to the interval
 	// is logged above, not asserted: on a busy machine that is the
@@ -257,16 +259,19 @@ func TestHotSwapToBinaryThatFailsHandshakeKeepsTheOld(t *testing.T) {
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = ownPluginDir(t, "hostwork")
 	cfg.Watch.Interval = 100 * time.Millisecond
-	cfg.Supervisor.StartTimeout = 3 * time.Second
+	// The default start timeout: the broken binary exits at once, failing
+	// its handshake whatever the timeout, while the good one's launch
+	// must not race a short one on a busy machine (3 s did: its Info
+	// call timed out, and it never ran).
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	before := scannerStatus(h)
 
 	install(t, cfg.PluginDir, "hostwork", variant("exit"))
-	require.Eventually(t, func() bool {
+	waitFor(t, h, 30*time.Second, "", func() bool {
 		st := scannerStatus(h)
 		return st.LastSwap != nil && st.LastSwap.Outcome == "failed"
-	}, 30*time.Second, 10*time.Millisecond)
+	})
 	st := scannerStatus(h)
 	assert.Equal(t, before.Pid, st.Pid)
 	assert.Equal(t, before.SHA256, st.SHA256)
@@ -278,7 +283,7 @@ func TestHotSwapToBinaryThatFailsHandshakeKeepsTheOld(t *testing.T) {
 	// Work still flows through the old process.
 	parts := []uint16{4, 9}
 	want := addWork(t, c, parts, 3)
-	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 20*time.Second, "", func() bool { return allDone(c, parts, want) })
 
 	// An explicit reload reports why, without launching it again.
 	res, err := h.ReloadPlugin(context.Background(), "hostwork", false, true)
@@ -299,12 +304,36 @@ func TestHotSwapToBinaryThatCrashesRollsBack(t *testing.T) {
 	cfg.Watch.Plugins = false
 	cfg.Supervisor.SwapProbation = 20 * time.Second
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	before := scannerStatus(h)
 
-	install(t, cfg.PluginDir, "hostwork", variant("crash")) // exits 2 s after it started
-	res, err := h.ReloadPlugin(context.Background(), "hostwork", false, true)
-	require.NoError(t, err)
+	// The new binary crashes when the test says so: once the swap has
+	// switched to it, during its probation.
+	install(t, cfg.PluginDir, "hostwork", variant("crash"))
+	h.testSignals.pluginSwitched.Init()
+	type reload struct {
+		res httpapi.PluginSwapResult
+		err error
+	}
+	reloaded := make(chan reload, 1)
+	go func() {
+		res, err := h.ReloadPlugin(context.Background(), "hostwork", false, true)
+		reloaded <- reload{res, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pid, err := h.testSignals.pluginSwitched.Wait(ctx)
+	require.NoError(t, err, "the swap did not switch to the new plugin")
+	require.NotEqual(t, before.Pid, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGUSR1))
+	var r reload
+	select {
+	case r = <-reloaded:
+	case <-ctx.Done():
+		t.Fatal("the reload did not settle")
+	}
+	require.NoError(t, r.err)
+	res := r.res
 	assert.Equal(t, "rolled_back", res.Outcome, "%+v", res)
 	assert.Contains(t, res.Error, "plugin process exited")
 	assert.Equal(t, before.Pid, res.Pid)
@@ -320,7 +349,7 @@ func TestHotSwapToBinaryThatCrashesRollsBack(t *testing.T) {
 
 	parts := []uint16{6, 7}
 	want := addWork(t, c, parts, 3)
-	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 20*time.Second, "", func() bool { return allDone(c, parts, want) })
 }
 
 // A plugin built against scanner API version 1 runs; an options change,
@@ -338,13 +367,13 @@ func TestOlderAPIVersionRunsAndNewerIsRefused(t *testing.T) {
 	cfg.Scanners["future"] = config.Scanner{Enabled: true, Plugin: "future", Options: map[string]string{}}
 	cfg.Supervisor.SwapProbation = 0
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	st := scannerStatus(h)
 	assert.Equal(t, 1, st.APIVersion)
 	assert.Equal(t, "0.9.0-api1", st.Version)
 	parts := []uint16{3}
 	want := addWork(t, c, parts, 4)
-	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 20*time.Millisecond)
+	waitFor(t, h, 20*time.Second, "", func() bool { return allDone(c, parts, want) })
 
 	n := *h.Config()
 	n.Scanners = map[string]config.Scanner{
@@ -374,7 +403,7 @@ func TestNewerAPIVersionIsRefused(t *testing.T) {
 	cfg.PluginDir = ownPluginDir(t)
 	copyFile(t, variant("raw99"), filepath.Join(cfg.PluginDir, "hostwork"))
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).LastError != "" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).LastError != "" })
 	st := scannerStatus(h)
 	assert.NotEqual(t, "running", st.State)
 	assert.Contains(t, st.LastError, "speaks scanner API version 99; this host runs versions 1 to 2")
@@ -396,7 +425,7 @@ func TestHotSwapThatWidensThePolicyWaitsForApproval(t *testing.T) {
 	// TestHotSwapUnderLoad).
 	cfg.Supervisor.HealthInterval = 3 * time.Second
 	h, _ := running(t, cfg)
-	require.Eventually(t, func() bool { return scannerStatus(h).State == "running" }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })
 	before := scannerStatus(h)
 	require.NotEmpty(t, before.Policy, "status names the approved policy")
 
@@ -422,7 +451,7 @@ func TestHotSwapThatWidensThePolicyWaitsForApproval(t *testing.T) {
 
 	parts := []uint16{2, 5}
 	want := addWork(t, c, parts, 3)
-	require.Eventually(t, func() bool { return allDone(c, parts, want) }, 20*time.Second, 20*time.Millisecond, "the old plugin still works")
+	waitFor(t, h, 20*time.Second, "the old plugin still works", func() bool { return allDone(c, parts, want) })
 
 	// The operator approves what the new binary declares.
 	_, err = store.Approve("hostwork", fileSHA(t, variant("wide")), wideHostworkPolicy())

@@ -137,6 +137,17 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 }
 
 func printStatus(w io.Writer, doc httpapi.StatusDoc) {
+	printHostLines(w, doc)
+	fmt.Fprintln(w)
+	printScannerTable(w, doc.Scanners)
+	for _, s := range doc.Scanners {
+		fmt.Fprintf(w, "%s: %s\n", s.Name, strings.Join(scannerNotes(s), "; "))
+	}
+}
+
+// printHostLines writes the host's lines: version, stores, lanes,
+// configuration, completions, sharing.
+func printHostLines(w io.Writer, doc httpapi.StatusDoc) {
 	valkeyLine := "valkey " + strings.Join(doc.Valkey, ",")
 	if len(doc.Valkey) == 0 {
 		valkeyLine = "no valkey (postgres only)"
@@ -159,22 +170,7 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 				c.Notifications, c.Dispatched, c.AlreadyDone, c.NotOwned, c.Filtered, c.Errors, c.Reconnects)
 		}
 	}
-	cfgLine := "config: loaded " + doc.Config.LoadedAt.Format(time.RFC3339)
-	if doc.Config.File != "" {
-		cfgLine = "config: " + doc.Config.File + ", loaded " + doc.Config.LoadedAt.Format(time.RFC3339)
-	}
-	if len(doc.Config.FileSHA256) >= 12 {
-		cfgLine += " (sha256 " + doc.Config.FileSHA256[:12] + ")"
-	}
-	cfgLine += fmt.Sprintf(", generation %d, %d reload(s), %d refused", doc.Config.Generation, doc.Config.Reloads, doc.Config.Refused)
-	if doc.Config.LastError != "" {
-		at := ""
-		if doc.Config.LastErrorAt != nil {
-			at = " at " + doc.Config.LastErrorAt.Format("15:04:05")
-		}
-		cfgLine += "; last refusal" + at + ": " + oneLine(doc.Config.LastError)
-	}
-	fmt.Fprintln(w, cfgLine)
+	fmt.Fprintln(w, configLine(doc.Config))
 	if cs := doc.Completions; cs != nil {
 		sub := "subscribed"
 		if !cs.Subscribed {
@@ -193,10 +189,34 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 		fmt.Fprintf(w, "sharing: %d host(s) on this keyspace; this host (%s) owns %s partitions\n",
 			len(sh.Hosts), sh.HostID, strings.Join(fams, ", "))
 	}
-	fmt.Fprintln(w)
+}
+
+// configLine is the configuration's line: its file, when it was loaded,
+// its reloads and the last refusal.
+func configLine(c httpapi.ConfigStatus) string {
+	line := "config: loaded " + c.LoadedAt.Format(time.RFC3339)
+	if c.File != "" {
+		line = "config: " + c.File + ", loaded " + c.LoadedAt.Format(time.RFC3339)
+	}
+	if len(c.FileSHA256) >= 12 {
+		line += " (sha256 " + c.FileSHA256[:12] + ")"
+	}
+	line += fmt.Sprintf(", generation %d, %d reload(s), %d refused", c.Generation, c.Reloads, c.Refused)
+	if c.LastError != "" {
+		at := ""
+		if c.LastErrorAt != nil {
+			at = " at " + c.LastErrorAt.Format("15:04:05")
+		}
+		line += "; last refusal" + at + ": " + oneLine(c.LastError)
+	}
+	return line
+}
+
+// printScannerTable writes one row per scanner.
+func printScannerTable(w io.Writer, scanners []httpapi.ScannerStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCANNER\tENABLED\tSTATE\tPID\tVERSION\tAPI\tSHA256\tRESTARTS\tSWAPS\tCYCLE\tLAST CYCLE\tPROCESSED\tERRORS\tBACKLOG")
-	for _, s := range doc.Scanners {
+	for _, s := range scanners {
 		last, backlog, api, sha := "-", "-", "-", "-"
 		if s.LastCycleAt != nil {
 			last = s.LastCycleAt.Format("15:04:05") + " (" + s.LastCycleDuration + ")"
@@ -218,40 +238,43 @@ func printStatus(w io.Writer, doc httpapi.StatusDoc) {
 			s.Name, s.Enabled, s.State, s.Pid, version, api, sha, s.Restarts, s.Swaps, s.Cycle, last, s.Processed, s.Errors, backlog)
 	}
 	_ = tw.Flush()
-	for _, s := range doc.Scanners {
-		var notes []string
-		if s.Path != "" {
-			notes = append(notes, "plugin "+s.Path)
-		} else {
-			notes = append(notes, "plugin "+s.Plugin)
-		}
-		if s.Interval != "" {
-			notes = append(notes, fmt.Sprintf("interval %s, batch %d", s.Interval, s.Batch))
-		}
-		if s.Isolation != "" {
-			notes = append(notes, "isolation: "+s.Isolation)
-		}
-		if s.Policy != "" {
-			notes = append(notes, "approved policy "+s.Policy[:min(12, len(s.Policy))])
-		}
-		if ls := s.LastSwap; ls != nil {
-			swap := fmt.Sprintf("last swap %s %s", ls.At.Format("15:04:05"), ls.Outcome)
-			if ls.Reason != "" {
-				swap += " (" + oneLine(ls.Reason) + ")"
-			}
-			notes = append(notes, swap)
-		}
-		if s.NotApplied != "" {
-			notes = append(notes, "NOT APPLIED: "+oneLine(s.NotApplied))
-		}
-		if s.LastError != "" {
-			notes = append(notes, "last error: "+oneLine(s.LastError))
-		}
-		if s.LastScanError != "" {
-			notes = append(notes, "last scan error: "+oneLine(s.LastScanError))
-		}
-		fmt.Fprintf(w, "%s: %s\n", s.Name, strings.Join(notes, "; "))
+}
+
+// scannerNotes are what a scanner's row leaves out: its plugin, tuning,
+// confinement, policy, last swap and errors.
+func scannerNotes(s httpapi.ScannerStatus) []string {
+	var notes []string
+	if s.Path != "" {
+		notes = append(notes, "plugin "+s.Path)
+	} else {
+		notes = append(notes, "plugin "+s.Plugin)
 	}
+	if s.Interval != "" {
+		notes = append(notes, fmt.Sprintf("interval %s, batch %d", s.Interval, s.Batch))
+	}
+	if s.Isolation != "" {
+		notes = append(notes, "isolation: "+s.Isolation)
+	}
+	if s.Policy != "" {
+		notes = append(notes, "approved policy "+s.Policy[:min(12, len(s.Policy))])
+	}
+	if ls := s.LastSwap; ls != nil {
+		swap := fmt.Sprintf("last swap %s %s", ls.At.Format("15:04:05"), ls.Outcome)
+		if ls.Reason != "" {
+			swap += " (" + oneLine(ls.Reason) + ")"
+		}
+		notes = append(notes, swap)
+	}
+	if s.NotApplied != "" {
+		notes = append(notes, "NOT APPLIED: "+oneLine(s.NotApplied))
+	}
+	if s.LastError != "" {
+		notes = append(notes, "last error: "+oneLine(s.LastError))
+	}
+	if s.LastScanError != "" {
+		notes = append(notes, "last scan error: "+oneLine(s.LastScanError))
+	}
+	return notes
 }
 
 // oneLine folds a multi-line message (a configuration error lists every

@@ -15,6 +15,7 @@ import (
 )
 
 func TestEnsurePartitions(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	ctx := context.Background()
 	client, err := Connect(ctx, config.Valkey{Addrs: []string{srv.Addr}, Cluster: "auto"})
@@ -53,20 +54,8 @@ func TestEnsurePartitions(t *testing.T) {
 	})
 }
 
-func TestMergeLanes(t *testing.T) {
-	srv := testenv.New(t)
-	ctx := context.Background()
-	client := srv.Client(t)
-	require.NoError(t, client.Do(ctx, client.B().Sadd().Key(keys.LanesIndex).Member("gpu", "default").Build()).Error())
-	lanes, err := MergeLanes(ctx, client, []string{"default", "cpu"}, hclog.NewNullLogger())
-	require.NoError(t, err)
-	assert.Equal(t, []string{"cpu", "default", "gpu"}, lanes)
-	stored, err := client.Do(ctx, client.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
-	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{"cpu", "default", "gpu"}, stored)
-}
-
 func TestLoadLibrary(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	client := srv.Client(t)
 	lib, err := LoadLibrary(context.Background(), client, false, hclog.NewNullLogger())
@@ -80,6 +69,7 @@ func TestLoadLibrary(t *testing.T) {
 // The MULTI of HSETNXs and the read-back also works through a cluster
 // client (one key, one slot).
 func TestEnsurePartitionsOnCluster(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewCluster(t, 3)
 	client, err := Connect(context.Background(), config.Valkey{Addrs: cl.Addrs(), Cluster: "on"})
 	require.NoError(t, err)
@@ -95,6 +85,7 @@ func TestEnsurePartitionsOnCluster(t *testing.T) {
 }
 
 func TestClusterOnRefusesASingleNode(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	_, err := Connect(context.Background(), config.Valkey{Addrs: []string{srv.Addr}, Cluster: "on"})
 	assert.ErrorContains(t, err, "not a cluster")

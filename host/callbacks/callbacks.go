@@ -18,12 +18,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/spread"
@@ -109,6 +109,7 @@ type Service struct {
 	rec    Recorder
 
 	mu       sync.RWMutex
+	clk      clock.Clock // times the command rate and stragglers
 	policies map[string]Policy
 	budget   Budget
 	spends   map[string]*spend
@@ -123,7 +124,7 @@ func New(lib *lua.Library, rec Recorder) *Service {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	s := &Service{lib: lib, rec: rec, policies: map[string]Policy{}, budget: DefaultBudget, spends: map[string]*spend{}}
+	s := &Service{lib: lib, rec: rec, clk: clock.Real(), policies: map[string]Policy{}, budget: DefaultBudget, spends: map[string]*spend{}}
 	if lib != nil {
 		s.client = lib.Client()
 	}
@@ -137,7 +138,15 @@ func (s *Service) SetBudget(b Budget) {
 	s.mu.Unlock()
 }
 
-func (s *Service) spendOf(scanner string) (*spend, Budget) {
+// SetClock sets the clock the command rate is measured on (the system
+// clock until then).
+func (s *Service) SetClock(c clock.Clock) {
+	s.mu.Lock()
+	s.clk = clock.Or(c)
+	s.mu.Unlock()
+}
+
+func (s *Service) spendOf(scanner string) (*spend, Budget, clock.Clock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sp := s.spends[scanner]
@@ -145,7 +154,7 @@ func (s *Service) spendOf(scanner string) (*spend, Budget) {
 		sp = &spend{}
 		s.spends[scanner] = sp
 	}
-	return sp, s.budget
+	return sp, s.budget, s.clk
 }
 
 // Register sets the policy of a scanner (replacing an earlier one, e.g.
@@ -347,8 +356,8 @@ func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []sc
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sp, budget := s.spendOf(scanner)
-	reason, release := sp.admit(budget, len(cmds), time.Now())
+	sp, budget, clk := s.spendOf(scanner)
+	reason, release := sp.admit(budget, len(cmds), clk.Now())
 	if reason != "" {
 		s.rec.CallbackRefused(scanner, reason)
 		refused := refuse(reason, "the scanner's callback budget is spent (%s); try again later", budgetText(budget)).refused
@@ -403,42 +412,48 @@ func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []sc
 			(!ops[i].isPlain || budget.MaxReplyBytes <= 0 || j-i < replyCheckEvery) {
 			j++
 		}
-		switch {
-		case ops[i].pg != nil:
-			replies := make([]scannerapi.Reply, j-i)
-			s.runPG(ctx, ops[i:j], replies)
-			for k := range replies {
-				took(out.reply(&replies[k]))
-			}
-		case ops[i].isPlain:
-			seg := make(valkey.Commands, 0, j-i)
-			slots := make([]int, 0, j-i)
-			for k := i; k < j; k++ {
-				seg = append(seg, ops[k].plain)
-				key := anchor
-				if len(ops[k].keys) > 0 {
-					key = ops[k].keys[0]
-				}
-				slots = append(slots, int(keys.ClusterSlot(key)))
-			}
-			// Per slot on a cluster: a master failing over holds up only
-			// the commands of its own slots (a SampleBacklog batch spans
-			// every partition).
-			for _, r := range spread.DoMulti(ctx, s.client, seg, slots) {
-				took(out.result(r))
-			}
-		default:
-			calls := make([]lua.Call, 0, j-i)
-			for k := i; k < j; k++ {
-				calls = append(calls, ops[k].call)
-			}
-			for _, r := range s.lib.DoMulti(ctx, calls...) {
-				took(out.result(r))
-			}
-		}
+		s.runSegment(ctx, clk, ops[i:j], anchor, out, took)
 		i = j
 	}
 	return nil
+}
+
+// runSegment runs one pipeline of a batch (ops of one segment kind) and
+// gives out its replies; took accounts for each.
+func (s *Service) runSegment(ctx context.Context, clk clock.Clock, ops []op, anchor string, out replyOut, took func(int64)) {
+	switch {
+	case ops[0].pg != nil:
+		replies := make([]scannerapi.Reply, len(ops))
+		s.runPG(ctx, ops, replies)
+		for k := range replies {
+			took(out.reply(&replies[k]))
+		}
+	case ops[0].isPlain:
+		seg := make(valkey.Commands, 0, len(ops))
+		slots := make([]int, 0, len(ops))
+		for _, o := range ops {
+			seg = append(seg, o.plain)
+			key := anchor
+			if len(o.keys) > 0 {
+				key = o.keys[0]
+			}
+			slots = append(slots, int(keys.ClusterSlot(key)))
+		}
+		// Per slot on a cluster: a master failing over holds up only the
+		// commands of its own slots (a SampleBacklog batch spans every
+		// partition).
+		for _, r := range spread.DoMulti(ctx, clk, s.client, seg, slots) {
+			took(out.result(r))
+		}
+	default:
+		calls := make([]lua.Call, 0, len(ops))
+		for _, o := range ops {
+			calls = append(calls, o.call)
+		}
+		for _, r := range s.lib.DoMulti(ctx, calls...) {
+			took(out.result(r))
+		}
+	}
 }
 
 func budgetText(b Budget) string {

@@ -58,6 +58,7 @@ func TestPGCallRefusals(t *testing.T) {
 // mixed with Valkey commands in one batch whose order is kept; the
 // database's errors come back as class server.
 func TestPGCallRuns(t *testing.T) {
+	t.Parallel()
 	svc, _, _ := setup(t, pgInfo, false)
 	ctx := context.Background()
 	srv := pgtest.New(t)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestCensusKnowsTheLaneKeysThatExist(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	client := srv.Client(t)
 	ctx := context.Background()
@@ -108,6 +109,7 @@ func TestCensusKnowsTheLaneKeysThatExist(t *testing.T) {
 // On a cluster every primary's lane keys are found, each once: replicas,
 // which hold copies, are not scanned.
 func TestCensusOnAClusterWithReplicas(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 2, Replicas: 1})
 	client := cl.Client(t)
 	ctx := context.Background()

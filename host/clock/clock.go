@@ -33,6 +33,25 @@ type Ticker interface {
 // Since is c.Now().Sub(t).
 func Since(c Clock, t time.Time) time.Duration { return c.Now().Sub(t) }
 
+// Until is t.Sub(c.Now()).
+func Until(c Clock, t time.Time) time.Duration { return t.Sub(c.Now()) }
+
+// Sleep waits d on c, or until ctx ends, and reports whether d passed
+// (false: ctx ended first). A d of zero or less returns at once.
+func Sleep(ctx context.Context, c Clock, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
 // Or returns c, or Real() when c is nil (the zero Config of a service).
 func Or(c Clock) Clock {
 	if c == nil {

@@ -91,3 +91,24 @@ func TestRealAndOr(t *testing.T) {
 	assert.WithinDuration(t, time.Now(), Real().Now(), time.Minute)
 	assert.Equal(t, time.Second, Since(m, t0.Add(-time.Second)))
 }
+
+func TestSleepWaitsOnTheClock(t *testing.T) {
+	m := NewManual(t0)
+	done := make(chan bool)
+	go func() { done <- Sleep(context.Background(), m, 3*time.Second) }()
+	d, err := m.WaitForTimer(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, d)
+	m.Advance(d)
+	assert.True(t, <-done)
+	assert.Equal(t, time.Second, Until(m, t0.Add(4*time.Second)))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- Sleep(ctx, m, time.Hour) }()
+	_, err = m.WaitForTimer(context.Background())
+	require.NoError(t, err)
+	cancel()
+	assert.False(t, <-done, "ended by its context")
+	assert.Zero(t, m.Waiting(), "its timer is stopped")
+	assert.True(t, Sleep(context.Background(), m, 0))
+}

@@ -54,7 +54,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/depexec"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/depresolve"
@@ -69,6 +71,14 @@ const (
 	DefaultMinBackoff      = 100 * time.Millisecond
 	DefaultMaxBackoff      = 5 * time.Second
 )
+
+// MaxConcurrency bounds Concurrency (completions.concurrency): each
+// cascade in flight holds a batch of the library's calls.
+const MaxConcurrency = 1024
+
+// malformedWarnEvery is how often a malformed message is logged at warn
+// level; the others between go to debug.
+const malformedWarnEvery = 10 * time.Second
 
 // ConnectionName is the name the subscriber connection gives itself
 // (CLIENT SETNAME), so operators can find it in CLIENT LIST.
@@ -88,46 +98,22 @@ type Config struct {
 	// DispatchTimeout bounds one cascade. Default 30 s.
 	DispatchTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait between reconnection
-	// attempts. Defaults 100 ms and 5 s.
+	// attempts (MaxBackoff at least MinBackoff). Defaults 100 ms and 5 s.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
-}
-
-// Validate rejects negative values and an inverted backoff range.
-func (c Config) Validate() error {
-	switch {
-	case c.Concurrency < 0 || c.Concurrency > 4096:
-		return fmt.Errorf("completions.concurrency: %d is outside 0..4096 (0: default %d)", c.Concurrency, DefaultConcurrency)
-	case c.QueueSize < 0:
-		return fmt.Errorf("completions.queue_size: %d is negative", c.QueueSize)
-	case c.DispatchTimeout < 0:
-		return fmt.Errorf("completions.dispatch_timeout: %s is negative", c.DispatchTimeout)
-	case c.MinBackoff < 0 || c.MaxBackoff < 0:
-		return errors.New("completions: backoff durations must not be negative")
-	}
-	d := c.withDefaults()
-	if d.MinBackoff > d.MaxBackoff {
-		return fmt.Errorf("completions: min_backoff %s is above max_backoff %s", d.MinBackoff, d.MaxBackoff)
-	}
-	return nil
+	// Clock is the time source of the backoff, the dispatch timings and
+	// the log throttle (the system clock).
+	Clock clock.Clock
 }
 
 func (c Config) withDefaults() Config {
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.QueueSize <= 0 {
-		c.QueueSize = DefaultQueueSize
-	}
-	if c.DispatchTimeout <= 0 {
-		c.DispatchTimeout = DefaultDispatchTimeout
-	}
-	if c.MinBackoff <= 0 {
-		c.MinBackoff = DefaultMinBackoff
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = DefaultMaxBackoff
-	}
+	service.Default(&c.Concurrency, DefaultConcurrency)
+	service.Default(&c.QueueSize, DefaultQueueSize)
+	service.Default(&c.DispatchTimeout, DefaultDispatchTimeout)
+	service.Default(&c.MinBackoff, DefaultMinBackoff)
+	service.Default(&c.MaxBackoff, DefaultMaxBackoff)
+	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -146,6 +132,8 @@ type Options struct {
 	// sharing a keyspace): a completion of another host's partition is
 	// left to that host (counted "elsewhere"). Nil: every partition.
 	Owns func(keys.Partition) bool
+	// Changes, when set, is told of every change of the Stats.
+	Changes *service.Changes
 }
 
 // Message outcomes (the "outcome" label of the messages counter).
@@ -180,11 +168,13 @@ type Stats struct {
 // Stop it once.
 type Listener struct {
 	cfg     Config
+	clk     clock.Clock
 	client  valkey.Client
 	log     hclog.Logger
 	met     Metrics
 	parts   keys.PartitionConfig
 	owns    func(keys.Partition) bool
+	changes *service.Changes
 	cascade func(context.Context, depresolve.Completion) (depresolve.Result, error)
 
 	queue chan depresolve.Completion
@@ -211,13 +201,15 @@ type Listener struct {
 // host's) and subscribes on a dedicated connection of lib's client.
 func New(cfg Config, lib *lua.Library, opts Options) *Listener {
 	l := &Listener{
-		cfg:    cfg.withDefaults(),
-		client: lib.Client(),
-		log:    opts.Logger,
-		met:    opts.Metrics,
-		parts:  opts.Partitions,
-		owns:   opts.Owns,
+		cfg:     cfg.withDefaults(),
+		client:  lib.Client(),
+		log:     opts.Logger,
+		met:     opts.Metrics,
+		parts:   opts.Partitions,
+		owns:    opts.Owns,
+		changes: opts.Changes,
 	}
+	l.clk = l.cfg.Clock
 	if l.log == nil {
 		l.log = hclog.NewNullLogger()
 	}
@@ -280,9 +272,9 @@ func (l *Listener) Start(ctx context.Context) error {
 }
 
 // Stop stops receiving, lets queued and in-flight dispatches finish until
-// ctx ends, then cancels the rest and waits for the workers to return. It
-// returns ctx's error if the drain was cut short. Stop is safe to call more
-// than once and before Start.
+// ctx ends, then cancels the rest (saying so in the log) and waits for the
+// workers to return. It returns ctx's error if the drain was cut short.
+// Stop is safe to call more than once and before Start.
 func (l *Listener) Stop(ctx context.Context) error {
 	if !l.started.Load() {
 		return nil
@@ -295,12 +287,12 @@ func (l *Listener) Stop(ctx context.Context) error {
 		// Nothing sends any more: close the queue so the workers drain it
 		// and return.
 		close(l.queue)
-		drained := make(chan struct{})
-		go func() { l.workers.Wait(); close(drained) }()
+		drained := service.Drained(&l.workers)
 		select {
 		case <-drained:
 		case <-ctx.Done():
 			l.stopErr = fmt.Errorf("completions: stop: %w", ctx.Err())
+			l.log.Warn("completion listener: cascades still running at the deadline were cancelled; the dependency_reconciler resolves what they left", "error", ctx.Err())
 			l.abort()
 			<-drained
 		}
@@ -325,12 +317,8 @@ func (l *Listener) receive(ctx context.Context) {
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		l.log.Debug("completion subscription lost; reconnecting", "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, l.clk, wait) {
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, l.cfg.MaxBackoff)
 	}
@@ -375,6 +363,7 @@ func (l *Listener) receiveOnce(ctx context.Context) (subscribed bool) {
 }
 
 func (l *Listener) setSubscribed(up bool) {
+	defer l.changes.Notify()
 	if up {
 		if l.subs.Add(1) > 1 {
 			l.met.Reconnect()
@@ -389,6 +378,7 @@ func (l *Listener) setSubscribed(up bool) {
 // handle parses one message and queues it, waiting while the queue is
 // full.
 func (l *Listener) handle(ctx context.Context, m valkey.PubSubMessage) {
+	defer l.changes.Notify()
 	l.messages.Add(1)
 	c, err := l.parse(m)
 	if err != nil {
@@ -431,16 +421,17 @@ func (l *Listener) parse(m valkey.PubSubMessage) (depresolve.Completion, error) 
 	return c, nil
 }
 
-// warnMalformed logs a malformed message, at most once every 10 s at warn
-// level (debug otherwise), so a flood of garbage does not flood the log.
+// warnMalformed logs a malformed message, at most once every
+// malformedWarnEvery at warn level (debug otherwise), so a flood of
+// garbage does not flood the log.
 func (l *Listener) warnMalformed(m valkey.PubSubMessage, err error) {
 	payload := m.Message
 	if len(payload) > 200 {
 		payload = payload[:200] + "..."
 	}
-	now := time.Now().UnixNano()
+	now := l.clk.Now().UnixNano()
 	last := l.lastWarn.Load()
-	if now-last >= int64(10*time.Second) && l.lastWarn.CompareAndSwap(last, now) {
+	if now-last >= int64(malformedWarnEvery) && l.lastWarn.CompareAndSwap(last, now) {
 		l.log.Warn("dropping a malformed completion message", "error", err, "payload", payload,
 			"malformed_total", l.malformed.Load())
 		return
@@ -456,6 +447,7 @@ func (l *Listener) work() {
 			// Stop's deadline passed: leave the rest to the reconciler.
 			l.dropped.Add(1)
 			l.met.Message(OutcomeDropped)
+			l.changes.Notify()
 			continue
 		}
 		l.run(c)
@@ -464,9 +456,10 @@ func (l *Listener) work() {
 
 // run performs one cascade, supervised: a panic is recovered and counted.
 func (l *Listener) run(c depresolve.Completion) {
+	defer l.changes.Notify() // after the panic's count, if any
 	ctx, cancel := context.WithTimeout(l.dispatch, l.cfg.DispatchTimeout)
 	defer cancel()
-	start := time.Now()
+	start := l.clk.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			l.panics.Add(1)
@@ -477,7 +470,7 @@ func (l *Listener) run(c depresolve.Completion) {
 	res, err := l.cascade(ctx, c)
 	l.dispatched.Add(1)
 	l.resolved.Add(res.Resolved)
-	l.met.Dispatched(time.Since(start), res)
+	l.met.Dispatched(clock.Since(l.clk, start), res)
 	for _, e := range res.Errors {
 		l.met.Error(e.Class, e.Code, e.Count)
 	}
@@ -493,5 +486,5 @@ func (l *Listener) run(c depresolve.Completion) {
 			"errors", fmt.Sprintf("%v", res.Errors))
 	}
 	l.log.Trace("completion dispatched", "execution_id", c.Execution.String(), "resolved", res.Resolved,
-		"skipped", res.Skipped, "took", time.Since(start))
+		"skipped", res.Skipped, "took", clock.Since(l.clk, start))
 }

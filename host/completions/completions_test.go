@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/completions"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
@@ -31,6 +32,7 @@ var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 //     working (a failed D of D -> E -> G skips E and G);
 //   - Stop is clean.
 func TestListenerEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -44,13 +46,14 @@ func TestListenerEndToEnd(t *testing.T) {
 	met := completions.NewPrometheusMetrics()
 	reg := prometheus.NewRegistry()
 	require.NoError(t, met.Register(reg))
+	ch := &service.Changes{}
 	l := completions.New(completions.Config{Enabled: true}, lib, completions.Options{
-		Metrics: met, Partitions: parts,
+		Metrics: met, Partitions: parts, Changes: ch,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "completions", Level: hclog.Warn, Output: os.Stderr}),
 	})
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
-	require.Eventually(t, l.Subscribed, 10*time.Second, 5*time.Millisecond)
+	waitFor(t, ch, l.Subscribed)
 	assert.Equal(t, 1.0, testutil.ToFloat64(met.Collectors()[4]), "subscribed gauge")
 
 	chain := func(n int) []keys.ExecutionID {
@@ -74,10 +77,10 @@ func TestListenerEndToEnd(t *testing.T) {
 		require.NoError(t, err)
 		return core["public_state"]
 	}
-	// released waits for id to leave waiting_children and returns how long
-	// it took since t0.
+	// released waits for id to leave waiting_children (checked at every
+	// cascade's end) and returns how long it took since t0.
 	released := func(id keys.ExecutionID, want string, t0 time.Time) time.Duration {
-		require.Eventually(t, func() bool { return state(id) == want }, 5*time.Second, time.Millisecond, "%s becomes %s", id, want)
+		waitFor(t, ch, func() bool { return state(id) == want }, "%s becomes %s", id, want)
 		return time.Since(t0)
 	}
 
@@ -94,7 +97,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	killed, err := vk.Do(ctx, vk.B().ClientKill().TypePubsub().Build()).AsInt64()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), killed, "exactly the listener's connection")
-	require.Eventually(t, func() bool { return l.Stats().Reconnects >= 1 && l.Subscribed() }, 10*time.Second, 5*time.Millisecond)
+	waitFor(t, ch, func() bool { return l.Stats().Reconnects >= 1 && l.Subscribed() })
 	names, err := vk.Do(ctx, vk.B().ClientList().TypePubsub().Build()).ToString()
 	require.NoError(t, err)
 	assert.Contains(t, names, "name="+completions.ConnectionName)
@@ -118,7 +121,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	} {
 		require.NoError(t, vk.Do(ctx, vk.B().Publish().Channel(keys.DagCompletionsChannel).Message(payload).Build()).Error())
 	}
-	require.Eventually(t, func() bool { return l.Stats().Malformed == before.Malformed+3 }, 5*time.Second, 5*time.Millisecond)
+	waitFor(t, ch, func() bool { return l.Stats().Malformed == before.Malformed+3 })
 	assert.Equal(t, before.Accepted, l.Stats().Accepted)
 	assert.Equal(t, float64(l.Stats().Malformed), testutil.ToFloat64(mustVec(t, met, "malformed")))
 
@@ -131,10 +134,10 @@ func TestListenerEndToEnd(t *testing.T) {
 	t.Logf("E and G skipped %s after D failed", took)
 
 	// Counters move when a cascade returns, just after its last write.
-	require.Eventually(t, func() bool {
+	waitFor(t, ch, func() bool {
 		st := l.Stats()
 		return st.Resolved >= 4 && st.Dispatched == st.Accepted // A->B, B->C, D->E, E->G (+ duplicates from skip messages)
-	}, 5*time.Second, 5*time.Millisecond)
+	})
 	st := l.Stats()
 	assert.Zero(t, st.Panics)
 	assert.Zero(t, st.Failed)
@@ -145,6 +148,15 @@ func TestListenerEndToEnd(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
 	assert.Positive(t, n)
+}
+
+// waitFor waits until cond holds, re-checking it at every change of the
+// listener's counters (a cascade's end follows its writes).
+func waitFor(t *testing.T, ch *service.Changes, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, ch.WaitFor(ctx, cond), msgAndArgs...)
 }
 
 func mustVec(t *testing.T, m *completions.PrometheusMetrics, outcome string) prometheus.Collector {
@@ -158,6 +170,7 @@ func mustVec(t *testing.T, m *completions.PrometheusMetrics, outcome string) pro
 // published by functions running on every master reach it (PUBLISH is
 // cluster-wide), and the cascades run through the cluster client.
 func TestListenerOnACluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
@@ -170,10 +183,11 @@ func TestListenerOnACluster(t *testing.T) {
 	require.NoError(t, err)
 	c, err := client.New(ctx, vk, client.Options{Library: lib})
 	require.NoError(t, err)
-	l := completions.New(completions.Config{Enabled: true, Concurrency: 4}, lib, completions.Options{Partitions: c.Partitions()})
+	ch := &service.Changes{}
+	l := completions.New(completions.Config{Enabled: true, Concurrency: 4}, lib, completions.Options{Partitions: c.Partitions(), Changes: ch})
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
-	require.Eventually(t, l.Subscribed, 10*time.Second, 5*time.Millisecond)
+	waitFor(t, ch, l.Subscribed)
 
 	var children []keys.ExecutionID
 	for range 12 { // flows spread over the masters
@@ -192,10 +206,10 @@ func TestListenerOnACluster(t *testing.T) {
 		children = append(children, ids[1])
 	}
 	for _, id := range children {
-		require.Eventually(t, func() bool {
+		waitFor(t, ch, func() bool {
 			core, err := flowtest.Core(ctx, vk, id)
 			return err == nil && core["public_state"] == "waiting"
-		}, 5*time.Second, 2*time.Millisecond, "%s released", id)
+		}, "%s released", id)
 	}
 	assert.Zero(t, l.Stats().Malformed)
 	assert.Zero(t, l.Stats().Failed)

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
@@ -63,16 +65,24 @@ func TestParseIsStrict(t *testing.T) {
 	}
 }
 
+// The operator's bounds are the configuration's to check (host/config);
+// the listener fills what is unset and keeps its backoff range in order.
 func TestConfig(t *testing.T) {
-	assert.NoError(t, Config{}.Validate())
-	assert.NoError(t, Config{Enabled: true, Concurrency: 4, QueueSize: 10}.Validate())
-	assert.Error(t, Config{Concurrency: -1}.Validate())
-	assert.Error(t, Config{QueueSize: -1}.Validate())
-	assert.Error(t, Config{DispatchTimeout: -time.Second}.Validate())
-	assert.Error(t, Config{MinBackoff: 10 * time.Second, MaxBackoff: time.Second}.Validate())
 	d := Config{}.withDefaults()
 	assert.Equal(t, DefaultConcurrency, d.Concurrency)
 	assert.Equal(t, DefaultQueueSize, d.QueueSize)
+	assert.Equal(t, DefaultDispatchTimeout, d.DispatchTimeout)
+	assert.Equal(t, DefaultMinBackoff, d.MinBackoff)
+	assert.Equal(t, DefaultMaxBackoff, d.MaxBackoff)
+	assert.NotNil(t, d.Clock)
+	d = Config{Concurrency: -1, QueueSize: -1, DispatchTimeout: -time.Second}.withDefaults()
+	assert.Equal(t, DefaultConcurrency, d.Concurrency)
+	assert.Equal(t, DefaultQueueSize, d.QueueSize)
+	assert.Equal(t, DefaultDispatchTimeout, d.DispatchTimeout)
+	d = Config{Enabled: true, Concurrency: 4, QueueSize: 10, MinBackoff: 10 * time.Second, MaxBackoff: time.Second}.withDefaults()
+	assert.Equal(t, 4, d.Concurrency)
+	assert.Equal(t, 10, d.QueueSize)
+	assert.Equal(t, 10*time.Second, d.MaxBackoff, "never below the minimum")
 }
 
 // harness is a server, a listener whose cascade is replaced by fn, and a
@@ -81,26 +91,46 @@ type harness struct {
 	vk  valkey.Client
 	l   *Listener
 	ctx context.Context
+	ch  *service.Changes
+}
+
+// waitFor waits until cond holds, re-checking it at every change of the
+// listener's counters (and at every Notify of the test's own).
+func waitFor(t *testing.T, ch *service.Changes, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, ch.WaitFor(ctx, cond))
+}
+
+func (h *harness) wait(t *testing.T, cond func() bool) {
+	t.Helper()
+	waitFor(t, h.ch, cond)
 }
 
 func newHarness(t *testing.T, cfg Config, fn func(context.Context, depresolve.Completion) (depresolve.Result, error)) *harness {
 	t.Helper()
-	return newOwningHarness(t, cfg, nil, fn)
+	return newOwningHarness(t, cfg, nil, &service.Changes{}, fn)
 }
 
-func newOwningHarness(t *testing.T, cfg Config, owns func(keys.Partition) bool, fn func(context.Context, depresolve.Completion) (depresolve.Result, error)) *harness {
+// newOwningHarness is newHarness with an ownership check, told of the
+// listener's changes on ch (which fn may notify too).
+func newOwningHarness(t *testing.T, cfg Config, owns func(keys.Partition) bool, ch *service.Changes, fn func(context.Context, depresolve.Completion) (depresolve.Result, error)) *harness {
 	t.Helper()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	cfg.Enabled = true
-	l := New(cfg, lua.New(vk, lua.Options{}), Options{Partitions: parts, Owns: owns})
-	l.cascade = fn
+	l := New(cfg, lua.New(vk, lua.Options{}), Options{Partitions: parts, Owns: owns, Changes: ch})
+	l.cascade = func(ctx context.Context, c depresolve.Completion) (depresolve.Result, error) {
+		defer ch.Notify() // the test's own counters change in fn
+		return fn(ctx, c)
+	}
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
-	require.Eventually(t, l.Subscribed, 10*time.Second, 5*time.Millisecond)
-	return &harness{vk: vk, l: l, ctx: ctx}
+	waitFor(t, ch, l.Subscribed)
+	return &harness{vk: vk, l: l, ctx: ctx, ch: ch}
 }
 
 func (h *harness) publish(t *testing.T, payload string) {
@@ -112,6 +142,7 @@ func (h *harness) publish(t *testing.T, payload string) {
 
 // A panic in a dispatch is recovered and counted; the worker goes on.
 func TestDispatchPanicIsRecovered(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	h := newHarness(t, Config{Concurrency: 1}, func(context.Context, depresolve.Completion) (depresolve.Result, error) {
 		if calls.Add(1) == 1 {
@@ -121,21 +152,25 @@ func TestDispatchPanicIsRecovered(t *testing.T) {
 	})
 	h.publish(t, message(t))
 	h.publish(t, message(t))
-	require.Eventually(t, func() bool { return h.l.Stats().Dispatched == 1 }, 5*time.Second, 5*time.Millisecond)
+	// Both accepted (counted just after a worker may have taken one) and
+	// the second dispatched.
+	h.wait(t, func() bool { st := h.l.Stats(); return st.Dispatched == 1 && st.Accepted == 2 })
 	st := h.l.Stats()
 	assert.Equal(t, int64(1), st.Panics)
 	assert.Equal(t, int64(1), st.Resolved)
-	assert.Equal(t, int64(2), st.Accepted)
 	assert.True(t, st.Subscribed)
 }
 
 // No more than Concurrency cascades run at once; the rest wait in the
 // queue and all get dispatched.
 func TestConcurrencyIsBounded(t *testing.T) {
+	t.Parallel()
 	var inflight, peak atomic.Int64
 	release := make(chan struct{})
-	h := newHarness(t, Config{Concurrency: 3}, func(ctx context.Context, _ depresolve.Completion) (depresolve.Result, error) {
+	ch := &service.Changes{}
+	h := newOwningHarness(t, Config{Concurrency: 3}, nil, ch, func(ctx context.Context, _ depresolve.Completion) (depresolve.Result, error) {
 		n := inflight.Add(1)
+		ch.Notify()
 		for {
 			p := peak.Load()
 			if n <= p || peak.CompareAndSwap(p, n) {
@@ -149,11 +184,12 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	for range 10 {
 		h.publish(t, message(t))
 	}
-	require.Eventually(t, func() bool { return inflight.Load() == 3 && h.l.Stats().Accepted == 10 }, 5*time.Second, 5*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
+	h.wait(t, func() bool { return inflight.Load() == 3 && h.l.Stats().Accepted == 10 })
+	// Every worker is busy: the other seven wait in the queue.
+	assert.Len(t, h.l.queue, 7)
 	assert.Equal(t, int64(3), peak.Load())
 	close(release)
-	require.Eventually(t, func() bool { return h.l.Stats().Dispatched == 10 }, 5*time.Second, 5*time.Millisecond)
+	h.wait(t, func() bool { return h.l.Stats().Dispatched == 10 })
 	assert.Equal(t, int64(3), peak.Load())
 }
 
@@ -161,11 +197,14 @@ func TestConcurrencyIsBounded(t *testing.T) {
 // cascades, drops what is left and returns the deadline error; the
 // subscription is gone.
 func TestStopDrainsThenCancels(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var cancelled int
 	var started atomic.Int64
-	h := newHarness(t, Config{Concurrency: 1}, func(ctx context.Context, _ depresolve.Completion) (depresolve.Result, error) {
+	ch := &service.Changes{}
+	h := newOwningHarness(t, Config{Concurrency: 1}, nil, ch, func(ctx context.Context, _ depresolve.Completion) (depresolve.Result, error) {
 		started.Add(1)
+		ch.Notify()
 		<-ctx.Done()
 		mu.Lock()
 		cancelled++
@@ -175,7 +214,7 @@ func TestStopDrainsThenCancels(t *testing.T) {
 	for range 3 {
 		h.publish(t, message(t))
 	}
-	require.Eventually(t, func() bool { return h.l.Stats().Accepted == 3 && started.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
+	h.wait(t, func() bool { return h.l.Stats().Accepted == 3 && started.Load() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
@@ -199,6 +238,7 @@ func TestStopDrainsThenCancels(t *testing.T) {
 
 // A disabled listener does nothing.
 func TestDisabled(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
 	l := New(Config{Enabled: false}, lua.New(vk, lua.Options{}), Options{})
@@ -213,24 +253,36 @@ func TestDisabled(t *testing.T) {
 
 // A second Start is refused.
 func TestStartTwice(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{}, func(context.Context, depresolve.Completion) (depresolve.Result, error) {
 		return depresolve.Result{}, nil
 	})
 	assert.Error(t, h.l.Start(h.ctx))
 }
 
-// With the server gone the receiver keeps retrying (with backoff) without
-// spinning or failing, and Stop still returns at once.
+// With the server gone the receiver keeps retrying (with backoff, on its
+// clock) without spinning or failing, and Stop still returns at once.
 func TestServerGoneThenStop(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	vk := srv.Client(t)
-	l := New(Config{Enabled: true, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
-		lua.New(vk, lua.Options{}), Options{})
+	ch := &service.Changes{}
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	l := New(Config{Enabled: true, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Clock: clk},
+		lua.New(vk, lua.Options{}), Options{Changes: ch})
 	require.NoError(t, l.Start(context.Background()))
-	require.Eventually(t, l.Subscribed, 10*time.Second, 5*time.Millisecond)
+	waitFor(t, ch, l.Subscribed)
 	srv.Kill()
-	require.Eventually(t, func() bool { return !l.Subscribed() }, 10*time.Second, 5*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // several failed reconnects
+	waitFor(t, ch, func() bool { return !l.Subscribed() })
+	// Several failed reconnects, each after its backoff on the clock.
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	for range 4 {
+		d, err := clk.WaitForTimer(wctx)
+		require.NoError(t, err, "the receiver planned no backoff")
+		assert.LessOrEqual(t, d, 50*time.Millisecond, "within the backoff's bounds")
+		clk.Advance(d)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	t0 := time.Now()
@@ -244,22 +296,23 @@ func TestServerGoneThenStop(t *testing.T) {
 // With partitions shared among hosts, a completion of a partition another
 // host owns is left to it; one of this host's is dispatched.
 func TestOnlyOwnedPartitionsAreDispatched(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	mine := true
 	var mu sync.Mutex
 	owns := func(keys.Partition) bool { mu.Lock(); defer mu.Unlock(); return mine }
-	h := newOwningHarness(t, Config{Concurrency: 1}, owns, func(context.Context, depresolve.Completion) (depresolve.Result, error) {
+	h := newOwningHarness(t, Config{Concurrency: 1}, owns, &service.Changes{}, func(context.Context, depresolve.Completion) (depresolve.Result, error) {
 		calls.Add(1)
 		return depresolve.Result{}, nil
 	})
 	h.publish(t, message(t))
-	require.Eventually(t, func() bool { return h.l.Stats().Dispatched == 1 }, 5*time.Second, 5*time.Millisecond)
+	h.wait(t, func() bool { return h.l.Stats().Dispatched == 1 })
 	mu.Lock()
 	mine = false
 	mu.Unlock()
 	h.publish(t, message(t))
 	h.publish(t, message(t))
-	require.Eventually(t, func() bool { return h.l.Stats().Messages == 3 }, 5*time.Second, 5*time.Millisecond)
+	h.wait(t, func() bool { return h.l.Stats().Messages == 3 })
 	st := h.l.Stats()
 	assert.Equal(t, int64(1), st.Accepted, "the other host's completions are not taken")
 	assert.Equal(t, int64(1), calls.Load())

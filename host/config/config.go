@@ -25,6 +25,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/census"
+	"github.com/ffscan/ffscan/host/completions"
+	"github.com/ffscan/ffscan/host/filewatch"
+	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -220,8 +226,14 @@ type Scanner struct {
 	Options map[string]string
 }
 
-// Defaults returns the configuration used when nothing overrides it.
+// DefaultShutdownTimeout bounds the whole shutdown by default.
+const DefaultShutdownTimeout = 10 * time.Second
+
+// Defaults returns the configuration used when nothing overrides it. The
+// services' settings are their own defaults (each service's Default*
+// constants), so that a default is written once.
 func Defaults() Config {
+	budget := callbacks.DefaultBudget
 	return Config{
 		Valkey:          Valkey{Addrs: []string{"127.0.0.1:6379"}, Cluster: "auto"},
 		Partitions:      keys.DefaultPartitionConfig(),
@@ -231,13 +243,16 @@ func Defaults() Config {
 		PluginApproval:  "first_use",
 		HTTP:            HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:             Log{Level: "info"},
-		ShutdownTimeout: 10 * time.Second,
-		Scheduler:       Scheduler{Concurrency: 8, CallTimeout: 5 * time.Second, LaneCensus: "auto"},
-		Callbacks:       Callbacks{MaxInFlight: 64, CommandsPerSecond: 200_000, MaxReplyBytes: 64 << 20},
-		Supervisor:      Supervisor{HealthInterval: 5 * time.Second, StartTimeout: 10 * time.Second, SwapProbation: 10 * time.Second},
-		Watch:           Watch{Config: true, Plugins: true, Interval: time.Second},
-		Completions:     Completions{Enabled: true, Concurrency: 16},
-		Scanners:        map[string]Scanner{},
+		ShutdownTimeout: DefaultShutdownTimeout,
+		Scheduler: Scheduler{Concurrency: scheduler.DefaultConcurrency, CallTimeout: scheduler.DefaultCallTimeout,
+			LaneCensus: string(census.DefaultMode)},
+		Callbacks: Callbacks{MaxInFlight: budget.MaxInFlight, CommandsPerSecond: int(budget.CommandsPerSecond),
+			MaxReplyBytes: int(budget.MaxReplyBytes)},
+		Supervisor: Supervisor{HealthInterval: supervisor.DefaultHealthInterval, StartTimeout: supervisor.DefaultStartTimeout,
+			SwapProbation: supervisor.DefaultSwapProbation},
+		Watch:       Watch{Config: true, Plugins: true, Interval: filewatch.DefaultInterval},
+		Completions: Completions{Enabled: true, Concurrency: completions.DefaultConcurrency},
+		Scanners:    map[string]Scanner{},
 	}
 }
 
@@ -258,9 +273,9 @@ func DefaultPluginDir() string {
 	return filepath.Join(filepath.Dir(exe), "plugins")
 }
 
-// MinInterval is the shortest allowed scanner interval; FlowFabric clamps to
-// the same floor so a typo cannot turn a scanner into a busy loop.
-const MinInterval = 100 * time.Millisecond
+// MinInterval is the shortest allowed scanner interval (the scheduler's
+// floor).
+const MinInterval = scheduler.MinInterval
 
 var (
 	scannerNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
@@ -268,139 +283,167 @@ var (
 	pluginNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 )
 
-// validate checks cross-field rules and ranges that the decoder cannot see
-// one value at a time.
-func (c *Config) validate() []error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+// problems collects what validate finds, each naming its key.
+type problems []error
+
+func (p *problems) bad(key, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+// oneOf checks that v is one of the allowed values.
+func (p *problems) oneOf(key, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		p.bad(key, "%q is not one of %s", v, strings.Join(allowed, ", "))
 	}
+}
+
+// validate checks cross-field rules and ranges that the decoder cannot see
+// one value at a time. The bounds of the services' settings are their
+// own (each service's Min*/Max* constants): this is the one place they
+// are checked.
+func (c *Config) validate() []error {
+	var p problems
+	c.validateValkey(&p)
+	c.validatePostgres(&p)
+	c.validateHost(&p)
+	c.validateServices(&p)
+	for name, s := range c.Scanners {
+		c.validateScanner(&p, name, s)
+	}
+	return p
+}
+
+func (c *Config) validateValkey(p *problems) {
 	if len(c.Valkey.Addrs) == 0 && c.Postgres.DSN == "" {
-		bad("valkey.addrs", "at least one address is required (a host without Valkey serves a Postgres database: set postgres.dsn)")
+		p.bad("valkey.addrs", "at least one address is required (a host without Valkey serves a Postgres database: set postgres.dsn)")
 	}
 	for i, a := range c.Valkey.Addrs {
 		if !strings.Contains(a, ":") {
-			bad(fmt.Sprintf("valkey.addrs[%d]", i), "%q is not host:port", a)
+			p.bad(fmt.Sprintf("valkey.addrs[%d]", i), "%q is not host:port", a)
 		}
 	}
-	switch c.PluginIsolation {
-	case IsolationAuto, IsolationRequired, IsolationOff:
-	default:
-		bad("plugin_isolation", "%q is not one of auto, required, off", c.PluginIsolation)
-	}
-	switch c.PluginApproval {
-	case "first_use", "required":
-	default:
-		bad("plugin_approval", "%q is not one of first_use, required", c.PluginApproval)
-	}
-	if c.Postgres.DSN != "" {
-		if _, err := pgx.ParseConfig(c.Postgres.DSN); err != nil {
-			// pgx's message may quote the DSN, password included.
-			bad("postgres.dsn", "not a valid connection string (a URL postgres://user@host:port/db?sslmode=... or key=value pairs)")
-		}
-	}
-	if c.Postgres.PoolSize < 0 {
-		bad("postgres.pool_size", "%d is negative", c.Postgres.PoolSize)
-	}
-	if _, err := scannerapi.ParseFilter(map[string]string{scannerapi.OptionInstanceTag: c.Postgres.InstanceTag}); err != nil {
-		bad("postgres.instance_tag", "%q must be key=value with a non-empty key (a key of the execution's tags)", c.Postgres.InstanceTag)
-	}
-	if (c.Postgres.Namespace != "" || c.Postgres.InstanceTag != "") && c.Postgres.DSN == "" {
-		bad("postgres.namespace", "a filter without postgres.dsn filters nothing: set the database or remove the filter")
-	}
-	switch c.Scheduler.LaneCensus {
-	case "auto", "on", "off":
-	default:
-		bad("scheduler.lane_census", "%q is not one of auto, on, off", c.Scheduler.LaneCensus)
-	}
-	switch c.Valkey.Cluster {
-	case "auto", "on", "off":
-	default:
-		bad("valkey.cluster", "%q is not one of auto, on, off", c.Valkey.Cluster)
-	}
+	p.oneOf("valkey.cluster", c.Valkey.Cluster, "auto", "on", "off")
 	if c.Valkey.TLS.CAFile != "" && !c.Valkey.TLS.Enabled {
-		bad("valkey.tls.ca_file", "is set but valkey.tls.enabled is false")
+		p.bad("valkey.tls.ca_file", "is set but valkey.tls.enabled is false")
 	}
 	if len(c.Lanes) == 0 {
-		bad("lanes", "at least one lane is required")
+		p.bad("lanes", "at least one lane is required")
 	}
 	for i, l := range c.Lanes {
 		if err := keys.ValidateLane(l); err != nil {
-			bad(fmt.Sprintf("lanes[%d]", i), "%v", err)
+			p.bad(fmt.Sprintf("lanes[%d]", i), "%v", err)
 		}
+	}
+}
+
+func (c *Config) validatePostgres(p *problems) {
+	if c.Postgres.DSN != "" {
+		if _, err := pgx.ParseConfig(c.Postgres.DSN); err != nil {
+			// pgx's message may quote the DSN, password included.
+			p.bad("postgres.dsn", "not a valid connection string (a URL postgres://user@host:port/db?sslmode=... or key=value pairs)")
+		}
+	}
+	if c.Postgres.PoolSize < 0 {
+		p.bad("postgres.pool_size", "%d is negative", c.Postgres.PoolSize)
+	}
+	if _, err := scannerapi.ParseFilter(map[string]string{scannerapi.OptionInstanceTag: c.Postgres.InstanceTag}); err != nil {
+		p.bad("postgres.instance_tag", "%q must be key=value with a non-empty key (a key of the execution's tags)", c.Postgres.InstanceTag)
+	}
+	if (c.Postgres.Namespace != "" || c.Postgres.InstanceTag != "") && c.Postgres.DSN == "" {
+		p.bad("postgres.namespace", "a filter without postgres.dsn filters nothing: set the database or remove the filter")
+	}
+}
+
+// validateHost checks the plugins' place and confinement, the HTTP
+// listener and the log.
+func (c *Config) validateHost(p *problems) {
+	p.oneOf("plugin_isolation", string(c.PluginIsolation), string(IsolationAuto), string(IsolationRequired), string(IsolationOff))
+	p.oneOf("plugin_approval", c.PluginApproval, "first_use", "required")
+	if c.PluginDir == "" {
+		p.bad("plugin_dir", "must not be empty (and the default, the plugins directory beside the ffscan executable, is unknown: the executable's path could not be read)")
 	}
 	if c.HTTP.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
-			bad("http.listen", "%q is not host:port (e.g. \"127.0.0.1:9464\"; empty disables the listener)", c.HTTP.Listen)
+			p.bad("http.listen", "%q is not host:port (e.g. \"127.0.0.1:9464\"; empty disables the listener)", c.HTTP.Listen)
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-			bad("http.listen", "%q: port %q is not a number in 0..65535", c.HTTP.Listen, port)
+			p.bad("http.listen", "%q: port %q is not a number in 0..65535", c.HTTP.Listen, port)
 		}
 	}
 	if c.HTTP.Admin && !c.HTTP.AdminRemote && c.HTTP.Listen != "" && !loopbackListen(c.HTTP.Listen) {
-		bad("http.listen", "%q is reachable from other machines and http.admin is on: the listener has no TLS, so the admin token would cross the network in the clear; bind to 127.0.0.1, set http.admin: false, or accept it with http.admin_remote: true", c.HTTP.Listen)
+		p.bad("http.listen", "%q is reachable from other machines and http.admin is on: the listener has no TLS, so the admin token would cross the network in the clear; bind to 127.0.0.1, set http.admin: false, or accept it with http.admin_remote: true", c.HTTP.Listen)
 	}
-	if c.PluginDir == "" {
-		bad("plugin_dir", "must not be empty (and the default, the plugins directory beside the ffscan executable, is unknown: the executable's path could not be read)")
-	}
-	switch c.Log.Level {
-	case "trace", "debug", "info", "warn", "error":
-	default:
-		bad("log.level", "%q is not one of trace, debug, info, warn, error", c.Log.Level)
-	}
+	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
 	if c.ShutdownTimeout < time.Second {
-		bad("shutdown_timeout", "%s is shorter than 1s", c.ShutdownTimeout)
+		p.bad("shutdown_timeout", "%s is shorter than 1s", c.ShutdownTimeout)
 	}
+}
+
+// validateServices checks the services' settings against their bounds.
+func (c *Config) validateServices(p *problems) {
 	for _, f := range []struct {
 		key string
 		v   int
 	}{{"callbacks.max_in_flight", c.Callbacks.MaxInFlight}, {"callbacks.commands_per_second", c.Callbacks.CommandsPerSecond}, {"callbacks.max_reply_bytes", c.Callbacks.MaxReplyBytes}} {
 		if f.v < 0 {
-			bad(f.key, "%d is negative (0 lifts the bound)", f.v)
+			p.bad(f.key, "%d is negative (0 lifts the bound)", f.v)
 		}
 	}
-	if c.Scheduler.Concurrency < 1 || c.Scheduler.Concurrency > 1024 {
-		bad("scheduler.concurrency", "%d is outside 1..1024", c.Scheduler.Concurrency)
+	if c.Scheduler.Concurrency < 1 || c.Scheduler.Concurrency > scheduler.MaxConcurrency {
+		p.bad("scheduler.concurrency", "%d is outside 1..%d", c.Scheduler.Concurrency, scheduler.MaxConcurrency)
 	}
 	if c.Scheduler.CallTimeout <= 0 {
-		bad("scheduler.call_timeout", "must be positive")
+		p.bad("scheduler.call_timeout", "must be positive")
 	}
+	p.oneOf("scheduler.lane_census", c.Scheduler.LaneCensus, string(census.ModeAuto), string(census.ModeOn), string(census.ModeOff))
 	if c.Supervisor.HealthInterval <= 0 {
-		bad("supervisor.health_interval", "must be positive")
+		p.bad("supervisor.health_interval", "must be positive")
 	}
 	if c.Supervisor.StartTimeout <= 0 {
-		bad("supervisor.start_timeout", "must be positive")
+		p.bad("supervisor.start_timeout", "must be positive")
 	}
-	if c.Supervisor.SwapProbation > 10*time.Minute {
-		bad("supervisor.swap_probation", "%s is longer than 10m", c.Supervisor.SwapProbation)
+	if c.Supervisor.SwapProbation > supervisor.MaxSwapProbation {
+		p.bad("supervisor.swap_probation", "%s is longer than %s", c.Supervisor.SwapProbation, shortDuration(supervisor.MaxSwapProbation))
 	}
-	if c.Watch.Interval < 100*time.Millisecond || c.Watch.Interval > time.Hour {
-		bad("watch.interval", "%s is outside 100ms..1h", c.Watch.Interval)
+	if c.Watch.Interval < filewatch.MinInterval || c.Watch.Interval > filewatch.MaxInterval {
+		p.bad("watch.interval", "%s is outside %s..%s", c.Watch.Interval, shortDuration(filewatch.MinInterval), shortDuration(filewatch.MaxInterval))
 	}
-	if c.Completions.Concurrency < 1 || c.Completions.Concurrency > 1024 {
-		bad("completions.concurrency", "%d is outside 1..1024", c.Completions.Concurrency)
+	if c.Completions.Concurrency < 1 || c.Completions.Concurrency > completions.MaxConcurrency {
+		p.bad("completions.concurrency", "%d is outside 1..%d", c.Completions.Concurrency, completions.MaxConcurrency)
 	}
-	for name, s := range c.Scanners {
-		p := "scanners." + name
-		if !scannerNameRE.MatchString(name) {
-			bad(p, "scanner name %q must be 1-64 of a-z, 0-9, '_' and '-'", name)
-		}
-		if s.Plugin != "" && !pluginNameRE.MatchString(s.Plugin) {
-			bad(p+".plugin", "%q is not a plain file name", s.Plugin)
-		}
-		if s.SHA256 != "" && !sha256RE.MatchString(s.SHA256) {
-			bad(p+".sha256", "%q is not 64 lowercase hex digits", s.SHA256)
-		}
-		if s.Interval != 0 && s.Interval < MinInterval {
-			bad(p+".interval", "%s is shorter than %s", s.Interval, MinInterval)
-		}
-		if s.Batch < 0 || s.Batch > 10000 {
-			bad(p+".batch", "%d is outside 0..10000 (0 means the plugin's default)", s.Batch)
-		}
-		if pg := c.ScannerName(name); pg != name {
-			bad(p, "on a host without Valkey this is FlowFabric's name of %s, which is configured too: keep one of the two", pg)
-		}
+}
+
+func (c *Config) validateScanner(p *problems, name string, s Scanner) {
+	key := "scanners." + name
+	if !scannerNameRE.MatchString(name) {
+		p.bad(key, "scanner name %q must be 1-64 of a-z, 0-9, '_' and '-'", name)
 	}
-	return errs
+	if s.Plugin != "" && !pluginNameRE.MatchString(s.Plugin) {
+		p.bad(key+".plugin", "%q is not a plain file name", s.Plugin)
+	}
+	if s.SHA256 != "" && !sha256RE.MatchString(s.SHA256) {
+		p.bad(key+".sha256", "%q is not 64 lowercase hex digits", s.SHA256)
+	}
+	if s.Interval != 0 && s.Interval < MinInterval {
+		p.bad(key+".interval", "%s is shorter than %s", s.Interval, MinInterval)
+	}
+	if s.Batch < 0 || s.Batch > scheduler.MaxBatch {
+		p.bad(key+".batch", "%d is outside 0..%d (0 means the plugin's default)", s.Batch, scheduler.MaxBatch)
+	}
+	if pg := c.ScannerName(name); pg != name {
+		p.bad(key, "on a host without Valkey this is FlowFabric's name of %s, which is configured too: keep one of the two", pg)
+	}
+}
+
+// shortDuration writes d the way operators write it: 10m, 1h, 100ms.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // Enabled returns the names of enabled scanners, sorted.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -57,21 +58,10 @@ func WritePin(path, name, sha string) error {
 // error: adding it would enable it.
 func setPin(body []byte, name, sha string) ([]byte, error) {
 	lines := strings.Split(string(body), "\n")
-	indent := func(l string) int { return len(l) - len(strings.TrimLeft(l, " ")) }
-	blank := func(l string) bool { t := strings.TrimSpace(l); return t == "" || strings.HasPrefix(t, "#") }
-	key := func(l, k string) (rest string, ok bool) {
-		t := strings.TrimLeft(l, " ")
-		for _, q := range []string{k, `"` + k + `"`, "'" + k + "'"} {
-			if strings.HasPrefix(t, q+":") {
-				return strings.TrimSpace(t[len(q)+1:]), true
-			}
-		}
-		return "", false
-	}
 	scanners := -1
 	for i, l := range lines {
 		if indent(l) == 0 && !blank(l) {
-			if rest, ok := key(l, "scanners"); ok && (rest == "" || strings.HasPrefix(rest, "#")) {
+			if rest, ok := yamlKey(l, "scanners"); ok && (rest == "" || strings.HasPrefix(rest, "#")) {
 				scanners = i
 				break
 			}
@@ -89,70 +79,104 @@ func setPin(body []byte, name, sha string) ([]byte, error) {
 		if indent(l) == 0 {
 			break
 		}
-		rest, ok := key(l, name)
+		rest, ok := yamlKey(l, name)
 		if !ok {
 			continue
 		}
-		ni := indent(l)
-		if strings.HasPrefix(rest, "{") {
-			end := strings.LastIndex(l, "}")
-			if end < 0 {
+		var out []string
+		switch {
+		case strings.HasPrefix(rest, "{"):
+			line, ok := pinFlow(l, pinLine)
+			if !ok {
 				return nil, fmt.Errorf("scanners.%s spans several lines in flow style; add sha256: %q yourself", name, sha)
 			}
-			open := strings.Index(l, "{")
-			inner := l[open+1 : end]
-			parts := splitFlow(inner)
-			replaced := false
-			for j, p := range parts {
-				if k, _, _ := strings.Cut(strings.TrimSpace(p), ":"); strings.Trim(k, `"'`) == "sha256" {
-					parts[j] = " " + pinLine
-					replaced = true
-				}
-			}
-			if !replaced {
-				parts = append([]string{pinLine}, parts...)
-				if strings.TrimSpace(inner) == "" {
-					parts = parts[:1]
-				}
-			}
-			for j := range parts {
-				parts[j] = strings.TrimSpace(parts[j])
-			}
-			lines[i] = l[:open+1] + strings.Join(parts, ", ") + l[end:]
-			return []byte(strings.Join(lines, "\n")), nil
-		}
-		if rest != "" && !strings.HasPrefix(rest, "#") {
+			out = slices.Concat(lines[:i], []string{line}, lines[i+1:])
+		case rest != "" && !strings.HasPrefix(rest, "#"):
 			return nil, fmt.Errorf("scanners.%s is not a mapping this tool can edit; add sha256: %q yourself", name, sha)
+		default:
+			out = pinBlock(lines, i, pinLine)
 		}
-		// The block's keys sit at the indent of its first line; deeper
-		// lines belong to nested mappings (options:) and say nothing
-		// about where the pin goes.
-		child := -1
-		for j := i + 1; j < len(lines); j++ {
-			c := lines[j]
-			if blank(c) {
-				continue
-			}
-			if indent(c) <= ni {
-				break
-			}
-			if child < 0 {
-				child = indent(c)
-			}
-			if _, ok := key(c, "sha256"); ok && indent(c) == child {
-				lines[j] = strings.Repeat(" ", child) + pinLine
-				return []byte(strings.Join(lines, "\n")), nil
-			}
-		}
-		if child < 0 {
-			child = ni + 2
-		}
-		out := append([]string{}, lines[:i+1]...)
-		out = append(out, strings.Repeat(" ", child)+pinLine)
-		out = append(out, lines[i+1:]...)
 		return []byte(strings.Join(out, "\n")), nil
 	}
 	return nil, fmt.Errorf("scanners.%s is not in the file (adding it would enable it); add it, then pin", name)
+}
+
+// indent is a line's indentation.
+func indent(l string) int { return len(l) - len(strings.TrimLeft(l, " ")) }
+
+// blank reports an empty or comment line.
+func blank(l string) bool { t := strings.TrimSpace(l); return t == "" || strings.HasPrefix(t, "#") }
+
+// yamlKey reports whether line l holds key k (bare or quoted), and what
+// follows its colon.
+func yamlKey(l, k string) (rest string, ok bool) {
+	t := strings.TrimLeft(l, " ")
+	for _, q := range []string{k, `"` + k + `"`, "'" + k + "'"} {
+		if strings.HasPrefix(t, q+":") {
+			return strings.TrimSpace(t[len(q)+1:]), true
+		}
+	}
+	return "", false
+}
+
+// pinFlow sets the pin inside a flow mapping on one line ({...}); false
+// when the mapping does not close on it.
+func pinFlow(l, pinLine string) (string, bool) {
+	end := strings.LastIndex(l, "}")
+	if end < 0 {
+		return "", false
+	}
+	open := strings.Index(l, "{")
+	inner := l[open+1 : end]
+	parts := splitFlow(inner)
+	replaced := false
+	for j, p := range parts {
+		if k, _, _ := strings.Cut(strings.TrimSpace(p), ":"); strings.Trim(k, `"'`) == "sha256" {
+			parts[j] = " " + pinLine
+			replaced = true
+		}
+	}
+	if !replaced {
+		parts = append([]string{pinLine}, parts...)
+		if strings.TrimSpace(inner) == "" {
+			parts = parts[:1]
+		}
+	}
+	for j := range parts {
+		parts[j] = strings.TrimSpace(parts[j])
+	}
+	return l[:open+1] + strings.Join(parts, ", ") + l[end:], true
+}
+
+// pinBlock sets the pin of the block mapping that starts at lines[i]:
+// its sha256 line replaced, or one added as its first key.
+func pinBlock(lines []string, i int, pinLine string) []string {
+	ni := indent(lines[i])
+	// The block's keys sit at the indent of its first line; deeper lines
+	// belong to nested mappings (options:) and say nothing about where
+	// the pin goes.
+	child := -1
+	for j := i + 1; j < len(lines); j++ {
+		c := lines[j]
+		if blank(c) {
+			continue
+		}
+		if indent(c) <= ni {
+			break
+		}
+		if child < 0 {
+			child = indent(c)
+		}
+		if _, ok := yamlKey(c, "sha256"); ok && indent(c) == child {
+			out := slices.Clone(lines)
+			out[j] = strings.Repeat(" ", child) + pinLine
+			return out
+		}
+	}
+	if child < 0 {
+		child = ni + 2
+	}
+	return slices.Concat(lines[:i+1], []string{strings.Repeat(" ", child) + pinLine}, lines[i+1:])
 }
 
 // splitFlow splits a flow mapping's inside at top-level commas.

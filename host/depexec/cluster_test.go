@@ -22,6 +22,7 @@ import (
 // several partitions (so several masters) get edges, cascades through both
 // executors, a reconcile, a waited cancel and budget reports.
 func TestOnACluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}

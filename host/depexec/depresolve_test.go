@@ -203,6 +203,7 @@ func TestFailureSkipsAndCascades(t *testing.T) {
 // running again) is left alone: FlowFabric would resolve its edges with
 // outcome "none" and skip the child.
 func TestNonTerminalUpstreamIsLeftAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := depresolve.New(e.direct, depresolve.Options{})
 	fid := e.flow(t)
@@ -249,6 +250,7 @@ func TestTenLevelChainResolvesLevelByLevel(t *testing.T) {
 // A skip cascade deeper than MaxDepth stops, reports the last skipped
 // child for the reconciler, and the reconciler finishes the chain.
 func TestDepthLimitLeavesTheRestToTheReconciler(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := depresolve.New(e.direct, depresolve.Options{MaxDepth: 3})
 	fid := e.flow(t)
@@ -318,6 +320,7 @@ func TestReconcileResolvesAllFinishedEdges(t *testing.T) {
 // A child whose edges are all resolved but which is still blocked (a
 // release that never happened) is promoted.
 func TestReconcilePromotesAStuckChild(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := depresolve.New(e.plugin, depresolve.Options{})
 	fid := e.flow(t)

@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/keys"
 )
 
 func TestLaneOfKey(t *testing.T) {
@@ -39,6 +43,7 @@ func TestLaneOfKey(t *testing.T) {
 // it stopped; a pass finds every lane with an index key, whatever else is
 // in the keyspace.
 func TestStepFindsLanesInPages(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	ctx := context.Background()
@@ -77,4 +82,58 @@ func TestStepFindsLanesInPages(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, complete)
 	assert.Equal(t, want, found, "an unpaced step is a whole pass")
+}
+
+func TestMergeLanes(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	ctx := context.Background()
+	client := srv.Client(t)
+	require.NoError(t, client.Do(ctx, client.B().Sadd().Key(keys.LanesIndex).Member("gpu", "default").Build()).Error())
+	merged, err := lanes.MergeLanes(ctx, client, []string{"default", "cpu"}, hclog.NewNullLogger())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"cpu", "default", "gpu"}, merged)
+	stored, err := client.Do(ctx, client.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"cpu", "default", "gpu"}, stored)
+}
+
+// The keeper knows the configured, recorded and discovered lanes from
+// Load on, and takes in a lane a producer starts using at its next
+// refresh (the test moves its clock there) and a reload's lanes at once.
+func TestKeeperFollowsTheKeyspace(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	require.NoError(t, c.Do(ctx, c.B().Sadd().Key(keys.LanesIndex).Member("recorded").Build()).Error())
+	require.NoError(t, c.Do(ctx, c.B().Zadd().Key("ff:idx:{fp:1}:lane:unrecorded:eligible").ScoreMember().ScoreMember(1, "e").Build()).Error())
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	k := lanes.NewKeeper(c, lanes.KeeperConfig{Configured: []string{"default"}, Clock: clk})
+	assert.Equal(t, []string{"default"}, k.Lanes(), "the configured lanes before Load")
+	require.NoError(t, k.Load(ctx))
+	assert.Equal(t, []string{"default", "recorded", "unrecorded"}, k.Lanes())
+	stored, err := c.Do(ctx, c.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"default", "recorded", "unrecorded"}, stored, "discovered lanes are recorded")
+
+	k.TestSignals.Refreshed.Init()
+	require.NoError(t, k.Start(ctx))
+	t.Cleanup(func() { assert.NoError(t, k.Stop(context.Background())) })
+	wait := func() []string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		got, err := k.TestSignals.Refreshed.Wait(wctx)
+		require.NoError(t, err)
+		return got
+	}
+	require.NoError(t, c.Do(ctx, c.B().Zadd().Key("ff:idx:{fp:2}:lane:new:delayed").ScoreMember().ScoreMember(1, "e").Build()).Error())
+	require.NoError(t, clk.WaitFor(ctx, 1))
+	clk.Advance(lanes.DefaultRefresh)
+	assert.Equal(t, []string{"default", "new", "recorded", "unrecorded"}, wait())
+
+	k.SetConfigured([]string{"default", "reloaded"})
+	assert.Equal(t, []string{"default", "new", "recorded", "reloaded", "unrecorded"}, wait())
+	assert.Equal(t, []string{"default", "new", "recorded", "reloaded", "unrecorded"}, k.Lanes())
 }

@@ -27,7 +27,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/postgres"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -43,20 +45,58 @@ const checkPayload = "ffscan-listen-check"
 // catchUpLimit bounds the events dispatched after each (re)connect.
 const catchUpLimit = 1000
 
-// Options configure a Listener.
-type Options struct {
+// Defaults of Config.
+const (
+	DefaultConcurrency = 16
+	DefaultMinBackoff  = 100 * time.Millisecond
+	DefaultMaxBackoff  = 5 * time.Second
+	// DefaultStableAfter is how long a connection must have listened for
+	// the reconnection backoff to start over.
+	DefaultStableAfter = 30 * time.Second
+	// DefaultCheckTimeout bounds the wait for the listener's own check
+	// notification on a new connection.
+	DefaultCheckTimeout = 10 * time.Second
+)
+
+// Config configures a Listener. Zero fields take the defaults above.
+type Config struct {
 	// Pool runs the dispatches and gives the listening connection's
 	// settings (the listener opens a connection of its own: LISTEN needs a
 	// session).
 	Pool *pgxpool.Pool
-	// Concurrency bounds dispatches in flight (default 16).
+	// Concurrency bounds dispatches in flight (the configuration's
+	// completions.concurrency, shared with the Valkey listener).
 	Concurrency int
 	// Owns says whether this host dispatches a partition (nil: all).
 	Owns func(keys.Partition) bool
 	// Filter is the host's namespace / instance-tag filter: events of
 	// executions it does not keep are left to their own hosts.
 	Filter scannerapi.Filter
+	// MinBackoff and MaxBackoff bound the wait between reconnections
+	// (MaxBackoff at least MinBackoff).
+	MinBackoff, MaxBackoff time.Duration
+	StableAfter            time.Duration
+	CheckTimeout           time.Duration
+	// Clock is the time source of the backoff (the system clock).
+	Clock  clock.Clock
 	Logger hclog.Logger
+	// Changes, when set, is told of every change of the Stats (a
+	// dispatch's end follows its commit).
+	Changes *service.Changes
+}
+
+func (c Config) withDefaults() Config {
+	service.Default(&c.Concurrency, DefaultConcurrency)
+	service.Default(&c.MinBackoff, DefaultMinBackoff)
+	service.Default(&c.MaxBackoff, DefaultMaxBackoff)
+	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
+	service.Default(&c.StableAfter, DefaultStableAfter)
+	service.Default(&c.CheckTimeout, DefaultCheckTimeout)
+	c.Clock = clock.Or(c.Clock)
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
 }
 
 // Stats counts what the listener did.
@@ -66,12 +106,12 @@ type Stats struct {
 
 // Listener dispatches completion events as they are committed.
 type Listener struct {
-	o      Options
-	log    hclog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
-	work   sync.WaitGroup
-	sem    chan struct{}
+	loop service.Loop
+	o    Config
+	clk  clock.Clock
+	log  hclog.Logger
+	work sync.WaitGroup
+	sem  chan struct{}
 	// listening is closed once the first LISTEN is in place and checked.
 	listening chan struct{}
 	once      sync.Once
@@ -80,45 +120,34 @@ type Listener struct {
 }
 
 // New returns a listener; Start runs it.
-func New(o Options) *Listener {
-	if o.Concurrency <= 0 {
-		o.Concurrency = 16
-	}
-	if o.Logger == nil {
-		o.Logger = hclog.NewNullLogger()
-	}
-	return &Listener{o: o, log: o.Logger, done: make(chan struct{}), sem: make(chan struct{}, o.Concurrency), listening: make(chan struct{})}
+func New(cfg Config) *Listener {
+	cfg = cfg.withDefaults()
+	return &Listener{o: cfg, clk: cfg.Clock, log: cfg.Logger, sem: make(chan struct{}, cfg.Concurrency), listening: make(chan struct{})}
 }
 
-// Start runs the listener until Stop.
-func (l *Listener) Start(ctx context.Context) {
-	ctx, l.cancel = context.WithCancel(ctx)
-	go func() {
-		defer close(l.done)
-		l.run(ctx)
-	}()
+// Start runs the listener until Stop (or until ctx ends). It returns at
+// once: the connection is made in the background, and Listening says when
+// it listens.
+func (l *Listener) Start(ctx context.Context) error {
+	return l.loop.Start(ctx, l.run)
 }
 
 // Listening is closed once the listener's first connection listens and
 // has seen its own check notification.
 func (l *Listener) Listening() <-chan struct{} { return l.listening }
 
-// Stop stops listening and waits for the dispatches in flight, until ctx
-// ends (they are then cancelled).
+// Stop stops listening (dispatches in flight are cancelled) and waits for
+// them to return until ctx ends; then it returns ctx's error, saying so in
+// the log.
 func (l *Listener) Stop(ctx context.Context) error {
-	if l.cancel == nil {
-		return nil
+	err := l.loop.Stop(ctx)
+	if err == nil {
+		err = service.Wait(ctx, service.Drained(&l.work))
 	}
-	l.cancel()
-	<-l.done
-	waited := make(chan struct{})
-	go func() { l.work.Wait(); close(waited) }()
-	select {
-	case <-waited:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	if err != nil {
+		l.log.Warn("postgres completion listener: dispatches still running at the deadline were cancelled; the dependency reconciler dispatches what they left", "error", err)
 	}
+	return err
 }
 
 // Stats returns the counters.
@@ -127,27 +156,25 @@ func (l *Listener) Stats() Stats {
 		NotOwned: l.notOwned.Load(), Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load()}
 }
 
-// run keeps a listening connection, reconnecting with backoff (100 ms
-// doubling to 5 s) when it drops.
+// run keeps a listening connection, reconnecting with backoff (MinBackoff
+// doubling to MaxBackoff) when it drops.
 func (l *Listener) run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	backoff := l.o.MinBackoff
 	for ctx.Err() == nil {
-		start := time.Now()
+		start := l.clk.Now()
 		err := l.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		l.reconnects.Add(1)
-		if time.Since(start) > 30*time.Second {
-			backoff = 100 * time.Millisecond // it ran for a while: start over
+		if clock.Since(l.clk, start) > l.o.StableAfter {
+			backoff = l.o.MinBackoff // it ran for a while: start over
 		}
 		l.log.Warn("completion listener lost its connection; reconnecting", "error", err, "in", backoff)
-		select {
-		case <-ctx.Done():
+		if !clock.Sleep(ctx, l.clk, backoff) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, l.o.MaxBackoff)
 	}
 }
 
@@ -192,7 +219,7 @@ func (l *Listener) check(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", Channel, checkPayload); err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, l.o.CheckTimeout)
 	defer cancel()
 	for {
 		n, err := conn.WaitForNotification(cctx)
@@ -252,6 +279,7 @@ func (l *Listener) dispatch(ctx context.Context, ev int64, pk int) {
 	go func() {
 		defer l.work.Done()
 		defer func() { <-l.sem }()
+		defer l.o.Changes.Notify()
 		if err := l.dispatchOne(ctx, ev, pk); err != nil && ctx.Err() == nil {
 			l.errs.Add(1)
 			l.log.Warn("completion dispatch failed; the dependency reconciler retries it", "event_id", ev, "error", err)

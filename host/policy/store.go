@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/internal/ownership"
 )
 
@@ -76,7 +77,7 @@ func NewStore(path string, mode Mode) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("plugin approval mode %q is not one of first_use, required", mode)
 	}
-	return &Store{path: path, mode: mode, now: time.Now}, nil
+	return &Store{path: path, mode: mode, now: clock.Real().Now}, nil
 }
 
 // Path is the approvals file.

@@ -27,6 +27,7 @@ func columns(t *testing.T, pool *pgxpool.Pool, table string) []string {
 }
 
 func TestCreateSchema(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	ctx := context.Background()
 	dsn, pool := freshDB(t, srv, "created")
@@ -146,6 +147,7 @@ func TestCreateSchema(t *testing.T) {
 }
 
 func TestCreateSchemaRefusals(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	ctx := context.Background()
 

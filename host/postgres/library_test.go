@@ -73,6 +73,7 @@ func sharedDB(t *testing.T) *pgxpool.Pool {
 }
 
 func TestInstallLibrary(t *testing.T) {
+	t.Parallel()
 	// A database of its own: the test changes the library record others
 	// rely on.
 	pool := postgrestest.SchemaDB(t, 4)

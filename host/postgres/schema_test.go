@@ -27,6 +27,7 @@ func freshDB(t *testing.T, srv *pgtest.Server, name string) (string, *pgxpool.Po
 }
 
 func TestRecognizeFlowFabricsLedger(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	ctx := context.Background()
 

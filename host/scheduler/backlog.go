@@ -71,7 +71,7 @@ func (sw *sweep) sampleBacklog(ctx context.Context, ask []keys.Partition) ([]int
 	if host == nil {
 		host = r.host
 	}
-	cctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
+	cctx, cancel := context.WithTimeout(r.calls, r.Tuning().CallTimeout)
 	defer cancel()
 	t0 := r.clk.Now()
 	vals, err := sampler.SampleBacklog(cctx, host, ask)

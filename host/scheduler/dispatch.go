@@ -19,110 +19,133 @@ import (
 	"github.com/ffscan/ffscan/sdk/valkeyreply"
 )
 
-// scanAll calls ScanPartition for every partition with candidates, with
+// dispatch calls ScanPartition for every partition with candidates, with
 // bounded concurrency. It returns the partitions that said More and the
 // backlogs the plugin reported in its results.
 func (sw *sweep) dispatch(ctx context.Context, states []*partState, nowMs int64, followUp bool) ([]keys.Partition, map[uint16]int64) {
-	r, scanner, info, sum := sw.r, sw.scanner, sw.info, sw.sum
-	var work []*partState
-	for _, st := range states {
-		if len(st.cands) == 0 {
-			// Follow-up passes revisit partitions already counted.
-			switch {
-			case st.fetchError && !followUp:
-				sum.Failed++
-			case !st.fetchError:
-				if !followUp {
-					sum.Empty++
-				}
-				r.commitCursors(st)
-			}
-			continue
-		}
-		work = append(work, st)
-	}
-	var (
-		mu            sync.Mutex
-		more          []keys.Partition
-		pluginBacklog = map[uint16]int64{}
-		wg            sync.WaitGroup
-		next          = make(chan *partState)
-	)
-	workers := min(r.Tuning().Concurrency, len(work))
-	for range workers {
+	work := sw.withCandidates(states, followUp)
+	out := &dispatched{pluginBacklog: map[uint16]int64{}}
+	var wg sync.WaitGroup
+	next := make(chan *partState)
+	for range min(sw.r.Tuning().Concurrency, len(work)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for st := range next {
-				lease, err := r.lease(scanner, info)
-				if err == nil && !sameSchedule(info, lease.Info) {
-					release(lease)
-					mu.Lock()
-					sum.Deferred++
-					mu.Unlock()
-					continue
-				}
-				var res *scannerapi.ScanResult
-				if err == nil {
-					res, err = sw.scanOne(lease, st, nowMs)
-					if lease.Outcome != nil {
-						// A deadline of the call's own, not the host's
-						// shutdown cutting calls short.
-						lease.Outcome(errors.Is(err, context.DeadlineExceeded) && r.cfg.CallParent.Err() == nil)
-					}
-					release(lease)
-				}
-				mu.Lock()
-				if err != nil {
-					sum.Failed++
-					sum.addErr(scannerapi.ErrTransport, rpcCode(err), 1)
-					r.setLastError(fmt.Sprintf("%s: %v", st.p.Tag(), err))
-					mu.Unlock()
-					continue
-				}
-				sum.Scanned++
-				sum.Processed += res.Processed
-				sum.Skipped += res.Skipped
-				for _, e := range res.Errors {
-					if e.Class == scannerapi.ErrTransport {
-						// The scanner's commands got no reply: the
-						// store may be failing over.
-						r.cfg.Epoch.Bump()
-					}
-					sum.addErr(e.Class, e.Code, e.Count)
-				}
-				for _, n := range res.Notes {
-					sum.Notes = append(sum.Notes, st.p.Tag()+": "+n)
-				}
-				if res.More {
-					more = append(more, st.p)
-				}
-				if res.HasBacklog {
-					pluginBacklog[st.p.Index] = res.Backlog
-				}
-				st.settled = max(0, res.Settled)
-				st.hasLag, st.lag = res.HasLag, max(0, res.Lag)
-				mu.Unlock()
-				if !st.fetchError {
-					r.commitCursors(st)
-				}
+				sw.call(st, nowMs, out)
 			}
 		}()
 	}
 	// Dispatch stops when ctx is done (shutdown); calls already running
 	// finish under their own deadline.
-dispatch:
+feed:
 	for _, st := range work {
 		select {
 		case next <- st:
 		case <-ctx.Done():
-			break dispatch
+			break feed
 		}
 	}
 	close(next)
 	wg.Wait()
-	sort.Slice(more, func(i, j int) bool { return more[i].Index < more[j].Index })
-	return more, pluginBacklog
+	sort.Slice(out.more, func(i, j int) bool { return out.more[i].Index < out.more[j].Index })
+	return out.more, out.pluginBacklog
+}
+
+// withCandidates returns the partitions to call; the others are counted
+// (empty, or failed to fetch) and their cursors committed.
+func (sw *sweep) withCandidates(states []*partState, followUp bool) []*partState {
+	var work []*partState
+	for _, st := range states {
+		if len(st.cands) > 0 {
+			work = append(work, st)
+			continue
+		}
+		// Follow-up passes revisit partitions already counted.
+		switch {
+		case st.fetchError && !followUp:
+			sw.sum.Failed++
+		case !st.fetchError:
+			if !followUp {
+				sw.sum.Empty++
+			}
+			sw.r.commitCursors(st)
+		}
+	}
+	return work
+}
+
+// dispatched is what a dispatch's calls reported beyond the summary.
+type dispatched struct {
+	mu            sync.Mutex // guards these and the sweep's summary
+	more          []keys.Partition
+	pluginBacklog map[uint16]int64
+}
+
+// call runs one partition's ScanPartition under a lease and records its
+// result.
+func (sw *sweep) call(st *partState, nowMs int64, out *dispatched) {
+	r, sum := sw.r, sw.sum
+	lease, err := r.lease(sw.scanner, sw.info)
+	if err == nil && !sameSchedule(sw.info, lease.Info) {
+		release(lease)
+		out.mu.Lock()
+		sum.Deferred++
+		out.mu.Unlock()
+		return
+	}
+	var res *scannerapi.ScanResult
+	if err == nil {
+		r.inFlight(1)
+		res, err = sw.scanOne(lease, st, nowMs)
+		r.inFlight(-1)
+		if lease.Outcome != nil {
+			// A deadline of the call's own, not the host's shutdown
+			// cutting calls short.
+			lease.Outcome(errors.Is(err, context.DeadlineExceeded) && r.calls.Err() == nil)
+		}
+		release(lease)
+	}
+	out.mu.Lock()
+	if err != nil {
+		sum.Failed++
+		sum.addErr(scannerapi.ErrTransport, rpcCode(err), 1)
+		r.setLastError(fmt.Sprintf("%s: %v", st.p.Tag(), err))
+		out.mu.Unlock()
+		return
+	}
+	sw.record(st, res, out)
+	out.mu.Unlock()
+	if !st.fetchError {
+		r.commitCursors(st)
+	}
+}
+
+// record adds a partition's result to the summary. out.mu must be held.
+func (sw *sweep) record(st *partState, res *scannerapi.ScanResult, out *dispatched) {
+	sum := sw.sum
+	sum.Scanned++
+	sum.Processed += res.Processed
+	sum.Skipped += res.Skipped
+	for _, e := range res.Errors {
+		if e.Class == scannerapi.ErrTransport {
+			// The scanner's commands got no reply: the store may be
+			// failing over.
+			sw.r.cfg.Epoch.Bump()
+		}
+		sum.addErr(e.Class, e.Code, e.Count)
+	}
+	for _, n := range res.Notes {
+		sum.Notes = append(sum.Notes, st.p.Tag()+": "+n)
+	}
+	if res.More {
+		out.more = append(out.more, st.p)
+	}
+	if res.HasBacklog {
+		out.pluginBacklog[st.p.Index] = res.Backlog
+	}
+	st.settled = max(0, res.Settled)
+	st.hasLag, st.lag = res.HasLag, max(0, res.Lag)
 }
 
 // lease returns the scanner for one call: per call from an Acquirer (a hot
@@ -159,7 +182,7 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 	if host == nil {
 		host = r.host
 	}
-	ctx, cancel := context.WithTimeout(r.cfg.CallParent, r.Tuning().CallTimeout)
+	ctx, cancel := context.WithTimeout(r.calls, r.Tuning().CallTimeout)
 	defer cancel()
 	req := &scannerapi.ScanRequest{
 		Scanner:    r.cfg.Name,

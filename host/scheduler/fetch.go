@@ -305,7 +305,7 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 			cmds[i], _ = backlogCmd(r.client, op.sk, nowMs)
 		}
 	}
-	results := spread.DoMulti(ctx, r.client, cmds, part)
+	results := spread.DoMulti(ctx, r.clk, r.client, cmds, part)
 	var next []fetchOp
 	for i, res := range results {
 		op := ops[i]

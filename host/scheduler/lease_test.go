@@ -142,8 +142,7 @@ func TestRetuneWakesTheSleep(t *testing.T) {
 	r := e.runner(t, s, Config{Interval: time.Hour, Clock: clk}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(ctx) }()
+	require.NoError(t, r.Start(ctx))
 	wait := func(within time.Duration) time.Duration {
 		t.Helper()
 		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
@@ -163,5 +162,5 @@ func TestRetuneWakesTheSleep(t *testing.T) {
 	assert.Equal(t, 7, r.Tuning().Batch)
 	assert.Equal(t, 8, r.Tuning().Concurrency, "zero keeps the default")
 	cancel()
-	<-done
+	<-r.Done()
 }

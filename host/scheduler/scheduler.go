@@ -26,6 +26,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/keyless"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -72,7 +73,27 @@ type Recorder interface {
 	RPC(scanner, method string, d time.Duration)
 }
 
-// Config tunes one scanner's runner.
+// Defaults of Config and Tuning.
+const (
+	DefaultConcurrency  = 8
+	DefaultCallTimeout  = 5 * time.Second
+	DefaultMaxFollowUps = 8
+	// DefaultBatch is the batch of a scanner whose Info names none.
+	DefaultBatch = 50
+)
+
+// Bounds of the configuration's scheduler and scanner settings.
+const (
+	// MinInterval is the shortest scanner interval; FlowFabric clamps to
+	// the same floor, so a typo cannot turn a scanner into a busy loop.
+	MinInterval = 100 * time.Millisecond
+	// MaxConcurrency bounds Concurrency (scheduler.concurrency).
+	MaxConcurrency = 1024
+	// MaxBatch bounds a scanner's batch (scanners.<name>.batch).
+	MaxBatch = 10000
+)
+
+// Config tunes one scanner's runner. Zero fields take the defaults above.
 type Config struct {
 	// Name is the scanner name (metric label, request field).
 	Name string
@@ -91,18 +112,18 @@ type Config struct {
 	// LanesFunc, when set, is asked for the lanes at every cycle instead
 	// (the host refreshes them from ff:idx:lanes as producers add lanes).
 	LanesFunc func() []string
-	// Concurrency bounds concurrent ScanPartition calls (default 8).
+	// Concurrency bounds concurrent ScanPartition calls.
 	Concurrency int
-	// CallTimeout is the deadline of one plugin call (default 5s).
+	// CallTimeout is the deadline of one plugin call.
 	CallTimeout time.Duration
-	// CallParent is the parent of every plugin call's context; the host
-	// cancels it at the shutdown deadline. Calls do not derive from Run's
-	// context, so that stopping dispatch does not abort scans in flight.
-	// Nil means context.Background().
+	// CallParent is the parent of every plugin call's context (its values
+	// reach the calls). Calls do not derive from Start's context, so that
+	// stopping dispatch does not abort scans in flight: Stop cancels them
+	// at its own deadline. Nil means context.Background().
 	CallParent context.Context
 	// MaxFollowUps bounds the prompt rescans of partitions that report
-	// More within one cycle (default 8), so a scanner that always says
-	// More cannot starve the sleep.
+	// More within one cycle, so a scanner that always says More cannot
+	// starve the sleep.
 	MaxFollowUps int
 	// NoJitter starts the first cycle at once instead of after a random
 	// delay within the interval (tests, scan-once).
@@ -123,11 +144,31 @@ type Config struct {
 	// PostgresFilter is the host's namespace / instance-tag filter, which
 	// the candidate reads apply (postgres.namespace, postgres.instance_tag).
 	PostgresFilter scannerapi.Filter
+	// Changes, when set, is told of every change of the status (a cycle
+	// ended, a cycle could not run).
+	Changes *service.Changes
+}
+
+func (c Config) withDefaults() Config {
+	service.Default(&c.MaxFollowUps, DefaultMaxFollowUps)
+	if c.CallParent == nil {
+		c.CallParent = context.Background()
+	}
+	c.Clock = clock.Or(c.Clock)
+	t := c.tuning().withDefaults()
+	c.Concurrency, c.CallTimeout = t.Concurrency, t.CallTimeout
+	return c
+}
+
+func (c Config) tuning() Tuning {
+	return Tuning{Interval: c.Interval, Batch: c.Batch, Concurrency: c.Concurrency, CallTimeout: c.CallTimeout}
 }
 
 // Tuning is the part of Config that can change while the runner runs
 // (a configuration reload). Interval and Batch apply from the next cycle,
-// Concurrency and CallTimeout from the next call.
+// Concurrency and CallTimeout from the next call. Zero Interval and Batch
+// are the scanner's own defaults (its Info); zero Concurrency and
+// CallTimeout DefaultConcurrency and DefaultCallTimeout.
 type Tuning struct {
 	Interval    time.Duration
 	Batch       int
@@ -135,21 +176,33 @@ type Tuning struct {
 	CallTimeout time.Duration
 }
 
+func (t Tuning) withDefaults() Tuning {
+	service.Default(&t.Concurrency, DefaultConcurrency)
+	service.Default(&t.CallTimeout, DefaultCallTimeout)
+	return t
+}
+
 // Runner runs one scanner. Its methods are safe for concurrent use; Run
 // and Cycle must not overlap.
 type Runner struct {
+	loop service.Loop
+	// calls is the parent of every call's context: Stop cancels it
+	// (abortCalls) when its deadline passes with calls still in flight.
+	calls      context.Context
+	abortCalls context.CancelFunc
+
 	clk    clock.Clock
 	cfg    Config
 	tunMu  sync.Mutex
 	tun    Tuning
-	wake   chan struct{} // Retune wakes Run's sleep
+	wake   chan struct{} // Retune wakes the sweep's sleep
 	client valkey.Client
 	target Target
 	host   scannerapi.Host
 	rec    Recorder
 	log    hclog.Logger
 
-	cycle uint64 // cycles started; owned by the Run/Cycle goroutine
+	cycle uint64 // cycles started; owned by the sweep or Cycle goroutine
 
 	warnMu     sync.Mutex
 	warnedKeys map[string]bool // wrong-type source keys already logged
@@ -182,47 +235,34 @@ type Status struct {
 	// CycleErrors counts cycles that could not run at all (scanner
 	// unavailable, no server time).
 	CycleErrors int64
+	// InFlight is the ScanPartition calls running now.
+	InFlight int
 }
 
 // New returns a runner. host is passed to ScanPartition (a linked scanner
 // uses it; a plugin client ignores it and calls back through the broker).
 func New(cfg Config, client valkey.Client, target Target, host scannerapi.Host, rec Recorder, log hclog.Logger) *Runner {
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 8
-	}
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = 5 * time.Second
-	}
-	if cfg.MaxFollowUps <= 0 {
-		cfg.MaxFollowUps = 8
-	}
-	if cfg.CallParent == nil {
-		cfg.CallParent = context.Background()
-	}
+	cfg = cfg.withDefaults()
 	if rec == nil {
 		rec = nopRecorder{}
 	}
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Runner{
-		cfg: cfg, client: client, target: target, host: host, rec: rec, log: log, clk: clock.Or(cfg.Clock),
+	r := &Runner{
+		cfg: cfg, client: client, target: target, host: host, rec: rec, log: log, clk: cfg.Clock,
 		cursors: map[string]uint64{},
-		tun:     Tuning{Interval: cfg.Interval, Batch: cfg.Batch, Concurrency: cfg.Concurrency, CallTimeout: cfg.CallTimeout},
+		tun:     cfg.tuning(),
 		wake:    make(chan struct{}, 1),
 	}
+	r.calls, r.abortCalls = context.WithCancel(cfg.CallParent)
+	return r
 }
 
-// Retune changes the runner's tuning while it runs; zero Concurrency and
-// CallTimeout keep their defaults. A sleeping runner wakes to re-plan its
-// next cycle with the new interval.
+// Retune changes the runner's tuning while it runs. A sleeping runner
+// wakes to re-plan its next cycle with the new interval.
 func (r *Runner) Retune(t Tuning) {
-	if t.Concurrency <= 0 {
-		t.Concurrency = 8
-	}
-	if t.CallTimeout <= 0 {
-		t.CallTimeout = 5 * time.Second
-	}
+	t = t.withDefaults()
 	r.tunMu.Lock()
 	r.tun = t
 	r.tunMu.Unlock()
@@ -281,7 +321,7 @@ func (r *Runner) interval(info scannerapi.Info) time.Duration {
 	if iv == 0 {
 		iv = info.DefaultInterval
 	}
-	return max(iv, 100*time.Millisecond)
+	return max(iv, MinInterval)
 }
 
 func (r *Runner) batch(info scannerapi.Info) int {
@@ -291,14 +331,36 @@ func (r *Runner) batch(info scannerapi.Info) int {
 	if info.DefaultBatch > 0 {
 		return info.DefaultBatch
 	}
-	return 50
+	return DefaultBatch
 }
 
-// Run sweeps until ctx is done: a random start delay within the interval
-// (so scanners started together do not hit partition 0 in step), then one
-// cycle, then sleep for the rest of the interval (none if the sweep
-// overran). While the plugin is unavailable it polls every 200 ms instead.
-func (r *Runner) Run(ctx context.Context) {
+// Start sweeps in the background until Stop or until ctx ends (which
+// stops dispatching; calls in flight go on until Stop): a random start
+// delay within the interval (so scanners started together do not hit
+// partition 0 in step), then one cycle, then sleep for the rest of the
+// interval (none if the sweep overran). While the plugin is unavailable it
+// polls every 200 ms instead. The sweep and Cycle must not overlap.
+func (r *Runner) Start(ctx context.Context) error {
+	return r.loop.Start(ctx, r.run)
+}
+
+// Stop stops dispatching and waits for the calls in flight until ctx
+// ends; then it cancels them, waits for the sweep to return and returns
+// ctx's error.
+func (r *Runner) Stop(ctx context.Context) error {
+	err := r.loop.Stop(ctx)
+	if err != nil {
+		r.abortCalls()
+		<-r.loop.Done()
+	}
+	return err
+}
+
+// Done is closed once the sweep Start began has returned (at once when it
+// never started).
+func (r *Runner) Done() <-chan struct{} { return r.loop.Done() }
+
+func (r *Runner) run(ctx context.Context) {
 	jittered := r.cfg.NoJitter
 	for ctx.Err() == nil {
 		_, info, err := r.target.Current()
@@ -362,23 +424,13 @@ func (r *Runner) currentInfo() scannerapi.Info {
 	return info
 }
 
-// unavailablePoll is how often Run looks again while the scanner is not
+// unavailablePoll is how often the sweep looks again while the scanner is not
 // running (starting, restarting): a mutex check, so it can be short and
 // the first cycle follows the plugin's start closely.
 const unavailablePoll = 200 * time.Millisecond
 
 func (r *Runner) sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := r.clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
+	return clock.Sleep(ctx, r.clk, d)
 }
 
 func (r *Runner) since(t time.Time) time.Duration { return clock.Since(r.clk, t) }
@@ -602,18 +654,29 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	if sum.BacklogKnown {
 		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
 	}
+	r.cfg.Changes.Notify()
 }
 
 func (r *Runner) cycleError() {
 	r.stMu.Lock()
 	r.status.CycleErrors++
 	r.stMu.Unlock()
+	r.cfg.Changes.Notify()
+}
+
+// inFlight counts a call starting (+1) or ending (-1).
+func (r *Runner) inFlight(delta int) {
+	r.stMu.Lock()
+	r.status.InFlight += delta
+	r.stMu.Unlock()
+	r.cfg.Changes.Notify()
 }
 
 func (r *Runner) setLastError(s string) {
 	r.stMu.Lock()
 	r.status.LastError = s
 	r.stMu.Unlock()
+	r.cfg.Changes.Notify()
 }
 
 type nopRecorder struct{}

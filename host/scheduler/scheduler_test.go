@@ -15,6 +15,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
@@ -462,17 +463,26 @@ func TestRunStopsOnCancel(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
-	r := e.runner(t, s, Config{Interval: 100 * time.Millisecond}, nil)
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	r := e.runner(t, s, Config{Interval: 100 * time.Millisecond, Clock: clk}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	require.Eventually(t, func() bool { return r.Status().Cycle >= 3 }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, r.Start(ctx))
+	// The start delay, then a sleep after each cycle: each is a timer the
+	// test lets pass.
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	for r.Status().Cycle < 3 {
+		d, err := clk.WaitForTimer(wctx)
+		require.NoError(t, err, "the runner planned no sleep")
+		clk.Advance(d)
+	}
 	cancel()
 	select {
-	case <-done:
+	case <-r.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
+		t.Fatal("the sweep did not return after cancel")
 	}
+	require.NoError(t, r.Stop(context.Background()))
 }
 
 func TestCheckInfo(t *testing.T) {

@@ -42,6 +42,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 )
 
@@ -55,10 +57,12 @@ const (
 	OwnersKey = "ffscan:{ffscan}:owners"
 )
 
-// Defaults.
+// Defaults of Config.
 const (
 	DefaultTTL  = 10 * time.Second
 	DefaultTick = time.Second
+	// DefaultLeaveTimeout bounds the hand-over at Stop (Leave).
+	DefaultLeaveTimeout = 2 * time.Second
 )
 
 // OwnerField is a partition's field in OwnersKey.
@@ -106,24 +110,44 @@ end
 if #del > 0 then return redis.call('HDEL', KEYS[1], unpack(del)) end
 return 0`)
 
-// Options configure a Coordinator.
-type Options struct {
+// Config configures a Coordinator. Zero fields take the defaults above.
+type Config struct {
 	// ID names this host among the others (unique per process).
 	ID string
 	// Partitions are the deployment's partition counts.
 	Partitions keys.PartitionConfig
-	// TTL is how long membership and ownership last without renewal
-	// (default DefaultTTL); Tick how often they are renewed (default
-	// DefaultTick, at most TTL/3).
+	// TTL is how long membership and ownership last without renewal;
+	// Tick how often they are renewed (at most TTL/3).
 	TTL, Tick time.Duration
+	// LeaveTimeout bounds giving everything up at Stop.
+	LeaveTimeout time.Duration
+	// Clock is the fencing clock (the system clock): what this host owns
+	// is valid until TTL less a margin after the renewal, by this clock.
+	Clock clock.Clock
 	// Logger for ownership changes.
 	Logger hclog.Logger
+	// Changes, when set, is told of every tick that renewed the share.
+	Changes *service.Changes
+}
+
+func (c Config) withDefaults() Config {
+	service.Default(&c.TTL, DefaultTTL)
+	service.Default(&c.Tick, DefaultTick)
+	c.Tick = min(c.Tick, c.TTL/3)
+	service.Default(&c.LeaveTimeout, DefaultLeaveTimeout)
+	c.Clock = clock.Or(c.Clock)
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
 }
 
 // Coordinator keeps this host's share of the partitions.
 type Coordinator struct {
+	loop   service.Loop
 	client valkey.Client
-	opts   Options
+	cfg    Config
+	clk    clock.Clock
 	log    hclog.Logger
 	all    []keys.Partition
 
@@ -134,31 +158,21 @@ type Coordinator struct {
 	ticks   uint64
 }
 
-// New returns a coordinator; Run keeps it current.
-func New(client valkey.Client, opts Options) *Coordinator {
-	if opts.TTL <= 0 {
-		opts.TTL = DefaultTTL
-	}
-	if opts.Tick <= 0 {
-		opts.Tick = DefaultTick
-	}
-	opts.Tick = min(opts.Tick, opts.TTL/3)
-	log := opts.Logger
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
+// New returns a coordinator; Start keeps it current.
+func New(client valkey.Client, cfg Config) *Coordinator {
+	cfg = cfg.withDefaults()
 	var all []keys.Partition
 	for _, f := range []keys.Family{keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota} {
-		all = append(all, opts.Partitions.Partitions(f)...)
+		all = append(all, cfg.Partitions.Partitions(f)...)
 	}
-	return &Coordinator{client: client, opts: opts, log: log, all: all, owned: map[keys.Partition]bool{}}
+	return &Coordinator{client: client, cfg: cfg, clk: cfg.Clock, log: cfg.Logger, all: all, owned: map[keys.Partition]bool{}}
 }
 
 // Owns reports whether this host may act on p now.
 func (c *Coordinator) Owns(p keys.Partition) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.owned[p] && time.Now().Before(c.until)
+	return c.owned[p] && c.clk.Now().Before(c.until)
 }
 
 // Status is a snapshot of the coordinator's view.
@@ -173,8 +187,8 @@ type Status struct {
 func (c *Coordinator) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := Status{ID: c.opts.ID, Members: append([]string(nil), c.members...), Owned: map[keys.Family]int{}, Ticks: c.ticks}
-	if time.Now().Before(c.until) {
+	st := Status{ID: c.cfg.ID, Members: append([]string(nil), c.members...), Owned: map[keys.Family]int{}, Ticks: c.ticks}
+	if c.clk.Now().Before(c.until) {
 		for p, ok := range c.owned {
 			if ok {
 				st.Owned[p.Family]++
@@ -184,27 +198,43 @@ func (c *Coordinator) Status() Status {
 	return st
 }
 
-// Run renews membership and ownership every tick until ctx ends, then
-// gives up what it holds so that the others take it at once.
-func (c *Coordinator) Run(ctx context.Context) {
-	t := time.NewTicker(c.opts.Tick)
+// Start takes this host's share at once (so that it is known before any
+// scanner runs; a failed first tick is logged, and the scanners wait for
+// one that succeeds), then renews membership and ownership every tick
+// until Stop or until ctx ends.
+func (c *Coordinator) Start(ctx context.Context) error {
+	if err := c.Tick(ctx); err != nil && ctx.Err() == nil {
+		c.log.Warn("partition sharing: first tick failed; scanners wait for a tick that succeeds", "error", err)
+	}
+	return c.loop.Start(ctx, c.run)
+}
+
+// Stop stops renewing and gives up what this host holds, so that the
+// others take it at once (the keys expire on their own otherwise).
+func (c *Coordinator) Stop(ctx context.Context) error {
+	err := c.loop.Stop(ctx)
+	c.Leave(ctx)
+	return err
+}
+
+func (c *Coordinator) run(ctx context.Context) {
+	t := c.clk.NewTicker(c.cfg.Tick)
 	defer t.Stop()
 	for {
-		if err := c.Tick(ctx); err != nil && ctx.Err() == nil {
-			c.log.Warn("partition sharing: tick failed; keeping what is still valid", "error", err)
-		}
 		select {
 		case <-ctx.Done():
-			c.Leave(context.Background())
 			return
-		case <-t.C:
+		case <-t.C():
+		}
+		if err := c.Tick(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("partition sharing: tick failed; keeping what is still valid", "error", err)
 		}
 	}
 }
 
 // Leave gives up membership and every partition held.
 func (c *Coordinator) Leave(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.LeaveTimeout)
 	defer cancel()
 	c.mu.Lock()
 	var held []keys.Partition
@@ -216,21 +246,21 @@ func (c *Coordinator) Leave(ctx context.Context) {
 	c.owned = map[keys.Partition]bool{}
 	c.mu.Unlock()
 	if len(held) > 0 {
-		args := []string{c.opts.ID}
+		args := []string{c.cfg.ID}
 		for _, p := range held {
 			args = append(args, OwnerField(p))
 		}
 		give.Exec(ctx, c.client, []string{OwnersKey}, args)
 	}
-	c.client.Do(ctx, c.client.B().Zrem().Key(MembersKey).Member(c.opts.ID).Build())
+	c.client.Do(ctx, c.client.B().Zrem().Key(MembersKey).Member(c.cfg.ID).Build())
 }
 
 // Tick renews this host's membership, reads the live members, and takes,
 // renews or gives up each partition by the assignment.
 func (c *Coordinator) Tick(ctx context.Context) error {
-	sent := time.Now()
+	sent := c.clk.Now()
 	b := c.client.B()
-	ttl := c.opts.TTL.Milliseconds()
+	ttl := c.cfg.TTL.Milliseconds()
 	// The clock of the node that holds the sharing keys (a keyless TIME
 	// could go to any node, a dead seed included).
 	t, err := c.client.Do(ctx, b.Time().Build().SetSlot(MembersKey)).AsIntSlice()
@@ -239,7 +269,7 @@ func (c *Coordinator) Tick(ctx context.Context) error {
 	}
 	now := t[0]*1000 + t[1]/1000
 	res := c.client.DoMulti(ctx,
-		b.Zadd().Key(MembersKey).ScoreMember().ScoreMember(float64(now+ttl), c.opts.ID).Build(),
+		b.Zadd().Key(MembersKey).ScoreMember().ScoreMember(float64(now+ttl), c.cfg.ID).Build(),
 		b.Zremrangebyscore().Key(MembersKey).Min("-inf").Max(strconv.FormatInt(now, 10)).Build(),
 		b.Zrange().Key(MembersKey).Min("0").Max("-1").Build())
 	for _, r := range res {
@@ -254,14 +284,14 @@ func (c *Coordinator) Tick(ctx context.Context) error {
 	sort.Strings(members)
 	var mine, others []keys.Partition
 	for _, p := range c.all {
-		if assign(members, p) == c.opts.ID {
+		if assign(members, p) == c.cfg.ID {
 			mine = append(mine, p)
 		} else {
 			others = append(others, p)
 		}
 	}
 	// Give up first what another host is due to own, then take ours.
-	gives := []string{c.opts.ID}
+	gives := []string{c.cfg.ID}
 	c.mu.Lock()
 	for _, p := range others {
 		if c.owned[p] {
@@ -277,7 +307,7 @@ func (c *Coordinator) Tick(ctx context.Context) error {
 	}
 	owned := map[keys.Partition]bool{}
 	if len(mine) > 0 {
-		args := []string{c.opts.ID, strconv.FormatInt(ttl, 10)}
+		args := []string{c.cfg.ID, strconv.FormatInt(ttl, 10)}
 		for _, p := range mine {
 			args = append(args, OwnerField(p))
 		}
@@ -308,11 +338,12 @@ func (c *Coordinator) Tick(ctx context.Context) error {
 	c.owned = owned
 	// Valid from when the renewals were sent, less a margin for the
 	// clocks' drift and the round trip.
-	c.until = sent.Add(c.opts.TTL - c.opts.TTL/5)
+	c.until = sent.Add(c.cfg.TTL - c.cfg.TTL/5)
 	changed := gained > 0 || lost > 0 || !slices.Equal(c.members, members)
 	c.members = members
 	c.ticks++
 	c.mu.Unlock()
+	c.cfg.Changes.Notify()
 	if changed {
 		c.log.Info("partition sharing", "hosts", len(members), "owned", len(owned), "of", len(c.all), "gained", gained, "lost", lost)
 	}

@@ -20,7 +20,7 @@ var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 const ttl = 600 * time.Millisecond
 
 func coordinator(c valkey.Client, id string) *sharing.Coordinator {
-	return sharing.New(c, sharing.Options{ID: id, Partitions: parts, TTL: ttl, Tick: ttl / 3})
+	return sharing.New(c, sharing.Config{ID: id, Partitions: parts, TTL: ttl, Tick: ttl / 3})
 }
 
 // tickAll ticks every coordinator once (in the given order).
@@ -83,6 +83,7 @@ func settle(t *testing.T, cs map[string]*sharing.Coordinator, order []string) {
 }
 
 func TestSingleHostOwnsEverything(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := coordinator(srv.Client(t), "solo")
 	require.NoError(t, c.Tick(context.Background()))
@@ -97,6 +98,7 @@ func TestSingleHostOwnsEverything(t *testing.T) {
 // renewing) loses its partitions by its own clock, and they are taken
 // once its keys expire.
 func TestHostsShareWithoutOverlap(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	client := srv.Client(t)
 	cs := map[string]*sharing.Coordinator{}
@@ -151,6 +153,7 @@ func TestHostsShareWithoutOverlap(t *testing.T) {
 }
 
 func TestAssignmentMovesOnlyWhatMust(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	client := srv.Client(t)
 	cs := map[string]*sharing.Coordinator{}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host/clock"
 )
 
 // StragglerWait is how long a batch waits for the partitions of a
@@ -30,14 +32,15 @@ const StragglerWait = time.Second
 // large batch does not build one huge pipeline.
 const Chunk = 1024
 
-// DoMulti runs cmds and returns their results in order. group[i] names
+// DoMulti runs cmds and returns their results in order; clk times the
+// stragglers. group[i] names
 // the group of command i: commands of one group share a slot (a
 // partition's keys). On a single server the commands go out in pipelined
 // chunks. On a cluster each group goes out as a pipeline of its own, all
 // at once (the client still batches them per connection), and groups
 // still unanswered StragglerWait after the first one answered are given
 // up.
-func DoMulti(ctx context.Context, client valkey.Client, cmds valkey.Commands, group []int) []valkey.ValkeyResult {
+func DoMulti(ctx context.Context, clk clock.Clock, client valkey.Client, cmds valkey.Commands, group []int) []valkey.ValkeyResult {
 	if client.Mode() != valkey.ClientModeCluster || len(cmds) == 0 {
 		results := make([]valkey.ValkeyResult, 0, len(cmds))
 		for i := 0; i < len(cmds); i += Chunk {
@@ -58,7 +61,7 @@ func DoMulti(ctx context.Context, client valkey.Client, cmds valkey.Commands, gr
 	results := make([]valkey.ValkeyResult, len(cmds))
 	done := make(chan struct{}, len(order))
 	var wg sync.WaitGroup
-	start := time.Now()
+	start := clk.Now()
 	for _, p := range order {
 		idx := groups[p]
 		wg.Add(1)
@@ -76,13 +79,13 @@ func DoMulti(ctx context.Context, client valkey.Client, cmds valkey.Commands, gr
 	}
 	<-done
 	if len(order) > 1 {
-		wait := max(StragglerWait, 4*time.Since(start))
-		timer := time.NewTimer(wait)
+		wait := max(StragglerWait, 4*clock.Since(clk, start))
+		timer := clk.NewTimer(wait)
 	collect:
 		for n := 1; n < len(order); n++ {
 			select {
 			case <-done:
-			case <-timer.C:
+			case <-timer.C():
 				cancel()
 				break collect
 			}

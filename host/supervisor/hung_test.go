@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/service"
 )
 
 // A plugin that answers health checks but lets its calls run into their
@@ -19,11 +20,12 @@ func TestHungCallsRestartThePlugin(t *testing.T) {
 	l := &fakeLauncher{started: make(chan int, 10)}
 	rec := &countRec{}
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-	s := New(Config{Name: "t", BackoffMin: time.Second, CrashLoopCount: 100, HealthInterval: time.Hour, HungCalls: 3, Clock: clk}, l, rec, nil)
-	s.Start()
+	ch := &service.Changes{}
+	s := New(Config{Changes: ch, Name: "t", BackoffMin: time.Second, CrashLoopCount: 100, HealthInterval: time.Hour, HungCalls: 3, Clock: clk}, l, rec, nil)
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	require.Equal(t, 1, <-l.started)
-	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 20*time.Second, time.Millisecond)
+	waitState(t, ch, s, StateRunning)
 
 	call := func(timedOut bool) {
 		lease, err := s.Acquire()
@@ -59,14 +61,14 @@ func TestHungCallsRestartThePlugin(t *testing.T) {
 	assert.Contains(t, st.LastError, "3 calls in a row ran into their deadline")
 	clk.Advance(time.Second)
 	require.Equal(t, 2, <-l.started)
-	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 20*time.Second, time.Millisecond)
+	waitState(t, ch, s, StateRunning)
 }
 
 // A crash loop is retried after a minute by default, not parked for long.
 func TestBrokenCooldownDefaultsToAMinute(t *testing.T) {
 	t.Parallel()
 	c := Config{}
-	c.defaults()
+	c = c.withDefaults()
 	assert.Equal(t, time.Minute, c.BrokenCooldown)
 	assert.Equal(t, c.BackoffMax, c.BrokenCooldown, "no longer than the backoff's cap")
 	assert.Equal(t, 3, c.HungCalls)

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-func (s *Supervisor) loop(ctx context.Context) {
+func (s *Supervisor) supervise(ctx context.Context) {
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		s.setState(StateStarting, "")

@@ -31,7 +31,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/ffscan/ffscan/host/clock"
-
+	"github.com/ffscan/ffscan/host/internal/testsignal"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -113,79 +114,94 @@ type SwapRecorder interface {
 	Swap(scanner string, outcome SwapOutcome)
 }
 
-// Config tunes a supervisor. Zero fields take the defaults shown.
+// Defaults of Config.
+const (
+	DefaultHealthInterval = 5 * time.Second
+	// DefaultPingTimeout caps PingTimeout's default.
+	DefaultPingTimeout     = 5 * time.Second
+	DefaultFailedPings     = 2
+	DefaultStartTimeout    = 10 * time.Second
+	DefaultBackoffMin      = time.Second
+	DefaultBackoffMax      = 60 * time.Second
+	DefaultCrashLoopCount  = 5
+	DefaultCrashLoopWindow = 2 * time.Minute
+	DefaultHungCalls       = 3
+	DefaultBrokenCooldown  = time.Minute
+	DefaultSwapCheck       = 500 * time.Millisecond
+	DefaultSwapProbation   = 10 * time.Second
+	DefaultDrainTimeout    = 30 * time.Second
+)
+
+// MaxSwapProbation bounds SwapProbation (supervisor.swap_probation): an
+// old process kept longer holds memory and a process slot for little.
+const MaxSwapProbation = 10 * time.Minute
+
+// Config tunes a supervisor. Zero fields take the defaults above, except
+// SwapProbation, whose zero means none (the operator's convention; the
+// host's configuration defaults it to DefaultSwapProbation).
 type Config struct {
 	Name string
-	// HealthInterval between pings (5 s).
+	// HealthInterval between pings.
 	HealthInterval time.Duration
-	// PingTimeout per ping (min(HealthInterval, 5 s)).
+	// PingTimeout per ping (min(HealthInterval, DefaultPingTimeout)).
 	PingTimeout time.Duration
-	// FailedPings in a row that count as a crash (2): one slow answer
-	// under load should not cost a restart.
+	// FailedPings in a row that count as a crash: one slow answer under
+	// load should not cost a restart.
 	FailedPings int
-	// StartTimeout bounds one launch (10 s).
+	// StartTimeout bounds one launch.
 	StartTimeout time.Duration
-	// BackoffMin and BackoffMax bound the restart delay (1 s, 60 s).
+	// BackoffMin and BackoffMax bound the restart delay.
 	BackoffMin, BackoffMax time.Duration
-	// CrashLoopCount failures within CrashLoopWindow trip the breaker
-	// (5 within 2 min).
+	// CrashLoopCount failures within CrashLoopWindow trip the breaker.
 	CrashLoopCount  int
 	CrashLoopWindow time.Duration
 	// HungCalls is how many ScanPartition calls in a row may run into
-	// their deadline on one instance before it is restarted (3): a plugin
+	// their deadline on one instance before it is restarted: a plugin
 	// stuck in its calls may still answer health checks.
 	HungCalls int
 	// BrokenCooldown is how long a broken scanner waits before one more
-	// try (1 min: a crash-looping plugin keeps being retried, visibly
-	// broken in between, rather than parked for long).
+	// try (a minute, the backoff's cap: a crash-looping plugin keeps being
+	// retried, visibly broken in between, rather than parked for long).
 	BrokenCooldown time.Duration
 	// StableAfter is how long an instance must run before the backoff
 	// resets (CrashLoopWindow).
 	StableAfter time.Duration
 	// SwapCheck is how long a new instance must stay up, answering pings,
-	// before a swap switches to it (500 ms).
+	// before a swap switches to it.
 	SwapCheck time.Duration
 	// SwapProbation is how long the old instance is kept after a swap; a
 	// new instance that dies or fails its pings within it is replaced by
-	// the old one again (10 s). Negative: no probation, the old instance
-	// is stopped as soon as it has drained.
+	// the old one again. Zero: no probation, the old instance is stopped
+	// as soon as it has drained.
 	SwapProbation time.Duration
 	// DrainTimeout bounds the wait for an old instance's calls in flight
-	// before it is stopped anyway (30 s).
+	// before it is stopped anyway.
 	DrainTimeout time.Duration
 	// Clock is the time source (the system clock); tests pass a
 	// clock.Manual to drive backoffs and probation without waiting.
 	Clock clock.Clock
+	// Changes, when set, is told of every change of the status.
+	Changes *service.Changes
 }
 
-func (c *Config) defaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.HealthInterval, 5*time.Second)
-	def(&c.PingTimeout, min(c.HealthInterval, 5*time.Second))
-	def(&c.StartTimeout, 10*time.Second)
-	def(&c.BackoffMin, time.Second)
-	def(&c.BackoffMax, 60*time.Second)
-	def(&c.CrashLoopWindow, 2*time.Minute)
-	def(&c.BrokenCooldown, time.Minute)
-	if c.HungCalls <= 0 {
-		c.HungCalls = 3
-	}
+func (c Config) withDefaults() Config {
+	def := service.Default[time.Duration]
+	def(&c.HealthInterval, DefaultHealthInterval)
+	def(&c.PingTimeout, min(c.HealthInterval, DefaultPingTimeout))
+	service.Default(&c.FailedPings, DefaultFailedPings)
+	def(&c.StartTimeout, DefaultStartTimeout)
+	def(&c.BackoffMin, DefaultBackoffMin)
+	def(&c.BackoffMax, DefaultBackoffMax)
+	service.Default(&c.CrashLoopCount, DefaultCrashLoopCount)
+	def(&c.CrashLoopWindow, DefaultCrashLoopWindow)
+	service.Default(&c.HungCalls, DefaultHungCalls)
+	def(&c.BrokenCooldown, DefaultBrokenCooldown)
 	def(&c.StableAfter, c.CrashLoopWindow)
-	def(&c.SwapCheck, 500*time.Millisecond)
-	def(&c.DrainTimeout, 30*time.Second)
-	if c.SwapProbation == 0 {
-		c.SwapProbation = 10 * time.Second
-	}
-	if c.FailedPings <= 0 {
-		c.FailedPings = 2
-	}
-	if c.CrashLoopCount <= 0 {
-		c.CrashLoopCount = 5
-	}
+	def(&c.SwapCheck, DefaultSwapCheck)
+	c.SwapProbation = max(c.SwapProbation, 0)
+	def(&c.DrainTimeout, DefaultDrainTimeout)
+	c.Clock = clock.Or(c.Clock)
+	return c
 }
 
 // Status is a snapshot for /v1/status.
@@ -210,6 +226,7 @@ var ErrStopped = errors.New("supervisor is stopped")
 
 // Supervisor supervises one scanner's plugin.
 type Supervisor struct {
+	loop service.Loop
 	clk  clock.Clock
 	cfg  Config
 	rec  Recorder
@@ -223,8 +240,6 @@ type Supervisor struct {
 	cur      *slot
 	prev     *slot // on probation: kept for a rollback
 	gen      uint64
-	cancel   context.CancelFunc
-	done     chan struct{}
 	retiring sync.WaitGroup
 	retired  map[*slot]bool // slots being stopped, for Stop
 
@@ -235,18 +250,29 @@ type Supervisor struct {
 	// probation state
 	probeReqs []*request
 	probeEnd  time.Time
+
+	// TestSignals fire at the supervisor's events for tests that Init
+	// them.
+	TestSignals TestSignals
+}
+
+// TestSignals are a Supervisor's events.
+type TestSignals struct {
+	// Draining: a swapped-out instance (its pid) waits for its calls in
+	// flight before it is stopped.
+	Draining testsignal.Signal[int]
 }
 
 // New returns a supervisor; call Start.
 func New(cfg Config, l Launcher, rec Recorder, log hclog.Logger) *Supervisor {
-	cfg.defaults()
+	cfg = cfg.withDefaults()
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	clk := clock.Or(cfg.Clock)
+	clk := cfg.Clock
 	return &Supervisor{
 		cfg: cfg, launch: l, rec: rec, log: log, clk: clk,
 		reqs:     make(chan *request),
@@ -259,36 +285,20 @@ func New(cfg Config, l Launcher, rec Recorder, log hclog.Logger) *Supervisor {
 
 func (s *Supervisor) since(t time.Time) time.Duration { return clock.Since(s.clk, t) }
 
-// Start launches the supervision loop.
-func (s *Supervisor) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.mu.Lock()
-	s.cancel = cancel
-	s.done = make(chan struct{})
-	done := s.done
-	s.mu.Unlock()
-	go func() {
-		defer close(done)
-		s.loop(ctx)
-	}()
+// Start launches the plugin and supervises it until Stop. Supervision
+// ends with ctx too (no more restarts); the plugin still serves the calls
+// in flight until Stop closes it.
+func (s *Supervisor) Start(ctx context.Context) error {
+	return s.loop.Start(ctx, s.supervise)
 }
 
 // Stop ends supervision and stops the plugin: gracefully, killed when ctx
-// ends. It returns once the processes are gone.
-func (s *Supervisor) Stop(ctx context.Context) {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
+// ends (then it returns ctx's error). It returns once the processes are
+// gone.
+func (s *Supervisor) Stop(ctx context.Context) error {
 	// The loop may be inside a launch that does not honour cancellation
 	// (go-plugin's handshake has its own timeout); do not wait past ctx.
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	_ = s.loop.Stop(ctx)
 	s.mu.Lock()
 	var slots []*slot
 	for _, sl := range []*slot{s.cur, s.prev} {
@@ -317,6 +327,7 @@ func (s *Supervisor) Stop(ctx context.Context) {
 	wg.Wait()
 	s.retiring.Wait()
 	s.rec.PluginUp(s.cfg.Name, false)
+	return ctx.Err()
 }
 
 // Status returns a snapshot.
@@ -341,6 +352,7 @@ func (s *Supervisor) setState(st State, lastErr string) {
 	if st != StateRestarting && st != StateBroken {
 		s.st.NextAttempt = time.Time{}
 	}
+	s.cfg.Changes.Notify()
 }
 
 func (s *Supervisor) launcher() Launcher {

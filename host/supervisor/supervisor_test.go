@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -114,6 +115,31 @@ func (l *fakeLauncher) launches() []time.Time {
 	return append([]time.Time(nil), l.times...)
 }
 
+// waitFor waits until cond holds, re-checking it at every change of the
+// supervisor's status.
+func waitFor(t *testing.T, ch *service.Changes, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, ch.WaitFor(ctx, cond))
+}
+
+// waitState waits until the supervisor is in state st.
+func waitState(t *testing.T, ch *service.Changes, s *Supervisor, st State) {
+	t.Helper()
+	waitFor(t, ch, func() bool { return s.Status().State == st })
+}
+
+// waitExit waits until inst's process is gone.
+func waitExit(t *testing.T, inst *fakeInstance) {
+	t.Helper()
+	select {
+	case <-inst.Exited():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("instance %d did not exit", inst.pid)
+	}
+}
+
 type countRec struct{ restarts atomic.Int64 }
 
 func (r *countRec) Restart(string)        { r.restarts.Add(1) }
@@ -140,9 +166,10 @@ func TestCrashedPluginRestartsWithBackoff(t *testing.T) {
 	}}
 	rec := &countRec{}
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-	s := New(Config{Name: "t", BackoffMin: 40 * time.Millisecond, BackoffMax: 10 * time.Second, CrashLoopCount: 100,
+	ch := &service.Changes{}
+	s := New(Config{Changes: ch, Name: "t", BackoffMin: 40 * time.Millisecond, BackoffMax: 10 * time.Second, CrashLoopCount: 100,
 		HealthInterval: time.Hour, Clock: clk}, l, rec, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 
 	// Each restart waits for exactly the doubled backoff on the clock,
@@ -157,7 +184,7 @@ func TestCrashedPluginRestartsWithBackoff(t *testing.T) {
 		clk.Advance(time.Millisecond)
 		require.Equal(t, i+2, <-l.started)
 	}
-	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 20*time.Second, time.Millisecond)
+	waitState(t, ch, s, StateRunning)
 	st := s.Status()
 	assert.Equal(t, 4, st.Restarts)
 	assert.Equal(t, int64(4), rec.restarts.Load())
@@ -172,9 +199,10 @@ func TestCrashLoopMarksBroken(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{started: make(chan int, 10), behave: func(_ int, inst *fakeInstance) { inst.crash() }}
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, CrashLoopWindow: time.Minute,
+	ch := &service.Changes{}
+	s := New(Config{Changes: ch, Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, CrashLoopWindow: time.Minute,
 		BrokenCooldown: time.Hour, HealthInterval: time.Hour, Clock: clk}, l, nil, nil)
-	s.Start()
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 
 	require.Equal(t, 1, <-l.started)
@@ -200,20 +228,22 @@ func TestCrashLoopMarksBroken(t *testing.T) {
 func TestLaunchFailuresBreakWithTheReason(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{fail: errors.New("plugin /p/t: sha256 mismatch: the file's sha256 is aa but the configured pin is bb")}
-	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, BrokenCooldown: time.Hour}, l, nil, nil)
-	s.Start()
+	ch := &service.Changes{}
+	s := New(Config{Changes: ch, Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, BrokenCooldown: time.Hour}, l, nil, nil)
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
-	require.Eventually(t, func() bool { return s.Status().State == StateBroken }, 20*time.Second, 10*time.Millisecond)
+	waitState(t, ch, s, StateBroken)
 	assert.Contains(t, s.Status().LastError, "sha256 mismatch")
 }
 
 func TestUnhealthyPluginIsReplaced(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{behave: func(n int, inst *fakeInstance) { inst.pingFail.Store(n == 1) }}
-	s := New(Config{Name: "t", HealthInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond}, l, nil, nil)
-	s.Start()
+	ch := &service.Changes{}
+	s := New(Config{Changes: ch, Name: "t", HealthInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond}, l, nil, nil)
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
-	require.Eventually(t, func() bool { return len(l.launches()) >= 2 && s.Status().State == StateRunning }, 20*time.Second, 10*time.Millisecond)
+	waitFor(t, ch, func() bool { return len(l.launches()) >= 2 && s.Status().State == StateRunning })
 	assert.Contains(t, s.Status().LastError, "health check failed 2 times")
 	l.mu.Lock()
 	first := l.insts[0]
@@ -228,9 +258,10 @@ func TestUnhealthyPluginIsReplaced(t *testing.T) {
 func TestStopClosesThePlugin(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
-	s := New(Config{Name: "t", HealthInterval: time.Hour}, l, nil, nil)
-	s.Start()
-	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 10*time.Second, 10*time.Millisecond)
+	ch := &service.Changes{}
+	s := New(Config{Changes: ch, Name: "t", HealthInterval: time.Hour}, l, nil, nil)
+	require.NoError(t, s.Start(context.Background()))
+	waitState(t, ch, s, StateRunning)
 	s.Stop(context.Background())
 	l.mu.Lock()
 	inst := l.insts[0]

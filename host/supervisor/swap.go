@@ -92,12 +92,7 @@ func (s *Supervisor) Update(ctx context.Context, l Launcher, reason string, sett
 }
 
 func (s *Supervisor) request(ctx context.Context, r *request) (SwapResult, error) {
-	s.mu.Lock()
-	done := s.done
-	s.mu.Unlock()
-	if done == nil {
-		return SwapResult{}, ErrStopped
-	}
+	done := s.loop.Done()
 	r.ctx = ctx
 	r.reply = make(chan SwapResult, 1)
 	select {
@@ -259,6 +254,7 @@ func (s *Supervisor) endProbation(res *SwapResult) {
 		if res == nil && old != nil {
 			ls.Outcome = SwapKept
 		}
+		s.cfg.Changes.Notify()
 	}
 	s.mu.Unlock()
 	reqs := s.probeReqs
@@ -288,6 +284,7 @@ func (s *Supervisor) retire(sl *slot) {
 	s.retiring.Add(1)
 	go func() {
 		defer s.retiring.Done()
+		s.TestSignals.Draining.Signal(sl.inst.Pid())
 		if !s.waitDrained(sl) {
 			s.log.Warn("old plugin still busy after the drain timeout; stopping it anyway", "pid", sl.inst.Pid(), "timeout", s.cfg.DrainTimeout)
 		}
@@ -360,5 +357,6 @@ func settle(r *request, res SwapResult) {
 func (s *Supervisor) recordSwap(rec SwapRecord) {
 	s.mu.Lock()
 	s.st.LastSwap = &rec
+	s.cfg.Changes.Notify()
 	s.mu.Unlock()
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/service"
 )
 
 type swapRec struct {
@@ -40,10 +42,13 @@ func running(t *testing.T, cfg Config, l *fakeLauncher, rec Recorder) *Superviso
 	if cfg.SwapCheck == 0 {
 		cfg.SwapCheck = 20 * time.Millisecond
 	}
+	ch := &service.Changes{}
+	cfg.Changes = ch
 	s := New(cfg, l, rec, nil)
-	s.Start()
+	s.TestSignals.Draining.Init()
+	require.NoError(t, s.Start(context.Background()))
 	t.Cleanup(func() { s.Stop(context.Background()) })
-	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 10*time.Second, 5*time.Millisecond)
+	waitState(t, ch, s, StateRunning)
 	return s
 }
 
@@ -92,11 +97,17 @@ func TestSwapSwitchesBetweenCallsAndDrainsTheOld(t *testing.T) {
 	assert.Equal(t, 0, st.Restarts)
 
 	assert.Equal(t, SwapKept, (<-settled).Outcome)
-	// Probation is over but the old instance still has a call in flight.
-	time.Sleep(50 * time.Millisecond)
+	// Probation is over but the old instance still has a call in flight:
+	// it is waited for.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pid, err := s.TestSignals.Draining.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1001, pid)
 	assert.False(t, exited(l.inst(0)), "the old instance is stopped only after its call")
 	before.Release()
-	require.Eventually(t, func() bool { return exited(l.inst(0)) && l.inst(0).closed.Load() }, 5*time.Second, 5*time.Millisecond)
+	waitExit(t, l.inst(0))
+	assert.True(t, l.inst(0).closed.Load(), "stopped gracefully")
 	assert.False(t, exited(l.inst(1)))
 	assert.Equal(t, []SwapOutcome{SwapDone, SwapKept}, rec.list())
 }
@@ -104,7 +115,7 @@ func TestSwapSwitchesBetweenCallsAndDrainsTheOld(t *testing.T) {
 func TestSwapToTheSameFileIsANoOpUnlessForced(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
-	s := running(t, Config{SwapProbation: -1}, l, nil)
+	s := running(t, Config{SwapProbation: 0}, l, nil)
 	res, err := s.Swap(context.Background(), false, "test", nil)
 	require.NoError(t, err)
 	assert.Equal(t, SwapUnchanged, res.Outcome)
@@ -114,7 +125,7 @@ func TestSwapToTheSameFileIsANoOpUnlessForced(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, SwapDone, res.Outcome)
 	assert.Len(t, l.launches(), 2)
-	require.Eventually(t, func() bool { return exited(l.inst(0)) }, 5*time.Second, 5*time.Millisecond, "without probation the old one stops once drained")
+	waitExit(t, l.inst(0)) // without probation the old one stops once drained
 }
 
 // A new binary that fails its launch (handshake) or its health check never
@@ -247,7 +258,7 @@ func (r *reconfLauncher) Reconfigure(context.Context, Instance) (bool, error) {
 func TestUpdateReconfiguresInPlaceOrSwaps(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
-	s := running(t, Config{SwapProbation: -1}, l, nil)
+	s := running(t, Config{SwapProbation: 0}, l, nil)
 
 	res, err := s.Update(context.Background(), &reconfLauncher{fakeLauncher: l, applied: true}, "options", nil)
 	require.NoError(t, err)
@@ -273,26 +284,28 @@ func TestUpdateReconfiguresInPlaceOrSwaps(t *testing.T) {
 func TestSwapOfABrokenScannerLaunchesNow(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{fail: errors.New("bad binary")}
-	s := New(Config{Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 2, BrokenCooldown: time.Hour, HealthInterval: time.Hour}, l, nil, nil)
-	s.Start()
+	ch := &service.Changes{}
+	s := New(Config{Changes: ch, Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 2, BrokenCooldown: time.Hour, HealthInterval: time.Hour}, l, nil, nil)
+	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
-	require.Eventually(t, func() bool { return s.Status().State == StateBroken }, 10*time.Second, 5*time.Millisecond)
+	waitState(t, ch, s, StateBroken)
 	l.mu.Lock()
 	l.fail = nil
 	l.mu.Unlock()
 	res, err := s.Swap(context.Background(), false, "fixed", nil)
 	require.NoError(t, err)
 	assert.Equal(t, SwapStarted, res.Outcome)
-	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 10*time.Second, 5*time.Millisecond)
+	waitState(t, ch, s, StateRunning)
 }
 
 // Stop during probation stops both instances.
 func TestStopDuringProbationStopsBoth(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
-	s := New(Config{Name: "t", SwapProbation: time.Hour, HealthInterval: time.Hour, SwapCheck: time.Millisecond}, l, nil, nil)
-	s.Start()
-	require.Eventually(t, func() bool { return s.Status().State == StateRunning }, 10*time.Second, 5*time.Millisecond)
+	ch := &service.Changes{}
+	s := New(Config{Changes: ch, Name: "t", SwapProbation: time.Hour, HealthInterval: time.Hour, SwapCheck: time.Millisecond}, l, nil, nil)
+	require.NoError(t, s.Start(context.Background()))
+	waitState(t, ch, s, StateRunning)
 	l.setSHA("def")
 	res, err := s.Swap(context.Background(), false, "test", nil)
 	require.NoError(t, err)

@@ -9,7 +9,8 @@
 //
 //	version          Info.Version (default 1.0.0)
 //	mode=exit        exit at once: fails the handshake
-//	mode=crash:D     serve, then exit with status 3 D after starting
+//	mode=crash       serve, and exit with status 3 when the test sends
+//	                 SIGUSR1 (the test decides when the plugin crashes)
 //	mode=api1        declare scanner API version 1
 //	mode=raw99       answer the handshake with protocol version 99
 //	mode=greedy      declare commands no plugin may run
@@ -21,13 +22,15 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -92,12 +95,8 @@ func (h *hostwork) ScanPartition(ctx context.Context, host scannerapi.Host, req 
 	h.mu.Lock()
 	d := h.delay
 	h.mu.Unlock()
-	if d > 0 {
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if d > 0 && !clock.Sleep(ctx, clock.Real(), d) {
+		return nil, ctx.Err()
 	}
 	res := &scannerapi.ScanResult{More: len(req.Candidates) == req.Batch}
 	if req.DryRun {
@@ -137,12 +136,13 @@ func main() {
 	switch {
 	case mode == "exit":
 		os.Exit(1)
-	case strings.HasPrefix(mode, "crash:"):
-		d, err := time.ParseDuration(strings.TrimPrefix(mode, "crash:"))
-		if err != nil {
-			panic(err)
-		}
-		time.AfterFunc(d, func() { os.Exit(3) })
+	case mode == "crash":
+		crash := make(chan os.Signal, 1)
+		signal.Notify(crash, syscall.SIGUSR1)
+		go func() {
+			<-crash
+			os.Exit(3)
+		}()
 	case mode == "raw99":
 		hs := scannerapi.Handshake
 		hs.ProtocolVersion = 99

@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ffscan/ffscan/host/service"
+)
+
+// DefaultReadHeaderTimeout bounds a client's request headers (a slow
+// client cannot hold a connection open for free).
+const DefaultReadHeaderTimeout = 5 * time.Second
+
+// ServerConfig configures a Server. Zero fields take the defaults above.
+type ServerConfig struct {
+	// Listen is host:port ("127.0.0.1:0" picks a free port).
+	Listen            string
+	ReadHeaderTimeout time.Duration
+	Logger            hclog.Logger
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	service.Default(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// Server serves Handler's endpoints on one listener.
+type Server struct {
+	cfg ServerConfig
+	srv *http.Server
+	ln  net.Listener
+}
+
+// NewServer returns a server of reg and src's endpoints; Start listens.
+func NewServer(cfg ServerConfig, reg *prometheus.Registry, src Source) *Server {
+	cfg = cfg.withDefaults()
+	return &Server{cfg: cfg, srv: &http.Server{Handler: Handler(reg, src), ReadHeaderTimeout: cfg.ReadHeaderTimeout}}
+}
+
+// Start listens (an address in use is its error) and serves in the
+// background until Stop. The server outlives ctx: /readyz reports a
+// shutdown until Stop.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %s: %w", s.cfg.Listen, err)
+	}
+	s.ln = ln
+	go func() {
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.cfg.Logger.Error("http server failed", "error", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the address Start listens on.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Stop stops accepting and waits for the requests in flight until ctx
+// ends (then they are cut).
+func (s *Server) Stop(ctx context.Context) error {
+	if s.ln == nil {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	return err
+}

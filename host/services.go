@@ -1,0 +1,131 @@
+package host
+
+// The services, built from the configuration once Boot prepared the
+// stores; Run starts them.
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/census"
+	"github.com/ffscan/ffscan/host/completions"
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/filewatch"
+	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/lanes"
+	"github.com/ffscan/ffscan/host/libwatch"
+	"github.com/ffscan/ffscan/host/listeners"
+	"github.com/ffscan/ffscan/host/pgcompletions"
+	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/sharing"
+	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/host/unit"
+	"github.com/ffscan/ffscan/keys"
+)
+
+// Every service the host starts has the one shape.
+var (
+	_ service.Service = (*supervisor.Supervisor)(nil)
+	_ service.Service = (*scheduler.Runner)(nil)
+	_ service.Service = (*unit.Set)(nil)
+	_ service.Service = (*sharing.Coordinator)(nil)
+	_ service.Service = (*listeners.Listeners)(nil)
+	_ service.Service = (*completions.Listener)(nil)
+	_ service.Service = (*pgcompletions.Listener)(nil)
+	_ service.Service = (*lanes.Keeper)(nil)
+	_ service.Service = (*census.Controller)(nil)
+	_ service.Service = (*libwatch.Watch)(nil)
+	_ service.Service = (*filewatch.Watcher)(nil)
+	_ service.Service = (*httpapi.Server)(nil)
+)
+
+// build makes every service of the host from cfg.
+func (h *Host) build(_ context.Context, cfg *config.Config) error {
+	h.svc = callbacks.New(h.lib, h.met)
+	h.svc.SetClock(h.clk)
+	h.svc.SetPostgres(h.pg, cfg.Postgres.Filter()) // PGCALLs (refused when there is no database)
+	h.svc.SetBudget(budgetOf(cfg.Callbacks))
+	h.compMet = completions.NewPrometheusMetrics()
+	if err := h.compMet.Register(h.met.Registry); err != nil {
+		return fmt.Errorf("register completion metrics: %w", err)
+	}
+	if h.client != nil {
+		// The shares live on Valkey: a host without it scans every
+		// partition.
+		h.share = sharing.New(h.client, sharing.Config{ID: hostID(), Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
+		h.census = census.New(h.client, h.epoch.Load)
+		h.censusCtl = census.NewController(h.census, h.client, census.ControllerConfig{
+			Mode: census.Mode(cfg.Scheduler.LaneCensus), Load: func() census.Load { return h.units.LaneLoad() },
+			Lanes: func() int { return len(h.Lanes()) }, Clock: h.clk, Logger: h.log})
+		if !h.readOnly {
+			h.library = libwatch.New(h.lib, libwatch.Config{Clock: h.clk, Logger: h.log})
+		}
+	}
+	h.units = unit.NewSet(h.unitDeps())
+	h.listeners = listeners.New(listeners.Deps{Library: h.lib, Postgres: h.pg, PostgresFilter: cfg.Postgres.Filter(),
+		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}, cfg.Completions)
+	h.files = h.newFileWatch(cfg.Watch)
+	if cfg.HTTP.Listen != "" {
+		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Logger: h.log}, h.met.Registry, h)
+	}
+	return nil
+}
+
+// unitDeps are what the scanners are built from.
+func (h *Host) unitDeps() unit.Deps {
+	d := unit.Deps{
+		Catalog: h.cat, Callbacks: h.svc, Approvals: h.approvals, Client: h.client, Postgres: h.pg,
+		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Metrics: h.met, Clock: h.clk, Logger: h.log,
+		Changes: &h.changes,
+	}
+	if h.census != nil {
+		// A nil *census.Census in the interface would be called.
+		d.Census = h.census
+	}
+	return d
+}
+
+// owns is the ownership check of this host's share of the partitions
+// (nil, every partition, without partition sharing).
+func (h *Host) owns() func(keys.Partition) bool {
+	if h.share == nil {
+		return nil
+	}
+	return h.share.Owns
+}
+
+// hostID names this host among the hosts sharing the keyspace: host name
+// and pid, and a random suffix so that a restarted process is a new
+// member.
+func hostID() string {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "host"
+	}
+	return fmt.Sprintf("%s:%d:%s", name, os.Getpid(), keys.NewUUID().String()[:8])
+}
+
+// sessionRunner is the scheduler configuration of a session of scanner
+// name: every partition (no sharing, no census), its first cycle when
+// asked.
+func (h *Host) sessionRunner(cfg *config.Config, name string, sc config.Scanner) scheduler.Config {
+	c := h.units.Deps().RunnerConfig(unit.SettingsOf(cfg), name, sc)
+	c.Owns, c.Census, c.NoJitter = nil, nil, true
+	return c
+}
+
+// background are the services that keep the host's view current: they
+// follow the run context alone, and have nothing to finish.
+func (h *Host) background() []service.Service {
+	var svcs []service.Service
+	if h.client != nil {
+		svcs = append(svcs, h.lanes, h.censusCtl)
+	}
+	if h.library != nil {
+		svcs = append(svcs, h.library)
+	}
+	return append(svcs, h.files)
+}

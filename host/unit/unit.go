@@ -1,0 +1,166 @@
+// Package unit runs the scanners a host has enabled. A unit is one
+// scanner: its plugin's supervisor (host/supervisor) and its scheduler's
+// runner (host/scheduler), built from the host's shared parts (Deps) and
+// the configuration, started and stopped together. A Set holds the
+// running units; a reload adds, removes, retunes and relaunches them.
+package unit
+
+import (
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/launcher"
+	"github.com/ffscan/ffscan/host/metrics"
+	"github.com/ffscan/ffscan/host/policy"
+	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// drainMargin is how much longer than a call's timeout an old plugin's
+// calls in flight are waited for (a swap's drain, a disabled scanner's
+// stop): the call has its own deadline; the margin covers its return.
+const drainMargin = 5 * time.Second
+
+// Deps are what every unit (and every session of the host) is built
+// from; they are fixed for the host's life.
+type Deps struct {
+	Catalog   *catalog.Catalog
+	Callbacks *callbacks.Service
+	// Approvals admits each launch's declared policy.
+	Approvals *policy.Store
+	// Client is the host's Valkey (nil: it serves Postgres alone).
+	Client valkey.Client
+	// Postgres is the host's FlowFabric database (nil: none).
+	Postgres   *pgxpool.Pool
+	Partitions keys.PartitionConfig
+	// Lanes are the lanes known now (host/lanes).
+	Lanes func() []string
+	// Owns is this host's share of the partitions (nil: every one).
+	Owns  func(keys.Partition) bool
+	Epoch *scheduler.StoreEpoch
+	// Census says which lane keys exist (nil: every lane key is read).
+	Census  scheduler.Census
+	Metrics *metrics.Metrics
+	Clock   clock.Clock
+	// Logger is the host's; each scanner's lines carry its name.
+	Logger hclog.Logger
+	// Changes, when set, is told of every change of a unit's status.
+	Changes *service.Changes
+}
+
+// Settings are the host-wide settings a unit is built with: the
+// configuration's sections that apply to every scanner.
+type Settings struct {
+	Scheduler      config.Scheduler
+	Supervisor     config.Supervisor
+	Isolation      scannerapi.Isolation
+	PostgresFilter scannerapi.Filter
+}
+
+// SettingsOf are cfg's settings for units.
+func SettingsOf(cfg *config.Config) Settings {
+	return Settings{Scheduler: cfg.Scheduler, Supervisor: cfg.Supervisor, Isolation: cfg.PluginIsolation.Mode(), PostgresFilter: cfg.Postgres.Filter()}
+}
+
+// Log tags every line about a scanner (the plugin's own included) with
+// its name.
+func (d Deps) Log(name string) hclog.Logger {
+	return d.Logger.Named(name).With("scanner", name)
+}
+
+// Launcher launches scanner name's plugin as configured in sc; readOnly
+// refuses its writes (dry runs).
+func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
+	return launcher.New(launcher.Config{
+		Scanner:      name,
+		Binary:       sc.Plugin,
+		Pin:          sc.SHA256,
+		Options:      sc.Options,
+		ReadOnly:     readOnly,
+		StartTimeout: s.Supervisor.StartTimeout,
+		Isolation:    s.Isolation,
+		Approvals:    d.Approvals,
+		Postgres:     d.Postgres != nil,
+		NoValkey:     d.Client == nil,
+	}, d.Catalog, d.Callbacks, d.Log(name))
+}
+
+// RunnerConfig is the scheduler configuration of scanner name: a unit's
+// (shared partitions, the lane census); a session's takes neither and
+// starts its cycles when asked.
+func (d Deps) RunnerConfig(s Settings, name string, sc config.Scanner) scheduler.Config {
+	return scheduler.Config{
+		Name:           name,
+		Interval:       sc.Interval,
+		Batch:          sc.Batch,
+		Partitions:     d.Partitions,
+		LanesFunc:      d.Lanes,
+		Owns:           d.Owns,
+		Concurrency:    s.Scheduler.Concurrency,
+		CallTimeout:    s.Scheduler.CallTimeout,
+		Clock:          d.Clock,
+		Census:         d.Census,
+		Epoch:          d.Epoch,
+		Postgres:       d.Postgres,
+		PostgresFilter: s.PostgresFilter,
+		Changes:        d.Changes,
+	}
+}
+
+// Unit is one enabled scanner.
+type Unit struct {
+	name string
+	sup  *supervisor.Supervisor
+	run  *scheduler.Runner
+	// sc is what runs (guarded by the Set's mu).
+	sc config.Scanner
+	// notApplied says why the configuration's plugin, pin or options for
+	// this scanner are not what runs (a reload's update failed); empty
+	// when they are. Guarded by the Set's mu.
+	notApplied string
+}
+
+func (d Deps) newUnit(s Settings, name string, sc config.Scanner) *Unit {
+	log := d.Log(name)
+	sup := supervisor.New(supervisor.Config{
+		Name:           name,
+		HealthInterval: s.Supervisor.HealthInterval,
+		StartTimeout:   s.Supervisor.StartTimeout,
+		SwapProbation:  s.Supervisor.SwapProbation,
+		DrainTimeout:   s.Scheduler.CallTimeout + drainMargin,
+		Clock:          d.Clock,
+		Changes:        d.Changes,
+	}, d.Launcher(s, name, sc, false), d.Metrics, log)
+	run := scheduler.New(d.RunnerConfig(s, name, sc), d.Client, supTarget{sup}, nil, d.Metrics, log)
+	return &Unit{name: name, sup: sup, run: run, sc: sc}
+}
+
+// Supervisor is the unit's plugin supervisor.
+func (u *Unit) Supervisor() *supervisor.Supervisor { return u.sup }
+
+// Runner is the unit's scheduler runner.
+func (u *Unit) Runner() *scheduler.Runner { return u.run }
+
+// supTarget lets a scheduler lease the supervisor's current instance per
+// call, so that hot swaps switch between calls.
+type supTarget struct{ s *supervisor.Supervisor }
+
+func (t supTarget) Current() (scannerapi.Scanner, scannerapi.Info, error) { return t.s.Current() }
+
+func (t supTarget) Acquire() (scheduler.Lease, error) {
+	l, err := t.s.Acquire()
+	if err != nil {
+		return scheduler.Lease{}, err
+	}
+	return scheduler.Lease{Scanner: l.Scanner, Info: l.Info, Host: l.Host, Release: l.Release, Outcome: l.Outcome}, nil
+}
