@@ -43,6 +43,7 @@ import (
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -475,7 +476,7 @@ func (h *Host) Run(ctx context.Context) error {
 	var srv *http.Server
 	// Plugins run as this process's user: keep them out of its memory and
 	// /proc/<pid>/environ (credentials), confined or not.
-	if err := scannerapi.ProtectHostProcess(); err != nil {
+	if err := pluginhost.ProtectHostProcess(); err != nil {
 		h.log.Warn("could not make the host non-dumpable: plugins of this user may read its memory and environment", "error", err)
 	}
 	if cfg.HTTP.Listen != "" && cfg.HTTP.Admin {
@@ -762,7 +763,7 @@ func (h *Host) ScanOnce(ctx context.Context, name string, partition int, dryRun 
 // SessionOptions say how OpenSession runs a scanner.
 type SessionOptions struct {
 	// Linked, when set, is the scanner itself, run in this process
-	// instead of a plugin process (wrapped with scannerapi.Linked, so it
+	// instead of a plugin process (wrapped with pluginhost.Linked, so it
 	// behaves as a plugin would).
 	Linked scannerapi.Scanner
 	// DryRun asks for dry-run cycles and refuses writes and FCALLs.
@@ -821,8 +822,8 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 		}
 		pol, _ := callbacks.PolicyFromInfo(info, opts.DryRun)
 		cb := observed(h.svc.Bind(name, pol).Callbacks(), opts.Observe)
-		scanner = scannerapi.Linked(opts.Linked, cb)
-		host = scannerapi.BindHost(cb, name)
+		scanner = pluginhost.Linked(opts.Linked, cb)
+		host = pluginhost.BindHost(cb, name)
 		if err := scanner.Configure(ctx, resolved); err != nil {
 			return nil, fmt.Errorf("scanner %s rejected its options: %w", name, err)
 		}
@@ -862,11 +863,11 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 }
 
 // observed wraps callbacks so obs sees every batch and its replies.
-func observed(cb scannerapi.Callbacks, obs func([]scannerapi.Command, []scannerapi.Reply)) scannerapi.Callbacks {
+func observed(cb pluginhost.Callbacks, obs func([]scannerapi.Command, []scannerapi.Reply)) pluginhost.Callbacks {
 	if obs == nil {
 		return cb
 	}
-	return scannerapi.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	return pluginhost.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
 		replies, err := cb.Exec(ctx, scanner, cmds)
 		if err == nil {
 			obs(cmds, replies)

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -477,14 +478,14 @@ const (
 )
 
 // Mode is the launch setting for i.
-func (i Isolation) Mode() scannerapi.Isolation {
+func (i Isolation) Mode() pluginhost.Isolation {
 	switch i {
 	case IsolationRequired:
-		return scannerapi.IsolationRequired
+		return pluginhost.IsolationRequired
 	case IsolationOff:
-		return scannerapi.IsolationOff
+		return pluginhost.IsolationOff
 	}
-	return scannerapi.IsolationAuto
+	return pluginhost.IsolationAuto
 }
 
 // HasValkey reports whether the host serves a Valkey deployment; without

@@ -11,8 +11,8 @@ import (
 // name, a supported APIVersion (MinAPIVersion..APIVersion), a known family, a positive interval and
 // batch, well-formed sources (known kinds, keys under "ff:" that contain
 // "{p}"), upper-case command names (FCALL goes through Functions) and
-// unique, typed options. Serve refuses to serve, and Launch refuses to
-// accept, a scanner whose Info fails it.
+// unique, typed options. Serve refuses to serve, and a host
+// (pluginhost.Launch) refuses to accept, a scanner whose Info fails it.
 func ValidateInfo(in Info) error {
 	if err := validateName(in.Name); err != nil {
 		return err

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -144,7 +145,7 @@ func main() {
 		}
 		time.AfterFunc(d, func() { os.Exit(3) })
 	case mode == "raw99":
-		hs := scannerapi.Handshake
+		hs := pluginhost.Handshake
 		hs.ProtocolVersion = 99
 		plugin.Serve(&plugin.ServeConfig{
 			HandshakeConfig:  hs,
