@@ -96,10 +96,24 @@ func scanResultToPB(r *ScanResult) *pb.ScanResult {
 	return out
 }
 
-// setReply fills r from a decoded reply node and its elements (the
-// plugin's side of codec.Node).
+// setReply fills the zero reply r from a decoded node and its elements
+// (the plugin's side of codec.Node). It sets only the fields the node
+// has: a reply's memory is fresh, and each string or slice stored costs
+// a write barrier while the collector runs.
 func setReply(r *Reply, n codec.Node, elems []Reply) {
-	*r = Reply{Kind: ReplyKind(n.Kind), Str: n.Str, Int: n.Int, Float: n.Float, Array: elems, Err: n.Err, ErrClass: ErrorClass(n.Class)}
+	r.Kind, r.Int, r.Float = ReplyKind(n.Kind), n.Int, n.Float
+	if n.Str != "" {
+		r.Str = n.Str
+	}
+	if elems != nil {
+		r.Array = elems
+	}
+	if n.Err != "" {
+		r.Err = n.Err
+	}
+	if n.Class != "" {
+		r.ErrClass = ErrorClass(n.Class)
+	}
 }
 
 // unpackReplies decodes the packed replies of a batch.

@@ -221,7 +221,8 @@ func AppendTail(dst []byte, n *Node) []byte {
 	return dst
 }
 
-// UnpackReplies decodes a packed reply batch, filling each R with set.
+// UnpackReplies decodes a packed reply batch, filling each R, a zero
+// value, with set.
 // Strings are allocated one by one: a scanner may keep a member it read
 // for a long time, and it must not keep the whole batch alive with it.
 // Short strings that repeat (status words and codes: a batch of FCALLs

@@ -63,8 +63,8 @@ func replyToPB[R any](r *R, node func(*R) (Node, []R)) *pb.Reply {
 	return out
 }
 
-// RepliesFromPB converts protobuf replies back, filling each R with set
-// (see Node).
+// RepliesFromPB converts protobuf replies back, filling each R, a zero
+// value, with set (see Node).
 func RepliesFromPB[R any](rs []*pb.Reply, set func(*R, Node, []R)) []R {
 	out := make([]R, len(rs))
 	for i, r := range rs {
