@@ -13,6 +13,7 @@ import (
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -25,7 +26,7 @@ type PluginInfo struct {
 	APIVersion int
 	Scanners   []scannerapi.Info
 	// Isolation is what confined the process that answered (see
-	// scannerapi.Plugin.Isolation).
+	// pluginhost.Plugin.Isolation).
 	Isolation string
 	// Err is set when the binary failed the catalog checks or the launch.
 	Err error
@@ -69,7 +70,7 @@ func pinsByBinary(cfg *config.Config) map[string]string {
 // isolation as a scanner's launch, since its code runs all the same.
 type probeOpts struct {
 	timeout   time.Duration
-	isolation scannerapi.Isolation
+	isolation pluginhost.Isolation
 }
 
 func probeOf(cfg *config.Config) probeOpts {
@@ -84,7 +85,7 @@ func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe 
 		return pi
 	}
 	pi.Path, pi.SHA256 = entry.Path, entry.SHA256
-	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{Path: entry.ExecPath, Logger: log.Named(name),
+	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{Path: entry.ExecPath, Logger: log.Named(name),
 		StartTimeout: probe.timeout, Isolation: probe.isolation})
 	if err != nil {
 		pi.Err = err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/unit"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -49,7 +50,7 @@ func (h *Host) prepareRun(ctx context.Context) (*config.Config, error) {
 	}
 	// Plugins run as this process's user: keep them out of its memory and
 	// /proc/<pid>/environ (credentials), confined or not.
-	if err := scannerapi.ProtectHostProcess(); err != nil {
+	if err := pluginhost.ProtectHostProcess(); err != nil {
 		h.log.Warn("could not make the host non-dumpable: plugins of this user may read its memory and environment", "error", err)
 	}
 	if h.http != nil && cfg.HTTP.Admin {

@@ -15,6 +15,7 @@ import (
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -34,7 +35,7 @@ func (h *Host) ScanOnce(ctx context.Context, name string, partition int, dryRun 
 // SessionOptions say how OpenSession runs a scanner.
 type SessionOptions struct {
 	// Linked, when set, is the scanner itself, run in this process
-	// instead of a plugin process (wrapped with scannerapi.Linked, so it
+	// instead of a plugin process (wrapped with pluginhost.Linked, so it
 	// behaves as a plugin would).
 	Linked scannerapi.Scanner
 	// DryRun asks for dry-run cycles and refuses writes and FCALLs.
@@ -112,11 +113,11 @@ func (h *Host) linkScanner(ctx context.Context, name string, sc config.Scanner, 
 	}
 	pol, _ := callbacks.PolicyFromInfo(info, opts.DryRun)
 	cb := observed(h.svc.Bind(name, pol).Callbacks(), opts.Observe)
-	scanner := scannerapi.Linked(opts.Linked, cb)
+	scanner := pluginhost.Linked(opts.Linked, cb)
 	if err := scanner.Configure(ctx, resolved); err != nil {
 		return nil, nil, fmt.Errorf("scanner %s rejected its options: %w", name, err)
 	}
-	return scanner, scannerapi.BindHost(cb, name), nil
+	return scanner, pluginhost.BindHost(cb, name), nil
 }
 
 // launchScanner launches scanner name's plugin process for a session; the
@@ -141,11 +142,11 @@ func (h *Host) launchScanner(ctx context.Context, cfg *config.Config, name strin
 const sessionCloseTimeout = 5 * time.Second
 
 // observed wraps callbacks so obs sees every batch and its replies.
-func observed(cb scannerapi.Callbacks, obs func([]scannerapi.Command, []scannerapi.Reply)) scannerapi.Callbacks {
+func observed(cb pluginhost.Callbacks, obs func([]scannerapi.Command, []scannerapi.Reply)) pluginhost.Callbacks {
 	if obs == nil {
 		return cb
 	}
-	return scannerapi.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+	return pluginhost.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
 		replies, err := cb.Exec(ctx, scanner, cmds)
 		if err == nil {
 			obs(cmds, replies)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the scanner plugin protocol's Go code from
-# sdk/scannerapi/proto/scanner.proto into sdk/scannerapi/internal/pb.
+# sdk/scannerapi/proto/scanner.proto into sdk/internal/pb (shared by the
+# plugin side, sdk/scannerapi, and the host side, sdk/pluginhost).
 # The generator versions are pinned here; the generated files are committed,
 # so building ffscan never needs protoc. Needs protoc on PATH
 # (apt-get install -y protobuf-compiler).
@@ -24,13 +25,13 @@ if [ "$(cat "$bin/versions" 2>/dev/null)" != "$want" ] || [ ! -x "$bin/protoc-ge
   echo "$want" >"$bin/versions"
 fi
 
-cd "$root/sdk/scannerapi"
+cd "$root/sdk"
 out=internal/pb
 rm -f "$out"/*.pb.go
 mkdir -p "$out"
 PATH="$bin:$PATH" protoc \
-  --proto_path=proto \
+  --proto_path=scannerapi/proto \
   --go_out="$out" --go_opt=paths=source_relative \
   --go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
-  proto/scanner.proto
+  scannerapi/proto/scanner.proto
 echo "gen-proto: wrote $(ls "$out"/*.pb.go | tr '\n' ' ')"

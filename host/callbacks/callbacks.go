@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/host/spread"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/valkeyreply"
 )
@@ -256,12 +257,12 @@ func (b *Bound) Exec(ctx context.Context, cmds []scannerapi.Command) ([]scannera
 	return b.s.exec(ctx, b.scanner, b.pol, cmds)
 }
 
-// Callbacks returns scannerapi.Callbacks for a plugin process: batches of
+// Callbacks returns pluginhost.Callbacks for a plugin process: batches of
 // the bound scanner run under the bound policy; batches naming another
-// scanner are refused as a whole. It is also scannerapi.PackedCallbacks:
+// scanner are refused as a whole. It is also pluginhost.PackedCallbacks:
 // a batch from a plugin's socket is answered straight from the client's
 // replies in the packed form.
-func (b *Bound) Callbacks() scannerapi.Callbacks { return pluginCallbacks{b} }
+func (b *Bound) Callbacks() pluginhost.Callbacks { return pluginCallbacks{b} }
 
 type pluginCallbacks struct{ b *Bound }
 
@@ -272,7 +273,7 @@ func (c pluginCallbacks) check(scanner string) error {
 	return nil
 }
 
-// Exec implements scannerapi.Callbacks.
+// Exec implements pluginhost.Callbacks.
 func (c pluginCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
 	if err := c.check(scanner); err != nil {
 		return nil, err
@@ -280,8 +281,8 @@ func (c pluginCallbacks) Exec(ctx context.Context, scanner string, cmds []scanne
 	return c.b.s.exec(ctx, c.b.scanner, c.b.pol, cmds)
 }
 
-// ExecPacked implements scannerapi.PackedCallbacks.
-func (c pluginCallbacks) ExecPacked(ctx context.Context, scanner string, cmds []scannerapi.Command, w *scannerapi.ReplyWriter) error {
+// ExecPacked implements pluginhost.PackedCallbacks.
+func (c pluginCallbacks) ExecPacked(ctx context.Context, scanner string, cmds []scannerapi.Command, w *pluginhost.ReplyWriter) error {
 	if err := c.check(scanner); err != nil {
 		return err
 	}
@@ -305,7 +306,7 @@ type sliceOut struct{ rs []scannerapi.Reply }
 
 func (o *sliceOut) reply(r *scannerapi.Reply) int64 {
 	o.rs = append(o.rs, *r)
-	return r.Size()
+	return pluginhost.ReplySize(*r)
 }
 
 func (o *sliceOut) result(r valkey.ValkeyResult) int64 {
@@ -318,14 +319,14 @@ func (o *sliceOut) replaceLast(r *scannerapi.Reply) { o.rs[len(o.rs)-1] = *r }
 // packedOut writes the replies in the packed form without building Reply
 // values for the client's results.
 type packedOut struct {
-	w    *scannerapi.ReplyWriter
-	last scannerapi.ReplyMark
+	w    *pluginhost.ReplyWriter
+	last pluginhost.ReplyMark
 }
 
 func (o *packedOut) reply(r *scannerapi.Reply) int64 {
 	o.last = o.w.Mark()
 	o.w.Reply(r)
-	return r.Size()
+	return pluginhost.ReplySize(*r)
 }
 
 func (o *packedOut) result(r valkey.ValkeyResult) int64 {

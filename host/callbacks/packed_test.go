@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -43,7 +44,7 @@ func TestExecPackedMatchesExec(t *testing.T) {
 	budgeted = append(budgeted, scannerapi.Command{"HGET", "ff:test:{fp:1}:h", "b"})
 
 	pol, _ := PolicyFromInfo(testInfo, false)
-	cb, ok := svc.Bind("t", pol).Callbacks().(scannerapi.PackedCallbacks)
+	cb, ok := svc.Bind("t", pol).Callbacks().(pluginhost.PackedCallbacks)
 	require.True(t, ok, "a plugin's callbacks answer in packed form")
 	for _, tc := range []struct {
 		name   string
@@ -62,13 +63,13 @@ func TestExecPackedMatchesExec(t *testing.T) {
 		replies, err := cb.Exec(ctx, "t", tc.cmds)
 		require.NoError(t, err, name)
 		viaExec := rec.refused
-		want := scannerapi.NewReplyWriter(len(replies))
+		want := pluginhost.NewReplyWriter(len(replies))
 		for i := range replies {
 			want.Reply(&replies[i])
 		}
 
 		rec.refused = map[string]int{}
-		got := scannerapi.NewReplyWriter(len(tc.cmds))
+		got := pluginhost.NewReplyWriter(len(tc.cmds))
 		require.NoError(t, cb.ExecPacked(ctx, "t", tc.cmds, got), name)
 		assert.Equal(t, want.Bytes(), got.Bytes(), name)
 		assert.Equal(t, len(tc.cmds), got.Replies(), name)
@@ -77,6 +78,6 @@ func TestExecPackedMatchesExec(t *testing.T) {
 	}
 
 	// Another scanner's batch is refused as a whole, as through Exec.
-	err := cb.ExecPacked(ctx, "other", reads, scannerapi.NewReplyWriter(len(reads)))
+	err := cb.ExecPacked(ctx, "other", reads, pluginhost.NewReplyWriter(len(reads)))
 	assert.ErrorContains(t, err, `runs scanner "t", not "other"`)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -520,14 +521,14 @@ const (
 )
 
 // Mode is the launch setting for i.
-func (i Isolation) Mode() scannerapi.Isolation {
+func (i Isolation) Mode() pluginhost.Isolation {
 	switch i {
 	case IsolationRequired:
-		return scannerapi.IsolationRequired
+		return pluginhost.IsolationRequired
 	case IsolationOff:
-		return scannerapi.IsolationOff
+		return pluginhost.IsolationOff
 	}
-	return scannerapi.IsolationAuto
+	return pluginhost.IsolationAuto
 }
 
 // HasValkey reports whether the host serves a Valkey deployment; without

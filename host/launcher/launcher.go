@@ -1,6 +1,6 @@
 // Package launcher turns a scanner's configuration into a running plugin:
 // verify the binary (catalog checks and sha256 pin, every time), start it
-// through scannerapi.Launch, pick the configured scanner out of what the
+// through pluginhost.Launch, pick the configured scanner out of what the
 // binary serves, check its Info, bind the callback service to the command
 // policy of that Info (per instance: during a hot swap two instances of a
 // scanner may run side by side), and Configure it with the operator's
@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -48,14 +49,14 @@ type Config struct {
 	// StartTimeout bounds the launch handshake and Info.
 	StartTimeout time.Duration
 	// Isolation confines the plugin process (plugin_isolation).
-	Isolation scannerapi.Isolation
+	Isolation pluginhost.Isolation
 	// Approvals admits the scanner's declared policy (nil: no approval
 	// is needed, for test kits that build their own plugins).
 	Approvals *policy.Store
 	// CallbackPath picks how the plugin's callback batches reach the
 	// host; the zero value is the production path, the others are the
 	// paths of older plugins, for benchmarks that compare them in one run.
-	CallbackPath scannerapi.CallbackPath
+	CallbackPath pluginhost.CallbackPath
 	// Postgres says the host has a FlowFabric Postgres database; a scanner
 	// with Postgres sources is refused at launch without one.
 	Postgres bool
@@ -97,7 +98,7 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 	// The plugin's callbacks run under the policy of this instance's own
 	// Info, known only once it answered; until then they are refused.
 	cb := &lateCallbacks{}
-	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{
+	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{
 		Path:         entry.ExecPath,
 		Logger:       l.log,
 		Callbacks:    cb,
@@ -160,7 +161,7 @@ func (l *Launcher) Reconfigure(ctx context.Context, si supervisor.Instance) (boo
 	if maps.Equal(old.Options, l.cfg.Options) {
 		return true, nil
 	}
-	if !scannerapi.LiveConfigure(inst.apiVersion) {
+	if !pluginhost.LiveConfigure(inst.apiVersion) {
 		return false, nil
 	}
 	opts, err := ResolveOptions(l.cfg.Scanner, inst.info.Options, l.cfg.Options)
@@ -176,7 +177,7 @@ func (l *Launcher) Reconfigure(ctx context.Context, si supervisor.Instance) (boo
 	return true, nil
 }
 
-func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supervisor.Meta, cb *lateCallbacks) (*Instance, error) {
+func (l *Launcher) prepare(ctx context.Context, p *pluginhost.Plugin, meta *supervisor.Meta, cb *lateCallbacks) (*Instance, error) {
 	sc, ok := p.Scanner(l.cfg.Scanner)
 	if !ok {
 		var names []string
@@ -223,7 +224,7 @@ func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supe
 	bound := l.svc.Bind(l.cfg.Scanner, pol).Callbacks()
 	if obs := l.observe; obs != nil {
 		inner := bound
-		bound = scannerapi.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+		bound = pluginhost.CallbacksFunc(func(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
 			replies, err := inner.Exec(ctx, scanner, cmds)
 			if err == nil {
 				obs(cmds, replies)
@@ -235,15 +236,15 @@ func (l *Launcher) prepare(ctx context.Context, p *scannerapi.Plugin, meta *supe
 	if err := sc.Configure(ctx, opts); err != nil {
 		return nil, fmt.Errorf("scanner %s rejected its options: %w", l.cfg.Scanner, err)
 	}
-	return &Instance{p: p, sc: sc, info: info, host: scannerapi.BindHost(bound, l.cfg.Scanner), apiVersion: p.APIVersion(), cfg: l.cfg}, nil
+	return &Instance{p: p, sc: sc, info: info, host: pluginhost.BindHost(bound, l.cfg.Scanner), apiVersion: p.APIVersion(), cfg: l.cfg}, nil
 }
 
 // lateCallbacks forwards to callbacks set once the policy is known.
 type lateCallbacks struct {
-	cb atomic.Pointer[scannerapi.Callbacks]
+	cb atomic.Pointer[pluginhost.Callbacks]
 }
 
-func (c *lateCallbacks) set(cb scannerapi.Callbacks) { c.cb.Store(&cb) }
+func (c *lateCallbacks) set(cb pluginhost.Callbacks) { c.cb.Store(&cb) }
 
 func (c *lateCallbacks) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
 	cb := c.cb.Load()
@@ -255,7 +256,7 @@ func (c *lateCallbacks) Exec(ctx context.Context, scanner string, cmds []scanner
 
 // Instance is a launched plugin serving one scanner.
 type Instance struct {
-	p          *scannerapi.Plugin
+	p          *pluginhost.Plugin
 	sc         scannerapi.Scanner
 	info       scannerapi.Info
 	host       scannerapi.Host

@@ -15,6 +15,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/valkeyreply"
 )
@@ -220,7 +221,7 @@ func rpcCode(err error) string {
 	if errors.Is(err, errUnavailable) {
 		return "plugin_unavailable"
 	}
-	if errors.Is(err, scannerapi.ErrPluginExited) {
+	if errors.Is(err, pluginhost.ErrPluginExited) {
 		return "plugin_exited"
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -74,7 +74,7 @@ type Meta struct {
 	Version    string
 	APIVersion int
 	// Isolation describes the process's confinement
-	// (scannerapi.Plugin.Isolation).
+	// (pluginhost.Plugin.Isolation).
 	Isolation string
 	// Policy is the digest of the approved policy the instance runs
 	// under (host/policy), empty when approvals are off.

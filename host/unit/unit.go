@@ -23,6 +23,7 @@ import (
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -63,7 +64,7 @@ type Deps struct {
 type Settings struct {
 	Scheduler      config.Scheduler
 	Supervisor     config.Supervisor
-	Isolation      scannerapi.Isolation
+	Isolation      pluginhost.Isolation
 	PostgresFilter scannerapi.Filter
 }
 

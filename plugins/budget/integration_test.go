@@ -16,6 +16,7 @@ import (
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/budget"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
@@ -353,7 +354,7 @@ func TestReconcileLinkedAndPluginAgree(t *testing.T) {
 // prune_orphans=false leaves an orphan id where it is.
 func TestReconcilerPruneOff(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(budget.NewReconciler(), f.cb)
+	s := pluginhost.Linked(budget.NewReconciler(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{budget.OptionPruneOrphans: "false"}))
 	orphan := idIn(part)
 	f.do("SADD", keys.BudgetPart(part).BudgetPolicies(), orphan.String())
@@ -368,8 +369,8 @@ func TestReconcilerPruneOff(t *testing.T) {
 // Dry runs read and predict, and write nothing.
 func TestDryRuns(t *testing.T) {
 	f := newFixture(t)
-	reset := scannerapi.Linked(budget.NewReset(), f.cb)
-	rec := scannerapi.Linked(budget.NewReconciler(), f.cb)
+	reset := pluginhost.Linked(budget.NewReset(), f.cb)
+	rec := pluginhost.Linked(budget.NewReconciler(), f.cb)
 	due := f.budget(100*time.Millisecond, 0, 4)
 	over := f.budget(0, 10, 10)
 	f.do("HINCRBY", f.keys(over).Usage(), "tokens", "1")

@@ -18,6 +18,7 @@ import (
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/cancelreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
@@ -318,7 +319,7 @@ func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
 // successive scans, each saying More until the last.
 func TestLargeFlowDrainsWithMore(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
+	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"members_per_flow": "5"}))
 	fid := f.flow("ns")
 	var ids []keys.ExecutionID
@@ -348,7 +349,7 @@ func TestLargeFlowDrainsWithMore(t *testing.T) {
 // are left, the flow is stuck and costs nothing.
 func TestPoisonAndCorruptMembers(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
+	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
 	fid := f.flow("ns")
 	good := f.member(fid, "ns")
 	laneless := f.member(fid, "ns")
@@ -393,7 +394,7 @@ func errTotal(es []scannerapi.ErrorCount) int64 {
 // Dry run reads and predicts, and writes nothing.
 func TestDryRun(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
+	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
 	fid := f.flow("ns")
 	eligible := f.member(fid, "ns")
 	completed := f.member(fid, "ns")
@@ -419,7 +420,7 @@ func TestDryRun(t *testing.T) {
 // them is still reached.
 func TestLookaheadCursorPassesManyStuckFlows(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
+	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a", "lookahead": "3"}))
 	for i := range 6 {
 		fid := f.flow("tenant-b")

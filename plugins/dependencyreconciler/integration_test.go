@@ -17,6 +17,7 @@ import (
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/dependencyreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
@@ -305,7 +306,7 @@ func TestPoisonLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes()
 // namespace is left blocked.
 func TestFilterAppliesToDownstream(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(dependencyreconciler.New(), f.cb)
+	s := pluginhost.Linked(dependencyreconciler.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
 	mine := f.flowIn(part, "tenant-a")
 	theirs := f.flowIn(part, "tenant-b")
@@ -325,7 +326,7 @@ func TestFilterAppliesToDownstream(t *testing.T) {
 // A dry run reads, predicts and writes nothing.
 func TestDryRun(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(dependencyreconciler.New(), f.cb)
+	s := pluginhost.Linked(dependencyreconciler.New(), f.cb)
 	fid := f.flowIn(part, "")
 	c := f.chain(fid, 2)
 	f.succeed(c[0])
@@ -349,7 +350,7 @@ func TestDryRun(t *testing.T) {
 // starts past the rest; it wraps and finds them on the following scan.
 func TestFullWindowSaysMore(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(dependencyreconciler.New(), f.cb)
+	s := pluginhost.Linked(dependencyreconciler.New(), f.cb)
 	fid := f.flowIn(part, "")
 	var kids []keys.ExecutionID
 	for range 3 {

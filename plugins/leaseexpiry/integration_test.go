@@ -16,6 +16,7 @@ import (
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/leaseexpiry"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
@@ -216,7 +217,7 @@ func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 // putting the lease back as it was before the mark.
 func TestLostMarkIsMarkedAgain(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, nil))
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
@@ -330,7 +331,7 @@ func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
 // through the cursor, and More asks the host to come back meanwhile.
 func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "12"}))
 	var ids []keys.ExecutionID
 	for i := 0; i < 30; i++ {
@@ -370,7 +371,7 @@ func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 // Dry run reads and predicts, and writes nothing.
 func TestDryRun(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
 	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", "garbage")
@@ -392,7 +393,7 @@ func TestDryRun(t *testing.T) {
 // failures and does not block the others.
 func TestPoisonEntryBacksOff(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
 	f.do("SET", keys.Exec(poison).Core(), "not a hash")
@@ -427,7 +428,7 @@ func modes() []scannertest.Mode {
 // cross-slot.
 func TestForeignMemberRemoved(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	other := keys.Partition{Family: keys.FamilyFlow, Index: part.Index + 1}
 	foreign, err := keys.ExecutionIDIn(other, keys.NewUUID())
 	require.NoError(t, err)
@@ -460,7 +461,7 @@ func (f *fixture) waitDue() {
 // instead of growing with leases nobody reclaims.
 func TestMarkedLeasesAreSettledNotBacklog(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, nil))
 	for range 5 {
 		f.claim(f.create("ns"), 20*time.Millisecond)

@@ -21,6 +21,7 @@ import (
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/retentiontrimmer"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
@@ -62,7 +63,7 @@ func newFixture(t *testing.T) *fixture {
 // countingCallbacks counts batches and checks every UNLINK's size on the
 // way to the server.
 type countingCallbacks struct {
-	inner      scannerapi.Callbacks
+	inner      pluginhost.Callbacks
 	mu         sync.Mutex
 	execs      int
 	maxUnlink  int
@@ -424,7 +425,7 @@ func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
 // so the host rescans at once until the due entries are exhausted.
 func TestBacklogDrainsWithMore(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := pluginhost.Linked(retentiontrimmer.New(), f.cb)
 	var ids []keys.ExecutionID
 	for range 12 {
 		id := f.finished("ns")
@@ -448,7 +449,7 @@ func TestBacklogDrainsWithMore(t *testing.T) {
 // A big execution is deleted in UNLINKs of at most 100 keys.
 func TestLargeExecutionDeletedInChunks(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := pluginhost.Linked(retentiontrimmer.New(), f.cb)
 	id := f.finished("ns")
 	ek, pk := keys.Exec(id), keys.FlowPart(part)
 	var extra []string
@@ -473,7 +474,7 @@ func TestLargeExecutionDeletedInChunks(t *testing.T) {
 // failures and does not block the others.
 func TestPoisonEntryBacksOff(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := pluginhost.Linked(retentiontrimmer.New(), f.cb)
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
 	f.do("SET", keys.Exec(poison).Core(), "not a hash")
@@ -502,7 +503,7 @@ func errTotal(es []scannerapi.ErrorCount) int64 {
 // Dry run reads and predicts, and deletes nothing.
 func TestDryRun(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := pluginhost.Linked(retentiontrimmer.New(), f.cb)
 	old := f.finished("ns")
 	f.age(old, 25*time.Hour)
 	f.do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "1", "garbage")
@@ -527,7 +528,7 @@ func TestDryRun(t *testing.T) {
 // entries, which are removed.
 func TestInterruptedPurgesResume(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := pluginhost.Linked(retentiontrimmer.New(), f.cb)
 	half := f.finished("ns")
 	extra := f.decorate(half)
 	f.age(half, 25*time.Hour)
@@ -548,7 +549,7 @@ func TestInterruptedPurgesResume(t *testing.T) {
 // are purged as they are found, default ones are left to the head.
 func TestWalkVisitsEachEntryOnce(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := pluginhost.Linked(retentiontrimmer.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "3"}))
 	var short, young []keys.ExecutionID
 	for i := range 2 {

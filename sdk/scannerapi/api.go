@@ -20,19 +20,23 @@
 //
 // # Running a scanner
 //
-// A plugin's main calls Serve with its scanners. The host starts it with
-// Launch, which returns a Plugin whose Scanners implement Scanner over gRPC
-// (hashicorp/go-plugin, handshake Handshake, protocol version APIVersion);
-// each scanner's commands reach the host's Callbacks, bound to that
-// scanner's name. The same scanner linked into the host is wrapped with
-// Linked, which binds it to the same Callbacks, so both modes run the same
-// code path and report identical results. The wire protocol is in
-// proto/scanner.proto.
+// A plugin's main calls Serve with its scanners; that is all a plugin
+// binary does. A host starts it with package pluginhost
+// (github.com/ffscan/ffscan/sdk/pluginhost), whose Launch drives the
+// plugin's scanners over gRPC (hashicorp/go-plugin, protocol version
+// APIVersion) and answers their commands; linked into a host,
+// pluginhost.Linked runs the same scanner in-process on the same
+// callbacks, so both modes run the same code path and report identical
+// results. This package holds what a scanner author uses; the host's side
+// (launching, confining and killing plugin processes, serving their
+// callbacks) is pluginhost's, and a plugin binary does not link it. The
+// wire protocol is in proto/scanner.proto.
 //
-// Process hygiene: a launched plugin runs in its own process group, is
-// killed as a group (Plugin.Kill, Plugin.Close), gets SIGKILL from the
-// kernel when the host dies (Pdeathsig, Linux), and exits by itself when it
-// notices its parent is gone. It inherits only a minimal environment.
+// Process hygiene: a launched plugin runs in its own process group and is
+// killed as a group, gets SIGKILL from the kernel when the host dies
+// (Pdeathsig, Linux), and inherits only a minimal environment (all of it
+// pluginhost's doing); Serve makes the plugin exit by itself when it
+// notices its parent is gone.
 //
 // # Helpers for scanner authors
 //
@@ -57,7 +61,7 @@ import (
 // The go-plugin handshake carries it: the host offers every version from
 // MinAPIVersion to APIVersion, the plugin answers with the version its
 // scanners declare, and a plugin outside that range is refused with an
-// *APIVersionError that names both sides' versions.
+// error that names both sides' versions (pluginhost.APIVersionError).
 //
 // Version history:
 //
@@ -81,10 +85,6 @@ const MinAPIVersion = 1
 
 // SupportsAPIVersion reports whether v is a contract version this SDK runs.
 func SupportsAPIVersion(v int) bool { return v >= MinAPIVersion && v <= APIVersion }
-
-// LiveConfigure reports whether a scanner of contract version v accepts
-// Configure while it runs (version 2 and later).
-func LiveConfigure(v int) bool { return v >= 2 }
 
 // Scanner is what a plugin author implements. Methods may be called
 // concurrently for different partitions; implementations must be safe for
@@ -419,6 +419,13 @@ type ErrorCount struct {
 type Host interface {
 	Exec(ctx context.Context, cmds []Command) ([]Reply, error)
 }
+
+// HostFunc adapts a function to Host (a test that hands a scanner its
+// own Host, for one).
+type HostFunc func(ctx context.Context, cmds []Command) ([]Reply, error)
+
+// Exec calls f.
+func (f HostFunc) Exec(ctx context.Context, cmds []Command) ([]Reply, error) { return f(ctx, cmds) }
 
 // Command is one Valkey command: its name then its arguments, e.g.
 // {"HMGET", key, "lane_id", "namespace"}. Use FCall to build an FCALL.

@@ -64,14 +64,15 @@ func (touchScanner) SampleBacklog(context.Context, scannerapi.Host, []keys.Parti
 	return nil, nil
 }
 
-// A plugin binary is a main that serves its scanners; the host launches it
-// with scannerapi.Launch.
+// A plugin binary is a main that serves its scanners; a host launches it
+// with package pluginhost.
 func Example() {
 	// In the plugin's package main:
 	//
 	//	func main() { scannerapi.Serve(touchScanner{}) }
 	//
-	// Linked into a process instead, the same scanner runs on any Host:
+	// Called in a process instead (a test, say), the same scanner runs on
+	// any Host:
 	host := scannerapi.HostFunc(func(_ context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
 		out := make([]scannerapi.Reply, len(cmds))
 		for i := range cmds {
@@ -89,7 +90,7 @@ func Example() {
 			{Source: "touch", Member: "not-an-id"},
 		},
 	}
-	res, err := scannerapi.Linked(touchScanner{}, nil).ScanPartition(context.Background(), host, req)
+	res, err := touchScanner{}.ScanPartition(context.Background(), host, req)
 	if err != nil {
 		fmt.Println(err)
 		return

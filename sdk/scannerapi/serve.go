@@ -15,7 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/sdk/scannerapi/internal/pb"
+	"github.com/ffscan/ffscan/sdk/internal/codec"
+	"github.com/ffscan/ffscan/sdk/internal/pb"
+	"github.com/ffscan/ffscan/sdk/internal/scancall"
+	"github.com/ffscan/ffscan/sdk/internal/wire"
 )
 
 // parentPollInterval is how often a plugin checks that the process that
@@ -41,7 +44,7 @@ const parentPollInterval = 250 * time.Millisecond
 // when its parent process goes away, even if the launcher's Pdeathsig did
 // not fire (it is Linux-only and tied to the launching thread).
 func Serve(scanners ...Scanner) {
-	level := hclog.LevelFromString(os.Getenv(LogLevelEnv))
+	level := hclog.LevelFromString(os.Getenv(wire.LogLevelEnv))
 	if level == hclog.NoLevel {
 		level = hclog.Info
 	}
@@ -66,12 +69,12 @@ func Serve(scanners ...Scanner) {
 		logger.Error("parent process is gone; exiting", "original_parent", ppid, "parent", os.Getppid())
 		os.Exit(3)
 	})
-	hs := Handshake
+	hs := wire.Handshake
 	hs.ProtocolVersion = uint(srv.apiVersion)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  hs,
 		VersionedPlugins: servePluginSets(srv.apiVersion, &grpcPlugin{server: srv}),
-		GRPCServer:       newGRPCServer,
+		GRPCServer:       wire.NewGRPCServer,
 		Logger:           logger,
 	})
 	os.Exit(0)
@@ -115,9 +118,9 @@ type pluginServer struct {
 	// stream carries the batches when the host serves a batch stream
 	// (InfoRequest.callback_fd or exec_stream); nil means one unary Exec
 	// per batch.
-	stream     *execStream
-	fdStream   *execStream // on the inherited socket, once opened
-	grpcStream *execStream
+	stream     *wire.ExecStream
+	fdStream   *wire.ExecStream // on the inherited socket, once opened
+	grpcStream *wire.ExecStream
 }
 
 func newPluginServer(logger hclog.Logger, scanners []Scanner) (*pluginServer, error) {
@@ -177,7 +180,7 @@ func (s *pluginServer) connectCallbacks(id uint32) error {
 	if s.broker == nil {
 		return fmt.Errorf("no go-plugin broker")
 	}
-	conn, err := s.broker.DialWithOptions(id, dialOptions()...)
+	conn, err := s.broker.DialWithOptions(id, wire.DialOptions()...)
 	if err != nil {
 		return fmt.Errorf("dial host callbacks (broker id %d): %w", id, err)
 	}
@@ -185,7 +188,7 @@ func (s *pluginServer) connectCallbacks(id uint32) error {
 	return nil
 }
 
-func (s *pluginServer) callbacks() (pb.HostCallbacksClient, *execStream) {
+func (s *pluginServer) callbacks() (pb.HostCallbacksClient, *wire.ExecStream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.callback, s.stream
@@ -199,16 +202,16 @@ func (s *pluginServer) chooseStream(req *pb.InfoRequest) error {
 	switch {
 	case req.GetCallbackFd() != 0:
 		if s.fdStream == nil {
-			c, err := openCallbackFD(req.GetCallbackFd())
+			c, err := wire.OpenCallbackFD(req.GetCallbackFd())
 			if err != nil {
 				return err
 			}
-			s.fdStream = fdExecStream(&pluginSocket{f: newFrameConn(c), srv: s})
+			s.fdStream = wire.FDExecStream(wire.NewPluginSocket(c, s.ScanPartition))
 		}
 		s.stream = s.fdStream
 	case req.GetExecStream() && s.callback != nil:
 		if s.grpcStream == nil {
-			s.grpcStream = grpcExecStream(s.callback)
+			s.grpcStream = wire.GRPCExecStream(s.callback)
 		}
 		s.stream = s.grpcStream
 	default:
@@ -238,7 +241,7 @@ func (s *pluginServer) Configure(ctx context.Context, req *pb.ConfigureRequest) 
 	if err != nil {
 		return nil, err
 	}
-	defer recoverInto(req.GetScanner(), "Configure", &err)
+	defer scancall.Recover(req.GetScanner(), "Configure", &err)
 	if err := sc.Configure(WithLogger(ctx, log), req.GetOptions()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -259,7 +262,7 @@ func (s *pluginServer) ScanPartition(ctx context.Context, req *pb.ScanPartitionR
 			}
 		}
 	}()
-	defer recoverInto(name, "ScanPartition", &err) // runs first
+	defer scancall.Recover(name, "ScanPartition", &err) // runs first
 	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
 	sreq := scanRequestFromPB(name, req.GetRequest())
 	ObserveStoreEpoch(sreq.StoreEpoch)
@@ -283,7 +286,7 @@ func (s *pluginServer) SampleBacklog(ctx context.Context, req *pb.SampleBacklogR
 			}
 		}
 	}()
-	defer recoverInto(name, "SampleBacklog", &err) // runs first
+	defer scancall.Recover(name, "SampleBacklog", &err) // runs first
 	parts := make([]keys.Partition, len(req.GetPartitions()))
 	for i, p := range req.GetPartitions() {
 		parts[i] = partitionFromPB(p)
@@ -322,22 +325,22 @@ func (h *pluginHost) Exec(ctx context.Context, cmds []Command) ([]Reply, error) 
 	}
 	if stream != nil {
 		req := &pb.ExecRequest{Scanner: h.scanner, CallId: h.callID}
-		size := packedCommandsSize(cmds)
-		if stream.copies {
-			// exec has sent the batch (or failed to) when it returns.
-			buf := getBatchBuffer(size)
-			req.PackedCommands = appendPackedCommands(*buf, cmds)
-			defer putBatchBuffer(buf, req.PackedCommands)
+		size := codec.CommandsSize(cmds)
+		if stream.Copies() {
+			// Exec has sent the batch (or failed to) when it returns.
+			buf := wire.GetBatchBuffer(size)
+			req.PackedCommands = codec.AppendCommands(*buf, cmds)
+			defer wire.PutBatchBuffer(buf, req.PackedCommands)
 		} else {
-			req.PackedCommands = appendPackedCommands(make([]byte, 0, size), cmds)
+			req.PackedCommands = codec.AppendCommands(make([]byte, 0, size), cmds)
 		}
-		resp, err := stream.exec(ctx, req)
+		resp, err := stream.Exec(ctx, req)
 		if err != nil {
 			return nil, err
 		}
 		return streamReplies(resp, len(cmds))
 	}
-	resp, err := cb.Exec(ctx, &pb.ExecRequest{Scanner: h.scanner, CallId: h.callID, Commands: commandsToPB(cmds)})
+	resp, err := cb.Exec(ctx, &pb.ExecRequest{Scanner: h.scanner, CallId: h.callID, Commands: codec.CommandsToPB(cmds)})
 	if err != nil {
 		if st, ok := status.FromError(err); ok {
 			return nil, fmt.Errorf("host exec: %s: %s", st.Code(), st.Message())
@@ -348,4 +351,19 @@ func (h *pluginHost) Exec(ctx context.Context, cmds []Command) ([]Reply, error) 
 		return nil, fmt.Errorf("host exec: %d replies to %d commands", len(resp.GetReplies()), len(cmds))
 	}
 	return repliesFromPB(resp.GetReplies()), nil
+}
+
+// streamReplies unpacks a stream response to a batch of n commands.
+func streamReplies(resp *pb.ExecResponse, n int) ([]Reply, error) {
+	if code := resp.GetErrorCode(); code != 0 {
+		return nil, fmt.Errorf("host exec: %s: %s", codes.Code(code), resp.GetErrorMessage())
+	}
+	replies, err := unpackReplies(resp.GetPackedReplies())
+	if err != nil {
+		return nil, fmt.Errorf("host exec: %w", err)
+	}
+	if len(replies) != n {
+		return nil, fmt.Errorf("host exec: %d replies to %d commands", len(replies), n)
+	}
+	return replies, nil
 }

@@ -11,73 +11,113 @@ import (
 // name, a supported APIVersion (MinAPIVersion..APIVersion), a known family, a positive interval and
 // batch, well-formed sources (known kinds, keys under "ff:" that contain
 // "{p}"), upper-case command names (FCALL goes through Functions) and
-// unique, typed options. Serve refuses to serve, and Launch refuses to
-// accept, a scanner whose Info fails it.
+// unique, typed options. Serve refuses to serve, and a host
+// (pluginhost.Launch) refuses to accept, a scanner whose Info fails it.
 func ValidateInfo(in Info) error {
 	if err := validateName(in.Name); err != nil {
 		return err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("scanner %s: %s", in.Name, fmt.Sprintf(format, args...))
+	for _, check := range []func(Info) error{validateBasics, validateSources, validateCommands, validateKeyScopes, validateFunctions, validateOptions} {
+		if err := check(in); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// invalid is an error of the Info of the scanner named name.
+func invalid(name, format string, args ...any) error {
+	return fmt.Errorf("scanner %s: %s", name, fmt.Sprintf(format, args...))
+}
+
+// validateBasics checks the version, family, interval and batch.
+func validateBasics(in Info) error {
 	if !SupportsAPIVersion(in.APIVersion) {
-		return bad("APIVersion is %d; this SDK supports %d to %d (set Info.APIVersion to scannerapi.APIVersion)", in.APIVersion, MinAPIVersion, APIVersion)
+		return invalid(in.Name, "APIVersion is %d; this SDK supports %d to %d (set Info.APIVersion to scannerapi.APIVersion)", in.APIVersion, MinAPIVersion, APIVersion)
 	}
 	switch in.Family {
 	case keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota:
 	default:
-		return bad("unknown partition family %d", in.Family)
+		return invalid(in.Name, "unknown partition family %d", in.Family)
 	}
 	if in.DefaultInterval <= 0 {
-		return bad("DefaultInterval must be positive")
+		return invalid(in.Name, "DefaultInterval must be positive")
 	}
 	if in.DefaultBatch <= 0 {
-		return bad("DefaultBatch must be positive")
+		return invalid(in.Name, "DefaultBatch must be positive")
 	}
+	return nil
+}
+
+// validateSources checks each source, and that no two share a name.
+func validateSources(in Info) error {
 	names := map[string]bool{}
 	for i, s := range in.Sources {
 		if s.Name == "" {
-			return bad("source %d has no name", i)
+			return invalid(in.Name, "source %d has no name", i)
 		}
 		if names[s.Name] {
-			return bad("two sources are named %q", s.Name)
+			return invalid(in.Name, "two sources are named %q", s.Name)
 		}
 		names[s.Name] = true
-		switch s.Kind {
-		case SourceZSetDue, SourceZSetRotate, SourceSetScan:
-			if !strings.HasPrefix(s.Key, keys.Prefix) || !strings.Contains(s.Key, "{p}") {
-				return bad("source %s: key %q must start with %q and contain {p}", s.Name, s.Key, keys.Prefix)
-			}
-		case SourcePostgres:
-			if !isSQLName(s.Key) {
-				return bad("source %s: key %q must name a candidate function of ffscan's Postgres library (lower-case letters, digits, '_')", s.Name, s.Key)
-			}
-			if s.Backlog != BacklogNone && s.Backlog != BacklogDue {
-				return bad("source %s: a Postgres source's backlog is none or due (the rows its candidate function returns), not %q", s.Name, s.Backlog)
-			}
-			if s.ScoreOffset != 0 {
-				return bad("source %s: a Postgres source takes no ScoreOffset (the candidate function decides what is due)", s.Name)
-			}
-		default:
-			return bad("source %s: unknown kind %q", s.Name, s.Kind)
+		if err := validateSource(in.Name, s); err != nil {
+			return err
 		}
 		if (s.Kind == SourcePostgres) != (in.Sources[0].Kind == SourcePostgres) {
-			return bad("source %s: a scanner's sources are all Postgres sources or none", s.Name)
+			return invalid(in.Name, "source %s: a scanner's sources are all Postgres sources or none", s.Name)
 		}
 		switch s.Backlog {
 		case BacklogNone, BacklogDue, BacklogSize, BacklogPlugin:
 		default:
-			return bad("source %s: unknown backlog mode %q", s.Name, s.Backlog)
+			return invalid(in.Name, "source %s: unknown backlog mode %q", s.Name, s.Backlog)
 		}
 	}
+	return nil
+}
+
+// validateSource checks a source's key for its kind: a Valkey key
+// template under "ff:" with {p}, or the candidate function a Postgres
+// source names (whose backlog the function's rows count and whose due
+// time the function decides).
+func validateSource(scanner string, s CandidateSource) error {
+	switch s.Kind {
+	case SourceZSetDue, SourceZSetRotate, SourceSetScan:
+		if !strings.HasPrefix(s.Key, keys.Prefix) || !strings.Contains(s.Key, "{p}") {
+			return invalid(scanner, "source %s: key %q must start with %q and contain {p}", s.Name, s.Key, keys.Prefix)
+		}
+	case SourcePostgres:
+		if !isSQLName(s.Key) {
+			return invalid(scanner, "source %s: key %q must name a candidate function of ffscan's Postgres library (lower-case letters, digits, '_')", s.Name, s.Key)
+		}
+		if s.Backlog != BacklogNone && s.Backlog != BacklogDue {
+			return invalid(scanner, "source %s: a Postgres source's backlog is none or due (the rows its candidate function returns), not %q", s.Name, s.Backlog)
+		}
+		if s.ScoreOffset != 0 {
+			return invalid(scanner, "source %s: a Postgres source takes no ScoreOffset (the candidate function decides what is due)", s.Name)
+		}
+	default:
+		return invalid(scanner, "source %s: unknown kind %q", s.Name, s.Kind)
+	}
+	return nil
+}
+
+// validateCommands checks that each command is one upper-case name and
+// that no FCALL hides among them.
+func validateCommands(in Info) error {
 	for _, c := range in.Commands {
 		if c == "" || c != strings.ToUpper(c) || strings.ContainsAny(c, " \t") {
-			return bad("command %q must be a single upper-case command name", c)
+			return invalid(in.Name, "command %q must be a single upper-case command name", c)
 		}
 		if strings.HasPrefix(c, "FCALL") {
-			return bad("command %s: declare library functions in Functions, not FCALL in Commands", c)
+			return invalid(in.Name, "command %s: declare library functions in Functions, not FCALL in Commands", c)
 		}
 	}
+	return nil
+}
+
+// validateKeyScopes checks that each scope narrows a declared command,
+// one scope per command, with patterns under "ff:".
+func validateKeyScopes(in Info) error {
 	declared := map[string]bool{}
 	for _, c := range in.Commands {
 		declared[c] = true
@@ -85,36 +125,46 @@ func ValidateInfo(in Info) error {
 	scoped := map[string]bool{}
 	for _, ks := range in.KeyScopes {
 		if !declared[ks.Command] {
-			return bad("key scope for %q: the command is not among Commands", ks.Command)
+			return invalid(in.Name, "key scope for %q: the command is not among Commands", ks.Command)
 		}
 		if scoped[ks.Command] {
-			return bad("command %s has two key scopes; list all its patterns in one", ks.Command)
+			return invalid(in.Name, "command %s has two key scopes; list all its patterns in one", ks.Command)
 		}
 		scoped[ks.Command] = true
 		if len(ks.Patterns) == 0 {
-			return bad("key scope for %s has no patterns", ks.Command)
+			return invalid(in.Name, "key scope for %s has no patterns", ks.Command)
 		}
 		for _, p := range ks.Patterns {
 			if !strings.HasPrefix(p, keys.Prefix) {
-				return bad("key scope for %s: pattern %q must start with %q", ks.Command, p, keys.Prefix)
+				return invalid(in.Name, "key scope for %s: pattern %q must start with %q", ks.Command, p, keys.Prefix)
 			}
 		}
 	}
+	return nil
+}
+
+// validateFunctions checks the function names.
+func validateFunctions(in Info) error {
 	for _, f := range in.Functions {
 		if f == "" || strings.ContainsAny(f, " \t") {
-			return bad("function name %q is invalid", f)
+			return invalid(in.Name, "function name %q is invalid", f)
 		}
 	}
+	return nil
+}
+
+// validateOptions checks that options are named once each and typed.
+func validateOptions(in Info) error {
 	opts := map[string]bool{}
 	for _, o := range in.Options {
 		if o.Name == "" || opts[o.Name] {
-			return bad("option names must be unique and non-empty (got %q)", o.Name)
+			return invalid(in.Name, "option names must be unique and non-empty (got %q)", o.Name)
 		}
 		opts[o.Name] = true
 		switch o.Type {
 		case OptionString, OptionInt, OptionBool, OptionDuration:
 		default:
-			return bad("option %s: unknown type %q", o.Name, o.Type)
+			return invalid(in.Name, "option %s: unknown type %q", o.Name, o.Type)
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -40,7 +41,7 @@ func Of(r valkey.ValkeyResult) scannerapi.Reply {
 
 // Write writes what Of returns for r to w, without building the Reply:
 // the host answers a plugin's packed batch this way.
-func Write(w *scannerapi.ReplyWriter, r valkey.ValkeyResult) {
+func Write(w *pluginhost.ReplyWriter, r valkey.ValkeyResult) {
 	msg, err := r.ToMessage()
 	if err != nil {
 		rep := Of(r) // nil or an error: nothing to save
@@ -52,7 +53,7 @@ func Write(w *scannerapi.ReplyWriter, r valkey.ValkeyResult) {
 
 // write is convert for a ReplyWriter; the two must stay in step (the
 // package's tests compare them on every kind of reply).
-func write(w *scannerapi.ReplyWriter, m *valkey.ValkeyMessage) {
+func write(w *pluginhost.ReplyWriter, m *valkey.ValkeyMessage) {
 	switch {
 	case m.IsNil():
 		w.Nil()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
@@ -95,23 +96,23 @@ func TestWriteMatchesOf(t *testing.T) {
 	}
 	for name, cmd := range cases {
 		r := c.Do(ctx, cmd)
-		want := scannerapi.NewReplyWriter(1)
+		want := pluginhost.NewReplyWriter(1)
 		of := Of(r)
 		want.Reply(&of)
-		got := scannerapi.NewReplyWriter(1)
+		got := pluginhost.NewReplyWriter(1)
 		Write(got, r)
 		assert.Equal(t, want.Bytes(), got.Bytes(), name)
-		assert.Equal(t, of.Size(), got.Size(), name)
+		assert.Equal(t, pluginhost.ReplySize(of), got.Size(), name)
 		assert.Equal(t, 1, got.Replies(), name)
 	}
 	// A result without a reply (the client is closed): as Of gives it.
 	c.Close()
 	r := c.Do(ctx, c.B().Get().Key("ff:s").Build())
-	want := scannerapi.NewReplyWriter(1)
+	want := pluginhost.NewReplyWriter(1)
 	of := Of(r)
 	require.Equal(t, scannerapi.ErrTransport, of.ErrClass)
 	want.Reply(&of)
-	got := scannerapi.NewReplyWriter(1)
+	got := pluginhost.NewReplyWriter(1)
 	Write(got, r)
 	assert.Equal(t, want.Bytes(), got.Bytes())
 }

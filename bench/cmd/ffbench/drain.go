@@ -25,6 +25,7 @@ import (
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/leaseexpiry"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -411,7 +412,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 	switch mode {
 	case modePlugin, modePluginStream, modePluginUnary:
 		p, err := b.launchPlugin(ctx, launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry",
-			CallbackPath: map[string]scannerapi.CallbackPath{modePluginStream: scannerapi.CallbackStream, modePluginUnary: scannerapi.CallbackUnary}[mode]}, svc)
+			CallbackPath: map[string]pluginhost.CallbackPath{modePluginStream: pluginhost.CallbackStream, modePluginUnary: pluginhost.CallbackUnary}[mode]}, svc)
 		if err != nil {
 			return run, err
 		}
@@ -421,7 +422,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		// As the launcher does for a plugin: the callback service bound
 		// to the scanner's declared policy, options resolved against its
 		// schema.
-		sc = scannerapi.Linked(leaseexpiry.New(), nil)
+		sc = pluginhost.Linked(leaseexpiry.New(), nil)
 		info := sc.Info()
 		opts, err := launcher.ResolveOptions(leaseexpiry.Name, info.Options, nil)
 		if err != nil {

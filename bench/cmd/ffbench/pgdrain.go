@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/internal/pgtest"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -215,7 +216,7 @@ func (b *bench) pgDrainOnce(ctx context.Context, pool *pgxpool.Pool, pgPid int, 
 			defer p.close()
 			sc, host, pluginPid = p.scanner, p.host, p.pid
 		} else {
-			sc = scannerapi.Linked(pgreconcilers.NewAttemptTimeout(), nil)
+			sc = pluginhost.Linked(pgreconcilers.NewAttemptTimeout(), nil)
 			pol, _ := callbacks.PolicyFromInfo(sc.Info(), false)
 			host = svc.Bind(pgreconcilers.AttemptTimeoutName, pol)
 		}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -144,7 +145,7 @@ func main() {
 			os.Exit(3)
 		}()
 	case mode == "raw99":
-		hs := scannerapi.Handshake
+		hs := pluginhost.Handshake
 		hs.ProtocolVersion = 99
 		plugin.Serve(&plugin.ServeConfig{
 			HandshakeConfig:  hs,

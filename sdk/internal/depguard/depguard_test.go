@@ -46,6 +46,20 @@ var sdkAllowedModules = append([]string{
 	"golang.org/x/text",
 }, ffscanModules...)
 
+// hostSidePackages are the SDK's packages for programs that run plugins
+// (launching, confining and killing plugin processes, serving their
+// callbacks). A plugin binary never needs them: the author's package must
+// not import them, so a plugin links none of their code or dependencies.
+var hostSidePackages = []string{
+	"github.com/ffscan/ffscan/sdk/pluginhost",
+}
+
+// authorPackages are what a plugin's own code builds on.
+var authorPackages = []string{
+	"github.com/ffscan/ffscan/sdk/scannerapi",
+	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil",
+}
+
 // repoRoot is the repository's root: this package is sdk/internal/depguard.
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -155,6 +169,40 @@ func TestThirdPartyModuleStaysSmall(t *testing.T) {
 		t.Errorf("a plugin module using the SDK builds packages from %d third-party modules, more than %d: %s",
 			len(mods), maxThirdPartyModules, strings.Join(mods, " "))
 	}
+}
+
+// The author's packages, and a plugin binary built on them, do not link
+// the host's side of plugins.
+func TestPluginsDoNotLinkTheHostSide(t *testing.T) {
+	root := repoRoot(t)
+	hostSide := map[string]bool{}
+	for _, p := range hostSidePackages {
+		hostSide[p] = true
+	}
+	check := func(what string, lines []string) {
+		t.Helper()
+		if len(lines) < 10 {
+			t.Fatalf("go list found only %d packages for %s: %q", len(lines), what, lines)
+		}
+		for _, l := range lines {
+			if pkg, _, _ := strings.Cut(l, "|"); hostSide[pkg] {
+				t.Errorf("%s builds %s, the host's side of plugins: a plugin must not link it", what, pkg)
+			}
+		}
+	}
+	for _, pkg := range authorPackages {
+		check(pkg, goList(t, filepath.Join(root, "sdk"), pkg))
+	}
+	dir := writeThirdParty(t, root)
+	lines := goList(t, dir, thirdPartyMain)
+	check("a third party's plugin main", lines)
+	mods := map[string]bool{}
+	for _, l := range lines {
+		if _, mod, _ := strings.Cut(l, "|"); mod != "" && !strings.HasPrefix(mod, "github.com/ffscan/ffscan") && mod != thirdPartyModule {
+			mods[mod] = true
+		}
+	}
+	t.Logf("a plugin binary builds from %d third-party modules: %s", len(mods), strings.Join(keysOf(mods), " "))
 }
 
 // Every package of the SDK module builds only on the allowed modules.

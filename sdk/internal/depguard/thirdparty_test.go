@@ -2,9 +2,14 @@ package depguard
 
 // The throwaway third-party module the guard builds: a scanner, its
 // plugin main and a test using the kit and the server starter, the way a
-// plugin author's repository looks.
+// plugin author's repository looks. The test drives the scanner linked in
+// as a host would (pluginhost.Linked, the kit's own way); the scanner and
+// its main use scannerapi alone.
 
 const thirdPartyModule = "example.com/thirdparty"
+
+// thirdPartyMain is the third party's plugin main, the binary it ships.
+const thirdPartyMain = thirdPartyModule + "/cmd/thirdparty"
 
 var thirdPartyFiles = map[string]string{
 	"scanner.go": `package thirdparty
@@ -44,6 +49,7 @@ import (
 	"testing"
 
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 	"github.com/ffscan/ffscan/sdk/testserver"
@@ -54,7 +60,7 @@ var _ *client.Client
 
 func TestScanner(t *testing.T) {
 	c := testserver.New(t).Client(t)
-	linked := scannerapi.Linked(Scanner{}, scannertest.Callbacks(c))
+	linked := pluginhost.Linked(Scanner{}, scannertest.Callbacks(c))
 	if _, err := linked.ScanPartition(context.Background(), nil, &scannerapi.ScanRequest{}); err != nil {
 		t.Fatal(err)
 	}

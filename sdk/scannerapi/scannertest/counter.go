@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -12,14 +13,14 @@ import (
 // Scanner tests use it to pin their cost, e.g. "one callback per
 // partition" or "no FCALL for an entry already handled".
 type Counter struct {
-	inner  scannerapi.Callbacks
+	inner  pluginhost.Callbacks
 	mu     sync.Mutex
 	execs  int
 	fcalls int
 }
 
 // NewCounter counts the traffic to inner.
-func NewCounter(inner scannerapi.Callbacks) *Counter { return &Counter{inner: inner} }
+func NewCounter(inner pluginhost.Callbacks) *Counter { return &Counter{inner: inner} }
 
 // Exec counts the batch and passes it on.
 func (c *Counter) Exec(ctx context.Context, scanner string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {

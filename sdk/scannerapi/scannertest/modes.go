@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -17,7 +18,7 @@ type Mode struct {
 	// Scanner returns the scanner called name (one binary may serve
 	// several) with its callbacks going to cb. The plugin is stopped when
 	// the test ends.
-	Scanner func(t testing.TB, cb scannerapi.Callbacks, name string) scannerapi.HostScanner
+	Scanner func(t testing.TB, cb pluginhost.Callbacks, name string) pluginhost.HostScanner
 }
 
 // Modes returns the linked mode, whose scanners linked makes, and the
@@ -25,14 +26,14 @@ type Mode struct {
 // binary; see PluginBinary).
 func Modes(pkg string, linked func(name string) scannerapi.Scanner) []Mode {
 	return []Mode{
-		{Name: "linked", Scanner: func(t testing.TB, cb scannerapi.Callbacks, name string) scannerapi.HostScanner {
+		{Name: "linked", Scanner: func(t testing.TB, cb pluginhost.Callbacks, name string) pluginhost.HostScanner {
 			s := linked(name)
 			if s == nil {
 				t.Fatalf("scannertest: the linked mode has no scanner %q", name)
 			}
-			return scannerapi.Linked(s, cb)
+			return pluginhost.Linked(s, cb)
 		}},
-		{Name: "plugin", Scanner: func(t testing.TB, cb scannerapi.Callbacks, name string) scannerapi.HostScanner {
+		{Name: "plugin", Scanner: func(t testing.TB, cb pluginhost.Callbacks, name string) pluginhost.HostScanner {
 			p := Launch(t, PluginBinary(t, pkg), cb)
 			s, ok := p.Scanner(name)
 			if !ok {

@@ -47,6 +47,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/valkeyreply"
 )
@@ -55,15 +56,15 @@ import (
 // DoMulti (pipelined), with no allowlist: any command, any key. Commands are
 // routed by their first key (FCALL: its KEYS), so a cluster client works
 // for single-slot batches.
-func Callbacks(client valkey.Client) scannerapi.Callbacks {
-	return scannerapi.CallbacksFunc(func(ctx context.Context, _ string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+func Callbacks(client valkey.Client) pluginhost.Callbacks {
+	return pluginhost.CallbacksFunc(func(ctx context.Context, _ string, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
 		return Exec(ctx, client, cmds)
 	})
 }
 
 // Host returns Callbacks(client) bound to no particular scanner.
 func Host(client valkey.Client) scannerapi.Host {
-	return scannerapi.BindHost(Callbacks(client), "")
+	return pluginhost.BindHost(Callbacks(client), "")
 }
 
 // Exec runs cmds on client pipelined and converts the replies.
@@ -126,11 +127,11 @@ func BuildPlugin(t testing.TB, pkg string) string {
 
 // Launch starts a plugin for one test with cb as its callbacks and kills it
 // (the whole process group) when the test ends.
-func Launch(t testing.TB, path string, cb scannerapi.Callbacks) *scannerapi.Plugin {
+func Launch(t testing.TB, path string, cb pluginhost.Callbacks) *pluginhost.Plugin {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := scannerapi.Launch(ctx, scannerapi.LaunchConfig{
+	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{
 		Path:      path,
 		Callbacks: cb,
 		Logger:    hclog.New(&hclog.LoggerOptions{Name: "scannertest", Level: hclog.Warn, Output: os.Stderr}),

@@ -1,0 +1,136 @@
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin/runner"
+)
+
+// procRunner is our go-plugin runner: go-plugin's own command runner kills
+// only the plugin's pid and tells nobody when the process ends, and we need
+// both a process-group kill and an exit channel.
+type procRunner struct {
+	logger hclog.Logger
+	cmd    *exec.Cmd
+	path   string // the plugin's file (cmd.Path may name the sandbox trampoline)
+	stdout io.ReadCloser
+	stderr io.ReadCloser
+
+	mu     sync.Mutex
+	pid    int
+	onExit func() // called once, right before exited is closed
+	// isolation confines the process at Start (startConfined) within
+	// the paths below; isolated says what was enforced.
+	isolation           Isolation
+	readOnly, readWrite []string
+	isolated            string
+	exited              chan struct{}
+	once                sync.Once
+	err                 error // Wait's result, valid once exited is closed
+}
+
+var _ runner.Runner = (*procRunner)(nil)
+
+func newProcRunner(logger hclog.Logger, cmd *exec.Cmd) (*procRunner, error) {
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	return &procRunner{logger: logger, cmd: cmd, path: cmd.Path, stdout: stdout, stderr: stderr, exited: make(chan struct{})}, nil
+}
+
+func (r *procRunner) Start(context.Context) error {
+	var err error
+	if r.isolation == IsolationOff {
+		err = r.cmd.Start()
+	} else {
+		var desc string
+		desc, err = startConfined(r.cmd, r.isolation, r.readOnly, r.readWrite, r.exited)
+		r.mu.Lock()
+		r.isolated = desc
+		r.mu.Unlock()
+	}
+	if err != nil {
+		r.markExited(err)
+		return err
+	}
+	r.mu.Lock()
+	r.pid = r.cmd.Process.Pid
+	r.mu.Unlock()
+	r.logger.Debug("plugin started", "path", r.path, "pid", r.pid)
+	return nil
+}
+
+// Wait is called exactly once by go-plugin, after the stdout and stderr
+// pipes reached EOF.
+func (r *procRunner) Wait(context.Context) error {
+	err := r.cmd.Wait()
+	r.markExited(err)
+	return err
+}
+
+func (r *procRunner) markExited(err error) {
+	r.once.Do(func() {
+		r.err = err
+		if r.onExit != nil {
+			r.onExit()
+		}
+		close(r.exited)
+	})
+}
+
+// Kill SIGKILLs the plugin's whole process group. It does not wait.
+func (r *procRunner) Kill(context.Context) error {
+	pid := r.Pid()
+	if pid == 0 {
+		return nil
+	}
+	err := killGroup(pid)
+	// If the group is somehow not ours (it always is: Setpgid), still kill
+	// the process itself.
+	if perr := r.cmd.Process.Kill(); perr != nil && !errors.Is(perr, os.ErrProcessDone) && err == nil {
+		err = perr
+	}
+	return err
+}
+
+func (r *procRunner) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pid
+}
+
+func (r *procRunner) Stdout() io.ReadCloser { return r.stdout }
+func (r *procRunner) Stderr() io.ReadCloser { return r.stderr }
+func (r *procRunner) Name() string          { return r.path }
+
+func (r *procRunner) ID() string {
+	if pid := r.Pid(); pid != 0 {
+		return strconv.Itoa(pid)
+	}
+	return ""
+}
+
+func (r *procRunner) Diagnose(context.Context) string {
+	return fmt.Sprintf("the plugin %s did not complete the go-plugin handshake: it must be built for this OS and architecture and call scannerapi.Serve from main", r.path)
+}
+
+func (r *procRunner) PluginToHost(network, addr string) (string, string, error) {
+	return network, addr, nil
+}
+
+func (r *procRunner) HostToPlugin(network, addr string) (string, string, error) {
+	return network, addr, nil
+}

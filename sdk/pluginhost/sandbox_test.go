@@ -1,0 +1,127 @@
+package pluginhost_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+func launchIsolated(t *testing.T, iso pluginhost.Isolation) *pluginhost.Plugin {
+	t.Helper()
+	return launchWith(t, pluginhost.LaunchConfig{Isolation: iso, Callbacks: &echoCallbacks{}})
+}
+
+// probe runs the prober scanner over members and returns its notes by
+// member ("ok" or the error).
+func probe(t *testing.T, p *pluginhost.Plugin, members ...string) map[string]string {
+	t.Helper()
+	req := &scannerapi.ScanRequest{Scanner: "prober", Partition: keys.Partition{Family: keys.FamilyFlow}}
+	for _, m := range members {
+		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "due", Member: m})
+	}
+	res, err := scannerByName(t, p, "prober").ScanPartition(context.Background(), nil, req)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for i, n := range res.Notes {
+		_, outcome, _ := strings.Cut(n, ": ")
+		out[members[i]] = outcome
+	}
+	return out
+}
+
+// A confined plugin cannot read the host's files or environment, write
+// outside its socket directory, use TCP or signal the host; it still
+// serves its scanners through the host. The same probes from an
+// unconfined plugin succeed, so the refusals are the confinement's.
+func TestConfinedPluginCannotEscape(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("isolation is Linux only")
+	}
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "ffscan.yaml")
+	require.NoError(t, os.WriteFile(secret, []byte("valkey: {password: hunter2}\n"), 0o600))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	members := []string{
+		"read:" + secret,
+		"write:" + filepath.Join(dir, "dropped"),
+		"dial:" + ln.Addr().String(),
+		fmt.Sprintf("signal:%d", os.Getpid()),
+		"spawn:/bin/true",
+	}
+
+	free := launchIsolated(t, pluginhost.IsolationOff)
+	assert.Empty(t, free.Isolation())
+	for m, outcome := range probe(t, free, members...) {
+		assert.Equal(t, "ok", outcome, "unconfined %s", m)
+	}
+	require.NoError(t, os.Remove(filepath.Join(dir, "dropped")))
+
+	if probeAuto := launchIsolated(t, pluginhost.IsolationAuto); strings.HasPrefix(probeAuto.Isolation(), "none") {
+		// The kernel offers nothing to test; auto said so (loudly).
+		t.Skipf("no confinement on this kernel: %s", probeAuto.Isolation())
+	}
+	p := launchIsolated(t, pluginhost.IsolationRequired)
+	assert.Contains(t, p.Isolation(), "landlock ABI")
+	assert.Contains(t, p.Isolation(), "TCP denied")
+	got := probe(t, p, append(members, fmt.Sprintf("environ:%d", os.Getpid()))...)
+	assert.Contains(t, got["read:"+secret], "permission denied")
+	assert.Contains(t, got["write:"+filepath.Join(dir, "dropped")], "permission denied")
+	assert.Contains(t, got["dial:"+ln.Addr().String()], "permission denied")
+	assert.Contains(t, got[fmt.Sprintf("environ:%d", os.Getpid())], "permission denied")
+	if strings.Contains(p.Isolation(), "signals scoped") {
+		assert.Contains(t, got[fmt.Sprintf("signal:%d", os.Getpid())], "operation not permitted")
+	}
+	if strings.Contains(p.Isolation(), "no new processes") {
+		assert.Contains(t, got["spawn:/bin/true"], "operation not permitted")
+	} else {
+		t.Logf("the kernel offers no seccomp filter: %s", p.Isolation())
+	}
+	_, err = os.Stat(filepath.Join(dir, "dropped"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+
+	// Confined, it still does its job through the host.
+	res, err := scannerByName(t, p, "echo").ScanPartition(context.Background(), nil, sampleRequest())
+	require.NoError(t, err)
+	assert.NotEmpty(t, res.Notes)
+}
+
+// A host made non-dumpable keeps even an unconfined plugin of its user
+// from reading its environment (where FFSCAN_VALKEY__PASSWORD lives).
+func TestProtectedHostEnvironmentIsUnreadable(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Linux only")
+	}
+	if os.Geteuid() == 0 {
+		// root keeps CAP_SYS_PTRACE: a plugin of root reads any process
+		// anyway; that is why plugins should not run as root.
+		t.Skip("as root the plugin bypasses the check")
+	}
+	p := launchIsolated(t, pluginhost.IsolationOff)
+	env := fmt.Sprintf("environ:%d", os.Getpid())
+	require.Equal(t, "ok", probe(t, p, env)[env])
+	require.NoError(t, pluginhost.ProtectHostProcess())
+	assert.Contains(t, probe(t, p, env)[env], "permission denied")
+}

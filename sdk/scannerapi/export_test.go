@@ -1,0 +1,5 @@
+package scannerapi
+
+// UnpackReplies is the plugin's decoding of a packed reply batch, for the
+// tests that hold it to the host's encoding (pluginhost.ReplyWriter).
+var UnpackReplies = unpackReplies
