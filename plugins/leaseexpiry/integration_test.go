@@ -383,7 +383,7 @@ func TestDryRun(t *testing.T) {
 	assert.Equal(t, 0, fcalls)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Contains(t, res.Notes, fmt.Sprintf("would mark %s expired", id))
-	assert.Contains(t, res.Notes, `would remove invalid member "garbage"`)
+	assert.Contains(t, res.Notes, `would remove invalid member "garbage" of `+keys.FlowPart(part).LeaseExpiry())
 	assert.Equal(t, "leased", f.owner(id))
 	assert.True(t, f.inIndex("garbage"))
 }
