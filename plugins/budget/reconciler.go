@@ -104,34 +104,20 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 	// One Exec: SREM of invalid members, then three HGETALLs per budget.
 	var cmds []scannerapi.Command
 	var ids []keys.BudgetID
-	seen := map[string]bool{}
 	members := 0
+	in := scanutil.Intake[keys.BudgetID]{Parse: scanutil.BudgetIDs, Sources: []string{reconcilerSource},
+		Remove: []keys.IDForm{keys.IDInvalid}}.Begin(ctx, req, res)
 	for _, c := range req.Candidates {
-		if c.Source != reconcilerSource {
-			continue
+		id, v := in.Admit(c)
+		if v != scanutil.OtherSource {
+			members++
 		}
-		members++
-		if seen[c.Member] {
-			continue
-		}
-		seen[c.Member] = true
-		id, kind := keys.ClassifyBudgetID(c.Member)
-		switch kind {
-		case keys.IDInvalid:
-			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
-			if req.DryRun {
-				res.Note("would remove invalid member %q", c.Member)
-				continue
-			}
-			log.Warn("removing a policies-index member that is not a budget id", "index", policies, "member", c.Member)
+		switch v {
+		case scanutil.Take:
+			ids = append(ids, id)
+		case scanutil.Remove:
 			cmds = append(cmds, scannerapi.Command{"SREM", policies, c.Member})
-			continue
-		case keys.IDNonCanonical:
-			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			res.Note("left non-canonical member %q in place", c.Member)
-			continue
 		}
-		ids = append(ids, id)
 	}
 	removals := len(cmds)
 	for _, id := range ids {

@@ -109,7 +109,7 @@ type resetScan struct {
 	now   string
 	res   *scannerapi.ScanResult
 	log   hclog.Logger
-	seen  map[string]bool
+	in    *scanutil.Intake[keys.BudgetID]
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -126,8 +126,12 @@ func (s *Reset) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 		now:   strconv.FormatInt(req.NowMs, 10),
 		res:   &scannerapi.ScanResult{},
 		log:   scannerapi.Logger(ctx),
-		seen:  map[string]bool{},
 	}
+	// A member that is not a canonical budget id is removed, in any
+	// spelling: FlowFabric resets a non-canonical one under its canonical
+	// id and leaves the odd spelling due for ever (doc.go).
+	sc.in = scanutil.Intake[keys.BudgetID]{Parse: scanutil.BudgetIDs, Remove: []keys.IDForm{keys.IDInvalid, keys.IDNonCanonical},
+		Failures: s.failures}.Begin(ctx, req, sc.res)
 	batch := req.Batch
 	if batch <= 0 {
 		batch = DefaultResetBatch
@@ -183,30 +187,14 @@ func (s *Reset) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 // admit classifies one member: an item to reset, a member to remove, or a
 // backed-off id (skipped).
 func (sc *resetScan) admit(member string) (it *resetItem, remove, skipped bool) {
-	if sc.seen[member] {
-		return nil, false, false
-	}
-	sc.seen[member] = true
-	id, kind := keys.ClassifyBudgetID(member)
-	switch kind {
-	case keys.IDInvalid, keys.IDNonCanonical:
-		code := "invalid_member"
-		if kind == keys.IDNonCanonical {
-			code = "non_canonical_member"
-		}
-		sc.res.AddError(scannerapi.ErrInvalid, code, 1)
-		if sc.req.DryRun {
-			sc.res.Note("would remove %s %q", code, member)
-			return nil, false, false
-		}
-		sc.log.Warn("removing a reset-index member that is not a canonical budget id", "index", sc.index, "member", member, "code", code)
+	id, v := sc.in.Admit(scannerapi.Candidate{Key: sc.index, Member: member})
+	switch v {
+	case scanutil.Take:
+		return &resetItem{id: id}, false, false
+	case scanutil.Remove:
 		return nil, true, false
 	}
-	if sc.s.failures.ShouldSkip(id.String(), sc.req.Cycle) {
-		sc.res.Skipped++
-		return nil, false, true
-	}
-	return &resetItem{id: id}, false, false
+	return nil, false, v == scanutil.BackedOff
 }
 
 // wave runs one Exec: the optional page read first, then ZREMs, then per
