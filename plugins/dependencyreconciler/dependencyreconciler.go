@@ -147,43 +147,20 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 
 	// 1-2. Classify the members of every lane's window.
 	window := map[string]int{}
-	seen := map[keys.ExecutionID]bool{}
 	var ids []keys.ExecutionID
+	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Sources: []string{sourceName},
+		Remove: []keys.IDForm{keys.IDInvalid}, Failures: s.failures}.Begin(ctx, req, res)
 	for _, c := range req.Candidates {
-		if c.Source != sourceName {
-			continue
+		id, v := in.Admit(c)
+		if v != scanutil.OtherSource {
+			window[c.Key]++
 		}
-		window[c.Key]++
-		id, kind := keys.ClassifyExecutionID(c.Member)
-		switch kind {
-		case keys.IDInvalid:
-			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
-			if req.DryRun {
-				res.Note("would remove invalid member %q", c.Member)
-				continue
-			}
-			log.Warn("removing a blocked-set member that is not an execution id", "index", c.Key, "member", c.Member)
+		switch v {
+		case scanutil.Take:
+			ids = append(ids, id)
+		case scanutil.Remove:
 			x.queue(scannerapi.Command{"ZREM", c.Key, c.Member})
-			continue
-		case keys.IDNonCanonical:
-			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			res.Note("left non-canonical member %q in place", c.Member)
-			continue
 		}
-		if id.Partition() != req.Partition {
-			res.AddError(scannerapi.ErrInvalid, "foreign_member", 1)
-			res.Note("left %s in place: it belongs to partition %s", id, id.Partition())
-			continue
-		}
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		if s.failures.ShouldSkip(id.String(), req.Cycle) {
-			res.Skipped++
-			continue
-		}
-		ids = append(ids, id)
 	}
 
 	// 3. The filter, on the downstream executions.
