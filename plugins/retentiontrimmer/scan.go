@@ -44,7 +44,7 @@ type scan struct {
 
 	cutDef, cutMin int64 // score bounds: head <= cutDef < walk <= cutMin
 
-	seen  map[string]bool
+	in    *scanutil.Intake[keys.ExecutionID]
 	queue scanutil.Batch // for the next wave
 
 	progress      bool // something was purged or cleaned
@@ -75,8 +75,11 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		batch:  req.Batch,
 		cutDef: req.NowMs - cfg.ret.def.Milliseconds(),
 		cutMin: req.NowMs - cfg.ret.min.Milliseconds(),
-		seen:   map[string]bool{},
 	}
+	// Members that are not execution ids of this partition are removed; a
+	// non-canonical spelling is left.
+	sc.in = scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
+		Failures: s.failures}.Begin(ctx, req, sc.res)
 	if sc.batch <= 0 {
 		sc.batch = DefaultBatch
 	}
@@ -208,20 +211,9 @@ func (sc *scan) queueHeadPage(lane string, pos scanutil.ZPos, budget, acted int)
 // admitHead classifies an entry of the head; true when it will be
 // examined.
 func (sc *scan) admitHead(lane, m string, score float64) bool {
-	if sc.seen[m] {
-		return false
-	}
-	sc.seen[m] = true
-	id, kind := keys.ClassifyExecutionIDIn(m, sc.req.Partition)
 	key := sc.pk.LaneTerminal(lane)
-	switch kind {
-	case keys.IDInvalid, keys.IDForeign:
-		sc.res.AddError(scannerapi.ErrInvalid, kind.String()+"_member", 1)
-		if sc.req.DryRun {
-			sc.res.Note("would remove %s member %q of %s", kind, m, key)
-			return false
-		}
-		sc.log.Warn("removing an index member that is not an execution id of this partition", "index", key, "member", m, "form", kind.String())
+	id, v := sc.in.Admit(scannerapi.Candidate{Key: key, Member: m, Score: score})
+	if v == scanutil.Remove {
 		sc.queue.Add(func(rs []scannerapi.Reply) {
 			if rs[0].Failed() {
 				class, code := scanutil.ClassifyReply(rs[0])
@@ -230,31 +222,16 @@ func (sc *scan) admitHead(lane, m string, score float64) bool {
 			}
 			sc.purgedFromDue++
 		}, scannerapi.Command{"ZREM", key, m})
-		return false
-	case keys.IDNonCanonical:
-		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-		sc.res.Note("left non-canonical member %q of %s in place", m, key)
+	}
+	if v != scanutil.Take {
 		return false
 	}
-	if sc.skip(m, score) {
+	if e, ok := sc.s.memo.Recall(sc.req.Partition.Index, m, score, sc.req.Cycle); ok && !memoDue(e, sc.req.NowMs, sc.req.Cycle) {
+		sc.res.Skipped++ // remembered and not yet due
 		return false
 	}
 	sc.examine(&item{member: m, id: id, lane: lane, score: score, head: true})
 	return true
-}
-
-// skip reports entries left alone for now: backed off, or remembered and
-// not yet due.
-func (sc *scan) skip(m string, score float64) bool {
-	if sc.s.failures.ShouldSkip(m, sc.req.Cycle) {
-		sc.res.Skipped++
-		return true
-	}
-	if e, ok := sc.s.memo.Recall(sc.req.Partition.Index, m, score, sc.req.Cycle); ok && !memoDue(e, sc.req.NowMs, sc.req.Cycle) {
-		sc.res.Skipped++
-		return true
-	}
-	return false
 }
 
 // startWalk reads the next pages of a lane between the two cutoffs.
@@ -285,7 +262,8 @@ func (sc *scan) queueWalkPage(lane string, pos scanutil.ZPos, budget int) {
 		fresh, next := pos.Fresh(page)
 		var walked []*item
 		for _, e := range fresh {
-			if sc.seen[e.Member] {
+			c := scannerapi.Candidate{Key: key, Member: e.Member, Score: e.Score}
+			if sc.in.Taken(c) {
 				continue
 			}
 			id, kind := keys.ClassifyExecutionIDIn(e.Member, sc.req.Partition)
@@ -295,7 +273,7 @@ func (sc *scan) queueWalkPage(lane string, pos scanutil.ZPos, budget int) {
 			if _, ok := sc.s.memo.Recall(sc.req.Partition.Index, e.Member, e.Score, sc.req.Cycle); ok {
 				continue // known; queued by queueRemembered when due
 			}
-			sc.seen[e.Member] = true
+			sc.in.Claim(c)
 			walked = append(walked, &item{member: e.Member, id: id, lane: lane, score: e.Score})
 		}
 		sc.classify(walked)
@@ -361,12 +339,7 @@ func (sc *scan) queueRemembered() {
 		sc.more = true
 	}
 	for _, c := range due {
-		if sc.seen[c.member] {
-			continue
-		}
-		sc.seen[c.member] = true
-		if sc.s.failures.ShouldSkip(c.member, sc.req.Cycle) {
-			sc.res.Skipped++
+		if _, v := sc.in.Admit(scannerapi.Candidate{Key: sc.pk.LaneTerminal(c.lane), Member: c.member, Score: c.score}); v != scanutil.Take {
 			continue
 		}
 		sc.examine(&item{member: c.member, id: c.id, lane: c.lane, score: c.score})
