@@ -260,8 +260,10 @@ type scan struct {
 	res     *scannerapi.ScanResult
 	log     hclog.Logger
 
-	seen  map[string]bool
-	flows []*flow
+	// flowIn admits backlog entries, memberIn pending members.
+	flowIn   *scanutil.Intake[keys.FlowID]
+	memberIn *scanutil.Intake[keys.ExecutionID]
+	flows    []*flow
 	// writes ride along with the next stage's Exec (plain commands and acks
 	// of garbage members), each with what to do with its reply.
 	writes  scanutil.Batch
@@ -285,8 +287,14 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		backlog: keys.FlowPart(req.Partition).CancelBacklog(),
 		res:     &scannerapi.ScanResult{},
 		log:     scannerapi.Logger(ctx),
-		seen:    make(map[string]bool, len(req.Candidates)),
 	}
+	// Backlog entries that are not flow ids are removed. A pending member
+	// that is not an execution id in any spelling is acknowledged (dropped
+	// from its flow's set); a non-canonical spelling is left pending.
+	sc.flowIn = scanutil.Intake[keys.FlowID]{Parse: parseFlow, Remove: []keys.IDForm{keys.IDInvalid}, Noun: "flow_id",
+		Failures: s.failures, BackoffPrefix: flowKeyPrefix}.Begin(ctx, req, sc.res)
+	sc.memberIn = scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDs, Remove: []keys.IDForm{keys.IDInvalid},
+		PerIndex: true, Failures: s.failures}.Begin(ctx, req, sc.res)
 	batch := req.Batch
 	if batch <= 0 {
 		batch = DefaultBatch
@@ -323,28 +331,33 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 // off) or not a flow id, so the look-ahead knows the window holds entries
 // it must see past.
 func (sc *scan) admit(m string, score float64) bool {
-	if sc.seen[m] {
+	id, v := sc.flowIn.Admit(scannerapi.Candidate{Key: sc.backlog, Member: m, Score: score})
+	switch v {
+	case scanutil.Duplicate:
 		return true
-	}
-	sc.seen[m] = true
-	id, err := keys.ParseFlowID(m)
-	if err != nil {
-		sc.res.AddError(scannerapi.ErrInvalid, "invalid_flow_id", 1)
-		if sc.req.DryRun {
-			sc.res.Note("would remove invalid backlog entry %q", m)
-			return false
-		}
-		sc.log.Warn("removing a backlog entry that is not a flow id", "index", sc.backlog, "member", m)
+	case scanutil.Remove:
 		sc.write(scannerapi.Command{"ZREM", sc.backlog, m}, nil)
+	}
+	if v != scanutil.Take {
 		return false
 	}
-	_, stuck := sc.s.stuck.Recall(sc.req.Partition.Index, m, score, sc.req.Cycle)
-	if stuck || sc.s.failures.ShouldSkip(flowKeyPrefix+m, sc.req.Cycle) {
+	if _, stuck := sc.s.stuck.Recall(sc.req.Partition.Index, m, score, sc.req.Cycle); stuck {
 		sc.res.Skipped++
 		return false
 	}
 	sc.flows = append(sc.flows, &flow{member: m, id: id, score: score, keys: keys.FlowIn(sc.req.Partition, id)})
 	return true
+}
+
+// parseFlow reads a backlog member: a flow id in its one spelling, or
+// invalid (ff_cancel_flow writes the canonical id; anything else is
+// removed).
+func parseFlow(m string, _ keys.Partition) (keys.FlowID, keys.IDForm) {
+	id, err := keys.ParseFlowID(m)
+	if err != nil {
+		return keys.FlowID{}, keys.IDInvalid
+	}
+	return id, keys.IDCanonical
 }
 
 // lookahead reads backlog pages past the host's window until the scan has a
@@ -550,15 +563,8 @@ func (sc *scan) flowDrained(f *flow) {
 func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 	var toRead []*member
 	for _, m := range members {
-		id, kind := keys.ClassifyExecutionID(m.raw)
-		switch kind {
-		case keys.IDInvalid:
-			sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
-			if sc.req.DryRun {
-				sc.res.Note("would drop invalid member %q of flow %s", m.raw, m.f.member)
-				continue
-			}
-			sc.log.Warn("dropping a pending cancel that is not an execution id", "flow_id", m.f.member, "member", m.raw)
+		id, v := sc.memberIn.Admit(scannerapi.Candidate{Key: m.f.keys.PendingCancels(), Member: m.raw})
+		if v == scanutil.Remove {
 			mm := m
 			sc.write(sc.ackCommand(m), func(r scannerapi.Reply) {
 				if o := classifyAck(r); o != nil {
@@ -567,14 +573,8 @@ func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 				}
 				mm.f.progress = true
 			})
-			continue
-		case keys.IDNonCanonical:
-			sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			sc.res.Note("left non-canonical member %q of flow %s pending", m.raw, m.f.member)
-			continue
 		}
-		if sc.s.failures.ShouldSkip(m.raw, sc.req.Cycle) {
-			sc.res.Skipped++
+		if v != scanutil.Take {
 			continue
 		}
 		m.id = id

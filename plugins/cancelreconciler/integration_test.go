@@ -408,7 +408,7 @@ func TestDryRun(t *testing.T) {
 	assert.False(t, o.More)
 	assert.Contains(t, res.Notes, fmt.Sprintf("%s of flow %s: would_cancel", eligible, fid))
 	assert.Contains(t, res.Notes, fmt.Sprintf("%s of flow %s: execution_not_active", completed, fid))
-	assert.Contains(t, res.Notes, `would remove invalid backlog entry "not-a-flow"`)
+	assert.Contains(t, res.Notes, `would remove invalid flow id "not-a-flow" of `+keys.FlowPart(part).CancelBacklog())
 	assert.Equal(t, "runnable/none", f.phase(eligible))
 	assert.Len(t, f.pending(fid), 2)
 	assert.True(t, f.inBacklog("not-a-flow"))
