@@ -32,7 +32,7 @@ const (
 
 const (
 	reconcilerScanner = "dependency_reconciler"
-	reconcilerBinary  = "dependencyreconciler"
+	reconcilerBinary  = "depreconciler"
 )
 
 // dagMode is one way of resolving edges and what it measured.

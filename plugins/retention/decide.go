@@ -1,4 +1,4 @@
-package retentiontrimmer
+package retention
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package dependencyreconciler
+package depreconciler
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package retentiontrimmer_test
+package retention_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/plugins/retentiontrimmer"
+	"github.com/ffscan/ffscan/plugins/retention"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
@@ -112,7 +112,7 @@ func TestHostPurgesExpiredExecutionsEndToEnd(t *testing.T) {
 	f := &aged{parts: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
-		New:        func() scannerapi.Scanner { return retentiontrimmer.New() },
+		New:        func() scannerapi.Scanner { return retention.New() },
 		Plugin:     pluginPkg,
 		Partitions: f.parts,
 		Setup:      f.setup,

@@ -1,4 +1,4 @@
-package dependencyreconciler_test
+package depreconciler_test
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
-	"github.com/ffscan/ffscan/plugins/dependencyreconciler"
+	"github.com/ffscan/ffscan/plugins/depreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-const pluginPkg = "github.com/ffscan/ffscan/plugins/dependencyreconciler/cmd/dependencyreconciler"
+const pluginPkg = "github.com/ffscan/ffscan/plugins/depreconciler/cmd/depreconciler"
 
 var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 
@@ -161,7 +161,7 @@ func (f *fixture) request(batch int) *scannerapi.ScanRequest {
 		f.cursor[key] = start + batch
 	}
 	f.cycle++
-	req := &scannerapi.ScanRequest{Scanner: dependencyreconciler.Name, Partition: part, NowMs: f.now(), Cycle: f.cycle, Batch: batch, Lanes: []string{lane}}
+	req := &scannerapi.ScanRequest{Scanner: depreconciler.Name, Partition: part, NowMs: f.now(), Cycle: f.cycle, Batch: batch, Lanes: []string{lane}}
 	for _, z := range zs {
 		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "blocked_dependencies", Key: key, Lane: lane, Member: z.Member, Score: z.Score})
 	}
@@ -182,7 +182,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 // foreign members are handled.
 func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, dependencyreconciler.Name)
+	s := m.Scanner(t, f.cb, depreconciler.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	ok := f.chain(fid, 3)    // A -> B -> C
@@ -243,7 +243,7 @@ func TestMainLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), 
 // does not keep a newer resolvable child waiting: the window moves on.
 func rotationScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, dependencyreconciler.Name)
+	s := m.Scanner(t, f.cb, depreconciler.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	old := f.chain(fid, 2)
@@ -271,7 +271,7 @@ func TestRotationLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes
 // batch, and are backed off after three failing scans.
 func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, dependencyreconciler.Name)
+	s := m.Scanner(t, f.cb, depreconciler.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	a := f.chain(fid, 2)
@@ -305,7 +305,7 @@ func TestPoisonLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes()
 // namespace is left blocked.
 func TestFilterAppliesToDownstream(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(dependencyreconciler.New(), f.cb)
+	s := scannerapi.Linked(depreconciler.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
 	mine := f.flowIn(part, "tenant-a")
 	theirs := f.flowIn(part, "tenant-b")
@@ -325,7 +325,7 @@ func TestFilterAppliesToDownstream(t *testing.T) {
 // A dry run reads, predicts and writes nothing.
 func TestDryRun(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(dependencyreconciler.New(), f.cb)
+	s := scannerapi.Linked(depreconciler.New(), f.cb)
 	fid := f.flowIn(part, "")
 	c := f.chain(fid, 2)
 	f.succeed(c[0])
@@ -349,7 +349,7 @@ func TestDryRun(t *testing.T) {
 // starts past the rest; it wraps and finds them on the following scan.
 func TestFullWindowSaysMore(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(dependencyreconciler.New(), f.cb)
+	s := scannerapi.Linked(depreconciler.New(), f.cb)
 	fid := f.flowIn(part, "")
 	var kids []keys.ExecutionID
 	for range 3 {
@@ -373,18 +373,18 @@ func TestFullWindowSaysMore(t *testing.T) {
 }
 
 func TestInfo(t *testing.T) {
-	info := dependencyreconciler.New().Info()
+	info := depreconciler.New().Info()
 	require.NoError(t, scannerapi.ValidateInfo(info))
-	assert.Equal(t, dependencyreconciler.Name, info.Name)
+	assert.Equal(t, depreconciler.Name, info.Name)
 	assert.Equal(t, 15*time.Second, info.DefaultInterval)
 	assert.Equal(t, 50, info.DefaultBatch)
 	assert.Equal(t, scannerapi.SourceZSetRotate, info.Sources[0].Kind)
 	assert.ElementsMatch(t, []string{"TIME", "HGET", "HMGET", "SMEMBERS", "ZREM"}, info.Commands)
-	assert.Error(t, dependencyreconciler.New().Configure(context.Background(), map[string]string{"lookahead": "1"}))
+	assert.Error(t, depreconciler.New().Configure(context.Background(), map[string]string{"lookahead": "1"}))
 }
 
 // modes are the linked scanner and the plugin binary, for scenarios that
 // build their own requests.
 func modes() []scannertest.Mode {
-	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return dependencyreconciler.New() })
+	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return depreconciler.New() })
 }

@@ -1,4 +1,4 @@
-// Package dependencyreconciler is the dependency_reconciler scanner (scanners.md
+// Package depreconciler is the dependency_reconciler scanner (scanners.md
 // 8.3): the safety net of push-based DAG promotion. When a flow member
 // finishes, the completion listener resolves its outgoing edges at once;
 // a message lost on pub/sub (no subscriber, a reconnect), a member finished
@@ -58,7 +58,7 @@
 //
 // Dry run: everything is read as usual, every FCALL is held back; Processed
 // counts the FCALLs that would have been sent, Notes list them.
-package dependencyreconciler
+package depreconciler
 
 import (
 	"context"

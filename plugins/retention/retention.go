@@ -1,4 +1,4 @@
-// Package retentiontrimmer is the retention_trimmer scanner (scanners.md §8.2):
+// Package retention is the retention_trimmer scanner (scanners.md §8.2):
 // it deletes terminal executions once their retention has passed, every key
 // of them, and their index entries.
 //
@@ -82,7 +82,7 @@
 // code. The backlog (BacklogPlugin) is the number of terminal entries older
 // than now - default_retention: what is due by the default, plus what
 // longer overrides keep.
-package retentiontrimmer
+package retention
 
 import (
 	"context"

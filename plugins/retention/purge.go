@@ -1,4 +1,4 @@
-package retentiontrimmer
+package retention
 
 // This file decides an examined execution and purges it: the reads'
 // verdict, the deletes in leaves-first order, the final index removals.

@@ -1,4 +1,4 @@
-package retentiontrimmer
+package retention
 
 // This file is what the scanner remembers of entries it left in place
 // (overrides not yet due, entries to recheck) on scanutil.Memory.

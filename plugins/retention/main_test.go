@@ -1,4 +1,4 @@
-package retentiontrimmer_test
+package retention_test
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package dependencyreconciler_test
+package depreconciler_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
-	"github.com/ffscan/ffscan/plugins/dependencyreconciler"
+	"github.com/ffscan/ffscan/plugins/depreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
@@ -72,7 +72,7 @@ func TestHostRunsDependencyReconciler(t *testing.T) {
 	f := &missedPush{parts: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
-		New:        func() scannerapi.Scanner { return dependencyreconciler.New() },
+		New:        func() scannerapi.Scanner { return depreconciler.New() },
 		Plugin:     pluginPkg,
 		Partitions: f.parts,
 		Setup:      f.setup,
@@ -106,7 +106,7 @@ func TestReleasesChildrenOnAnUnconfiguredLane(t *testing.T) {
 	var children []keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
-		New:        func() scannerapi.Scanner { return dependencyreconciler.New() },
+		New:        func() scannerapi.Scanner { return depreconciler.New() },
 		Plugin:     pluginPkg,
 		Partitions: parts,
 		Lanes:      []string{"default"},

@@ -1,4 +1,4 @@
-package retentiontrimmer
+package retention
 
 // This file measures the backlog between scans (SampleBacklog).
 

@@ -1,4 +1,4 @@
-package retentiontrimmer_test
+package retention_test
 
 import (
 	"context"
@@ -19,13 +19,13 @@ import (
 	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
-	"github.com/ffscan/ffscan/plugins/retentiontrimmer"
+	"github.com/ffscan/ffscan/plugins/retention"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-const pluginPkg = "github.com/ffscan/ffscan/plugins/retentiontrimmer/cmd/retentiontrimmer"
+const pluginPkg = "github.com/ffscan/ffscan/plugins/retention/cmd/retention"
 
 // part is the partition every execution of a test lives on.
 var part = keys.Partition{Family: keys.FamilyFlow, Index: 6}
@@ -252,7 +252,7 @@ func (f *fixture) request(batch int, skew time.Duration) *scannerapi.ScanRequest
 	req := &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch, Lanes: f.lanes}
 	for _, l := range f.lanes {
 		key := keys.FlowPart(part).LaneTerminal(l)
-		zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(key).Min("-inf").Max(strconv.FormatInt(now-retentiontrimmer.Floor.Milliseconds(), 10)).
+		zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(key).Min("-inf").Max(strconv.FormatInt(now-retention.Floor.Milliseconds(), 10)).
 			Byscore().Limit(0, int64(batch)).Withscores().Build()).AsZScores()
 		require.NoError(f.t, err)
 		for _, z := range zs {
@@ -294,7 +294,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scan
 // a garbage member is removed, another tenant's execution stays.
 func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, retentiontrimmer.Name)
+	s := m.Scanner(t, f.cb, retention.Name)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
 
 	old := f.finished("tenant-a")
@@ -368,7 +368,7 @@ func TestBasicLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(),
 // are not.
 func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, retentiontrimmer.Name)
+	s := m.Scanner(t, f.cb, retention.Name)
 	var kept []keys.ExecutionID
 	for i := range 5 {
 		id := f.finished("ns")
@@ -424,7 +424,7 @@ func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
 // so the host rescans at once until the due entries are exhausted.
 func TestBacklogDrainsWithMore(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := scannerapi.Linked(retention.New(), f.cb)
 	var ids []keys.ExecutionID
 	for range 12 {
 		id := f.finished("ns")
@@ -448,7 +448,7 @@ func TestBacklogDrainsWithMore(t *testing.T) {
 // A big execution is deleted in UNLINKs of at most 100 keys.
 func TestLargeExecutionDeletedInChunks(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := scannerapi.Linked(retention.New(), f.cb)
 	id := f.finished("ns")
 	ek, pk := keys.Exec(id), keys.FlowPart(part)
 	var extra []string
@@ -465,7 +465,7 @@ func TestLargeExecutionDeletedInChunks(t *testing.T) {
 	f.gone(id, extra)
 	f.cb.mu.Lock()
 	defer f.cb.mu.Unlock()
-	assert.LessOrEqual(t, f.cb.maxUnlink, retentiontrimmer.DeleteChunk)
+	assert.LessOrEqual(t, f.cb.maxUnlink, retention.DeleteChunk)
 	assert.Greater(t, f.cb.maxUnlink, 50, "chunks are filled")
 }
 
@@ -473,7 +473,7 @@ func TestLargeExecutionDeletedInChunks(t *testing.T) {
 // failures and does not block the others.
 func TestPoisonEntryBacksOff(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := scannerapi.Linked(retention.New(), f.cb)
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
 	f.do("SET", keys.Exec(poison).Core(), "not a hash")
@@ -502,7 +502,7 @@ func errTotal(es []scannerapi.ErrorCount) int64 {
 // Dry run reads and predicts, and deletes nothing.
 func TestDryRun(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := scannerapi.Linked(retention.New(), f.cb)
 	old := f.finished("ns")
 	f.age(old, 25*time.Hour)
 	f.do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "1", "garbage")
@@ -527,7 +527,7 @@ func TestDryRun(t *testing.T) {
 // entries, which are removed.
 func TestInterruptedPurgesResume(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := scannerapi.Linked(retention.New(), f.cb)
 	half := f.finished("ns")
 	extra := f.decorate(half)
 	f.age(half, 25*time.Hour)
@@ -548,7 +548,7 @@ func TestInterruptedPurgesResume(t *testing.T) {
 // are purged as they are found, default ones are left to the head.
 func TestWalkVisitsEachEntryOnce(t *testing.T) {
 	f := newFixture(t)
-	s := scannerapi.Linked(retentiontrimmer.New(), f.cb)
+	s := scannerapi.Linked(retention.New(), f.cb)
 	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "3"}))
 	var short, young []keys.ExecutionID
 	for i := range 2 {
@@ -590,5 +590,5 @@ func TestWalkVisitsEachEntryOnce(t *testing.T) {
 // modes are the linked scanner and the plugin binary, for scenarios that
 // build their own requests.
 func modes() []scannertest.Mode {
-	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return retentiontrimmer.New() })
+	return scannertest.Modes(pluginPkg, func(string) scannerapi.Scanner { return retention.New() })
 }

@@ -1,4 +1,4 @@
-package retentiontrimmer
+package retention
 
 // This file is one partition scan: the host's window and the look-ahead
 // past it per lane, the walk between the two cutoffs, the remembered
