@@ -66,6 +66,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/depresolve"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -135,122 +137,165 @@ func (s *Scanner) Configure(ctx context.Context, options map[string]string) erro
 	return s.filter.Configure(ctx, s.Info().Options, options)
 }
 
+// scan is the state of one ScanPartition call.
+type scan struct {
+	s      *Scanner
+	req    *scannerapi.ScanRequest
+	res    *scannerapi.ScanResult
+	log    hclog.Logger
+	x      *scanExec
+	window map[string]int // candidates per blocked set (lane)
+}
+
 // ScanPartition implements scannerapi.Scanner.
 func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
 	if req.Partition.Family != keys.FamilyFlow {
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
-	filter := s.filter.Get()
-	log := scannerapi.Logger(ctx)
-	res := &scannerapi.ScanResult{}
-	x := newScanExec(host, req.DryRun)
+	sc := &scan{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx),
+		x: newScanExec(host, req.DryRun), window: map[string]int{}}
+	ids, err := sc.keep(ctx, sc.admit(ctx))
+	if err != nil {
+		return nil, err
+	}
+	out, err := sc.reconcile(ctx, ids)
+	if err != nil && out.Resolved+out.Promoted == 0 {
+		return nil, fmt.Errorf("reconcile %d children: %w", len(ids), err)
+	}
+	if err != nil {
+		// Some levels were done; count the rest and let the host come back.
+		sc.res.AddError(scannerapi.ErrTransport, "exec", 1)
+		sc.res.More = true
+	}
+	sc.flush(ctx)
+	sc.count(out)
+	if err == nil {
+		sc.track(ids) // not for a batch that could not run
+	}
+	sc.more()
+	if sc.res.Processed > 0 {
+		sc.log.Debug("dependencies reconciled", "partition", req.Partition.Tag(), "children", len(ids),
+			"satisfied", out.Satisfied, "impossible", out.Impossible, "skipped", out.Skipped, "promoted", out.Promoted)
+	}
+	return sc.res, nil
+}
 
-	// 1-2. Classify the members of every lane's window.
-	window := map[string]int{}
+// admit classifies the members of every lane's window (steps 1-2): the
+// children to reconcile; the removal of invalid members rides along with
+// the scan's first batch.
+func (sc *scan) admit(ctx context.Context) []keys.ExecutionID {
 	var ids []keys.ExecutionID
 	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Sources: []string{sourceName},
-		Remove: []keys.IDForm{keys.IDInvalid}, Failures: s.failures}.Begin(ctx, req, res)
-	for _, c := range req.Candidates {
+		Remove: []keys.IDForm{keys.IDInvalid}, Failures: sc.s.failures}.Begin(ctx, sc.req, sc.res)
+	for _, c := range sc.req.Candidates {
 		id, v := in.Admit(c)
 		if v != scanutil.OtherSource {
-			window[c.Key]++
+			sc.window[c.Key]++
 		}
 		switch v {
 		case scanutil.Take:
 			ids = append(ids, id)
 		case scanutil.Remove:
-			x.queue(scannerapi.Command{"ZREM", c.Key, c.Member})
+			sc.x.queue(scannerapi.Command{"ZREM", c.Key, c.Member})
 		}
 	}
+	return ids
+}
 
-	// 3. The filter, on the downstream executions.
-	if !filter.IsNoop() && len(ids) > 0 {
-		members := make([]string, len(ids))
-		for i, id := range ids {
-			members[i] = id.String()
-		}
-		keep, err := filter.Keep(ctx, x, members)
-		if err != nil {
-			return nil, err
-		}
-		kept := ids[:0]
-		for i, id := range ids {
-			if keep[i] {
-				kept = append(kept, id)
-			} else {
-				res.Skipped++
-			}
-		}
-		ids = kept
+// keep applies the filter to the downstream executions (step 3).
+func (sc *scan) keep(ctx context.Context, ids []keys.ExecutionID) ([]keys.ExecutionID, error) {
+	filter := sc.s.filter.Get()
+	if filter.IsNoop() || len(ids) == 0 {
+		return ids, nil
 	}
-
-	// 4. Reconcile.
-	x.watch(ids)
-	r := depresolve.New(x, depresolve.Options{Logger: log})
-	out, err := r.ReconcileChildren(ctx, ids)
+	members := make([]string, len(ids))
+	for i, id := range ids {
+		members[i] = id.String()
+	}
+	keep, err := filter.Keep(ctx, sc.x, members)
 	if err != nil {
-		if out.Resolved+out.Promoted == 0 {
-			return nil, fmt.Errorf("reconcile %d children: %w", len(ids), err)
-		}
-		// Some levels were done; count the rest and let the host come back.
-		res.AddError(scannerapi.ErrTransport, "exec", 1)
-		res.More = true
+		return nil, err
 	}
-	if err := x.flush(ctx); err != nil {
-		res.AddError(scannerapi.ErrTransport, "exec", 1)
-	}
-	for _, rep := range x.queuedReplies() {
-		if e := rep.AsError(); e != nil {
-			log.Warn("ZREM of an invalid member failed; retried when it is read again", "error", e)
+	kept := ids[:0]
+	for i, id := range ids {
+		if keep[i] {
+			kept = append(kept, id)
+		} else {
+			sc.res.Skipped++
 		}
 	}
+	return kept, nil
+}
 
-	if req.DryRun {
-		held := x.held()
+// reconcile hands the children to depresolve (step 4).
+func (sc *scan) reconcile(ctx context.Context, ids []keys.ExecutionID) (depresolve.Result, error) {
+	sc.x.watch(ids)
+	return depresolve.New(sc.x, depresolve.Options{Logger: sc.log}).ReconcileChildren(ctx, ids)
+}
+
+// flush sends what is still queued (removals when nothing else was sent)
+// and reports the removals that failed: they are retried when read again.
+func (sc *scan) flush(ctx context.Context) {
+	if err := sc.x.flush(ctx); err != nil {
+		sc.res.AddError(scannerapi.ErrTransport, "exec", 1)
+	}
+	for _, rep := range sc.x.queuedReplies() {
+		if e := rep.AsError(); e != nil {
+			sc.log.Warn("ZREM of an invalid member failed; retried when it is read again", "error", e)
+		}
+	}
+}
+
+// count adds depresolve's result to the scan's; a dry run counts and notes
+// the calls it held back instead.
+func (sc *scan) count(out depresolve.Result) {
+	if sc.req.DryRun {
+		held := sc.x.held()
 		out.Errors = withoutHeldBack(out.Errors, int64(len(held)))
 		for _, c := range held {
-			res.Note("would call %s", describeCall(c))
+			sc.res.Note("would call %s", describeCall(c))
 		}
-		res.Processed += int64(len(held))
+		sc.res.Processed += int64(len(held))
 		for _, e := range out.Errors {
-			res.AddError(e.Class, e.Code, e.Count)
+			sc.res.AddError(e.Class, e.Code, e.Count)
 		}
 	} else {
-		out.AddTo(res)
+		out.AddTo(sc.res)
 	}
-	res.Skipped += out.NotTerminal
+	sc.res.Skipped += out.NotTerminal
 	if len(out.Left) > 0 {
-		log.Warn("skip cascade reached its depth limit; the next passes continue it", "left", len(out.Left))
+		sc.log.Warn("skip cascade reached its depth limit; the next passes continue it", "left", len(out.Left))
 	}
+}
 
-	// Failure tracking per child (not for a batch that could not run).
-	if err == nil {
-		for _, id := range ids {
-			eid := id.String()
-			class, failed := x.failure(id)
-			if !failed {
-				s.failures.RecordSuccess(eid)
-				continue
-			}
-			if s.failures.RecordFailureClass(eid, req.Cycle, class) {
-				log.Error("reconciling this child keeps failing; skipping it for a while",
-					"execution_id", eid, "class", class, "backoff_cycles", scannerapi.DefaultBackoffCycles)
-			}
+// track feeds the failure tracker, per child.
+func (sc *scan) track(ids []keys.ExecutionID) {
+	for _, id := range ids {
+		eid := id.String()
+		class, failed := sc.x.failure(id)
+		if !failed {
+			sc.s.failures.RecordSuccess(eid)
+			continue
+		}
+		if sc.s.failures.RecordFailureClass(eid, sc.req.Cycle, class) {
+			sc.log.Error("reconciling this child keeps failing; skipping it for a while",
+				"execution_id", eid, "class", class, "backoff_cycles", scannerapi.DefaultBackoffCycles)
 		}
 	}
+}
 
-	if !req.DryRun && res.Processed > 0 && req.Batch > 0 {
-		for _, n := range window {
-			if n >= req.Batch {
-				res.More = true
-			}
+// more asks the host to come back when a lane's window was full and
+// something was resolved: a burst of lost completions drains within the
+// cycle.
+func (sc *scan) more() {
+	if sc.req.DryRun || sc.res.Processed == 0 || sc.req.Batch <= 0 {
+		return
+	}
+	for _, n := range sc.window {
+		if n >= sc.req.Batch {
+			sc.res.More = true
 		}
 	}
-	if res.Processed > 0 {
-		log.Debug("dependencies reconciled", "partition", req.Partition.Tag(), "children", len(ids),
-			"satisfied", out.Satisfied, "impossible", out.Impossible, "skipped", out.Skipped, "promoted", out.Promoted)
-	}
-	return res, nil
 }
 
 // describeCall renders a held-back FCALL for a dry-run note: the function,
