@@ -4,18 +4,16 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/hosttest"
-	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/depreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
@@ -31,11 +29,8 @@ type missedPush struct {
 }
 
 func (f *missedPush) setup(t testing.TB, vk valkey.Client) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lib := lua.New(vk, lua.Options{})
-	c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: f.parts})
-	require.NoError(t, err)
+	w := scannertest.NewWorld(t, vk, client.Options{Partitions: f.parts})
+	ctx, lib, c := w.Ctx, w.Lib, w.Client
 	flowIn := func(p uint16) keys.FlowID {
 		for {
 			fid := keys.NewFlowID()
@@ -111,11 +106,8 @@ func TestReleasesChildrenOnAnUnconfiguredLane(t *testing.T) {
 		Partitions: parts,
 		Lanes:      []string{"default"},
 		Setup: func(t testing.TB, vk valkey.Client) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			lib := lua.New(vk, lua.Options{})
-			c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
-			require.NoError(t, err)
+			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
+			ctx, lib, c := w.Ctx, w.Lib, w.Client
 			children = nil
 			for i := 0; i < 20; i++ {
 				// Fixed flow ids: both runs place the flows alike.

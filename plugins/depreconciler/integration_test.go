@@ -11,12 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/flowtest"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/depreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
@@ -39,65 +37,47 @@ func TestMain(m *testing.M) {
 // fixture is a server with the library, a client that builds flows, and
 // the host's part: the rotating candidate read and command execution.
 type fixture struct {
-	t      *testing.T
-	ctx    context.Context
-	vk     valkey.Client
-	lib    *lua.Library
-	c      *client.Client
+	*scannertest.World
 	cb     *scannertest.Counter
 	cycle  uint64
 	cursor map[string]int
 }
 
 func newFixture(t *testing.T) *fixture {
-	srv := testenv.New(t)
-	vk := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	lib := lua.New(vk, lua.Options{})
-	_, err := lib.Ensure(ctx)
-	require.NoError(t, err)
-	c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
-	require.NoError(t, err)
-	return &fixture{t: t, ctx: ctx, vk: vk, lib: lib, c: c,
-		cb: scannertest.NewCounter(scannertest.Callbacks(vk)), cursor: map[string]int{}}
-}
-
-func (f *fixture) do(args ...string) {
-	f.t.Helper()
-	require.NoError(f.t, f.vk.Do(f.ctx, f.vk.B().Arbitrary(args...).Build()).Error(), "%v", args)
+	w := scannertest.StartWorld(t, client.Options{Partitions: parts})
+	return &fixture{World: w, cb: scannertest.NewCounter(scannertest.Callbacks(w.Valkey)), cursor: map[string]int{}}
 }
 
 // flowIn creates a flow homed on p (and so are its members).
 func (f *fixture) flowIn(p keys.Partition, ns string) keys.FlowID {
-	f.t.Helper()
+	f.T.Helper()
 	for {
 		fid := keys.NewFlowID()
 		if parts.FlowPartition(fid) != p {
 			continue
 		}
-		_, err := f.c.CreateFlow(f.ctx, client.CreateFlowRequest{ID: fid, Namespace: ns})
-		require.NoError(f.t, err)
+		_, err := f.Client.CreateFlow(f.Ctx, client.CreateFlowRequest{ID: fid, Namespace: ns})
+		require.NoError(f.T, err)
 		return fid
 	}
 }
 
 func (f *fixture) member(fid keys.FlowID, ns string) keys.ExecutionID {
-	f.t.Helper()
-	r, err := f.c.CreateExecution(f.ctx, client.CreateRequest{Flow: &fid, Lane: lane, Namespace: ns, Payload: []byte("p")})
-	require.NoError(f.t, err)
+	f.T.Helper()
+	r, err := f.Client.CreateExecution(f.Ctx, client.CreateRequest{Flow: &fid, Lane: lane, Namespace: ns, Payload: []byte("p")})
+	require.NoError(f.T, err)
 	return r.ID
 }
 
 func (f *fixture) edge(fid keys.FlowID, up, down keys.ExecutionID) {
-	f.t.Helper()
-	_, err := f.c.AddDependency(f.ctx, client.DependencyRequest{Flow: fid, Upstream: up, Downstream: down})
-	require.NoError(f.t, err)
+	f.T.Helper()
+	_, err := f.Client.AddDependency(f.Ctx, client.DependencyRequest{Flow: fid, Upstream: up, Downstream: down})
+	require.NoError(f.T, err)
 }
 
 // chain creates members linked one after the other.
 func (f *fixture) chain(fid keys.FlowID, n int) []keys.ExecutionID {
-	f.t.Helper()
+	f.T.Helper()
 	ids := make([]keys.ExecutionID, n)
 	for i := range ids {
 		ids[i] = f.member(fid, "")
@@ -109,59 +89,57 @@ func (f *fixture) chain(fid keys.FlowID, n int) []keys.ExecutionID {
 }
 
 func (f *fixture) succeed(id keys.ExecutionID) {
-	f.t.Helper()
-	require.NoError(f.t, flowtest.Succeed(f.ctx, f.lib, id, []byte("r")))
+	f.T.Helper()
+	require.NoError(f.T, flowtest.Succeed(f.Ctx, f.Lib, id, []byte("r")))
 }
 
 func (f *fixture) flunk(id keys.ExecutionID) {
-	f.t.Helper()
-	require.NoError(f.t, flowtest.Flunk(f.ctx, f.lib, id, "boom"))
+	f.T.Helper()
+	require.NoError(f.T, flowtest.Flunk(f.Ctx, f.Lib, id, "boom"))
 }
 
 func (f *fixture) state(id keys.ExecutionID) string {
-	f.t.Helper()
-	core, err := flowtest.Core(f.ctx, f.vk, id)
-	require.NoError(f.t, err)
+	f.T.Helper()
+	core, err := flowtest.Core(f.Ctx, f.Valkey, id)
+	require.NoError(f.T, err)
 	return core["public_state"]
 }
 
 func (f *fixture) eligible(id keys.ExecutionID) bool {
-	f.t.Helper()
-	err := f.vk.Do(f.ctx, f.vk.B().Zscore().Key(keys.FlowPart(id.Partition()).LaneEligible(lane)).Member(id.String()).Build()).Error()
+	f.T.Helper()
+	err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zscore().Key(keys.FlowPart(id.Partition()).LaneEligible(lane)).Member(id.String()).Build()).Error()
 	if valkey.IsValkeyNil(err) {
 		return false
 	}
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	return true
 }
 
 func (f *fixture) blockedKey() string { return keys.FlowPart(part).LaneBlockedDependencies(lane) }
 
 func (f *fixture) blocked() []string {
-	f.t.Helper()
-	m, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(f.blockedKey()).Min("0").Max("-1").Build()).AsStrSlice()
-	require.NoError(f.t, err)
+	f.T.Helper()
+	m, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zrange().Key(f.blockedKey()).Min("0").Max("-1").Build()).AsStrSlice()
+	require.NoError(f.T, err)
 	return m
 }
-
-func (f *fixture) now() int64 { return scannertest.ServerNowMs(f.t, f.vk) }
 
 // request plays the host's zset_rotate read: the next window of batch
 // members by rank, the cursor advancing by a full window and wrapping
 // after a short one.
 func (f *fixture) request(batch int) *scannerapi.ScanRequest {
-	f.t.Helper()
+	f.T.Helper()
 	key := f.blockedKey()
 	start := f.cursor[key]
-	zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(key).Min(strconv.Itoa(start)).Max(strconv.Itoa(start+batch-1)).Withscores().Build()).AsZScores()
-	require.NoError(f.t, err)
+	zs, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zrange().Key(key).Min(strconv.Itoa(start)).Max(strconv.Itoa(start+batch-1)).Withscores().Build()).AsZScores()
+	require.NoError(f.T, err)
 	if len(zs) < batch {
 		f.cursor[key] = 0
 	} else {
 		f.cursor[key] = start + batch
 	}
 	f.cycle++
-	req := &scannerapi.ScanRequest{Scanner: depreconciler.Name, Partition: part, NowMs: f.now(), Cycle: f.cycle, Batch: batch, Lanes: []string{lane}}
+	req := &scannerapi.ScanRequest{Scanner: depreconciler.Name, Partition: part, NowMs: f.NowMs(), Cycle: f.cycle, Batch: batch, Lanes: []string{lane}}
 	for _, z := range zs {
 		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "blocked_dependencies", Key: key, Lane: lane, Member: z.Member, Score: z.Score})
 	}
@@ -169,9 +147,9 @@ func (f *fixture) request(batch int) *scannerapi.ScanRequest {
 }
 
 func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
-	f.t.Helper()
-	res, err := s.ScanPartition(f.ctx, nil, req)
-	require.NoError(f.t, err)
+	f.T.Helper()
+	res, err := s.ScanPartition(f.Ctx, nil, req)
+	require.NoError(f.T, err)
 	return res
 }
 
@@ -183,7 +161,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, depreconciler.Name)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	ok := f.chain(fid, 3)    // A -> B -> C
 	bad := f.chain(fid, 3)   // D -> E -> G
@@ -194,10 +172,10 @@ func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f.succeed(ok[0])
 	f.flunk(bad[0])
 	f.succeed(h)
-	f.do("ZADD", f.blockedKey(), "1", "garbage")
+	f.Do("ZADD", f.blockedKey(), "1", "garbage")
 	other, err := keys.ParseExecutionID("{fp:9}:6f1c2d3e-4a5b-4c6d-8e7f-001122334455")
 	require.NoError(t, err)
-	f.do("ZADD", f.blockedKey(), "2", other.String())
+	f.Do("ZADD", f.blockedKey(), "2", other.String())
 	require.Equal(t, "waiting_children", f.state(ok[1]), "no listener: the push never happened")
 
 	var o scannertest.Observation
@@ -244,7 +222,7 @@ func TestMainLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), 
 func rotationScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, depreconciler.Name)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	old := f.chain(fid, 2)
 	time.Sleep(5 * time.Millisecond) // blocked sets are scored by created_at (ms)
@@ -272,15 +250,15 @@ func TestRotationLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes
 func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, depreconciler.Name)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	a := f.chain(fid, 2)
 	b := f.chain(fid, 2)
 	good := f.chain(fid, 2)
-	f.do("DEL", keys.Exec(a[1]).DepsUnresolved())
-	f.do("SET", keys.Exec(a[1]).DepsUnresolved(), "not a set")
-	f.do("RENAME", keys.Exec(b[0]).Core(), keys.Exec(b[0]).Core()+":moved")
-	f.do("SET", keys.Exec(b[0]).Core(), "not a hash")
+	f.Do("DEL", keys.Exec(a[1]).DepsUnresolved())
+	f.Do("SET", keys.Exec(a[1]).DepsUnresolved(), "not a set")
+	f.Do("RENAME", keys.Exec(b[0]).Core(), keys.Exec(b[0]).Core()+":moved")
+	f.Do("SET", keys.Exec(b[0]).Core(), "not a hash")
 
 	var o scannertest.Observation
 	var errs, skipped []int64
@@ -306,7 +284,7 @@ func TestPoisonLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes()
 func TestFilterAppliesToDownstream(t *testing.T) {
 	f := newFixture(t)
 	s := scannerapi.Linked(depreconciler.New(), f.cb)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 	mine := f.flowIn(part, "tenant-a")
 	theirs := f.flowIn(part, "tenant-b")
 	m := []keys.ExecutionID{f.member(mine, "tenant-a"), f.member(mine, "tenant-a")}
@@ -329,7 +307,7 @@ func TestDryRun(t *testing.T) {
 	fid := f.flowIn(part, "")
 	c := f.chain(fid, 2)
 	f.succeed(c[0])
-	f.do("ZADD", f.blockedKey(), "1", "garbage")
+	f.Do("ZADD", f.blockedKey(), "1", "garbage")
 	f.cb.Reset()
 	req := f.request(50)
 	req.DryRun = true

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,7 +12,6 @@ import (
 	"github.com/ffscan/ffscan/host/depexec"
 	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/edgecancel"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/depresolve"
@@ -48,11 +46,8 @@ type siblingRace struct {
 }
 
 func (s *siblingRace) setup(t testing.TB, vk valkey.Client) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lib := lua.New(vk, lua.Options{})
-	c, err := client.New(ctx, vk, client.Options{Partitions: parts, Namespace: "e2e", Library: lib})
-	require.NoError(t, err)
+	w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts, Namespace: "e2e"})
+	ctx, lib, c := w.Ctx, w.Lib, w.Client
 	f, err := c.CreateFlow(ctx, client.CreateFlowRequest{})
 	require.NoError(t, err)
 	s.fid = f.ID
@@ -68,19 +63,7 @@ func (s *siblingRace) setup(t testing.TB, vk valkey.Client) {
 		_, err := c.AddDependency(ctx, client.DependencyRequest{Flow: s.fid, Upstream: up, Downstream: s.d})
 		require.NoError(t, err)
 	}
-	w, err := c.NewWorker(ctx, client.WorkerOptions{WorkerID: "e2e", InstanceID: "e2e-1", Lanes: []string{"running"}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cctx, stop := context.WithCancel(context.Background())
-		stop()
-		_ = w.Close(cctx)
-	})
-	var task *client.Task
-	for i := 0; i < 64 && task == nil; i++ {
-		task, err = w.ClaimNext(ctx)
-		require.NoError(t, err)
-	}
-	require.NotNil(t, task)
+	task := w.Claim(w.Worker(client.WorkerOptions{WorkerID: "e2e", InstanceID: "e2e-1", Lanes: []string{"running"}}))
 	require.Equal(t, s.b, task.ID())
 	t.Cleanup(task.Abandon) // the cancel takes its lease
 

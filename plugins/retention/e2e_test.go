@@ -29,13 +29,9 @@ type aged struct {
 }
 
 func (f *aged) setup(t testing.TB, vk valkey.Client) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.New(ctx, vk, client.Options{Partitions: f.parts, Namespace: "e2e"})
-	require.NoError(t, err)
-	w, err := c.NewWorker(ctx, client.WorkerOptions{WorkerID: "e2e", InstanceID: "e2e-1", Lanes: []string{"default"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	world := scannertest.NewWorld(t, vk, client.Options{Partitions: f.parts, Namespace: "e2e"})
+	ctx, c := world.Ctx, world.Client
+	w := world.Worker(client.WorkerOptions{WorkerID: "e2e", InstanceID: "e2e-1", Lanes: []string{"default"}})
 	create := func() keys.ExecutionID {
 		r, err := c.CreateExecution(ctx, client.CreateRequest{Lane: "default", Kind: "job", Payload: []byte("in"),
 			Tags: map[string]string{"app.k": "v"}})

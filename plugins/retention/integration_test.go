@@ -15,12 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/flowtest"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/retention"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
@@ -36,27 +34,15 @@ const lane = "default"
 // server, ages them, and plays the host's part: the head of every lane's
 // terminal index, and command execution.
 type fixture struct {
-	t     *testing.T
-	ctx   context.Context
-	vk    valkey.Client
-	lib   *lua.Library
-	c     *client.Client
+	*scannertest.World
 	cb    *countingCallbacks
 	cycle uint64
 	lanes []string
 }
 
 func newFixture(t *testing.T) *fixture {
-	srv := testenv.New(t)
-	vk := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	lib := lua.New(vk, lua.Options{})
-	_, err := lib.Ensure(ctx)
-	require.NoError(t, err)
-	c, err := client.New(ctx, vk, client.Options{Library: lib})
-	require.NoError(t, err)
-	return &fixture{t: t, ctx: ctx, vk: vk, lib: lib, c: c, cb: &countingCallbacks{inner: scannertest.Callbacks(vk)}, lanes: []string{lane}}
+	w := scannertest.StartWorld(t, client.Options{})
+	return &fixture{World: w, cb: &countingCallbacks{inner: scannertest.Callbacks(w.Valkey)}, lanes: []string{lane}}
 }
 
 // countingCallbacks counts batches and checks every UNLINK's size on the
@@ -96,25 +82,14 @@ func (c *countingCallbacks) reset() (execs, writes int) {
 	return
 }
 
-func (f *fixture) do(args ...string) valkey.ValkeyResult {
-	f.t.Helper()
-	r := f.vk.Do(f.ctx, f.vk.B().Arbitrary(args...).Build())
-	if err := r.Error(); err != nil && !valkey.IsValkeyNil(err) {
-		require.NoError(f.t, err, args)
-	}
-	return r
-}
-
-func (f *fixture) now() int64 { return scannertest.ServerNowMs(f.t, f.vk) }
-
 // create makes an execution on part through sdk/client.
 func (f *fixture) create(ns, onLane string) keys.ExecutionID {
-	f.t.Helper()
+	f.T.Helper()
 	id, err := keys.ExecutionIDIn(part, keys.NewUUID())
-	require.NoError(f.t, err)
-	_, err = f.c.CreateExecution(f.ctx, client.CreateRequest{ID: id, Lane: onLane, Namespace: ns, Kind: "job",
+	require.NoError(f.T, err)
+	_, err = f.Client.CreateExecution(f.Ctx, client.CreateRequest{ID: id, Lane: onLane, Namespace: ns, Kind: "job",
 		Payload: []byte("in"), Tags: map[string]string{"app.k": "v"}})
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	return id
 }
 
@@ -122,9 +97,9 @@ func (f *fixture) create(ns, onLane string) keys.ExecutionID {
 // library (claim, complete): attempt, lease history, result and index
 // entries as a worker leaves them.
 func (f *fixture) finished(ns string) keys.ExecutionID {
-	f.t.Helper()
+	f.T.Helper()
 	id := f.create(ns, lane)
-	require.NoError(f.t, flowtest.Succeed(f.ctx, f.lib, id, []byte("out")))
+	require.NoError(f.T, flowtest.Succeed(f.Ctx, f.Lib, id, []byte("out")))
 	return id
 }
 
@@ -132,27 +107,27 @@ func (f *fixture) finished(ns string) keys.ExecutionID {
 // index score is the completion time and completed_at mirrors it; both are
 // rewritten (waiting a day is not an option in a test).
 func (f *fixture) age(id keys.ExecutionID, d time.Duration) {
-	f.t.Helper()
-	at := strconv.FormatInt(f.now()-d.Milliseconds(), 10)
-	f.do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "XX", at, id.String())
-	f.do("HSET", keys.Exec(id).Core(), "completed_at", at)
+	f.T.Helper()
+	at := strconv.FormatInt(f.NowMs()-d.Milliseconds(), 10)
+	f.Do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "XX", at, id.String())
+	f.Do("HSET", keys.Exec(id).Core(), "completed_at", at)
 }
 
 // override sets stream_policy.retention_ttl_ms in the execution's policy,
 // as a FlowFabric producer can (sdk/client does not write stream policies).
 func (f *fixture) override(id keys.ExecutionID, d time.Duration) {
-	f.t.Helper()
-	raw, err := f.vk.Do(f.ctx, f.vk.B().Get().Key(keys.Exec(id).Policy()).Build()).ToString()
+	f.T.Helper()
+	raw, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Get().Key(keys.Exec(id).Policy()).Build()).ToString()
 	if valkey.IsValkeyNil(err) {
 		raw, err = "{}", nil
 	}
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	var pol map[string]any
-	require.NoError(f.t, json.Unmarshal([]byte(raw), &pol))
+	require.NoError(f.T, json.Unmarshal([]byte(raw), &pol))
 	pol["stream_policy"] = map[string]any{"retention_ttl_ms": d.Milliseconds()}
 	b, err := json.Marshal(pol)
-	require.NoError(f.t, err)
-	f.do("SET", keys.Exec(id).Policy(), string(b))
+	require.NoError(f.T, err)
+	f.Do("SET", keys.Exec(id).Policy(), string(b))
 }
 
 // decorate writes the keys FlowFabric's suspension, signal, stream and
@@ -160,38 +135,38 @@ func (f *fixture) override(id keys.ExecutionID, d time.Duration) {
 // implement all of them yet), exactly where FlowFabric puts them. It
 // returns the keys that do not carry the execution's uuid.
 func (f *fixture) decorate(id keys.ExecutionID) []string {
-	f.t.Helper()
+	f.T.Helper()
 	ek, pk := keys.Exec(id), keys.FlowPart(part)
 	edge, wp, sig := keys.NewUUID(), keys.NewUUID(), keys.NewUUID()
-	f.do("SADD", ek.DepsAllEdges(), edge.String())
-	f.do("SADD", ek.DepsUnresolved(), edge.String())
-	f.do("HSET", ek.Dep(edge), "state", "satisfied")
-	f.do("HSET", ek.DepsMeta(), "unsatisfied_required_count", "0")
-	f.do("SADD", ek.Waitpoints(), wp.String())
-	f.do("HSET", pk.Waitpoint(wp), "state", "closed", "execution_id", id.String())
-	f.do("XADD", pk.WaitpointSignals(wp), "*", "signal_id", sig.String())
-	f.do("HSET", pk.WaitpointCondition(wp), "closed", "1")
-	f.do("ZADD", ek.Signals(), "1", sig.String())
-	f.do("HSET", pk.Signal(sig), "execution_id", id.String())
-	f.do("SET", pk.SignalPayload(sig), "payload")
-	f.do("HSET", ek.SuspensionCurrent(), "closed_at", "1")
-	f.do("SADD", ek.SuspensionSatisfiedSet(), "tok")
-	f.do("SADD", ek.SuspensionSatisfiedSignals(), sig.String())
-	f.do("HSET", ek.SuspensionMemberMap(), "wp:x:0", "0")
-	f.do("XADD", ek.Stream(0), "*", "frame", "1")
-	f.do("HSET", ek.StreamMeta(0), "closed_at", "1")
-	f.do("HSET", ek.AttemptSummary(0), "text", "s")
+	f.Do("SADD", ek.DepsAllEdges(), edge.String())
+	f.Do("SADD", ek.DepsUnresolved(), edge.String())
+	f.Do("HSET", ek.Dep(edge), "state", "satisfied")
+	f.Do("HSET", ek.DepsMeta(), "unsatisfied_required_count", "0")
+	f.Do("SADD", ek.Waitpoints(), wp.String())
+	f.Do("HSET", pk.Waitpoint(wp), "state", "closed", "execution_id", id.String())
+	f.Do("XADD", pk.WaitpointSignals(wp), "*", "signal_id", sig.String())
+	f.Do("HSET", pk.WaitpointCondition(wp), "closed", "1")
+	f.Do("ZADD", ek.Signals(), "1", sig.String())
+	f.Do("HSET", pk.Signal(sig), "execution_id", id.String())
+	f.Do("SET", pk.SignalPayload(sig), "payload")
+	f.Do("HSET", ek.SuspensionCurrent(), "closed_at", "1")
+	f.Do("SADD", ek.SuspensionSatisfiedSet(), "tok")
+	f.Do("SADD", ek.SuspensionSatisfiedSignals(), sig.String())
+	f.Do("HSET", ek.SuspensionMemberMap(), "wp:x:0", "0")
+	f.Do("XADD", ek.Stream(0), "*", "frame", "1")
+	f.Do("HSET", ek.StreamMeta(0), "closed_at", "1")
+	f.Do("HSET", ek.AttemptSummary(0), "text", "s")
 	return []string{pk.Waitpoint(wp), pk.WaitpointSignals(wp), pk.WaitpointCondition(wp), pk.Signal(sig), pk.SignalPayload(sig)}
 }
 
 // keysOf lists every key of the keyspace that names the execution's uuid.
 func (f *fixture) keysOf(id keys.ExecutionID) []string {
-	f.t.Helper()
+	f.T.Helper()
 	var out []string
 	var cur uint64
 	for {
-		e, err := f.vk.Do(f.ctx, f.vk.B().Scan().Cursor(cur).Match("*"+id.UUID().String()+"*").Count(1000).Build()).AsScanEntry()
-		require.NoError(f.t, err)
+		e, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Scan().Cursor(cur).Match("*"+id.UUID().String()+"*").Count(1000).Build()).AsScanEntry()
+		require.NoError(f.T, err)
 		out = append(out, e.Elements...)
 		if e.Cursor == 0 {
 			sort.Strings(out)
@@ -202,10 +177,10 @@ func (f *fixture) keysOf(id keys.ExecutionID) []string {
 }
 
 func (f *fixture) existing(ks []string) []string {
-	f.t.Helper()
+	f.T.Helper()
 	var out []string
 	for _, k := range ks {
-		if n, _ := f.do("EXISTS", k).AsInt64(); n == 1 {
+		if n, _ := f.Do("EXISTS", k).AsInt64(); n == 1 {
 			out = append(out, k)
 		}
 	}
@@ -213,48 +188,48 @@ func (f *fixture) existing(ks []string) []string {
 }
 
 func (f *fixture) inTerminal(id string) bool {
-	f.t.Helper()
-	return !valkey.IsValkeyNil(f.vk.Do(f.ctx, f.vk.B().Zscore().Key(keys.FlowPart(part).LaneTerminal(lane)).Member(id).Build()).Error())
+	f.T.Helper()
+	return !valkey.IsValkeyNil(f.Valkey.Do(f.Ctx, f.Valkey.B().Zscore().Key(keys.FlowPart(part).LaneTerminal(lane)).Member(id).Build()).Error())
 }
 
 func (f *fixture) inAll(id string) bool {
-	f.t.Helper()
-	n, err := f.do("SISMEMBER", keys.FlowPart(part).AllExecutions(), id).AsInt64()
-	require.NoError(f.t, err)
+	f.T.Helper()
+	n, err := f.Do("SISMEMBER", keys.FlowPart(part).AllExecutions(), id).AsInt64()
+	require.NoError(f.T, err)
 	return n == 1
 }
 
 // gone asserts nothing of the execution is left: no key naming its uuid,
 // none of its waitpoint and signal keys, no index entry.
 func (f *fixture) gone(id keys.ExecutionID, extra []string) {
-	f.t.Helper()
-	assert.Empty(f.t, f.keysOf(id), "keys of %s left", id)
-	assert.Empty(f.t, f.existing(extra), "waitpoint/signal keys of %s left", id)
-	assert.False(f.t, f.inTerminal(id.String()))
-	assert.False(f.t, f.inAll(id.String()))
+	f.T.Helper()
+	assert.Empty(f.T, f.keysOf(id), "keys of %s left", id)
+	assert.Empty(f.T, f.existing(extra), "waitpoint/signal keys of %s left", id)
+	assert.False(f.T, f.inTerminal(id.String()))
+	assert.False(f.T, f.inAll(id.String()))
 }
 
 func (f *fixture) intact(id keys.ExecutionID) {
-	f.t.Helper()
-	assert.True(f.t, f.inAll(id.String()), "%s left in all_executions", id)
+	f.T.Helper()
+	assert.True(f.T, f.inAll(id.String()), "%s left in all_executions", id)
 	ks := f.keysOf(id)
-	assert.Contains(f.t, ks, keys.Exec(id).Core())
-	assert.Contains(f.t, ks, keys.Exec(id).Payload())
+	assert.Contains(f.T, ks, keys.Exec(id).Core())
+	assert.Contains(f.T, ks, keys.Exec(id).Payload())
 }
 
 // request plays the host: server time (plus skew, to let time pass for
 // the scanner), then the head of each lane's terminal index older than
 // the one-minute floor the scanner declares.
 func (f *fixture) request(batch int, skew time.Duration) *scannerapi.ScanRequest {
-	f.t.Helper()
-	now := f.now() + skew.Milliseconds()
+	f.T.Helper()
+	now := f.NowMs() + skew.Milliseconds()
 	f.cycle++
 	req := &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch, Lanes: f.lanes}
 	for _, l := range f.lanes {
 		key := keys.FlowPart(part).LaneTerminal(l)
-		zs, err := f.vk.Do(f.ctx, f.vk.B().Zrange().Key(key).Min("-inf").Max(strconv.FormatInt(now-retention.Floor.Milliseconds(), 10)).
+		zs, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zrange().Key(key).Min("-inf").Max(strconv.FormatInt(now-retention.Floor.Milliseconds(), 10)).
 			Byscore().Limit(0, int64(batch)).Withscores().Build()).AsZScores()
-		require.NoError(f.t, err)
+		require.NoError(f.T, err)
 		for _, z := range zs {
 			req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "terminal", Key: key, Lane: l, Member: z.Member, Score: z.Score})
 		}
@@ -272,16 +247,16 @@ type observed struct {
 }
 
 func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, observed) {
-	f.t.Helper()
+	f.T.Helper()
 	f.cb.reset()
-	res, err := s.ScanPartition(f.ctx, nil, req)
-	require.NoError(f.t, err)
+	res, err := s.ScanPartition(f.Ctx, nil, req)
+	require.NoError(f.T, err)
 	execs, writes := f.cb.reset()
 	errs := append([]scannerapi.ErrorCount(nil), res.Errors...)
 	sort.Slice(errs, func(i, j int) bool {
 		return string(errs[i].Class)+errs[i].Code < string(errs[j].Class)+errs[j].Code
 	})
-	require.True(f.t, res.HasBacklog)
+	require.True(f.T, res.HasBacklog)
 	return res, observed{Processed: res.Processed, Skipped: res.Skipped, Errors: errs, More: res.More, Backlog: res.Backlog, Execs: execs, Writes: writes}
 }
 
@@ -295,7 +270,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scan
 func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, retention.Name)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 
 	old := f.finished("tenant-a")
 	oldExtra := f.decorate(old)
@@ -312,14 +287,14 @@ func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	f.override(long, 72*time.Hour)
 	f.age(long, 30*time.Hour)
 	running := f.create("tenant-a", lane) // runnable; a stale terminal entry points at it
-	f.do("ZADD", keys.FlowPart(part).LaneTerminal(lane), strconv.FormatInt(f.now()-30*time.Hour.Milliseconds(), 10), running.String())
+	f.Do("ZADD", keys.FlowPart(part).LaneTerminal(lane), strconv.FormatInt(f.NowMs()-30*time.Hour.Milliseconds(), 10), running.String())
 	ghost, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
-	f.do("ZADD", keys.FlowPart(part).LaneTerminal(lane), strconv.FormatInt(f.now()-30*time.Hour.Milliseconds(), 10), ghost.String())
-	f.do("SADD", keys.FlowPart(part).AllExecutions(), ghost.String())
+	f.Do("ZADD", keys.FlowPart(part).LaneTerminal(lane), strconv.FormatInt(f.NowMs()-30*time.Hour.Milliseconds(), 10), ghost.String())
+	f.Do("SADD", keys.FlowPart(part).AllExecutions(), ghost.String())
 	other := f.finished("tenant-b")
 	f.age(other, 26*time.Hour)
-	f.do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "1", "garbage")
+	f.Do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "1", "garbage")
 
 	var out []observed
 	_, o := f.scan(s, f.request(50, 0))
@@ -342,7 +317,7 @@ func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	f.intact(other)
 	f.intact(running)
 	assert.True(t, f.inTerminal(running.String()), "never touched")
-	st, err := f.c.GetExecution(f.ctx, running)
+	st, err := f.Client.GetExecution(f.Ctx, running)
 	require.NoError(t, err)
 	assert.Equal(t, "runnable", st.LifecyclePhase)
 
@@ -404,7 +379,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 		f.intact(id)
 	}
 
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "0"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"lookahead": "0"}))
 	late := f.finished("ns")
 	f.age(late, 25*time.Hour)
 	for range 3 {
@@ -454,9 +429,9 @@ func TestLargeExecutionDeletedInChunks(t *testing.T) {
 	var extra []string
 	for range 300 {
 		sig := keys.NewUUID()
-		f.do("ZADD", ek.Signals(), "1", sig.String())
-		f.do("HSET", pk.Signal(sig), "execution_id", id.String())
-		f.do("SET", pk.SignalPayload(sig), "p")
+		f.Do("ZADD", ek.Signals(), "1", sig.String())
+		f.Do("HSET", pk.Signal(sig), "execution_id", id.String())
+		f.Do("SET", pk.SignalPayload(sig), "p")
 		extra = append(extra, pk.Signal(sig), pk.SignalPayload(sig))
 	}
 	f.age(id, 25*time.Hour)
@@ -476,8 +451,8 @@ func TestPoisonEntryBacksOff(t *testing.T) {
 	s := scannerapi.Linked(retention.New(), f.cb)
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
-	f.do("SET", keys.Exec(poison).Core(), "not a hash")
-	f.do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "1", poison.String())
+	f.Do("SET", keys.Exec(poison).Core(), "not a hash")
+	f.Do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "1", poison.String())
 	var errs []int64
 	for i := range 5 {
 		good := f.finished("ns")
@@ -505,7 +480,7 @@ func TestDryRun(t *testing.T) {
 	s := scannerapi.Linked(retention.New(), f.cb)
 	old := f.finished("ns")
 	f.age(old, 25*time.Hour)
-	f.do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "1", "garbage")
+	f.Do("ZADD", keys.FlowPart(part).LaneTerminal(lane), "1", "garbage")
 	req := f.request(50, 0)
 	req.DryRun = true
 	res, o := f.scan(s, req)
@@ -531,11 +506,11 @@ func TestInterruptedPurgesResume(t *testing.T) {
 	half := f.finished("ns")
 	extra := f.decorate(half)
 	f.age(half, 25*time.Hour)
-	f.do("UNLINK", keys.Exec(half).Payload(), keys.Exec(half).Result(), extra[0])
+	f.Do("UNLINK", keys.Exec(half).Payload(), keys.Exec(half).Result(), extra[0])
 	afterCore := f.finished("ns")
 	f.age(afterCore, 25*time.Hour)
 	for _, k := range f.keysOf(afterCore) {
-		f.do("UNLINK", k)
+		f.Do("UNLINK", k)
 	}
 	_, o := f.scan(s, f.request(50, 0))
 	assert.Equal(t, int64(2), o.Processed)
@@ -549,7 +524,7 @@ func TestInterruptedPurgesResume(t *testing.T) {
 func TestWalkVisitsEachEntryOnce(t *testing.T) {
 	f := newFixture(t)
 	s := scannerapi.Linked(retention.New(), f.cb)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "3"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"lookahead": "3"}))
 	var short, young []keys.ExecutionID
 	for i := range 2 {
 		id := f.finished("ns")
