@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 func TestEnsurePartitions(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	ctx := context.Background()
 	client, err := Connect(ctx, config.Valkey{Addrs: []string{srv.Addr}, Cluster: "auto"})
 	require.NoError(t, err)
@@ -54,7 +54,7 @@ func TestEnsurePartitions(t *testing.T) {
 }
 
 func TestMergeLanes(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	ctx := context.Background()
 	client := srv.Client(t)
 	require.NoError(t, client.Do(ctx, client.B().Sadd().Key(keys.LanesIndex).Member("gpu", "default").Build()).Error())
@@ -67,7 +67,7 @@ func TestMergeLanes(t *testing.T) {
 }
 
 func TestLoadLibrary(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	lib, err := LoadLibrary(context.Background(), client, false, hclog.NewNullLogger())
 	require.NoError(t, err)
@@ -80,7 +80,7 @@ func TestLoadLibrary(t *testing.T) {
 // The MULTI of HSETNXs and the read-back also works through a cluster
 // client (one key, one slot).
 func TestEnsurePartitionsOnCluster(t *testing.T) {
-	cl := testenv.NewCluster(t, 3)
+	cl := testserver.NewCluster(t, 3)
 	client, err := Connect(context.Background(), config.Valkey{Addrs: cl.Addrs(), Cluster: "on"})
 	require.NoError(t, err)
 	defer client.Close()
@@ -95,7 +95,7 @@ func TestEnsurePartitionsOnCluster(t *testing.T) {
 }
 
 func TestClusterOnRefusesASingleNode(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	_, err := Connect(context.Background(), config.Valkey{Addrs: []string{srv.Addr}, Cluster: "on"})
 	assert.ErrorContains(t, err, "not a cluster")
 }

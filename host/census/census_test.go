@@ -9,11 +9,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 func TestCensusKnowsTheLaneKeysThatExist(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	ctx := context.Background()
 	var epoch atomic.Uint64
@@ -108,7 +108,7 @@ func TestCensusKnowsTheLaneKeysThatExist(t *testing.T) {
 // On a cluster every primary's lane keys are found, each once: replicas,
 // which hold copies, are not scanned.
 func TestCensusOnAClusterWithReplicas(t *testing.T) {
-	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 2, Replicas: 1})
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 2, Replicas: 1})
 	client := cl.Client(t)
 	ctx := context.Background()
 	var epoch atomic.Uint64

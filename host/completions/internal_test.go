@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/depresolve"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
@@ -90,7 +90,7 @@ func newHarness(t *testing.T, cfg Config, fn func(context.Context, depresolve.Co
 
 func newOwningHarness(t *testing.T, cfg Config, owns func(keys.Partition) bool, fn func(context.Context, depresolve.Completion) (depresolve.Result, error)) *harness {
 	t.Helper()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -199,7 +199,7 @@ func TestStopDrainsThenCancels(t *testing.T) {
 
 // A disabled listener does nothing.
 func TestDisabled(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	l := New(Config{Enabled: false}, lua.New(vk, lua.Options{}), Options{})
 	require.NoError(t, l.Start(context.Background()))
@@ -222,7 +222,7 @@ func TestStartTwice(t *testing.T) {
 // With the server gone the receiver keeps retrying (with backoff) without
 // spinning or failing, and Stop still returns at once.
 func TestServerGoneThenStop(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	l := New(Config{Enabled: true, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
 		lua.New(vk, lua.Options{}), Options{})

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/lanes"
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 func TestLaneOfKey(t *testing.T) {
@@ -39,7 +39,7 @@ func TestLaneOfKey(t *testing.T) {
 // it stopped; a pass finds every lane with an index key, whatever else is
 // in the keyspace.
 func TestStepFindsLanesInPages(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	ctx := context.Background()
 	cmds := c.B()

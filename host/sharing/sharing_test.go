@@ -11,8 +11,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/sharing"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
@@ -83,7 +83,7 @@ func settle(t *testing.T, cs map[string]*sharing.Coordinator, order []string) {
 }
 
 func TestSingleHostOwnsEverything(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := coordinator(srv.Client(t), "solo")
 	require.NoError(t, c.Tick(context.Background()))
 	st := c.Status()
@@ -97,7 +97,7 @@ func TestSingleHostOwnsEverything(t *testing.T) {
 // renewing) loses its partitions by its own clock, and they are taken
 // once its keys expire.
 func TestHostsShareWithoutOverlap(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	cs := map[string]*sharing.Coordinator{}
 	order := []string{"a", "b", "c"}
@@ -151,7 +151,7 @@ func TestHostsShareWithoutOverlap(t *testing.T) {
 }
 
 func TestAssignmentMovesOnlyWhatMust(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	cs := map[string]*sharing.Coordinator{}
 	var order []string

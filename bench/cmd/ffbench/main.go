@@ -33,9 +33,9 @@ import (
 
 	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/host/boot"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // sizes are the scale knobs; -quick picks CI-sized ones.
@@ -63,7 +63,7 @@ var (
 )
 
 type bench struct {
-	srv         *testenv.Server
+	srv         *testserver.Server
 	client      valkey.Client
 	lib         *lua.Library
 	parts       keys.PartitionConfig
@@ -181,7 +181,7 @@ func run() error {
 		parts: keys.DefaultPartitionConfig(), verbose: *verbose,
 		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
 	// DEBUG RELOAD restores the drain's snapshot between modes.
-	b.srv, err = testenv.Start(testenv.WithArgs("--enable-debug-command", "local"))
+	b.srv, err = testserver.Start(testserver.WithArgs("--enable-debug-command", "local"))
 	if err != nil {
 		return err
 	}
