@@ -99,6 +99,19 @@ func (f *fixture) resetScore(member string) (float64, bool) {
 	return v, true
 }
 
+// waitDue waits until the server's clock has passed the next reset of
+// every budget of ids (the reset index is scored by the server's time).
+func (f *fixture) waitDue(ids ...keys.BudgetID) {
+	f.T.Helper()
+	var last float64
+	for _, id := range ids {
+		score, ok := f.resetScore(id.String())
+		require.True(f.T, ok, "%s has no reset scheduled", id)
+		last = max(last, score)
+	}
+	f.WaitPast(int64(last))
+}
+
 func (f *fixture) inPolicies(member string) bool {
 	f.T.Helper()
 	ok, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Sismember().Key(keys.BudgetPart(part).BudgetPolicies()).Member(member).Build()).AsBool()
@@ -161,7 +174,7 @@ func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f.Do("ZADD", index, "3", orphan.String())
 	f.Do("ZADD", index, "1", "garbage")
 	f.Do("ZADD", index, "2", "6F1C2D3E-4A5B-4C6D-8E7F-001122334455")
-	time.Sleep(250 * time.Millisecond)
+	f.waitDue(due, zero, poison)
 
 	var o scannertest.Observation
 	req := f.resetRequest(20)
@@ -211,7 +224,9 @@ func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	return o
 }
 
-func TestResetLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), resetScenario) }
+func TestResetLinkedAndPluginAgree(t *testing.T) {
+	scannertest.Agree(t, modes(), resetScenario)
+}
 
 // A window full of entries backed off after repeated failures does not
 // hide a due budget behind it: the look-ahead finds it. With the
@@ -229,7 +244,7 @@ func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 		poison = append(poison, id)
 	}
 	good := f.budget(100*time.Millisecond, 0, 5)
-	time.Sleep(150 * time.Millisecond)
+	f.waitDue(good)
 
 	var o scannertest.Observation
 	for i := 0; i < 3; i++ { // three failures back the head off
@@ -252,7 +267,9 @@ func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	return o
 }
 
-func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), poisonScenario) }
+func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) {
+	scannertest.Agree(t, modes(), poisonScenario)
+}
 
 // budget_reconciler (9.2): a lifetime budget over its hard limit is marked,
 // a marked one back under is cleared, one exactly at its limit is left, a
@@ -354,7 +371,7 @@ func TestDryRuns(t *testing.T) {
 	over := f.budget(0, 10, 10)
 	f.Do("HINCRBY", f.keys(over).Usage(), "tokens", "1")
 	f.Do("ZADD", keys.BudgetPart(part).BudgetResets(), "1", "garbage")
-	time.Sleep(150 * time.Millisecond)
+	f.waitDue(due)
 	f.cb.Reset()
 
 	req := f.resetRequest(20)

@@ -215,7 +215,9 @@ func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	return o
 }
 
-func TestMainLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), mainScenario) }
+func TestMainLinkedAndPluginAgree(t *testing.T) {
+	scannertest.Agree(t, modes(), mainScenario)
+}
 
 // Rotation (P3): with batch 1 an old child stuck behind a running parent
 // does not keep a newer resolvable child waiting: the window moves on.
@@ -225,7 +227,7 @@ func rotationScenario(t *testing.T, m scannertest.Mode) scannertest.Observation 
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	old := f.chain(fid, 2)
-	time.Sleep(5 * time.Millisecond) // blocked sets are scored by created_at (ms)
+	f.WaitPast(f.NowMs()) // blocked sets are scored by created_at (ms): the next chain is a millisecond newer
 	fresh := f.chain(fid, 2)
 	require.Equal(t, []string{old[1].String(), fresh[1].String()}, f.blocked(), "the stuck child is the oldest")
 	f.succeed(fresh[0])
@@ -242,7 +244,9 @@ func rotationScenario(t *testing.T, m scannertest.Mode) scannertest.Observation 
 	return o
 }
 
-func TestRotationLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), rotationScenario) }
+func TestRotationLinkedAndPluginAgree(t *testing.T) {
+	scannertest.Agree(t, modes(), rotationScenario)
+}
 
 // Poison children (a wrong-type unresolved set; an upstream whose core is
 // not a hash) are counted, do not stop the healthy child in the same
@@ -277,7 +281,9 @@ func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	return o
 }
 
-func TestPoisonLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), poisonScenario) }
+func TestPoisonLinkedAndPluginAgree(t *testing.T) {
+	scannertest.Agree(t, modes(), poisonScenario)
+}
 
 // The filter applies to the downstream execution: a child of another
 // namespace is left blocked.

@@ -149,7 +149,8 @@ func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "3", "garbage")
 	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "4", "{fp:05}:6f1c2d3e-4a5b-4c6d-8e7f-001122334455")
 
-	time.Sleep(450 * time.Millisecond)
+	// Both short leases expire; the renewed one, a minute away, does not.
+	f.WaitPast(int64(max(f.score(expired.String()), f.score(otherTenant.String()))))
 	req := f.request(50)
 	require.Len(t, req.Candidates, 6)
 	// The host read the index before the renewal landed: it still offers
@@ -208,7 +209,7 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 	require.NoError(t, s.Configure(f.Ctx, nil))
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+	f.waitDue()
 	score := f.score(id.String())
 
 	res := f.scan(s, f.request(10))
@@ -267,7 +268,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 		f.claim(id, 200*time.Millisecond)
 		stuck = append(stuck, id)
 	}
-	time.Sleep(300 * time.Millisecond)
+	f.waitDue()
 	for i := 0; i < 3; i++ { // mark them; batch 5 with look-ahead marks all
 		f.scan(s, f.request(5))
 	}
@@ -280,7 +281,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 		f.claim(id, 200*time.Millisecond)
 		fresh = append(fresh, id)
 	}
-	time.Sleep(300 * time.Millisecond)
+	f.waitDue()
 	f.cb.Reset()
 
 	var out scannertest.Observation
@@ -326,7 +327,7 @@ func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 		f.claim(id, 100*time.Millisecond)
 		ids = append(ids, id)
 	}
-	time.Sleep(200 * time.Millisecond)
+	f.waitDue()
 	total := int64(0)
 	scans := 0
 	for ; scans < 10 && total < 30; scans++ {
@@ -362,7 +363,7 @@ func TestDryRun(t *testing.T) {
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
 	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", "garbage")
-	time.Sleep(200 * time.Millisecond)
+	f.waitDue()
 	f.cb.Reset()
 	req := f.request(50)
 	req.DryRun = true
@@ -387,7 +388,7 @@ func TestPoisonEntryBacksOff(t *testing.T) {
 	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", poison.String())
 	good := f.create("ns")
 	f.claim(good, 100*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+	f.waitDue()
 
 	var errs []int64
 	for i := 0; i < 5; i++ {
@@ -437,9 +438,7 @@ func (f *fixture) waitDue() {
 	if len(zs) == 0 {
 		return
 	}
-	require.Eventually(f.T, func() bool {
-		return float64(scannertest.ServerNowMs(f.T, f.Valkey)) > zs[0].Score
-	}, 10*time.Second, 5*time.Millisecond)
+	f.WaitPast(int64(zs[0].Score))
 }
 
 // Marked leases stay in the index until a worker reclaims them; the scan
