@@ -24,10 +24,12 @@ import (
 
 const pluginPkg = "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers"
 
-// TestMain removes the plugin builds scannertest made.
+// TestMain removes the plugin builds scannertest made and stops the
+// template's server.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	scannertest.Cleanup()
+	ffscanSchema.Close()
 	os.Exit(code)
 }
 
@@ -140,20 +142,23 @@ func TestAttemptTimeoutOnFfscansSchema(t *testing.T) {
 	run(t, ownSchema(t))
 }
 
-// ownSchema starts a PostgreSQL and returns the DSN of a database with
-// ffscan's equivalent of FlowFabric's schema.
-func ownSchema(t *testing.T) string {
-	t.Helper()
-	srv := pgtest.New(t)
-	ctx := context.Background()
-	dsn, err := srv.CreateDatabase(ctx, "ffscan")
-	require.NoError(t, err)
+// ffscanSchema is a database with ffscan's equivalent of FlowFabric's
+// schema, created once for the package (its 256 partitions of thirteen
+// tables take tens of seconds) and copied for each test.
+var ffscanSchema = pgtest.NewTemplate("ffscan", func(ctx context.Context, dsn string) error {
 	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
-	require.NoError(t, err)
+	if err != nil {
+		return err
+	}
 	defer pool.Close()
 	_, err = postgres.CreateSchema(ctx, pool)
-	require.NoError(t, err)
-	return dsn
+	return err
+})
+
+// ownSchema returns the DSN of a fresh database with ffscan's schema.
+func ownSchema(t *testing.T) string {
+	t.Helper()
+	return ffscanSchema.Database(t)
 }
 
 // The host's filter through the host: a host for namespace e2e does what
