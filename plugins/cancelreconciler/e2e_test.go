@@ -73,7 +73,7 @@ func TestHostCancelsFlowMembersEndToEnd(t *testing.T) {
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
 		New:        func() scannerapi.Scanner { return cancelreconciler.New() },
-		Plugin:     pluginPkg,
+		Binary:     scannertest.PluginBinary(t, pluginPkg),
 		Partitions: f.parts,
 		Lanes:      []string{"default", "running", "finished"},
 		Setup:      f.setup,

@@ -68,7 +68,7 @@ func TestHostRunsDependencyReconciler(t *testing.T) {
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
 		New:        func() scannerapi.Scanner { return depreconciler.New() },
-		Plugin:     pluginPkg,
+		Binary:     scannertest.PluginBinary(t, pluginPkg),
 		Partitions: f.parts,
 		Setup:      f.setup,
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
@@ -102,7 +102,7 @@ func TestReleasesChildrenOnAnUnconfiguredLane(t *testing.T) {
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
 		New:        func() scannerapi.Scanner { return depreconciler.New() },
-		Plugin:     pluginPkg,
+		Binary:     scannertest.PluginBinary(t, pluginPkg),
 		Partitions: parts,
 		Lanes:      []string{"default"},
 		Setup: func(t testing.TB, vk valkey.Client) {

@@ -104,7 +104,7 @@ func TestDispatcherCancelsSiblingsAndDrains(t *testing.T) {
 		t.Run(policy.Variant, func(t *testing.T) {
 			s := &siblingRace{policy: policy}
 			linked, plugin := scannertest.Run(t, scannertest.Case{
-				Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+				Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 				New:   func() scannerapi.Scanner { return edgecancel.NewDispatcher() },
 				Lanes: []string{"up", "running", "down"},
 				Setup: s.setup,
@@ -130,7 +130,7 @@ func TestReconciler(t *testing.T) {
 	t.Run("completed", func(t *testing.T) {
 		s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}, preCancel: true}
 		linked, plugin := scannertest.Run(t, scannertest.Case{
-			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return edgecancel.NewReconciler() },
 			Lanes: []string{"up", "running", "down"},
 			Setup: s.setup,
@@ -145,7 +145,7 @@ func TestReconciler(t *testing.T) {
 	t.Run("running", func(t *testing.T) {
 		s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}}
 		linked, plugin := scannertest.Run(t, scannertest.Case{
-			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return edgecancel.NewReconciler() },
 			Lanes: []string{"up", "running", "down"},
 			Setup: s.setup,
@@ -164,7 +164,7 @@ func TestReconciler(t *testing.T) {
 func TestDispatcherDryRun(t *testing.T) {
 	s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,
 		New:   func() scannerapi.Scanner { return edgecancel.NewDispatcher() },
 		Lanes: []string{"up", "running", "down"},
 		Setup: s.setup,

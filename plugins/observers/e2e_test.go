@@ -42,7 +42,7 @@ func TestFlowProjector(t *testing.T) {
 	running, finished, gone := flowID(t, "f0000000-0000-4000-8000-000000000001"),
 		flowID(t, "f0000000-0000-4000-8000-000000000002"), flowID(t, "f0000000-0000-4000-8000-000000000003")
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return observers.NewFlowProjector() },
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
@@ -99,7 +99,7 @@ func TestFlowProjector(t *testing.T) {
 func TestIndexReconciler(t *testing.T) {
 	var lost keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return observers.NewIndexReconciler() },
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})

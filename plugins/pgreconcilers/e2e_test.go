@@ -101,7 +101,7 @@ func runFiltered(t *testing.T, dsn string, f scannerapi.Filter) {
 
 	linked, plugin := hosttest.Run(t, scannertest.Case{
 		New:            func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
-		Plugin:         pluginPkg,
+		Binary:         scannertest.PluginBinary(t, pluginPkg),
 		PostgresDSN:    dsn,
 		PostgresFilter: f,
 		Setup:          func(t testing.TB, _ valkey.Client) { plant(t, pool) },
@@ -173,7 +173,7 @@ func TestAttemptTimeoutFiltered(t *testing.T) {
 
 	hosttest.Run(t, scannertest.Case{
 		New:            func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
-		Plugin:         pluginPkg,
+		Binary:         scannertest.PluginBinary(t, pluginPkg),
 		PostgresDSN:    dsn,
 		PostgresFilter: scannerapi.Filter{Namespace: "other"},
 		Setup:          func(t testing.TB, _ valkey.Client) { plant(t, pool) },
@@ -338,7 +338,7 @@ func TestEveryReconcilerThroughTheHost(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			linked, plugin := hosttest.Run(t, scannertest.Case{
 				New:         func() scannerapi.Scanner { return c.new() },
-				Plugin:      pluginPkg,
+				Binary:      scannertest.PluginBinary(t, pluginPkg),
 				PostgresDSN: dsn,
 				Setup: func(t testing.TB, _ valkey.Client) {
 					reset(t)

@@ -43,7 +43,7 @@ func TestQuotaReconciler(t *testing.T) {
 	}
 	orphan := qid("d0000000-0000-4000-8000-0000000000ff")
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return quota.New() },
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})

@@ -109,7 +109,7 @@ func TestHostPurgesExpiredExecutionsEndToEnd(t *testing.T) {
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
 		New:        func() scannerapi.Scanner { return retention.New() },
-		Plugin:     pluginPkg,
+		Binary:     scannertest.PluginBinary(t, pluginPkg),
 		Partitions: f.parts,
 		Setup:      f.setup,
 		Cycles:     3,

@@ -73,7 +73,7 @@ func zscore(t testing.TB, vk valkey.Client, key, member string) bool {
 func TestDelayedPromoter(t *testing.T) {
 	var retried, delayed, created keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
 		Lanes: []string{"default", "side"},
 		Setup: func(t testing.TB, vk valkey.Client) {
@@ -137,7 +137,7 @@ func TestExpiryScanners(t *testing.T) {
 	}
 	t.Run("attempt_timeout", func(t *testing.T) {
 		linked, plugin := scannertest.Run(t, scannertest.Case{
-			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return timers.NewAttemptTimeout() },
 			Setup: setup,
 			Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
@@ -157,7 +157,7 @@ func TestExpiryScanners(t *testing.T) {
 	})
 	t.Run("execution_deadline", func(t *testing.T) {
 		linked, plugin := scannertest.Run(t, scannertest.Case{
-			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return timers.NewExecutionDeadline() },
 			Setup: setup,
 			Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
@@ -205,7 +205,7 @@ func TestSuspensionTimeout(t *testing.T) {
 		client.TimeoutAutoResume, client.TimeoutEscalate}
 	ids := make([]keys.ExecutionID, len(behaviours))
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return timers.NewSuspensionTimeout() },
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := newWorld(t, vk)
@@ -249,7 +249,7 @@ func TestPendingWaitpointExpiry(t *testing.T) {
 	var pk keys.FlowPartKeys
 	ghost := keys.NewUUID()
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return timers.NewPendingWPExpiry() },
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := newWorld(t, vk)
@@ -292,7 +292,7 @@ func mustUUID(t testing.TB, s string) keys.UUID {
 func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
 	var ids []keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
 		Lanes: []string{"default"},
 		Setup: func(t testing.TB, vk valkey.Client) {
@@ -334,7 +334,7 @@ func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
 func TestDryRunChangesNothing(t *testing.T) {
 	var retried, delayed keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,
 		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
 		Lanes: []string{"default"},
 		Setup: func(t testing.TB, vk valkey.Client) {
@@ -366,7 +366,7 @@ func TestFilterApplies(t *testing.T) {
 	for ns, want := range map[string]int64{"elsewhere": 0, "e2e": 1} {
 		t.Run(ns, func(t *testing.T) {
 			linked, plugin := scannertest.Run(t, scannertest.Case{
-				Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+				Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 				New:     func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
 				Options: map[string]string{"namespace": ns},
 				Lanes:   []string{"default"},

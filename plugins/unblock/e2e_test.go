@@ -80,7 +80,7 @@ func eligibility(t testing.TB, vk valkey.Client, id keys.ExecutionID) string {
 func TestUnblockEachReason(t *testing.T) {
 	var gpu, tpu, reset, atLimit, windowed, capped keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New:   func() scannerapi.Scanner { return unblock.New() },
 		Lanes: []string{"route", "budget", "quota"},
 		Setup: func(t testing.TB, vk valkey.Client) {
@@ -166,7 +166,7 @@ func TestUnblockEachReason(t *testing.T) {
 func TestUnblockDryRun(t *testing.T) {
 	var parked keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,
 		New:   func() scannerapi.Scanner { return unblock.New() },
 		Lanes: []string{"budget"},
 		Setup: func(t testing.TB, vk valkey.Client) {
