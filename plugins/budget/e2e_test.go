@@ -88,6 +88,7 @@ func errorCount(t *testing.T, reg *prometheus.Registry, scanner, class, code str
 // orphan id is pruned and a wrong-type usage key is counted as an error and
 // left (budget_reconciler).
 func TestHostRunsBudgetPlugin(t *testing.T) {
+	t.Parallel()
 	srv := testserver.New(t)
 	vk := srv.Client(t)
 	h := runHost(t, srv.Addr, 200*time.Millisecond)

@@ -225,6 +225,7 @@ func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 }
 
 func TestResetLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), resetScenario)
 }
 
@@ -268,6 +269,7 @@ func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 }
 
 func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), poisonScenario)
 }
 
@@ -344,11 +346,13 @@ func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation
 }
 
 func TestReconcileLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), reconcileScenario)
 }
 
 // prune_orphans=false leaves an orphan id where it is.
 func TestReconcilerPruneOff(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(budget.NewReconciler(), f.cb)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{budget.OptionPruneOrphans: "false"}))
@@ -364,6 +368,7 @@ func TestReconcilerPruneOff(t *testing.T) {
 
 // Dry runs read and predict, and write nothing.
 func TestDryRuns(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	reset := scannerapi.Linked(budget.NewReset(), f.cb)
 	rec := scannerapi.Linked(budget.NewReconciler(), f.cb)
@@ -394,6 +399,7 @@ func TestDryRuns(t *testing.T) {
 }
 
 func TestInfoValid(t *testing.T) {
+	t.Parallel()
 	for _, s := range []scannerapi.Scanner{budget.NewReset(), budget.NewReconciler()} {
 		require.NoError(t, scannerapi.ValidateInfo(s.Info()))
 		assert.Equal(t, keys.FamilyBudget, s.Info().Family)
@@ -419,6 +425,7 @@ func modes() []scannertest.Mode {
 
 // One binary serves both scanners, and its Info lists them.
 func TestOneBinaryServesBothScanners(t *testing.T) {
+	t.Parallel()
 	srv := testserver.New(t)
 	p := scannertest.Launch(t, scannertest.PluginBinary(t, pluginPkg), scannertest.Callbacks(srv.Client(t)))
 	var names []string

@@ -69,6 +69,7 @@ func (f *cancelledFlow) setup(t testing.TB, vk valkey.Client) {
 // waiting, acknowledges the completed one, and empties pending_cancels and
 // the backlog, in one cycle.
 func TestHostCancelsFlowMembersEndToEnd(t *testing.T) {
+	t.Parallel()
 	f := &cancelledFlow{parts: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},

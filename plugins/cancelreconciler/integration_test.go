@@ -220,7 +220,10 @@ func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	return out
 }
 
-func TestBasicLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), basicScenario) }
+func TestBasicLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
+	scannertest.Agree(t, modes(), basicScenario)
+}
 
 // P3: flows whose members this scanner must leave alone (another tenant's)
 // fill the host's window; the flows behind them are still reached, in the
@@ -291,12 +294,14 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 }
 
 func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), headOfLineScenario)
 }
 
 // A flow with more pending members than one scan takes is drained over
 // successive scans, each saying More until the last.
 func TestLargeFlowDrainsWithMore(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"members_per_flow": "5"}))
@@ -327,6 +332,7 @@ func TestLargeFlowDrainsWithMore(t *testing.T) {
 // its lane is never cancelled with a guessed one. Once only such members
 // are left, the flow is stuck and costs nothing.
 func TestPoisonAndCorruptMembers(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
 	fid := f.flow("ns")
@@ -372,6 +378,7 @@ func errTotal(es []scannerapi.ErrorCount) int64 {
 
 // Dry run reads and predicts, and writes nothing.
 func TestDryRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
 	fid := f.flow("ns")
@@ -398,6 +405,7 @@ func TestDryRun(t *testing.T) {
 // carries the look-ahead past them over successive scans, so a flow behind
 // them is still reached.
 func TestLookaheadCursorPassesManyStuckFlows(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(cancelreconciler.New(), f.cb)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a", "lookahead": "3"}))

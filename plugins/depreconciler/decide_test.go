@@ -10,6 +10,7 @@ import (
 )
 
 func TestClassifyMember(t *testing.T) {
+	t.Parallel()
 	id, err := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 7}, keys.NewUUID())
 	assert.NoError(t, err)
 	for _, tc := range []struct {
@@ -34,6 +35,7 @@ func TestClassifyMember(t *testing.T) {
 }
 
 func TestExecOfKey(t *testing.T) {
+	t.Parallel()
 	id, _ := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 12}, keys.NewUUID())
 	k := keys.Exec(id)
 	edge := keys.NewUUID()
@@ -50,6 +52,7 @@ func TestExecOfKey(t *testing.T) {
 }
 
 func TestIsUpstreamRead(t *testing.T) {
+	t.Parallel()
 	id, _ := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 1}, keys.NewUUID())
 	assert.True(t, isUpstreamRead(scannerapi.Command{"HGET", keys.Exec(id).Dep(keys.NewUUID()), "upstream_execution_id"}))
 	assert.False(t, isUpstreamRead(scannerapi.Command{"HGET", keys.Exec(id).Core(), "upstream_execution_id"}))
@@ -57,6 +60,7 @@ func TestIsUpstreamRead(t *testing.T) {
 }
 
 func TestWithoutHeldBack(t *testing.T) {
+	t.Parallel()
 	errs := []scannerapi.ErrorCount{
 		{Class: scannerapi.ErrRefused, Code: "", Count: 3},
 		{Class: scannerapi.ErrRefused, Code: "read_dep", Count: 1},
@@ -74,6 +78,7 @@ func TestWithoutHeldBack(t *testing.T) {
 }
 
 func TestTracked(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		r     scannerapi.Reply
 		class scannerapi.ErrorClass

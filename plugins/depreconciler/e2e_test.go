@@ -64,6 +64,7 @@ func (f *missedPush) setup(t testing.TB, vk valkey.Client) {
 // (the test kit), on state made through sdk/client: B released, C still
 // waiting on B, E and G skipped (G by the cascade), in one cycle.
 func TestHostRunsDependencyReconciler(t *testing.T) {
+	t.Parallel()
 	f := &missedPush{parts: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
@@ -97,6 +98,7 @@ func TestHostRunsDependencyReconciler(t *testing.T) {
 // host discovers the lane before the cycle and the reconciler releases
 // every B.
 func TestReleasesChildrenOnAnUnconfiguredLane(t *testing.T) {
+	t.Parallel()
 	parts := keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 	var children []keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{

@@ -216,6 +216,7 @@ func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 }
 
 func TestMainLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), mainScenario)
 }
 
@@ -245,6 +246,7 @@ func rotationScenario(t *testing.T, m scannertest.Mode) scannertest.Observation 
 }
 
 func TestRotationLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), rotationScenario)
 }
 
@@ -282,12 +284,14 @@ func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 }
 
 func TestPoisonLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), poisonScenario)
 }
 
 // The filter applies to the downstream execution: a child of another
 // namespace is left blocked.
 func TestFilterAppliesToDownstream(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(depreconciler.New(), f.cb)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
@@ -308,6 +312,7 @@ func TestFilterAppliesToDownstream(t *testing.T) {
 
 // A dry run reads, predicts and writes nothing.
 func TestDryRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(depreconciler.New(), f.cb)
 	fid := f.flowIn(part, "")
@@ -332,6 +337,7 @@ func TestDryRun(t *testing.T) {
 // released children leave the set, so the host's next window (by rank)
 // starts past the rest; it wraps and finds them on the following scan.
 func TestFullWindowSaysMore(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(depreconciler.New(), f.cb)
 	fid := f.flowIn(part, "")
@@ -357,6 +363,7 @@ func TestFullWindowSaysMore(t *testing.T) {
 }
 
 func TestInfo(t *testing.T) {
+	t.Parallel()
 	info := depreconciler.New().Info()
 	require.NoError(t, scannerapi.ValidateInfo(info))
 	assert.Equal(t, depreconciler.Name, info.Name)

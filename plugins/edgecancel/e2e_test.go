@@ -97,6 +97,7 @@ func state(t testing.TB, vk valkey.Client, id keys.ExecutionID) string {
 // The dispatcher cancels the running and the waiting sibling once an
 // any_of group is decided (or a quorum of one), then drains the group.
 func TestDispatcherCancelsSiblingsAndDrains(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []client.EdgeGroupPolicy{
 		{Variant: "any_of", OnSatisfied: "cancel_remaining"},
 		{Variant: "quorum", OnSatisfied: "cancel_remaining", K: 1},
@@ -127,6 +128,7 @@ func TestDispatcherCancelsSiblingsAndDrains(t *testing.T) {
 // The reconciler completes a drain whose siblings all ended; a group whose
 // siblings still run is left to the dispatcher.
 func TestReconciler(t *testing.T) {
+	t.Parallel()
 	t.Run("completed", func(t *testing.T) {
 		s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}, preCancel: true}
 		linked, plugin := scannertest.Run(t, scannertest.Case{
@@ -162,6 +164,7 @@ func TestReconciler(t *testing.T) {
 
 // A dry run predicts the cancels and the drain and changes nothing.
 func TestDispatcherDryRun(t *testing.T) {
+	t.Parallel()
 	s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,

@@ -204,6 +204,7 @@ func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 // 20000 leases stayed unmarked after a failover). We play the lost write by
 // putting the lease back as it was before the mark.
 func TestLostMarkIsMarkedAgain(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
 	require.NoError(t, s.Configure(f.Ctx, nil))
@@ -248,6 +249,7 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 }
 
 func TestBasicLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	var results []scannertest.Observation
 	for _, m := range modes() {
 		t.Run(m.Name, func(t *testing.T) { results = append(results, basicScenario(t, m)) })
@@ -307,6 +309,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 }
 
 func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	var results []scannertest.Observation
 	for _, m := range modes() {
 		t.Run(m.Name, func(t *testing.T) { results = append(results, headOfLineScenario(t, m)) })
@@ -318,6 +321,7 @@ func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
 // A burst deeper than the look-ahead is drained over successive scans
 // through the cursor, and More asks the host to come back meanwhile.
 func TestDeepBurstDrainsThroughCursor(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"lookahead": "12"}))
@@ -358,6 +362,7 @@ func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 
 // Dry run reads and predicts, and writes nothing.
 func TestDryRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
 	id := f.create("ns")
@@ -380,6 +385,7 @@ func TestDryRun(t *testing.T) {
 // A key that keeps failing (a wrong-type core) is backed off after three
 // failures and does not block the others.
 func TestPoisonEntryBacksOff(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
@@ -415,6 +421,7 @@ func modes() []scannertest.Mode {
 // removed and counted, without an FCALL the host would refuse as
 // cross-slot.
 func TestForeignMemberRemoved(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
 	other := keys.Partition{Family: keys.FamilyFlow, Index: part.Index + 1}
@@ -446,6 +453,7 @@ func (f *fixture) waitDue() {
 // the host's backlog and lag gauges fall to zero once the drain is done
 // instead of growing with leases nobody reclaims.
 func TestMarkedLeasesAreSettledNotBacklog(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(leaseexpiry.New(), f.cb)
 	require.NoError(t, s.Configure(f.Ctx, nil))

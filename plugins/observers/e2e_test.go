@@ -38,6 +38,7 @@ func flowID(t testing.TB, s string) keys.FlowID {
 // flow_index; a flow whose members all ended (one since purged) is
 // completed and retired; a flow_index entry whose flow is gone is removed.
 func TestFlowProjector(t *testing.T) {
+	t.Parallel()
 	// Fixed ids: both runs place the flows alike.
 	running, finished, gone := flowID(t, "f0000000-0000-4000-8000-000000000001"),
 		flowID(t, "f0000000-0000-4000-8000-000000000002"), flowID(t, "f0000000-0000-4000-8000-000000000003")
@@ -97,6 +98,7 @@ func TestFlowProjector(t *testing.T) {
 // An execution missing from the index its state names is found; the
 // consistent ones are not; nothing is written.
 func TestIndexReconciler(t *testing.T) {
+	t.Parallel()
 	var lost keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,

@@ -131,6 +131,7 @@ func runFiltered(t *testing.T, dsn string, f scannerapi.Filter) {
 }
 
 func TestAttemptTimeoutOnFlowFabricsSchema(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	dsn, err := srv.CreateDatabase(context.Background(), "flowfabric")
 	require.NoError(t, err)
@@ -139,6 +140,7 @@ func TestAttemptTimeoutOnFlowFabricsSchema(t *testing.T) {
 }
 
 func TestAttemptTimeoutOnFfscansSchema(t *testing.T) {
+	t.Parallel()
 	run(t, ownSchema(t))
 }
 
@@ -165,6 +167,7 @@ func ownSchema(t *testing.T) string {
 // an unfiltered one does, a host for another namespace reads nothing and
 // changes nothing.
 func TestAttemptTimeoutFiltered(t *testing.T) {
+	t.Parallel()
 	dsn := ownSchema(t)
 	runFiltered(t, dsn, scannerapi.Filter{Namespace: "e2e"})
 	pool, err := postgres.Connect(context.Background(), postgres.Options{DSN: dsn, PoolSize: 2})
@@ -195,6 +198,7 @@ func TestAttemptTimeoutFiltered(t *testing.T) {
 // started, not at its first cycle; so is a scanner naming functions the
 // host's library does not have.
 func TestRefusedWithoutADatabase(t *testing.T) {
+	t.Parallel()
 	srv := testserver.New(t)
 	ctx := context.Background()
 	booted, err := hosttest.Runner{}.Boot(ctx, scannertest.Boot{Scanner: pgreconcilers.AttemptTimeoutName, Addr: srv.Addr,
@@ -222,6 +226,7 @@ func TestRefusedWithoutADatabase(t *testing.T) {
 // database with ffscan's schema: Setup plants the scenario afresh for
 // each run, Check reads what the run left.
 func TestEveryReconcilerThroughTheHost(t *testing.T) {
+	t.Parallel()
 	dsn := ownSchema(t)
 	ctx := context.Background()
 	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})

@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 // a concurrency slot (the running one keeps its slot); a window past its
 // length is trimmed; an id whose definition is gone is pruned.
 func TestQuotaReconciler(t *testing.T) {
+	t.Parallel()
 	var capped, windowed client.CreateQuotaResult
 	// Fixed ids: the linked and the plugin run place them on the same
 	// partitions (random ones would make the runs' keys differ by chance).

@@ -15,6 +15,7 @@ import (
 )
 
 func TestClassifyMember(t *testing.T) {
+	t.Parallel()
 	for m, want := range map[string]keys.IDForm{
 		"{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":  keys.IDCanonical,
 		"{fp:05}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f": keys.IDNonCanonical,
@@ -30,6 +31,7 @@ func TestClassifyMember(t *testing.T) {
 }
 
 func TestRetentionOf(t *testing.T) {
+	t.Parallel()
 	r := retention{def: 24 * time.Hour, min: time.Hour}
 	day, hour := (24 * time.Hour).Milliseconds(), time.Hour.Milliseconds()
 	cases := []struct {
@@ -63,6 +65,7 @@ func TestRetentionOf(t *testing.T) {
 }
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	r := retention{def: 24 * time.Hour, min: time.Hour}
 	now := int64(1_000_000_000_000)
 	day := (24 * time.Hour).Milliseconds()
@@ -112,6 +115,7 @@ func TestDecide(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func TestKeysOfListsEveryKeyCoreLast(t *testing.T) {
+	t.Parallel()
 	id, err := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 9}, keys.NewUUID())
 	require.NoError(t, err)
 	edge, wp, wp2, sig := keys.NewUUID(), keys.NewUUID(), keys.NewUUID(), keys.NewUUID()
@@ -160,6 +164,7 @@ func TestKeysOfListsEveryKeyCoreLast(t *testing.T) {
 }
 
 func TestChunks(t *testing.T) {
+	t.Parallel()
 	ks := make([]string, 250)
 	c := chunks(ks, 100)
 	require.Len(t, c, 3)
@@ -168,6 +173,7 @@ func TestChunks(t *testing.T) {
 }
 
 func TestConfigureValidates(t *testing.T) {
+	t.Parallel()
 	s := New()
 	ctx := t.Context()
 	require.NoError(t, s.Configure(ctx, map[string]string{"default_retention": "48h", "min_retention": "10m", "lookahead": "10"}))
@@ -182,6 +188,7 @@ func TestConfigureValidates(t *testing.T) {
 }
 
 func TestDueMemos(t *testing.T) {
+	t.Parallel()
 	s := New()
 	const a, b, c = "{fp:1}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f", "{fp:1}:1b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f", "{fp:1}:2b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f"
 	stored, _ := s.memo.Remember(1, a, 5, memo{lane: "l", dueAt: 100}, 10, 0)

@@ -105,6 +105,7 @@ func keysOf(t testing.TB, vk valkey.Client, id keys.ExecutionID) []string {
 // one stays, and the old execution that is not terminal is never touched,
 // not even its stale index entry.
 func TestHostPurgesExpiredExecutionsEndToEnd(t *testing.T) {
+	t.Parallel()
 	f := &aged{parts: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},

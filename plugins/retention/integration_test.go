@@ -335,7 +335,10 @@ func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	return out
 }
 
-func TestBasicLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), basicScenario) }
+func TestBasicLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
+	scannertest.Agree(t, modes(), basicScenario)
+}
 
 // P3: entries a longer override keeps fill the host's window; the due
 // entries behind them are reached through the look-ahead once the kept
@@ -392,12 +395,14 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 }
 
 func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), headOfLineScenario)
 }
 
 // P4's throughput cap is gone: a full window that made progress says More,
 // so the host rescans at once until the due entries are exhausted.
 func TestBacklogDrainsWithMore(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(retention.New(), f.cb)
 	var ids []keys.ExecutionID
@@ -422,6 +427,7 @@ func TestBacklogDrainsWithMore(t *testing.T) {
 
 // A big execution is deleted in UNLINKs of at most 100 keys.
 func TestLargeExecutionDeletedInChunks(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(retention.New(), f.cb)
 	id := f.finished("ns")
@@ -447,6 +453,7 @@ func TestLargeExecutionDeletedInChunks(t *testing.T) {
 // A key that keeps failing (a wrong-type core) is backed off after three
 // failures and does not block the others.
 func TestPoisonEntryBacksOff(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(retention.New(), f.cb)
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
@@ -476,6 +483,7 @@ func errTotal(es []scannerapi.ErrorCount) int64 {
 
 // Dry run reads and predicts, and deletes nothing.
 func TestDryRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(retention.New(), f.cb)
 	old := f.finished("ns")
@@ -501,6 +509,7 @@ func TestDryRun(t *testing.T) {
 // redone from the start; one cut short after the core leaves only index
 // entries, which are removed.
 func TestInterruptedPurgesResume(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(retention.New(), f.cb)
 	half := f.finished("ns")
@@ -522,6 +531,7 @@ func TestInterruptedPurgesResume(t *testing.T) {
 // time, and says More until it has caught up: shorter overrides among them
 // are purged as they are found, default ones are left to the head.
 func TestWalkVisitsEachEntryOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := scannerapi.Linked(retention.New(), f.cb)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"lookahead": "3"}))

@@ -71,6 +71,7 @@ func zscore(t testing.TB, vk valkey.Client, key, member string) bool {
 // own delay on a lane no configuration names, and a delayed create are
 // promoted once due; the retried execution is claimed again as a retry.
 func TestDelayedPromoter(t *testing.T) {
+	t.Parallel()
 	var retried, delayed, created keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
@@ -114,6 +115,7 @@ func TestDelayedPromoter(t *testing.T) {
 // (after its backoff) when it has; executions past their deadline (one
 // never claimed, one running) end as expired.
 func TestExpiryScanners(t *testing.T) {
+	t.Parallel()
 	var timedOut, retried, lateRunnable, lateActive keys.ExecutionID
 	setup := func(t testing.TB, vk valkey.Client) {
 		w := newWorld(t, vk)
@@ -179,6 +181,7 @@ func TestExpiryScanners(t *testing.T) {
 // read as due whose timeout a later attempt re-armed (its index score now
 // in the future) is left alone.
 func TestAttemptTimeoutRechecksScore(t *testing.T) {
+	t.Parallel()
 	w := &world{scannertest.StartWorld(t, client.Options{Partitions: parts, Namespace: "e2e"})}
 	vk := w.Valkey
 	id := w.create(client.CreateRequest{Lane: "default", Kind: "slow", AttemptTimeout: time.Hour})
@@ -201,6 +204,7 @@ func TestAttemptTimeoutRechecksScore(t *testing.T) {
 // auto-resume end or resume the execution, escalate leaves it for an
 // operator.
 func TestSuspensionTimeout(t *testing.T) {
+	t.Parallel()
 	behaviours := []client.TimeoutBehavior{client.TimeoutFail, client.TimeoutCancel, client.TimeoutExpire,
 		client.TimeoutAutoResume, client.TimeoutEscalate}
 	ids := make([]keys.ExecutionID, len(behaviours))
@@ -245,6 +249,7 @@ func TestSuspensionTimeout(t *testing.T) {
 // A pending waitpoint no suspension used is closed once expired, and its
 // index entry goes; an entry whose waitpoint vanished is removed.
 func TestPendingWaitpointExpiry(t *testing.T) {
+	t.Parallel()
 	var wp client.Waitpoint
 	var pk keys.FlowPartKeys
 	ghost := keys.NewUUID()
@@ -290,6 +295,7 @@ func mustUUID(t testing.TB, s string) keys.UUID {
 // discovered from its index keys before the cycle, and its due delays
 // are promoted.
 func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
+	t.Parallel()
 	var ids []keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
@@ -332,6 +338,7 @@ func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
 // A dry run reads and reports but changes nothing: the host refuses any
 // write or FCALL a dry-run scanner sends, and none is sent.
 func TestDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
 	var retried, delayed keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,
@@ -363,6 +370,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 // The namespace filter (P13): a scanner restricted to another namespace
 // leaves these executions alone, and one restricted to theirs acts.
 func TestFilterApplies(t *testing.T) {
+	t.Parallel()
 	for ns, want := range map[string]int64{"elsewhere": 0, "e2e": 1} {
 		t.Run(ns, func(t *testing.T) {
 			linked, plugin := scannertest.Run(t, scannertest.Case{

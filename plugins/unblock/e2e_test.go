@@ -78,6 +78,7 @@ func eligibility(t testing.TB, vk valkey.Client, id keys.ExecutionID) string {
 // blocked by a full quota window is re-admitted once the window moved on,
 // one blocked by a concurrency cap still in use stays.
 func TestUnblockEachReason(t *testing.T) {
+	t.Parallel()
 	var gpu, tpu, reset, atLimit, windowed, capped keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
@@ -164,6 +165,7 @@ func TestUnblockEachReason(t *testing.T) {
 
 // A dry run decides as a real run would and changes nothing.
 func TestUnblockDryRun(t *testing.T) {
+	t.Parallel()
 	var parked keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,
