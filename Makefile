@@ -23,6 +23,10 @@ ALL_PKGS  := ./... $(foreach m,$(filter-out .,$(MODULES)),github.com/ffscan/ffsc
 # so twice the core count keeps a 2-core machine busy (84 s -> 52 s for the
 # package tests on one).
 TEST_P    ?= 4
+# RENAMED_PLUGINS are binary names ffscan's plugins had before: a bin/
+# from an earlier build would hold them beside their new names, and two
+# binaries declaring one scanner make the host refuse to choose.
+RENAMED_PLUGINS := dependencyreconciler retentiontrimmer
 # BACKEND picks make run's store: valkey (default) or postgres.
 BACKEND   ?= valkey
 
@@ -31,6 +35,7 @@ BACKEND   ?= valkey
 ## build: the host and every plugin into bin/ (plugins into bin/plugins/)
 build: lua
 	@mkdir -p $(BIN)/plugins
+	@rm -f $(addprefix $(BIN)/plugins/,$(RENAMED_PLUGINS))
 	@$(call each_module,build ./...)
 	$(GO) build -o $(BIN)/ffscan ./cmd/ffscan
 	@for p in $(PLUGINS); do \

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // v1SDKCommit is the last commit before the scanner API was versioned: its
@@ -52,7 +52,7 @@ func TestPluginBuiltWithTheOldSDKRuns(t *testing.T) {
 	require.NoError(t, err, "build the old plugin: %s", out)
 	require.NoError(t, os.Chmod(filepath.Join(dir, "hostwork"), 0o755))
 
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = dir

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // The third-party example (examples/customscanner, written against the
@@ -21,7 +21,7 @@ import (
 // mode repairs the stuck execution in place (API v2: no new process).
 func TestExampleThirdPartyScannerRunsUnderTheHost(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	cfg.Scanners = map[string]config.Scanner{"delayed_watchdog": {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ffscan/ffscan/bench/seed"
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/testserver"
@@ -140,7 +139,7 @@ func onMaster(t *testing.T, cl *testserver.Cluster, m *testserver.Server, ids []
 // A master killed under load fails over to its replica; the leases it
 // served are marked by the new master, none is lost.
 func TestClusterCrashFailoverMarksEveryLease(t *testing.T) {
-	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3, Replicas: 1})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
 	// Expiring in waves over 3 s, so the kill lands in the middle.
@@ -161,7 +160,7 @@ func TestClusterCrashFailoverMarksEveryLease(t *testing.T) {
 // with the same scores. Nothing the scanner remembers may keep it from
 // marking them again (the memory flaw of FlowFabric's scanner).
 func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
-	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3, Replicas: 1})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
 	// The leases must still be leased when replication is cut, however
@@ -211,7 +210,7 @@ func TestClusterFailoverToAReplicaThatMissedMarks(t *testing.T) {
 // With the only configured address dead after its failover, the host
 // keeps working: clock reads and readiness go to live nodes.
 func TestClusterDeadSeed(t *testing.T) {
-	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1})
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3, Replicas: 1})
 	c := cl.Client(t)
 	seedNode := cl.Nodes[0]
 	h := clusterLeaseHost(t, seedNode.Addr)
@@ -252,7 +251,7 @@ func TestClusterDeadSeed(t *testing.T) {
 // While one master fails over (a slow failover: 6 s node timeout), the
 // partitions of the other masters keep being scanned.
 func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
-	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 6 * time.Second})
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 6 * time.Second})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
 	victim, err := cl.MasterOf(context.Background(), "{fp:5}")
@@ -285,7 +284,7 @@ func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
 // script's cross-slot refusals are transient, not item failures, so no
 // lease is backed off (15 s) and every one is marked promptly.
 func TestClusterReshardUnderLoad(t *testing.T) {
-	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 3})
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
 	ids := plantLeases(t, cl, c, 1600, func(i int) time.Duration { return time.Duration(100+(i%40)*50) * time.Millisecond })

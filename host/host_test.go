@@ -27,9 +27,9 @@ import (
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/internal/pgtest"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // pluginDir holds the test plugins, built once for the package;
@@ -239,7 +239,7 @@ func freeAddr(t *testing.T) string {
 
 func TestEndToEndThroughPluginProcess(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 200 * time.Millisecond})
 	cfg.HTTP.Listen = freeAddr(t)
@@ -294,7 +294,7 @@ func TestEndToEndThroughPluginProcess(t *testing.T) {
 // scanner removes them, so a lost call only delays them).
 func TestKillPluginMidCycleRestartsWithoutLoss(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Batch: 2, Options: map[string]string{"delay": "150ms"}})
 	cfg.Scheduler.Concurrency = 2
@@ -320,7 +320,7 @@ func TestKillPluginMidCycleRestartsWithoutLoss(t *testing.T) {
 
 func TestWrongSHA256IsRefusedWithAClearError(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{SHA256: strings.Repeat("0", 64)})
 	h, _ := running(t, cfg)
 	waitFor(t, h, 30*time.Second, "", func() bool {
@@ -339,7 +339,7 @@ func TestWrongSHA256IsRefusedWithAClearError(t *testing.T) {
 // the shutdown timeout and leaves no plugin process behind.
 func TestShutdownDuringScanIsBounded(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "30s"}})
 	cfg.Scheduler.CallTimeout = time.Minute
@@ -360,7 +360,7 @@ func TestShutdownDuringScanIsBounded(t *testing.T) {
 
 func TestScanOnceDryRunDoesNotMutate(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	h, err := Boot(context.Background(), cfg, hclog.NewNullLogger())
@@ -387,7 +387,7 @@ func TestScanOnceDryRunDoesNotMutate(t *testing.T) {
 
 func TestBootRefusesPartitionMismatch(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	h, err := Boot(context.Background(), cfg, hclog.NewNullLogger())
 	require.NoError(t, err)
@@ -403,7 +403,7 @@ func TestBootRefusesPartitionMismatch(t *testing.T) {
 // and status says why.
 func TestPluginWithHungCallsIsRestarted(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "1h"}})
 	cfg.Scheduler.CallTimeout = 200 * time.Millisecond
@@ -424,7 +424,7 @@ func TestPluginWithHungCallsIsRestarted(t *testing.T) {
 // refused at launch, with the reason, instead of running with a warning.
 func TestPluginDeclaringDeniedCommandsIsRefused(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	cfg.PluginDir = ownPluginDir(t)
 	install(t, cfg.PluginDir, "hostwork", variant("greedy"))
@@ -441,7 +441,7 @@ func TestPluginDeclaringDeniedCommandsIsRefused(t *testing.T) {
 // still found and done.
 func TestLaneCensusFindsWorkInEmptyLanes(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 200 * time.Millisecond})
 	cfg.PluginDir = ownPluginDir(t)
@@ -533,7 +533,7 @@ func laneReads(t *testing.T, c valkey.Client) int64 {
 func TestBootRecognisesThePostgresSchema(t *testing.T) {
 	t.Parallel()
 	pg := pgtest.New(t)
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	ctx := context.Background()
 	empty, err := pg.CreateDatabase(ctx, "empty")
 	require.NoError(t, err)

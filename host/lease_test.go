@@ -11,8 +11,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // fcall runs one library function and requires a success reply.
@@ -65,7 +65,7 @@ func ownership(c valkey.Client, id keys.ExecutionID) string {
 // leases created through the library within its interval + 1 s of expiry.
 func TestLeaseExpiryPluginMarksExpiredLeases(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	const interval = 1500 * time.Millisecond
 	cfg := testConfig(t, srv.Addr, config.Scanner{Plugin: "leaseexpiry", Interval: interval})

@@ -13,8 +13,8 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/libwatch"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // lockedBuffer is a log sink safe for the host's goroutines.
@@ -41,7 +41,7 @@ func (l *lockedBuffer) String() string {
 // found" until the host's own next FCALL.
 func TestLostLibraryIsReloaded(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	cfg.Scanners = nil // idle: no scanner, so no FCALL of its own

@@ -16,7 +16,7 @@ import (
 	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // fileConfig runs a host whose configuration comes from a YAML file the
@@ -77,7 +77,7 @@ func statusOf(h *Host, name string) httpapi.ScannerStatus {
 // in place.
 func TestReloadEnablesAndDisablesScanners(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	f := newFileConfig(t, srv.Addr, pluginDir)
 	f.write(t, `
@@ -141,7 +141,7 @@ scanners:
 // that call are finished, none is lost.
 func TestDisableFinishesTheCallInFlight(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, Options: map[string]string{"delay": "1s"}})
 	h, _ := running(t, cfg)
@@ -167,7 +167,7 @@ func TestDisableFinishesTheCallInFlight(t *testing.T) {
 // running configuration and scanners stay exactly as they were.
 func TestInvalidReloadIsRefusedAndTheOldConfigKeepsRunning(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	f := newFileConfig(t, srv.Addr, pluginDir)
 	f.write(t, `
@@ -223,7 +223,7 @@ scanners:
 // replaced token's old value, or with http.admin off.
 func TestAdminEndpoints(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.HTTP.Listen = freeAddr(t)
 	cfg.Supervisor.SwapProbation = 0
@@ -292,7 +292,7 @@ func TestAdminEndpoints(t *testing.T) {
 // visible in /v1/status and /metrics, restarted or stopped by a reload.
 func TestCompletionListenerIsWired(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	cfg.Completions = config.Completions{Enabled: true, Concurrency: 3}
@@ -336,7 +336,7 @@ func TestCompletionListenerIsWired(t *testing.T) {
 // note is gone.
 func TestRefusedOptionsShowInStatus(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	f := newFileConfig(t, srv.Addr, pluginDir)
 	// Only this test's reloads: no watch reloading the file behind it.
 	f.base = strings.Replace(f.base, "watch: {interval: 100ms}", "watch: {config: false, plugins: false}", 1)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/sharing"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // Three hosts on one keyspace divide the partitions (each owned by
@@ -20,7 +20,7 @@ import (
 // take its partitions over and handle what comes next.
 func TestHostsShareTheKeyspace(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	var hosts []*Host
 	var stops []func() time.Duration

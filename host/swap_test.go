@@ -21,7 +21,7 @@ import (
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/policy"
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // ownPluginDir is a plugin directory for one test, holding copies of the
@@ -155,7 +155,7 @@ func (c *cycleClock) finish() (time.Duration, int) {
 // of the swaps come from the file watch, half from the admin call.
 func TestHotSwapUnderLoad(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	const interval = 200 * time.Millisecond
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: interval, Batch: 5})
@@ -254,7 +254,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 // serving without a gap, and the file watch does not retry the same file.
 func TestHotSwapToBinaryThatFailsHandshakeKeepsTheOld(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = ownPluginDir(t, "hostwork")
@@ -297,7 +297,7 @@ func TestHotSwapToBinaryThatFailsHandshakeKeepsTheOld(t *testing.T) {
 // old process, kept on probation, serves again.
 func TestHotSwapToBinaryThatCrashesRollsBack(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = ownPluginDir(t, "hostwork")
@@ -358,7 +358,7 @@ func TestHotSwapToBinaryThatCrashesRollsBack(t *testing.T) {
 // with a message naming both sides.
 func TestOlderAPIVersionRunsAndNewerIsRefused(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = ownPluginDir(t)
@@ -398,7 +398,7 @@ func TestOlderAPIVersionRunsAndNewerIsRefused(t *testing.T) {
 
 func TestNewerAPIVersionIsRefused(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
 	cfg.PluginDir = ownPluginDir(t)
 	copyFile(t, variant("raw99"), filepath.Join(cfg.PluginDir, "hostwork"))
@@ -415,7 +415,7 @@ func TestNewerAPIVersionIsRefused(t *testing.T) {
 // reload swaps to it.
 func TestHotSwapThatWidensThePolicyWaitsForApproval(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
 	cfg.PluginDir = ownPluginDir(t, "hostwork")

@@ -4,10 +4,11 @@ import (
 	"context"
 	"testing"
 
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // guardedLibrary is the key-guarded build of our library: the loader's own
@@ -60,7 +61,7 @@ func keyCount(t *testing.T, c valkey.Client) int64 {
 // with the table form of register_function) or runs a command whose key
 // positions it does not know, and letting declared keys through.
 func TestKeyGuardRefusesUndeclaredKeys(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	loadRaw(t, c, withKeyGuard(probeLibrary))
 
@@ -83,7 +84,7 @@ func TestKeyGuardRefusesUndeclaredKeys(t *testing.T) {
 
 // TestKeyGuardedLibraryLoads: the whole guarded library loads and answers.
 func TestKeyGuardedLibraryLoads(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	loadRaw(t, c, guardedLibrary())
 	v, err := fcall(c, "ff_version").ToString()

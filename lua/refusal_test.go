@@ -4,10 +4,11 @@ import (
 	"context"
 	"testing"
 
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // Inputs FlowFabric's own callers never send, on which FlowFabric stores
@@ -65,7 +66,7 @@ func replyOf(t *testing.T, r valkey.ValkeyResult) []string {
 
 func refusalServer(t *testing.T) valkey.Client {
 	t.Helper()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	loadRaw(t, c, guardedLibrary())
 	return c

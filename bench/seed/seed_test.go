@@ -9,15 +9,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/bench/seed"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // TestLeasesSnapshotRestore plants expired leases with the library's
 // functions, and checks that Restore brings back the snapshot exactly.
 func TestLeasesSnapshotRestore(t *testing.T) {
-	srv := testenv.New(t, testenv.WithArgs("--enable-debug-command", "local"))
+	srv := testserver.New(t, testserver.WithArgs("--enable-debug-command", "local"))
 	c := srv.Client(t)
 	ctx := context.Background()
 	lib := lua.New(c, lua.Options{})

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/httpapi"
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // status and reload need only the running host's address: a mistake
@@ -18,7 +18,7 @@ import (
 // gets to refuse the file and say why.
 func TestClientCommandsWorkWithABrokenFile(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	body := "partitions: {flow: 16}\nwatch: {config: false}\nscanners:\n  hostwork: {interval: 100ms}\n"
 	hp := startHost(t, body, "--valkey-addr", srv.Addr)
 	cfgPath := hp.cmd.Args[3]

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // copyPlugin puts the test plugin (it declares the scanner "hostwork")
@@ -58,14 +58,14 @@ func TestNoPluginsIsAnError(t *testing.T) {
 	for _, args := range [][]string{
 		{"plugins", "list", "--plugin-dir", dir},
 		{"plugins", "verify", "--plugin-dir", dir},
-		{"scan-once", "--scanner", "lease_expiry", "--plugin-dir", dir, "--valkey-addr", testenv.New(t).Addr},
+		{"scan-once", "--scanner", "lease_expiry", "--plugin-dir", dir, "--valkey-addr", testserver.New(t).Addr},
 	} {
 		code, out := ffscan(t, args...)
 		assert.NotEqual(t, 0, code, "%v: %s", args, out)
 		assert.Contains(t, out, "no plugin binaries in plugin_dir "+dir, args)
 	}
 	cfg := writeConfig(t, "scanners:\n  lease_expiry: {}\n")
-	code, out := ffscan(t, "run", "--config", cfg, "--plugin-dir", dir, "--valkey-addr", testenv.New(t).Addr, "--http-listen", freeAddr(t))
+	code, out := ffscan(t, "run", "--config", cfg, "--plugin-dir", dir, "--valkey-addr", testserver.New(t).Addr, "--http-listen", freeAddr(t))
 	assert.Equal(t, exitUsage, code, out)
 	assert.Contains(t, out, "scanners.lease_expiry: no plugin binaries in plugin_dir "+dir)
 }
@@ -75,7 +75,7 @@ func TestNoPluginsIsAnError(t *testing.T) {
 // configuration errors that say what is there.
 func TestScannerFoundByDeclaration(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	dir := t.TempDir()
 	copyPlugin(t, dir, "workers")
 	redisCLI(t, srv.Addr, "ZADD", "ff:idx:{fp:3}:hostwork", "1", "a")
@@ -117,7 +117,7 @@ func TestScannerFoundByDeclaration(t *testing.T) {
 // and shows what it did only as a partial result on stderr.
 func TestScanOnceFailureComesFirst(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	// A partition count the server's record contradicts fails at boot:
 	// nothing was scanned, so no summary at all.
 	redisCLI(t, srv.Addr, "HSET", "ff:config:partitions", "num_flow_partitions", "8", "num_budget_partitions", "32", "num_quota_partitions", "32")
@@ -132,7 +132,7 @@ func TestScanOnceFailureComesFirst(t *testing.T) {
 // record, no lane index, no library.
 func TestDryRunWritesNothing(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	redisCLI(t, srv.Addr, "ZADD", "ff:idx:{fp:3}:hostwork", "1", "a")
 	code, out := ffscan(t, "scan-once", "--dry-run", "--scanner", "hostwork", "--valkey-addr", srv.Addr)
 	require.Equal(t, 0, code, out)
@@ -159,7 +159,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 // `ffscan run` with no scanner configured says so at once, loudly.
 func TestRunWithoutScannersSaysSo(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	addr := freeAddr(t)
 	logs := &syncBuffer{}
 	cmd := exec.Command(ffscanBin, "run", "--valkey-addr", srv.Addr, "--http-listen", addr)

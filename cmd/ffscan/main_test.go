@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/httpapi"
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // Built once for the package: the ffscan binary and the host's test plugin.
@@ -252,7 +252,7 @@ scanners:
 // shutdown_timeout and its plugin is gone with it.
 func TestSIGTERMDuringScanExitsWithinTimeout(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	hp := startHost(t, slowConfig, "--valkey-addr", srv.Addr)
 	st, err := getStatus(hp.addr)
 	require.NoError(t, err)
@@ -281,7 +281,7 @@ func TestSIGTERMDuringScanExitsWithinTimeout(t *testing.T) {
 // 5 s (Pdeathsig, and the SDK's parent watch).
 func TestSIGKILLHostLeavesNoPlugin(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	hp := startHost(t, slowConfig, "--valkey-addr", srv.Addr)
 	st, err := getStatus(hp.addr)
 	require.NoError(t, err)
@@ -300,7 +300,7 @@ func TestSIGKILLHostLeavesNoPlugin(t *testing.T) {
 
 func TestStatusCommand(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	hp := startHost(t, "partitions: {flow: 16}\nscanners:\n  hostwork: {interval: 100ms}\n", "--valkey-addr", srv.Addr)
 	code, out := ffscan(t, "status", "--addr", hp.addr)
 	require.Equal(t, 0, code, out)
@@ -314,7 +314,7 @@ func TestStatusCommand(t *testing.T) {
 // --valkey-addr works without any configuration file.
 func TestScanOnceWithoutConfigFile(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	redisCLI(t, srv.Addr, "ZADD", "ff:idx:{fp:7}:hostwork", "1", "a", "2", "b")
 	redisCLI(t, srv.Addr, "ZADD", "ff:idx:{fp:200}:hostwork", "1", "c")
 	common := []string{"--valkey-addr", srv.Addr, "--plugin-dir", pluginDir, "--scanner", "hostwork"}
@@ -388,7 +388,7 @@ func TestExitCodes(t *testing.T) {
 	assert.Equal(t, 1, code)
 
 	// A partition mismatch is a configuration error.
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	redisCLI(t, srv.Addr, "HSET", "ff:config:partitions", "num_flow_partitions", "8", "num_budget_partitions", "32", "num_quota_partitions", "32")
 	code, out = ffscan(t, "scan-once", "--scanner", "hostwork", "--valkey-addr", srv.Addr, "--plugin-dir", pluginDir)
 	assert.Equal(t, 2, code, out)

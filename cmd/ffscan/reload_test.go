@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 var regexpSHA = regexp.MustCompile(`[0-9a-f]{64}`)
@@ -36,7 +36,7 @@ func statusOf(t *testing.T, addr, name string) (state string, pid int, sha strin
 // an invalid edit is refused and the host keeps running as it was.
 func TestSIGHUPReloadsTheConfig(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	body := "partitions: {flow: 16}\nwatch: {config: false}\nscanners:\n  hostwork: {interval: 100ms}\n  other: {enabled: false, plugin: hostwork}\n"
 	hp := startHost(t, body, "--valkey-addr", srv.Addr)
 	cfgPath := hp.cmd.Args[3]
@@ -93,7 +93,7 @@ func TestSIGHUPReloadsTheConfig(t *testing.T) {
 // reload` reports a refused configuration with exit status 1.
 func TestPluginsReloadAndReloadCommands(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	hp := startHost(t, "partitions: {flow: 16}\nsupervisor: {swap_probation: 200ms}\nscanners:\n  hostwork: {interval: 100ms}\n", "--valkey-addr", srv.Addr)
 	_, pid, sha := statusOf(t, hp.addr, "hostwork")
 

@@ -87,45 +87,78 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 		return fmt.Errorf("connect %s: %w", addr, err)
 	}
 	defer vk.Close()
-	c, err := client.New(ctx, vk, client.Options{Namespace: "demo", Identity: "ffscan-demo"})
-	if err != nil {
+	d := &demo{vk: vk, lanes: []string{"default", "workers-a"}, crash: crash, waiting: make(chan suspended, 64)}
+	defer d.close()
+	if err := d.start(ctx); err != nil {
 		return err
 	}
-	var n counters
-	lanes := []string{"default", "workers-a"}
+	return d.loop(ctx, rate)
+}
+
+// demo is the workload: its client, its workers and what it counted.
+type demo struct {
+	vk      valkey.Client
+	c       *client.Client
+	n       counters
+	lanes   []string
+	crash   float64
+	waiting chan suspended
+	workers []*client.Worker
+	budgets []keys.BudgetID
+}
+
+// start opens the client and starts what runs on its own: the signaller,
+// two workers, the parked gpu tasks and the budgets.
+func (d *demo) start(ctx context.Context) error {
+	var err error
+	if d.c, err = client.New(ctx, d.vk, client.Options{Namespace: "demo", Identity: "ffscan-demo"}); err != nil {
+		return err
+	}
 	// Waitpoint tokens need a key on every partition (a noop when the
 	// demo runs again on the same server).
-	if err := c.RotateWaitpointSecret(ctx, "demo-k1", []byte("demo waitpoint secret"), time.Hour); err != nil {
+	if err := d.c.RotateWaitpointSecret(ctx, "demo-k1", []byte("demo waitpoint secret"), time.Hour); err != nil {
 		return err
 	}
-	waiting := make(chan suspended, 64)
-	go signaller(ctx, c, waiting, &n)
-
+	go signaller(ctx, d.c, d.waiting, &d.n)
 	for i := 0; i < 2; i++ {
-		w, err := c.NewWorker(ctx, client.WorkerOptions{
-			WorkerID: fmt.Sprintf("demo-worker-%d", i), Lanes: lanes,
+		err := d.work(ctx, client.WorkerOptions{
+			WorkerID: fmt.Sprintf("demo-worker-%d", i), Lanes: d.lanes,
 			LeaseTTL: 2 * time.Second, MaxConcurrentTasks: 8,
 			PollInterval: 20 * time.Millisecond, MaxPollInterval: 200 * time.Millisecond,
-		})
+		}, d.crash)
 		if err != nil {
 			return err
 		}
-		defer w.Close(context.Background())
-		go func() { _ = w.Run(ctx, handler(&n, crash, waiting)) }()
 	}
-
 	for i := 0; i < 5; i++ {
-		if _, err := c.CreateExecution(ctx, client.CreateRequest{Lane: "default", Kind: "demo.gpu",
+		if _, err := d.c.CreateExecution(ctx, client.CreateRequest{Lane: "default", Kind: "demo.gpu",
 			RequiredCapabilities: []string{"gpu"}}); err != nil {
 			return err
 		}
 	}
+	d.budgets, err = createBudgets(ctx, d.c)
+	return err
+}
 
-	budgets, err := createBudgets(ctx, c)
+// work starts a worker running the demo's handler.
+func (d *demo) work(ctx context.Context, o client.WorkerOptions, crash float64) error {
+	w, err := d.c.NewWorker(ctx, o)
 	if err != nil {
 		return err
 	}
+	d.workers = append(d.workers, w)
+	go func() { _ = w.Run(ctx, handler(&d.n, crash, d.waiting)) }()
+	return nil
+}
 
+func (d *demo) close() {
+	for _, w := range d.workers {
+		w.Close(context.Background())
+	}
+}
+
+// loop drives the workload until ctx ends.
+func (d *demo) loop(ctx context.Context, rate int) error {
 	create := time.NewTicker(time.Second / time.Duration(max(rate, 1)))
 	flowTick := time.NewTicker(3 * time.Second)
 	cancelTick := time.NewTicker(7 * time.Second)
@@ -142,64 +175,92 @@ func run(ctx context.Context, addr string, rate int, crash float64) error {
 		timerTick.Stop()
 	}()
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
-			printSummary(&n)
+			printSummary(&d.n)
 			return ctx.Err()
 		case <-create.C:
-			lane := lanes[rand.IntN(len(lanes))]
-			req := client.CreateRequest{Lane: lane, Kind: "demo.task", Payload: []byte(`{"n":1}`), Priority: rand.IntN(3)}
-			if rand.IntN(4) == 0 {
-				req.Retry = &client.RetryPolicy{MaxRetries: 2, Backoff: client.FixedBackoff(500 * time.Millisecond)}
-			}
-			if _, err := c.CreateExecution(ctx, req); err != nil {
-				return fmt.Errorf("create: %w", err)
-			}
-			n.created.Add(1)
+			err = d.createOne(ctx)
 		case <-flowTick.C:
-			if err := diamond(ctx, c); err != nil {
-				return fmt.Errorf("flow: %w", err)
+			if err = diamond(ctx, d.c); err != nil {
+				err = fmt.Errorf("flow: %w", err)
+			} else {
+				d.n.flows.Add(1)
 			}
-			n.flows.Add(1)
 		case <-cancelTick.C:
-			if err := cancelledFlow(ctx, c); err != nil {
-				return fmt.Errorf("cancel flow: %w", err)
-			}
-			n.cancelledFlows.Add(1)
-			if err := raceFlow(ctx, c); err != nil {
-				return fmt.Errorf("race flow: %w", err)
-			}
+			err = d.cancelFlows(ctx)
 		case <-usageTick.C:
-			for _, b := range budgets {
-				_, err := c.ReportUsage(ctx, client.UsageReport{Budget: b, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: 40}}})
-				if err != nil {
-					return fmt.Errorf("usage: %w", err)
-				}
-				n.usage.Add(1)
-			}
+			err = d.report(ctx)
 		case <-tighten:
-			// A gpu worker joins: unblock re-admits the parked gpu tasks.
-			gw, err := c.NewWorker(ctx, client.WorkerOptions{WorkerID: "demo-gpu", Lanes: lanes,
-				Capabilities: []string{"gpu"}, LeaseTTL: 2 * time.Second})
-			if err != nil {
-				return err
-			}
-			defer gw.Close(context.Background())
-			go func() { _ = gw.Run(ctx, handler(&n, 0, waiting)) }()
-			// An operator lowers the hard limit of the budget that never
-			// resets below what it has used: budget_reconciler flags it.
-			lim := keys.Budget(c.Partitions(), budgets[2]).Limits()
-			if err := vk.Do(ctx, vk.B().Hset().Key(lim).FieldValue().FieldValue("hard:tokens", "100").Build()).Error(); err != nil {
-				return fmt.Errorf("tighten limit: %w", err)
-			}
+			err = d.tighten(ctx)
 		case <-timerTick.C:
-			if err := timerWork(ctx, c); err != nil {
-				return fmt.Errorf("timer work: %w", err)
+			if err = timerWork(ctx, d.c); err != nil {
+				err = fmt.Errorf("timer work: %w", err)
 			}
 		case <-report.C:
-			printSummary(&n)
+			printSummary(&d.n)
+		}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// createOne enqueues a solo execution on a random lane, a quarter of them
+// with retries.
+func (d *demo) createOne(ctx context.Context) error {
+	lane := d.lanes[rand.IntN(len(d.lanes))]
+	req := client.CreateRequest{Lane: lane, Kind: "demo.task", Payload: []byte(`{"n":1}`), Priority: rand.IntN(3)}
+	if rand.IntN(4) == 0 {
+		req.Retry = &client.RetryPolicy{MaxRetries: 2, Backoff: client.FixedBackoff(500 * time.Millisecond)}
+	}
+	if _, err := d.c.CreateExecution(ctx, req); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	d.n.created.Add(1)
+	return nil
+}
+
+// cancelFlows cancels a flow for the cancel reconciler and starts a race
+// flow for the edge-cancel dispatcher.
+func (d *demo) cancelFlows(ctx context.Context) error {
+	if err := cancelledFlow(ctx, d.c); err != nil {
+		return fmt.Errorf("cancel flow: %w", err)
+	}
+	d.n.cancelledFlows.Add(1)
+	if err := raceFlow(ctx, d.c); err != nil {
+		return fmt.Errorf("race flow: %w", err)
+	}
+	return nil
+}
+
+// report reports usage on every budget.
+func (d *demo) report(ctx context.Context) error {
+	for _, b := range d.budgets {
+		_, err := d.c.ReportUsage(ctx, client.UsageReport{Budget: b, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: 40}}})
+		if err != nil {
+			return fmt.Errorf("usage: %w", err)
+		}
+		d.n.usage.Add(1)
+	}
+	return nil
+}
+
+// tighten is the demo's tenth second: a gpu worker joins (unblock
+// re-admits the parked gpu tasks), and an operator lowers the hard limit
+// of the budget that never resets below what it has used
+// (budget_reconciler flags it).
+func (d *demo) tighten(ctx context.Context) error {
+	if err := d.work(ctx, client.WorkerOptions{WorkerID: "demo-gpu", Lanes: d.lanes,
+		Capabilities: []string{"gpu"}, LeaseTTL: 2 * time.Second}, 0); err != nil {
+		return err
+	}
+	lim := keys.Budget(d.c.Partitions(), d.budgets[2]).Limits()
+	if err := d.vk.Do(ctx, d.vk.B().Hset().Key(lim).FieldValue().FieldValue("hard:tokens", "100").Build()).Error(); err != nil {
+		return fmt.Errorf("tighten limit: %w", err)
+	}
+	return nil
 }
 
 // handler completes most tasks, fails a few (retried by policy) and

@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // TestExampleRunsToCompletion runs the example against a throwaway server.
 func TestExampleRunsToCompletion(t *testing.T) {
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	var out bytes.Buffer
 	err := run(context.Background(), config{addr: srv.Addr, n: 10, workers: 2, timeout: time.Minute}, &out)
 	require.NoError(t, err, out.String())

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 func TestEnsurePartitions(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	ctx := context.Background()
 	client, err := Connect(ctx, config.Valkey{Addrs: []string{srv.Addr}, Cluster: "auto"})
 	require.NoError(t, err)
@@ -56,7 +56,7 @@ func TestEnsurePartitions(t *testing.T) {
 
 func TestLoadLibrary(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	lib, err := LoadLibrary(context.Background(), client, false, hclog.NewNullLogger())
 	require.NoError(t, err)
@@ -70,7 +70,7 @@ func TestLoadLibrary(t *testing.T) {
 // client (one key, one slot).
 func TestEnsurePartitionsOnCluster(t *testing.T) {
 	t.Parallel()
-	cl := testenv.NewCluster(t, 3)
+	cl := testserver.NewCluster(t, 3)
 	client, err := Connect(context.Background(), config.Valkey{Addrs: cl.Addrs(), Cluster: "on"})
 	require.NoError(t, err)
 	defer client.Close()
@@ -86,7 +86,7 @@ func TestEnsurePartitionsOnCluster(t *testing.T) {
 
 func TestClusterOnRefusesASingleNode(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	_, err := Connect(context.Background(), config.Valkey{Addrs: []string{srv.Addr}, Cluster: "on"})
 	assert.ErrorContains(t, err, "not a cluster")
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 type countRec struct {
@@ -34,7 +34,7 @@ func (r *countRec) CallbackRefused(_ string, reason string) {
 
 func setup(t *testing.T, info scannerapi.Info, readOnly bool) (*Service, valkey.Client, *countRec) {
 	t.Helper()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	lib := lua.New(client, lua.Options{})
 	_, err := lib.Ensure(context.Background())

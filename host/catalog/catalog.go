@@ -66,6 +66,15 @@ var (
 	ErrHashMismatch  = errors.New("sha256 mismatch")
 )
 
+// renamed maps the binary names ffscan's own plugins had before to their
+// names now (the scanners they serve kept their names). A configuration
+// that still names an old binary is refused with the new name in the
+// error rather than only "not found".
+var renamed = map[string]string{
+	"dependencyreconciler": "depreconciler",
+	"retentiontrimmer":     "retention",
+}
+
 // List returns the names of candidate plugin files: regular files with an
 // execute bit, and symlinks (so Verify can refuse them by name instead of
 // them silently not being listed). Hidden files are ignored.
@@ -261,6 +270,9 @@ func (c *Catalog) check(name string) (string, error) {
 	path := filepath.Join(c.dir, name)
 	info, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if now, ok := renamed[name]; ok {
+			return "", fmt.Errorf("plugin %q: %w in %s: ffscan's plugin %s is now named %s; name %q in the scanner's plugin setting, or leave it empty to use the binary that declares the scanner", name, ErrNotFound, c.dir, name, now, now)
+		}
 		return "", fmt.Errorf("plugin %q: %w in %s", name, ErrNotFound, c.dir)
 	}
 	if err != nil {

@@ -111,6 +111,17 @@ func TestNotFoundAndNotExecutable(t *testing.T) {
 	assert.Equal(t, []string{"good"}, names)
 }
 
+// A configuration naming a plugin by its old name is told the new one.
+func TestRenamedPluginNamesItsNewName(t *testing.T) {
+	c, _ := setup(t)
+	_, err := c.Verify("retentiontrimmer", "")
+	require.ErrorIs(t, err, ErrNotFound)
+	assert.Contains(t, err.Error(), `ffscan's plugin retentiontrimmer is now named retention; name "retention" in the scanner's plugin setting`)
+	_, err = c.Stage("dependencyreconciler", "")
+	require.ErrorIs(t, err, ErrNotFound)
+	assert.Contains(t, err.Error(), "now named depreconciler")
+}
+
 // A plugin or plugin directory owned by another user (neither this one
 // nor root) is refused: that user could replace the code.
 func TestForeignOwnerRefused(t *testing.T) {

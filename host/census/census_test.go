@@ -9,12 +9,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 func TestCensusKnowsTheLaneKeysThatExist(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	ctx := context.Background()
 	var epoch atomic.Uint64
@@ -110,7 +110,7 @@ func TestCensusKnowsTheLaneKeysThatExist(t *testing.T) {
 // which hold copies, are not scanned.
 func TestCensusOnAClusterWithReplicas(t *testing.T) {
 	t.Parallel()
-	cl := testenv.NewClusterWith(t, testenv.ClusterOptions{Masters: 2, Replicas: 1})
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 2, Replicas: 1})
 	client := cl.Client(t)
 	ctx := context.Background()
 	var epoch atomic.Uint64

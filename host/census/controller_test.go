@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/clock"
-	"github.com/ffscan/ffscan/internal/testenv"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -110,7 +110,7 @@ func (s *loadSource) get() Load {
 // on a manual clock, each step observed as it ends.
 func TestControllerKeepsTheCensusWhileItPays(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	ctx := context.Background()
 	for i := range 20 {

@@ -14,11 +14,11 @@ import (
 
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/service"
-	"github.com/ffscan/ffscan/internal/flowtest"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/flowtest"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
@@ -33,7 +33,7 @@ var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 //   - Stop is clean.
 func TestListenerEndToEnd(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -174,7 +174,7 @@ func TestListenerOnACluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	cl := testenv.NewCluster(t, 3)
+	cl := testserver.NewCluster(t, 3)
 	vk := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -14,10 +14,10 @@ import (
 
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/service"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/depresolve"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
@@ -117,7 +117,7 @@ func newHarness(t *testing.T, cfg Config, fn func(context.Context, depresolve.Co
 // listener's changes on ch (which fn may notify too).
 func newOwningHarness(t *testing.T, cfg Config, owns func(keys.Partition) bool, ch *service.Changes, fn func(context.Context, depresolve.Completion) (depresolve.Result, error)) *harness {
 	t.Helper()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -239,7 +239,7 @@ func TestStopDrainsThenCancels(t *testing.T) {
 // A disabled listener does nothing.
 func TestDisabled(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	l := New(Config{Enabled: false}, lua.New(vk, lua.Options{}), Options{})
 	require.NoError(t, l.Start(context.Background()))
@@ -264,7 +264,7 @@ func TestStartTwice(t *testing.T) {
 // clock) without spinning or failing, and Stop still returns at once.
 func TestServerGoneThenStop(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	ch := &service.Changes{}
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))

@@ -5,17 +5,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/depexec"
-	"github.com/ffscan/ffscan/internal/flowtest"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/depresolve"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // On a real 3-master cluster every call stays on one slot: flows on
@@ -26,7 +27,7 @@ func TestOnACluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	cl := testenv.NewCluster(t, 3)
+	cl := testserver.NewCluster(t, 3)
 	vk := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -7,18 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/depexec"
-	"github.com/ffscan/ffscan/internal/flowtest"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/depresolve"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	"github.com/valkey-io/valkey-go"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // env is a server with the library, a client for building flows and the two
@@ -37,7 +38,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	vk := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)

@@ -1,7 +1,7 @@
 // Package depexec runs the dependency resolver (sdk/depresolve) in the
 // host process: its executor goes straight to the host's valkey-go
 // client and flowfabric library. It lives host-side so the resolver itself
-// stays pure planning and the dependencyreconciler plugin links no Valkey client.
+// stays pure planning and the depreconciler plugin links no Valkey client.
 package depexec
 
 import (

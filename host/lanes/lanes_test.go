@@ -12,8 +12,8 @@ import (
 
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/lanes"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 func TestLaneOfKey(t *testing.T) {
@@ -44,7 +44,7 @@ func TestLaneOfKey(t *testing.T) {
 // in the keyspace.
 func TestStepFindsLanesInPages(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	ctx := context.Background()
 	cmds := c.B()
@@ -86,7 +86,7 @@ func TestStepFindsLanesInPages(t *testing.T) {
 
 func TestMergeLanes(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	ctx := context.Background()
 	client := srv.Client(t)
 	require.NoError(t, client.Do(ctx, client.B().Sadd().Key(keys.LanesIndex).Member("gpu", "default").Build()).Error())
@@ -103,7 +103,7 @@ func TestMergeLanes(t *testing.T) {
 // refresh (the test moves its clock there) and a reload's lanes at once.
 func TestKeeperFollowsTheKeyspace(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	ctx := context.Background()
 	require.NoError(t, c.Do(ctx, c.B().Sadd().Key(keys.LanesIndex).Member("recorded").Build()).Error())

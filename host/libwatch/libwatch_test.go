@@ -14,8 +14,8 @@ import (
 	"github.com/ffscan/ffscan/host/boot"
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/libwatch"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 type lockedBuffer struct {
@@ -40,7 +40,7 @@ func (l *lockedBuffer) String() string {
 // nothing.
 func TestWatchReloadsALostLibrary(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := srv.Client(t)
 	ctx := context.Background()
 	lib, err := boot.LoadLibrary(ctx, c, false, hclog.NewNullLogger())

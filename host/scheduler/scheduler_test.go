@@ -16,10 +16,10 @@ import (
 
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/clock"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // testScanner is an in-process scanner that records its calls and runs a
@@ -96,7 +96,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	lib := lua.New(client, lua.Options{})
 	return &env{addr: srv.Addr, client: client, svc: callbacks.New(lib, nil)}
@@ -509,7 +509,7 @@ func TestCheckInfo(t *testing.T) {
 // service to the right node.
 func TestClusterCycle(t *testing.T) {
 	t.Parallel()
-	cl := testenv.NewCluster(t, 3)
+	cl := testserver.NewCluster(t, 3)
 	client := cl.Client(t)
 	lib := lua.New(client, lua.Options{})
 	_, err := lib.Ensure(context.Background())

@@ -11,8 +11,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/sharing"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
@@ -84,7 +84,7 @@ func settle(t *testing.T, cs map[string]*sharing.Coordinator, order []string) {
 
 func TestSingleHostOwnsEverything(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	c := coordinator(srv.Client(t), "solo")
 	require.NoError(t, c.Tick(context.Background()))
 	st := c.Status()
@@ -99,7 +99,7 @@ func TestSingleHostOwnsEverything(t *testing.T) {
 // once its keys expire.
 func TestHostsShareWithoutOverlap(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	cs := map[string]*sharing.Coordinator{}
 	order := []string{"a", "b", "c"}
@@ -154,7 +154,7 @@ func TestHostsShareWithoutOverlap(t *testing.T) {
 
 func TestAssignmentMovesOnlyWhatMust(t *testing.T) {
 	t.Parallel()
-	srv := testenv.New(t)
+	srv := testserver.New(t)
 	client := srv.Client(t)
 	cs := map[string]*sharing.Coordinator{}
 	var order []string

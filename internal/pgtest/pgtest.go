@@ -222,15 +222,12 @@ func runAs(dir string) (*syscall.Credential, error) {
 
 // CreateDatabase makes a new empty database and returns its DSN.
 func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, s.DSN)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", err
-	}
-	return strings.Replace(s.DSN, "/postgres?", "/"+name+"?", 1), nil
+	return s.createDatabase(ctx, name, "")
+}
+
+// dsnOf is the DSN of database name on s.
+func (s *Server) dsnOf(name string) string {
+	return strings.Replace(s.DSN, "/postgres?", "/"+name+"?", 1)
 }
 
 // Pid is the postmaster's process id (benchmarks read the server's CPU

@@ -37,3 +37,50 @@ func TestServerStartsAndCleansUp(t *testing.T) {
 		t.Fatal("postgres still runs")
 	}
 }
+
+// A template is built once and copied for each test that asks: each copy
+// holds what the build made, and a copy's changes stay in it.
+func TestTemplateBuiltOnceCopiedPerTest(t *testing.T) {
+	builds := 0
+	tp := NewTemplate("tpl", func(ctx context.Context, dsn string) error {
+		builds++
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "CREATE TABLE t (v int); INSERT INTO t VALUES (1)")
+		return err
+	})
+	defer tp.Close()
+	ctx := context.Background()
+	count := func(dsn string) int {
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n))
+		return n
+	}
+	var first string
+	t.Run("first", func(t *testing.T) {
+		first = tp.Database(t)
+		conn, err := pgx.Connect(ctx, first)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, "INSERT INTO t VALUES (2)")
+		require.NoError(t, err)
+		conn.Close(ctx)
+		assert.Equal(t, 2, count(first))
+	})
+	t.Run("second", func(t *testing.T) {
+		second := tp.Database(t)
+		assert.NotEqual(t, first, second)
+		assert.Equal(t, 1, count(second), "a fresh copy of the template")
+	})
+	if tp.srv == nil {
+		return // no PostgreSQL: the subtests were skipped
+	}
+	assert.Equal(t, 1, builds)
+	_, err := pgx.Connect(ctx, first)
+	assert.Error(t, err, "the first test's copy was dropped when it ended")
+}

@@ -11,6 +11,7 @@ import (
 )
 
 func TestClassifyMember(t *testing.T) {
+	t.Parallel()
 	id := keys.NewBudgetID()
 	for _, tc := range []struct {
 		m    string
@@ -38,6 +39,7 @@ func arr(e ...scannerapi.Reply) scannerapi.Reply {
 }
 
 func TestClassifyReset(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		r    scannerapi.Reply
@@ -61,6 +63,7 @@ func TestClassifyReset(t *testing.T) {
 }
 
 func TestHashOf(t *testing.T) {
+	t.Parallel()
 	h, err := hashOf(arr(str("a"), str("1"), str("b"), num(2)))
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"a": "1", "b": "2"}, h)
@@ -75,6 +78,7 @@ func TestHashOf(t *testing.T) {
 }
 
 func TestDecideBudget(t *testing.T) {
+	t.Parallel()
 	def := map[string]string{"budget_id": "x", "reset_interval_ms": "0"}
 	limits := map[string]string{"hard:tokens": "100", "soft:tokens": "50", "hard:calls": "0"}
 	for _, tc := range []struct {
@@ -104,6 +108,7 @@ func TestDecideBudget(t *testing.T) {
 }
 
 func TestNumber(t *testing.T) {
+	t.Parallel()
 	for s, want := range map[string]float64{"0": 0, "42": 42, "-3": -3, " 7 ": 7, "2.5": 2.5} {
 		got, ok := number(s)
 		assert.True(t, ok, s)

@@ -14,10 +14,11 @@ import (
 
 	"github.com/ffscan/ffscan/host"
 	"github.com/ffscan/ffscan/host/config"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/budget"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // runHost boots a host on addr running both budget scanners from the real
@@ -87,13 +88,13 @@ func errorCount(t *testing.T, reg *prometheus.Registry, scanner, class, code str
 // orphan id is pruned and a wrong-type usage key is counted as an error and
 // left (budget_reconciler).
 func TestHostRunsBudgetPlugin(t *testing.T) {
-	srv := testenv.New(t)
+	t.Parallel()
+	srv := testserver.New(t)
 	vk := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	h := runHost(t, srv.Addr, 200*time.Millisecond)
-	c, err := client.New(ctx, vk, client.Options{Partitions: parts, RequireStoredPartitions: true})
-	require.NoError(t, err, "the host recorded the partition counts")
+	// RequireStoredPartitions: the host recorded the partition counts.
+	w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts, RequireStoredPartitions: true})
+	ctx, c := w.Ctx, w.Client
 
 	mk := func(every time.Duration, hard, used int64) keys.BudgetID {
 		r, err := c.CreateBudget(ctx, client.CreateBudgetRequest{ResetInterval: every,
@@ -106,21 +107,20 @@ func TestHostRunsBudgetPlugin(t *testing.T) {
 		return r.ID
 	}
 	bk := func(id keys.BudgetID) keys.BudgetKeys { return keys.Budget(parts, id) }
-	do := func(args ...string) { require.NoError(t, vk.Do(ctx, vk.B().Arbitrary(args...).Build()).Error()) }
 
 	var due, notDue, over, wrong []keys.BudgetID
 	for range 4 { // spread over the partitions
 		due = append(due, mk(300*time.Millisecond, 0, 9))
 		notDue = append(notDue, mk(time.Hour, 0, 9))
 		id := mk(0, 100, 100)
-		do("HINCRBY", bk(id).Usage(), "tokens", "1")
+		w.Do("HINCRBY", bk(id).Usage(), "tokens", "1")
 		over = append(over, id)
 		id = mk(0, 100, 0)
-		do("SET", bk(id).Usage(), "not a hash")
+		w.Do("SET", bk(id).Usage(), "not a hash")
 		wrong = append(wrong, id)
 	}
 	orphan := keys.NewBudgetID()
-	do("SADD", bk(orphan).Partition().BudgetPolicies(), orphan.String())
+	w.Do("SADD", bk(orphan).Partition().BudgetPolicies(), orphan.String())
 
 	deadline := 20 * time.Second
 	for _, id := range due {
@@ -146,7 +146,7 @@ func TestHostRunsBudgetPlugin(t *testing.T) {
 
 	// Back under the limit: the marker goes.
 	for _, id := range over {
-		do("HSET", bk(id).Usage(), "tokens", "50")
+		w.Do("HSET", bk(id).Usage(), "tokens", "50")
 	}
 	for _, id := range over {
 		require.Eventually(t, func() bool {

@@ -1,7 +1,6 @@
 package budget_test
 
 import (
-	"context"
 	"os"
 	"strconv"
 	"testing"
@@ -11,14 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/budget"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 const pluginPkg = "github.com/ffscan/ffscan/plugins/budget/cmd/budget"
@@ -43,30 +41,14 @@ func pluginBinary(t *testing.T) string {
 // fixture is a server with the library, a client to create budgets, and
 // the host's part: candidate fetch and command execution (counted).
 type fixture struct {
-	t     *testing.T
-	ctx   context.Context
-	vk    valkey.Client
-	c     *client.Client
+	*scannertest.World
 	cb    *scannertest.Counter
 	cycle uint64
 }
 
 func newFixture(t *testing.T) *fixture {
-	srv := testenv.New(t)
-	vk := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	lib := lua.New(vk, lua.Options{})
-	_, err := lib.Ensure(ctx)
-	require.NoError(t, err)
-	c, err := client.New(ctx, vk, client.Options{Library: lib, Partitions: parts})
-	require.NoError(t, err)
-	return &fixture{t: t, ctx: ctx, vk: vk, c: c, cb: scannertest.NewCounter(scannertest.Callbacks(vk))}
-}
-
-func (f *fixture) do(args ...string) {
-	f.t.Helper()
-	require.NoError(f.t, f.vk.Do(f.ctx, f.vk.B().Arbitrary(args...).Build()).Error(), "%v", args)
+	w := scannertest.StartWorld(t, client.Options{Partitions: parts})
+	return &fixture{World: w, cb: scannertest.NewCounter(scannertest.Callbacks(w.Valkey))}
 }
 
 // idIn mints a budget id homed on p.
@@ -82,16 +64,16 @@ func idIn(p keys.Partition) keys.BudgetID {
 // budget creates a budget on part with one "tokens" dimension and reports
 // used tokens through the client.
 func (f *fixture) budget(every time.Duration, hard, used int64) keys.BudgetID {
-	f.t.Helper()
-	r, err := f.c.CreateBudget(f.ctx, client.CreateBudgetRequest{
+	f.T.Helper()
+	r, err := f.Client.CreateBudget(f.Ctx, client.CreateBudgetRequest{
 		ID: idIn(part), ScopeType: "lane", ScopeID: "default", ResetInterval: every,
 		Dimensions: []client.BudgetDimension{{Name: "tokens", Hard: hard, Soft: 0}},
 	})
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	if used > 0 {
-		u, err := f.c.ReportUsage(f.ctx, client.UsageReport{Budget: r.ID, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: used}}})
-		require.NoError(f.t, err)
-		require.True(f.t, u.Applied(), "%+v", u)
+		u, err := f.Client.ReportUsage(f.Ctx, client.UsageReport{Budget: r.ID, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: used}}})
+		require.NoError(f.T, err)
+		require.True(f.T, u.Applied(), "%+v", u)
 	}
 	return r.ID
 }
@@ -99,54 +81,70 @@ func (f *fixture) budget(every time.Duration, hard, used int64) keys.BudgetID {
 func (f *fixture) keys(id keys.BudgetID) keys.BudgetKeys { return keys.BudgetIn(part, id) }
 
 func (f *fixture) hget(key, field string) string {
-	f.t.Helper()
-	v, err := f.vk.Do(f.ctx, f.vk.B().Hget().Key(key).Field(field).Build()).ToString()
+	f.T.Helper()
+	v, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Hget().Key(key).Field(field).Build()).ToString()
 	if valkey.IsValkeyNil(err) {
 		return ""
 	}
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	return v
 }
 
 func (f *fixture) resetScore(member string) (float64, bool) {
-	f.t.Helper()
-	v, err := f.vk.Do(f.ctx, f.vk.B().Zscore().Key(keys.BudgetPart(part).BudgetResets()).Member(member).Build()).AsFloat64()
+	f.T.Helper()
+	v, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zscore().Key(keys.BudgetPart(part).BudgetResets()).Member(member).Build()).AsFloat64()
 	if valkey.IsValkeyNil(err) {
 		return 0, false
 	}
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	return v, true
 }
 
-func (f *fixture) inPolicies(member string) bool {
-	f.t.Helper()
-	ok, err := f.vk.Do(f.ctx, f.vk.B().Sismember().Key(keys.BudgetPart(part).BudgetPolicies()).Member(member).Build()).AsBool()
-	require.NoError(f.t, err)
-	return ok
+// waitDue waits until the server's clock has passed the next reset of
+// every budget of ids (the reset index is scored by the server's time).
+func (f *fixture) waitDue(ids ...keys.BudgetID) {
+	f.T.Helper()
+	var last float64
+	for _, id := range ids {
+		score, ok := f.resetScore(id.String())
+		require.True(f.T, ok, "%s has no reset scheduled", id)
+		last = max(last, score)
+	}
+	f.WaitPast(int64(last))
 }
 
-func (f *fixture) now() int64 { return scannertest.ServerNowMs(f.t, f.vk) }
+func (f *fixture) inPolicies(member string) bool {
+	f.T.Helper()
+	ok, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Sismember().Key(keys.BudgetPart(part).BudgetPolicies()).Member(member).Build()).AsBool()
+	require.NoError(f.T, err)
+	return ok
+}
 
 // resetRequest plays the host for budget_reset: server time, then the due
 // head of the resets index.
 func (f *fixture) resetRequest(batch int) *scannerapi.ScanRequest {
-	f.t.Helper()
-	now := f.now()
+	f.T.Helper()
+	return f.resetRequestAt(f.NowMs(), batch)
+}
+
+// resetRequestAt is resetRequest at the server time now.
+func (f *fixture) resetRequestAt(now int64, batch int) *scannerapi.ScanRequest {
+	f.T.Helper()
 	f.cycle++
 	return &scannerapi.ScanRequest{Scanner: budget.ResetName, Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
-		Candidates: scannertest.DueCandidates(f.t, f.vk, "budget_resets", keys.BudgetPart(part).BudgetResets(), now, batch)}
+		Candidates: scannertest.DueCandidates(f.T, f.Valkey, "budget_resets", keys.BudgetPart(part).BudgetResets(), now, batch)}
 }
 
 // reconcileRequest plays the host for budget_reconciler: one SSCAN step
 // from cursor 0 (the sets here are small: one step holds them all).
 func (f *fixture) reconcileRequest(batch int) *scannerapi.ScanRequest {
-	f.t.Helper()
+	f.T.Helper()
 	index := keys.BudgetPart(part).BudgetPolicies()
-	e, err := f.vk.Do(f.ctx, f.vk.B().Sscan().Key(index).Cursor(0).Count(int64(batch)).Build()).AsScanEntry()
-	require.NoError(f.t, err)
-	require.Zero(f.t, e.Cursor, "one step holds the whole set")
+	e, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Sscan().Key(index).Cursor(0).Count(int64(batch)).Build()).AsScanEntry()
+	require.NoError(f.T, err)
+	require.Zero(f.T, e.Cursor, "one step holds the whole set")
 	f.cycle++
-	req := &scannerapi.ScanRequest{Scanner: budget.ReconcilerName, Partition: part, NowMs: f.now(), Cycle: f.cycle, Batch: batch}
+	req := &scannerapi.ScanRequest{Scanner: budget.ReconcilerName, Partition: part, NowMs: f.NowMs(), Cycle: f.cycle, Batch: batch}
 	for _, m := range e.Elements {
 		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "budget_policies", Key: index, Member: m})
 	}
@@ -154,9 +152,9 @@ func (f *fixture) reconcileRequest(batch int) *scannerapi.ScanRequest {
 }
 
 func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
-	f.t.Helper()
-	res, err := s.ScanPartition(f.ctx, nil, req)
-	require.NoError(f.t, err)
+	f.T.Helper()
+	res, err := s.ScanPartition(f.Ctx, nil, req)
+	require.NoError(f.T, err)
 	return res
 }
 
@@ -168,21 +166,21 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, budget.ResetName)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	index := keys.BudgetPart(part).BudgetResets()
 
 	due := f.budget(200*time.Millisecond, 0, 7)
 	notDue := f.budget(time.Hour, 0, 7)
 	zero := f.budget(200*time.Millisecond, 0, 3)
-	f.do("HSET", f.keys(zero).Definition(), "reset_interval_ms", "0") // the operator turned resets off
+	f.Do("HSET", f.keys(zero).Definition(), "reset_interval_ms", "0") // the operator turned resets off
 	poison := f.budget(200*time.Millisecond, 0, 0)
-	f.do("DEL", f.keys(poison).Usage())
-	f.do("SET", f.keys(poison).Usage(), "not a hash")
+	f.Do("DEL", f.keys(poison).Usage())
+	f.Do("SET", f.keys(poison).Usage(), "not a hash")
 	orphan := idIn(part)
-	f.do("ZADD", index, "3", orphan.String())
-	f.do("ZADD", index, "1", "garbage")
-	f.do("ZADD", index, "2", "6F1C2D3E-4A5B-4C6D-8E7F-001122334455")
-	time.Sleep(250 * time.Millisecond)
+	f.Do("ZADD", index, "3", orphan.String())
+	f.Do("ZADD", index, "1", "garbage")
+	f.Do("ZADD", index, "2", "6F1C2D3E-4A5B-4C6D-8E7F-001122334455")
+	f.waitDue(due, zero, poison)
 
 	var o scannertest.Observation
 	req := f.resetRequest(20)
@@ -224,15 +222,20 @@ func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	_, ok = f.resetScore("6F1C2D3E-4A5B-4C6D-8E7F-001122334455")
 	assert.False(t, ok)
 
-	// Next cycle: only the poison entry is due; it fails again.
-	res = f.scan(s, f.resetRequest(20))
+	// Next cycle, at the same server time: only the poison entry is due
+	// (the reset budget's next reset, 200 ms on, is not, however long
+	// this test took to get here); it fails again.
+	res = f.scan(s, f.resetRequestAt(req.NowMs, 20))
 	o.Add(f.cb, res)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1}}, res.Errors)
 	return o
 }
 
-func TestResetLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), resetScenario) }
+func TestResetLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
+	scannertest.Agree(t, modes(), resetScenario)
+}
 
 // A window full of entries backed off after repeated failures does not
 // hide a due budget behind it: the look-ahead finds it. With the
@@ -240,17 +243,17 @@ func TestResetLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(),
 func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, budget.ResetName)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	index := keys.BudgetPart(part).BudgetResets()
 	var poison []keys.BudgetID
 	for i := 0; i < 3; i++ {
 		id := f.budget(time.Hour, 0, 0)
-		f.do("SET", f.keys(id).Usage(), "not a hash")
-		f.do("ZADD", index, strconv.Itoa(i+1), id.String()) // due long ago: the head
+		f.Do("SET", f.keys(id).Usage(), "not a hash")
+		f.Do("ZADD", index, strconv.Itoa(i+1), id.String()) // due long ago: the head
 		poison = append(poison, id)
 	}
 	good := f.budget(100*time.Millisecond, 0, 5)
-	time.Sleep(150 * time.Millisecond)
+	f.waitDue(good)
 
 	var o scannertest.Observation
 	for i := 0; i < 3; i++ { // three failures back the head off
@@ -273,7 +276,10 @@ func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	return o
 }
 
-func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), poisonScenario) }
+func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
+	scannertest.Agree(t, modes(), poisonScenario)
+}
 
 // budget_reconciler (9.2): a lifetime budget over its hard limit is marked,
 // a marked one back under is cleared, one exactly at its limit is left, a
@@ -283,22 +289,22 @@ func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, mod
 func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, budget.ReconcilerName)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	bp := keys.BudgetPart(part)
 
 	over := f.budget(0, 100, 100)
-	f.do("HINCRBY", f.keys(over).Usage(), "tokens", "5") // drift past the limit (e.g. a release lost on another partition)
+	f.Do("HINCRBY", f.keys(over).Usage(), "tokens", "5") // drift past the limit (e.g. a release lost on another partition)
 	under := f.budget(0, 100, 10)
-	f.do("HSET", f.keys(under).Usage(), budget.BreachedAtField, "1")
+	f.Do("HSET", f.keys(under).Usage(), budget.BreachedAtField, "1")
 	atLimit := f.budget(0, 100, 100)
 	resetting := f.budget(time.Hour, 100, 100)
-	f.do("HINCRBY", f.keys(resetting).Usage(), "tokens", "50")
+	f.Do("HINCRBY", f.keys(resetting).Usage(), "tokens", "50")
 	wrong := f.budget(0, 100, 0)
-	f.do("SET", f.keys(wrong).Usage(), "not a hash")
+	f.Do("SET", f.keys(wrong).Usage(), "not a hash")
 	orphan := idIn(part)
-	f.do("SADD", bp.BudgetPolicies(), orphan.String())
-	f.do("ZADD", bp.BudgetResets(), "99", orphan.String())
-	f.do("SADD", bp.BudgetPolicies(), "garbage")
+	f.Do("SADD", bp.BudgetPolicies(), orphan.String())
+	f.Do("ZADD", bp.BudgetResets(), "99", orphan.String())
+	f.Do("SADD", bp.BudgetPolicies(), "garbage")
 
 	var o scannertest.Observation
 	req := f.reconcileRequest(100)
@@ -324,10 +330,10 @@ func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation
 	assert.False(t, ok)
 	assert.False(t, f.inPolicies("garbage"))
 	assert.True(t, f.inPolicies(wrong.String()), "wrong-type budget left in place")
-	typ, err := f.vk.Do(f.ctx, f.vk.B().Type().Key(f.keys(wrong).Usage()).Build()).ToString()
+	typ, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Type().Key(f.keys(wrong).Usage()).Build()).ToString()
 	require.NoError(t, err)
 	assert.Equal(t, "string", typ, "and its key untouched")
-	snap, err := f.c.ReadBudget(f.ctx, over)
+	snap, err := f.Client.ReadBudget(f.Ctx, over)
 	require.NoError(t, err)
 	assert.Equal(t, req.NowMs, snap.BreachedAt.UnixMilli(), "the client sees the marker")
 
@@ -339,7 +345,7 @@ func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation
 	assert.Equal(t, 1, o.Execs[1])
 
 	// Back under the limit (e.g. the drift was repaired): the marker goes.
-	f.do("HSET", f.keys(over).Usage(), "tokens", "90")
+	f.Do("HSET", f.keys(over).Usage(), "tokens", "90")
 	res = f.scan(s, f.reconcileRequest(100))
 	o.Add(f.cb, res)
 	assert.Equal(t, int64(1), res.Processed)
@@ -348,34 +354,37 @@ func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation
 }
 
 func TestReconcileLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), reconcileScenario)
 }
 
 // prune_orphans=false leaves an orphan id where it is.
 func TestReconcilerPruneOff(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(budget.NewReconciler(), f.cb)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{budget.OptionPruneOrphans: "false"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{budget.OptionPruneOrphans: "false"}))
 	orphan := idIn(part)
-	f.do("SADD", keys.BudgetPart(part).BudgetPolicies(), orphan.String())
+	f.Do("SADD", keys.BudgetPart(part).BudgetPolicies(), orphan.String())
 	res := f.scan(s, f.reconcileRequest(100))
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, int64(1), res.Skipped)
 	assert.True(t, f.inPolicies(orphan.String()))
-	assert.Error(t, s.Configure(f.ctx, map[string]string{budget.OptionPruneOrphans: "maybe"}))
-	assert.Error(t, s.Configure(f.ctx, map[string]string{"namespace": "x"}))
+	assert.Error(t, s.Configure(f.Ctx, map[string]string{budget.OptionPruneOrphans: "maybe"}))
+	assert.Error(t, s.Configure(f.Ctx, map[string]string{"namespace": "x"}))
 }
 
 // Dry runs read and predict, and write nothing.
 func TestDryRuns(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	reset := pluginhost.Linked(budget.NewReset(), f.cb)
 	rec := pluginhost.Linked(budget.NewReconciler(), f.cb)
 	due := f.budget(100*time.Millisecond, 0, 4)
 	over := f.budget(0, 10, 10)
-	f.do("HINCRBY", f.keys(over).Usage(), "tokens", "1")
-	f.do("ZADD", keys.BudgetPart(part).BudgetResets(), "1", "garbage")
-	time.Sleep(150 * time.Millisecond)
+	f.Do("HINCRBY", f.keys(over).Usage(), "tokens", "1")
+	f.Do("ZADD", keys.BudgetPart(part).BudgetResets(), "1", "garbage")
+	f.waitDue(due)
 	f.cb.Reset()
 
 	req := f.resetRequest(20)
@@ -398,6 +407,7 @@ func TestDryRuns(t *testing.T) {
 }
 
 func TestInfoValid(t *testing.T) {
+	t.Parallel()
 	for _, s := range []scannerapi.Scanner{budget.NewReset(), budget.NewReconciler()} {
 		require.NoError(t, scannerapi.ValidateInfo(s.Info()))
 		assert.Equal(t, keys.FamilyBudget, s.Info().Family)
@@ -423,7 +433,8 @@ func modes() []scannertest.Mode {
 
 // One binary serves both scanners, and its Info lists them.
 func TestOneBinaryServesBothScanners(t *testing.T) {
-	srv := testenv.New(t)
+	t.Parallel()
+	srv := testserver.New(t)
 	p := scannertest.Launch(t, scannertest.PluginBinary(t, pluginPkg), scannertest.Callbacks(srv.Client(t)))
 	var names []string
 	for _, s := range p.Scanners() {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
@@ -81,11 +83,18 @@ func (s *Reconciler) Configure(ctx context.Context, options map[string]string) e
 	return nil
 }
 
-// write is one pending write and how to account for its reply.
-type write struct {
-	cmd  scannerapi.Command
-	bid  string
-	kind action // actMark, actClear or actPrune
+// reconcileScan is the state of one ScanPartition call: one Exec of reads
+// (and the removal of members that are not budget ids), then one Exec of
+// the writes they call for.
+type reconcileScan struct {
+	req      *scannerapi.ScanRequest
+	res      *scannerapi.ScanResult
+	log      hclog.Logger
+	prune    bool
+	bp       keys.BudgetPartKeys
+	policies string
+	now      string
+	writes   scanutil.Batch
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -96,151 +105,111 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 	s.mu.Lock()
 	prune := s.prune
 	s.mu.Unlock()
-	log := scannerapi.Logger(ctx)
-	res := &scannerapi.ScanResult{}
 	bp := keys.BudgetPart(req.Partition)
-	policies := bp.BudgetPolicies()
+	sc := &reconcileScan{req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx), prune: prune,
+		bp: bp, policies: bp.BudgetPolicies(), now: strconv.FormatInt(req.NowMs, 10)}
 
-	// One Exec: SREM of invalid members, then three HGETALLs per budget.
-	var cmds []scannerapi.Command
-	var ids []keys.BudgetID
-	seen := map[string]bool{}
+	var reads scanutil.Batch
 	members := 0
+	in := scanutil.Intake[keys.BudgetID]{Parse: scanutil.BudgetIDs, Sources: []string{reconcilerSource},
+		Remove: []keys.IDForm{keys.IDInvalid}}.Begin(ctx, req, sc.res)
 	for _, c := range req.Candidates {
-		if c.Source != reconcilerSource {
-			continue
+		id, v := in.Admit(c)
+		if v != scanutil.OtherSource {
+			members++
 		}
-		members++
-		if seen[c.Member] {
-			continue
+		switch v {
+		case scanutil.Take:
+			sc.read(&reads, id)
+		case scanutil.Remove:
+			reads.Add(nil, scannerapi.Command{"SREM", sc.policies, c.Member})
 		}
-		seen[c.Member] = true
-		id, kind := keys.ClassifyBudgetID(c.Member)
-		switch kind {
-		case keys.IDInvalid:
-			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
-			if req.DryRun {
-				res.Note("would remove invalid member %q", c.Member)
-				continue
-			}
-			log.Warn("removing a policies-index member that is not a budget id", "index", policies, "member", c.Member)
-			cmds = append(cmds, scannerapi.Command{"SREM", policies, c.Member})
-			continue
-		case keys.IDNonCanonical:
-			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			res.Note("left non-canonical member %q in place", c.Member)
-			continue
-		}
-		ids = append(ids, id)
 	}
-	removals := len(cmds)
-	for _, id := range ids {
-		bk := keys.BudgetIn(req.Partition, id)
-		cmds = append(cmds,
-			scannerapi.Command{"HGETALL", bk.Definition()},
-			scannerapi.Command{"HGETALL", bk.Usage()},
-			scannerapi.Command{"HGETALL", bk.Limits()})
+	if reads.Len() == 0 {
+		return sc.res, nil
 	}
-	if len(cmds) == 0 {
-		return res, nil
-	}
-	replies, err := host.Exec(ctx, cmds)
-	if err == nil && len(replies) != len(cmds) {
-		err = fmt.Errorf("host answered %d replies to %d commands", len(replies), len(cmds))
-	}
-	if err != nil {
+	if err := reads.Exec(ctx, host); err != nil {
 		return nil, fmt.Errorf("exec: %w", err)
 	}
+	if req.Batch > 0 && members >= req.Batch && !req.DryRun {
+		sc.res.More = true
+	}
+	if err := sc.writes.Exec(ctx, host); err != nil {
+		// The reads are done; the writes are retried next sweep.
+		sc.res.AddError(scannerapi.ErrTransport, "exec", int64(sc.writes.Len()))
+	}
+	return sc.res, nil
+}
 
-	now := strconv.FormatInt(req.NowMs, 10)
-	var writes []write
-	for i, id := range ids {
-		bid := id.String()
-		bk := keys.BudgetIn(req.Partition, id)
-		at := removals + 3*i
-		hashes := make([]map[string]string, 3)
-		failed := false
+// read adds a budget's three hashes to the reads; their handler decides
+// and queues the write.
+func (sc *reconcileScan) read(b *scanutil.Batch, id keys.BudgetID) {
+	bk := keys.BudgetIn(sc.req.Partition, id)
+	cmds := []scannerapi.Command{{"HGETALL", bk.Definition()}, {"HGETALL", bk.Usage()}, {"HGETALL", bk.Limits()}}
+	b.Add(func(r []scannerapi.Reply) {
+		hashes := make([]map[string]string, len(r))
 		for j, what := range []string{"read_definition", "read_usage", "read_limits"} {
-			h, err := hashOf(replies[at+j])
+			h, err := hashOf(r[j])
 			if err != nil {
-				res.AddError(failureClass(err), failureCode(err, what), 1)
-				log.Warn("budget read failed; budget left as it is", "budget_id", bid, "key", cmds[at+j][1], "error", err)
-				failed = true
-				break
+				sc.res.AddError(failureClass(err), failureCode(err, what), 1)
+				sc.log.Warn("budget read failed; budget left as it is", "budget_id", id.String(), "key", cmds[j][1], "error", err)
+				return
 			}
 			hashes[j] = h
 		}
-		if failed {
-			continue
+		sc.act(id, bk, decideBudget(hashes[0], hashes[1], hashes[2]))
+	}, cmds...)
+}
+
+// act queues the write a decision calls for (a dry run notes it).
+func (sc *reconcileScan) act(id keys.BudgetID, bk keys.BudgetKeys, act action) {
+	bid := id.String()
+	var what string
+	var cmd scannerapi.Command
+	switch act {
+	case actResetting, actNoLimits:
+		sc.res.Skipped++
+		return
+	case actPrune:
+		if !sc.prune {
+			sc.res.Skipped++
+			sc.res.Note("%s: definition gone; pruning is off", bid)
+			return
 		}
-		switch act := decideBudget(hashes[0], hashes[1], hashes[2]); act {
-		case actPrune:
-			if !prune {
-				res.Skipped++
-				res.Note("%s: definition gone; pruning is off", bid)
-				continue
-			}
-			if req.DryRun {
-				res.Processed++
-				res.Note("would prune %s (definition gone)", bid)
-				continue
-			}
-			writes = append(writes,
-				write{cmd: scannerapi.Command{"SREM", policies, bid}, bid: bid, kind: actPrune},
-				write{cmd: scannerapi.Command{"ZREM", bp.BudgetResets(), bid}, bid: bid, kind: actNone})
-		case actResetting, actNoLimits:
-			res.Skipped++
-		case actMark:
-			if req.DryRun {
-				res.Processed++
-				res.Note("would mark %s breached", bid)
-				continue
-			}
-			writes = append(writes, write{cmd: scannerapi.Command{"HSETNX", bk.Usage(), BreachedAtField, now}, bid: bid, kind: actMark})
-		case actClear:
-			if req.DryRun {
-				res.Processed++
-				res.Note("would clear the breach marker of %s", bid)
-				continue
-			}
-			writes = append(writes, write{cmd: scannerapi.Command{"HDEL", bk.Usage(), BreachedAtField}, bid: bid, kind: actClear})
+		what, cmd = "prune "+bid+" (definition gone)", scannerapi.Command{"SREM", sc.policies, bid}
+	case actMark:
+		what, cmd = "mark "+bid+" breached", scannerapi.Command{"HSETNX", bk.Usage(), BreachedAtField, sc.now}
+	case actClear:
+		what, cmd = "clear the breach marker of "+bid, scannerapi.Command{"HDEL", bk.Usage(), BreachedAtField}
+	default:
+		return
+	}
+	if sc.req.DryRun {
+		sc.res.Processed++
+		sc.res.Note("would %s", what)
+		return
+	}
+	sc.write(cmd, bid, act)
+	if act == actPrune {
+		// FlowFabric prunes only the policies set; the reset index entry
+		// would make budget_reset recreate a stray definition.
+		sc.write(scannerapi.Command{"ZREM", sc.bp.BudgetResets(), bid}, bid, actNone)
+	}
+}
+
+// write queues one write and how to account for its reply: HSETNX, HDEL
+// and SREM answer 1 when they changed something, 0 when someone else got
+// there first; the ZREM that goes with a prune is not counted.
+func (sc *reconcileScan) write(cmd scannerapi.Command, bid string, kind action) {
+	sc.writes.Add(func(r []scannerapi.Reply) {
+		if err := r[0].AsError(); err != nil {
+			sc.res.AddError(failureClass(err), failureCode(err, "write_"+kind.String()), 1)
+			sc.log.Warn("budget write failed", "budget_id", bid, "command", cmd[0], "error", err)
+			return
 		}
-	}
-	if req.Batch > 0 && members >= req.Batch && !req.DryRun {
-		res.More = true
-	}
-	if len(writes) == 0 {
-		return res, nil
-	}
-	wcmds := make([]scannerapi.Command, len(writes))
-	for i, w := range writes {
-		wcmds[i] = w.cmd
-	}
-	wreps, err := host.Exec(ctx, wcmds)
-	if err == nil && len(wreps) != len(wcmds) {
-		err = fmt.Errorf("host answered %d replies to %d commands", len(wreps), len(wcmds))
-	}
-	if err != nil {
-		// The reads are done; the writes are retried next sweep.
-		res.AddError(scannerapi.ErrTransport, "exec", int64(len(writes)))
-		return res, nil
-	}
-	for i, w := range writes {
-		r := wreps[i]
-		if err := r.AsError(); err != nil {
-			res.AddError(failureClass(err), failureCode(err, "write_"+w.kind.String()), 1)
-			log.Warn("budget write failed", "budget_id", w.bid, "command", w.cmd[0], "error", err)
-			continue
+		if kind != actNone && r[0].Kind == scannerapi.KindInt && r[0].Int == 1 {
+			sc.res.Processed++
+			sc.log.Info("budget reconciled", "budget_id", bid, "action", kind.String())
 		}
-		if w.kind == actNone {
-			continue
-		}
-		// HSETNX, HDEL and SREM answer 1 when they changed something; 0
-		// means someone else got there first.
-		if r.Kind == scannerapi.KindInt && r.Int == 1 {
-			res.Processed++
-			log.Info("budget reconciled", "budget_id", w.bid, "action", w.kind.String())
-		}
-	}
-	return res, nil
+	}, cmd)
 }

@@ -99,17 +99,26 @@ type resetItem struct {
 	id keys.BudgetID
 }
 
-// resetScan is the state of one ScanPartition call.
+// resetScan is the state of one ScanPartition call: at most two waves (the
+// window's resets, with the look-ahead page read first; then the resets of
+// what the page admitted).
 type resetScan struct {
 	s     *Reset
-	host  scannerapi.Host
 	req   *scannerapi.ScanRequest
 	part  keys.Partition
 	index string
 	now   string
 	res   *scannerapi.ScanResult
 	log   hclog.Logger
-	seen  map[string]bool
+	in    *scanutil.Intake[keys.BudgetID]
+
+	// The queues of the next wave.
+	pageAt   int // > 0: read the look-ahead page, LIMIT pageAt look
+	look     int
+	want     int // entries the page may add: as many as the window backed off
+	remove   []string
+	items    []resetItem
+	inFlight int // items in the wave being sent
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -121,58 +130,45 @@ func (s *Reset) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 	look := s.lookahead
 	s.mu.Unlock()
 	sc := &resetScan{
-		s: s, host: host, req: req, part: req.Partition,
+		s: s, req: req, part: req.Partition,
 		index: keys.BudgetPart(req.Partition).BudgetResets(),
 		now:   strconv.FormatInt(req.NowMs, 10),
 		res:   &scannerapi.ScanResult{},
 		log:   scannerapi.Logger(ctx),
-		seen:  map[string]bool{},
+		look:  look,
 	}
+	// A member that is not a canonical budget id is removed, in any
+	// spelling: FlowFabric resets a non-canonical one under its canonical
+	// id and leaves the odd spelling due for ever (doc.go).
+	sc.in = scanutil.Intake[keys.BudgetID]{Parse: scanutil.BudgetIDs, Remove: []keys.IDForm{keys.IDInvalid, keys.IDNonCanonical},
+		Failures: s.failures}.Begin(ctx, req, sc.res)
 	batch := req.Batch
 	if batch <= 0 {
 		batch = DefaultResetBatch
 	}
 	window := 0
-	var act []resetItem
-	var remove []string
-	backedOff := 0
 	for _, c := range req.Candidates {
 		if c.Source != resetSource {
 			continue
 		}
 		window++
-		it, rm, skipped := sc.admit(c.Member)
-		switch {
-		case rm:
-			remove = append(remove, c.Member)
-		case skipped:
-			backedOff++
-		case it != nil:
-			act = append(act, *it)
+		if sc.admit(c.Member) == scanutil.BackedOff {
+			sc.want++
 		}
 	}
-	// The look-ahead page is read first in the Exec, before anything in it
-	// moves entries, so its offset (the window's size) is exact.
-	var page *scannerapi.Command
-	if window >= batch && backedOff > 0 && look > 0 && !req.DryRun {
-		page = &scannerapi.Command{"ZRANGE", sc.index, "-inf", sc.now, "BYSCORE",
-			"LIMIT", strconv.Itoa(window), strconv.Itoa(look)}
+	if window >= batch && sc.want > 0 && look > 0 && !req.DryRun {
+		sc.pageAt = window
 	}
-	pageReply, err := sc.wave(ctx, act, remove, page)
+	waves, err := scanutil.Waves(ctx, host, 0, sc.build)
 	if err != nil {
-		return nil, err
-	}
-	if page != nil {
-		more, rm := sc.absorbPage(pageReply, backedOff)
-		if len(more) > 0 || len(rm) > 0 {
-			if _, err := sc.wave(ctx, more, rm, nil); err != nil {
-				// The window's resets are done; count what the page
-				// could not do and let the host come back.
-				sc.res.AddError(scannerapi.ErrTransport, "exec", int64(len(more)))
-				sc.res.More = true
-				return sc.res, nil
-			}
+		if waves == 0 {
+			return nil, fmt.Errorf("exec: %w", err)
 		}
+		// The window's resets are done; count what the page could not do
+		// and let the host come back.
+		sc.res.AddError(scannerapi.ErrTransport, "exec", int64(sc.inFlight))
+		sc.res.More = true
+		return sc.res, nil
 	}
 	if window >= batch && sc.res.Processed > 0 && !req.DryRun {
 		sc.res.More = true // the due range may hold more than one window
@@ -180,90 +176,50 @@ func (s *Reset) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 	return sc.res, nil
 }
 
-// admit classifies one member: an item to reset, a member to remove, or a
-// backed-off id (skipped).
-func (sc *resetScan) admit(member string) (it *resetItem, remove, skipped bool) {
-	if sc.seen[member] {
-		return nil, false, false
+// admit queues one member: a budget to reset or an entry to remove.
+func (sc *resetScan) admit(member string) scanutil.Verdict {
+	id, v := sc.in.Admit(scannerapi.Candidate{Key: sc.index, Member: member})
+	switch v {
+	case scanutil.Take:
+		sc.items = append(sc.items, resetItem{id: id})
+	case scanutil.Remove:
+		sc.remove = append(sc.remove, member)
 	}
-	sc.seen[member] = true
-	id, kind := keys.ClassifyBudgetID(member)
-	switch kind {
-	case keys.IDInvalid, keys.IDNonCanonical:
-		code := "invalid_member"
-		if kind == keys.IDNonCanonical {
-			code = "non_canonical_member"
-		}
-		sc.res.AddError(scannerapi.ErrInvalid, code, 1)
-		if sc.req.DryRun {
-			sc.res.Note("would remove %s %q", code, member)
-			return nil, false, false
-		}
-		sc.log.Warn("removing a reset-index member that is not a canonical budget id", "index", sc.index, "member", member, "code", code)
-		return nil, true, false
-	}
-	if sc.s.failures.ShouldSkip(id.String(), sc.req.Cycle) {
-		sc.res.Skipped++
-		return nil, false, true
-	}
-	return &resetItem{id: id}, false, false
+	return v
 }
 
-// wave runs one Exec: the optional page read first, then ZREMs, then per
-// budget the definition probe and its FCALL (or, in a dry run, one HMGET).
-// It returns the page's reply.
-func (sc *resetScan) wave(ctx context.Context, items []resetItem, remove []string, page *scannerapi.Command) (scannerapi.Reply, error) {
-	var cmds []scannerapi.Command
-	if page != nil {
-		cmds = append(cmds, *page)
+// build fills a wave: the look-ahead page first (before anything in the
+// wave moves entries, so its offset, the window's size, is exact), then
+// the ZREMs, then per budget the definition probe and its FCALL (in a dry
+// run, one HMGET).
+func (sc *resetScan) build(b *scanutil.Batch) {
+	if sc.pageAt > 0 {
+		b.Add(func(r []scannerapi.Reply) { sc.absorbPage(r[0]) },
+			scannerapi.Command{"ZRANGE", sc.index, "-inf", sc.now, "BYSCORE", "LIMIT", strconv.Itoa(sc.pageAt), strconv.Itoa(sc.look)})
+		sc.pageAt = 0
 	}
-	for _, m := range remove {
-		cmds = append(cmds, scannerapi.Command{"ZREM", sc.index, m})
+	for _, m := range sc.remove {
+		b.Add(nil, scannerapi.Command{"ZREM", sc.index, m}) // a failed ZREM is retried when the member is read again
 	}
+	items := sc.items
+	sc.remove, sc.items, sc.inFlight = nil, nil, len(items)
 	for _, it := range items {
 		bk := keys.BudgetIn(sc.part, it.id)
 		if sc.req.DryRun {
-			cmds = append(cmds, scannerapi.Command{"HMGET", bk.Definition(), "budget_id", "reset_interval_ms"})
+			b.Add(func(r []scannerapi.Reply) { sc.predict(it, r[0]) },
+				scannerapi.Command{"HMGET", bk.Definition(), "budget_id", "reset_interval_ms"})
 			continue
 		}
-		cmds = append(cmds,
+		b.Add(func(r []scannerapi.Reply) { sc.record(it, r[0], r[1]) },
 			scannerapi.Command{"HGET", bk.Definition(), "budget_id"},
 			scannerapi.FCall(ResetFunction, []string{bk.Definition(), bk.Usage(), sc.index}, it.id.String(), sc.now))
 	}
-	if len(cmds) == 0 {
-		return scannerapi.Reply{}, nil
-	}
-	replies, err := sc.host.Exec(ctx, cmds)
-	if err == nil && len(replies) != len(cmds) {
-		err = fmt.Errorf("host answered %d replies to %d commands", len(replies), len(cmds))
-	}
-	if err != nil {
-		return scannerapi.Reply{}, fmt.Errorf("exec: %w", err)
-	}
-	// A batch whose every command got no reply is a connection problem,
-	// not any budget's: the failure tracker does not count it.
-	outage := scanutil.IsOutage(replies)
-	var pageReply scannerapi.Reply
-	i := 0
-	if page != nil {
-		pageReply = replies[0]
-		i++
-	}
-	i += len(remove) // a failed ZREM is retried when the member is read again
-	for _, it := range items {
-		if sc.req.DryRun {
-			sc.predict(it, replies[i])
-			i++
-			continue
-		}
-		sc.record(it, replies[i], replies[i+1], outage)
-		i += 2
-	}
-	return pageReply, nil
 }
 
-// record accounts for one budget's probe and FCALL replies.
-func (sc *resetScan) record(it resetItem, probe, call scannerapi.Reply, outage bool) {
+// record accounts for one budget's probe and FCALL replies. A call that
+// got no reply (class transport: a connection, not the budget) is not
+// held against the budget by the failure tracker.
+func (sc *resetScan) record(it resetItem, probe, call scannerapi.Reply) {
 	bid := it.id.String()
 	o := classifyReset(call)
 	switch o.kind {
@@ -284,9 +240,6 @@ func (sc *resetScan) record(it resetItem, probe, call scannerapi.Reply, outage b
 		sc.log.Warn("ff_reset_budget refused", "budget_id", bid, "code", o.code)
 	case resetFailed:
 		sc.res.AddError(o.class, o.code, 1)
-		if outage {
-			return
-		}
 		if sc.s.failures.RecordFailureClass(bid, sc.req.Cycle, o.class) {
 			sc.log.Error("persistent ff_reset_budget failure; skipping the budget for a while",
 				"budget_id", bid, "class", o.class, "code", o.code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
@@ -324,27 +277,20 @@ func (sc *resetScan) predict(it resetItem, r scannerapi.Reply) {
 	}
 }
 
-// absorbPage admits up to want actionable entries of the look-ahead page.
-func (sc *resetScan) absorbPage(r scannerapi.Reply, want int) (items []resetItem, remove []string) {
+// absorbPage queues, for the next wave, up to want budgets of the
+// look-ahead page (and the removal of the entries that are not budget ids
+// met on the way).
+func (sc *resetScan) absorbPage(r scannerapi.Reply) {
 	if err := r.AsError(); err != nil {
 		sc.res.AddError(failureClass(err), "lookahead_read", 1)
-		return nil, nil
+		return
 	}
 	for _, e := range r.Array {
-		if len(items) >= want {
+		if len(sc.items) >= sc.want {
 			break
 		}
-		m, ok := e.Text()
-		if !ok {
-			continue
-		}
-		it, rm, _ := sc.admit(m)
-		switch {
-		case rm:
-			remove = append(remove, m)
-		case it != nil:
-			items = append(items, *it)
+		if m, ok := e.Text(); ok {
+			sc.admit(m)
 		}
 	}
-	return items, remove
 }

@@ -23,6 +23,7 @@ func fail(class scannerapi.ErrorClass, msg string) scannerapi.Reply {
 const eid = "{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f"
 
 func TestClassifyMember(t *testing.T) {
+	t.Parallel()
 	for m, want := range map[string]keys.IDForm{
 		eid: keys.IDCanonical,
 		"{fp:005}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":   keys.IDNonCanonical,
@@ -40,18 +41,21 @@ func TestClassifyMember(t *testing.T) {
 }
 
 func TestClassifyAck(t *testing.T) {
+	t.Parallel()
 	assert.Nil(t, classifyAck(arr(num(1), str("OK"))))
 	assert.Equal(t, &outcome{Kind: outLuaError, Class: scannerapi.ErrLua, Code: "x"}, classifyAck(arr(num(0), str("x"))))
 	assert.Equal(t, scannerapi.ErrTransport, classifyAck(fail(scannerapi.ErrTransport, "eof")).Class)
 }
 
 func TestFlowReason(t *testing.T) {
+	t.Parallel()
 	assert.Equal(t, DefaultReason, flowReason(null()), "no reason recorded")
 	assert.Equal(t, "", flowReason(str("")), "an empty reason is a reason")
 	assert.Equal(t, "budget", flowReason(str("budget")))
 }
 
 func TestConfigureValidates(t *testing.T) {
+	t.Parallel()
 	s := New()
 	ctx := t.Context()
 	require.NoError(t, s.Configure(ctx, map[string]string{"lookahead": "0", "members_per_flow": "10", "namespace": "a"}))

@@ -29,10 +29,8 @@ type cancelledFlow struct {
 }
 
 func (f *cancelledFlow) setup(t testing.TB, vk valkey.Client) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := client.New(ctx, vk, client.Options{Partitions: f.parts, Namespace: "e2e"})
-	require.NoError(t, err)
+	w := scannertest.NewWorld(t, vk, client.Options{Partitions: f.parts, Namespace: "e2e"})
+	ctx, c := w.Ctx, w.Client
 	flow, err := c.CreateFlow(ctx, client.CreateFlowRequest{})
 	require.NoError(t, err)
 	f.fid = flow.ID
@@ -42,10 +40,8 @@ func (f *cancelledFlow) setup(t testing.TB, vk valkey.Client) {
 		return r.ID
 	}
 	claim := func(lane string) *client.Task {
-		w, err := c.NewWorker(ctx, client.WorkerOptions{WorkerID: "e2e-" + lane, InstanceID: "e2e-" + lane + "-1", Lanes: []string{lane}})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = w.Close(context.Background()) })
-		task, err := w.ClaimNext(ctx)
+		wk := w.Worker(client.WorkerOptions{WorkerID: "e2e-" + lane, InstanceID: "e2e-" + lane + "-1", Lanes: []string{lane}})
+		task, err := wk.ClaimNext(ctx)
 		require.NoError(t, err)
 		require.NotNil(t, task)
 		return task
@@ -73,11 +69,12 @@ func (f *cancelledFlow) setup(t testing.TB, vk valkey.Client) {
 // waiting, acknowledges the completed one, and empties pending_cancels and
 // the backlog, in one cycle.
 func TestHostCancelsFlowMembersEndToEnd(t *testing.T) {
+	t.Parallel()
 	f := &cancelledFlow{parts: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
 		Runner:     hosttest.Runner{},
 		New:        func() scannerapi.Scanner { return cancelreconciler.New() },
-		Plugin:     pluginPkg,
+		Binary:     scannertest.PluginBinary(t, pluginPkg),
 		Partitions: f.parts,
 		Lanes:      []string{"default", "running", "finished"},
 		Setup:      f.setup,

@@ -1,7 +1,6 @@
 package cancelreconciler_test
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -12,12 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/flowtest"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/cancelreconciler"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
@@ -31,114 +28,97 @@ var part = keys.Partition{Family: keys.FamilyFlow, Index: 3}
 // fixture creates flows through sdk/client on a real server and plays the
 // host's part: the due head of the backlog, and command execution.
 type fixture struct {
-	t     *testing.T
-	ctx   context.Context
-	vk    valkey.Client
-	lib   *lua.Library
-	c     *client.Client
+	*scannertest.World
 	cb    *scannertest.Counter
 	cycle uint64
 }
 
 func newFixture(t *testing.T) *fixture {
-	srv := testenv.New(t)
-	vk := srv.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	lib := lua.New(vk, lua.Options{})
-	_, err := lib.Ensure(ctx)
-	require.NoError(t, err)
-	c, err := client.New(ctx, vk, client.Options{Library: lib})
-	require.NoError(t, err)
-	return &fixture{t: t, ctx: ctx, vk: vk, lib: lib, c: c, cb: scannertest.NewCounter(scannertest.Callbacks(vk))}
-}
-
-func (f *fixture) do(args ...string) {
-	f.t.Helper()
-	require.NoError(f.t, f.vk.Do(f.ctx, f.vk.B().Arbitrary(args...).Build()).Error())
+	w := scannertest.StartWorld(t, client.Options{})
+	return &fixture{World: w, cb: scannertest.NewCounter(scannertest.Callbacks(w.Valkey))}
 }
 
 // flow creates a flow on part (its id is minted until it hashes there).
 func (f *fixture) flow(ns string) keys.FlowID {
-	f.t.Helper()
+	f.T.Helper()
 	for {
 		id := keys.NewFlowID()
-		if f.c.Partitions().FlowPartition(id) != part {
+		if f.Client.Partitions().FlowPartition(id) != part {
 			continue
 		}
-		r, err := f.c.CreateFlow(f.ctx, client.CreateFlowRequest{ID: id, Namespace: ns})
-		require.NoError(f.t, err)
+		r, err := f.Client.CreateFlow(f.Ctx, client.CreateFlowRequest{ID: id, Namespace: ns})
+		require.NoError(f.T, err)
 		return r.ID
 	}
 }
 
 func (f *fixture) member(fid keys.FlowID, ns string) keys.ExecutionID {
-	f.t.Helper()
-	r, err := f.c.CreateExecution(f.ctx, client.CreateRequest{Flow: &fid, Lane: "default", Namespace: ns, Kind: "step"})
-	require.NoError(f.t, err)
-	require.Equal(f.t, part, r.ID.Partition())
+	f.T.Helper()
+	r, err := f.Client.CreateExecution(f.Ctx, client.CreateRequest{Flow: &fid, Lane: "default", Namespace: ns, Kind: "step"})
+	require.NoError(f.T, err)
+	require.Equal(f.T, part, r.ID.Partition())
 	return r.ID
 }
 
 // cancelFlow cancels with grace 0: due for the reconciler at once.
 func (f *fixture) cancelFlow(fid keys.FlowID) {
-	f.t.Helper()
+	f.T.Helper()
 	zero := time.Duration(0)
-	_, err := f.c.CancelFlow(f.ctx, fid, client.CancelFlowOptions{Reason: "test reason", Grace: &zero})
-	require.NoError(f.t, err)
+	_, err := f.Client.CancelFlow(f.Ctx, fid, client.CancelFlowOptions{Reason: "test reason", Grace: &zero})
+	require.NoError(f.T, err)
 }
 
 // rescore pins a backlog entry's score, so tests order flows exactly.
 func (f *fixture) rescore(fid keys.FlowID, score int) {
-	f.t.Helper()
-	f.do("ZADD", keys.FlowPart(part).CancelBacklog(), "XX", strconv.Itoa(score), fid.String())
+	f.T.Helper()
+	f.Do("ZADD", keys.FlowPart(part).CancelBacklog(), "XX", strconv.Itoa(score), fid.String())
 }
 
 func (f *fixture) core(id keys.ExecutionID) map[string]string {
-	f.t.Helper()
-	m, err := flowtest.Core(f.ctx, f.vk, id)
-	require.NoError(f.t, err)
+	f.T.Helper()
+	m, err := flowtest.Core(f.Ctx, f.Valkey, id)
+	require.NoError(f.T, err)
 	return m
 }
 
 func (f *fixture) phase(id keys.ExecutionID) string {
-	f.t.Helper()
+	f.T.Helper()
 	c := f.core(id)
 	return c["lifecycle_phase"] + "/" + c["terminal_outcome"]
 }
 
 func (f *fixture) pending(fid keys.FlowID) []string {
-	f.t.Helper()
-	m, err := f.vk.Do(f.ctx, f.vk.B().Smembers().Key(keys.FlowIn(part, fid).PendingCancels()).Build()).AsStrSlice()
-	require.NoError(f.t, err)
+	f.T.Helper()
+	m, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Smembers().Key(keys.FlowIn(part, fid).PendingCancels()).Build()).AsStrSlice()
+	require.NoError(f.T, err)
 	sort.Strings(m)
 	return m
 }
 
 func (f *fixture) exists(key string) bool {
-	f.t.Helper()
-	n, err := f.vk.Do(f.ctx, f.vk.B().Exists().Key(key).Build()).AsInt64()
-	require.NoError(f.t, err)
+	f.T.Helper()
+	n, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Exists().Key(key).Build()).AsInt64()
+	require.NoError(f.T, err)
 	return n == 1
 }
 
 func (f *fixture) inBacklog(member string) bool {
-	f.t.Helper()
-	err := f.vk.Do(f.ctx, f.vk.B().Zscore().Key(keys.FlowPart(part).CancelBacklog()).Member(member).Build()).Error()
+	f.T.Helper()
+	err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zscore().Key(keys.FlowPart(part).CancelBacklog()).Member(member).Build()).Error()
 	if valkey.IsValkeyNil(err) {
 		return false
 	}
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	return true
 }
 
 // request plays the host: server time, then the due head of the backlog.
 func (f *fixture) request(batch int) *scannerapi.ScanRequest {
-	f.t.Helper()
-	now := scannertest.ServerNowMs(f.t, f.vk)
+	f.T.Helper()
+	now := scannertest.ServerNowMs(f.T, f.Valkey)
 	f.cycle++
 	return &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
-		Candidates: scannertest.DueCandidates(f.t, f.vk, "cancel_backlog", keys.FlowPart(part).CancelBacklog(), now, batch)}
+		Candidates: scannertest.DueCandidates(f.T, f.Valkey, "cancel_backlog", keys.FlowPart(part).CancelBacklog(), now, batch)}
 }
 
 // observed is what the modes must agree on for one scan: the counts, the
@@ -151,10 +131,10 @@ type observed struct {
 }
 
 func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, observed) {
-	f.t.Helper()
+	f.T.Helper()
 	f.cb.Reset()
-	res, err := s.ScanPartition(f.ctx, nil, req)
-	require.NoError(f.t, err)
+	res, err := s.ScanPartition(f.Ctx, nil, req)
+	require.NoError(f.T, err)
 	execs, fcalls := f.cb.Reset()
 	errs := append([]scannerapi.ErrorCount(nil), res.Errors...)
 	sort.Slice(errs, func(i, j int) bool {
@@ -173,33 +153,33 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scan
 func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, cancelreconciler.Name)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 
 	fid := f.flow("tenant-a")
 	eligible := f.member(fid, "tenant-a")
 	active := f.member(fid, "tenant-a")
-	lease, err := flowtest.Claim(f.ctx, f.lib, active)
+	lease, err := flowtest.Claim(f.Ctx, f.Lib, active)
 	require.NoError(t, err)
 	completed := f.member(fid, "tenant-a")
-	require.NoError(t, flowtest.Succeed(f.ctx, f.lib, completed, []byte("done")))
+	require.NoError(t, flowtest.Succeed(f.Ctx, f.Lib, completed, []byte("done")))
 	other := f.member(fid, "tenant-b")
 	f.cancelFlow(fid)
 	ghost, err := keys.ExecutionIDIn(part, keys.NewUUID()) // no core at all
 	require.NoError(t, err)
 	fk := keys.FlowIn(part, fid)
-	f.do("SADD", fk.PendingCancels(), ghost.String(), "garbage")
+	f.Do("SADD", fk.PendingCancels(), ghost.String(), "garbage")
 
 	gone := f.flow("tenant-a")
 	f.member(gone, "tenant-a")
 	f.cancelFlow(gone)
-	f.do("DEL", keys.FlowIn(part, gone).Core())
+	f.Do("DEL", keys.FlowIn(part, gone).Core())
 
 	drained := f.flow("tenant-a")
 	f.member(drained, "tenant-a")
 	f.cancelFlow(drained)
-	f.do("DEL", keys.FlowIn(part, drained).PendingCancels())
+	f.Do("DEL", keys.FlowIn(part, drained).PendingCancels())
 
-	f.do("ZADD", keys.FlowPart(part).CancelBacklog(), "1", "not-a-flow")
+	f.Do("ZADD", keys.FlowPart(part).CancelBacklog(), "1", "not-a-flow")
 
 	var out []observed
 	_, o := f.scan(s, f.request(50))
@@ -241,7 +221,10 @@ func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	return out
 }
 
-func TestBasicLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(), basicScenario) }
+func TestBasicLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
+	scannertest.Agree(t, modes(), basicScenario)
+}
 
 // P3: flows whose members this scanner must leave alone (another tenant's)
 // fill the host's window; the flows behind them are still reached, in the
@@ -250,7 +233,7 @@ func TestBasicLinkedAndPluginAgree(t *testing.T) { scannertest.Agree(t, modes(),
 func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, cancelreconciler.Name)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 	score := 1000
 	var foreign []keys.FlowID
 	for range 5 {
@@ -298,7 +281,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 
 	// FlowFabric's behaviour: with the look-ahead off, a flow behind the
 	// stuck window is never reached.
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a", "lookahead": "0"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a", "lookahead": "0"}))
 	late := f.flow("tenant-a")
 	lateMember := f.member(late, "tenant-a")
 	f.cancelFlow(late)
@@ -312,15 +295,17 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 }
 
 func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	scannertest.Agree(t, modes(), headOfLineScenario)
 }
 
 // A flow with more pending members than one scan takes is drained over
 // successive scans, each saying More until the last.
 func TestLargeFlowDrainsWithMore(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"members_per_flow": "5"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"members_per_flow": "5"}))
 	fid := f.flow("ns")
 	var ids []keys.ExecutionID
 	for range 12 {
@@ -348,17 +333,18 @@ func TestLargeFlowDrainsWithMore(t *testing.T) {
 // its lane is never cancelled with a guessed one. Once only such members
 // are left, the flow is stuck and costs nothing.
 func TestPoisonAndCorruptMembers(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
 	fid := f.flow("ns")
 	good := f.member(fid, "ns")
 	laneless := f.member(fid, "ns")
 	f.cancelFlow(fid)
-	f.do("HDEL", keys.Exec(laneless).Core(), "lane_id")
+	f.Do("HDEL", keys.Exec(laneless).Core(), "lane_id")
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
-	f.do("SET", keys.Exec(poison).Core(), "not a hash")
-	f.do("SADD", keys.FlowIn(part, fid).PendingCancels(), poison.String())
+	f.Do("SET", keys.Exec(poison).Core(), "not a hash")
+	f.Do("SADD", keys.FlowIn(part, fid).PendingCancels(), poison.String())
 
 	var errs []int64
 	for i := range 5 {
@@ -393,14 +379,15 @@ func errTotal(es []scannerapi.ErrorCount) int64 {
 
 // Dry run reads and predicts, and writes nothing.
 func TestDryRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
 	fid := f.flow("ns")
 	eligible := f.member(fid, "ns")
 	completed := f.member(fid, "ns")
-	require.NoError(t, flowtest.Succeed(f.ctx, f.lib, completed, nil))
+	require.NoError(t, flowtest.Succeed(f.Ctx, f.Lib, completed, nil))
 	f.cancelFlow(fid)
-	f.do("ZADD", keys.FlowPart(part).CancelBacklog(), "1", "not-a-flow")
+	f.Do("ZADD", keys.FlowPart(part).CancelBacklog(), "1", "not-a-flow")
 	req := f.request(50)
 	req.DryRun = true
 	res, o := f.scan(s, req)
@@ -409,7 +396,7 @@ func TestDryRun(t *testing.T) {
 	assert.False(t, o.More)
 	assert.Contains(t, res.Notes, fmt.Sprintf("%s of flow %s: would_cancel", eligible, fid))
 	assert.Contains(t, res.Notes, fmt.Sprintf("%s of flow %s: execution_not_active", completed, fid))
-	assert.Contains(t, res.Notes, `would remove invalid backlog entry "not-a-flow"`)
+	assert.Contains(t, res.Notes, `would remove invalid flow id "not-a-flow" of `+keys.FlowPart(part).CancelBacklog())
 	assert.Equal(t, "runnable/none", f.phase(eligible))
 	assert.Len(t, f.pending(fid), 2)
 	assert.True(t, f.inBacklog("not-a-flow"))
@@ -419,9 +406,10 @@ func TestDryRun(t *testing.T) {
 // carries the look-ahead past them over successive scans, so a flow behind
 // them is still reached.
 func TestLookaheadCursorPassesManyStuckFlows(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a", "lookahead": "3"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a", "lookahead": "3"}))
 	for i := range 6 {
 		fid := f.flow("tenant-b")
 		f.member(fid, "tenant-b")

@@ -56,7 +56,7 @@ func (s *Dispatcher) ScanPartition(ctx context.Context, host scannerapi.Host, re
 		return nil, err
 	}
 	d := &dispatch{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
-	ts, remove := s.tuples(req, d.res, d.log)
+	ts, remove := s.tuples(ctx, req, d.res)
 	kept, err := keepByFilter(ctx, host, s.filter.Get(), ts, d.res)
 	if err != nil {
 		return nil, err

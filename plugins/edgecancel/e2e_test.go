@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,7 +12,6 @@ import (
 	"github.com/ffscan/ffscan/host/depexec"
 	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/edgecancel"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/depresolve"
@@ -48,11 +46,8 @@ type siblingRace struct {
 }
 
 func (s *siblingRace) setup(t testing.TB, vk valkey.Client) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lib := lua.New(vk, lua.Options{})
-	c, err := client.New(ctx, vk, client.Options{Partitions: parts, Namespace: "e2e", Library: lib})
-	require.NoError(t, err)
+	w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts, Namespace: "e2e"})
+	ctx, lib, c := w.Ctx, w.Lib, w.Client
 	f, err := c.CreateFlow(ctx, client.CreateFlowRequest{})
 	require.NoError(t, err)
 	s.fid = f.ID
@@ -68,19 +63,7 @@ func (s *siblingRace) setup(t testing.TB, vk valkey.Client) {
 		_, err := c.AddDependency(ctx, client.DependencyRequest{Flow: s.fid, Upstream: up, Downstream: s.d})
 		require.NoError(t, err)
 	}
-	w, err := c.NewWorker(ctx, client.WorkerOptions{WorkerID: "e2e", InstanceID: "e2e-1", Lanes: []string{"running"}})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		cctx, stop := context.WithCancel(context.Background())
-		stop()
-		_ = w.Close(cctx)
-	})
-	var task *client.Task
-	for i := 0; i < 64 && task == nil; i++ {
-		task, err = w.ClaimNext(ctx)
-		require.NoError(t, err)
-	}
-	require.NotNil(t, task)
+	task := w.Claim(w.Worker(client.WorkerOptions{WorkerID: "e2e", InstanceID: "e2e-1", Lanes: []string{"running"}}))
 	require.Equal(t, s.b, task.ID())
 	t.Cleanup(task.Abandon) // the cancel takes its lease
 
@@ -114,6 +97,7 @@ func state(t testing.TB, vk valkey.Client, id keys.ExecutionID) string {
 // The dispatcher cancels the running and the waiting sibling once an
 // any_of group is decided (or a quorum of one), then drains the group.
 func TestDispatcherCancelsSiblingsAndDrains(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []client.EdgeGroupPolicy{
 		{Variant: "any_of", OnSatisfied: "cancel_remaining"},
 		{Variant: "quorum", OnSatisfied: "cancel_remaining", K: 1},
@@ -121,7 +105,7 @@ func TestDispatcherCancelsSiblingsAndDrains(t *testing.T) {
 		t.Run(policy.Variant, func(t *testing.T) {
 			s := &siblingRace{policy: policy}
 			linked, plugin := scannertest.Run(t, scannertest.Case{
-				Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+				Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 				New:   func() scannerapi.Scanner { return edgecancel.NewDispatcher() },
 				Lanes: []string{"up", "running", "down"},
 				Setup: s.setup,
@@ -144,10 +128,11 @@ func TestDispatcherCancelsSiblingsAndDrains(t *testing.T) {
 // The reconciler completes a drain whose siblings all ended; a group whose
 // siblings still run is left to the dispatcher.
 func TestReconciler(t *testing.T) {
+	t.Parallel()
 	t.Run("completed", func(t *testing.T) {
 		s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}, preCancel: true}
 		linked, plugin := scannertest.Run(t, scannertest.Case{
-			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return edgecancel.NewReconciler() },
 			Lanes: []string{"up", "running", "down"},
 			Setup: s.setup,
@@ -162,7 +147,7 @@ func TestReconciler(t *testing.T) {
 	t.Run("running", func(t *testing.T) {
 		s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}}
 		linked, plugin := scannertest.Run(t, scannertest.Case{
-			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return edgecancel.NewReconciler() },
 			Lanes: []string{"up", "running", "down"},
 			Setup: s.setup,
@@ -179,9 +164,10 @@ func TestReconciler(t *testing.T) {
 
 // A dry run predicts the cancels and the drain and changes nothing.
 func TestDispatcherDryRun(t *testing.T) {
+	t.Parallel()
 	s := &siblingRace{policy: client.EdgeGroupPolicy{Variant: "any_of", OnSatisfied: "cancel_remaining"}}
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,
 		New:   func() scannerapi.Scanner { return edgecancel.NewDispatcher() },
 		Lanes: []string{"up", "running", "down"},
 		Setup: s.setup,

@@ -123,39 +123,25 @@ func (b *base) Configure(ctx context.Context, options map[string]string) error {
 	return b.filter.Configure(ctx, b.Info().Options, options)
 }
 
-// tuples admits the request's candidates: the usable tuples, with invalid
-// ones queued for removal and counted.
-func (b *base) tuples(req *scannerapi.ScanRequest, res *scannerapi.ScanResult, log hclog.Logger) (ts []tuple, remove []string) {
-	seen := map[string]bool{}
+// tuples admits the request's candidates: the usable tuples, and the
+// invalid ones to remove (a tuple that can never name a group; a
+// non-canonical spelling is left and counted).
+func (b *base) tuples(ctx context.Context, req *scannerapi.ScanRequest, res *scannerapi.ScanResult) (ts []tuple, remove []string) {
+	in := scanutil.Intake[tuple]{Parse: parseMember, Sources: []string{source}, Remove: []keys.IDForm{keys.IDInvalid},
+		Failures: b.failures}.Begin(ctx, req, res)
 	for _, c := range req.Candidates {
-		if c.Source != source || seen[c.Member] {
-			continue
-		}
-		seen[c.Member] = true
-		t, form := parseTuple(c.Member)
-		switch form {
-		case keys.IDInvalid:
-			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
-			if req.DryRun {
-				res.Note("would remove invalid tuple %q", c.Member)
-				continue
-			}
-			log.Warn("removing a pending_cancel_groups member that is not <flow id>|<execution id>", "member", c.Member)
+		switch t, v := in.Admit(c); v {
+		case scanutil.Take:
+			ts = append(ts, t)
+		case scanutil.Remove:
 			remove = append(remove, c.Member)
-			continue
-		case keys.IDNonCanonical:
-			res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			res.Note("left non-canonical tuple %q in place", c.Member)
-			continue
 		}
-		if b.failures.ShouldSkip(t.raw, req.Cycle) {
-			res.Skipped++
-			continue
-		}
-		ts = append(ts, t)
 	}
 	return ts, remove
 }
+
+// parseMember is parseTuple as the intake's parser.
+func parseMember(s string, _ keys.Partition) (tuple, keys.IDForm) { return parseTuple(s) }
 
 // groupKeys are the drain and reconcile functions' KEYS.
 func groupKeys(part keys.Partition, t tuple) []string {
@@ -197,7 +183,7 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 		return nil, err
 	}
 	res, log := &scannerapi.ScanResult{}, scannerapi.Logger(ctx)
-	ts, remove := s.tuples(req, res, log)
+	ts, remove := s.tuples(ctx, req, res)
 	filter := s.filter.Get()
 	kept, err := keepByFilter(ctx, host, filter, ts, res)
 	if err != nil {

@@ -16,6 +16,7 @@ func arr(rs ...scannerapi.Reply) scannerapi.Reply {
 }
 
 func TestClassifyMember(t *testing.T) {
+	t.Parallel()
 	for m, want := range map[string]keys.IDForm{
 		"{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":     keys.IDCanonical,
 		"{fp:005}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f":   keys.IDNonCanonical,
@@ -38,6 +39,7 @@ func TestClassifyMember(t *testing.T) {
 }
 
 func TestClassifyReply(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		reply scannerapi.Reply
@@ -66,6 +68,7 @@ func TestClassifyReply(t *testing.T) {
 }
 
 func TestPredictMirrorsTheFunction(t *testing.T) {
+	t.Parallel()
 	core := func(phase, owner, exp string) scannerapi.Reply {
 		f := func(s string) scannerapi.Reply {
 			if s == "" {
@@ -96,6 +99,7 @@ func TestPredictMirrorsTheFunction(t *testing.T) {
 }
 
 func TestConfigure(t *testing.T) {
+	t.Parallel()
 	s := New()
 	ctx := t.Context()
 	assert.NoError(t, s.Configure(ctx, map[string]string{"namespace": "a", "instance_tag": "k=v", "lookahead": "1"}))

@@ -12,10 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/leaseexpiry"
+	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
@@ -30,41 +29,30 @@ const lane = "default"
 // fixture plants executions and leases with the library's own functions,
 // and plays the host's part: candidate fetch and command execution.
 type fixture struct {
-	t      *testing.T
-	ctx    context.Context
-	client valkey.Client
-	cb     *scannertest.Counter
-	cycle  uint64
+	*scannertest.World
+	cb    *scannertest.Counter
+	cycle uint64
 }
 
 func newFixture(t *testing.T) *fixture {
-	srv := testenv.New(t)
-	client := srv.Client(t)
-	ctx := context.Background()
-	_, err := lua.New(client, lua.Options{}).Ensure(ctx)
-	require.NoError(t, err)
-	return &fixture{t: t, ctx: ctx, client: client, cb: scannertest.NewCounter(scannertest.Callbacks(client))}
+	w := scannertest.StartWorld(t, client.Options{})
+	return &fixture{World: w, cb: scannertest.NewCounter(scannertest.Callbacks(w.Valkey))}
 }
 
 func (f *fixture) fcall(fn string, ks []string, args ...string) scannerapi.FunctionReply {
-	f.t.Helper()
-	replies, err := scannertest.Exec(f.ctx, f.client, []scannerapi.Command{scannerapi.FCall(fn, ks, args...)})
-	require.NoError(f.t, err)
+	f.T.Helper()
+	replies, err := scannertest.Exec(f.Ctx, f.Valkey, []scannerapi.Command{scannerapi.FCall(fn, ks, args...)})
+	require.NoError(f.T, err)
 	r, err := scannerapi.ParseFunctionReply(replies[0])
-	require.NoError(f.t, err, fn)
-	require.True(f.t, r.Success, "%s: %+v", fn, r)
+	require.NoError(f.T, err, fn)
+	require.True(f.T, r.Success, "%s: %+v", fn, r)
 	return r
 }
 
-func (f *fixture) do(args ...string) {
-	f.t.Helper()
-	require.NoError(f.t, f.client.Do(f.ctx, f.client.B().Arbitrary(args...).Build()).Error())
-}
-
 func (f *fixture) create(namespace string) keys.ExecutionID {
-	f.t.Helper()
+	f.T.Helper()
 	id, err := keys.ExecutionIDIn(part, keys.NewUUID())
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	k, pk := keys.Exec(id), keys.FlowPart(part)
 	f.fcall("ff_create_execution",
 		[]string{k.Core(), k.Payload(), k.Policy(), k.Tags(), pk.LaneEligible(lane), pk.Noop(), pk.ExecutionDeadline(), pk.AllExecutions()},
@@ -76,7 +64,7 @@ type lease struct{ id, epoch, attemptID string }
 
 // claim grants and claims the execution with a lease of ttl.
 func (f *fixture) claim(id keys.ExecutionID, ttl time.Duration) lease {
-	f.t.Helper()
+	f.T.Helper()
 	k, pk := keys.Exec(id), keys.FlowPart(part)
 	f.fcall("ff_issue_claim_grant", []string{k.Core(), k.ClaimGrant(), pk.LaneEligible(lane)},
 		id.String(), "worker-1", "wi-1", lane, "", "10000", "", "", "")
@@ -91,49 +79,49 @@ func (f *fixture) claim(id keys.ExecutionID, ttl time.Duration) lease {
 }
 
 func (f *fixture) renew(id keys.ExecutionID, l lease, ttl time.Duration) {
-	f.t.Helper()
+	f.T.Helper()
 	k := keys.Exec(id)
 	f.fcall("ff_renew_lease", []string{k.Core(), k.LeaseCurrent(), k.LeaseHistory(), keys.FlowPart(part).LeaseExpiry()},
 		id.String(), "0", l.attemptID, l.id, l.epoch, strconv.FormatInt(ttl.Milliseconds(), 10), "0")
 }
 
 func (f *fixture) owner(id keys.ExecutionID) string {
-	f.t.Helper()
-	v, err := f.client.Do(f.ctx, f.client.B().Hget().Key(keys.Exec(id).Core()).Field("ownership_state").Build()).ToString()
-	require.NoError(f.t, err)
+	f.T.Helper()
+	v, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Hget().Key(keys.Exec(id).Core()).Field("ownership_state").Build()).ToString()
+	require.NoError(f.T, err)
 	return v
 }
 
 func (f *fixture) score(member string) float64 {
-	f.t.Helper()
-	v, err := f.client.Do(f.ctx, f.client.B().Zscore().Key(keys.FlowPart(part).LeaseExpiry()).Member(member).Build()).AsFloat64()
-	require.NoError(f.t, err)
+	f.T.Helper()
+	v, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zscore().Key(keys.FlowPart(part).LeaseExpiry()).Member(member).Build()).AsFloat64()
+	require.NoError(f.T, err)
 	return v
 }
 
 func (f *fixture) inIndex(member string) bool {
-	f.t.Helper()
-	err := f.client.Do(f.ctx, f.client.B().Zscore().Key(keys.FlowPart(part).LeaseExpiry()).Member(member).Build()).Error()
+	f.T.Helper()
+	err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zscore().Key(keys.FlowPart(part).LeaseExpiry()).Member(member).Build()).Error()
 	if valkey.IsValkeyNil(err) {
 		return false
 	}
-	require.NoError(f.t, err)
+	require.NoError(f.T, err)
 	return true
 }
 
 // request plays the host: server time, then the due head of the index.
 func (f *fixture) request(batch int) *scannerapi.ScanRequest {
-	f.t.Helper()
-	now := scannertest.ServerNowMs(f.t, f.client)
+	f.T.Helper()
+	now := scannertest.ServerNowMs(f.T, f.Valkey)
 	f.cycle++
 	return &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
-		Candidates: scannertest.DueCandidates(f.t, f.client, "lease_expiry", keys.FlowPart(part).LeaseExpiry(), now, batch)}
+		Candidates: scannertest.DueCandidates(f.T, f.Valkey, "lease_expiry", keys.FlowPart(part).LeaseExpiry(), now, batch)}
 }
 
 func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
-	f.t.Helper()
-	res, err := s.ScanPartition(f.ctx, nil, req)
-	require.NoError(f.t, err)
+	f.T.Helper()
+	res, err := s.ScanPartition(f.Ctx, nil, req)
+	require.NoError(f.T, err)
 	return res
 }
 
@@ -144,7 +132,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
 	s := m.Scanner(t, f.cb, leaseexpiry.Name)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"namespace": "tenant-a"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 
 	expired := f.create("tenant-a")
 	f.claim(expired, 300*time.Millisecond)
@@ -155,14 +143,15 @@ func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	otherTenant := f.create("tenant-b")
 	f.claim(otherTenant, 300*time.Millisecond)
 	notActive := f.create("tenant-a") // runnable, never claimed: a stale index entry
-	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", notActive.String())
+	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", notActive.String())
 	gone, err := keys.ExecutionIDIn(part, keys.NewUUID()) // no core at all
 	require.NoError(t, err)
-	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "2", gone.String())
-	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "3", "garbage")
-	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "4", "{fp:05}:6f1c2d3e-4a5b-4c6d-8e7f-001122334455")
+	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "2", gone.String())
+	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "3", "garbage")
+	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "4", "{fp:05}:6f1c2d3e-4a5b-4c6d-8e7f-001122334455")
 
-	time.Sleep(450 * time.Millisecond)
+	// Both short leases expire; the renewed one, a minute away, does not.
+	f.WaitPast(int64(max(f.score(expired.String()), f.score(otherTenant.String()))))
 	req := f.request(50)
 	require.Len(t, req.Candidates, 6)
 	// The host read the index before the renewal landed: it still offers
@@ -216,12 +205,13 @@ func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 // 20000 leases stayed unmarked after a failover). We play the lost write by
 // putting the lease back as it was before the mark.
 func TestLostMarkIsMarkedAgain(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
-	require.NoError(t, s.Configure(f.ctx, nil))
+	require.NoError(t, s.Configure(f.Ctx, nil))
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+	f.waitDue()
 	score := f.score(id.String())
 
 	res := f.scan(s, f.request(10))
@@ -229,7 +219,7 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 	require.Equal(t, "lease_expired_reclaimable", f.owner(id))
 
 	// The store loses the mark: ownership back to leased, same score.
-	f.do("HSET", keys.Exec(id).Core(), "ownership_state", "leased")
+	f.Do("HSET", keys.Exec(id).Core(), "ownership_state", "leased")
 	require.Equal(t, score, f.score(id.String()))
 
 	res = f.scan(s, f.request(10))
@@ -246,13 +236,13 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 	f.scan(s, f.request(10))
 	_, fcalls := f.cb.Reset()
 	assert.Zero(t, fcalls, "remembered after it was read back")
-	f.do("HSET", keys.Exec(id).Core(), "ownership_state", "leased")
+	f.Do("HSET", keys.Exec(id).Core(), "ownership_state", "leased")
 	failing := scannerapi.HostFunc(func(context.Context, []scannerapi.Command) ([]scannerapi.Reply, error) {
 		return nil, errors.New("connection reset")
 	})
 	req := f.request(10)
 	req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "lease_expiry", Key: keys.FlowPart(part).LeaseExpiry(), Member: "garbage", Score: 1})
-	_, err := s.ScanPartition(f.ctx, failing, req)
+	_, err := s.ScanPartition(f.Ctx, failing, req)
 	require.Error(t, err, "a scan whose only callback failed fails")
 	res = f.scan(s, f.request(10))
 	assert.Equal(t, int64(1), res.Processed, "the memory was dropped with the failed callback: %+v", res)
@@ -260,6 +250,7 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 }
 
 func TestBasicLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	var results []scannertest.Observation
 	for _, m := range modes() {
 		t.Run(m.Name, func(t *testing.T) { results = append(results, basicScenario(t, m)) })
@@ -280,7 +271,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 		f.claim(id, 200*time.Millisecond)
 		stuck = append(stuck, id)
 	}
-	time.Sleep(300 * time.Millisecond)
+	f.waitDue()
 	for i := 0; i < 3; i++ { // mark them; batch 5 with look-ahead marks all
 		f.scan(s, f.request(5))
 	}
@@ -293,7 +284,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 		f.claim(id, 200*time.Millisecond)
 		fresh = append(fresh, id)
 	}
-	time.Sleep(300 * time.Millisecond)
+	f.waitDue()
 	f.cb.Reset()
 
 	var out scannertest.Observation
@@ -314,11 +305,12 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 
 	// Turning the look-ahead off, which would bring back FlowFabric's
 	// fixed window that never reaches a newer lease, is refused.
-	require.Error(t, s.Configure(f.ctx, map[string]string{"lookahead": "0"}))
+	require.Error(t, s.Configure(f.Ctx, map[string]string{"lookahead": "0"}))
 	return out
 }
 
 func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
+	t.Parallel()
 	var results []scannertest.Observation
 	for _, m := range modes() {
 		t.Run(m.Name, func(t *testing.T) { results = append(results, headOfLineScenario(t, m)) })
@@ -330,16 +322,17 @@ func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
 // A burst deeper than the look-ahead is drained over successive scans
 // through the cursor, and More asks the host to come back meanwhile.
 func TestDeepBurstDrainsThroughCursor(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
-	require.NoError(t, s.Configure(f.ctx, map[string]string{"lookahead": "12"}))
+	require.NoError(t, s.Configure(f.Ctx, map[string]string{"lookahead": "12"}))
 	var ids []keys.ExecutionID
 	for i := 0; i < 30; i++ {
 		id := f.create("ns")
 		f.claim(id, 100*time.Millisecond)
 		ids = append(ids, id)
 	}
-	time.Sleep(200 * time.Millisecond)
+	f.waitDue()
 	total := int64(0)
 	scans := 0
 	for ; scans < 10 && total < 30; scans++ {
@@ -370,12 +363,13 @@ func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 
 // Dry run reads and predicts, and writes nothing.
 func TestDryRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
-	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", "garbage")
-	time.Sleep(200 * time.Millisecond)
+	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", "garbage")
+	f.waitDue()
 	f.cb.Reset()
 	req := f.request(50)
 	req.DryRun = true
@@ -384,7 +378,7 @@ func TestDryRun(t *testing.T) {
 	assert.Equal(t, 0, fcalls)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Contains(t, res.Notes, fmt.Sprintf("would mark %s expired", id))
-	assert.Contains(t, res.Notes, `would remove invalid member "garbage"`)
+	assert.Contains(t, res.Notes, `would remove invalid member "garbage" of `+keys.FlowPart(part).LeaseExpiry())
 	assert.Equal(t, "leased", f.owner(id))
 	assert.True(t, f.inIndex("garbage"))
 }
@@ -392,15 +386,16 @@ func TestDryRun(t *testing.T) {
 // A key that keeps failing (a wrong-type core) is backed off after three
 // failures and does not block the others.
 func TestPoisonEntryBacksOff(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
-	f.do("SET", keys.Exec(poison).Core(), "not a hash")
-	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", poison.String())
+	f.Do("SET", keys.Exec(poison).Core(), "not a hash")
+	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", poison.String())
 	good := f.create("ns")
 	f.claim(good, 100*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+	f.waitDue()
 
 	var errs []int64
 	for i := 0; i < 5; i++ {
@@ -427,12 +422,13 @@ func modes() []scannertest.Mode {
 // removed and counted, without an FCALL the host would refuse as
 // cross-slot.
 func TestForeignMemberRemoved(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
 	other := keys.Partition{Family: keys.FamilyFlow, Index: part.Index + 1}
 	foreign, err := keys.ExecutionIDIn(other, keys.NewUUID())
 	require.NoError(t, err)
-	f.do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", foreign.String())
+	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", foreign.String())
 	f.cb.Reset()
 	res := f.scan(s, f.request(50))
 	_, fcalls := f.cb.Reset()
@@ -444,15 +440,13 @@ func TestForeignMemberRemoved(t *testing.T) {
 // waitDue waits until the server's clock has passed every score in the
 // partition's lease index (the leases' expiry is the server's business).
 func (f *fixture) waitDue() {
-	f.t.Helper()
-	zs, err := f.client.Do(f.ctx, f.client.B().Zrange().Key(keys.FlowPart(part).LeaseExpiry()).Min("-1").Max("-1").Withscores().Build()).AsZScores()
-	require.NoError(f.t, err)
+	f.T.Helper()
+	zs, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Zrange().Key(keys.FlowPart(part).LeaseExpiry()).Min("-1").Max("-1").Withscores().Build()).AsZScores()
+	require.NoError(f.T, err)
 	if len(zs) == 0 {
 		return
 	}
-	require.Eventually(f.t, func() bool {
-		return float64(scannertest.ServerNowMs(f.t, f.client)) > zs[0].Score
-	}, 10*time.Second, 5*time.Millisecond)
+	f.WaitPast(int64(zs[0].Score))
 }
 
 // Marked leases stay in the index until a worker reclaims them; the scan
@@ -460,9 +454,10 @@ func (f *fixture) waitDue() {
 // the host's backlog and lag gauges fall to zero once the drain is done
 // instead of growing with leases nobody reclaims.
 func TestMarkedLeasesAreSettledNotBacklog(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
-	require.NoError(t, s.Configure(f.ctx, nil))
+	require.NoError(t, s.Configure(f.Ctx, nil))
 	for range 5 {
 		f.claim(f.create("ns"), 20*time.Millisecond)
 	}

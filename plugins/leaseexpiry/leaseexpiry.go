@@ -206,10 +206,13 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	sc := &scan{
 		s: s, req: req, filter: filter,
 		index: keys.FlowPart(req.Partition).LeaseExpiry(),
-		seen:  make(map[string]bool, len(req.Candidates)),
 		res:   &scannerapi.ScanResult{},
 		log:   scannerapi.Logger(ctx),
 	}
+	// Members that are not execution ids of this partition are removed; a
+	// non-canonical spelling is left.
+	sc.in = scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
+		Failures: s.failures}.Begin(ctx, req, sc.res)
 
 	var windowHigh float64
 	window := 0
@@ -310,7 +313,7 @@ type scan struct {
 	req    *scannerapi.ScanRequest
 	filter scannerapi.Filter
 	index  string
-	seen   map[string]bool
+	in     *scanutil.Intake[keys.ExecutionID]
 	res    *scannerapi.ScanResult
 	log    hclog.Logger
 
@@ -336,32 +339,17 @@ type scan struct {
 
 // admit classifies a member read from the index (host window or page).
 func (sc *scan) admit(member string, score float64) {
-	if sc.seen[member] {
-		return
+	id, v := sc.in.Admit(scannerapi.Candidate{Key: sc.index, Member: member, Score: score})
+	switch v {
+	case scanutil.Remove:
+		sc.toRemove = append(sc.toRemove, member)
+	case scanutil.BackedOff:
+		sc.pending(score) // backed off, still to do
 	}
-	sc.seen[member] = true
-	id, kind := keys.ClassifyExecutionIDIn(member, sc.req.Partition)
-	switch kind {
-	case keys.IDInvalid, keys.IDForeign:
-		sc.res.AddError(scannerapi.ErrInvalid, kind.String()+"_member", 1)
-		if sc.req.DryRun {
-			sc.res.Note("would remove %s member %q", kind, member)
-		} else {
-			sc.toRemove = append(sc.toRemove, member)
-			sc.log.Warn("removing an index member that is not an execution id of this partition", "index", sc.index, "member", member, "form", kind.String())
-		}
-		return
-	case keys.IDNonCanonical:
-		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-		sc.res.Note("left non-canonical member %q in place", member)
+	if v != scanutil.Take {
 		return
 	}
 	eid := id.String()
-	if sc.s.failures.ShouldSkip(eid, sc.req.Cycle) {
-		sc.res.Skipped++
-		sc.pending(score) // backed off, still to do
-		return
-	}
 	if _, stuck := sc.s.stuck.Recall(sc.req.Partition.Index, eid, score, sc.req.Cycle); stuck {
 		sc.res.Skipped++
 		return

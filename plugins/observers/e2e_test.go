@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/observers"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/flowtest"
@@ -40,18 +38,16 @@ func flowID(t testing.TB, s string) keys.FlowID {
 // flow_index; a flow whose members all ended (one since purged) is
 // completed and retired; a flow_index entry whose flow is gone is removed.
 func TestFlowProjector(t *testing.T) {
+	t.Parallel()
 	// Fixed ids: both runs place the flows alike.
 	running, finished, gone := flowID(t, "f0000000-0000-4000-8000-000000000001"),
 		flowID(t, "f0000000-0000-4000-8000-000000000002"), flowID(t, "f0000000-0000-4000-8000-000000000003")
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return observers.NewFlowProjector() },
 		Setup: func(t testing.TB, vk valkey.Client) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			lib := lua.New(vk, lua.Options{})
-			c, err := client.New(ctx, vk, client.Options{Partitions: parts, Library: lib})
-			require.NoError(t, err)
+			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
+			ctx, lib, c := w.Ctx, w.Lib, w.Client
 			member := func(fid keys.FlowID) keys.ExecutionID {
 				r, err := c.CreateExecution(ctx, client.CreateRequest{Flow: &fid, Lane: "default", Kind: "step"})
 				require.NoError(t, err)
@@ -102,14 +98,14 @@ func TestFlowProjector(t *testing.T) {
 // An execution missing from the index its state names is found; the
 // consistent ones are not; nothing is written.
 func TestIndexReconciler(t *testing.T) {
+	t.Parallel()
 	var lost keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return observers.NewIndexReconciler() },
 		Setup: func(t testing.TB, vk valkey.Client) {
-			ctx := context.Background()
-			c, err := client.New(ctx, vk, client.Options{Partitions: parts})
-			require.NoError(t, err)
+			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
+			ctx, c := w.Ctx, w.Client
 			for i := 0; i < 3; i++ {
 				r, err := c.CreateExecution(ctx, client.CreateRequest{Lane: "default", Kind: "k"})
 				require.NoError(t, err)

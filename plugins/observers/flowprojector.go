@@ -41,11 +41,17 @@ const (
 )
 
 // FlowProjector is flow_projector. Safe for concurrent use by partitions.
-type FlowProjector struct{ failures *scannerapi.FailureTracker }
+type FlowProjector struct {
+	failures *scannerapi.FailureTracker
+	intake   scanutil.Intake[keys.FlowID]
+}
 
-// NewFlowProjector returns flow_projector.
+// NewFlowProjector returns flow_projector. flow_index entries that are not
+// flow ids are removed; a non-canonical spelling is left.
 func NewFlowProjector() *FlowProjector {
-	return &FlowProjector{failures: scannerapi.NewFailureTracker()}
+	f := scannerapi.NewFailureTracker()
+	return &FlowProjector{failures: f,
+		intake: scanutil.Intake[keys.FlowID]{Parse: scanutil.FlowIDs, Remove: []keys.IDForm{keys.IDInvalid}, Failures: f}}
 }
 
 // Info implements scannerapi.Scanner.
@@ -99,23 +105,13 @@ func (s *FlowProjector) ScanPartition(ctx context.Context, host scannerapi.Host,
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
 	sc := &projectScan{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
-	seen := map[string]bool{}
+	in := s.intake.Begin(ctx, req, sc.res)
 	for _, c := range req.Candidates {
-		if seen[c.Member] {
-			continue
-		}
-		seen[c.Member] = true
-		fid, form := keys.ClassifyFlowID(c.Member)
-		switch {
-		case form == keys.IDInvalid:
-			sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
-			sc.remove = append(sc.remove, c.Member)
-		case form != keys.IDCanonical:
-			sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-		case s.failures.ShouldSkip(c.Member, req.Cycle):
-			sc.res.Skipped++
-		default:
+		switch fid, v := in.Admit(c); v {
+		case scanutil.Take:
 			sc.toCore = append(sc.toCore, &projection{raw: c.Member, fk: keys.FlowIn(req.Partition, fid), counts: map[string]int64{}})
+		case scanutil.Remove:
+			sc.remove = append(sc.remove, c.Member)
 		}
 	}
 	if _, err := scanutil.Waves(ctx, host, 0, sc.build); err != nil {

@@ -109,15 +109,12 @@ func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Hos
 	}
 	var checks []check
 	var reads scanutil.Batch
-	seen := map[string]bool{}
+	// Detect only: members that are not ids of this partition are counted
+	// and left.
+	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn}.Begin(ctx, req, res)
 	for _, c := range req.Candidates {
-		if seen[c.Member] {
-			continue
-		}
-		seen[c.Member] = true
-		id, form := keys.ClassifyExecutionIDIn(c.Member, req.Partition)
-		if form != keys.IDCanonical {
-			res.AddError(scannerapi.ErrInvalid, form.String()+"_member", 1)
+		id, v := in.Admit(c)
+		if v != scanutil.Take {
 			continue
 		}
 		nf := len(filter.ReadCommands(id))

@@ -24,10 +24,12 @@ import (
 
 const pluginPkg = "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers"
 
-// TestMain removes the plugin builds scannertest made.
+// TestMain removes the plugin builds scannertest made and stops the
+// template's server.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	scannertest.Cleanup()
+	ffscanSchema.Close()
 	os.Exit(code)
 }
 
@@ -99,7 +101,7 @@ func runFiltered(t *testing.T, dsn string, f scannerapi.Filter) {
 
 	linked, plugin := hosttest.Run(t, scannertest.Case{
 		New:            func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
-		Plugin:         pluginPkg,
+		Binary:         scannertest.PluginBinary(t, pluginPkg),
 		PostgresDSN:    dsn,
 		PostgresFilter: f,
 		Setup:          func(t testing.TB, _ valkey.Client) { plant(t, pool) },
@@ -129,6 +131,7 @@ func runFiltered(t *testing.T, dsn string, f scannerapi.Filter) {
 }
 
 func TestAttemptTimeoutOnFlowFabricsSchema(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.New(t)
 	dsn, err := srv.CreateDatabase(context.Background(), "flowfabric")
 	require.NoError(t, err)
@@ -137,29 +140,34 @@ func TestAttemptTimeoutOnFlowFabricsSchema(t *testing.T) {
 }
 
 func TestAttemptTimeoutOnFfscansSchema(t *testing.T) {
+	t.Parallel()
 	run(t, ownSchema(t))
 }
 
-// ownSchema starts a PostgreSQL and returns the DSN of a database with
-// ffscan's equivalent of FlowFabric's schema.
-func ownSchema(t *testing.T) string {
-	t.Helper()
-	srv := pgtest.New(t)
-	ctx := context.Background()
-	dsn, err := srv.CreateDatabase(ctx, "ffscan")
-	require.NoError(t, err)
+// ffscanSchema is a database with ffscan's equivalent of FlowFabric's
+// schema, created once for the package (its 256 partitions of thirteen
+// tables take tens of seconds) and copied for each test.
+var ffscanSchema = pgtest.NewTemplate("ffscan", func(ctx context.Context, dsn string) error {
 	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
-	require.NoError(t, err)
+	if err != nil {
+		return err
+	}
 	defer pool.Close()
 	_, err = postgres.CreateSchema(ctx, pool)
-	require.NoError(t, err)
-	return dsn
+	return err
+})
+
+// ownSchema returns the DSN of a fresh database with ffscan's schema.
+func ownSchema(t *testing.T) string {
+	t.Helper()
+	return ffscanSchema.Database(t)
 }
 
 // The host's filter through the host: a host for namespace e2e does what
 // an unfiltered one does, a host for another namespace reads nothing and
 // changes nothing.
 func TestAttemptTimeoutFiltered(t *testing.T) {
+	t.Parallel()
 	dsn := ownSchema(t)
 	runFiltered(t, dsn, scannerapi.Filter{Namespace: "e2e"})
 	pool, err := postgres.Connect(context.Background(), postgres.Options{DSN: dsn, PoolSize: 2})
@@ -168,7 +176,7 @@ func TestAttemptTimeoutFiltered(t *testing.T) {
 
 	hosttest.Run(t, scannertest.Case{
 		New:            func() scannerapi.Scanner { return pgreconcilers.NewAttemptTimeout() },
-		Plugin:         pluginPkg,
+		Binary:         scannertest.PluginBinary(t, pluginPkg),
 		PostgresDSN:    dsn,
 		PostgresFilter: scannerapi.Filter{Namespace: "other"},
 		Setup:          func(t testing.TB, _ valkey.Client) { plant(t, pool) },
@@ -190,6 +198,7 @@ func TestAttemptTimeoutFiltered(t *testing.T) {
 // started, not at its first cycle; so is a scanner naming functions the
 // host's library does not have.
 func TestRefusedWithoutADatabase(t *testing.T) {
+	t.Parallel()
 	srv := testserver.New(t)
 	ctx := context.Background()
 	booted, err := hosttest.Runner{}.Boot(ctx, scannertest.Boot{Scanner: pgreconcilers.AttemptTimeoutName, Addr: srv.Addr,
@@ -217,6 +226,7 @@ func TestRefusedWithoutADatabase(t *testing.T) {
 // database with ffscan's schema: Setup plants the scenario afresh for
 // each run, Check reads what the run left.
 func TestEveryReconcilerThroughTheHost(t *testing.T) {
+	t.Parallel()
 	dsn := ownSchema(t)
 	ctx := context.Background()
 	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
@@ -333,7 +343,7 @@ func TestEveryReconcilerThroughTheHost(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			linked, plugin := hosttest.Run(t, scannertest.Case{
 				New:         func() scannerapi.Scanner { return c.new() },
-				Plugin:      pluginPkg,
+				Binary:      scannertest.PluginBinary(t, pluginPkg),
 				PostgresDSN: dsn,
 				Setup: func(t testing.TB, _ valkey.Client) {
 					reset(t)

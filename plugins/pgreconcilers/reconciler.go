@@ -88,6 +88,16 @@ func (r *Reconciler) Configure(ctx context.Context, options map[string]string) e
 	return err
 }
 
+// parse reads a candidate member as the action's arguments (after the
+// partition key): a member of another form is invalid.
+func (r *Reconciler) parse(member string, _ keys.Partition) ([]string, keys.IDForm) {
+	args, err := r.sp.args(member)
+	if err != nil {
+		return nil, keys.IDInvalid
+	}
+	return args, keys.IDCanonical
+}
+
 // chunk bounds the PGCALLs of one callback.
 const chunk = 500
 
@@ -100,19 +110,18 @@ func (r *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 	log := scannerapi.Logger(ctx)
 	pk := strconv.Itoa(int(req.Partition.Index))
 	var b scanutil.Batch
+	in := scanutil.Intake[[]string]{Parse: r.parse, Failures: r.failures}.Begin(ctx, req, res)
 	for _, c := range req.Candidates {
-		args, err := r.sp.args(c.Member)
-		if err != nil {
+		args, v := in.Admit(c)
+		if v == scanutil.Leave {
 			// The host's candidate function wrote it: not data to act on.
-			res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
+			_, err := r.sp.args(c.Member)
 			log.Warn("candidate member has not the form the reconciler expects", "member", c.Member, "error", err)
+		}
+		if v != scanutil.Take {
 			continue
 		}
 		item := c.Member
-		if r.failures.ShouldSkip(item, req.Cycle) {
-			res.Skipped++
-			continue
-		}
 		if req.DryRun {
 			// The decision is the database's, under the row lock; a dry
 			// run can only say what it would hand it.

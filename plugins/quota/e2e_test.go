@@ -3,7 +3,6 @@ package quota_test
 import (
 	"context"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 
 	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/quota"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/flowtest"
@@ -31,18 +29,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func serverMs(t testing.TB, vk valkey.Client) int64 {
-	v, err := vk.Do(context.Background(), vk.B().Time().Build()).AsStrSlice()
-	require.NoError(t, err)
-	s, _ := strconv.ParseInt(v[0], 10, 64)
-	us, _ := strconv.ParseInt(v[1], 10, 64)
-	return s*1000 + us/1000
-}
-
 // An execution that ended without releasing its admission stops holding
 // a concurrency slot (the running one keeps its slot); a window past its
 // length is trimmed; an id whose definition is gone is pruned.
 func TestQuotaReconciler(t *testing.T) {
+	t.Parallel()
 	var capped, windowed client.CreateQuotaResult
 	// Fixed ids: the linked and the plugin run place them on the same
 	// partitions (random ones would make the runs' keys differ by chance).
@@ -53,14 +44,12 @@ func TestQuotaReconciler(t *testing.T) {
 	}
 	orphan := qid("d0000000-0000-4000-8000-0000000000ff")
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return quota.New() },
 		Setup: func(t testing.TB, vk valkey.Client) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			lib := lua.New(vk, lua.Options{})
-			c, err := client.New(ctx, vk, client.Options{Partitions: parts, Library: lib})
-			require.NoError(t, err)
+			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
+			ctx, lib, c := w.Ctx, w.Lib, w.Client
+			var err error
 			capped, err = c.CreateQuotaPolicy(ctx, client.CreateQuotaRequest{ID: qid("d0000000-0000-4000-8000-000000000001"),
 				Window: time.Hour, MaxConcurrent: 2})
 			require.NoError(t, err)
@@ -83,16 +72,10 @@ func TestQuotaReconciler(t *testing.T) {
 			a, err := c.Admit(ctx, windowed.ID, create())
 			require.NoError(t, err)
 			require.True(t, a.Admitted)
-			at := serverMs(t, vk)
+			at := w.NowMs()
 			pk := keys.QuotaPart(parts.QuotaPartition(orphan))
 			require.NoError(t, vk.Do(ctx, vk.B().Sadd().Key(pk.QuotaPolicies()).Member(orphan.String()).Build()).Error())
-			for serverMs(t, vk) <= at+1000 {
-				select {
-				case <-ctx.Done():
-					t.Fatal("server clock did not move")
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
+			w.WaitPast(at + 1000)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			ctx := context.Background()

@@ -42,10 +42,18 @@ const (
 )
 
 // Scanner is quota_reconciler. Safe for concurrent use by partitions.
-type Scanner struct{ failures *scannerapi.FailureTracker }
+type Scanner struct {
+	failures *scannerapi.FailureTracker
+	intake   scanutil.Intake[keys.QuotaID]
+}
 
-// New returns the scanner.
-func New() *Scanner { return &Scanner{failures: scannerapi.NewFailureTracker()} }
+// New returns the scanner. quota_policies members that are not quota ids
+// are pruned; a non-canonical spelling is left.
+func New() *Scanner {
+	f := scannerapi.NewFailureTracker()
+	return &Scanner{failures: f, intake: scanutil.Intake[keys.QuotaID]{Parse: scanutil.QuotaIDs, Sources: []string{source},
+		Remove: []keys.IDForm{keys.IDInvalid}, Failures: f}}
+}
 
 // Info implements scannerapi.Scanner.
 func (s *Scanner) Info() scannerapi.Info {
@@ -102,26 +110,14 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		return nil, fmt.Errorf("partition %s is not a quota partition", req.Partition)
 	}
 	sc := &scan{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
-	seen := map[string]bool{}
+	in := s.intake.Begin(ctx, req, sc.res)
 	for _, c := range req.Candidates {
-		if c.Source != source || seen[c.Member] {
-			continue
-		}
-		seen[c.Member] = true
-		id, form := keys.ClassifyBudgetID(c.Member) // a bare uuid, like a budget id
-		switch {
-		case form == keys.IDInvalid:
-			sc.res.AddError(scannerapi.ErrInvalid, "invalid_member", 1)
+		switch id, v := in.Admit(c); v {
+		case scanutil.Take:
+			sc.toDef = append(sc.toDef, &policy{raw: c.Member, qk: keys.QuotaIn(req.Partition, id)})
+		case scanutil.Remove:
 			sc.prune = append(sc.prune, c.Member)
-			continue
-		case form != keys.IDCanonical:
-			sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-			continue
-		case s.failures.ShouldSkip(c.Member, req.Cycle):
-			sc.res.Skipped++
-			continue
 		}
-		sc.toDef = append(sc.toDef, &policy{raw: c.Member, qk: keys.QuotaIn(req.Partition, keys.QuotaIDFrom(id.UUID()))})
 	}
 	if _, err := scanutil.Waves(ctx, host, 0, sc.build); err != nil {
 		return nil, fmt.Errorf("exec: %w", err)

@@ -13,12 +13,10 @@ import (
 
 	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
-	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/timers"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
-	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 const pluginPkg = "github.com/ffscan/ffscan/plugins/timers/cmd/timers"
@@ -33,69 +31,20 @@ func TestMain(m *testing.M) {
 }
 
 // world is state made through sdk/client for one scenario.
-type world struct {
-	t   testing.TB
-	ctx context.Context
-	vk  valkey.Client
-	c   *client.Client
-}
+type world struct{ *scannertest.World }
 
 func newWorld(t testing.TB, vk valkey.Client) *world {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	c, err := client.New(ctx, vk, client.Options{Partitions: parts, Namespace: "e2e"})
-	require.NoError(t, err)
-	return &world{t: t, ctx: ctx, vk: vk, c: c}
+	return &world{scannertest.NewWorld(t, vk, client.Options{Partitions: parts, Namespace: "e2e"})}
 }
 
-// serverMs is the server's clock.
-func (w *world) serverMs() int64 {
-	v, err := w.vk.Do(w.ctx, w.vk.B().Time().Build()).AsStrSlice()
-	require.NoError(w.t, err)
-	s, _ := strconv.ParseInt(v[0], 10, 64)
-	us, _ := strconv.ParseInt(v[1], 10, 64)
-	return s*1000 + us/1000
-}
-
-// waitPast waits until the server's clock is past ms: timers in these
-// scenarios are a few milliseconds long, and the scan must find them due
-// by the server's clock, whatever the machine's load.
-func (w *world) waitPast(ms int64) {
-	for w.serverMs() <= ms {
-		select {
-		case <-w.ctx.Done():
-			w.t.Fatal("server clock did not pass", ms)
-		case <-time.After(time.Millisecond):
-		}
-	}
-}
-
+// worker registers worker e2e on lane.
 func (w *world) worker(lane, instance string) *client.Worker {
-	wk, err := w.c.NewWorker(w.ctx, client.WorkerOptions{WorkerID: "e2e", InstanceID: instance, Lanes: []string{lane}})
-	require.NoError(w.t, err)
-	w.t.Cleanup(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		_ = wk.Close(ctx)
-	})
-	return wk
-}
-
-func (w *world) claim(wk *client.Worker) *client.Task {
-	for i := 0; i < 64; i++ {
-		task, err := wk.ClaimNext(w.ctx)
-		require.NoError(w.t, err)
-		if task != nil {
-			return task
-		}
-	}
-	w.t.Fatal("nothing to claim")
-	return nil
+	return w.Worker(client.WorkerOptions{WorkerID: "e2e", InstanceID: instance, Lanes: []string{lane}})
 }
 
 func (w *world) create(req client.CreateRequest) keys.ExecutionID {
-	r, err := w.c.CreateExecution(w.ctx, req)
-	require.NoError(w.t, err)
+	r, err := w.Client.CreateExecution(w.Ctx, req)
+	require.NoError(w.T, err)
 	return r.ID
 }
 
@@ -122,27 +71,28 @@ func zscore(t testing.TB, vk valkey.Client, key, member string) bool {
 // own delay on a lane no configuration names, and a delayed create are
 // promoted once due; the retried execution is claimed again as a retry.
 func TestDelayedPromoter(t *testing.T) {
+	t.Parallel()
 	var retried, delayed, created keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
 		Lanes: []string{"default", "side"},
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := newWorld(t, vk)
 			retried = w.create(client.CreateRequest{Lane: "default", Kind: "flaky",
 				Retry: &client.RetryPolicy{MaxRetries: 2, Backoff: client.FixedBackoff(time.Millisecond)}})
-			task := w.claim(w.worker("default", "d1"))
-			out, err := task.Fail(w.ctx, "boom", client.FailOptions{})
+			task := w.Claim(w.worker("default", "d1"))
+			out, err := task.Fail(w.Ctx, "boom", client.FailOptions{})
 			require.NoError(t, err)
 			require.True(t, out.RetryScheduled)
 			delayed = w.create(client.CreateRequest{Lane: "side", Kind: "poll"})
-			st := w.claim(w.worker("side", "d2"))
+			st := w.Claim(w.worker("side", "d2"))
 			// Far enough ahead to still be in the future when Delay checks
 			// it on a loaded machine; the scan waits for the server's clock.
-			until := w.serverMs() + 300
-			require.NoError(t, st.Delay(w.ctx, time.UnixMilli(until)))
+			until := w.NowMs() + 300
+			require.NoError(t, st.Delay(w.Ctx, time.UnixMilli(until)))
 			created = w.create(client.CreateRequest{Lane: "side", Kind: "later", Delay: 300 * time.Millisecond})
-			w.waitPast(w.serverMs() + 300)
+			w.WaitPast(w.NowMs() + 300)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			assert.Equal(t, int64(3), r.Processed, "%v", r)
@@ -152,7 +102,7 @@ func TestDelayedPromoter(t *testing.T) {
 				assert.Equal(t, []string{"runnable", "eligible_now"}, core(t, vk, id, "lifecycle_phase", "eligibility_state"), "%s", id)
 			}
 			w := newWorld(t, vk)
-			again := w.claim(w.worker("default", "d3"))
+			again := w.Claim(w.worker("default", "d3"))
 			assert.Equal(t, retried, again.ID())
 			assert.Equal(t, "retry", again.AttemptType())
 		},
@@ -165,30 +115,31 @@ func TestDelayedPromoter(t *testing.T) {
 // (after its backoff) when it has; executions past their deadline (one
 // never claimed, one running) end as expired.
 func TestExpiryScanners(t *testing.T) {
+	t.Parallel()
 	var timedOut, retried, lateRunnable, lateActive keys.ExecutionID
 	setup := func(t testing.TB, vk valkey.Client) {
 		w := newWorld(t, vk)
 		timedOut = w.create(client.CreateRequest{Lane: "default", Kind: "slow", AttemptTimeout: time.Millisecond})
-		t1 := w.claim(w.worker("default", "x1"))
+		t1 := w.Claim(w.worker("default", "x1"))
 		require.Equal(t, timedOut, t1.ID())
 		t.Cleanup(t1.Abandon)
 		retried = w.create(client.CreateRequest{Lane: "r", Kind: "slow", AttemptTimeout: time.Millisecond,
 			Retry: &client.RetryPolicy{MaxRetries: 1, Backoff: client.FixedBackoff(time.Hour)}})
-		t5 := w.claim(w.worker("r", "x5"))
+		t5 := w.Claim(w.worker("r", "x5"))
 		require.Equal(t, retried, t5.ID())
 		t.Cleanup(t5.Abandon)
 		// Ahead enough to pass the client's "not in the past" check on a
 		// loaded machine.
-		deadline := time.UnixMilli(w.serverMs() + 500)
+		deadline := time.UnixMilli(w.NowMs() + 500)
 		lateRunnable = w.create(client.CreateRequest{Lane: "c", Kind: "never", Deadline: deadline})
 		lateActive = w.create(client.CreateRequest{Lane: "d", Kind: "long", Deadline: deadline})
-		t4 := w.claim(w.worker("d", "x4"))
+		t4 := w.Claim(w.worker("d", "x4"))
 		t.Cleanup(t4.Abandon)
-		w.waitPast(deadline.UnixMilli())
+		w.WaitPast(deadline.UnixMilli())
 	}
 	t.Run("attempt_timeout", func(t *testing.T) {
 		linked, plugin := scannertest.Run(t, scannertest.Case{
-			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return timers.NewAttemptTimeout() },
 			Setup: setup,
 			Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
@@ -208,7 +159,7 @@ func TestExpiryScanners(t *testing.T) {
 	})
 	t.Run("execution_deadline", func(t *testing.T) {
 		linked, plugin := scannertest.Run(t, scannertest.Case{
-			Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return timers.NewExecutionDeadline() },
 			Setup: setup,
 			Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
@@ -230,19 +181,17 @@ func TestExpiryScanners(t *testing.T) {
 // read as due whose timeout a later attempt re-armed (its index score now
 // in the future) is left alone.
 func TestAttemptTimeoutRechecksScore(t *testing.T) {
-	srv := testserver.New(t)
-	vk := srv.Client(t)
-	_, err := lua.New(vk, lua.Options{}).Ensure(context.Background())
-	require.NoError(t, err)
-	w := newWorld(t, vk)
+	t.Parallel()
+	w := &world{scannertest.StartWorld(t, client.Options{Partitions: parts, Namespace: "e2e"})}
+	vk := w.Valkey
 	id := w.create(client.CreateRequest{Lane: "default", Kind: "slow", AttemptTimeout: time.Hour})
-	task := w.claim(w.worker("default", "r1"))
+	task := w.Claim(w.worker("default", "r1"))
 	t.Cleanup(task.Abandon)
 	s := timers.NewAttemptTimeout()
-	require.NoError(t, s.Configure(w.ctx, nil))
+	require.NoError(t, s.Configure(w.Ctx, nil))
 	pk := keys.FlowPart(id.Partition())
-	res, err := s.ScanPartition(w.ctx, scannertest.Host(vk), &scannerapi.ScanRequest{
-		Scanner: timers.AttemptTimeoutName, Partition: id.Partition(), NowMs: w.serverMs(), Cycle: 1, Batch: 50,
+	res, err := s.ScanPartition(w.Ctx, scannertest.Host(vk), &scannerapi.ScanRequest{
+		Scanner: timers.AttemptTimeoutName, Partition: id.Partition(), NowMs: w.NowMs(), Cycle: 1, Batch: 50,
 		Candidates: []scannerapi.Candidate{{Source: "attempt_timeout", Key: pk.AttemptTimeout(), Member: id.String(), Score: 1}},
 	})
 	require.NoError(t, err)
@@ -255,27 +204,28 @@ func TestAttemptTimeoutRechecksScore(t *testing.T) {
 // auto-resume end or resume the execution, escalate leaves it for an
 // operator.
 func TestSuspensionTimeout(t *testing.T) {
+	t.Parallel()
 	behaviours := []client.TimeoutBehavior{client.TimeoutFail, client.TimeoutCancel, client.TimeoutExpire,
 		client.TimeoutAutoResume, client.TimeoutEscalate}
 	ids := make([]keys.ExecutionID, len(behaviours))
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return timers.NewSuspensionTimeout() },
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := newWorld(t, vk)
-			require.NoError(t, w.c.RotateWaitpointSecret(w.ctx, "k1", []byte("e2e secret"), time.Hour))
+			require.NoError(t, w.Client.RotateWaitpointSecret(w.Ctx, "k1", []byte("e2e secret"), time.Hour))
 			wk := w.worker("default", "s1")
 			var last int64
 			for i, b := range behaviours {
 				ids[i] = w.create(client.CreateRequest{Lane: "default", Kind: string(b)})
-				task := w.claim(wk)
+				task := w.Claim(wk)
 				require.Equal(t, ids[i], task.ID())
-				_, err := task.Suspend(w.ctx, client.SuspendRequest{Signals: []string{"go"},
+				_, err := task.Suspend(w.Ctx, client.SuspendRequest{Signals: []string{"go"},
 					Timeout: time.Millisecond, OnTimeout: b})
 				require.NoError(t, err)
-				last = w.serverMs()
+				last = w.NowMs()
 			}
-			w.waitPast(last + 1)
+			w.WaitPast(last + 1)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			assert.Equal(t, int64(5), r.Processed, "%v", r)
@@ -299,25 +249,26 @@ func TestSuspensionTimeout(t *testing.T) {
 // A pending waitpoint no suspension used is closed once expired, and its
 // index entry goes; an entry whose waitpoint vanished is removed.
 func TestPendingWaitpointExpiry(t *testing.T) {
+	t.Parallel()
 	var wp client.Waitpoint
 	var pk keys.FlowPartKeys
 	ghost := keys.NewUUID()
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New: func() scannerapi.Scanner { return timers.NewPendingWPExpiry() },
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := newWorld(t, vk)
-			require.NoError(t, w.c.RotateWaitpointSecret(w.ctx, "k1", []byte("e2e secret"), time.Hour))
+			require.NoError(t, w.Client.RotateWaitpointSecret(w.Ctx, "k1", []byte("e2e secret"), time.Hour))
 			id := w.create(client.CreateRequest{Lane: "default", Kind: "callback"})
-			task := w.claim(w.worker("default", "p1"))
+			task := w.Claim(w.worker("default", "p1"))
 			t.Cleanup(task.Abandon)
 			var err error
-			wp, err = task.CreatePendingWaitpoint(w.ctx, "", time.Millisecond)
+			wp, err = task.CreatePendingWaitpoint(w.Ctx, "", time.Millisecond)
 			require.NoError(t, err)
 			pk = keys.FlowPart(id.Partition())
-			require.NoError(t, vk.Do(w.ctx, vk.B().Zadd().Key(pk.PendingWaitpointExpiry()).ScoreMember().
+			require.NoError(t, vk.Do(w.Ctx, vk.B().Zadd().Key(pk.PendingWaitpointExpiry()).ScoreMember().
 				ScoreMember(1, ghost.String()).Build()).Error())
-			w.waitPast(w.serverMs() + 2)
+			w.WaitPast(w.NowMs() + 2)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			assert.Equal(t, int64(1), r.Processed, "%v", r)
@@ -344,21 +295,22 @@ func mustUUID(t testing.TB, s string) keys.UUID {
 // discovered from its index keys before the cycle, and its due delays
 // are promoted.
 func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
+	t.Parallel()
 	var ids []keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
 		Lanes: []string{"default"},
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := newWorld(t, vk)
 			ids = nil
 			// Ahead enough that the create still finds it in the future.
-			due := w.serverMs() + 500
+			due := w.NowMs() + 500
 			at := strconv.FormatInt(due, 10)
 			for i := 0; i < 3; i++ {
 				id := keys.SoloExecutionID(parts, "fresh", keys.NewUUID())
 				ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
-				v, err := vk.Do(w.ctx, vk.B().Fcall().Function("ff_create_execution").Numkeys(8).
+				v, err := vk.Do(w.Ctx, vk.B().Fcall().Function("ff_create_execution").Numkeys(8).
 					Key(ek.Core(), ek.Payload(), ek.Policy(), ek.Tags(), pk.LaneDelayed("fresh"), pk.Noop(),
 						pk.ExecutionDeadline(), pk.AllExecutions()).
 					Arg(id.String(), "ns", "fresh", "task", "0", "ff", "{}", "", at, "", "", "",
@@ -368,10 +320,10 @@ func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
 				require.Equal(t, int64(1), n)
 				ids = append(ids, id)
 			}
-			members, err := vk.Do(w.ctx, vk.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
+			members, err := vk.Do(w.Ctx, vk.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
 			require.NoError(t, err)
 			require.NotContains(t, members, "fresh", "FlowFabric's library records no lane")
-			w.waitPast(due)
+			w.WaitPast(due)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			assert.Equal(t, int64(3), r.Processed, "%v", r)
@@ -386,20 +338,21 @@ func TestDelayedPromoterFindsUnconfiguredLane(t *testing.T) {
 // A dry run reads and reports but changes nothing: the host refuses any
 // write or FCALL a dry-run scanner sends, and none is sent.
 func TestDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
 	var retried, delayed keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,
 		New:   func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
 		Lanes: []string{"default"},
 		Setup: func(t testing.TB, vk valkey.Client) {
 			w := newWorld(t, vk)
 			retried = w.create(client.CreateRequest{Lane: "default", Kind: "flaky",
 				Retry: &client.RetryPolicy{MaxRetries: 2, Backoff: client.FixedBackoff(time.Millisecond)}})
-			task := w.claim(w.worker("default", "y1"))
-			_, err := task.Fail(w.ctx, "boom", client.FailOptions{})
+			task := w.Claim(w.worker("default", "y1"))
+			_, err := task.Fail(w.Ctx, "boom", client.FailOptions{})
 			require.NoError(t, err)
 			delayed = w.create(client.CreateRequest{Lane: "default", Kind: "later", Delay: 300 * time.Millisecond})
-			w.waitPast(w.serverMs() + 300)
+			w.WaitPast(w.NowMs() + 300)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			assert.Equal(t, int64(2), r.Processed, "predicted: %v", r)
@@ -417,17 +370,18 @@ func TestDryRunChangesNothing(t *testing.T) {
 // The namespace filter (P13): a scanner restricted to another namespace
 // leaves these executions alone, and one restricted to theirs acts.
 func TestFilterApplies(t *testing.T) {
+	t.Parallel()
 	for ns, want := range map[string]int64{"elsewhere": 0, "e2e": 1} {
 		t.Run(ns, func(t *testing.T) {
 			linked, plugin := scannertest.Run(t, scannertest.Case{
-				Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+				Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 				New:     func() scannerapi.Scanner { return timers.NewDelayedPromoter() },
 				Options: map[string]string{"namespace": ns},
 				Lanes:   []string{"default"},
 				Setup: func(t testing.TB, vk valkey.Client) {
 					w := newWorld(t, vk)
 					w.create(client.CreateRequest{Lane: "default", Kind: "later", Delay: 300 * time.Millisecond})
-					w.waitPast(w.serverMs() + 300)
+					w.WaitPast(w.NowMs() + 300)
 				},
 				Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 					assert.Equal(t, want, r.Processed, "%v", r)

@@ -168,15 +168,23 @@ func (s *Timer) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 	filter := s.filter.Get()
 	sc := &scan{s: s, req: req, pk: keys.FlowPart(req.Partition), filter: filter,
 		res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
+	// Each index entry is its own timer. Members that are not ids (or
+	// are ids of another partition) are removed; a non-canonical spelling
+	// is left.
+	in := scanutil.Intake[timerID]{Parse: s.parse, Sources: []string{s.sp.source}, PerIndex: true,
+		Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign}, Failures: s.failures}.Begin(ctx, req, sc.res)
 	window := 0
-	seen := make(map[string]bool, len(req.Candidates))
 	for _, c := range req.Candidates {
-		if c.Source != s.sp.source || seen[c.Key+"\x00"+c.Member] {
-			continue
+		id, v := in.Admit(c)
+		if v != scanutil.Duplicate && v != scanutil.OtherSource {
+			window++
 		}
-		seen[c.Key+"\x00"+c.Member] = true
-		window++
-		sc.admit(c)
+		switch v {
+		case scanutil.Take:
+			sc.admit(c, id)
+		case scanutil.Remove:
+			sc.toRemove = append(sc.toRemove, [2]string{c.Key, c.Member})
+		}
 	}
 	waves, err := scanutil.Waves(ctx, host, 0, sc.buildWave)
 	if err != nil {
@@ -200,28 +208,30 @@ func (s *Timer) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 	return sc.res, nil
 }
 
-// admit classifies one candidate.
-func (sc *scan) admit(c scannerapi.Candidate) {
-	it := &item{member: c.Member, score: c.Score, index: c.Key, lane: c.Lane}
-	switch sc.s.sp.members {
-	case execMember:
-		id, kind := keys.ClassifyExecutionIDIn(c.Member, sc.req.Partition)
-		if !sc.usable(c, kind) {
-			return
-		}
-		it.eid = id
-	case waitpointMember:
-		id, err := keys.ParseUUID(c.Member)
+// timerID is a timer's member, parsed: an execution id, or a waitpoint
+// id for pending_waitpoint_expiry.
+type timerID struct {
+	eid  keys.ExecutionID
+	wpid keys.UUID
+}
+
+// parse classifies a member by the scanner's member kind: an execution id
+// of partition p, or a waitpoint id (a uuid, in one spelling only).
+func (s *Timer) parse(member string, p keys.Partition) (timerID, keys.IDForm) {
+	if s.sp.members == waitpointMember {
+		id, err := keys.ParseUUID(member)
 		if err != nil {
-			sc.invalid(c, keys.IDInvalid)
-			return
+			return timerID{}, keys.IDInvalid
 		}
-		it.wpid = id
+		return timerID{wpid: id}, keys.IDCanonical
 	}
-	if sc.s.failures.ShouldSkip(it.key(), sc.req.Cycle) {
-		sc.res.Skipped++
-		return
-	}
+	id, form := keys.ClassifyExecutionIDIn(member, p)
+	return timerID{eid: id}, form
+}
+
+// admit queues a candidate the intake took.
+func (sc *scan) admit(c scannerapi.Candidate, id timerID) {
+	it := &item{member: c.Member, score: c.Score, index: c.Key, lane: c.Lane, eid: id.eid, wpid: id.wpid}
 	if _, stuck := sc.s.stuck.Recall(sc.req.Partition.Index, c.Key+"\x00"+c.Member, c.Score, sc.req.Cycle); stuck {
 		sc.res.Skipped++
 		return
@@ -234,33 +244,6 @@ func (sc *scan) admit(c scannerapi.Candidate) {
 	default:
 		sc.toRead = append(sc.toRead, it)
 	}
-}
-
-// usable accounts for members that are not canonical execution ids.
-func (sc *scan) usable(c scannerapi.Candidate, kind keys.IDForm) bool {
-	if kind == keys.IDCanonical {
-		return true
-	}
-	sc.invalid(c, kind)
-	return false
-}
-
-// invalid counts a member that is not an id: removed when it cannot be one
-// in any spelling or is an id of another partition, left (and counted
-// every time) when it is a spelling FlowFabric might have written.
-func (sc *scan) invalid(c scannerapi.Candidate, kind keys.IDForm) {
-	if kind == keys.IDNonCanonical {
-		sc.res.AddError(scannerapi.ErrInvalid, "non_canonical_member", 1)
-		sc.res.Note("left non-canonical member %q in place", c.Member)
-		return
-	}
-	sc.res.AddError(scannerapi.ErrInvalid, kind.String()+"_member", 1)
-	if sc.req.DryRun {
-		sc.res.Note("would remove %s member %q", kind, c.Member)
-		return
-	}
-	sc.log.Warn("removing an index member that is not an id of this partition", "index", c.Key, "member", c.Member, "form", kind.String())
-	sc.toRemove = append(sc.toRemove, [2]string{c.Key, c.Member})
 }
 
 // indexOf is the concrete index key an item came from.

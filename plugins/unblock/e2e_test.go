@@ -30,36 +30,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type world struct {
-	t   testing.TB
-	ctx context.Context
-	vk  valkey.Client
-	c   *client.Client
-}
+// world is state made through sdk/client for one scenario.
+type world struct{ *scannertest.World }
 
 func newWorld(t testing.TB, vk valkey.Client) *world {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	c, err := client.New(ctx, vk, client.Options{Partitions: parts, Namespace: "e2e"})
-	require.NoError(t, err)
-	return &world{t: t, ctx: ctx, vk: vk, c: c}
+	return &world{scannertest.NewWorld(t, vk, client.Options{Partitions: parts, Namespace: "e2e"})}
 }
 
 func (w *world) create(lane string, caps ...string) keys.ExecutionID {
-	r, err := w.c.CreateExecution(w.ctx, client.CreateRequest{Lane: lane, Kind: "k", RequiredCapabilities: caps})
-	require.NoError(w.t, err)
+	r, err := w.Client.CreateExecution(w.Ctx, client.CreateRequest{Lane: lane, Kind: "k", RequiredCapabilities: caps})
+	require.NoError(w.T, err)
 	return r.ID
 }
 
+// worker registers worker e2e on lane with capabilities caps.
 func (w *world) worker(lane, instance string, caps ...string) *client.Worker {
-	wk, err := w.c.NewWorker(w.ctx, client.WorkerOptions{WorkerID: "e2e", InstanceID: instance, Lanes: []string{lane}, Capabilities: caps})
-	require.NoError(w.t, err)
-	w.t.Cleanup(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		_ = wk.Close(ctx)
-	})
-	return wk
+	return w.Worker(client.WorkerOptions{WorkerID: "e2e", InstanceID: instance, Lanes: []string{lane}, Capabilities: caps})
 }
 
 // block parks an execution as FlowFabric's scheduler does
@@ -69,21 +55,13 @@ func (w *world) worker(lane, instance string, caps ...string) *client.Worker {
 func (w *world) block(id keys.ExecutionID, lane, reason, set string, fields ...string) {
 	ek, pk := keys.Exec(id), keys.FlowPart(id.Partition())
 	if len(fields) > 0 {
-		require.NoError(w.t, w.vk.Do(w.ctx, w.vk.B().Arbitrary("HSET", ek.Core()).Args(fields...).Build()).Error())
+		require.NoError(w.T, w.Valkey.Do(w.Ctx, w.Valkey.B().Arbitrary("HSET", ek.Core()).Args(fields...).Build()).Error())
 	}
-	v, err := w.vk.Do(w.ctx, w.vk.B().Fcall().Function("ff_block_execution_for_admission").Numkeys(3).
+	v, err := w.Valkey.Do(w.Ctx, w.Valkey.B().Fcall().Function("ff_block_execution_for_admission").Numkeys(3).
 		Key(ek.Core(), pk.LaneEligible(lane), set).Arg(id.String(), reason, "e2e", strconv.FormatInt(time.Now().UnixMilli(), 10)).Build()).ToArray()
-	require.NoError(w.t, err)
+	require.NoError(w.T, err)
 	n, _ := v[0].AsInt64()
-	require.Equal(w.t, int64(1), n)
-}
-
-func (w *world) serverMs() int64 {
-	v, err := w.vk.Do(w.ctx, w.vk.B().Time().Build()).AsStrSlice()
-	require.NoError(w.t, err)
-	s, _ := strconv.ParseInt(v[0], 10, 64)
-	us, _ := strconv.ParseInt(v[1], 10, 64)
-	return s*1000 + us/1000
+	require.Equal(w.T, int64(1), n)
 }
 
 func eligibility(t testing.TB, vk valkey.Client, id keys.ExecutionID) string {
@@ -100,9 +78,10 @@ func eligibility(t testing.TB, vk valkey.Client, id keys.ExecutionID) string {
 // blocked by a full quota window is re-admitted once the window moved on,
 // one blocked by a concurrency cap still in use stays.
 func TestUnblockEachReason(t *testing.T) {
+	t.Parallel()
 	var gpu, tpu, reset, atLimit, windowed, capped keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 		New:   func() scannerapi.Scanner { return unblock.New() },
 		Lanes: []string{"route", "budget", "quota"},
 		Setup: func(t testing.TB, vk valkey.Client) {
@@ -112,7 +91,7 @@ func TestUnblockEachReason(t *testing.T) {
 			gpu, tpu = w.create("route", "gpu"), w.create("route", "tpu")
 			plain := w.worker("route", "plain")
 			for i := 0; i < 64; i++ {
-				task, err := plain.ClaimNext(w.ctx)
+				task, err := plain.ClaimNext(w.Ctx)
 				require.NoError(t, err)
 				require.Nil(t, task)
 				if eligibility(t, vk, gpu) == "blocked_by_route" && eligibility(t, vk, tpu) == "blocked_by_route" {
@@ -129,15 +108,15 @@ func TestUnblockEachReason(t *testing.T) {
 			budget := func(id string) keys.BudgetID {
 				bid, err := keys.ParseBudgetID(id)
 				require.NoError(t, err)
-				b, err := w.c.CreateBudget(w.ctx, client.CreateBudgetRequest{ID: bid, ScopeType: "lane", ScopeID: "budget",
+				b, err := w.Client.CreateBudget(w.Ctx, client.CreateBudgetRequest{ID: bid, ScopeType: "lane", ScopeID: "budget",
 					Dimensions: []client.BudgetDimension{{Name: "tokens", Hard: 100}}})
 				require.NoError(t, err)
-				_, err = w.c.ReportUsage(w.ctx, client.UsageReport{Budget: b.ID, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: 100}}})
+				_, err = w.Client.ReportUsage(w.Ctx, client.UsageReport{Budget: b.ID, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: 100}}})
 				require.NoError(t, err)
 				return b.ID
 			}
 			b1, b2 := budget("b0000000-0000-4000-8000-000000000001"), budget("b0000000-0000-4000-8000-000000000002")
-			_, err := w.c.ResetBudget(w.ctx, b1)
+			_, err := w.Client.ResetBudget(w.Ctx, b1)
 			require.NoError(t, err)
 			reset, atLimit = w.create("budget"), w.create("budget")
 			w.block(reset, "budget", "waiting_for_budget", keys.FlowPart(reset.Partition()).LaneBlockedBudget("budget"), "budget_ids", b1.String())
@@ -149,31 +128,25 @@ func TestUnblockEachReason(t *testing.T) {
 				require.NoError(t, err)
 				return q
 			}
-			q1, err := w.c.CreateQuotaPolicy(w.ctx, client.CreateQuotaRequest{ID: qid("d0000000-0000-4000-8000-000000000001"),
+			q1, err := w.Client.CreateQuotaPolicy(w.Ctx, client.CreateQuotaRequest{ID: qid("d0000000-0000-4000-8000-000000000001"),
 				Window: time.Second, MaxRequests: 1})
 			require.NoError(t, err)
-			q2, err := w.c.CreateQuotaPolicy(w.ctx, client.CreateQuotaRequest{ID: qid("d0000000-0000-4000-8000-000000000002"),
+			q2, err := w.Client.CreateQuotaPolicy(w.Ctx, client.CreateQuotaRequest{ID: qid("d0000000-0000-4000-8000-000000000002"),
 				Window: time.Hour, MaxConcurrent: 1})
 			require.NoError(t, err)
 			first, holder := w.create("quota"), w.create("quota")
-			a, err := w.c.Admit(w.ctx, q1.ID, first)
+			a, err := w.Client.Admit(w.Ctx, q1.ID, first)
 			require.NoError(t, err)
 			require.True(t, a.Admitted)
-			admittedAt := w.serverMs()
-			a, err = w.c.Admit(w.ctx, q2.ID, holder)
+			admittedAt := w.NowMs()
+			a, err = w.Client.Admit(w.Ctx, q2.ID, holder)
 			require.NoError(t, err)
 			require.True(t, a.Admitted)
 			windowed, capped = w.create("quota"), w.create("quota")
 			w.block(windowed, "quota", "waiting_for_quota", keys.FlowPart(windowed.Partition()).LaneBlockedQuota("quota"), "quota_policy_id", q1.ID.String())
 			w.block(capped, "quota", "waiting_for_quota", keys.FlowPart(capped.Partition()).LaneBlockedQuota("quota"), "quota_policy_id", q2.ID.String())
 			// The window frees one second after the admission.
-			for w.serverMs() <= admittedAt+1000 {
-				select {
-				case <-w.ctx.Done():
-					t.Fatal("server clock did not move")
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
+			w.WaitPast(admittedAt + 1000)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			assert.Equal(t, int64(3), r.Processed, "%v", r)
@@ -192,9 +165,10 @@ func TestUnblockEachReason(t *testing.T) {
 
 // A dry run decides as a real run would and changes nothing.
 func TestUnblockDryRun(t *testing.T) {
+	t.Parallel()
 	var parked keys.ExecutionID
 	linked, plugin := scannertest.Run(t, scannertest.Case{
-		Runner: hosttest.Runner{}, Plugin: pluginPkg, Partitions: parts, DryRun: true,
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts, DryRun: true,
 		New:   func() scannerapi.Scanner { return unblock.New() },
 		Lanes: []string{"budget"},
 		Setup: func(t testing.TB, vk valkey.Client) {

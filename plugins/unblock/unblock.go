@@ -60,6 +60,9 @@ var reasons = map[string]string{
 	"route":  "waiting_for_capable_worker",
 }
 
+// sourceNames are the sources, one per reason.
+var sourceNames = []string{"budget", "quota", "route"}
+
 // coreFields are read from each candidate's core.
 var coreFields = []string{"execution_id", "blocking_reason", "namespace", "budget_ids", "quota_policy_id",
 	"required_capabilities"}
@@ -77,7 +80,7 @@ func New() *Scanner { return &Scanner{failures: scannerapi.NewFailureTracker()} 
 func (s *Scanner) Info() scannerapi.Info {
 	var sources []scannerapi.CandidateSource
 	var own []string
-	for _, src := range []string{"budget", "quota", "route"} {
+	for _, src := range sourceNames {
 		s := scannerapi.CandidateSource{Name: src, Kind: scannerapi.SourceZSetRotate,
 			Key: "ff:idx:{p}:lane:{lane}:blocked:" + src, Backlog: scannerapi.BacklogSize}
 		sources = append(sources, s)
@@ -150,20 +153,13 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	sc := &scan{s: s, req: req, filter: filter, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx),
 		routeWait: map[string][]*item{}, caps: map[string]map[string]bool{}, instances: map[string][]string{},
 		failedNS: map[string]bool{}}
-	seen := map[string]bool{}
+	// Each blocked-set entry is its own piece of work; members that are
+	// not execution ids are counted and left.
+	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDs, Sources: sourceNames, PerIndex: true,
+		Failures: s.failures}.Begin(ctx, req, sc.res)
 	for _, c := range req.Candidates {
-		if _, ok := reasons[c.Source]; !ok || seen[c.Key+"\x00"+c.Member] {
-			continue
-		}
-		seen[c.Key+"\x00"+c.Member] = true
-		id, form := keys.ClassifyExecutionID(c.Member)
-		if form != keys.IDCanonical {
-			sc.res.AddError(scannerapi.ErrInvalid, form.String()+"_member", 1)
-			sc.res.Note("left member %q of %s in place", c.Member, c.Key)
-			continue
-		}
-		if s.failures.ShouldSkip(c.Member, req.Cycle) {
-			sc.res.Skipped++
+		id, v := in.Admit(c)
+		if v != scanutil.Take {
 			continue
 		}
 		sc.toRead = append(sc.toRead, &item{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id})

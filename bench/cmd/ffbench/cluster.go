@@ -14,9 +14,9 @@ import (
 	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/bench/seed"
 	"github.com/ffscan/ffscan/host/boot"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/plugins/leaseexpiry"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // clusterInterval is short so that a burst larger than one cycle's
@@ -55,7 +55,7 @@ func (b *bench) runCluster(ctx context.Context, n int) (*clusterResult, error) {
 	}
 	res.Runs = append(res.Runs, single)
 	// The bench server is idle from here on; stop nothing, it is small.
-	cl, err := testenv.StartCluster(3)
+	cl, err := testserver.StartCluster(3)
 	if err != nil {
 		return nil, err
 	}

@@ -17,10 +17,10 @@ import (
 	"github.com/ffscan/ffscan/bench/hostproc"
 	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/host/depexec"
-	"github.com/ffscan/ffscan/internal/flowtest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/depresolve"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 )
 
 // DAG modes.
@@ -32,7 +32,7 @@ const (
 
 const (
 	reconcilerScanner = "dependency_reconciler"
-	reconcilerBinary  = "dependencyreconciler"
+	reconcilerBinary  = "depreconciler"
 )
 
 // dagMode is one way of resolving edges and what it measured.

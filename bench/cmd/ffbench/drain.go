@@ -482,31 +482,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 // (ZRANGE, then one pipeline of all its FCALLs).
 func (b *bench) drainRaw(ctx context.Context, n int) (drainRun, error) {
 	run := drainRun{Mode: modeRaw}
-	c := b.client
-	var marked, fcalls, errs atomic.Int64
-	fcall := func(pk keys.FlowPartKeys, member string) (valkey.Completed, bool) {
-		id, err := keys.ParseExecutionID(member)
-		if err != nil {
-			errs.Add(1)
-			return valkey.Completed{}, false
-		}
-		k := keys.Exec(id)
-		return c.B().Fcall().Function(leaseexpiry.Function).Numkeys(4).
-			Key(k.Core(), k.LeaseCurrent(), pk.LeaseExpiry(), k.LeaseHistory()).Arg(member).Build(), true
-	}
-	send := func(cmds valkey.Commands) {
-		fcalls.Add(int64(len(cmds)))
-		for _, r := range c.DoMulti(ctx, cmds...) {
-			arr, err := r.ToArray()
-			if err != nil || len(arr) < 2 {
-				errs.Add(1)
-				continue
-			}
-			if st, _ := arr[1].ToString(); st == "OK" {
-				marked.Add(1)
-			}
-		}
-	}
+	rd := &rawDrain{b: b, c: b.client}
 	cpu, err := b.startCPU(ctx, modeRaw, 0)
 	if err != nil {
 		return run, err
@@ -517,98 +493,150 @@ func (b *bench) drainRaw(ctx context.Context, n int) (drainRun, error) {
 		if run.Cycles > 5 {
 			return run, fmt.Errorf("%d of %d marked after %d passes", run.Marked, n, run.Cycles-1)
 		}
-		tm, err := c.Do(ctx, c.B().Time().Build()).AsIntSlice()
-		if err != nil || len(tm) != 2 {
-			return run, fmt.Errorf("TIME: %v", err)
+		if err := rd.pass(ctx); err != nil {
+			return run, err
 		}
-		now := strconv.FormatInt(tm[0]*1000+tm[1]/1000, 10)
-		parts := b.parts.Partitions(keys.FamilyFlow)
-		zrange := func(p keys.Partition) valkey.Completed {
-			return c.B().Zrange().Key(keys.FlowPart(p).LeaseExpiry()).Min("-inf").Max(now).Byscore().Build()
-		}
-		work := make(chan valkey.Commands)
-		var wg sync.WaitGroup
-		for range b.concurrency {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for cmds := range work {
-					send(cmds)
-				}
-			}()
-		}
-		if b.rawChunk <= 0 {
-			// Whole partitions per worker: ZRANGE, then its FCALLs.
-			pw := make(chan keys.Partition)
-			var pwg sync.WaitGroup
-			var firstErr atomic.Value
-			for range b.concurrency {
-				pwg.Add(1)
-				go func() {
-					defer pwg.Done()
-					for p := range pw {
-						due, err := c.Do(ctx, zrange(p)).AsStrSlice()
-						if err != nil {
-							firstErr.CompareAndSwap(nil, err)
-							continue
-						}
-						var cmds valkey.Commands
-						for _, m := range due {
-							if cmd, ok := fcall(keys.FlowPart(p), m); ok {
-								cmds = append(cmds, cmd)
-							}
-						}
-						if len(cmds) > 0 {
-							send(cmds)
-						}
-					}
-				}()
-			}
-			for _, p := range parts {
-				pw <- p
-			}
-			close(pw)
-			pwg.Wait()
-			if err, ok := firstErr.Load().(error); ok {
-				close(work)
-				wg.Wait()
-				return run, err
-			}
-		} else {
-			cmds := make(valkey.Commands, len(parts))
-			for i, p := range parts {
-				cmds[i] = zrange(p)
-			}
-			var batch valkey.Commands
-			for i, r := range c.DoMulti(ctx, cmds...) {
-				due, err := r.AsStrSlice()
-				if err != nil {
-					close(work)
-					wg.Wait()
-					return run, err
-				}
-				for _, m := range due {
-					if cmd, ok := fcall(keys.FlowPart(parts[i]), m); ok {
-						batch = append(batch, cmd)
-					}
-					if len(batch) == b.rawChunk {
-						work <- batch
-						batch = nil
-					}
-				}
-			}
-			if len(batch) > 0 {
-				work <- batch
-			}
-		}
-		close(work)
-		wg.Wait()
-		run.Marked = marked.Load()
+		run.Marked = rd.marked.Load()
 	}
 	run.Elapsed = time.Since(t0)
 	cpu.stop(ctx, &run)
-	run.FCalls, run.Errors = fcalls.Load(), errs.Load()
+	run.FCalls, run.Errors = rd.fcalls.Load(), rd.errs.Load()
 	return run, nil
+}
+
+// rawDrain is drainRaw's state: the client and what the passes counted.
+type rawDrain struct {
+	b                    *bench
+	c                    valkey.Client
+	marked, fcalls, errs atomic.Int64
+}
+
+// fcall builds the marking FCALL of one due member (false, counted as an
+// error: not an execution id).
+func (rd *rawDrain) fcall(pk keys.FlowPartKeys, member string) (valkey.Completed, bool) {
+	id, err := keys.ParseExecutionID(member)
+	if err != nil {
+		rd.errs.Add(1)
+		return valkey.Completed{}, false
+	}
+	k := keys.Exec(id)
+	return rd.c.B().Fcall().Function(leaseexpiry.Function).Numkeys(4).
+		Key(k.Core(), k.LeaseCurrent(), pk.LeaseExpiry(), k.LeaseHistory()).Arg(member).Build(), true
+}
+
+// send runs one pipeline of FCALLs and counts the leases marked.
+func (rd *rawDrain) send(ctx context.Context, cmds valkey.Commands) {
+	rd.fcalls.Add(int64(len(cmds)))
+	for _, r := range rd.c.DoMulti(ctx, cmds...) {
+		arr, err := r.ToArray()
+		if err != nil || len(arr) < 2 {
+			rd.errs.Add(1)
+			continue
+		}
+		if st, _ := arr[1].ToString(); st == "OK" {
+			rd.marked.Add(1)
+		}
+	}
+}
+
+// pass is one pass over every partition's due range at the server's time.
+func (rd *rawDrain) pass(ctx context.Context) error {
+	tm, err := rd.c.Do(ctx, rd.c.B().Time().Build()).AsIntSlice()
+	if err != nil || len(tm) != 2 {
+		return fmt.Errorf("TIME: %v", err)
+	}
+	now := strconv.FormatInt(tm[0]*1000+tm[1]/1000, 10)
+	zrange := func(p keys.Partition) valkey.Completed {
+		return rd.c.B().Zrange().Key(keys.FlowPart(p).LeaseExpiry()).Min("-inf").Max(now).Byscore().Build()
+	}
+	work := make(chan valkey.Commands)
+	var wg sync.WaitGroup
+	for range rd.b.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cmds := range work {
+				rd.send(ctx, cmds)
+			}
+		}()
+	}
+	if rd.b.rawChunk <= 0 {
+		err = rd.byPartition(ctx, zrange)
+	} else {
+		err = rd.chunked(ctx, zrange, work)
+	}
+	close(work)
+	wg.Wait()
+	return err
+}
+
+// byPartition gives each worker whole partitions: its ZRANGE, then one
+// pipeline of its FCALLs.
+func (rd *rawDrain) byPartition(ctx context.Context, zrange func(keys.Partition) valkey.Completed) error {
+	pw := make(chan keys.Partition)
+	var pwg sync.WaitGroup
+	var firstErr atomic.Value
+	for range rd.b.concurrency {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			for p := range pw {
+				due, err := rd.c.Do(ctx, zrange(p)).AsStrSlice()
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				var cmds valkey.Commands
+				for _, m := range due {
+					if cmd, ok := rd.fcall(keys.FlowPart(p), m); ok {
+						cmds = append(cmds, cmd)
+					}
+				}
+				if len(cmds) > 0 {
+					rd.send(ctx, cmds)
+				}
+			}
+		}()
+	}
+	for _, p := range rd.b.parts.Partitions(keys.FamilyFlow) {
+		pw <- p
+	}
+	close(pw)
+	pwg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// chunked reads every partition's due range in one pipeline and hands the
+// FCALLs to the workers in pipelines of rawChunk.
+func (rd *rawDrain) chunked(ctx context.Context, zrange func(keys.Partition) valkey.Completed, work chan<- valkey.Commands) error {
+	parts := rd.b.parts.Partitions(keys.FamilyFlow)
+	cmds := make(valkey.Commands, len(parts))
+	for i, p := range parts {
+		cmds[i] = zrange(p)
+	}
+	var batch valkey.Commands
+	for i, r := range rd.c.DoMulti(ctx, cmds...) {
+		due, err := r.AsStrSlice()
+		if err != nil {
+			return err
+		}
+		for _, m := range due {
+			if cmd, ok := rd.fcall(keys.FlowPart(parts[i]), m); ok {
+				batch = append(batch, cmd)
+			}
+			if len(batch) == rd.b.rawChunk {
+				work <- batch
+				batch = nil
+			}
+		}
+	}
+	if len(batch) > 0 {
+		work <- batch
+	}
+	return nil
 }
 
 // warmUp runs one dry-run cycle over every partition before the clock

@@ -59,17 +59,9 @@ func (b *bench) idleSnap(ctx context.Context, h *hostproc.Proc, pluginPid int) (
 	if s.pluginCPU, err = measure.ProcCPU(pluginPid); err != nil {
 		return s, err
 	}
-	// Plain INFO on a throwaway connection: the bench's own client is
-	// closed during the window, so its keep-alive PINGs do not count.
-	info, err := measure.RawInfo(b.srv.Addr, "commandstats")
-	if err != nil {
+	if s.cmds, s.serverCPU, err = b.serverCounters(); err != nil {
 		return s, err
 	}
-	s.cmds = measure.ParseCommandStats(info)
-	if info, err = measure.RawInfo(b.srv.Addr, "cpu"); err != nil {
-		return s, err
-	}
-	s.serverCPU = measure.ParseServerCPU(info)
 	text, err := h.Metrics(ctx)
 	if err != nil {
 		return s, err

@@ -119,36 +119,7 @@ func (b *bench) runIdleAll(ctx context.Context, window time.Duration) (_ *idleAl
 			err = rerr
 		}
 	}()
-	snap := func() (time.Time, time.Duration, time.Duration, time.Duration, map[string]int64, float64, error) {
-		at := time.Now()
-		hostCPU, err := measure.ProcCPU(h.Pid())
-		if err != nil {
-			return at, 0, 0, 0, nil, 0, err
-		}
-		var plug time.Duration
-		for pid := range pids {
-			c, err := measure.ProcCPU(pid)
-			if err != nil {
-				return at, 0, 0, 0, nil, 0, err
-			}
-			plug += c
-		}
-		info, err := measure.RawInfo(b.srv.Addr, "commandstats")
-		if err != nil {
-			return at, 0, 0, 0, nil, 0, err
-		}
-		cmds := measure.ParseCommandStats(info)
-		if info, err = measure.RawInfo(b.srv.Addr, "cpu"); err != nil {
-			return at, 0, 0, 0, nil, 0, err
-		}
-		text, err := h.Metrics(ctx)
-		if err != nil {
-			return at, 0, 0, 0, nil, 0, err
-		}
-		rpcs := measure.ParseMetrics(text).Sum("ffscan_plugin_rpc_duration_seconds_count")
-		return at, hostCPU, plug, measure.ParseServerCPU(info), cmds, rpcs, nil
-	}
-	t0, h0, p0, s0, c0, r0, err := snap()
+	s0, err := b.idleAllSnap(ctx, h, pids)
 	if err != nil {
 		return nil, err
 	}
@@ -157,25 +128,53 @@ func (b *bench) runIdleAll(ctx context.Context, window time.Duration) (_ *idleAl
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	t1, h1, p1, s1, c1, r1, err := snap()
+	s1, err := b.idleAllSnap(ctx, h, pids)
 	if err != nil {
 		return nil, err
 	}
-	res.Window = t1.Sub(t0)
-	res.HostCPU, res.PluginCPU, res.ServerCPU = h1-h0, p1-p0, s1-s0
-	res.ScanRPCs = r1 - r0
+	res.Window = s1.at.Sub(s0.at)
+	res.HostCPU, res.PluginCPU, res.ServerCPU = s1.host-s0.host, s1.plugins-s0.plugins, s1.server-s0.server
+	res.ScanRPCs = s1.rpcs - s0.rpcs
 	res.ByCommand = map[string]int64{}
-	for k, v := range c1 {
+	for k, v := range s1.cmds {
 		if k == "info" {
 			continue
 		}
-		if d := v - c0[k]; d > 0 {
+		if d := v - s0.cmds[k]; d > 0 {
 			res.ByCommand[k] = d
 			res.Commands += d
 		}
 	}
 	res.LoadAfter = measure.Load()
 	return res, nil
+}
+
+// idleAllSnap is one reading of what the all-scanners idle bench measures.
+type idleAllSnap struct {
+	at                    time.Time
+	host, plugins, server time.Duration // CPU time
+	cmds                  map[string]int64
+	rpcs                  float64 // scan RPCs, from the host's metrics
+}
+
+func (b *bench) idleAllSnap(ctx context.Context, h *hostproc.Proc, pids map[int]bool) (idleAllSnap, error) {
+	sn := idleAllSnap{at: time.Now()}
+	var err error
+	if sn.host, err = measure.ProcCPU(h.Pid()); err != nil {
+		return sn, err
+	}
+	if sn.plugins, err = cpuOf(pids); err != nil {
+		return sn, err
+	}
+	if sn.cmds, sn.server, err = b.serverCounters(); err != nil {
+		return sn, err
+	}
+	text, err := h.Metrics(ctx)
+	if err != nil {
+		return sn, err
+	}
+	sn.rpcs = measure.ParseMetrics(text).Sum("ffscan_plugin_rpc_duration_seconds_count")
+	return sn, nil
 }
 
 func (r *idleAllResult) print(w io.Writer) {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/bench/hostproc"
-	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/client"
 )
@@ -70,19 +69,60 @@ func (b *bench) lanesOnce(ctx context.Context, nLanes int, census string, window
 	if err := b.flush(ctx); err != nil {
 		return run, nil, err
 	}
-	lanes := make([]string, nLanes)
+	lanes, err := b.recordLanes(ctx, nLanes)
+	if err != nil {
+		return run, nil, err
+	}
+	h, pids, err := b.startLaneHost(ctx, census)
+	if err != nil {
+		return run, nil, err
+	}
+	defer h.Stop()
+	// Boot, the first cycles and the census's first passes pass first.
+	time.Sleep(5 * time.Second)
+	s0, err := b.lanesSnap(pids)
+	if err != nil {
+		return run, nil, err
+	}
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return run, nil, ctx.Err()
+	}
+	s1, err := b.lanesSnap(pids)
+	if err != nil {
+		return run, nil, err
+	}
+	run.Window, run.HostCPU, run.ServerCPU, run.Commands = s1.at.Sub(s0.at), s1.cpu-s0.cpu, s1.server-s0.server, s1.cmds-s0.cmds
+	if nLanes < manyLanes || census != "auto" {
+		return run, nil, nil
+	}
+	lat, err = b.laneLatency(ctx, lanes, probes)
+	return run, lat, err
+}
+
+// recordLanes names n lanes ("default" alone when n is 1) and records them
+// in the lanes index, as a deployment does: the host merges them at boot.
+func (b *bench) recordLanes(ctx context.Context, n int) ([]string, error) {
+	lanes := make([]string, n)
 	for i := range lanes {
 		lanes[i] = fmt.Sprintf("lane-%d", i)
 	}
-	if nLanes == 1 {
+	if n == 1 {
 		lanes[0] = "default"
 	}
-	// The lanes a deployment records: the host merges them at boot.
 	for i := 0; i < len(lanes); i += 500 {
 		if err := b.client.Do(ctx, b.client.B().Sadd().Key(keys.LanesIndex).Member(lanes[i:min(i+500, len(lanes))]...).Build()).Error(); err != nil {
-			return run, nil, err
+			return nil, err
 		}
 	}
+	return lanes, nil
+}
+
+// startLaneHost starts a host running the lane-scoped scanners with the
+// given census mode, and returns it with the pids whose CPU is measured
+// (the host's and its plugins').
+func (b *bench) startLaneHost(ctx context.Context, census string) (*hostproc.Proc, map[int]bool, error) {
 	var scanners []hostproc.Scanner
 	for _, s := range laneScanners {
 		scanners = append(scanners, hostproc.Scanner{Name: s})
@@ -94,93 +134,74 @@ func (b *bench) lanesOnce(ctx context.Context, nLanes int, census string, window
 	h, err := hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir, ValkeyAddr: b.srv.Addr,
 		Scanners: scanners, LogLevel: level, Log: io.Writer(os.Stderr), Extra: "scheduler:\n  lane_census: " + census + "\n"}, 60*time.Second)
 	if err != nil {
-		return run, nil, err
+		return nil, nil, err
 	}
-	defer h.Stop()
 	pids := map[int]bool{h.Pid(): true}
 	for _, s := range laneScanners {
 		st, err := h.Scanner(ctx, s)
 		if err != nil {
-			return run, nil, err
+			h.Stop()
+			return nil, nil, err
 		}
 		pids[st.Pid] = true
 	}
-	// Boot, the first cycles and the census's first passes pass first.
-	time.Sleep(5 * time.Second)
-	snap := func() (time.Time, time.Duration, time.Duration, int64, error) {
-		at := time.Now()
-		var cpu time.Duration
-		for pid := range pids {
-			c, err := measure.ProcCPU(pid)
-			if err != nil {
-				return at, 0, 0, 0, err
-			}
-			cpu += c
-		}
-		info, err := measure.RawInfo(b.srv.Addr, "commandstats")
-		if err != nil {
-			return at, 0, 0, 0, err
-		}
-		var cmds int64
-		for k, v := range measure.ParseCommandStats(info) {
-			if k != "info" {
-				cmds += v
-			}
-		}
-		if info, err = measure.RawInfo(b.srv.Addr, "cpu"); err != nil {
-			return at, 0, 0, 0, err
-		}
-		return at, cpu, measure.ParseServerCPU(info), cmds, nil
-	}
-	t0, h0, s0, c0, err := snap()
-	if err != nil {
-		return run, nil, err
-	}
-	select {
-	case <-time.After(window):
-	case <-ctx.Done():
-		return run, nil, ctx.Err()
-	}
-	t1, h1, s1, c1, err := snap()
-	if err != nil {
-		return run, nil, err
-	}
-	run.Window, run.HostCPU, run.ServerCPU, run.Commands = t1.Sub(t0), h1-h0, s1-s0, c1-c0
-	if nLanes < manyLanes || census != "auto" {
-		return run, nil, nil
-	}
+	return h, pids, nil
+}
 
-	// Latency: executions due in random lanes that were empty, one at a
-	// time, each timed from when it became due to its promotion.
+// laneSnap is one reading of what the lane bench measures.
+type laneSnap struct {
+	at          time.Time
+	cpu, server time.Duration // the processes' CPU, the server's
+	cmds        int64         // commands the server ran (INFO excluded)
+}
+
+func (b *bench) lanesSnap(pids map[int]bool) (laneSnap, error) {
+	sn := laneSnap{at: time.Now()}
+	var err error
+	if sn.cpu, err = cpuOf(pids); err != nil {
+		return sn, err
+	}
+	cmds, server, err := b.serverCounters()
+	if err != nil {
+		return sn, err
+	}
+	sn.cmds, sn.server = commandsBut(cmds, "info"), server
+	return sn, nil
+}
+
+// laneLatency times executions due in random lanes that were empty, one
+// at a time, each from when it became due to its promotion.
+func (b *bench) laneLatency(ctx context.Context, lanes []string, probes int) ([]time.Duration, error) {
 	cl, err := client.New(ctx, b.client, client.Options{Partitions: b.parts, Library: b.lib, Namespace: "bench"})
 	if err != nil {
-		return run, nil, err
+		return nil, err
 	}
 	const delay = 300 * time.Millisecond
+	var lat []time.Duration
 	for range probes {
 		lane := lanes[rand.IntN(len(lanes))]
 		created := time.Now()
 		r, err := cl.CreateExecution(ctx, client.CreateRequest{Lane: lane, Kind: "probe", Delay: delay})
 		if err != nil {
-			return run, nil, err
+			return nil, err
 		}
 		due := created.Add(delay)
 		for {
 			st, err := cl.GetExecution(ctx, r.ID)
 			if err != nil {
-				return run, nil, err
+				return nil, err
 			}
 			if st.PublicState != "delayed" {
 				lat = append(lat, max(0, time.Since(due)))
 				break
 			}
 			if time.Since(due) > time.Minute {
-				return run, nil, fmt.Errorf("execution %s in lane %s not promoted a minute after it was due", r.ID, lane)
+				return nil, fmt.Errorf("execution %s in lane %s not promoted a minute after it was due", r.ID, lane)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	return run, lat, nil
+	return lat, nil
 }
 
 func (r *lanesResult) print(w io.Writer) {

@@ -1,6 +1,6 @@
 // Command ffbench is the benchmark runner behind `make bench`
 // (scripts/bench.sh). It starts its own throwaway server with
-// internal/testenv and measures, side by side in one run on that server:
+// sdk/testserver and measures, side by side in one run on that server:
 //
 //   - drain: N expired leases over every flow partition, marked by the
 //     lease_expiry plugin as a subprocess driven by the host's scheduler and
@@ -33,9 +33,9 @@ import (
 
 	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/host/boot"
-	"github.com/ffscan/ffscan/internal/testenv"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // sizes are the scale knobs; -quick picks CI-sized ones.
@@ -63,7 +63,7 @@ var (
 )
 
 type bench struct {
-	srv         *testenv.Server
+	srv         *testserver.Server
 	client      valkey.Client
 	lib         *lua.Library
 	parts       keys.PartitionConfig
@@ -124,43 +124,60 @@ func main() {
 	}
 }
 
-func run() error {
-	quick := flag.Bool("quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
-	only := flag.String("only", "drain,reclaim,idle,dag,idleall,hosts,cluster,lanes,pgdrain,pgidle", "comma-separated benchmarks to run")
-	binDir := flag.String("bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
-	leases := flag.Int("leases", 0, "drain: expired leases (default 100000, quick 10000)")
-	reps := flag.Int("reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
-	burst := flag.Int("burst", 0, "reclaim: leases in the burst (default 10000, quick 2000)")
-	idle := flag.Duration("idle", 0, "idle: measuring window (default 20s, quick 5s)")
-	dagRuns := flag.Int("dag-runs", 0, "dag: chains with the listener on (default 20, quick 5)")
-	concurrency := flag.Int("concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
-	maxLoad := flag.Float64("max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
-	verbose := flag.Bool("v", false, "host and plugin logs at info level")
-	rawChunk := flag.Int("raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
-	drainModes := flag.String("drain-modes", "plugin,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
-	cpuProfile := flag.String("cpuprofile", "", "drain: write a CPU profile of this process (host side) during each run to PATH.MODE.N")
-	flag.Parse()
+// options are ffbench's flags.
+type options struct {
+	quick                                               bool
+	only, binDir, drainModes, cpuProfile                string
+	leases, reps, burst, dagRuns, concurrency, rawChunk int
+	idle                                                time.Duration
+	maxLoad                                             float64
+	verbose                                             bool
+}
 
+func parseFlags() options {
+	var o options
+	flag.BoolVar(&o.quick, "quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
+	flag.StringVar(&o.only, "only", "drain,reclaim,idle,dag,idleall,hosts,cluster,lanes,pgdrain,pgidle", "comma-separated benchmarks to run")
+	flag.StringVar(&o.binDir, "bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
+	flag.IntVar(&o.leases, "leases", 0, "drain: expired leases (default 100000, quick 10000)")
+	flag.IntVar(&o.reps, "reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
+	flag.IntVar(&o.burst, "burst", 0, "reclaim: leases in the burst (default 10000, quick 2000)")
+	flag.DurationVar(&o.idle, "idle", 0, "idle: measuring window (default 20s, quick 5s)")
+	flag.IntVar(&o.dagRuns, "dag-runs", 0, "dag: chains with the listener on (default 20, quick 5)")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
+	flag.Float64Var(&o.maxLoad, "max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
+	flag.BoolVar(&o.verbose, "v", false, "host and plugin logs at info level")
+	flag.IntVar(&o.rawChunk, "raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
+	flag.StringVar(&o.drainModes, "drain-modes", "plugin,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "drain: write a CPU profile of this process (host side) during each run to PATH.MODE.N")
+	flag.Parse()
+	return o
+}
+
+// sizes are the run's sizes: full or quick, then the flags that override
+// them.
+func (o options) sizes() sizes {
 	sz := fullSizes
-	if *quick {
+	if o.quick {
 		sz = quickSizes
 	}
-	setIf(&sz.DrainLeases, *leases)
-	setIf(&sz.DrainReps, *reps)
-	setIf(&sz.Burst, *burst)
-	setIf(&sz.DAGRuns, *dagRuns)
-	if *idle > 0 {
-		sz.Idle = *idle
+	setIf(&sz.DrainLeases, o.leases)
+	setIf(&sz.DrainReps, o.reps)
+	setIf(&sz.Burst, o.burst)
+	setIf(&sz.DAGRuns, o.dagRuns)
+	if o.idle > 0 {
+		sz.Idle = o.idle
 	}
-	want := map[string]bool{}
-	for _, s := range splitList(*only) {
-		want[s] = true
-	}
+	return sz
+}
 
+func run() error {
+	o := parseFlags()
+	sz := o.sizes()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	bin, err := filepath.Abs(*binDir)
+	bin, err := filepath.Abs(o.binDir)
 	if err != nil {
 		return err
 	}
@@ -169,19 +186,19 @@ func run() error {
 			return fmt.Errorf("%s missing: run `make build` first (%w)", p, err)
 		}
 	}
-	if *maxLoad > 0 {
-		waitForLoad(ctx, *maxLoad, 2*time.Minute)
+	if o.maxLoad > 0 {
+		waitForLoad(ctx, o.maxLoad, 2*time.Minute)
 	}
 
 	level := hclog.Warn
-	if *verbose {
+	if o.verbose {
 		level = hclog.Info
 	}
-	b := &bench{binDir: bin, drainModes: splitList(*drainModes), cpuProfile: *cpuProfile, rawChunk: *rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: *concurrency,
-		parts: keys.DefaultPartitionConfig(), verbose: *verbose,
+	b := &bench{binDir: bin, drainModes: splitList(o.drainModes), cpuProfile: o.cpuProfile, rawChunk: o.rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: o.concurrency,
+		parts: keys.DefaultPartitionConfig(), verbose: o.verbose,
 		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
 	// DEBUG RELOAD restores the drain's snapshot between modes.
-	b.srv, err = testenv.Start(testenv.WithArgs("--enable-debug-command", "local"))
+	b.srv, err = testserver.Start(testserver.WithArgs("--enable-debug-command", "local"))
 	if err != nil {
 		return err
 	}
@@ -194,10 +211,22 @@ func run() error {
 		return err
 	}
 
-	rep := &report{Sizes: sz, Quick: *quick, Concurrency: *concurrency, Machine: measure.Describe(), Start: time.Now(), LoadStart: measure.Load()}
+	rep := &report{Sizes: sz, Quick: o.quick, Concurrency: o.concurrency, Machine: measure.Describe(), Start: time.Now(), LoadStart: measure.Load()}
 	rep.Machine.Server = serverVersion(ctx, b.client)
 	b.logf("server %s on %s; load %s", rep.Machine.Server, b.srv.Addr, rep.LoadStart)
+	rep.Errors = b.runAll(ctx, splitList(o.only), sz, rep)
+	rep.End, rep.LoadEnd = time.Now(), measure.Load()
+	rep.print(os.Stdout)
+	return errors.Join(rep.Errors...)
+}
 
+// runAll runs the benchmarks named in only, in their fixed order, into
+// rep, and returns what failed (a failed one does not stop the others).
+func (b *bench) runAll(ctx context.Context, only []string, sz sizes, rep *report) []error {
+	want := map[string]bool{}
+	for _, s := range only {
+		want[s] = true
+	}
 	var errs []error
 	step := func(name string, f func() error) {
 		if !want[name] || ctx.Err() != nil {
@@ -221,10 +250,7 @@ func run() error {
 	step("lanes", func() (err error) { rep.Lanes, err = b.runLanes(ctx, sz.Idle, sz.LaneProbes); return })
 	step("pgdrain", func() (err error) { rep.PGDrain, err = b.runPGDrain(ctx, sz.PGRows, sz.PGReps); return })
 	step("pgidle", func() (err error) { rep.PGIdle, err = b.runPGIdle(ctx, sz.Idle); return })
-	rep.End, rep.LoadEnd = time.Now(), measure.Load()
-	rep.Errors = errs
-	rep.print(os.Stdout)
-	return errors.Join(errs...)
+	return errs
 }
 
 func splitList(s string) []string {

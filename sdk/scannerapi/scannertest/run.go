@@ -210,7 +210,44 @@ func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Repor
 	if err := client.Do(ctx, client.B().Flushall().Build()).Error(); err != nil {
 		fail("FLUSHALL: %v", err)
 	}
+	h, err := c.Runner.Boot(ctx, c.boot(name, addr, binDir))
+	if err != nil {
+		fail("boot: %v", err)
+	}
+	defer h.Close()
+	if err := loadFixtures(ctx, client, c.Fixtures); err != nil {
+		fail("%v", err)
+	}
+	if c.Setup != nil {
+		c.Setup(t, client)
+	}
 
+	rep := Report{Mode: mode, Errors: map[string]int64{}, Commands: map[string]int{}, Refused: map[string]int{}}
+	sopts := Open{DryRun: c.DryRun, Observe: rep.observer()}
+	if linked {
+		sopts.Linked = c.New()
+	}
+	sess, err := h.Open(ctx, sopts)
+	if err != nil {
+		fail("start: %v", err)
+	}
+	defer sess.Close()
+	t0 := time.Now()
+	if err := c.cycles(ctx, sess, &rep); err != nil {
+		fail("cycle: %v", err)
+	}
+	rep.Duration = time.Since(t0)
+	sess.Close()
+	rep.Keys = snapshot(ctx, t, client)
+	if c.Check != nil {
+		c.Check(t, rep, client)
+	}
+	return rep
+}
+
+// boot is the host configuration of the case's run: its partitions (flow
+// 16, budget 4, quota 4 by default), lanes ("default") and options.
+func (c Case) boot(name, addr, binDir string) Boot {
 	parts := c.Partitions
 	if parts == (keys.PartitionConfig{}) {
 		parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
@@ -223,74 +260,63 @@ func runMode(t testing.TB, c Case, name, addr, binDir string, linked bool) Repor
 	for k, v := range c.Options {
 		opts[k] = v
 	}
-	h, err := c.Runner.Boot(ctx, Boot{Scanner: name, Addr: addr, PluginDir: binDir, Options: opts, Partitions: parts, Lanes: lanes,
-		PostgresDSN: c.PostgresDSN, PostgresFilter: c.PostgresFilter})
+	return Boot{Scanner: name, Addr: addr, PluginDir: binDir, Options: opts, Partitions: parts, Lanes: lanes,
+		PostgresDSN: c.PostgresDSN, PostgresFilter: c.PostgresFilter}
+}
+
+// loadFixtures runs the case's fixture commands; any failed reply fails.
+func loadFixtures(ctx context.Context, client valkey.Client, fixtures []scannerapi.Command) error {
+	if len(fixtures) == 0 {
+		return nil
+	}
+	replies, err := Exec(ctx, client, fixtures)
 	if err != nil {
-		fail("boot: %v", err)
+		return fmt.Errorf("fixtures: %w", err)
 	}
-	defer h.Close()
-
-	if len(c.Fixtures) > 0 {
-		replies, err := Exec(ctx, client, c.Fixtures)
-		if err != nil {
-			fail("fixtures: %v", err)
-		}
-		for i, r := range replies {
-			if r.Failed() {
-				fail("fixture %d %v: %s", i, c.Fixtures[i], r.Err)
-			}
+	for i, r := range replies {
+		if r.Failed() {
+			return fmt.Errorf("fixture %d %v: %s", i, fixtures[i], r.Err)
 		}
 	}
-	if c.Setup != nil {
-		c.Setup(t, client)
-	}
+	return nil
+}
 
-	rep := Report{Mode: mode, Errors: map[string]int64{}, Commands: map[string]int{}, Refused: map[string]int{}}
+// observer counts, into the report, every command the scanner ran
+// through the host and every refusal.
+func (r *Report) observer() func(cmds []scannerapi.Command, replies []scannerapi.Reply) {
 	var mu sync.Mutex
-	sopts := Open{DryRun: c.DryRun, Observe: func(cmds []scannerapi.Command, replies []scannerapi.Reply) {
+	return func(cmds []scannerapi.Command, replies []scannerapi.Reply) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i, cmd := range cmds {
-			rep.Commands[commandName(cmd)]++
+			r.Commands[commandName(cmd)]++
 			if i < len(replies) && replies[i].ErrClass == scannerapi.ErrRefused {
-				rep.Refused[refusalReason(replies[i].Err)]++
+				r.Refused[refusalReason(replies[i].Err)]++
 			}
 		}
-	}}
-	if linked {
-		sopts.Linked = c.New()
 	}
-	sess, err := h.Open(ctx, sopts)
-	if err != nil {
-		fail("start: %v", err)
-	}
-	defer sess.Close()
+}
 
-	cycles := max(c.Cycles, 1)
-	t0 := time.Now()
-	for range cycles {
-		parts := []int{-1}
-		if c.Only != nil {
-			parts = parts[:0]
-			for _, p := range c.Only {
-				parts = append(parts, int(p))
-			}
+// cycles runs the case's cycles (at least one), over every partition or
+// the ones in Only, adding each to the report.
+func (c Case) cycles(ctx context.Context, sess Session, rep *Report) error {
+	parts := []int{-1}
+	if c.Only != nil {
+		parts = parts[:0]
+		for _, p := range c.Only {
+			parts = append(parts, int(p))
 		}
+	}
+	for range max(c.Cycles, 1) {
 		for _, p := range parts {
 			sum, err := sess.Cycle(ctx, p)
 			if err != nil {
-				fail("cycle: %v", err)
+				return err
 			}
-			add(&rep, sum)
+			add(rep, sum)
 		}
 	}
-	rep.Duration = time.Since(t0)
-	sess.Close()
-	rep.Keys = snapshot(ctx, t, client)
-	if c.Check != nil {
-		c.Check(t, rep, client)
-	}
-	return rep
+	return nil
 }
 
 func add(r *Report, s Cycle) {

@@ -1,6 +1,9 @@
 // Package scanutil is the machinery scanners share, so that a scanner's
 // own code is its decisions and nothing else:
 //
+//   - Intake admits a scan's candidates: each index entry and id once,
+//     members that are not canonical ids counted (and removed when they
+//     are garbage), ids in failure backoff skipped;
 //   - Classify, ErrorCode and IsOutage turn failed replies into the
 //     (class, code) pairs of ScanResult.Errors and tell an outage (no
 //     reply at all) from failed items;
@@ -20,6 +23,6 @@
 //     the reply by its Lua code.
 //
 // Everything here is optional for a third-party scanner and carries no
-// dependency beyond scannerapi. The contract is the package's API: see
+// dependency beyond scannerapi and keys. The contract is the package's API: see
 // docs/api-stability.md.
 package scanutil
