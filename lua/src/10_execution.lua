@@ -156,7 +156,8 @@ redis.register_function('ff_complete_execution', function(keys, args)
   local e = H.check_lease_fence(core_key, core, keys[7], args[2], args[3], args[4], args[6], now)
   if e then return e end
 
-  local eid = core.execution_id
+  -- The id the caller passed is the one indexed and published.
+  local eid = args[1]
   -- The attempt and stream are the caller's KEYS, never rebuilt from
   -- current_attempt_index (FlowFabric writes the declared keys as given).
   redis.call('HSET', keys[2], 'attempt_state', 'ended_success', 'ended_at', H.int(now))
@@ -165,30 +166,37 @@ redis.register_function('ff_complete_execution', function(keys, args)
 
   H.release_lease({core = core_key, lease_current = keys[6], lease_history = keys[7],
     lease_expiry = keys[3], worker_leases = keys[4], active = keys[8],
-    attempt_timeout = keys[11]}, core, 'completed', now)
+    attempt_timeout = keys[11]}, core, 'completed', now, nil, eid)
   redis.call('ZREM', keys[12], eid)
 
   local f = H.terminal_fields('success', 'completed', now)
   f.attempt_state = 'attempt_terminal'
+  -- A completed execution carries no trace of an earlier lapse or revoke
+  -- (the other terminal paths keep them, as FlowFabric does).
+  f.lease_expired_at = ''
+  f.lease_revoked_at = ''
+  f.lease_revoke_reason = ''
   H.hset(core_key, f)
-  redis.call('ZADD', keys[5], H.int(now), eid)
+  redis.call('ZADD', keys[5], now, eid)
   H.publish_completion(eid, core.flow_id, 'success')
   return H.ok('completed')
 end)
 
--- Retry delay for the failed attempt number retry_count (0-based), in ms.
+-- Retry delay after retry_count failed attempts (0-based), in ms, as a
+-- number (fractional when the policy makes it so). FlowFabric's rules: a
+-- fixed delay (default 1000), or exponential initial * multiplier^count
+-- (defaults 1000 and 2) capped at max_delay_ms (default 60000); anything
+-- else 1000.
 local function ff_retry_backoff_ms(backoff, retry_count)
   if type(backoff) ~= 'table' then return 1000 end
-  if backoff.type == 'fixed' then
-    return tonumber(backoff.delay_ms) or 1000
-  end
   if backoff.type == 'exponential' then
     local initial = tonumber(backoff.initial_delay_ms) or 1000
+    local cap = tonumber(backoff.max_delay_ms) or 60000
     local mult = tonumber(backoff.multiplier) or 2
-    local d = initial * (mult ^ retry_count)
-    local cap = tonumber(backoff.max_delay_ms)
-    if cap ~= nil and d > cap then d = cap end
-    return d
+    return math.min(initial * (mult ^ retry_count), cap)
+  end
+  if backoff.type == 'fixed' then
+    return tonumber(backoff.delay_ms) or 1000
   end
   return 1000
 end
@@ -208,51 +216,62 @@ redis.register_function('ff_fail_execution', function(keys, args)
   if e then return e end
 
   local reason, category = args[5] or '', args[6] or ''
-  local eid = core.execution_id
-  local idx = core.current_attempt_index
+  local eid = args[1]
+  -- A malformed or non-object retry policy means no retries. One whose
+  -- max_retries is not a number is refused before any write (FlowFabric
+  -- fails on it after ending the attempt; its callers send a number).
+  local policy = H.json_object(args[7])
+  local max_retries = 0
+  if policy then
+    max_retries = tonumber(policy.max_retries or '0')
+    if max_retries == nil then
+      return H.err('invalid_input', 'max_retries must be a number, got: ' .. tostring(policy.max_retries))
+    end
+  end
+  local retry_count = tonumber(core.retry_count or '0') or 0
+
   -- The attempt and stream are the caller's KEYS (see complete).
   redis.call('HSET', keys[2],
     'attempt_state', 'ended_failure', 'ended_at', H.int(now),
     'failure_reason', reason, 'failure_category', category)
   H.close_stream_meta(keys[10], 'attempt_failure', now)
 
-  -- A malformed or absent retry policy means no retries.
-  local policy = H.json_object(args[7]) or {}
-  local max_retries = tonumber(policy.max_retries) or 0
-  local retry_count = tonumber(core.retry_count) or 0
   local lease_keys = {core = core_key, lease_current = keys[7], lease_history = keys[8],
     lease_expiry = keys[3], worker_leases = keys[4], active = keys[9],
     attempt_timeout = keys[11]}
 
   if retry_count < max_retries then
-    -- Fractional backoffs are floored so the stored time stays an integer.
-    local delay_until = now + math.floor(ff_retry_backoff_ms(policy.backoff, retry_count))
-    local du = H.int(delay_until)
-    H.release_lease(lease_keys, core, 'failed_retry_scheduled', now)
+    -- Kept as computed (a fractional backoff gives a fractional time),
+    -- written as Lua prints it and indexed as a number, as FlowFabric does.
+    local delay_until = now + ff_retry_backoff_ms(policy.backoff, retry_count)
+    local du = tostring(delay_until)
+    local idx = core.current_attempt_index or '0'
+    H.release_lease(lease_keys, core, 'failed_retry_scheduled', now, nil, eid)
     local ts = H.int(now)
     H.hset(core_key, {
       lifecycle_phase = 'runnable', ownership_state = 'unowned',
       eligibility_state = 'not_eligible_until_time',
       blocking_reason = 'waiting_for_retry_backoff',
-      blocking_detail = 'retry backoff until ' .. du .. ' (attempt ' .. (idx or '')
+      blocking_detail = 'retry backoff until ' .. du .. ' (attempt ' .. idx
         .. ' failed: ' .. reason .. ')',
+      terminal_outcome = 'none',
       attempt_state = 'pending_retry_attempt', public_state = 'delayed',
-      retry_count = H.int(retry_count + 1), pending_retry_reason = reason,
-      pending_previous_attempt_index = idx or '', current_attempt_id = '',
+      retry_count = tostring(retry_count + 1), pending_retry_reason = reason,
+      pending_previous_attempt_index = idx, current_attempt_id = '',
       delay_until = du, failure_reason = reason,
       last_transition_at = ts, last_mutation_at = ts,
     })
-    redis.call('ZADD', keys[6], du, eid)
+    redis.call('ZADD', keys[6], delay_until, eid)
     return H.ok('retry_scheduled', du)
   end
 
-  H.release_lease(lease_keys, core, 'failed_terminal', now)
+  H.release_lease(lease_keys, core, 'failed_terminal', now, nil, eid)
   redis.call('ZREM', keys[12], eid)
   local f = H.terminal_fields('failed', 'failed', now)
   f.attempt_state = 'attempt_terminal'
   f.failure_reason = reason
   H.hset(core_key, f)
-  redis.call('ZADD', keys[5], H.int(now), eid)
+  redis.call('ZADD', keys[5], now, eid)
   H.publish_completion(eid, core.flow_id, 'failed')
   return H.ok('terminal_failed')
 end)
