@@ -68,7 +68,7 @@ do
       local tag = tag_of(keys[1])
       if tag == nil then return false end
       for _, s in ipairs(suffixes) do
-        if is(key, 'ff:idx:' .. esc(tag) .. ':lane:.+:' .. esc(s)) then return true end
+        if is(key, 'ff:idx:' .. esc(tag) .. ':lane:.*:' .. esc(s)) then return true end
       end
       return false
     end
@@ -139,7 +139,7 @@ do
     ff_replay_execution = {function(key, keys) return key == (string.gsub(keys[1], ':core$', ':policy')) end},
     ff_reclaim_execution = {attempt_of_core, worker_leases_of_tag, lane_set_of_tag({'terminal'}),
       function(key, keys) return key == (string.gsub(keys[1], ':core$', ':policy')) end},
-    ff_expire_execution = {worker_leases_of_tag, lane_set_of_tag(RUNNABLE), siblings_of(14, COMPOSITE)},
+    ff_expire_execution = {worker_leases_of_tag, lane_set_of_tag(RUNNABLE)},
     ff_cancel_execution = {lane_set_of_tag({'active', 'suspended'}), siblings_of(8, COMPOSITE), waitpoint_of_tag},
     ff_stage_dependency_edge = {flow_graph_of(1)},
     ff_report_usage_and_check = {dedup_key_arg},

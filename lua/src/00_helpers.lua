@@ -133,11 +133,10 @@ function H.lane_key(tag, lane, suffix)
 end
 
 -- H.core_lane(core) -> lane for Lua-built index keys: lane_id, then
--- current_lane, then "default".
+-- current_lane, then "default". Only a missing field falls through: an
+-- empty lane is a lane, as FlowFabric builds the key.
 function H.core_lane(core)
-  if H.is_set(core.lane_id) then return core.lane_id end
-  if H.is_set(core.current_lane) then return core.current_lane end
-  return 'default'
+  return core.lane_id or core.current_lane or 'default'
 end
 
 -- H.worker_leases_key(tag, wiid) -> ff:idx:<tag>:worker:<wiid>:leases.

@@ -276,41 +276,6 @@ redis.register_function('ff_fail_execution', function(keys, args)
   return H.ok('terminal_failed')
 end)
 
--- Closes an open suspension episode and its waitpoints for a terminal
--- transition: the suspension hash (close_reason), and when wp_reason is given
--- the primary and extra waitpoints plus their condition hashes. The composite
--- satisfier sets are dropped either way.
-local function ff_close_suspension(tag, core, susp_key, close_reason, wp_reason, now)
-  local ts = H.int(now)
-  local susp = H.hgetall(susp_key)
-  if H.is_set(susp.suspension_id) and not H.is_set(susp.closed_at) then
-    redis.call('HSET', susp_key, 'closed_at', ts, 'close_reason', close_reason)
-  end
-  redis.call('DEL', susp_key .. ':satisfied_set', susp_key .. ':satisfied_set:signals')
-  if not wp_reason then return end
-  local wpids = {}
-  local primary = core.current_waitpoint_id
-  if not H.is_set(primary) then primary = susp.waitpoint_id end
-  if H.is_set(primary) then wpids[#wpids + 1] = primary end
-  local ok, extras = H.json_decode(susp.additional_waitpoints_json or '')
-  if ok and type(extras) == 'table' then
-    for _, x in ipairs(extras) do
-      if type(x) == 'table' and H.is_set(x.waitpoint_id) then wpids[#wpids + 1] = x.waitpoint_id end
-    end
-  end
-  for _, wpid in ipairs(wpids) do
-    local wk = H.wp_key(tag, wpid)
-    local st = redis.call('HGET', wk, 'state')
-    if st and st ~= 'closed' then
-      redis.call('HSET', wk, 'state', 'closed', 'closed_at', ts, 'close_reason', wp_reason)
-    end
-    local ck = wk .. ':condition'
-    if redis.call('EXISTS', ck) == 1 and redis.call('HGET', ck, 'closed') ~= '1' then
-      redis.call('HSET', ck, 'closed', '1', 'closed_at', ts, 'closed_reason', wp_reason)
-    end
-  end
-end
-
 -- ff_cancel_execution
 -- KEYS: core, attempt, stream_meta, lease_current, lease_history,
 --       lease_expiry, worker_leases, suspension_current, waitpoint,
@@ -322,6 +287,7 @@ redis.register_function('ff_cancel_execution', function(keys, args)
   local core_key = keys[1]
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
+  local eid = args[1]
   local reason, source, lease_id, epoch = args[2] or '', args[3] or '', args[4], args[5]
   local phase = core.lifecycle_phase
   if phase == 'terminal' then return H.not_active(core) end
@@ -339,11 +305,11 @@ redis.register_function('ff_cancel_execution', function(keys, args)
 
   local now = H.now_ms()
   local ts = H.int(now)
-  local eid = core.execution_id
-  local tag = H.tag_of(core_key)
   local idx = core.current_attempt_index
 
-  -- The attempt and stream are the caller's KEYS[2] and KEYS[3].
+  -- Everything below writes the caller's KEYS: the attempt and stream in
+  -- KEYS[2..3], the suspension, waitpoint and condition in KEYS[8..10]
+  -- (each only if it exists), whatever the core says is current.
   if (phase == 'active' or phase == 'suspended') and H.is_set(idx) then
     redis.call('HSET', keys[2],
       'attempt_state', 'ended_cancelled', 'ended_at', ts,
@@ -355,10 +321,38 @@ redis.register_function('ff_cancel_execution', function(keys, args)
       core, 'cancelled', now)
   elseif phase == 'suspended' then
     H.close_stream_meta(keys[3], 'attempt_cancelled', now)
-    ff_close_suspension(tag, core, keys[8], 'cancelled', 'cancelled', now)
+    local susp_key = keys[8]
+    if redis.call('EXISTS', susp_key) == 1 then
+      redis.call('HSET', susp_key, 'closed_at', ts, 'close_reason', 'cancelled')
+    end
+    if redis.call('EXISTS', keys[9]) == 1 then
+      redis.call('HSET', keys[9], 'state', 'closed', 'closed_at', ts, 'close_reason', 'cancelled')
+    end
+    if redis.call('EXISTS', keys[10]) == 1 then
+      redis.call('HSET', keys[10], 'closed', '1', 'closed_at', ts, 'closed_reason', 'cancelled')
+    end
+    H.drop_composite(susp_key)
+    local susp = H.hgetall(susp_key)
+    if next(susp) ~= nil then
+      H.close_extra_waitpoints(susp_key, susp,
+        {'state', 'closed', 'closed_at', ts, 'close_reason', 'cancelled'},
+        {'closed', '1', 'closed_at', ts, 'closed_reason', 'cancelled'})
+    end
   end
 
-  local lane = H.core_lane(core)
+  local f = H.clear_lease_fields(H.terminal_fields('cancelled', 'cancelled', now))
+  f.attempt_state = H.terminal_attempt_state(core)
+  f.cancellation_reason = reason
+  f.cancelled_by = source ~= '' and source or eid
+  f.current_suspension_id = ''
+  f.current_waitpoint_id = ''
+  H.hset(core_key, f)
+
+  -- Out of every scheduling and timeout index. The lane's active and
+  -- suspended sets are not among the KEYS: derived from the core's lane
+  -- as FlowFabric does (documented exception).
+  local tag = H.tag_of(core_key)
+  local lane = core.lane_id or 'default'
   for i = 15, 21 do redis.call('ZREM', keys[i], eid) end
   redis.call('ZREM', H.lane_key(tag, lane, 'active'), eid)
   redis.call('ZREM', H.lane_key(tag, lane, 'suspended'), eid)
@@ -367,37 +361,28 @@ redis.register_function('ff_cancel_execution', function(keys, args)
   redis.call('ZREM', keys[13], eid)
   redis.call('ZREM', keys[14], eid)
   redis.call('SREM', keys[7], eid)
-
-  local f = H.clear_lease_fields(H.terminal_fields('cancelled', 'cancelled', now))
-  f.attempt_state = H.terminal_attempt_state(core)
-  f.cancellation_reason = reason
-  f.cancelled_by = H.is_set(source) and source or eid
-  f.current_suspension_id = ''
-  f.current_waitpoint_id = ''
-  H.hset(core_key, f)
-  redis.call('ZADD', keys[12], ts, eid)
+  redis.call('ZADD', keys[12], now, eid)
   if source ~= 'flow_cascade' then
     H.publish_completion(eid, core.flow_id, 'cancelled')
   end
-  return H.ok('cancelled', phase or '')
+  return H.ok('cancelled', phase)
 end)
 
 -- ff_expire_execution (attempt-timeout and execution-deadline scanners)
 -- KEYS: core, attempt, stream_meta, lease_current, lease_history,
 --       lease_expiry, worker_leases, active, terminal, attempt_timeout,
 --       execution_deadline, suspended, suspension_timeout, suspension_current
--- ARGV: eid, reason
+-- ARGV: eid, reason (attempt_timeout when absent)
 redis.register_function('ff_expire_execution', function(keys, args)
   local core_key = keys[1]
-  local eid_arg, reason = args[1], args[2] or ''
+  local eid, reason = args[1], args[2] or 'attempt_timeout'
   local core = H.load_core(core_key)
   -- Scanner entries for a vanished or finished exec are just dropped.
   if not core then
-    redis.call('ZREM', keys[10], eid_arg)
-    redis.call('ZREM', keys[11], eid_arg)
+    redis.call('ZREM', keys[10], eid)
+    redis.call('ZREM', keys[11], eid)
     return H.ok('not_found_cleaned')
   end
-  local eid = core.execution_id
   local phase = core.lifecycle_phase
   if phase == 'terminal' then
     redis.call('ZREM', keys[10], eid)
@@ -409,9 +394,8 @@ redis.register_function('ff_expire_execution', function(keys, args)
   local ts = H.int(now)
   local tag = H.tag_of(core_key)
   local idx = core.current_attempt_index
-  local f = H.terminal_fields('expired', 'expired', now)
 
-  -- The attempt and stream are the caller's KEYS[2] and KEYS[3].
+  -- The attempt, stream and suspension are the caller's KEYS.
   if phase == 'active' then
     if H.is_set(idx) then
       redis.call('HSET', keys[2],
@@ -421,6 +405,8 @@ redis.register_function('ff_expire_execution', function(keys, args)
     redis.call('DEL', keys[4])
     redis.call('ZREM', keys[6], eid)
     redis.call('SREM', keys[7], eid)
+    -- The owner's lease set is not among the KEYS (the scanner cannot
+    -- know the owner): derived from the core, as FlowFabric does.
     if H.is_set(core.current_worker_instance_id) then
       redis.call('SREM', H.worker_leases_key(tag, core.current_worker_instance_id), eid)
     end
@@ -428,18 +414,17 @@ redis.register_function('ff_expire_execution', function(keys, args)
     H.xadd_history(keys[5], 'event', 'released',
       'lease_id', core.current_lease_id or '', 'lease_epoch', core.current_lease_epoch or '',
       'attempt_index', idx or '', 'reason', 'expired:' .. reason, 'ts', ts)
-    -- Expiry blanks ownership but keeps the renewal bookkeeping fields.
-    f.current_lease_id = ''
-    f.current_worker_id = ''
-    f.current_worker_instance_id = ''
-    f.lease_expires_at = ''
   elseif phase == 'suspended' then
     if H.is_set(idx) then
       redis.call('HSET', keys[2],
         'attempt_state', 'ended_failure', 'ended_at', ts, 'failure_reason', reason)
     end
+    -- The suspension is closed, its waitpoints are left as they are (the
+    -- suspension-timeout and cancel paths close those), as in FlowFabric.
+    if redis.call('EXISTS', keys[14]) == 1 then
+      redis.call('HSET', keys[14], 'closed_at', ts, 'close_reason', 'expired:' .. reason)
+    end
     H.close_stream_meta(keys[3], 'expired', now)
-    ff_close_suspension(tag, core, keys[14], 'expired:' .. reason, nil, now)
     redis.call('ZREM', keys[12], eid)
     redis.call('ZREM', keys[13], eid)
   elseif phase == 'runnable' then
@@ -458,14 +443,23 @@ redis.register_function('ff_expire_execution', function(keys, args)
     end
   end
 
-  redis.call('ZREM', keys[10], eid)
-  redis.call('ZREM', keys[11], eid)
+  -- Every path ends the same: no lease owner, no suspension or waitpoint
+  -- current (the renewal bookkeeping fields are kept).
+  local f = H.terminal_fields('expired', 'expired', now)
   f.attempt_state = H.terminal_attempt_state(core)
   f.failure_reason = reason
+  f.current_lease_id = ''
+  f.current_worker_id = ''
+  f.current_worker_instance_id = ''
+  f.lease_expires_at = ''
+  f.current_suspension_id = ''
+  f.current_waitpoint_id = ''
   H.hset(core_key, f)
-  redis.call('ZADD', keys[9], ts, eid)
+  redis.call('ZREM', keys[10], eid)
+  redis.call('ZREM', keys[11], eid)
+  redis.call('ZADD', keys[9], now, eid)
   H.publish_completion(eid, core.flow_id, 'expired')
-  return H.ok('expired', phase or '')
+  return H.ok('expired', phase)
 end)
 
 -- ff_set_execution_tags

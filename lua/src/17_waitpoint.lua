@@ -337,21 +337,29 @@ function H.drop_composite(susp_key)
 end
 
 -- H.extra_waitpoints(susp) -> the {waitpoint_id, waitpoint_key} list of a
--- suspension's extra waitpoints ("Pattern 3"), [] when none or unreadable.
+-- suspension's extra waitpoints ("Pattern 3"): the entries whose
+-- waitpoint_id is a non-empty string; [] when none or unreadable.
 function H.extra_waitpoints(susp)
-  local ok, list = H.json_decode(susp.additional_waitpoints_json or '')
   local out = {}
+  local json = susp.additional_waitpoints_json
+  if not json or json == '' or json == '[]' then return out end
+  local ok, list = H.json_decode(json)
   if not ok or type(list) ~= 'table' then return out end
   for _, x in ipairs(list) do
-    if type(x) == 'table' and H.is_set(x.waitpoint_id) then out[#out + 1] = x end
+    if type(x) == 'table' and type(x.waitpoint_id) == 'string' and x.waitpoint_id ~= '' then
+      out[#out + 1] = x
+    end
   end
   return out
 end
 
--- H.close_extra_waitpoints(tag, susp, wp_fields, cond_fields) -> closes the
--- extra waitpoints of a suspension and their condition hashes (keys built
--- from the partition tag; the primary one is the caller's).
-function H.close_extra_waitpoints(tag, susp, wp_fields, cond_fields)
+-- H.close_extra_waitpoints(susp_key, susp, wp_fields, cond_fields) ->
+-- closes the extra waitpoints of a suspension and their condition hashes,
+-- each only if it exists (keys built from the suspension key's tag; the
+-- primary one is the caller's).
+function H.close_extra_waitpoints(susp_key, susp, wp_fields, cond_fields)
+  local tag = H.tag_of(susp_key)
+  if not tag then return end
   for _, x in ipairs(H.extra_waitpoints(susp)) do
     local wk = H.wp_key(tag, x.waitpoint_id)
     if redis.call('EXISTS', wk) == 1 then redis.call('HSET', wk, unpack(wp_fields)) end
@@ -360,12 +368,13 @@ function H.close_extra_waitpoints(tag, susp, wp_fields, cond_fields)
   end
 end
 
--- H.resume_runnable(core_key, core, k, delay_ms, detail, now) -> moves a
+-- H.resume_runnable(core_key, core, k, delay_ms, detail, now, eid) -> moves a
 -- suspended execution back to runnable on the same attempt: eligible now
 -- (composite eligible score), or with delay_ms > 0 delayed until
 -- now+delay_ms with blocking detail `detail`. k holds eligible, delayed
--- and suspended. Returns the public state.
-function H.resume_runnable(core_key, core, k, delay_ms, detail, now)
+-- and suspended; eid is the member the indexes get (the caller's id, as
+-- FlowFabric uses it). Returns the public state.
+function H.resume_runnable(core_key, core, k, delay_ms, detail, now, eid)
   local ts = H.int(now)
   local f = {
     lifecycle_phase = 'runnable', ownership_state = 'unowned',
@@ -382,10 +391,9 @@ function H.resume_runnable(core_key, core, k, delay_ms, detail, now)
     f.public_state = 'delayed'
   end
   H.hset(core_key, f)
-  local eid = core.execution_id
   redis.call('ZREM', k.suspended, eid)
   if delay_ms > 0 then
-    redis.call('ZADD', k.delayed, H.int(now + delay_ms), eid)
+    redis.call('ZADD', k.delayed, now + delay_ms, eid)
   else
     redis.call('ZADD', k.eligible, H.eligible_score(core.priority, core.created_at), eid)
   end

@@ -235,7 +235,7 @@ end)
 -- ARGV: eid, trigger_type, resume_delay_ms.
 -- Reply: OK, waiting | delayed.
 redis.register_function('ff_resume_execution', function(keys, args)
-  local core_key = keys[1]
+  local core_key, eid = keys[1], args[1]
   local core = H.load_core(core_key)
   if not core then return H.err('execution_not_found') end
   if core.lifecycle_phase ~= 'suspended' then return H.err('execution_not_suspended') end
@@ -249,13 +249,13 @@ redis.register_function('ff_resume_execution', function(keys, args)
   local ts = H.int(now)
   local public = H.resume_runnable(core_key, core,
     {eligible = keys[6], delayed = keys[7], suspended = keys[8]},
-    delay, 'resume delay ' .. tostring(delay) .. 'ms', now)
+    delay, 'resume delay ' .. tostring(delay) .. 'ms', now, eid)
   redis.call('HSET', keys[3], 'state', 'closed', 'satisfied_at', ts, 'closed_at', ts,
     'close_reason', 'resumed')
   redis.call('HSET', keys[2], 'satisfied_at', ts, 'closed_at', ts, 'close_reason', 'resumed')
-  redis.call('ZREM', keys[5], core.execution_id)
+  redis.call('ZREM', keys[5], eid)
   H.drop_composite(keys[2])
-  H.close_extra_waitpoints(H.tag_of(core_key), susp,
+  H.close_extra_waitpoints(keys[2], susp,
     {'state', 'closed', 'satisfied_at', ts, 'closed_at', ts, 'close_reason', 'resumed'},
     {'closed', '1', 'closed_at', ts, 'closed_reason', 'resumed'})
   return H.ok(public)
@@ -268,9 +268,12 @@ end)
 -- ARGV: eid.
 -- Reply: OK with <behavior>, <public state> when applied (auto_resume
 -- waiting, escalate suspended, fail failed, cancel cancelled, expire
--- expired), or a scanner status: not_found_cleaned, not_suspended_cleaned,
+-- expired; any other behaviour is applied as fail and named as stored),
+-- or a scanner status: not_found_cleaned, not_suspended_cleaned,
 -- no_active_suspension_cleaned (each removing the index entry),
--- not_yet_due.
+-- not_yet_due. A suspension without a timeout is never due: not_yet_due,
+-- nothing written (FlowFabric raises a Lua error there; docs/compat.md,
+-- "FlowFabric crashes we do not reproduce").
 redis.register_function('ff_expire_suspension', function(keys, args)
   local core_key, eid = keys[1], args[1]
   local core = H.load_core(core_key)
@@ -289,22 +292,22 @@ redis.register_function('ff_expire_suspension', function(keys, args)
   end
   local now = H.now_ms()
   local ts = H.int(now)
-  local timeout_at = tonumber(susp.timeout_at) or 0
-  if timeout_at == 0 or timeout_at > now then return H.ok('not_yet_due') end
-  local tag = H.tag_of(core_key)
-  local behavior = susp.timeout_behavior
-  if not H.is_set(behavior) then behavior = 'fail' end
+  local timeout_at = tonumber(susp.timeout_at or '0')
+  if timeout_at == nil or timeout_at == 0 or timeout_at > now then return H.ok('not_yet_due') end
+  -- Only a missing behaviour defaults: an empty one is applied as fail
+  -- under its own (empty) name, as FlowFabric does.
+  local behavior = susp.timeout_behavior or 'fail'
 
   if behavior == 'auto_resume' or behavior == 'auto_resume_with_timeout_signal' then
     H.resume_runnable(core_key, core,
-      {eligible = keys[10], delayed = keys[11], suspended = keys[8]}, 0, '', now)
+      {eligible = keys[10], delayed = keys[11], suspended = keys[8]}, 0, '', now, eid)
     local reason = 'timed_out_auto_resume'
     redis.call('HSET', keys[3], 'state', 'closed', 'closed_at', ts, 'close_reason', reason)
     redis.call('HSET', keys[4], 'closed', '1', 'closed_at', ts, 'closed_reason', reason)
     redis.call('HSET', keys[2], 'closed_at', ts, 'close_reason', reason)
     redis.call('ZREM', keys[7], eid)
     H.drop_composite(keys[2])
-    H.close_extra_waitpoints(tag, susp,
+    H.close_extra_waitpoints(keys[2], susp,
       {'state', 'closed', 'closed_at', ts, 'close_reason', reason},
       {'closed', '1', 'closed_at', ts, 'closed_reason', reason})
     return H.ok('auto_resume', 'waiting')
@@ -313,7 +316,7 @@ redis.register_function('ff_expire_suspension', function(keys, args)
   if behavior == 'escalate' then
     redis.call('HSET', core_key, 'lifecycle_phase', 'suspended', 'ownership_state', 'unowned',
       'eligibility_state', 'not_applicable', 'blocking_reason', 'paused_by_operator',
-      'blocking_detail', 'suspension escalated: timeout at ' .. susp.timeout_at,
+      'blocking_detail', 'suspension escalated: timeout at ' .. tostring(timeout_at),
       'terminal_outcome', 'none', 'attempt_state', core.attempt_state or 'attempt_interrupted',
       'public_state', 'suspended', 'last_mutation_at', ts)
     redis.call('HSET', keys[2], 'reason_code', 'waiting_for_operator_review',
@@ -346,12 +349,12 @@ redis.register_function('ff_expire_suspension', function(keys, args)
   redis.call('HSET', keys[4], 'closed', '1', 'closed_at', ts, 'closed_reason', reason)
   redis.call('HSET', keys[2], 'closed_at', ts, 'close_reason', reason)
   H.drop_composite(keys[2])
-  H.close_extra_waitpoints(tag, susp,
+  H.close_extra_waitpoints(keys[2], susp,
     {'state', 'closed', 'closed_at', ts, 'close_reason', reason},
     {'closed', '1', 'closed_at', ts, 'closed_reason', reason})
   redis.call('ZREM', keys[7], eid)
   redis.call('ZREM', keys[8], eid)
-  redis.call('ZADD', keys[9], ts, eid)
+  redis.call('ZADD', keys[9], now, eid)
   H.publish_completion(eid, core.flow_id, outcome)
   return H.ok(behavior, outcome)
 end)
