@@ -192,19 +192,21 @@ function H.not_active(core)
     core.current_attempt_id or '')
 end
 
--- H.clamp_priority(p) -> integral priority clamped to [0, 9000].
+-- H.clamp_priority(p) -> the priority number clamped to [0, 9000]. Not
+-- rounded: FlowFabric stores and scores a fractional priority as given.
 function H.clamp_priority(p)
-  p = math.floor(tonumber(p) or 0)
+  p = tonumber(p) or 0
   if p < 0 then p = 0 end
   if p > H.PRIORITY_MAX then p = H.PRIORITY_MAX end
   return p
 end
 
--- H.eligible_score(priority, created_at) -> "-(priority*1e12)+created_at"
--- as a plain integer string (higher priority sorts first, then FIFO).
+-- H.eligible_score(priority, created_at) -> -(priority*1e12)+created_at as
+-- a number, the stored priority taken as it is (higher priority sorts
+-- first, then FIFO). Passed to ZADD as a number, so the score is written
+-- exactly as FlowFabric's.
 function H.eligible_score(priority, created_at)
-  local p = H.clamp_priority(priority)
-  return H.int(-(p * H.PRIORITY_UNIT) + (tonumber(created_at) or 0))
+  return 0 - ((tonumber(priority) or 0) * H.PRIORITY_UNIT) + (tonumber(created_at) or 0)
 end
 
 -- H.xadd_history(key, ...) -> XADD one lease:history event (field pairs).
@@ -354,18 +356,6 @@ function H.caps_from_csv(csv, side)
     set[tok] = true
   end
   return set
-end
-
--- H.sorted_unique(list) -> new list sorted bytewise without duplicates.
-function H.sorted_unique(list)
-  local copy = {}
-  for i = 1, #list do copy[i] = list[i] end
-  table.sort(copy)
-  local out = {}
-  for i = 1, #copy do
-    if copy[i] ~= out[#out] then out[#out + 1] = copy[i] end
-  end
-  return out
 end
 
 -- H.validate_cap_tokens(list, side) -> nil if every token is acceptable,

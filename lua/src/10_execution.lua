@@ -1,27 +1,30 @@
 -- Execution lifecycle: create, the terminal transitions (complete, fail,
 -- cancel, expire) and execution tags.
 
--- Policy checks shared by create: returns the sorted, de-duplicated
--- required-capability CSV ("" when none) or nil plus the error tuple.
+-- Policy checks of create: returns the required-capability CSV, sorted
+-- with duplicates kept as FlowFabric keeps them ("" when none), or nil plus
+-- the error tuple. A policy that is valid JSON but not an object carries
+-- no requirements; a null where an object or array belongs is refused.
 local function ff_create_policy_caps(policy_json)
-  if not H.is_set(policy_json) then return '' end
+  if not H.is_set(policy_json) or policy_json == '{}' then return '' end
   local ok, policy = H.json_decode(policy_json)
-  if not ok or type(policy) ~= 'table' then
-    return nil, H.err('invalid_policy_json', 'malformed')
-  end
+  if not ok then return nil, H.err('invalid_policy_json', 'malformed') end
+  if type(policy) ~= 'table' or policy.routing_requirements == nil then return '' end
   local rr = policy.routing_requirements
-  if rr == nil or rr == cjson.null then return '' end
   if type(rr) ~= 'table' then
     return nil, H.err('invalid_policy_json', 'routing_requirements:not_object')
   end
   local req = rr.required_capabilities
-  if req == nil or req == cjson.null then return '' end
+  if req == nil then return '' end
   if type(req) ~= 'table' then
     return nil, H.err('invalid_capabilities', 'required:not_array')
   end
   local e = H.validate_cap_tokens(req, 'required')
   if e then return nil, e end
-  return table.concat(H.sorted_unique(req), ',')
+  local list = {}
+  for i = 1, #req do list[i] = req[i] end
+  table.sort(list)
+  return table.concat(list, ',')
 end
 
 -- Tags of a create: nil for none, else a field map, or nil plus the
@@ -82,16 +85,35 @@ redis.register_function('ff_create_execution', function(keys, args)
   local tags
   tags, e = ff_create_tags(tags_json)
   if e then return e end
-  -- A dedup TTL that is not a number means no dedup, as in FlowFabric.
-  local dedup_ttl = tonumber(args[10]) or 0
-
+  -- NaN cannot be scored (FlowFabric fails indexing it after its writes).
+  if priority ~= priority then
+    return H.err('invalid_input', 'priority must be a number, got: ' .. args[5])
+  end
+  -- FlowFabric's callers send a whole priority (an i32). A fractional one
+  -- is kept while the execution waits for its delay, as FlowFabric keeps
+  -- it (stored, not yet scored); one that would rank the execution now is
+  -- refused, as in ff_change_priority: its score would no longer be a
+  -- priority band plus a creation time.
   local now = H.now_ms()
-  local ts = H.int(now)
-  local prio = H.clamp_priority(priority)
   local delayed = delay_until ~= nil and delay_until > now
+  -- Clamped, not rounded (passed as a number, written as the server
+  -- writes numbers), as FlowFabric does.
+  local prio = H.clamp_priority(priority)
+  if not delayed and prio ~= math.floor(prio) then
+    return H.err('invalid_input', 'priority must be a whole number, got: ' .. args[5])
+  end
+  -- A dedup TTL that is not a number means no dedup, as in FlowFabric; a
+  -- positive fractional one is refused (FlowFabric fails on it after its
+  -- writes: PX takes whole milliseconds).
+  local dedup_ttl = tonumber(args[10]) or 0
+  if dedup_ttl > 0 and not H.is_whole(dedup_ttl) and not H.is_noop_key(idem_key) then
+    return H.err('invalid_input', 'dedup_ttl_ms must be a whole number, got: ' .. tostring(args[10]))
+  end
+
+  local ts = H.int(now)
   local core = {
     execution_id = eid, namespace = ns, lane_id = lane, execution_kind = kind,
-    partition_id = partition_id, priority = H.int(prio), creator_identity = creator,
+    partition_id = partition_id, priority = prio, creator_identity = creator,
     lifecycle_phase = 'runnable', ownership_state = 'unowned',
     eligibility_state = 'eligible_now', blocking_reason = 'waiting_for_worker',
     blocking_detail = '', terminal_outcome = 'none',
@@ -126,19 +148,19 @@ redis.register_function('ff_create_execution', function(keys, args)
   if tags then H.hset(tags_key, tags) end
 
   if delayed then
-    redis.call('ZADD', sched_key, H.int(delay_until), eid)
+    redis.call('ZADD', sched_key, delay_until, eid)
   else
     redis.call('ZADD', sched_key, H.eligible_score(prio, now), eid)
   end
   redis.call('SADD', all_key, eid)
   -- Any given deadline is indexed, zero and negative ones included (due now).
   if deadline_at ~= nil then
-    redis.call('ZADD', deadline_key, H.int(deadline_at), eid)
+    redis.call('ZADD', deadline_key, deadline_at, eid)
   end
   -- The idempotency key exists only with a positive TTL: never a key
   -- without expiry.
   if use_idem and dedup_ttl > 0 then
-    redis.call('SET', idem_key, eid, 'PX', H.int(dedup_ttl))
+    redis.call('SET', idem_key, eid, 'PX', dedup_ttl)
   end
   return H.ok(eid, core.public_state)
 end)
