@@ -199,3 +199,20 @@ func TestRefusesNonNumericJitterAtTheLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"RATE_EXCEEDED", "59000"}, raw)
 }
+
+// Replaying a skipped flow member puts it back on its dependencies, whose
+// keys the call must carry; without them (where FlowFabric fails before
+// writing) ours refuses.
+func TestRefusesSkippedMemberReplayWithoutDependencyKeys(t *testing.T) {
+	c := refusalServer(t)
+	require.Equal(t, "1", replyOf(t, createExecution(t, c, ""))[0])
+	require.NoError(t, c.Do(context.Background(), c.B().Hset().Key(rfCore).FieldValue().
+		FieldValue("lifecycle_phase", "terminal").FieldValue("terminal_outcome", "skipped").
+		FieldValue("flow_id", "f0000000-0000-4000-8000-000000000001").Build()).Error())
+	before := keyspace(t, c)
+	got := replyOf(t, fcallArgs(c, "ff_replay_execution",
+		[]string{rfCore, rfIdx("lane:" + rfLane + ":terminal"), rfIdx("lane:" + rfLane + ":eligible"),
+			rfExecKey("lease:history")}, rfEID, "1700000000000"))
+	assert.Equal(t, []string{"0", "invalid_input", "replaying a skipped flow member needs its dependency KEYS"}, got)
+	assert.Equal(t, before, keyspace(t, c))
+}
