@@ -328,3 +328,25 @@ func TestRefusesSkippedMemberReplayWithoutDependencyKeys(t *testing.T) {
 	assert.Equal(t, []string{"0", "invalid_input", "replaying a skipped flow member needs its dependency KEYS"}, got)
 	assert.Equal(t, before, keyspace(t, c))
 }
+
+// A signal stream cap the server cannot take (negative, fractional) is
+// refused before the signal is recorded; FlowFabric fails at its XADD.
+func TestRefusesUnusableSignalStreamCapWritingNothing(t *testing.T) {
+	c := refusalServer(t)
+	suspendedWithoutTimeout(t, c)
+	tok := hgetall(t, c, spWPKey(spWP))["waitpoint_token"]
+	sig := "ff:signal:{fp:7}:66666666-0000-4000-8000-000000000001"
+	for _, maxlen := range []string{"-1", "1.5"} {
+		before := keyspace(t, c)
+		got := replyOf(t, fcallArgs(c, "ff_deliver_signal",
+			[]string{rfCore, spWPKey(spWP) + ":condition", spWPKey(spWP) + ":signals", rfExecKey("signals"),
+				sig, sig + ":payload", "ff:noop:{fp:7}", spWPKey(spWP), rfExecKey("suspension:current"),
+				rfIdx("lane:" + rfLane + ":eligible"), rfIdx("lane:" + rfLane + ":suspended"),
+				rfIdx("lane:" + rfLane + ":delayed"), rfIdx("suspension_timeout"), spHMAC,
+				"ff:part:{fp:7}:signal_delivery"},
+			"66666666-0000-4000-8000-000000000001", rfEID, spWP, "go", "callback", "webhook", "s", "", "json",
+			"", "", "waitpoint", "", "86400000", "0", maxlen, "10000", tok))
+		assert.Equal(t, []string{"0", "invalid_input", "signal_maxlen must be a whole number >= 0"}, got, maxlen)
+		assert.Equal(t, before, keyspace(t, c), maxlen)
+	}
+}

@@ -50,7 +50,11 @@ local function admit(exec_signals, idem_key, a, delay_used)
     local first = redis.call('GET', idem_key)
     if first then return H.duplicate(first) end
   end
-  if a.maxlen == nil then return H.err('invalid_input', 'signal_maxlen must be a number') end
+  -- (The stream cap is passed as Lua prints it: a whole number below
+  -- 10^14, at least 0, is one the server reads.)
+  if not (H.is_whole(a.maxlen) and a.maxlen >= 0 and a.maxlen < 1e14) then
+    return H.err('invalid_input', 'signal_maxlen must be a whole number >= 0')
+  end
   if dedup and not H.is_whole(a.dedup_ttl) then
     return H.err('invalid_input', 'dedup_ttl_ms must be a whole number')
   end
