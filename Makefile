@@ -47,8 +47,9 @@ lua:
 	$(GO) run github.com/ffscan/ffscan/lua/cmd/genlua -o $(BIN)/flowfabric.lua
 	@echo "wrote $(BIN)/flowfabric.lua (load with: valkey-cli -x FUNCTION LOAD REPLACE < $(BIN)/flowfabric.lua)"
 
-## test: vet, every test with -race against real servers on the key-guarded library
-## (a function touching a key outside its KEYS fails), the compat replays, then
+## test: vet, the compat replays and differential campaign, every test with -race
+## against real servers on the key-guarded library (a function touching a key
+## outside its KEYS fails), then
 ## make run's start and Ctrl-C (scripts/check-run.sh) and the plugin guide's
 ## steps as a third party runs them (scripts/check-guide.sh)
 test:
@@ -57,8 +58,8 @@ test:
 	@# The compat replays and the differential campaign run first and
 	@# alone: both read the server's clock before each step and compare
 	@# times at 100 ms granularity, so a step starved by the package
-	@# tests' load (once, beside them, 50 ms late) would differ. Either failing fails the
-	@# target; the package tests run whatever the replays said.
+	@# tests' load (once, beside them, 50 ms late) would differ. Either
+	@# failing fails the target; the package tests run whatever compat said.
 	@# umask 022: the tests make plugin directories and binaries, which the
 	@# host refuses when group- or world-writable.
 	@umask 022; \
