@@ -73,7 +73,8 @@ else
   want=17 first=lease_expiry what="all seventeen scanners"
 fi
 for _ in $(seq 1200); do
-  if [ "$(grep -cE "^($scanners) +running" "$out" || true)" -ge "$want" ]; then
+  n=$(grep -scE "^($scanners) +running" "$out" || true)  # no output file yet: 0
+  if [ "${n:-0}" -ge "$want" ]; then
     break
   fi
   kill -0 "$pid" 2>/dev/null || fail "make run exited before the scanners ran"
