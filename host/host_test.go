@@ -55,6 +55,7 @@ func TestMain(m *testing.M) {
 		{filepath.Join(pluginDir, "hostwork"), testplugin, ""},
 		{filepath.Join(pluginDir, "leaseexpiry"), "github.com/ffscan/ffscan/plugins/leaseexpiry/cmd/leaseexpiry", ""},
 		{filepath.Join(pluginDir, "customscanner"), "github.com/ffscan/ffscan/examples/customscanner", ""},
+		{filepath.Join(pluginDir, "timers"), "github.com/ffscan/ffscan/plugins/timers/cmd/timers", ""},
 		{filepath.Join(variantDir, "v2"), testplugin, "-X main.version=1.0.1"},
 		{filepath.Join(variantDir, "v3"), testplugin, "-X main.version=1.0.2"},
 		{filepath.Join(variantDir, "exit"), testplugin, "-X main.mode=exit"},

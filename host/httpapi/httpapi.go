@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/explain"
 )
 
 // StatusDoc is the /v1/status document.
@@ -192,6 +193,15 @@ type Admin interface {
 	ReloadPlugin(ctx context.Context, scanner string, force, wait bool) (PluginSwapResult, error)
 }
 
+// Explainer is implemented by sources that explain an execution
+// (GET /v1/explain/{id}).
+type Explainer interface {
+	Explain(ctx context.Context, id string) (*explain.Report, error)
+}
+
+// explainTimeout bounds one explanation (it asks every running scanner).
+const explainTimeout = 10 * time.Second
+
 // Source is what the endpoints read (the host implements it).
 type Source interface {
 	Status() StatusDoc
@@ -225,6 +235,24 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, src.Status())
 	})
+	if ex, ok := src.(Explainer); ok {
+		mux.HandleFunc("GET /v1/explain/{id}", func(w http.ResponseWriter, r *http.Request) {
+			if !hostAllowed(w, r) {
+				return
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), explainTimeout)
+			defer cancel()
+			rep, err := ex.Explain(ctx, r.PathValue("id"))
+			switch {
+			case errors.Is(err, explain.ErrBadID):
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			case err != nil:
+				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			default:
+				writeJSON(w, http.StatusOK, rep)
+			}
+		})
+	}
 	if admin, ok := src.(Admin); ok {
 		mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
 			if !allowed(w, r, admin) {
