@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ffscan/ffscan/host/explain"
+	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/keys"
 )
@@ -53,6 +54,9 @@ func (h *Host) Explain(ctx context.Context, id string) (*explain.Report, error) 
 	}
 	return explain.Explain(ctx, env, id)
 }
+
+// History implements console.Source: the scanner's last cycles.
+func (h *Host) History(scanner string) []metrics.Sample { return h.met.History(scanner) }
 
 // explainEnv is the host's side of an explanation, without targets.
 func (h *Host) explainEnv() explain.Env {

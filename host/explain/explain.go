@@ -351,12 +351,16 @@ func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, 
 	}
 	e, err := pluginhost.Explain(ctx, asHostScanner(inst.Scanner), inst.Host, &scannerapi.ExplainRequest{Scan: req, ExecutionID: eid.String()})
 	switch {
+	case errors.Is(err, scannerapi.ErrNotExplained) && len(req.Candidates) == 0 && rep.Store == "valkey":
+		// A scan acts on what its sources hand it, and none holds the
+		// execution, its flow or its waitpoint.
+		v.Verdict, v.Reason = string(scannerapi.VerdictNothing), "no_entry"
+		v.Detail = "none of its sources holds the execution, its flow or its waitpoint"
+		return v
 	case errors.Is(err, scannerapi.ErrNotExplained):
 		v.Verdict, v.Detail = NotExplained, "the scanner does not explain its decisions"
 		if len(req.Candidates) > 0 {
 			v.Detail += fmt.Sprintf("; a cycle now hands it %d entr%s of the execution", len(req.Candidates), plural(len(req.Candidates), "y", "ies"))
-		} else {
-			v.Detail += "; none of its sources holds the execution"
 		}
 		return v
 	case err != nil:
