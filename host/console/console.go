@@ -51,6 +51,7 @@ var templateFS embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"short":   short,
+	"clip":    clip,
 	"ago":     ago,
 	"join":    strings.Join,
 	"chart":   chart,
@@ -58,6 +59,9 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"deref":   func(p *int64) int64 { return *p },
 	"ms":      func(t *time.Time) string { return t.UTC().Format("15:04:05.000") },
 }).ParseFS(templateFS, "templates/*.html"))
+
+// refreshMs is how often the overview reloads itself while nobody types.
+const refreshMs = 5000
 
 // explainTimeout bounds the explain page's questions to the scanners.
 const explainTimeout = 10 * time.Second
@@ -198,6 +202,8 @@ type overviewView struct {
 	Message  string
 	// MessageBad: the message reports a refusal or a failure.
 	MessageBad bool
+	// Refresh is the page's reload period in ms (0: none; ?refresh=0).
+	Refresh int
 }
 
 type scannerView struct {
@@ -215,6 +221,10 @@ type pluginView struct {
 func overview(doc httpapi.StatusDoc, hist func(string) []metrics.Sample, q url.Values) overviewView {
 	v := overviewView{Doc: doc, Message: q.Get("msg")}
 	v.MessageBad = strings.Contains(v.Message, "refused") || strings.Contains(v.Message, "failed")
+	v.Refresh = refreshMs
+	if q.Get("refresh") == "0" {
+		v.Refresh = 0
+	}
 	byBinary := map[string]*pluginView{}
 	for _, s := range doc.Scanners {
 		v.Scanners = append(v.Scanners, scannerView{ScannerStatus: s, History: hist(s.Name)})
@@ -256,6 +266,14 @@ type explainView struct {
 func short(s string) string {
 	if len(s) > 12 {
 		return s[:12]
+	}
+	return s
+}
+
+// clip shortens s to n characters, with an ellipsis.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
 	}
 	return s
 }
