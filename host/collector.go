@@ -19,6 +19,8 @@ var (
 		"The scanner's sweep interval (configured, or its plugin's default): a sweep should end about this often.", []string{"scanner"}, nil)
 	pendingDesc = prometheus.NewDesc("ffscan_plugin_policy_pending_approval",
 		"1 while the scanner's plugin is refused (a launch, restart or swap) until an operator approves its policy (ffscan plugins approve).", []string{"scanner"}, nil)
+	enabledDesc = prometheus.NewDesc("ffscan_scanner_enabled",
+		"1 for a configured scanner that is enabled (by the configuration or an operator), 0 for one that is disabled.", []string{"scanner"}, nil)
 	readyDesc = prometheus.NewDesc("ffscan_ready",
 		"1 while the host is ready (/readyz): its stores answer, the library is loaded, every enabled scanner runs.", nil, nil)
 )
@@ -32,11 +34,15 @@ type stateCollector struct{ h *Host }
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- intervalDesc
 	ch <- pendingDesc
+	ch <- enabledDesc
 	ch <- readyDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	h := c.h
+	for n, sc := range h.config().Scanners {
+		ch <- prometheus.MustNewConstMetric(enabledDesc, prometheus.GaugeValue, b2f(sc.Enabled), n)
+	}
 	for _, n := range h.units.Names() {
 		u := h.units.Get(n)
 		if u == nil {

@@ -56,6 +56,8 @@ func TestMain(m *testing.M) {
 		{filepath.Join(pluginDir, "leaseexpiry"), "github.com/ffscan/ffscan/plugins/leaseexpiry/cmd/leaseexpiry", ""},
 		{filepath.Join(pluginDir, "customscanner"), "github.com/ffscan/ffscan/examples/customscanner", ""},
 		{filepath.Join(pluginDir, "timers"), "github.com/ffscan/ffscan/plugins/timers/cmd/timers", ""},
+		{filepath.Join(variantDir, "pgreconcilers"), "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers", ""},
+		{filepath.Join(variantDir, "demo"), "github.com/ffscan/ffscan/examples/demo", ""},
 		{filepath.Join(variantDir, "v2"), testplugin, "-X main.version=1.0.1"},
 		{filepath.Join(variantDir, "v3"), testplugin, "-X main.version=1.0.2"},
 		{filepath.Join(variantDir, "exit"), testplugin, "-X main.mode=exit"},

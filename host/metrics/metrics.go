@@ -122,6 +122,11 @@ func (m *Metrics) Cycle(scanner string, d time.Duration) {
 	m.cycles.WithLabelValues(scanner).Inc()
 	m.lastCycle.WithLabelValues(scanner).SetToCurrentTime()
 	m.hist.cycle(scanner)
+	// The scanner's counters exist from its first sweep, at 0 until
+	// something happens: a dashboard's rate is 0, not "no data".
+	m.processed.WithLabelValues(scanner)
+	m.skipped.WithLabelValues(scanner)
+	m.restarts.WithLabelValues(scanner)
 }
 
 // Swap implements supervisor.SwapRecorder.
