@@ -219,6 +219,86 @@ func TestExplainTimersAgreeWithTheNextCycle(t *testing.T) {
 	assert.Equal(t, "terminal", coreField(c, late, "lifecycle_phase"))
 }
 
+// unblock: an execution parked for a capability no worker has is
+// skipped (which capability), and acted on once a worker that has it
+// registers.
+func TestExplainUnblockAgreesWithTheNextCycle(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	cfg.PluginDir = ownPluginDir(t)
+	copyFile(t, variant("unblock"), cfg.PluginDir+"/unblock")
+	cfg.Scanners = map[string]config.Scanner{"unblock": {Enabled: true, Plugin: "unblock", Options: map[string]string{}}}
+	h, err := Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	s := session(t, h, "unblock")
+	w := scannertest.NewWorld(t, c, client.Options{Partitions: h.parts, Namespace: "ns"})
+	r, err := w.Client.CreateExecution(w.Ctx, client.CreateRequest{Lane: "route", Kind: "k", RequiredCapabilities: []string{"gpu"}})
+	require.NoError(t, err)
+	id := r.ID
+	plain := w.Worker(client.WorkerOptions{WorkerID: "w", InstanceID: "plain", Lanes: []string{"route"}})
+	for range scannertest.MaxClaimRounds {
+		task, err := plain.ClaimNext(w.Ctx)
+		require.NoError(t, err)
+		require.Nil(t, task)
+		if coreField(c, id, "eligibility_state") == "blocked_by_route" {
+			break
+		}
+	}
+	require.Equal(t, "blocked_by_route", coreField(c, id, "eligibility_state"))
+	unblocked := func() bool { return coreField(c, id, "eligibility_state") != "blocked_by_route" }
+
+	v := agree(t, s, id, "skips", unblocked)
+	assert.Equal(t, "capability_missing", v.Reason)
+	assert.Contains(t, v.Detail, `"gpu"`)
+
+	w.Worker(client.WorkerOptions{WorkerID: "w", InstanceID: "gpu-box", Lanes: []string{"other"}, Capabilities: []string{"gpu"}})
+	v = agree(t, s, id, "acts", unblocked)
+	assert.Equal(t, "ff_unblock_execution", v.Reason)
+	assert.Equal(t, "eligible_now", coreField(c, id, "eligibility_state"))
+}
+
+// index_reconciler (detect only): an execution in the index its state
+// names is consistent; taken out of it, explain flags it and the next
+// cycle reports it.
+func TestExplainIndexReconcilerAgreesWithTheNextCycle(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	cfg.PluginDir = ownPluginDir(t)
+	copyFile(t, variant("observers"), cfg.PluginDir+"/observers")
+	cfg.Scanners = map[string]config.Scanner{"index_reconciler": {Enabled: true, Plugin: "observers", Options: map[string]string{}}}
+	h, err := Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	s := session(t, h, "index_reconciler")
+	w := scannertest.NewWorld(t, c, client.Options{Partitions: h.parts, Namespace: "ns"})
+	r, err := w.Client.CreateExecution(w.Ctx, client.CreateRequest{Lane: "default", Kind: "k"})
+	require.NoError(t, err)
+	id := r.ID
+	ctx := context.Background()
+	check := func(want, reason string, reported int64) {
+		t.Helper()
+		rep, err := s.Explain(ctx, id.String())
+		require.NoError(t, err)
+		v := rep.Scanners[0]
+		require.Equal(t, want, v.Verdict, "%+v", v)
+		assert.Equal(t, reason, v.Reason)
+		sum, err := s.Cycle(ctx, int(id.Partition().Index))
+		require.NoError(t, err)
+		assert.Equal(t, reported, sum.Processed, "explain said %s (%s): %+v", v.Verdict, v.Detail, sum)
+	}
+	check("nothing", "consistent", 0)
+	w.Do("ZREM", keys.FlowPart(id.Partition()).LaneEligible("default"), id.String())
+	check("acts", "missing_from_index", 1)
+	rep, err := s.Explain(ctx, id.String())
+	require.NoError(t, err)
+	assert.Contains(t, fmt.Sprint(rep.Inconsistent), "does not hold it")
+}
+
 // A scanner whose plugin does not explain (the test plugin) is reported
 // as such, with what the host knows.
 func TestExplainOfAScannerThatDoesNotExplain(t *testing.T) {

@@ -58,6 +58,8 @@ func TestMain(m *testing.M) {
 		{filepath.Join(pluginDir, "timers"), "github.com/ffscan/ffscan/plugins/timers/cmd/timers", ""},
 		{filepath.Join(variantDir, "pgreconcilers"), "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers", ""},
 		{filepath.Join(variantDir, "demo"), "github.com/ffscan/ffscan/examples/demo", ""},
+		{filepath.Join(variantDir, "unblock"), "github.com/ffscan/ffscan/plugins/unblock/cmd/unblock", ""},
+		{filepath.Join(variantDir, "observers"), "github.com/ffscan/ffscan/plugins/observers/cmd/observers", ""},
 		{filepath.Join(variantDir, "v2"), testplugin, "-X main.version=1.0.1"},
 		{filepath.Join(variantDir, "v3"), testplugin, "-X main.version=1.0.2"},
 		{filepath.Join(variantDir, "exit"), testplugin, "-X main.mode=exit"},
