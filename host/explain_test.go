@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -297,6 +298,48 @@ func TestExplainIndexReconcilerAgreesWithTheNextCycle(t *testing.T) {
 	rep, err := s.Explain(ctx, id.String())
 	require.NoError(t, err)
 	assert.Contains(t, fmt.Sprint(rep.Inconsistent), "does not hold it")
+}
+
+// retention_trimmer: an execution that just ended waits (the host's
+// floor, then its retention); one whose retention passed is purged.
+func TestExplainRetentionAgreesWithTheNextCycle(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	cfg.PluginDir = ownPluginDir(t)
+	copyFile(t, variant("retention"), cfg.PluginDir+"/retention")
+	cfg.Scanners = map[string]config.Scanner{"retention_trimmer": {Enabled: true, Plugin: "retention",
+		Options: map[string]string{"default_retention": "1h", "min_retention": "1h"}}}
+	h, err := Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	s := session(t, h, "retention_trimmer")
+	w := scannertest.NewWorld(t, c, client.Options{Partitions: h.parts, Namespace: "ns"})
+	ended := func(instance string) keys.ExecutionID {
+		r, err := w.Client.CreateExecution(w.Ctx, client.CreateRequest{Lane: "default", Kind: "k"})
+		require.NoError(t, err)
+		task := w.Claim(w.Worker(client.WorkerOptions{WorkerID: "w", InstanceID: instance, Lanes: []string{"default"}}))
+		require.Equal(t, r.ID, task.ID())
+		_, err = task.Complete(w.Ctx, nil)
+		require.NoError(t, err)
+		return r.ID
+	}
+	gone := func(id keys.ExecutionID) func() bool {
+		return func() bool { return coreField(c, id, "lifecycle_phase") == "" }
+	}
+
+	fresh := ended("r1")
+	v := agree(t, s, fresh, "waits", gone(fresh))
+	require.NotNil(t, v.DueAt)
+
+	// Ended two hours ago (its completion time and index score planted).
+	old := ended("r2")
+	then := strconv.FormatInt(w.NowMs()-2*time.Hour.Milliseconds(), 10)
+	w.Do("HSET", keys.Exec(old).Core(), "completed_at", then)
+	w.Do("ZADD", keys.FlowPart(old.Partition()).LaneTerminal("default"), then, old.String())
+	v = agree(t, s, old, "acts", gone(old))
+	assert.Equal(t, "purge", v.Reason)
 }
 
 // A scanner whose plugin does not explain (the test plugin) is reported

@@ -346,6 +346,12 @@ func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, 
 		v.Verdict, v.Reason = string(scannerapi.VerdictWaits), "not_due"
 		v.Detail = fmt.Sprintf("its entry in %s is due at %s (in %s)", waits.Key, due.UTC().Format(time.RFC3339Nano),
 			time.Duration(int64(waits.Score)-rep.NowMs)*time.Millisecond)
+		if offsetOf(info, waits.Source) != 0 {
+			// The source's cutoff, not necessarily the scanner's own due
+			// time (retention: the floor, then the execution's own).
+			v.Detail = fmt.Sprintf("a cycle reads its entry in %s from %s on (in %s); the scanner decides then",
+				waits.Key, due.UTC().Format(time.RFC3339), time.Duration(int64(waits.Score)-rep.NowMs)*time.Millisecond)
+		}
 		v.DueAt = &due
 		return v
 	}
@@ -377,6 +383,16 @@ func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, 
 		rep.Inconsistent = append(rep.Inconsistent, t.Name+": "+s)
 	}
 	return v
+}
+
+// offsetOf is a source's score offset.
+func offsetOf(info scannerapi.Info, source string) time.Duration {
+	for _, s := range info.Sources {
+		if s.Name == source {
+			return s.ScoreOffset
+		}
+	}
+	return 0
 }
 
 // asHostScanner gives pluginhost.Explain the scanner as the host drives
