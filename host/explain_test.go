@@ -19,6 +19,7 @@ import (
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/flowtest"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
@@ -340,6 +341,47 @@ func TestExplainRetentionAgreesWithTheNextCycle(t *testing.T) {
 	w.Do("ZADD", keys.FlowPart(old.Partition()).LaneTerminal("default"), then, old.String())
 	v = agree(t, s, old, "acts", gone(old))
 	assert.Equal(t, "purge", v.Reason)
+}
+
+// dependency_reconciler: a child whose upstream has not finished waits;
+// once the upstream finished with its completion missed (no listener
+// runs here), the next cycle releases it, as explain said.
+func TestExplainDependencyReconcilerAgreesWithTheNextCycle(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	cfg.PluginDir = ownPluginDir(t)
+	copyFile(t, variant("depreconciler"), cfg.PluginDir+"/depreconciler")
+	cfg.Scanners = map[string]config.Scanner{"dependency_reconciler": {Enabled: true, Plugin: "depreconciler", Options: map[string]string{}}}
+	h, err := Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	s := session(t, h, "dependency_reconciler")
+	w := scannertest.NewWorld(t, c, client.Options{Partitions: h.parts, Namespace: "ns"})
+	fid := keys.NewFlowID()
+	_, err = w.Client.CreateFlow(w.Ctx, client.CreateFlowRequest{ID: fid})
+	require.NoError(t, err)
+	var ids []keys.ExecutionID
+	for i := range 2 {
+		r, err := w.Client.CreateExecution(w.Ctx, client.CreateRequest{Flow: &fid, Lane: "default", Payload: []byte("x")})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+		if i > 0 {
+			_, err := w.Client.AddDependency(w.Ctx, client.DependencyRequest{Flow: fid, Upstream: ids[0], Downstream: ids[1]})
+			require.NoError(t, err)
+		}
+	}
+	child := ids[1]
+	released := func() bool { return coreField(c, child, "eligibility_state") != "blocked_by_dependencies" }
+	require.False(t, released())
+
+	v := agree(t, s, child, "waits", released)
+	assert.Equal(t, "upstream_not_terminal", v.Reason)
+
+	require.NoError(t, flowtest.Succeed(w.Ctx, w.Lib, ids[0], []byte("a")))
+	v = agree(t, s, child, "acts", released)
+	assert.Equal(t, "resolve", v.Reason)
 }
 
 // A scanner whose plugin does not explain (the test plugin) is reported

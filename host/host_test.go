@@ -61,6 +61,7 @@ func TestMain(m *testing.M) {
 		{filepath.Join(variantDir, "unblock"), "github.com/ffscan/ffscan/plugins/unblock/cmd/unblock", ""},
 		{filepath.Join(variantDir, "observers"), "github.com/ffscan/ffscan/plugins/observers/cmd/observers", ""},
 		{filepath.Join(variantDir, "retention"), "github.com/ffscan/ffscan/plugins/retention/cmd/retention", ""},
+		{filepath.Join(variantDir, "depreconciler"), "github.com/ffscan/ffscan/plugins/depreconciler/cmd/depreconciler", ""},
 		{filepath.Join(variantDir, "v2"), testplugin, "-X main.version=1.0.1"},
 		{filepath.Join(variantDir, "v3"), testplugin, "-X main.version=1.0.2"},
 		{filepath.Join(variantDir, "exit"), testplugin, "-X main.mode=exit"},
