@@ -393,11 +393,22 @@ func TestExplainOfAScannerThatDoesNotExplain(t *testing.T) {
 	s := session(t, h, "hostwork")
 	id, err := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 1}, keys.NewUUID())
 	require.NoError(t, err)
+	// In none of its sources: a scan cannot act on it, whatever the
+	// plugin would say.
 	rep, err := s.Explain(context.Background(), id.String())
 	require.NoError(t, err)
 	require.Len(t, rep.Scanners, 1)
-	assert.Equal(t, explain.NotExplained, rep.Scanners[0].Verdict)
+	assert.Equal(t, "nothing", rep.Scanners[0].Verdict)
+	assert.Equal(t, "no_entry", rep.Scanners[0].Reason)
 	assert.False(t, rep.Found)
+
+	// Due in its source: the plugin is asked, and does not explain.
+	c := srv.Client(t)
+	require.NoError(t, c.Do(context.Background(), c.B().Zadd().Key(workKey(1)).ScoreMember().ScoreMember(1, id.String()).Build()).Error())
+	rep, err = s.Explain(context.Background(), id.String())
+	require.NoError(t, err)
+	assert.Equal(t, explain.NotExplained, rep.Scanners[0].Verdict, "%+v", rep.Scanners[0])
+	assert.Contains(t, rep.Scanners[0].Detail, "a cycle now hands it 1 entry")
 
 	_, err = s.Explain(context.Background(), "not-an-id")
 	require.ErrorIs(t, err, explain.ErrBadID)
