@@ -82,6 +82,20 @@ for _ in $(seq 1200); do
 done
 grep -q "^$first  *running" "$out" || fail "the scanners did not come up within 120 s"
 
+# The console at the address make run printed shows every scanner
+# running, and the explain command it printed answers.
+console=$(sed -n 's|^run: console on http://\([0-9.]*:[0-9]*\)/ .*|\1|p' "$out")
+[ -n "$console" ] || fail "make run did not print the console's address"
+page=$( (exec 3<>"/dev/tcp/${console%:*}/${console#*:}" && printf 'GET /?refresh=0 HTTP/1.0\r\nHost: %s\r\n\r\n' "$console" >&3 && cat <&3) 2>/dev/null) \
+  || fail "the console at http://$console/ did not answer"
+shown=$(grep -oE 'data-scanner="[a-z0-9_]+" data-state="running"' <<<"$page" | wc -l)
+[ "$shown" -ge "$want" ] || fail "the console shows $shown scanners running, not $want"
+example=$(sed -n "s|^run: why is an execution where it is? e.g. ./bin/ffscan explain '\(.*\)' --addr .*|\1|p" "$out")
+if [ -n "$example" ]; then
+  ./bin/ffscan explain "$example" --addr "$console" >"$tmp/explain.out" 2>&1 || fail "ffscan explain $example failed: $(cat "$tmp/explain.out")"
+  grep -q '^SCANNER' "$tmp/explain.out" || fail "ffscan explain printed no verdicts: $(cat "$tmp/explain.out")"
+fi
+
 kill -INT -- "-$pid"
 for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$pid" 2>/dev/null && fail "make run did not stop within 30 s of Ctrl-C"
@@ -101,4 +115,4 @@ if [ "$backend" = postgres ]; then
 fi
 awk 'length > 100 { bad = 1 } END { exit bad }' <(grep -v '^run:' "$out") || fail "the summary has lines over 100 columns"
 rm -rf "$tmp"
-echo "check-run: make run (BACKEND=$backend) came up with $what and Ctrl-C stopped it gracefully, leaving nothing behind"
+echo "check-run: make run (BACKEND=$backend) came up with $what (the console at the printed address showing them${example:+, ffscan explain answering}) and Ctrl-C stopped it gracefully, leaving nothing behind"
