@@ -153,10 +153,10 @@ type scan struct {
 	res    *scannerapi.ScanResult
 	log    hclog.Logger
 
-	toLocate []*item     // waitpoint items whose execution is not known yet
-	toRead   []*item     // need the core (and filter) reads
-	toAct    []*item     // ready for the call
-	toRemove [][2]string // (index, member) to ZREM
+	toLocate []*item                   // waitpoint items whose execution is not known yet
+	toRead   []*item                   // need the core (and filter) reads
+	toAct    []*item                   // ready for the call
+	in       *scanutil.Intake[timerID] // its removals go into the next wave
 	inFlight int
 }
 
@@ -171,18 +171,15 @@ func (s *Timer) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 	// Each index entry is its own timer. Members that are not ids (or
 	// are ids of another partition) are removed; a non-canonical spelling
 	// is left.
-	in := s.intake().Begin(ctx, req, sc.res)
+	sc.in = s.intake().Begin(ctx, req, sc.res)
 	window := 0
 	for _, c := range req.Candidates {
-		id, v := in.Admit(c)
+		id, v := sc.in.Admit(c)
 		if v != scanutil.Duplicate && v != scanutil.OtherSource {
 			window++
 		}
-		switch v {
-		case scanutil.Take:
+		if v == scanutil.Take {
 			sc.admit(c, id)
-		case scanutil.Remove:
-			sc.toRemove = append(sc.toRemove, [2]string{c.Key, c.Member})
 		}
 	}
 	waves, err := scanutil.Waves(ctx, host, 0, sc.buildWave)
@@ -211,7 +208,7 @@ func (s *Timer) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 // Explain's.
 func (s *Timer) intake() scanutil.Intake[timerID] {
 	return scanutil.Intake[timerID]{Parse: s.parse, Sources: []string{s.sp.source}, PerIndex: true,
-		Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign}, Failures: s.failures}
+		Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign}, RemoveWith: "ZREM", Failures: s.failures}
 }
 
 // timerID is a timer's member, parsed: an execution id, or a waitpoint
@@ -257,10 +254,7 @@ func (sc *scan) indexOf(it *item) string { return it.index }
 
 // buildWave puts the queued work into the next wave.
 func (sc *scan) buildWave(b *scanutil.Batch) {
-	for _, r := range sc.toRemove {
-		b.Add(nil, scannerapi.Command{"ZREM", r[0], r[1]})
-	}
-	sc.toRemove = nil
+	sc.in.QueueRemovals(b)
 	locate, read, act := sc.toLocate, sc.toRead, sc.toAct
 	sc.toLocate, sc.toRead, sc.toAct = nil, nil, nil
 	sc.inFlight = len(locate) + len(read) + len(act)
@@ -513,7 +507,7 @@ func (sc *scan) record(it *item, o outcome) {
 	case outRemove:
 		sc.res.Skipped++
 		sc.s.failures.RecordSuccess(it.key())
-		sc.toRemove = append(sc.toRemove, [2]string{sc.indexOf(it), it.member})
+		sc.in.QueueRemoval(sc.indexOf(it), it.member)
 	case outLuaError, outFailed:
 		// A {0, code} reply is a result, not success (P2); like a failed
 		// command it feeds the failure tracker, so an entry the library
