@@ -133,14 +133,20 @@ func TestDashboardAndAlertsAgainstAPrometheus(t *testing.T) {
 		cfg.Scanners[n] = s
 	}
 	h, _ := running(t, cfg)
-	waitFor(t, h, 60*time.Second, "every scanner running", func() bool {
+	// The bounds here are hang guards: on a loaded two-core box nine
+	// plugins and a PostgreSQL can take well over a minute to be up.
+	waiting := ""
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, h.changes.WaitFor(ctx, func() bool {
 		for _, s := range h.Status().Scanners {
 			if s.State != "running" || s.Cycle < 1 {
+				waiting = fmt.Sprintf("%s is %s at cycle %d", s.Name, s.State, s.Cycle)
 				return false
 			}
 		}
 		return true
-	})
+	}), "every scanner running (last seen: %s)", waiting)
 
 	demo := exec.Command(variant("demo"), "-addr", srv.Addr, "-rate", "30")
 	require.NoError(t, demo.Start())
@@ -196,7 +202,7 @@ scrape_configs:
 	for k, v := range queries {
 		pending[k] = v
 	}
-	poll("every dashboard query returns data", 90*time.Second, func() (bool, string) {
+	poll("every dashboard query returns data", 3*time.Minute, func() (bool, string) {
 		for name, q := range pending {
 			res, err := promQuery(promAddr, q)
 			if err != nil {
@@ -230,7 +236,7 @@ scrape_configs:
 	require.NotZero(t, pid)
 	install(t, cfg.PluginDir, "hostwork", variant("exit"))
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-	poll("FFScanPluginDown fires for the stopped plugin", 60*time.Second, func() (bool, string) {
+	poll("FFScanPluginDown fires for the stopped plugin", 3*time.Minute, func() (bool, string) {
 		res, err := promQuery(promAddr, `ALERTS{alertname="FFScanPluginDown",alertstate="firing",scanner="hostwork"}`)
 		if err != nil {
 			return false, err.Error()

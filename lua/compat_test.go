@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,7 +41,6 @@ func compatDir() (string, error) {
 }
 
 var summaryRe = regexp.MustCompile(`^(\d+) passed, (\d+) failed$`)
-var notImplRe = regexp.MustCompile(`^(\d+) not implemented$`)
 
 // TestCompatVectors replays every FlowFabric golden vector against our
 // library with the shared compatcheck tool. Vectors calling functions we do
@@ -87,34 +87,42 @@ func replayCompatSet(t *testing.T, set, label string) {
 		t.Fatalf("load the key-guarded library: %v", err)
 	}
 
-	args := []string{"-addr", srv.Addr, "-vectors", filepath.Join(dir, set), "-missing", "skip", "-max-diff", "40"}
+	base := []string{"-addr", srv.Addr, "-vectors", filepath.Join(dir, set), "-missing", "skip", "-max-diff", "40"}
 	if skip := os.Getenv("FFSCAN_COMPAT_SKIP"); skip != "" {
-		args = append(args, "-skip", skip)
+		base = append(base, "-skip", skip)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-
-	passed, failed, notImpl := -1, -1, 0
-	var notImplNames, failNames []string
-	sc := bufio.NewScanner(bytes.NewReader(stdout.Bytes()))
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "NOTIMPL "):
-			notImplNames = append(notImplNames, strings.TrimPrefix(line, "NOTIMPL "))
-		case strings.HasPrefix(line, "FAIL "):
-			failNames = append(failNames, strings.TrimPrefix(line, "FAIL "))
-		}
-		if m := notImplRe.FindStringSubmatch(line); m != nil {
-			notImpl, _ = strconv.Atoi(m[1])
-		}
-		if m := summaryRe.FindStringSubmatch(line); m != nil {
-			passed, _ = strconv.Atoi(m[1])
-			failed, _ = strconv.Atoi(m[2])
+	run := runCompatcheck(bin, base)
+	// A vector whose every difference is a time stamp some 100 ms steps
+	// off is replayed once more on its own: the checker reads the server's
+	// clock before each step, so a stall of the machine between that read
+	// and the step (a loaded CI box) moves every stamp the step writes.
+	// Any other difference, or the same vector failing twice, fails.
+	var again []string
+	for _, n := range run.failed {
+		if timeOnly(run.diffs[n]) {
+			again = append(again, n)
 		}
 	}
+	if len(again) > 0 {
+		quoted := make([]string, len(again))
+		for i, n := range again {
+			quoted[i] = regexp.QuoteMeta(n)
+		}
+		second := runCompatcheck(bin, append(base, "-run", "^("+strings.Join(quoted, "|")+")$"))
+		if second.err == nil && second.passed == len(again) && len(second.failed) == 0 {
+			for _, n := range again {
+				fmt.Printf("%s: %s passed when replayed again (the first replay differed only in time stamps: %s)\n",
+					label, n, strings.Join(run.diffs[n], "; "))
+			}
+			run.passed += len(again)
+			run.failed = without(run.failed, again)
+			if len(run.failed) == 0 {
+				run.err = nil
+			}
+		}
+	}
+	passed, failed, notImpl, runErr := run.passed, len(run.failed), len(run.notImpl), run.err
+	notImplNames, failNames, stdout, stderr := run.notImpl, run.failed, run.stdout, run.stderr
 	if passed < 0 {
 		t.Fatalf("compatcheck printed no summary (exit %v)\nstdout:\n%s\nstderr:\n%s", runErr, stdout.String(), stderr.String())
 	}
@@ -129,5 +137,120 @@ func replayCompatSet(t *testing.T, set, label string) {
 	t.Log(summary)
 	if failed > 0 || (runErr != nil && failed == 0) {
 		t.Fatalf("%s replay failed (exit %v):\n%s\n%s", label, runErr, stdout.String(), stderr.String())
+	}
+}
+
+// compatRun is what one compatcheck run printed: the summary's counts, the
+// vectors not implemented and failed (by name), each failed vector's
+// difference lines, and the run's output.
+type compatRun struct {
+	passed          int // -1: no summary printed
+	failed, notImpl []string
+	diffs           map[string][]string
+	stdout, stderr  bytes.Buffer
+	err             error
+}
+
+func runCompatcheck(bin string, args []string) *compatRun {
+	r := &compatRun{passed: -1, diffs: map[string][]string{}}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &r.stdout, &r.stderr
+	r.err = cmd.Run()
+	current := ""
+	sc := bufio.NewScanner(bytes.NewReader(r.stdout.Bytes()))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "NOTIMPL "):
+			r.notImpl = append(r.notImpl, strings.TrimPrefix(line, "NOTIMPL "))
+			current = ""
+		case strings.HasPrefix(line, "FAIL "):
+			current = strings.TrimPrefix(line, "FAIL ")
+			r.failed = append(r.failed, current)
+		case strings.HasPrefix(line, "PASS "):
+			current = ""
+		case strings.HasPrefix(line, "    ") && current != "":
+			r.diffs[current] = append(r.diffs[current], strings.TrimSpace(line))
+		default:
+			current = ""
+			if m := summaryRe.FindStringSubmatch(line); m != nil {
+				r.passed, _ = strconv.Atoi(m[1])
+			}
+		}
+	}
+	return r
+}
+
+// timeSymbol is a normalized time stamp of the checker: <T+K>, <T-K>, and
+// a priority-weighted score <T+K-Pe12>.
+var timeSymbol = regexp.MustCompile(`<T[+-][0-9]+(?:-[0-9]+e12)?>`)
+
+// sameButTime matches a single-line difference "... expected A, got B".
+var sameButTime = regexp.MustCompile(`^(.*) expected (.*), got (.*)$`)
+
+// timeOnly reports whether a failed vector's differences are all time
+// stamps on otherwise equal values: each difference is "expected A, got B"
+// on one line, or a reply or publication's "expected A" line followed by
+// its "got B" line, with A and B equal once their time symbols are
+// blanked; step headers aside, at least one difference must be there.
+func timeOnly(diffs []string) bool {
+	seen := false
+	for i := 0; i < len(diffs); i++ {
+		l := diffs[i]
+		if strings.HasPrefix(l, "step ") {
+			continue
+		}
+		var a, b string
+		if m := sameButTime.FindStringSubmatch(l); m != nil {
+			a, b = m[2], m[3]
+		} else if m := twoLineExpected.FindStringSubmatch(l); m != nil && i+1 < len(diffs) && strings.HasPrefix(diffs[i+1], "got ") {
+			a, b = m[1], strings.TrimSpace(strings.TrimPrefix(diffs[i+1], "got "))
+			i++
+		} else {
+			return false
+		}
+		if a == b || timeSymbol.ReplaceAllString(a, "<T>") != timeSymbol.ReplaceAllString(b, "<T>") {
+			return false
+		}
+		seen = true
+	}
+	return seen
+}
+
+// twoLineExpected is the first line of a reply or publication difference.
+var twoLineExpected = regexp.MustCompile(`^(?:reply|published): expected (.*)$`)
+
+// without is names less the ones in drop.
+func without(names, drop []string) []string {
+	var out []string
+	for _, n := range names {
+		if !slices.Contains(drop, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Only stamps that moved make a vector worth a second replay.
+func TestTimeOnly(t *testing.T) {
+	for _, tc := range []struct {
+		diffs []string
+		want  bool
+	}{
+		{[]string{"step 2/7 (FCALL ff_set_flow_tags)", `key ff:flow:{fp:253}:x:core: field "last_mutation_at" expected "<T+0>", got "<T+1100>"`}, true},
+		{[]string{"step 3/5 (FCALL f)", `key k: expire_at expected <T+5000>, got <T+6100>`, `key z: item 0 expected "<T+0-5e12>", got "<T+100-5e12>"`}, true},
+		{[]string{"step 2/7 (FCALL f)", `key k: field "state" expected "open", got "closed"`}, false},
+		{[]string{"step 2/7 (FCALL f)", `key k: field "at" expected "<T+0>", got "<T+100>"`, `key k: field "n" expected "1", got "2"`}, false},
+		{[]string{"step 2/7 (FCALL f)", `key k: field "at" expected "<T+0>", got "17"`}, false},
+		{[]string{"step 2/7 (FCALL f)", `reply: expected [1,"<T+0>"]`, `got      [1,"<T+100>"]`}, true},
+		{[]string{"step 2/7 (FCALL f)", `reply: expected [1,"<T+0>"]`, `got      [2,"<T+100>"]`}, false},
+		{[]string{"step 2/7 (FCALL f)", `reply: expected [1,"<T+0>"]`}, false},
+		{[]string{"step 2/7 (FCALL f)", `key k: missing (expected hash {})`}, false},
+		{[]string{"step 2/7 (FCALL f)"}, false},
+		{nil, false},
+	} {
+		if got := timeOnly(tc.diffs); got != tc.want {
+			t.Errorf("timeOnly(%q) = %v, want %v", tc.diffs, got, tc.want)
+		}
 	}
 }
