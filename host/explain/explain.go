@@ -260,8 +260,9 @@ func readPostgres(ctx context.Context, env Env, eid keys.ExecutionID, rep *Repor
 	return nil
 }
 
-// verdictOf decides one scanner's verdict: the host's reasons first, then
-// the scanner's own.
+// verdictOf decides one scanner's verdict: the host's reasons first (the
+// scanner's state, the store, family and owner of the partition, the
+// lane, a due time not reached), then the scanner's own.
 func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, t Target) Verdict {
 	v := Verdict{Scanner: t.Name, From: "host", Cycle: t.Cycle}
 	if !t.LastCycleAt.IsZero() && t.Interval > 0 {
@@ -271,21 +272,8 @@ func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, 
 		}
 		v.NextCycleAt = &next
 	}
-	if !t.Enabled {
-		v.Verdict, v.Detail = Disabled, "the scanner is not enabled in the configuration"
-		return v
-	}
-	if t.Acquire == nil {
-		v.Verdict, v.Reason = NotRunning, t.State
-		v.Detail = "its plugin is " + t.State
-		if t.StateReason != "" {
-			v.Detail += ": " + t.StateReason
-		}
-		return v
-	}
-	inst, err := t.Acquire()
-	if err != nil {
-		v.Verdict, v.Reason, v.Detail = NotRunning, t.State, err.Error()
+	inst, ok := acquire(&v, t)
+	if !ok {
 		return v
 	}
 	defer func() {
@@ -293,85 +281,140 @@ func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, 
 			inst.Release()
 		}
 	}()
-	info := inst.Info
-	if info.UsesPostgres() != (rep.Store == "postgres") {
-		v.Verdict, v.Reason, v.Detail = string(scannerapi.VerdictNothing), "other_store", "the scanner works on the other store"
-		return v
-	}
-	if info.Family != keys.FamilyFlow {
-		v.Verdict, v.Reason = string(scannerapi.VerdictNothing), "other_family"
-		v.Detail = fmt.Sprintf("the scanner works on %s partitions, not on executions", info.Family)
-		return v
-	}
-	if !rep.Owned && rep.Owner != "" {
-		v.Verdict, v.Reason = NotOwned, rep.Owner
-		v.Detail = fmt.Sprintf("partition %s is owned by host %s, whose scanners act on it", rep.Partition, rep.Owner)
+	if !placed(&v, inst.Info, rep) {
 		return v
 	}
 	req := scannerapi.ScanRequest{
 		Scanner: t.Name, Partition: eid.Partition(), NowMs: rep.NowMs, Cycle: t.Cycle + 1,
 		Batch: t.Batch, Lanes: env.Lanes, DryRun: true,
 	}
-	var waits *Entry
+	waits, ok := candidates(ctx, &v, env, inst.Info, eid, t, rep, &req)
+	if !ok {
+		return v
+	}
+	if len(req.Candidates) == 0 && waits != nil {
+		notDue(&v, inst.Info, waits, rep)
+		return v
+	}
+	scannerVerdict(ctx, &v, inst, eid, t, rep, &req)
+	return v
+}
+
+// acquire sets the verdict of a scanner that is not enabled or not running
+// and answers false; otherwise it answers the running instance.
+func acquire(v *Verdict, t Target) (Instance, bool) {
+	if !t.Enabled {
+		v.Verdict, v.Detail = Disabled, "the scanner is not enabled in the configuration"
+		return Instance{}, false
+	}
+	if t.Acquire == nil {
+		v.Verdict, v.Reason = NotRunning, t.State
+		v.Detail = "its plugin is " + t.State
+		if t.StateReason != "" {
+			v.Detail += ": " + t.StateReason
+		}
+		return Instance{}, false
+	}
+	inst, err := t.Acquire()
+	if err != nil {
+		v.Verdict, v.Reason, v.Detail = NotRunning, t.State, err.Error()
+		return Instance{}, false
+	}
+	return inst, true
+}
+
+// placed sets the verdict of a scanner that cannot act on the execution
+// where it lives (the other store, another partition family, a partition
+// another host owns) and answers false.
+func placed(v *Verdict, info scannerapi.Info, rep *Report) bool {
+	switch {
+	case info.UsesPostgres() != (rep.Store == "postgres"):
+		v.Verdict, v.Reason, v.Detail = string(scannerapi.VerdictNothing), "other_store", "the scanner works on the other store"
+	case info.Family != keys.FamilyFlow:
+		v.Verdict, v.Reason = string(scannerapi.VerdictNothing), "other_family"
+		v.Detail = fmt.Sprintf("the scanner works on %s partitions, not on executions", info.Family)
+	case !rep.Owned && rep.Owner != "":
+		v.Verdict, v.Reason = NotOwned, rep.Owner
+		v.Detail = fmt.Sprintf("partition %s is owned by host %s, whose scanners act on it", rep.Partition, rep.Owner)
+	default:
+		return true
+	}
+	return false
+}
+
+// candidates fills req with the entries a cycle would hand the scanner now
+// and answers the first one not due yet; it sets the verdict and answers
+// false when the lane is not scanned or the read fails.
+func candidates(ctx context.Context, v *Verdict, env Env, info scannerapi.Info, eid keys.ExecutionID, t Target,
+	rep *Report, req *scannerapi.ScanRequest) (*Entry, bool) {
 	if rep.Store == "postgres" {
 		cands, err := postgresEntries(ctx, env, info, eid, t.Batch, rep)
 		if err != nil {
 			v.Verdict, v.Reason, v.Detail = Failed, "read", err.Error()
-			return v
+			return nil, false
 		}
 		req.Candidates = cands
-	} else {
-		lane := rep.Core["lane_id"]
-		if lane != "" && usesLanes(info) && !slices.Contains(env.Lanes, lane) {
-			v.Verdict, v.Reason = LaneNotScanned, lane
-			v.Detail = fmt.Sprintf("lane %q is not among the lanes this host scans (%s)", lane, strings.Join(env.Lanes, ", "))
-			return v
-		}
-		entries, err := valkeyEntries(ctx, env, info, eid, rep)
-		if err != nil {
-			v.Verdict, v.Reason, v.Detail = Failed, "read", err.Error()
-			return v
-		}
-		for i := range entries {
-			e := &entries[i]
-			if e.Due {
-				req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: e.Source, Key: e.Key, Member: e.Member, Score: e.Score, Lane: laneOf(info, e)})
-			} else if waits == nil {
-				waits = e
-			}
+		return nil, true
+	}
+	lane := rep.Core["lane_id"]
+	if lane != "" && usesLanes(info) && !slices.Contains(env.Lanes, lane) {
+		v.Verdict, v.Reason = LaneNotScanned, lane
+		v.Detail = fmt.Sprintf("lane %q is not among the lanes this host scans (%s)", lane, strings.Join(env.Lanes, ", "))
+		return nil, false
+	}
+	entries, err := valkeyEntries(ctx, env, info, eid, rep)
+	if err != nil {
+		v.Verdict, v.Reason, v.Detail = Failed, "read", err.Error()
+		return nil, false
+	}
+	var waits *Entry
+	for i := range entries {
+		e := &entries[i]
+		if e.Due {
+			req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: e.Source, Key: e.Key, Member: e.Member, Score: e.Score, Lane: laneOf(info, e)})
+		} else if waits == nil {
+			waits = e
 		}
 	}
-	if len(req.Candidates) == 0 && waits != nil {
-		due := time.UnixMilli(int64(waits.Score))
-		v.Verdict, v.Reason = string(scannerapi.VerdictWaits), "not_due"
-		v.Detail = fmt.Sprintf("its entry in %s is due at %s (in %s)", waits.Key, due.UTC().Format(time.RFC3339Nano),
-			time.Duration(int64(waits.Score)-rep.NowMs)*time.Millisecond)
-		if offsetOf(info, waits.Source) != 0 {
-			// The source's cutoff, not necessarily the scanner's own due
-			// time (retention: the floor, then the execution's own).
-			v.Detail = fmt.Sprintf("a cycle reads its entry in %s from %s on (in %s); the scanner decides then",
-				waits.Key, due.UTC().Format(time.RFC3339), time.Duration(int64(waits.Score)-rep.NowMs)*time.Millisecond)
-		}
-		v.DueAt = &due
-		return v
+	return waits, true
+}
+
+// notDue is the verdict of an execution whose entries are all still to
+// come due.
+func notDue(v *Verdict, info scannerapi.Info, waits *Entry, rep *Report) {
+	due := time.UnixMilli(int64(waits.Score))
+	in := time.Duration(int64(waits.Score)-rep.NowMs) * time.Millisecond
+	v.Verdict, v.Reason = string(scannerapi.VerdictWaits), "not_due"
+	v.Detail = fmt.Sprintf("its entry in %s is due at %s (in %s)", waits.Key, due.UTC().Format(time.RFC3339Nano), in)
+	if offsetOf(info, waits.Source) != 0 {
+		// The source's cutoff, not necessarily the scanner's own due
+		// time (retention: the floor, then the execution's own).
+		v.Detail = fmt.Sprintf("a cycle reads its entry in %s from %s on (in %s); the scanner decides then",
+			waits.Key, due.UTC().Format(time.RFC3339), in)
 	}
-	e, err := pluginhost.Explain(ctx, asHostScanner(inst.Scanner), inst.Host, &scannerapi.ExplainRequest{Scan: req, ExecutionID: eid.String()})
+	v.DueAt = &due
+}
+
+// scannerVerdict asks the scanner what its next scan does with the
+// execution, given the candidates a cycle would hand it.
+func scannerVerdict(ctx context.Context, v *Verdict, inst Instance, eid keys.ExecutionID, t Target, rep *Report, req *scannerapi.ScanRequest) {
+	e, err := pluginhost.Explain(ctx, asHostScanner(inst.Scanner), inst.Host, &scannerapi.ExplainRequest{Scan: *req, ExecutionID: eid.String()})
 	switch {
 	case errors.Is(err, scannerapi.ErrNotExplained) && len(req.Candidates) == 0 && rep.Store == "valkey":
 		// A scan acts on what its sources hand it, and none holds the
 		// execution, its flow or its waitpoint.
 		v.Verdict, v.Reason = string(scannerapi.VerdictNothing), "no_entry"
 		v.Detail = "none of its sources holds the execution, its flow or its waitpoint"
-		return v
+		return
 	case errors.Is(err, scannerapi.ErrNotExplained):
 		v.Verdict, v.Detail = NotExplained, "the scanner does not explain its decisions"
 		if len(req.Candidates) > 0 {
 			v.Detail += fmt.Sprintf("; a cycle now hands it %d entr%s of the execution", len(req.Candidates), plural(len(req.Candidates), "y", "ies"))
 		}
-		return v
+		return
 	case err != nil:
 		v.Verdict, v.Reason, v.Detail = Failed, "explain", err.Error()
-		return v
+		return
 	}
 	v.From = "scanner"
 	v.Verdict, v.Reason, v.Detail, v.BackoffUntilCycle = string(e.Verdict), e.Reason, e.Detail, e.BackoffUntilCycle
@@ -382,7 +425,6 @@ func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, 
 	for _, s := range e.Inconsistent {
 		rep.Inconsistent = append(rep.Inconsistent, t.Name+": "+s)
 	}
-	return v
 }
 
 // offsetOf is a source's score offset.
