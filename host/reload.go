@@ -265,7 +265,8 @@ func (h *Host) applyScanners(old, n *config.Config, res *httpapi.ReloadResult) [
 			continue
 		}
 		if tuneAll || sc.Interval != run.Scanner.Interval || sc.Batch != run.Scanner.Batch {
-			run.Unit.Runner().Retune(scheduler.Tuning{Interval: sc.Interval, Batch: sc.Batch, Concurrency: n.Scheduler.Concurrency, CallTimeout: n.Scheduler.CallTimeout})
+			run.Unit.Runner().Retune(scheduler.Tuning{Interval: sc.Interval, Batch: sc.Batch, Concurrency: n.Scheduler.Concurrency, CallTimeout: n.Scheduler.CallTimeout,
+				PollOnly: !n.Scheduler.Wakeups})
 			res.Retuned = append(res.Retuned, name)
 		}
 		runs := sc

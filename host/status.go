@@ -130,6 +130,7 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 		}
 	}
 	s.Cycle, s.Processed, s.Skipped, s.Errors, s.FailedPartitions = rs.Cycle, rs.Processed, rs.Skipped, rs.Errors, rs.Failed
+	s.Wakeups, s.Scheduled = rs.Wakeups, rs.Scheduled
 	if !rs.LastCycleAt.IsZero() {
 		t := rs.LastCycleAt
 		s.LastCycleAt = &t

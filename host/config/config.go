@@ -186,6 +186,11 @@ type Scheduler struct {
 	// when that is cheaper than reading every lane's key; on always, off
 	// never.
 	LaneCensus string
+	// Wakeups: a partition whose read showed an entry not due yet is
+	// read and scanned again at that entry's due time, between two
+	// interval sweeps (host/scheduler, wake.go). false: every interval
+	// and only then.
+	Wakeups bool
 }
 
 // Callbacks is the budget of each scanner's callbacks (callbacks.Budget):
@@ -246,7 +251,7 @@ func Defaults() Config {
 		Log:             Log{Level: "info"},
 		ShutdownTimeout: DefaultShutdownTimeout,
 		Scheduler: Scheduler{Concurrency: scheduler.DefaultConcurrency, CallTimeout: scheduler.DefaultCallTimeout,
-			LaneCensus: string(census.DefaultMode)},
+			LaneCensus: string(census.DefaultMode), Wakeups: true},
 		Callbacks: Callbacks{MaxInFlight: budget.MaxInFlight, CommandsPerSecond: int(budget.CommandsPerSecond),
 			MaxReplyBytes: int(budget.MaxReplyBytes)},
 		Supervisor: Supervisor{HealthInterval: supervisor.DefaultHealthInterval, StartTimeout: supervisor.DefaultStartTimeout,

@@ -231,6 +231,7 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"concurrency":  func(k string, v any) { d.integer(k, v, &c.Scheduler.Concurrency) },
 				"call_timeout": func(k string, v any) { d.duration(k, v, &c.Scheduler.CallTimeout) },
 				"lane_census":  func(k string, v any) { d.str(k, v, &c.Scheduler.LaneCensus) },
+				"wakeups":      func(k string, v any) { d.boolean(k, v, &c.Scheduler.Wakeups) },
 			})
 		},
 		"callbacks": func(key string, v any) {

@@ -127,6 +127,11 @@ type ScannerStatus struct {
 	Errors            int64      `json:"errors"`
 	// FailedPartitions counts partition visits whose fetch or call failed.
 	FailedPartitions int64 `json:"failed_partitions"`
+	// Wakeups counts the sweeps of partitions woken at their due time
+	// between interval sweeps; Scheduled the partitions with a wake-up
+	// scheduled now (scheduler.wakeups).
+	Wakeups   uint64 `json:"wakeups"`
+	Scheduled int    `json:"wakeups_scheduled"`
 	// Backlog is null until a complete cycle measured it.
 	Backlog       *int64 `json:"backlog"`
 	LastScanError string `json:"last_scan_error,omitempty"`

@@ -147,6 +147,11 @@ type Config struct {
 	// Changes, when set, is told of every change of the status (a cycle
 	// ended, a cycle could not run).
 	Changes *service.Changes
+	// PollOnly turns due-time wake-ups off: partitions are visited at
+	// every interval's sweep and only then, and due-ordered sources are
+	// read by score, as before wake-ups existed (the benchmarks run both
+	// side by side). See wake.go.
+	PollOnly bool
 }
 
 func (c Config) withDefaults() Config {
@@ -161,19 +166,20 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) tuning() Tuning {
-	return Tuning{Interval: c.Interval, Batch: c.Batch, Concurrency: c.Concurrency, CallTimeout: c.CallTimeout}
+	return Tuning{Interval: c.Interval, Batch: c.Batch, Concurrency: c.Concurrency, CallTimeout: c.CallTimeout, PollOnly: c.PollOnly}
 }
 
 // Tuning is the part of Config that can change while the runner runs
-// (a configuration reload). Interval and Batch apply from the next cycle,
-// Concurrency and CallTimeout from the next call. Zero Interval and Batch
-// are the scanner's own defaults (its Info); zero Concurrency and
-// CallTimeout DefaultConcurrency and DefaultCallTimeout.
+// (a configuration reload). Interval, Batch and PollOnly apply from the
+// next sweep, Concurrency and CallTimeout from the next call. Zero
+// Interval and Batch are the scanner's own defaults (its Info); zero
+// Concurrency and CallTimeout DefaultConcurrency and DefaultCallTimeout.
 type Tuning struct {
 	Interval    time.Duration
 	Batch       int
 	Concurrency int
 	CallTimeout time.Duration
+	PollOnly    bool
 }
 
 func (t Tuning) withDefaults() Tuning {
@@ -195,7 +201,7 @@ type Runner struct {
 	cfg    Config
 	tunMu  sync.Mutex
 	tun    Tuning
-	wake   chan struct{} // Retune wakes the sweep's sleep
+	retune chan struct{} // Retune wakes the sweep's sleep
 	client valkey.Client
 	target Target
 	host   scannerapi.Host
@@ -213,6 +219,13 @@ type Runner struct {
 	// noExistsCheck is set once multi-key EXISTS was refused (a cluster):
 	// the fetch then reads every source key (see skipEmpty).
 	noExistsCheck atomic.Bool
+
+	// wakeups are the partitions' next due instants as their reads
+	// revealed them, learned in store epoch wakeEpoch (wake.go); owned by
+	// the sweep goroutine, like cycle.
+	wakeups   Wakeups
+	wakeEpoch uint64
+	lastWake  time.Time
 
 	stMu   sync.Mutex
 	status Status
@@ -237,6 +250,14 @@ type Status struct {
 	CycleErrors int64
 	// InFlight is the ScanPartition calls running now.
 	InFlight int
+	// Wakeups counts the sweeps of partitions woken at their due time
+	// between two interval sweeps; WokenPartitions the partitions they
+	// read; LastWakeAt when the latest began.
+	Wakeups         uint64
+	WokenPartitions int64
+	LastWakeAt      time.Time
+	// Scheduled is the partitions with a wake-up scheduled now.
+	Scheduled int
 }
 
 // New returns a runner. host is passed to ScanPartition (a linked scanner
@@ -253,7 +274,7 @@ func New(cfg Config, client valkey.Client, target Target, host scannerapi.Host, 
 		cfg: cfg, client: client, target: target, host: host, rec: rec, log: log, clk: cfg.Clock,
 		cursors: map[string]uint64{},
 		tun:     cfg.tuning(),
-		wake:    make(chan struct{}, 1),
+		retune:  make(chan struct{}, 1),
 	}
 	r.calls, r.abortCalls = context.WithCancel(cfg.CallParent)
 	return r
@@ -267,7 +288,7 @@ func (r *Runner) Retune(t Tuning) {
 	r.tun = t
 	r.tunMu.Unlock()
 	select {
-	case r.wake <- struct{}{}:
+	case r.retune <- struct{}{}:
 	default:
 	}
 }
@@ -392,23 +413,29 @@ func (r *Runner) run(ctx context.Context) {
 	}
 }
 
-// sleepUntilNext sleeps until the next cycle is due: one interval after
-// start, re-planned when Retune changes the interval meanwhile.
+// sleepUntilNext waits until the next cycle is due, one interval after
+// start (re-planned when Retune changes the interval meanwhile), and
+// meanwhile wakes the partitions whose due time comes first (wake.go).
 func (r *Runner) sleepUntilNext(ctx context.Context, start time.Time) bool {
 	for {
 		iv := r.interval(r.currentInfo())
-		d := start.Add(iv).Sub(r.clk.Now())
-		if d <= 0 {
+		now := r.clk.Now()
+		next := start.Add(iv)
+		if !now.Before(next) {
 			return ctx.Err() == nil
 		}
-		t := r.clk.NewTimer(d)
+		at, waking := r.nextWake(next)
+		t := r.clk.NewTimer(at.Sub(now))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
 		case <-t.C():
-			return true
-		case <-r.wake:
+			if !waking {
+				return true
+			}
+			r.wake(ctx)
+		case <-r.retune:
 			t.Stop()
 		}
 	}
@@ -496,6 +523,10 @@ type partState struct {
 	sampled   bool // every host-side backlog read succeeded
 	oldestDue float64
 	hasDue    bool
+	// wakeMs is when the first entry the read saw that is not due yet
+	// falls due (the store's clock, ms), with hasWake (wake.go).
+	wakeMs  int64
+	hasWake bool
 	// What the scan reported: due entries it knows are settled (left out
 	// of the backlog) and, with hasLag, the partition's lag.
 	settled    int64
@@ -533,7 +564,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	lanes := r.lanes()
 
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
-		hasLaneSource: hasLaneSource(info)}
+		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info)}
 	if !sw.postgres() {
 		if r.client == nil {
 			r.finish(&sum, start, false)
@@ -583,18 +614,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	}
 	sum.BacklogKnown = complete && hasBacklog(info)
 
-	// Follow-up passes: partitions that said More are refetched and scanned
-	// again now rather than an interval later.
-	for pass := 0; pass < r.cfg.MaxFollowUps && len(more) > 0 && ctx.Err() == nil; pass++ {
-		now2, err := sw.now(ctx)
-		if err != nil {
-			r.noteErr(&sum, classify(err), "time", 1)
-			break
-		}
-		sub := sw.read(ctx, r.owned(more), now2)
-		sum.FollowUps += len(sub)
-		more, _ = sw.dispatch(ctx, sub, now2, true)
-	}
+	sw.followUps(ctx, more)
 
 	r.finish(&sum, start, opts.Partitions == nil)
 	if sum.BacklogKnown {
@@ -604,6 +624,22 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		r.rec.Lag(r.cfg.Name, sum.Lag)
 	}
 	return sum, nil
+}
+
+// followUps refetches and scans again, now rather than an interval
+// later, the partitions that said More, in at most MaxFollowUps passes.
+func (sw *sweep) followUps(ctx context.Context, more []keys.Partition) {
+	r := sw.r
+	for pass := 0; pass < r.cfg.MaxFollowUps && len(more) > 0 && ctx.Err() == nil; pass++ {
+		now2, err := sw.now(ctx)
+		if err != nil {
+			r.noteErr(sw.sum, classify(err), "time", 1)
+			break
+		}
+		sub := sw.read(ctx, r.owned(more), now2)
+		sw.sum.FollowUps += len(sub)
+		more, _ = sw.dispatch(ctx, sub, now2, true)
+	}
 }
 
 // noteErr counts a host-side failure; one that got no reply from the
@@ -635,6 +671,37 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	if fullCycle {
 		r.rec.Cycle(r.cfg.Name, sum.Duration)
 	}
+	r.recordCounts(sum)
+	r.stMu.Lock()
+	defer r.stMu.Unlock()
+	r.status.Cycle = sum.Cycle
+	r.status.LastCycleAt = start
+	r.status.LastDuration = sum.Duration
+	r.countLocked(sum)
+	if sum.BacklogKnown {
+		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
+	}
+	r.status.Scheduled = r.wakeups.Len()
+	r.cfg.Changes.Notify()
+}
+
+// finishWake records a wake-up sweep's metrics and status: its items,
+// errors and partitions count as a cycle's, its duration does not.
+func (r *Runner) finishWake(sum *Summary, start time.Time) {
+	sum.Duration = r.since(start)
+	r.recordCounts(sum)
+	r.stMu.Lock()
+	r.status.Wakeups++
+	r.status.WokenPartitions += int64(sum.Partitions)
+	r.status.LastWakeAt = start
+	r.countLocked(sum)
+	r.status.Scheduled = r.wakeups.Len()
+	r.stMu.Unlock()
+	r.cfg.Changes.Notify()
+}
+
+// recordCounts records a sweep's items, errors and partitions.
+func (r *Runner) recordCounts(sum *Summary) {
 	r.rec.Items(r.cfg.Name, sum.Processed, sum.Skipped)
 	for k, n := range sum.Errors {
 		r.rec.Errors(r.cfg.Name, k.Class, k.Code, n)
@@ -642,19 +709,14 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	r.rec.Partitions(r.cfg.Name, "scanned", sum.Scanned)
 	r.rec.Partitions(r.cfg.Name, "empty", sum.Empty)
 	r.rec.Partitions(r.cfg.Name, "failed", sum.Failed)
-	r.stMu.Lock()
-	defer r.stMu.Unlock()
-	r.status.Cycle = sum.Cycle
-	r.status.LastCycleAt = start
-	r.status.LastDuration = sum.Duration
+}
+
+// countLocked adds a sweep's counts to the status; stMu is held.
+func (r *Runner) countLocked(sum *Summary) {
 	r.status.Processed += sum.Processed
 	r.status.Skipped += sum.Skipped
 	r.status.Errors += sum.ErrorTotal()
 	r.status.Failed += int64(sum.Failed)
-	if sum.BacklogKnown {
-		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
-	}
-	r.cfg.Changes.Notify()
 }
 
 func (r *Runner) cycleError() {

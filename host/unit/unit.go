@@ -109,6 +109,7 @@ func (d Deps) RunnerConfig(s Settings, name string, sc config.Scanner) scheduler
 		Owns:           d.Owns,
 		Concurrency:    s.Scheduler.Concurrency,
 		CallTimeout:    s.Scheduler.CallTimeout,
+		PollOnly:       !s.Scheduler.Wakeups,
 		Clock:          d.Clock,
 		Census:         d.Census,
 		Epoch:          d.Epoch,
