@@ -40,6 +40,7 @@ import (
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/internal/testsignal"
+	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/listeners"
@@ -113,6 +114,7 @@ type Host struct {
 	// (share, census and library without Valkey, http without
 	// http.listen).
 	share     *sharing.Coordinator
+	events    *keyevents.Feed
 	lanes     *lanes.Keeper
 	census    *census.Census
 	censusCtl *census.Controller

@@ -107,7 +107,7 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 // relaunch the plugin by a hot swap (options reach a scanner of API
 // version 2 or later in place, through Configure). A configuration that
 // changes a setting only a restart can apply (valkey.*, partitions,
-// plugin_dir, lua, http.listen, log.json), names a binary that fails the
+// plugin_dir, lua, http.listen, log.json, key_events), names a binary that fails the
 // catalog checks, or gives a running scanner options its schema rejects is
 // refused as a whole and nothing changes.
 func (h *Host) Reload(ctx context.Context, cfg *config.Config, reason string) (httpapi.ReloadResult, error) {

@@ -255,6 +255,13 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"interval": func(k string, v any) { d.duration(k, v, &c.Watch.Interval) },
 			})
 		},
+		"key_events": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"mode":            func(k string, v any) { d.str(k, v, &c.KeyEvents.Mode) },
+				"configure":       func(k string, v any) { d.boolean(k, v, &c.KeyEvents.Configure) },
+				"safety_interval": func(k string, v any) { d.duration(k, v, &c.KeyEvents.SafetyInterval) },
+			})
+		},
 		"completions": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"enabled":     func(k string, v any) { d.boolean(k, v, &c.Completions.Enabled) },

@@ -92,6 +92,7 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 			if sw.dueOnly && sk.src.Kind != scannerapi.SourceZSetDue {
 				continue
 			}
+			st.srcKeys++
 			if sk.src.Backlog == scannerapi.BacklogPlugin {
 				st.pluginKeys++
 			}
@@ -140,6 +141,7 @@ func (sw *sweep) expand(st *partState) []sourceKey {
 	if !ok {
 		return expand(sw.info.Sources, st.p, sw.lanes)
 	}
+	st.censused = true
 	if sw.laneSet == nil {
 		sw.laneSet = make(map[string]bool, len(sw.lanes))
 		for _, l := range sw.lanes {
@@ -245,6 +247,9 @@ func (sw *sweep) skipEmpty(ctx context.Context, ops []fetchOp) []fetchOp {
 		// key), and a rank window or scan cursor starts over.
 		if op.kind != opCount && op.sk.src.Kind != scannerapi.SourceZSetDue {
 			op.st.next[op.sk.key] = 0
+		}
+		if op.kind != opCount {
+			op.st.emptyKeys++
 		}
 		if op.kind == opRead && op.sk.src.Backlog == scannerapi.BacklogPlugin {
 			op.st.pluginAbsent++
@@ -354,7 +359,10 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 			st.backlog += n
 			if n > 0 {
 				next = append(next, fetchOp{st: st, sk: op.sk, kind: opRead, cur: op.cur})
-			} else if op.sk.src.Kind != scannerapi.SourceZSetDue {
+				continue
+			}
+			st.emptyKeys++
+			if op.sk.src.Kind != scannerapi.SourceZSetDue {
 				// Empty: a rank window or scan cursor starts over.
 				st.next[op.sk.key] = 0
 			}
@@ -420,6 +428,9 @@ func (sw *sweep) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, st
 			add(m, 0)
 		}
 		st.next[sk.key] = e.Cursor // 0 once the scan wrapped
+		if cur == 0 && e.Cursor == 0 && len(e.Elements) == 0 {
+			st.emptyKeys++ // a whole scan found nothing
+		}
 		return len(e.Elements), nil
 	default:
 		zs, err := res.AsZScores()
@@ -440,6 +451,9 @@ func (sw *sweep) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, st
 			if due < len(zs) {
 				st.noteWake(zs[due].Score, sk.src.ScoreOffset)
 			}
+			if len(zs) == 0 {
+				st.emptyKeys++ // from rank 0: the key has no members
+			}
 			zs = zs[:min(due, batch)]
 			for _, z := range zs {
 				add(z.Member, z.Score)
@@ -451,6 +465,9 @@ func (sw *sweep) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, st
 			add(z.Member, z.Score)
 		}
 		if sk.src.Kind == scannerapi.SourceZSetRotate {
+			if cur == 0 && len(zs) == 0 {
+				st.emptyKeys++ // from rank 0: the key has no members
+			}
 			// A short window means the end was reached: wrap.
 			if len(zs) < batch {
 				st.next[sk.key] = 0

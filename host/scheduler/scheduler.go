@@ -147,6 +147,14 @@ type Config struct {
 	// Changes, when set, is told of every change of the status (a cycle
 	// ended, a cycle could not run).
 	Changes *service.Changes
+	// Events is the host's new-key event feed: with it on, partitions read
+	// empty are skipped until one of their source keys is created, for at
+	// most QuietFor (quiet.go). Nil: every partition is read at every
+	// interval.
+	Events Events
+	// QuietFor is the safety interval of quiet partitions (default
+	// DefaultQuietFor).
+	QuietFor time.Duration
 	// PollOnly turns due-time wake-ups off: partitions are visited at
 	// every interval's sweep and only then, and due-ordered sources are
 	// read by score, as before wake-ups existed (the benchmarks run both
@@ -156,6 +164,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	service.Default(&c.MaxFollowUps, DefaultMaxFollowUps)
+	service.Default(&c.QuietFor, DefaultQuietFor)
 	if c.CallParent == nil {
 		c.CallParent = context.Background()
 	}
@@ -227,6 +236,12 @@ type Runner struct {
 	wakeEpoch uint64
 	lastWake  time.Time
 
+	// quiet are the partitions read empty while the event feed covered
+	// the store (quiet.go); watching is set while the sweep receives the
+	// feed's events (only then may it skip them).
+	quiet    quietSet
+	watching atomic.Bool
+
 	stMu   sync.Mutex
 	status Status
 }
@@ -258,6 +273,9 @@ type Status struct {
 	LastWakeAt      time.Time
 	// Scheduled is the partitions with a wake-up scheduled now.
 	Scheduled int
+	// Quiet is the partitions read empty that the sweeps skip until one
+	// of their keys is created (new-key events).
+	Quiet int
 }
 
 // New returns a runner. host is passed to ScanPartition (a linked scanner
@@ -287,10 +305,7 @@ func (r *Runner) Retune(t Tuning) {
 	r.tunMu.Lock()
 	r.tun = t
 	r.tunMu.Unlock()
-	select {
-	case r.retune <- struct{}{}:
-	default:
-	}
+	r.replan()
 }
 
 // Tuning returns the current tuning.
@@ -382,6 +397,14 @@ func (r *Runner) Stop(ctx context.Context) error {
 func (r *Runner) Done() <-chan struct{} { return r.loop.Done() }
 
 func (r *Runner) run(ctx context.Context) {
+	if ev := r.cfg.Events; ev != nil {
+		stop := ev.Watch(r.onEvent)
+		r.watching.Store(true)
+		defer func() {
+			r.watching.Store(false)
+			stop()
+		}()
+	}
 	jittered := r.cfg.NoJitter
 	for ctx.Err() == nil {
 		_, info, err := r.target.Current()
@@ -483,7 +506,10 @@ type Summary struct {
 	Partitions int // partitions visited
 	Scanned    int // ScanPartition calls that succeeded
 	Empty      int // partitions skipped with nothing to do
-	Failed     int // partitions whose call failed
+	// Quiet counts partitions not read: read empty before, and none of
+	// their keys created since (new-key events).
+	Quiet  int
+	Failed int // partitions whose call failed
 	// Deferred counts partitions left for the next cycle because a hot
 	// swap switched to a scanner whose sources or family differ from
 	// those the cycle fetched with.
@@ -527,6 +553,11 @@ type partState struct {
 	// falls due (the store's clock, ms), with hasWake (wake.go).
 	wakeMs  int64
 	hasWake bool
+	// srcKeys are the source keys the fetch looked at, emptyKeys those
+	// it proved empty; censused: the lane census chose the lane keys
+	// (quiet.go).
+	srcKeys, emptyKeys int
+	censused           bool
 	// What the scan reported: due entries it knows are settled (left out
 	// of the backlog) and, with hasLag, the partition's lag.
 	settled    int64
@@ -559,12 +590,16 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	if opts.Partitions == nil {
 		parts = r.owned(parts)
 	}
-	sum.Partitions = len(parts)
 	batch := r.batch(info)
 	lanes := r.lanes()
 
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
 		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info)}
+	var qr *quietRead
+	if opts.Partitions == nil && !opts.DryRun && r.watching.Load() {
+		parts, qr = sw.skipQuiet(parts)
+	}
+	sum.Partitions = len(parts)
 	if !sw.postgres() {
 		if r.client == nil {
 			r.finish(&sum, start, false)
@@ -582,6 +617,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	}
 	sum.NowMs = nowMs
 	states := sw.read(ctx, parts, nowMs)
+	sw.learnQuiet(qr, states)
 
 	// Backlog and lag are only meaningful when every partition of the
 	// family was read: a partial sum would under-report (P8).
@@ -682,6 +718,7 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
 	}
 	r.status.Scheduled = r.wakeups.Len()
+	r.status.Quiet = r.quietCount()
 	r.cfg.Changes.Notify()
 }
 
@@ -717,6 +754,15 @@ func (r *Runner) countLocked(sum *Summary) {
 	r.status.Skipped += sum.Skipped
 	r.status.Errors += sum.ErrorTotal()
 	r.status.Failed += int64(sum.Failed)
+}
+
+// replan wakes the sweep's sleep to plan it again (a retune, a wake-up
+// due at once).
+func (r *Runner) replan() {
+	select {
+	case r.retune <- struct{}{}:
+	default:
+	}
 }
 
 func (r *Runner) cycleError() {
