@@ -26,9 +26,10 @@ import (
 //
 // Safe for concurrent use; the zero Wakeups is ready.
 type Wakeups struct {
-	mu sync.Mutex
-	h  wakeHeap
-	at map[uint16]*wakeEntry
+	mu    sync.Mutex
+	h     wakeHeap
+	at    map[uint16]*wakeEntry
+	epoch uint64 // the store epoch the schedule was learned in (Sync)
 }
 
 type wakeEntry struct {
@@ -42,6 +43,10 @@ type wakeEntry struct {
 func (w *Wakeups) Set(p keys.Partition, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.setLocked(p, at)
+}
+
+func (w *Wakeups) setLocked(p keys.Partition, at time.Time) {
 	if w.at == nil {
 		w.at = map[uint16]*wakeEntry{}
 	}
@@ -104,6 +109,33 @@ func (w *Wakeups) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.h)
+}
+
+// Sync drops every wake-up when epoch (the store epoch now, which only
+// grows) is past the one the schedule was learned in.
+func (w *Wakeups) Sync(epoch uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.syncLocked(epoch)
+}
+
+func (w *Wakeups) syncLocked(epoch uint64) {
+	if epoch > w.epoch {
+		w.h, w.at, w.epoch = nil, nil, epoch
+	}
+}
+
+// Learn is Set for a wake-up a read made in store epoch epoch: one of an
+// epoch already past is not kept, one of a newer epoch drops the others
+// first.
+func (w *Wakeups) Learn(epoch uint64, p keys.Partition, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.syncLocked(epoch)
+	if epoch < w.epoch {
+		return
+	}
+	w.setLocked(p, at)
 }
 
 // Reset drops every wake-up.
