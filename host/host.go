@@ -90,8 +90,10 @@ type Host struct {
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
 	readOnly bool
 	parts    keys.PartitionConfig
-	// epoch is the store epoch every runner shares.
+	// epoch is the store epoch every runner shares; nodes the map of
+	// which master serves which partition.
 	epoch *scheduler.StoreEpoch
+	nodes *scheduler.NodeMap
 	cat   *catalog.Catalog
 	// approvals admits each launch's declared policy (restart keys, so
 	// fixed for the host's life).

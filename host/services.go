@@ -55,6 +55,7 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 		return fmt.Errorf("register completion metrics: %w", err)
 	}
 	if h.client != nil {
+		h.nodes = scheduler.NewNodeMap(h.client, h.clk, h.epoch)
 		// The shares live on Valkey: a host without it scans every
 		// partition.
 		h.share = sharing.New(h.client, sharing.Config{ID: hostID(), Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
@@ -85,7 +86,7 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 func (h *Host) unitDeps() unit.Deps {
 	d := unit.Deps{
 		Catalog: h.cat, Callbacks: h.svc, Approvals: h.approvals, Client: h.client, Postgres: h.pg,
-		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Metrics: h.met, Clock: h.clk, Logger: h.log,
+		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Nodes: h.nodes, Metrics: h.met, Clock: h.clk, Logger: h.log,
 		Changes: &h.changes,
 	}
 	// A nil pointer in an interface would be called.

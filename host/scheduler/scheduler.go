@@ -25,6 +25,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/internal/testsignal"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
@@ -155,6 +156,10 @@ type Config struct {
 	// QuietFor is the safety interval of quiet partitions (default
 	// DefaultQuietFor).
 	QuietFor time.Duration
+	// Nodes tells which master serves a partition, so that each node's
+	// calls are dispatched apart (dispatch.go); one map serves a host's
+	// runners. Nil: the runner makes its own.
+	Nodes *NodeMap
 	// PollOnly turns due-time wake-ups off: partitions are visited at
 	// every interval's sweep and only then, and due-ordered sources are
 	// read by score, as before wake-ups existed (the benchmarks run both
@@ -230,11 +235,10 @@ type Runner struct {
 	noExistsCheck atomic.Bool
 
 	// wakeups are the partitions' next due instants as their reads
-	// revealed them, learned in store epoch wakeEpoch (wake.go); owned by
-	// the sweep goroutine, like cycle.
-	wakeups   Wakeups
-	wakeEpoch uint64
-	lastWake  time.Time
+	// revealed them (wake.go); lastWake when the last wake-up sweep
+	// began (the sweep goroutine's).
+	wakeups  Wakeups
+	lastWake time.Time
 
 	// quiet are the partitions read empty while the event feed covered
 	// the store (quiet.go); watching is set while the sweep receives the
@@ -242,8 +246,27 @@ type Runner struct {
 	quiet    quietSet
 	watching atomic.Bool
 
+	// nodes groups the calls by master (dispatch.go); calling counts the
+	// goroutines of calls, detached ones included, which Stop waits for;
+	// busy are the partitions with a call in flight (or about to be),
+	// which no sweep reads until it ended.
+	nodes   *NodeMap
+	calling sync.WaitGroup
+	busyMu  sync.Mutex
+	busy    map[uint16]bool
+
 	stMu   sync.Mutex
 	status Status
+
+	// TestSignals fire at the runner's events for tests that Init them.
+	TestSignals TestSignals
+}
+
+// TestSignals are a Runner's events.
+type TestSignals struct {
+	// Straggling: a dispatch waits for the calls of this many nodes while
+	// the others' are done, on a straggler timer (dispatch.go).
+	Straggling testsignal.Signal[int]
 }
 
 // Status is the runner's view for /v1/status.
@@ -276,6 +299,9 @@ type Status struct {
 	// Quiet is the partitions read empty that the sweeps skip until one
 	// of their keys is created (new-key events).
 	Quiet int
+	// Late counts the calls that ended after their dispatch stopped
+	// waiting for them (a node whose calls stalled; dispatch.go).
+	Late int64
 }
 
 // New returns a runner. host is passed to ScanPartition (a linked scanner
@@ -295,6 +321,10 @@ func New(cfg Config, client valkey.Client, target Target, host scannerapi.Host, 
 		retune:  make(chan struct{}, 1),
 	}
 	r.calls, r.abortCalls = context.WithCancel(cfg.CallParent)
+	r.nodes = cfg.Nodes
+	if r.nodes == nil {
+		r.nodes = NewNodeMap(client, cfg.Clock, cfg.Epoch)
+	}
 	return r
 }
 
@@ -385,9 +415,14 @@ func (r *Runner) Start(ctx context.Context) error {
 // ctx's error.
 func (r *Runner) Stop(ctx context.Context) error {
 	err := r.loop.Stop(ctx)
+	if err == nil {
+		// Calls a dispatch left running detached.
+		err = service.Wait(ctx, service.Drained(&r.calling))
+	}
 	if err != nil {
 		r.abortCalls()
 		<-r.loop.Done()
+		r.calling.Wait()
 	}
 	return err
 }
@@ -508,8 +543,12 @@ type Summary struct {
 	Empty      int // partitions skipped with nothing to do
 	// Quiet counts partitions not read: read empty before, and none of
 	// their keys created since (new-key events).
-	Quiet  int
-	Failed int // partitions whose call failed
+	Quiet int
+	// Busy counts partitions not read because a call of theirs from an
+	// earlier sweep is still in flight; Detached the calls this sweep's
+	// dispatch left in flight (dispatch.go).
+	Busy, Detached int
+	Failed         int // partitions whose call failed
 	// Deferred counts partitions left for the next cycle because a hot
 	// swap switched to a scanner whose sources or family differ from
 	// those the cycle fetched with.
@@ -599,6 +638,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	if opts.Partitions == nil && !opts.DryRun && r.watching.Load() {
 		parts, qr = sw.skipQuiet(parts)
 	}
+	parts = r.skipBusy(parts, &sum)
 	sum.Partitions = len(parts)
 	if !sw.postgres() {
 		if r.client == nil {
@@ -616,19 +656,19 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		return sum, fmt.Errorf("read the store's clock: %w", err)
 	}
 	sum.NowMs = nowMs
-	states := sw.read(ctx, parts, nowMs)
+	res := sw.readAndScan(ctx, parts, nowMs, false)
+	states := res.states
 	sw.learnQuiet(qr, states)
 
 	// Backlog and lag are only meaningful when every partition of the
 	// family was read: a partial sum would under-report (P8).
-	complete := opts.Partitions == nil
+	complete := opts.Partitions == nil && res.complete
 	for _, st := range states {
 		if !st.sampled {
 			complete = false
 		}
 	}
-
-	more, pluginBacklog := sw.dispatch(ctx, states, nowMs, false)
+	more, pluginBacklog := res.more, res.backlog
 	// The lag is the longest a due entry still to be handled has waited:
 	// the oldest candidate, unless the scan said which are settled.
 	var lag time.Duration
@@ -672,9 +712,9 @@ func (sw *sweep) followUps(ctx context.Context, more []keys.Partition) {
 			r.noteErr(sw.sum, classify(err), "time", 1)
 			break
 		}
-		sub := sw.read(ctx, r.owned(more), now2)
-		sw.sum.FollowUps += len(sub)
-		more, _ = sw.dispatch(ctx, sub, now2, true)
+		sub := sw.readAndScan(ctx, r.owned(more), now2, true)
+		sw.sum.FollowUps += len(sub.states)
+		more = sub.more
 	}
 }
 
@@ -754,6 +794,41 @@ func (r *Runner) countLocked(sum *Summary) {
 	r.status.Skipped += sum.Skipped
 	r.status.Errors += sum.ErrorTotal()
 	r.status.Failed += int64(sum.Failed)
+}
+
+// markBusy notes that a call of partition p is in flight (or about to
+// be), or no longer.
+func (r *Runner) markBusy(p uint16, busy bool) {
+	r.busyMu.Lock()
+	defer r.busyMu.Unlock()
+	if !busy {
+		delete(r.busy, p)
+		return
+	}
+	if r.busy == nil {
+		r.busy = map[uint16]bool{}
+	}
+	r.busy[p] = true
+}
+
+// skipBusy leaves out (and counts) the partitions whose call from an
+// earlier sweep is still in flight: reading them again would hand their
+// entries to a second call at once.
+func (r *Runner) skipBusy(parts []keys.Partition, sum *Summary) []keys.Partition {
+	r.busyMu.Lock()
+	defer r.busyMu.Unlock()
+	if len(r.busy) == 0 {
+		return parts
+	}
+	kept := parts[:0:0]
+	for _, p := range parts {
+		if r.busy[p.Index] {
+			sum.Busy++
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept
 }
 
 // replan wakes the sweep's sleep to plan it again (a retune, a wake-up

@@ -90,12 +90,7 @@ func (r *Runner) nextWake(next time.Time) (time.Time, bool) {
 
 // checkWakeEpoch drops the schedule when the store epoch changed since it
 // was learned.
-func (r *Runner) checkWakeEpoch() {
-	if e := r.cfg.Epoch.Load(); e != r.wakeEpoch {
-		r.wakeups.Reset()
-		r.wakeEpoch = e
-	}
-}
+func (r *Runner) checkWakeEpoch() { r.wakeups.Sync(r.cfg.Epoch.Load()) }
 
 // wake runs one wake-up sweep: the partitions due by now (and owned), their
 // time-scored sources read and scanned, More followed up as in a cycle.
@@ -132,6 +127,7 @@ func (r *Runner) Wake(ctx context.Context, parts []keys.Partition) (Summary, err
 	if r.client == nil || info.UsesPostgres() {
 		return sum, errNoValkey
 	}
+	parts = r.skipBusy(parts, &sum)
 	sum.Partitions = len(parts)
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: r.lanes(), batch: r.batch(info), sum: &sum,
 		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info), dueOnly: true}
@@ -142,9 +138,8 @@ func (r *Runner) Wake(ctx context.Context, parts []keys.Partition) (Summary, err
 		return sum, err
 	}
 	sum.NowMs = nowMs
-	states := sw.read(ctx, parts, nowMs)
-	more, _ := sw.dispatch(ctx, states, nowMs, false)
-	sw.followUps(ctx, more)
+	res := sw.readAndScan(ctx, parts, nowMs, false)
+	sw.followUps(ctx, res.more)
 	r.finishWake(&sum, start)
 	return sum, nil
 }
@@ -154,17 +149,20 @@ func (r *Runner) Wake(ctx context.Context, parts []keys.Partition) (Summary, err
 // epoch changed (the store it read may be gone).
 func (sw *sweep) schedule(states []*partState) {
 	r := sw.r
-	if !sw.rank || r.cfg.Epoch.Load() != sw.epoch {
+	if !sw.rank {
 		return
 	}
 	r.checkWakeEpoch()
+	if r.cfg.Epoch.Load() != sw.epoch {
+		return
+	}
 	for _, st := range states {
 		if st.fetchError || !st.hasWake {
 			r.wakeups.Drop(st.p.Index)
 			continue
 		}
 		at := sw.nowAt.Add(time.Duration(st.wakeMs-sw.nowMs) * time.Millisecond)
-		r.wakeups.Set(st.p, latest(at, sw.nowAt.Add(wakeSpacing)))
+		r.wakeups.Learn(sw.epoch, st.p, latest(at, sw.nowAt.Add(wakeSpacing)))
 	}
 }
 

@@ -53,7 +53,10 @@ type Deps struct {
 	Census scheduler.Census
 	// Events is the new-key event feed (nil: none; partitions read empty
 	// are read at every interval).
-	Events  scheduler.Events
+	Events scheduler.Events
+	// Nodes tells which master serves a partition (each node's calls are
+	// dispatched apart).
+	Nodes   *scheduler.NodeMap
 	Metrics *metrics.Metrics
 	Clock   clock.Clock
 	// Logger is the host's; each scanner's lines carry its name.
@@ -115,6 +118,7 @@ func (d Deps) RunnerConfig(s Settings, name string, sc config.Scanner) scheduler
 		CallTimeout:    s.Scheduler.CallTimeout,
 		PollOnly:       !s.Scheduler.Wakeups,
 		Events:         d.Events,
+		Nodes:          d.Nodes,
 		QuietFor:       s.KeyEvents.SafetyInterval,
 		Clock:          d.Clock,
 		Census:         d.Census,
