@@ -148,7 +148,7 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 		}
 	}
 	s.Cycle, s.Processed, s.Skipped, s.Errors, s.FailedPartitions = rs.Cycle, rs.Processed, rs.Skipped, rs.Errors, rs.Failed
-	s.Wakeups, s.Scheduled = rs.Wakeups, rs.Scheduled
+	s.Wakeups, s.Scheduled, s.Quiet = rs.Wakeups, rs.Scheduled, rs.Quiet
 	if !rs.LastCycleAt.IsZero() {
 		t := rs.LastCycleAt
 		s.LastCycleAt = &t

@@ -163,6 +163,9 @@ type ScannerStatus struct {
 	// scheduled now (scheduler.wakeups).
 	Wakeups   uint64 `json:"wakeups"`
 	Scheduled int    `json:"wakeups_scheduled"`
+	// Quiet counts the partitions read empty that the sweeps skip until
+	// a new-key event names one of their keys (key_events).
+	Quiet int `json:"quiet_partitions"`
 	// Backlog is null until a complete cycle measured it.
 	Backlog       *int64 `json:"backlog"`
 	LastScanError string `json:"last_scan_error,omitempty"`
