@@ -53,6 +53,16 @@ func leaseStatus(h *Host) (st struct {
 	return st
 }
 
+// leaseProcessed is what the lease_expiry scanner says it processed.
+func leaseProcessed(h *Host) int64 {
+	for _, s := range h.Status().Scanners {
+		if s.Name == "lease_expiry" {
+			return s.Processed
+		}
+	}
+	return 0
+}
+
 // plantLeases creates n leased executions spread over the 16 flow
 // partitions; lease i lasts ttl(i). It returns once every master's
 // replicas acknowledged the writes.
@@ -284,11 +294,14 @@ func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
 
 // Slots migrated with MIGRATE while leases expire: ASK, TRYAGAIN and the
 // script's cross-slot refusals are transient, not item failures, so no
-// lease is backed off (15 s) and every one is marked promptly.
+// lease is backed off (15 s) and every one is marked promptly; processed
+// counts every lease marked, each once, also those whose call marked them
+// and then failed on a key already migrated.
 func TestClusterReshardUnderLoad(t *testing.T) {
 	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
+	processed0 := leaseProcessed(h)
 	ids := plantLeases(t, cl, c, 1600, func(i int) time.Duration { return time.Duration(100+(i%40)*50) * time.Millisecond })
 	ctx := context.Background()
 	from, err := cl.MasterOf(ctx, "{fp:5}")
@@ -315,6 +328,10 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	waitAllMarked(t, h, c, ids, 8*time.Second)
 	t.Logf("reshard: %d partitions moved, all %d leases marked %s after the migration began", moved, len(ids), time.Since(t0).Round(time.Millisecond))
 	require.Zero(t, leaseStatus(h).Restarts)
+	// The calls that marked the last leases are counted when their sweep
+	// (or their node's lane) ends.
+	waitFor(t, h, 30*time.Second, "processed counts every marked lease", func() bool { return leaseProcessed(h)-processed0 >= int64(len(ids)) })
+	require.Equal(t, int64(len(ids)), leaseProcessed(h)-processed0, "processed equals what was marked")
 }
 
 // A master killed while the host's FCALLs are in flight on it (its writes
