@@ -14,7 +14,7 @@ func TestErrorCode(t *testing.T) {
 		"ERR unknown command": "ERR",
 		"TRYAGAIN Multiple keys request during rehashing of slot": "TRYAGAIN",
 		"something lower case": "error",
-		"": "error",
+		"":                     "error",
 		// A script stopped at a key its slot's migration had moved.
 		"Script attempted to access a non local key in a cluster node script: ff_mark_lease_expired_if_due, on @user_function:178.": scanutil.CodeNonLocalKey,
 	} {
