@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +51,16 @@ func leaseStatus(h *Host) (st struct {
 		}
 	}
 	return st
+}
+
+// leaseProcessed is what the lease_expiry scanner says it processed.
+func leaseProcessed(h *Host) int64 {
+	for _, s := range h.Status().Scanners {
+		if s.Name == "lease_expiry" {
+			return s.Processed
+		}
+	}
+	return 0
 }
 
 // plantLeases creates n leased executions spread over the 16 flow
@@ -282,11 +294,14 @@ func TestClusterOneFailingMasterDoesNotStallTheOthers(t *testing.T) {
 
 // Slots migrated with MIGRATE while leases expire: ASK, TRYAGAIN and the
 // script's cross-slot refusals are transient, not item failures, so no
-// lease is backed off (15 s) and every one is marked promptly.
+// lease is backed off (15 s) and every one is marked promptly; processed
+// counts every lease marked, each once, also those whose call marked them
+// and then failed on a key already migrated.
 func TestClusterReshardUnderLoad(t *testing.T) {
 	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3})
 	c := cl.Client(t)
 	h := clusterLeaseHost(t, cl.Nodes[0].Addr)
+	processed0 := leaseProcessed(h)
 	ids := plantLeases(t, cl, c, 1600, func(i int) time.Duration { return time.Duration(100+(i%40)*50) * time.Millisecond })
 	ctx := context.Background()
 	from, err := cl.MasterOf(ctx, "{fp:5}")
@@ -313,4 +328,96 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	waitAllMarked(t, h, c, ids, 8*time.Second)
 	t.Logf("reshard: %d partitions moved, all %d leases marked %s after the migration began", moved, len(ids), time.Since(t0).Round(time.Millisecond))
 	require.Zero(t, leaseStatus(h).Restarts)
+	// The calls that marked the last leases are counted when their sweep
+	// (or their node's lane) ends.
+	waitFor(t, h, 30*time.Second, "processed counts every marked lease", func() bool { return leaseProcessed(h)-processed0 >= int64(len(ids)) })
+	require.Equal(t, int64(len(ids)), leaseProcessed(h)-processed0, "processed equals what was marked")
+}
+
+// A master killed while the host's FCALLs are in flight on it (its writes
+// paused, so that the calls wait there, then SIGKILL): those calls hang in
+// the client until the failover, and before the scheduler dispatched node
+// by node, the cycle waited for them, and with it every healthy master's
+// leases (3.5-4.4 s in 3 of 8 such kills with a 2 s node timeout). Now the
+// healthy masters' leases, claimed after the kill, are all marked while
+// the victim's slots are still unserved, and the host's calls on it were
+// given a long deadline, so only the dispatch's isolation can explain it.
+func TestClusterKillDuringFCallsDelaysNoOtherMaster(t *testing.T) {
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 6 * time.Second})
+	c := cl.Client(t)
+	cfg := testConfig(t, cl.Nodes[0].Addr, config.Scanner{Plugin: "leaseexpiry", Interval: failoverInterval})
+	cfg.Valkey.Cluster = "auto"
+	cfg.Scheduler.CallTimeout = 30 * time.Second
+	cfg.Scanners = map[string]config.Scanner{"lease_expiry": cfg.Scanners["hostwork"]}
+	h, _ := running(t, cfg)
+	waitFor(t, h, 30*time.Second, "", func() bool { return leaseStatus(h).Cycle >= 1 })
+	ctx := context.Background()
+	victim, err := cl.MasterOf(ctx, "{fp:5}")
+	require.NoError(t, err)
+	require.NotEqual(t, cl.Nodes[0], victim, "the seed is the subject of another test")
+
+	// Executions on every partition, granted, not yet leased.
+	for p := 0; p < 16; p++ {
+		require.NoError(t, c.Do(ctx, c.B().Exists().Key(fmt.Sprintf("{fp:%d}", p)).Build()).Error())
+	}
+	lib := lua.New(c, lua.Options{})
+	_, err = lib.Ensure(ctx)
+	require.NoError(t, err)
+	s := seed.New(lib, keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4})
+	ids := s.IDs(1600)
+	require.NoError(t, s.Prepare(ctx, ids))
+	onVictim := onMaster(t, cl, victim, ids)
+	isVictim := map[keys.ExecutionID]bool{}
+	for _, id := range onVictim {
+		isVictim[id] = true
+	}
+	var healthy []keys.ExecutionID
+	for _, id := range ids {
+		if !isVictim[id] {
+			healthy = append(healthy, id)
+		}
+	}
+
+	// The victim's leases run out in 300 ms; its writes are paused, so
+	// the host's FCALLs marking them wait on it.
+	require.NoError(t, s.Claim(ctx, onVictim, func(int) time.Duration { return 300 * time.Millisecond }))
+	vd := victim.Direct(t)
+	require.NoError(t, vd.Do(ctx, vd.B().ClientPause().Timeout(60000).Write().Build()).Error())
+	waitFor(t, h, 30*time.Second, "FCALLs in flight on the victim", func() bool {
+		list, err := vd.Do(ctx, vd.B().ClientList().Build()).ToString()
+		return err == nil && strings.Contains(list, "cmd=fcall")
+	})
+	victim.Kill()
+	killed := time.Now()
+
+	// The healthy masters' leases, claimed now, run out in 200 ms.
+	require.NoError(t, s.Claim(ctx, healthy, func(int) time.Duration { return 200 * time.Millisecond }))
+	took := waitAllMarked(t, h, c, healthy, 30*time.Second)
+	_, err = cl.MasterOf(ctx, "{fp:5}")
+	require.Error(t, err, "the healthy masters' leases were marked only after the victim's failover completed")
+	lat := markLatencies(t, c, healthy)
+	t.Logf("kill during FCALLs: %d leases of the healthy masters marked %s after the kill, before the failover; expiry -> marked max %s",
+		len(healthy), took.Round(time.Millisecond), lat.Round(time.Millisecond))
+
+	_, err = cl.WaitServed(ctx, "{fp:5}")
+	require.NoError(t, err)
+	waitAllMarked(t, h, c, onVictim, 60*time.Second)
+	t.Logf("kill during FCALLs: the victim's %d leases marked %s after the kill", len(onVictim), time.Since(killed).Round(time.Millisecond))
+}
+
+// markLatencies returns the longest expiry -> mark of the leases, from the
+// stamps the library wrote (the server's clock).
+func markLatencies(t *testing.T, c valkey.Client, ids []keys.ExecutionID) time.Duration {
+	t.Helper()
+	vals, err := seed.Fields(context.Background(), c, ids, "lease_expires_at", "lease_expired_at")
+	require.NoError(t, err)
+	var worst time.Duration
+	for _, v := range vals {
+		exp, err1 := strconv.ParseInt(v[0], 10, 64)
+		marked, err2 := strconv.ParseInt(v[1], 10, 64)
+		require.NoError(t, err1)
+		require.NoError(t, err2)
+		worst = max(worst, time.Duration(marked-exp)*time.Millisecond)
+	}
+	return worst
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/internal/testsignal"
+	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/listeners"
@@ -89,8 +90,10 @@ type Host struct {
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
 	readOnly bool
 	parts    keys.PartitionConfig
-	// epoch is the store epoch every runner shares.
+	// epoch is the store epoch every runner shares; nodes the map of
+	// which master serves which partition.
 	epoch *scheduler.StoreEpoch
+	nodes *scheduler.NodeMap
 	cat   *catalog.Catalog
 	// approvals admits each launch's declared policy (restart keys, so
 	// fixed for the host's life).
@@ -116,6 +119,7 @@ type Host struct {
 	// (share, census and library without Valkey, http without
 	// http.listen).
 	share     *sharing.Coordinator
+	events    *keyevents.Feed
 	lanes     *lanes.Keeper
 	census    *census.Census
 	censusCtl *census.Controller

@@ -108,7 +108,7 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 // relaunch the plugin by a hot swap (options reach a scanner of API
 // version 2 or later in place, through Configure). A configuration that
 // changes a setting only a restart can apply (valkey.*, partitions,
-// plugin_dir, lua, http.listen, log.json), names a binary that fails the
+// plugin_dir, lua, http.listen, log.json, key_events), names a binary that fails the
 // catalog checks, or gives a running scanner options its schema rejects is
 // refused as a whole and nothing changes.
 func (h *Host) Reload(ctx context.Context, cfg *config.Config, reason string) (httpapi.ReloadResult, error) {
@@ -267,7 +267,8 @@ func (h *Host) applyScanners(old, n *config.Config, res *httpapi.ReloadResult) [
 			continue
 		}
 		if tuneAll || sc.Interval != run.Scanner.Interval || sc.Batch != run.Scanner.Batch {
-			run.Unit.Runner().Retune(scheduler.Tuning{Interval: sc.Interval, Batch: sc.Batch, Concurrency: n.Scheduler.Concurrency, CallTimeout: n.Scheduler.CallTimeout})
+			run.Unit.Runner().Retune(scheduler.Tuning{Interval: sc.Interval, Batch: sc.Batch, Concurrency: n.Scheduler.Concurrency, CallTimeout: n.Scheduler.CallTimeout,
+				PollOnly: !n.Scheduler.Wakeups})
 			res.Retuned = append(res.Retuned, name)
 		}
 		runs := sc

@@ -15,6 +15,7 @@ import (
 	"github.com/ffscan/ffscan/host/console"
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/listeners"
@@ -36,6 +37,7 @@ var (
 	_ service.Service = (*listeners.Listeners)(nil)
 	_ service.Service = (*completions.Listener)(nil)
 	_ service.Service = (*pgcompletions.Listener)(nil)
+	_ service.Service = (*keyevents.Feed)(nil)
 	_ service.Service = (*lanes.Keeper)(nil)
 	_ service.Service = (*census.Controller)(nil)
 	_ service.Service = (*libwatch.Watch)(nil)
@@ -57,9 +59,15 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 		return fmt.Errorf("register the host's state gauges: %w", err)
 	}
 	if h.client != nil {
+		h.nodes = scheduler.NewNodeMap(h.client, h.clk, h.epoch)
 		// The shares live on Valkey: a host without it scans every
 		// partition.
 		h.share = sharing.New(h.client, sharing.Config{ID: hostID(), Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
+		h.events = keyevents.New(h.client, keyevents.Config{Mode: keyevents.Mode(cfg.KeyEvents.Mode), Configure: cfg.KeyEvents.Configure && !h.readOnly,
+			Clock: h.clk, Logger: h.log.Named("key_events"), Changes: &h.changes})
+		// Before any runner watches: a runner told of a new lane's key
+		// reads it with the lane already known.
+		h.events.Watch(h.sawKey)
 		h.census = census.New(h.client, h.epoch.Load)
 		h.censusCtl = census.NewController(h.census, h.client, census.ControllerConfig{
 			Mode: census.Mode(cfg.Scheduler.LaneCensus), Load: func() census.Load { return h.units.LaneLoad() },
@@ -82,12 +90,15 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 func (h *Host) unitDeps() unit.Deps {
 	d := unit.Deps{
 		Catalog: h.cat, Callbacks: h.svc, Approvals: h.approvals, Client: h.client, Postgres: h.pg,
-		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Metrics: h.met, Clock: h.clk, Logger: h.log,
+		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Nodes: h.nodes, Metrics: h.met, Clock: h.clk, Logger: h.log,
 		Changes: &h.changes,
 	}
+	// A nil pointer in an interface would be called.
 	if h.census != nil {
-		// A nil *census.Census in the interface would be called.
 		d.Census = h.census
+	}
+	if h.events != nil {
+		d.Events = h.events
 	}
 	return d
 }
@@ -112,12 +123,20 @@ func hostID() string {
 	return fmt.Sprintf("%s:%d:%s", name, os.Getpid(), keys.NewUUID().String()[:8])
 }
 
+// sawKey hears of every key created (new-key events): the first key of a
+// lane makes the lane known at once.
+func (h *Host) sawKey(key string, _ keys.Partition, _ bool) {
+	if lane, ok := lanes.LaneOfKey(key); ok {
+		h.lanes.Saw(lane)
+	}
+}
+
 // sessionRunner is the scheduler configuration of a session of scanner
 // name: every partition (no sharing, no census), its first cycle when
 // asked.
 func (h *Host) sessionRunner(cfg *config.Config, name string, sc config.Scanner) scheduler.Config {
 	c := h.units.Deps().RunnerConfig(unit.SettingsOf(cfg), name, sc)
-	c.Owns, c.Census, c.NoJitter = nil, nil, true
+	c.Owns, c.Census, c.Events, c.NoJitter = nil, nil, nil, true
 	return c
 }
 
@@ -126,7 +145,7 @@ func (h *Host) sessionRunner(cfg *config.Config, name string, sc config.Scanner)
 func (h *Host) background() []service.Service {
 	var svcs []service.Service
 	if h.client != nil {
-		svcs = append(svcs, h.lanes, h.censusCtl)
+		svcs = append(svcs, h.events, h.lanes, h.censusCtl)
 	}
 	if h.library != nil {
 		svcs = append(svcs, h.library)

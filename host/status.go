@@ -9,6 +9,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
@@ -27,6 +28,9 @@ func (h *Host) Status() httpapi.StatusDoc {
 	}
 	if h.census != nil {
 		doc.LaneCensus = h.census.State()
+	}
+	if h.events != nil {
+		doc.KeyEvents = keyEventsStatus(h.events.State())
 	}
 	if h.client != nil && h.client.Mode() == valkey.ClientModeCluster {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -91,6 +95,14 @@ func (h *Host) Status() httpapi.StatusDoc {
 	return doc
 }
 
+func keyEventsStatus(st keyevents.State) *httpapi.KeyEventsStatus {
+	out := &httpapi.KeyEventsStatus{Mode: string(st.Mode), On: st.On, Reason: st.Reason, Generation: st.Gen, Gaps: st.Gaps, Events: st.Events}
+	for _, n := range st.Nodes {
+		out.Nodes = append(out.Nodes, httpapi.KeyEventsNode{Addr: n.Addr, Master: n.Master, Setting: n.Setting, Publishes: n.Publishes, Subscribed: n.Subscribed, Error: n.Error})
+	}
+	return out
+}
+
 // sharingStatus is this host's share of the partitions (nil without
 // sharing).
 func (h *Host) sharingStatus() *httpapi.SharingStatus {
@@ -136,6 +148,7 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 		}
 	}
 	s.Cycle, s.Processed, s.Skipped, s.Errors, s.FailedPartitions = rs.Cycle, rs.Processed, rs.Skipped, rs.Errors, rs.Failed
+	s.Wakeups, s.Scheduled, s.Quiet = rs.Wakeups, rs.Scheduled, rs.Quiet
 	if !rs.LastCycleAt.IsZero() {
 		t := rs.LastCycleAt
 		s.LastCycleAt = &t

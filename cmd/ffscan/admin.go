@@ -171,6 +171,13 @@ func printHostLines(w io.Writer, doc httpapi.StatusDoc) {
 		}
 	}
 	fmt.Fprintln(w, configLine(doc.Config))
+	if ke := doc.KeyEvents; ke != nil {
+		if ke.On {
+			fmt.Fprintf(w, "key events: on (%d events, %d gaps): partitions read empty are read again when one of their keys is created\n", ke.Events, ke.Gaps)
+		} else {
+			fmt.Fprintf(w, "key events: off (%s): every partition is read at every interval\n", ke.Reason)
+		}
+	}
 	if cs := doc.Completions; cs != nil {
 		sub := "subscribed"
 		if !cs.Subscribed {

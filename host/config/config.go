@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/filewatch"
+	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
@@ -73,8 +74,24 @@ type Config struct {
 	Supervisor      Supervisor
 	Watch           Watch
 	Completions     Completions
+	KeyEvents       KeyEvents
 	// Scanners is keyed by scanner name (Info.Name).
 	Scanners map[string]Scanner
+}
+
+// KeyEvents configures the use of the servers' new-key events
+// (host/keyevents): with them, partitions read empty are not read again
+// until one of their keys is created.
+type KeyEvents struct {
+	// Mode: auto uses them where every master publishes them
+	// (notify-keyspace-events with "E" and "n"); off never.
+	Mode string
+	// Configure lets the host add "E" and "n" to a node's
+	// notify-keyspace-events where they are missing (CONFIG SET).
+	Configure bool
+	// SafetyInterval bounds how long a partition read empty is skipped
+	// without an event: the longest a lost event can hide work.
+	SafetyInterval time.Duration
 }
 
 // Watch configures the polling of files a running host reacts to.
@@ -186,6 +203,11 @@ type Scheduler struct {
 	// when that is cheaper than reading every lane's key; on always, off
 	// never.
 	LaneCensus string
+	// Wakeups: a partition whose read showed an entry not due yet is
+	// read and scanned again at that entry's due time, between two
+	// interval sweeps (host/scheduler, wake.go). false: every interval
+	// and only then.
+	Wakeups bool
 }
 
 // Callbacks is the budget of each scanner's callbacks (callbacks.Budget):
@@ -246,13 +268,14 @@ func Defaults() Config {
 		Log:             Log{Level: "info"},
 		ShutdownTimeout: DefaultShutdownTimeout,
 		Scheduler: Scheduler{Concurrency: scheduler.DefaultConcurrency, CallTimeout: scheduler.DefaultCallTimeout,
-			LaneCensus: string(census.DefaultMode)},
+			LaneCensus: string(census.DefaultMode), Wakeups: true},
 		Callbacks: Callbacks{MaxInFlight: budget.MaxInFlight, CommandsPerSecond: int(budget.CommandsPerSecond),
 			MaxReplyBytes: int(budget.MaxReplyBytes)},
 		Supervisor: Supervisor{HealthInterval: supervisor.DefaultHealthInterval, StartTimeout: supervisor.DefaultStartTimeout,
 			SwapProbation: supervisor.DefaultSwapProbation},
 		Watch:       Watch{Config: true, Plugins: true, Interval: filewatch.DefaultInterval},
 		Completions: Completions{Enabled: true, Concurrency: completions.DefaultConcurrency},
+		KeyEvents:   KeyEvents{Mode: string(keyevents.DefaultMode), SafetyInterval: scheduler.DefaultQuietFor},
 		Scanners:    map[string]Scanner{},
 	}
 }
@@ -396,6 +419,10 @@ func (c *Config) validateServices(p *problems) {
 		p.bad("scheduler.call_timeout", "must be positive")
 	}
 	p.oneOf("scheduler.lane_census", c.Scheduler.LaneCensus, string(census.ModeAuto), string(census.ModeOn), string(census.ModeOff))
+	p.oneOf("key_events.mode", c.KeyEvents.Mode, string(keyevents.ModeAuto), string(keyevents.ModeOff))
+	if c.KeyEvents.SafetyInterval < scheduler.MinInterval {
+		p.bad("key_events.safety_interval", "%s is shorter than %s", c.KeyEvents.SafetyInterval, scheduler.MinInterval)
+	}
 	if c.Supervisor.HealthInterval <= 0 {
 		p.bad("supervisor.health_interval", "must be positive")
 	}
@@ -486,6 +513,7 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("http.listen", c.HTTP.Listen != n.HTTP.Listen)
 	diff("http.admin_token_file", c.HTTP.AdminTokenFile != n.HTTP.AdminTokenFile)
 	diff("log.json", c.Log.JSON != n.Log.JSON)
+	diff("key_events", c.KeyEvents != n.KeyEvents)
 	return out
 }
 

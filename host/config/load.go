@@ -231,6 +231,7 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"concurrency":  func(k string, v any) { d.integer(k, v, &c.Scheduler.Concurrency) },
 				"call_timeout": func(k string, v any) { d.duration(k, v, &c.Scheduler.CallTimeout) },
 				"lane_census":  func(k string, v any) { d.str(k, v, &c.Scheduler.LaneCensus) },
+				"wakeups":      func(k string, v any) { d.boolean(k, v, &c.Scheduler.Wakeups) },
 			})
 		},
 		"callbacks": func(key string, v any) {
@@ -252,6 +253,13 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"config":   func(k string, v any) { d.boolean(k, v, &c.Watch.Config) },
 				"plugins":  func(k string, v any) { d.boolean(k, v, &c.Watch.Plugins) },
 				"interval": func(k string, v any) { d.duration(k, v, &c.Watch.Interval) },
+			})
+		},
+		"key_events": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"mode":            func(k string, v any) { d.str(k, v, &c.KeyEvents.Mode) },
+				"configure":       func(k string, v any) { d.boolean(k, v, &c.KeyEvents.Configure) },
+				"safety_interval": func(k string, v any) { d.duration(k, v, &c.KeyEvents.SafetyInterval) },
 			})
 		},
 		"completions": func(key string, v any) {

@@ -45,12 +45,42 @@ type StatusDoc struct {
 	// LaneCensus: "on" (lane-scoped sources read only the lane keys that
 	// exist), "warming" (on, its first pass not done: every lane is read)
 	// or "off" (scheduler.lane_census).
-	LaneCensus  string             `json:"lane_census"`
+	LaneCensus string `json:"lane_census"`
+	// KeyEvents: whether the servers' new-key events are used
+	// (key_events), and why not.
+	KeyEvents   *KeyEventsStatus   `json:"key_events,omitempty"`
 	ScannerAPI  string             `json:"scanner_api"` // versions this host runs, e.g. "1..2"
 	Config      ConfigStatus       `json:"config"`
 	Completions *CompletionsStatus `json:"completions"`
 	Sharing     *SharingStatus     `json:"sharing,omitempty"`
 	Scanners    []ScannerStatus    `json:"scanners"`
+}
+
+// KeyEventsStatus is the new-key event feed's state (host/keyevents).
+type KeyEventsStatus struct {
+	Mode string `json:"mode"`
+	// On: every master publishes new-key events and is subscribed to;
+	// partitions read empty are skipped until one of their keys is
+	// created.
+	On bool `json:"on"`
+	// Reason says why it is off.
+	Reason string `json:"reason,omitempty"`
+	// Generation moves on at every gap; Gaps counts them; Events the
+	// new-key events received.
+	Generation uint64          `json:"generation"`
+	Gaps       uint64          `json:"gaps"`
+	Events     uint64          `json:"events"`
+	Nodes      []KeyEventsNode `json:"nodes,omitempty"`
+}
+
+// KeyEventsNode is one node's notify-keyspace-events.
+type KeyEventsNode struct {
+	Addr       string `json:"addr"`
+	Master     bool   `json:"master"`
+	Setting    string `json:"setting"`
+	Publishes  bool   `json:"publishes"`
+	Subscribed bool   `json:"subscribed"`
+	Error      string `json:"error,omitempty"`
 }
 
 // SharingStatus is this host's share of the partitions among the hosts
@@ -128,6 +158,14 @@ type ScannerStatus struct {
 	Errors            int64      `json:"errors"`
 	// FailedPartitions counts partition visits whose fetch or call failed.
 	FailedPartitions int64 `json:"failed_partitions"`
+	// Wakeups counts the sweeps of partitions woken at their due time
+	// between interval sweeps; Scheduled the partitions with a wake-up
+	// scheduled now (scheduler.wakeups).
+	Wakeups   uint64 `json:"wakeups"`
+	Scheduled int    `json:"wakeups_scheduled"`
+	// Quiet counts the partitions read empty that the sweeps skip until
+	// a new-key event names one of their keys (key_events).
+	Quiet int `json:"quiet_partitions"`
 	// Backlog is null until a complete cycle measured it.
 	Backlog       *int64 `json:"backlog"`
 	LastScanError string `json:"last_scan_error,omitempty"`

@@ -71,6 +71,9 @@ type Keeper struct {
 
 	mu         sync.Mutex
 	configured []string
+	// seen are lanes whose keys new-key events named (Saw): known at
+	// once, and recorded with the configured ones at every refresh.
+	seen []string
 
 	// TestSignals fire at a keeper's events for tests that Init them.
 	TestSignals KeeperTestSignals
@@ -164,7 +167,35 @@ func (k *Keeper) SetConfigured(lanes []string) {
 func (k *Keeper) configuredLanes() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return slices.Clone(k.configured)
+	return append(slices.Clone(k.configured), k.seen...)
+}
+
+// Saw makes a lane known at once: a key of it was just created (a new-key
+// event), so lane-scoped sources read it from their next sweep instead of
+// after the next refresh. The refresh it asks for records it in
+// ff:idx:lanes (unless read only).
+func (k *Keeper) Saw(lane string) {
+	known := k.Lanes()
+	if _, found := slices.BinarySearch(known, lane); found {
+		return
+	}
+	if keys.ValidateLane(lane) != nil {
+		return
+	}
+	k.mu.Lock()
+	if !slices.Contains(k.seen, lane) {
+		k.seen = append(k.seen, lane)
+	}
+	// Stored under mu so that two Saws do not lose each other's lane (a
+	// refresh stores what it read, which includes seen).
+	merged := UnionLanes(k.Lanes(), []string{lane}, k.log)
+	k.known.Store(&merged)
+	k.mu.Unlock()
+	k.log.Info("new lane in use", "lane", lane)
+	select {
+	case k.now <- struct{}{}:
+	default:
+	}
 }
 
 // Start refreshes the lanes every Refresh until Stop or until ctx ends;

@@ -137,3 +137,32 @@ func TestKeeperFollowsTheKeyspace(t *testing.T) {
 	assert.Equal(t, []string{"default", "new", "recorded", "reloaded", "unrecorded"}, wait())
 	assert.Equal(t, []string{"default", "new", "recorded", "reloaded", "unrecorded"}, k.Lanes())
 }
+
+// A lane whose key a new-key event named is known at once, and recorded
+// in ff:idx:lanes by the refresh it asks for, without waiting for the
+// refresh interval; a known or malformed lane changes nothing.
+func TestKeeperSawALaneKnowsItAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	k := lanes.NewKeeper(c, lanes.KeeperConfig{Configured: []string{"default"}, Clock: clk})
+	require.NoError(t, k.Load(ctx))
+	k.TestSignals.Refreshed.Init()
+	require.NoError(t, k.Start(ctx))
+	t.Cleanup(func() { assert.NoError(t, k.Stop(context.Background())) })
+	k.Saw("default")
+	k.Saw("")
+	assert.Equal(t, []string{"default"}, k.Lanes())
+	k.Saw("fresh")
+	assert.Equal(t, []string{"default", "fresh"}, k.Lanes(), "known before any refresh")
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got, err := k.TestSignals.Refreshed.Wait(wctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"default", "fresh"}, got, "the refresh keeps it")
+	stored, err := c.Do(ctx, c.B().Smembers().Key(keys.LanesIndex).Build()).AsStrSlice()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"default", "fresh"}, stored, "and records it")
+}

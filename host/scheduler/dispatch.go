@@ -21,29 +21,38 @@ import (
 )
 
 // dispatch calls ScanPartition for every partition with candidates, with
-// bounded concurrency. It returns the partitions that said More and the
-// backlogs the plugin reported in its results.
-func (sw *sweep) dispatch(ctx context.Context, states []*partState, nowMs int64, followUp bool) ([]keys.Partition, map[uint16]int64) {
+// bounded concurrency, and returns the partitions that said More and the
+// backlogs the plugin reported in its results. It feeds no more calls once
+// stop is closed (a node's lane cut loose, nodes.go); progress, when set,
+// hears of every call that ended.
+func (sw *sweep) dispatch(ctx context.Context, states []*partState, nowMs int64, followUp bool, stop <-chan struct{}, progress func()) ([]keys.Partition, map[uint16]int64) {
+	r := sw.r
 	work := sw.withCandidates(states, followUp)
 	out := &dispatched{pluginBacklog: map[uint16]int64{}}
 	var wg sync.WaitGroup
 	next := make(chan *partState)
-	for range min(sw.r.Tuning().Concurrency, len(work)) {
+	for range min(r.Tuning().Concurrency, len(work)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for st := range next {
 				sw.call(st, nowMs, out)
+				r.markBusy(st.p.Index, false)
+				if progress != nil {
+					progress()
+				}
 			}
 		}()
 	}
-	// Dispatch stops when ctx is done (shutdown); calls already running
-	// finish under their own deadline.
+	// Dispatch stops when ctx is done (shutdown) or stop is closed; calls
+	// already running finish under their own deadline.
 feed:
 	for _, st := range work {
 		select {
 		case next <- st:
 		case <-ctx.Done():
+			break feed
+		case <-stop:
 			break feed
 		}
 	}
@@ -189,7 +198,7 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 		Scanner:    r.cfg.Name,
 		Partition:  st.p,
 		NowMs:      nowMs,
-		Cycle:      r.cycle,
+		Cycle:      sw.sum.Cycle,
 		Batch:      sw.batch,
 		Lanes:      sw.lanes,
 		Candidates: st.cands,

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -58,6 +59,15 @@ type sweep struct {
 	// made when the census is used.
 	hasLaneSource bool
 	laneSet       map[string]bool
+	// rank: due-ordered sources are read by rank, so that the read shows
+	// the first entry not due yet, and wake-ups are scheduled (wake.go).
+	// dueOnly: only the time-scored sources are read (a wake-up).
+	rank, dueOnly bool
+	// The latest clock read: the store's time, the host's time once it
+	// was read, and the store epoch before it was read.
+	nowMs int64
+	nowAt time.Time
+	epoch uint64
 }
 
 // fetch reads candidates and backlog counts of the given partitions in at
@@ -79,6 +89,10 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 		st := &partState{p: p, next: map[string]uint64{}, sampled: true}
 		states[i] = st
 		for _, sk := range sw.expand(st) {
+			if sw.dueOnly && sk.src.Kind != scannerapi.SourceZSetDue {
+				continue
+			}
+			st.srcKeys++
 			if sk.src.Backlog == scannerapi.BacklogPlugin {
 				st.pluginKeys++
 			}
@@ -127,6 +141,7 @@ func (sw *sweep) expand(st *partState) []sourceKey {
 	if !ok {
 		return expand(sw.info.Sources, st.p, sw.lanes)
 	}
+	st.censused = true
 	if sw.laneSet == nil {
 		sw.laneSet = make(map[string]bool, len(sw.lanes))
 		for _, l := range sw.lanes {
@@ -233,6 +248,9 @@ func (sw *sweep) skipEmpty(ctx context.Context, ops []fetchOp) []fetchOp {
 		if op.kind != opCount && op.sk.src.Kind != scannerapi.SourceZSetDue {
 			op.st.next[op.sk.key] = 0
 		}
+		if op.kind != opCount {
+			op.st.emptyKeys++
+		}
 		if op.kind == opRead && op.sk.src.Backlog == scannerapi.BacklogPlugin {
 			op.st.pluginAbsent++
 		}
@@ -285,6 +303,7 @@ const (
 	opRead = iota
 	opSize
 	opCount
+	opNext // the first entry not due yet, after a full window read by rank
 )
 
 // runOps runs ops in pipelined chunks, applies their replies to the
@@ -300,7 +319,9 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 		part[i] = int(op.st.p.Index)
 		switch op.kind {
 		case opRead:
-			cmds[i] = readCmd(r.client, op.sk, nowMs, sw.batch, op.cur)
+			cmds[i] = readCmd(r.client, op.sk, nowMs, sw.batch, op.cur, sw.rank)
+		case opNext:
+			cmds[i] = nextDueCmd(r.client, op.sk, nowMs)
 		case opSize, opCount:
 			cmds[i], _ = backlogCmd(r.client, op.sk, nowMs)
 		}
@@ -338,7 +359,10 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 			st.backlog += n
 			if n > 0 {
 				next = append(next, fetchOp{st: st, sk: op.sk, kind: opRead, cur: op.cur})
-			} else if op.sk.src.Kind != scannerapi.SourceZSetDue {
+				continue
+			}
+			st.emptyKeys++
+			if op.sk.src.Kind != scannerapi.SourceZSetDue {
 				// Empty: a rank window or scan cursor starts over.
 				st.next[op.sk.key] = 0
 			}
@@ -354,12 +378,33 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 				r.log.Debug("candidate fetch failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
 				continue
 			}
+			full := n >= sw.batch
+			if sw.rank {
+				// Read by rank, the batch plus one: only a read that
+				// was due to its last entry leaves more to count, and
+				// leaves the next due entry unseen.
+				full = n > sw.batch
+				if full && op.sk.src.Kind == scannerapi.SourceZSetDue {
+					next = append(next, fetchOp{st: st, sk: op.sk, kind: opNext})
+				}
+			}
 			if op.countIfFull {
-				if n < sw.batch {
+				if !full {
 					st.backlog += int64(n)
 				} else {
 					next = append(next, fetchOp{st: st, sk: op.sk, kind: opCount})
 				}
+			}
+		case opNext:
+			zs, err := res.AsZScores()
+			if err != nil {
+				// Only a hint is lost: the partition is not scheduled.
+				st.fetchError = true
+				r.noteErr(sum, classify(err), "fetch", 1)
+				continue
+			}
+			if len(zs) > 0 {
+				st.noteWake(zs[0].Score, op.sk.src.ScoreOffset)
 			}
 		}
 	}
@@ -383,30 +428,68 @@ func (sw *sweep) parseRead(res valkey.ValkeyResult, sk sourceKey, cur uint64, st
 			add(m, 0)
 		}
 		st.next[sk.key] = e.Cursor // 0 once the scan wrapped
+		if cur == 0 && e.Cursor == 0 && len(e.Elements) == 0 {
+			st.emptyKeys++ // a whole scan found nothing
+		}
 		return len(e.Elements), nil
 	default:
 		zs, err := res.AsZScores()
 		if err != nil {
 			return 0, err
 		}
+		if sk.src.Kind == scannerapi.SourceZSetDue && sw.rank {
+			// Read by rank: the due entries, then the first that is not
+			// due yet (when the read reached one), which is when the
+			// partition has work next. It returns how many were due,
+			// which is more than the batch when the read was due to its
+			// end.
+			bound := float64(maxScore(sk.src, nowMs))
+			due := 0
+			for due < len(zs) && zs[due].Score <= bound {
+				due++
+			}
+			if due < len(zs) {
+				st.noteWake(zs[due].Score, sk.src.ScoreOffset)
+			}
+			if len(zs) == 0 {
+				st.emptyKeys++ // from rank 0: the key has no members
+			}
+			zs = zs[:min(due, batch)]
+			for _, z := range zs {
+				add(z.Member, z.Score)
+			}
+			sw.noteDue(st, sk, zs)
+			return due, nil
+		}
 		for _, z := range zs {
 			add(z.Member, z.Score)
 		}
 		if sk.src.Kind == scannerapi.SourceZSetRotate {
+			if cur == 0 && len(zs) == 0 {
+				st.emptyKeys++ // from rank 0: the key has no members
+			}
 			// A short window means the end was reached: wrap.
 			if len(zs) < batch {
 				st.next[sk.key] = 0
 			} else {
 				st.next[sk.key] = cur + uint64(batch)
 			}
-		} else if len(zs) > 0 {
-			// Lag is measured against the source's own due bound.
-			due := zs[0].Score - float64(sk.src.ScoreOffset.Milliseconds())
-			if !st.hasDue || due < st.oldestDue {
-				st.oldestDue, st.hasDue = due, true
-			}
+		} else {
+			sw.noteDue(st, sk, zs)
 		}
 		return len(zs), nil
+	}
+}
+
+// noteDue keeps the oldest due instant of a due read's entries, for the
+// lag, which is measured against the source's own due bound.
+func (sw *sweep) noteDue(st *partState, sk sourceKey, zs []valkey.ZScore) {
+	if len(zs) == 0 {
+		return
+	}
+	due := zs[0].Score - float64(sk.src.ScoreOffset.Milliseconds())
+	if !st.hasDue || due < st.oldestDue {
+		st.oldestDue, st.hasDue = due, true
 	}
 }
 

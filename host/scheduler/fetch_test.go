@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,8 +58,21 @@ func diffCalls(before, after map[string]int64) map[string]int64 {
 // a separate count would give: the due count of a due-ordered source
 // comes from its read unless the read came back full; a size is read
 // first and the candidates only where it is not zero.
+//
+// Read by rank (wake-ups on, the default), a full window costs one command
+// more: the first entry past it, which is when the partition has work
+// next. Polling only, the reads are by score, as before wake-ups.
 func TestOneCommandPerEmptySourceAndExactBacklog(t *testing.T) {
 	t.Parallel()
+	for _, pollOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("poll_only=%v", pollOnly), func(t *testing.T) {
+			t.Parallel()
+			testOneCommandPerEmptySource(t, pollOnly)
+		})
+	}
+}
+
+func testOneCommandPerEmptySource(t *testing.T, pollOnly bool) {
 	e := newEnv(t)
 	key := func(name string, p uint16) string {
 		return "ff:idx:" + keys.Partition{Family: keys.FamilyFlow, Index: p}.Tag() + ":" + name
@@ -77,7 +91,7 @@ func TestOneCommandPerEmptySourceAndExactBacklog(t *testing.T) {
 	s := &testScanner{info: info, fn: func(context.Context, scannerapi.Host, *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
 		return &scannerapi.ScanResult{}, nil
 	}}
-	r := e.runner(t, s, Config{}, nil)
+	r := e.runner(t, s, Config{PollOnly: pollOnly}, nil)
 
 	// All 16 partitions empty: one EXISTS per source over its 16 keys,
 	// plus TIME.
@@ -89,8 +103,10 @@ func TestOneCommandPerEmptySourceAndExactBacklog(t *testing.T) {
 	assert.Zero(t, sum.Backlog)
 
 	future := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	nextMs := time.Now().Add(time.Hour).UnixMilli()
 	e.do(t, "ZADD", key("due", 3), "1", "a", "2", "b", "3", "c", future, "later")                        // 3 due: fewer than a batch
 	e.do(t, "ZADD", key("due", 4), "1", "a", "2", "b", "3", "c", "4", "d", "5", "e", "6", "f", "7", "g") // 7 due: a full batch
+	e.do(t, "ZADD", key("due", 4), strconv.FormatInt(nextMs, 10), "next")                                // and one due later
 	e.do(t, "ZADD", key("sized", 5), "1", "a", future, "later")                                          // size 2
 	e.do(t, "SADD", key("set", 6), "a", "b", "c", "d")                                                   // size 4
 	e.do(t, "ZADD", key("ring", 7), "1", "a", "2", "b", "3", "c")                                        // size 3
@@ -98,14 +114,33 @@ func TestOneCommandPerEmptySourceAndExactBacklog(t *testing.T) {
 	before = commandCalls(t, e)
 	sum, err = r.Cycle(context.Background(), CycleOptions{})
 	require.NoError(t, err)
+	pastFull := int64(1) // the first entry past partition 4's full window
+	if pollOnly {
+		pastFull = 0
+	}
 	assert.Equal(t, map[string]int64{
 		"time": 1, "exists": 5,
 		// Every source has an entry somewhere: first round, one per
 		// source and partition. Second round: the reads of the three
 		// non-empty sized sources, and one count for the full batch of
 		// partition 4.
-		"zrange": 16*2 + 2, "zcard": 16 * 2, "scard": 16, "sscan": 1, "zcount": 1,
+		"zrange": 16*2 + 2 + pastFull, "zcard": 16 * 2, "scard": 16, "sscan": 1, "zcount": 1,
 	}, diffCalls(before, commandCalls(t, e)))
+	if pollOnly {
+		assert.Zero(t, r.wakeups.Len(), "polling only, nothing is scheduled")
+	} else {
+		// Partition 3's read showed "later" past its due entries;
+		// partition 4's second round the entry past its full window;
+		// partition 5's sized source its not yet due entry. They are
+		// scheduled about an hour ahead; nothing else is.
+		assert.Equal(t, 3, r.wakeups.Len())
+		for _, p := range []uint16{3, 4, 5} {
+			at, ok := r.wakeups.At(p)
+			require.True(t, ok, "partition %d scheduled", p)
+			ahead := time.Until(at)
+			assert.True(t, ahead > 50*time.Minute && ahead <= time.Hour, "partition %d woken in %s", p, ahead)
+		}
+	}
 	assert.True(t, sum.BacklogKnown)
 	assert.Equal(t, int64(3+7+2+4+3), sum.Backlog)
 	calls := s.callsByPartition()

@@ -27,22 +27,37 @@ func (sw *sweep) postgres() bool { return sw.info.UsesPostgres() }
 
 // now is the cycle's "now": the database's clock for a Postgres scanner
 // (ffscan's functions compare against it), the server's TIME otherwise.
+// It also notes the store epoch before the clock was read and the host's
+// time once it was: a read that follows learns wake-ups in that epoch, at
+// instants measured from then.
 func (sw *sweep) now(ctx context.Context) (int64, error) {
-	if !sw.postgres() {
-		return sw.r.serverTime(ctx)
+	sw.epoch = sw.r.cfg.Epoch.Load()
+	var ms int64
+	var err error
+	switch {
+	case !sw.postgres():
+		ms, err = sw.r.serverTime(ctx)
+	case sw.r.cfg.Postgres == nil:
+		err = errNoDatabase
+	default:
+		ms, err = postgres.Now(ctx, sw.r.cfg.Postgres)
 	}
-	if sw.r.cfg.Postgres == nil {
-		return 0, errNoDatabase
-	}
-	return postgres.Now(ctx, sw.r.cfg.Postgres)
+	sw.nowMs, sw.nowAt = ms, sw.r.clk.Now()
+	return ms, err
 }
 
 // read reads the partitions' candidates from the scanner's store.
+// What the read reveals of each partition's next due entry is scheduled
+// (wake.go).
 func (sw *sweep) read(ctx context.Context, parts []keys.Partition, nowMs int64) []*partState {
+	var states []*partState
 	if !sw.postgres() {
-		return sw.fetch(ctx, parts, nowMs)
+		states = sw.fetch(ctx, parts, nowMs)
+	} else {
+		states = sw.fetchPostgres(ctx, parts)
 	}
-	return sw.fetchPostgres(ctx, parts)
+	sw.schedule(states)
+	return states
 }
 
 // fetchPostgres runs each source's candidate function once for all the

@@ -25,6 +25,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/internal/testsignal"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
@@ -147,10 +148,28 @@ type Config struct {
 	// Changes, when set, is told of every change of the status (a cycle
 	// ended, a cycle could not run).
 	Changes *service.Changes
+	// Events is the host's new-key event feed: with it on, partitions read
+	// empty are skipped until one of their source keys is created, for at
+	// most QuietFor (quiet.go). Nil: every partition is read at every
+	// interval.
+	Events Events
+	// QuietFor is the safety interval of quiet partitions (default
+	// DefaultQuietFor).
+	QuietFor time.Duration
+	// Nodes tells which master serves a partition, so that each node's
+	// calls are dispatched apart (dispatch.go); one map serves a host's
+	// runners. Nil: the runner makes its own.
+	Nodes *NodeMap
+	// PollOnly turns due-time wake-ups off: partitions are visited at
+	// every interval's sweep and only then, and due-ordered sources are
+	// read by score, as before wake-ups existed (the benchmarks run both
+	// side by side). See wake.go.
+	PollOnly bool
 }
 
 func (c Config) withDefaults() Config {
 	service.Default(&c.MaxFollowUps, DefaultMaxFollowUps)
+	service.Default(&c.QuietFor, DefaultQuietFor)
 	if c.CallParent == nil {
 		c.CallParent = context.Background()
 	}
@@ -161,19 +180,20 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) tuning() Tuning {
-	return Tuning{Interval: c.Interval, Batch: c.Batch, Concurrency: c.Concurrency, CallTimeout: c.CallTimeout}
+	return Tuning{Interval: c.Interval, Batch: c.Batch, Concurrency: c.Concurrency, CallTimeout: c.CallTimeout, PollOnly: c.PollOnly}
 }
 
 // Tuning is the part of Config that can change while the runner runs
-// (a configuration reload). Interval and Batch apply from the next cycle,
-// Concurrency and CallTimeout from the next call. Zero Interval and Batch
-// are the scanner's own defaults (its Info); zero Concurrency and
-// CallTimeout DefaultConcurrency and DefaultCallTimeout.
+// (a configuration reload). Interval, Batch and PollOnly apply from the
+// next sweep, Concurrency and CallTimeout from the next call. Zero
+// Interval and Batch are the scanner's own defaults (its Info); zero
+// Concurrency and CallTimeout DefaultConcurrency and DefaultCallTimeout.
 type Tuning struct {
 	Interval    time.Duration
 	Batch       int
 	Concurrency int
 	CallTimeout time.Duration
+	PollOnly    bool
 }
 
 func (t Tuning) withDefaults() Tuning {
@@ -195,7 +215,7 @@ type Runner struct {
 	cfg    Config
 	tunMu  sync.Mutex
 	tun    Tuning
-	wake   chan struct{} // Retune wakes the sweep's sleep
+	retune chan struct{} // Retune wakes the sweep's sleep
 	client valkey.Client
 	target Target
 	host   scannerapi.Host
@@ -214,8 +234,39 @@ type Runner struct {
 	// the fetch then reads every source key (see skipEmpty).
 	noExistsCheck atomic.Bool
 
+	// wakeups are the partitions' next due instants as their reads
+	// revealed them (wake.go); lastWake when the last wake-up sweep
+	// began (the sweep goroutine's).
+	wakeups  Wakeups
+	lastWake time.Time
+
+	// quiet are the partitions read empty while the event feed covered
+	// the store (quiet.go); watching is set while the sweep receives the
+	// feed's events (only then may it skip them).
+	quiet    quietSet
+	watching atomic.Bool
+
+	// nodes groups the calls by master (dispatch.go); calling counts the
+	// goroutines of calls, detached ones included, which Stop waits for;
+	// busy are the partitions with a call in flight (or about to be),
+	// which no sweep reads until it ended.
+	nodes   *NodeMap
+	calling sync.WaitGroup
+	busyMu  sync.Mutex
+	busy    map[uint16]bool
+
 	stMu   sync.Mutex
 	status Status
+
+	// TestSignals fire at the runner's events for tests that Init them.
+	TestSignals TestSignals
+}
+
+// TestSignals are a Runner's events.
+type TestSignals struct {
+	// Straggling: a dispatch waits for the calls of this many nodes while
+	// the others' are done, on a straggler timer (dispatch.go).
+	Straggling testsignal.Signal[int]
 }
 
 // Status is the runner's view for /v1/status.
@@ -237,6 +288,20 @@ type Status struct {
 	CycleErrors int64
 	// InFlight is the ScanPartition calls running now.
 	InFlight int
+	// Wakeups counts the sweeps of partitions woken at their due time
+	// between two interval sweeps; WokenPartitions the partitions they
+	// read; LastWakeAt when the latest began.
+	Wakeups         uint64
+	WokenPartitions int64
+	LastWakeAt      time.Time
+	// Scheduled is the partitions with a wake-up scheduled now.
+	Scheduled int
+	// Quiet is the partitions read empty that the sweeps skip until one
+	// of their keys is created (new-key events).
+	Quiet int
+	// Late counts the calls that ended after their dispatch stopped
+	// waiting for them (a node whose calls stalled; dispatch.go).
+	Late int64
 }
 
 // New returns a runner. host is passed to ScanPartition (a linked scanner
@@ -253,9 +318,13 @@ func New(cfg Config, client valkey.Client, target Target, host scannerapi.Host, 
 		cfg: cfg, client: client, target: target, host: host, rec: rec, log: log, clk: cfg.Clock,
 		cursors: map[string]uint64{},
 		tun:     cfg.tuning(),
-		wake:    make(chan struct{}, 1),
+		retune:  make(chan struct{}, 1),
 	}
 	r.calls, r.abortCalls = context.WithCancel(cfg.CallParent)
+	r.nodes = cfg.Nodes
+	if r.nodes == nil {
+		r.nodes = NewNodeMap(client, cfg.Clock, cfg.Epoch)
+	}
 	return r
 }
 
@@ -266,10 +335,7 @@ func (r *Runner) Retune(t Tuning) {
 	r.tunMu.Lock()
 	r.tun = t
 	r.tunMu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
+	r.replan()
 }
 
 // Tuning returns the current tuning.
@@ -349,9 +415,14 @@ func (r *Runner) Start(ctx context.Context) error {
 // ctx's error.
 func (r *Runner) Stop(ctx context.Context) error {
 	err := r.loop.Stop(ctx)
+	if err == nil {
+		// Calls a dispatch left running detached.
+		err = service.Wait(ctx, service.Drained(&r.calling))
+	}
 	if err != nil {
 		r.abortCalls()
 		<-r.loop.Done()
+		r.calling.Wait()
 	}
 	return err
 }
@@ -361,6 +432,14 @@ func (r *Runner) Stop(ctx context.Context) error {
 func (r *Runner) Done() <-chan struct{} { return r.loop.Done() }
 
 func (r *Runner) run(ctx context.Context) {
+	if ev := r.cfg.Events; ev != nil {
+		stop := ev.Watch(r.onEvent)
+		r.watching.Store(true)
+		defer func() {
+			r.watching.Store(false)
+			stop()
+		}()
+	}
 	jittered := r.cfg.NoJitter
 	for ctx.Err() == nil {
 		_, info, err := r.target.Current()
@@ -392,23 +471,29 @@ func (r *Runner) run(ctx context.Context) {
 	}
 }
 
-// sleepUntilNext sleeps until the next cycle is due: one interval after
-// start, re-planned when Retune changes the interval meanwhile.
+// sleepUntilNext waits until the next cycle is due, one interval after
+// start (re-planned when Retune changes the interval meanwhile), and
+// meanwhile wakes the partitions whose due time comes first (wake.go).
 func (r *Runner) sleepUntilNext(ctx context.Context, start time.Time) bool {
 	for {
 		iv := r.interval(r.currentInfo())
-		d := start.Add(iv).Sub(r.clk.Now())
-		if d <= 0 {
+		now := r.clk.Now()
+		next := start.Add(iv)
+		if !now.Before(next) {
 			return ctx.Err() == nil
 		}
-		t := r.clk.NewTimer(d)
+		at, waking := r.nextWake(next)
+		t := r.clk.NewTimer(at.Sub(now))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
 		case <-t.C():
-			return true
-		case <-r.wake:
+			if !waking {
+				return true
+			}
+			r.wake(ctx)
+		case <-r.retune:
 			t.Stop()
 		}
 	}
@@ -456,7 +541,14 @@ type Summary struct {
 	Partitions int // partitions visited
 	Scanned    int // ScanPartition calls that succeeded
 	Empty      int // partitions skipped with nothing to do
-	Failed     int // partitions whose call failed
+	// Quiet counts partitions not read: read empty before, and none of
+	// their keys created since (new-key events).
+	Quiet int
+	// Busy counts partitions not read because a call of theirs from an
+	// earlier sweep is still in flight; Detached the calls this sweep's
+	// dispatch left in flight (dispatch.go).
+	Busy, Detached int
+	Failed         int // partitions whose call failed
 	// Deferred counts partitions left for the next cycle because a hot
 	// swap switched to a scanner whose sources or family differ from
 	// those the cycle fetched with.
@@ -496,6 +588,15 @@ type partState struct {
 	sampled   bool // every host-side backlog read succeeded
 	oldestDue float64
 	hasDue    bool
+	// wakeMs is when the first entry the read saw that is not due yet
+	// falls due (the store's clock, ms), with hasWake (wake.go).
+	wakeMs  int64
+	hasWake bool
+	// srcKeys are the source keys the fetch looked at, emptyKeys those
+	// it proved empty; censused: the lane census chose the lane keys
+	// (quiet.go).
+	srcKeys, emptyKeys int
+	censused           bool
 	// What the scan reported: due entries it knows are settled (left out
 	// of the backlog) and, with hasLag, the partition's lag.
 	settled    int64
@@ -528,12 +629,17 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	if opts.Partitions == nil {
 		parts = r.owned(parts)
 	}
-	sum.Partitions = len(parts)
 	batch := r.batch(info)
 	lanes := r.lanes()
 
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
-		hasLaneSource: hasLaneSource(info)}
+		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info)}
+	var qr *quietRead
+	if opts.Partitions == nil && !opts.DryRun && r.watching.Load() {
+		parts, qr = sw.skipQuiet(parts)
+	}
+	parts = r.skipBusy(parts, &sum)
+	sum.Partitions = len(parts)
 	if !sw.postgres() {
 		if r.client == nil {
 			r.finish(&sum, start, false)
@@ -550,18 +656,19 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		return sum, fmt.Errorf("read the store's clock: %w", err)
 	}
 	sum.NowMs = nowMs
-	states := sw.read(ctx, parts, nowMs)
+	res := sw.readAndScan(ctx, parts, nowMs, false)
+	states := res.states
+	sw.learnQuiet(qr, states)
 
 	// Backlog and lag are only meaningful when every partition of the
 	// family was read: a partial sum would under-report (P8).
-	complete := opts.Partitions == nil
+	complete := opts.Partitions == nil && res.complete
 	for _, st := range states {
 		if !st.sampled {
 			complete = false
 		}
 	}
-
-	more, pluginBacklog := sw.dispatch(ctx, states, nowMs, false)
+	more, pluginBacklog := res.more, res.backlog
 	// The lag is the longest a due entry still to be handled has waited:
 	// the oldest candidate, unless the scan said which are settled.
 	var lag time.Duration
@@ -583,18 +690,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	}
 	sum.BacklogKnown = complete && hasBacklog(info)
 
-	// Follow-up passes: partitions that said More are refetched and scanned
-	// again now rather than an interval later.
-	for pass := 0; pass < r.cfg.MaxFollowUps && len(more) > 0 && ctx.Err() == nil; pass++ {
-		now2, err := sw.now(ctx)
-		if err != nil {
-			r.noteErr(&sum, classify(err), "time", 1)
-			break
-		}
-		sub := sw.read(ctx, r.owned(more), now2)
-		sum.FollowUps += len(sub)
-		more, _ = sw.dispatch(ctx, sub, now2, true)
-	}
+	sw.followUps(ctx, more)
 
 	r.finish(&sum, start, opts.Partitions == nil)
 	if sum.BacklogKnown {
@@ -604,6 +700,22 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		r.rec.Lag(r.cfg.Name, sum.Lag)
 	}
 	return sum, nil
+}
+
+// followUps refetches and scans again, now rather than an interval
+// later, the partitions that said More, in at most MaxFollowUps passes.
+func (sw *sweep) followUps(ctx context.Context, more []keys.Partition) {
+	r := sw.r
+	for pass := 0; pass < r.cfg.MaxFollowUps && len(more) > 0 && ctx.Err() == nil; pass++ {
+		now2, err := sw.now(ctx)
+		if err != nil {
+			r.noteErr(sw.sum, classify(err), "time", 1)
+			break
+		}
+		sub := sw.readAndScan(ctx, r.owned(more), now2, true)
+		sw.sum.FollowUps += len(sub.states)
+		more = sub.more
+	}
 }
 
 // noteErr counts a host-side failure; one that got no reply from the
@@ -635,6 +747,38 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	if fullCycle {
 		r.rec.Cycle(r.cfg.Name, sum.Duration)
 	}
+	r.recordCounts(sum)
+	r.stMu.Lock()
+	defer r.stMu.Unlock()
+	r.status.Cycle = sum.Cycle
+	r.status.LastCycleAt = start
+	r.status.LastDuration = sum.Duration
+	r.countLocked(sum)
+	if sum.BacklogKnown {
+		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
+	}
+	r.status.Scheduled = r.wakeups.Len()
+	r.status.Quiet = r.quietCount()
+	r.cfg.Changes.Notify()
+}
+
+// finishWake records a wake-up sweep's metrics and status: its items,
+// errors and partitions count as a cycle's, its duration does not.
+func (r *Runner) finishWake(sum *Summary, start time.Time) {
+	sum.Duration = r.since(start)
+	r.recordCounts(sum)
+	r.stMu.Lock()
+	r.status.Wakeups++
+	r.status.WokenPartitions += int64(sum.Partitions)
+	r.status.LastWakeAt = start
+	r.countLocked(sum)
+	r.status.Scheduled = r.wakeups.Len()
+	r.stMu.Unlock()
+	r.cfg.Changes.Notify()
+}
+
+// recordCounts records a sweep's items, errors and partitions.
+func (r *Runner) recordCounts(sum *Summary) {
 	r.rec.Items(r.cfg.Name, sum.Processed, sum.Skipped)
 	for k, n := range sum.Errors {
 		r.rec.Errors(r.cfg.Name, k.Class, k.Code, n)
@@ -642,19 +786,58 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	r.rec.Partitions(r.cfg.Name, "scanned", sum.Scanned)
 	r.rec.Partitions(r.cfg.Name, "empty", sum.Empty)
 	r.rec.Partitions(r.cfg.Name, "failed", sum.Failed)
-	r.stMu.Lock()
-	defer r.stMu.Unlock()
-	r.status.Cycle = sum.Cycle
-	r.status.LastCycleAt = start
-	r.status.LastDuration = sum.Duration
+}
+
+// countLocked adds a sweep's counts to the status; stMu is held.
+func (r *Runner) countLocked(sum *Summary) {
 	r.status.Processed += sum.Processed
 	r.status.Skipped += sum.Skipped
 	r.status.Errors += sum.ErrorTotal()
 	r.status.Failed += int64(sum.Failed)
-	if sum.BacklogKnown {
-		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
+}
+
+// markBusy notes that a call of partition p is in flight (or about to
+// be), or no longer.
+func (r *Runner) markBusy(p uint16, busy bool) {
+	r.busyMu.Lock()
+	defer r.busyMu.Unlock()
+	if !busy {
+		delete(r.busy, p)
+		return
 	}
-	r.cfg.Changes.Notify()
+	if r.busy == nil {
+		r.busy = map[uint16]bool{}
+	}
+	r.busy[p] = true
+}
+
+// skipBusy leaves out (and counts) the partitions whose call from an
+// earlier sweep is still in flight: reading them again would hand their
+// entries to a second call at once.
+func (r *Runner) skipBusy(parts []keys.Partition, sum *Summary) []keys.Partition {
+	r.busyMu.Lock()
+	defer r.busyMu.Unlock()
+	if len(r.busy) == 0 {
+		return parts
+	}
+	kept := parts[:0:0]
+	for _, p := range parts {
+		if r.busy[p.Index] {
+			sum.Busy++
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept
+}
+
+// replan wakes the sweep's sleep to plan it again (a retune, a wake-up
+// due at once).
+func (r *Runner) replan() {
+	select {
+	case r.retune <- struct{}{}:
+	default:
+	}
 }
 
 func (r *Runner) cycleError() {

@@ -76,8 +76,10 @@ func maxScore(s scannerapi.CandidateSource, nowMs int64) int64 {
 }
 
 // readCmd builds the candidate read of one key. cursor is the rank offset
-// (zset_rotate) or the SSCAN cursor (set_scan).
-func readCmd(c valkey.Client, sk sourceKey, nowMs int64, batch int, cursor uint64) valkey.Completed {
+// (zset_rotate) or the SSCAN cursor (set_scan). rank reads a due-ordered
+// source by rank, the batch plus one, instead of by score: the same due
+// entries, and the first that is not due yet (wake.go).
+func readCmd(c valkey.Client, sk sourceKey, nowMs int64, batch int, cursor uint64, rank bool) valkey.Completed {
 	b := c.B()
 	switch sk.src.Kind {
 	case scannerapi.SourceZSetRotate:
@@ -86,8 +88,17 @@ func readCmd(c valkey.Client, sk sourceKey, nowMs int64, batch int, cursor uint6
 	case scannerapi.SourceSetScan:
 		return b.Sscan().Key(sk.key).Cursor(cursor).Count(int64(batch)).Build()
 	default: // SourceZSetDue
+		if rank {
+			return b.Zrange().Key(sk.key).Min("0").Max(strconv.Itoa(batch)).Withscores().Build()
+		}
 		return b.Zrange().Key(sk.key).Min("-inf").Max(scoreArg(maxScore(sk.src, nowMs))).Byscore().Limit(0, int64(batch)).Withscores().Build()
 	}
+}
+
+// nextDueCmd reads the first entry of a due-ordered source that is not due
+// at nowMs.
+func nextDueCmd(c valkey.Client, sk sourceKey, nowMs int64) valkey.Completed {
+	return c.B().Zrange().Key(sk.key).Min("("+scoreArg(maxScore(sk.src, nowMs))).Max("+inf").Byscore().Limit(0, 1).Withscores().Build()
 }
 
 // backlogCmd builds the backlog read of one key, or reports none.

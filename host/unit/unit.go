@@ -50,7 +50,13 @@ type Deps struct {
 	Owns  func(keys.Partition) bool
 	Epoch *scheduler.StoreEpoch
 	// Census says which lane keys exist (nil: every lane key is read).
-	Census  scheduler.Census
+	Census scheduler.Census
+	// Events is the new-key event feed (nil: none; partitions read empty
+	// are read at every interval).
+	Events scheduler.Events
+	// Nodes tells which master serves a partition (each node's calls are
+	// dispatched apart).
+	Nodes   *scheduler.NodeMap
 	Metrics *metrics.Metrics
 	Clock   clock.Clock
 	// Logger is the host's; each scanner's lines carry its name.
@@ -63,6 +69,7 @@ type Deps struct {
 // configuration's sections that apply to every scanner.
 type Settings struct {
 	Scheduler      config.Scheduler
+	KeyEvents      config.KeyEvents
 	Supervisor     config.Supervisor
 	Isolation      pluginhost.Isolation
 	PostgresFilter scannerapi.Filter
@@ -70,7 +77,7 @@ type Settings struct {
 
 // SettingsOf are cfg's settings for units.
 func SettingsOf(cfg *config.Config) Settings {
-	return Settings{Scheduler: cfg.Scheduler, Supervisor: cfg.Supervisor, Isolation: cfg.PluginIsolation.Mode(), PostgresFilter: cfg.Postgres.Filter()}
+	return Settings{Scheduler: cfg.Scheduler, KeyEvents: cfg.KeyEvents, Supervisor: cfg.Supervisor, Isolation: cfg.PluginIsolation.Mode(), PostgresFilter: cfg.Postgres.Filter()}
 }
 
 // Log tags every line about a scanner (the plugin's own included) with
@@ -109,6 +116,10 @@ func (d Deps) RunnerConfig(s Settings, name string, sc config.Scanner) scheduler
 		Owns:           d.Owns,
 		Concurrency:    s.Scheduler.Concurrency,
 		CallTimeout:    s.Scheduler.CallTimeout,
+		PollOnly:       !s.Scheduler.Wakeups,
+		Events:         d.Events,
+		Nodes:          d.Nodes,
+		QuietFor:       s.KeyEvents.SafetyInterval,
 		Clock:          d.Clock,
 		Census:         d.Census,
 		Epoch:          d.Epoch,

@@ -13,6 +13,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -33,10 +34,36 @@ func Masters(ctx context.Context, client valkey.Client) ([]string, error) {
 		sort.Strings(out)
 		return out, nil
 	}
+	ranges, err := clusterSlots(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, r := range ranges {
+		f, err := r.ToArray()
+		if err != nil || len(f) < 3 {
+			return nil, fmt.Errorf("CLUSTER SLOTS: malformed range %v", r)
+		}
+		addr, err := masterAddr(f[2])
+		if err != nil {
+			return nil, err
+		}
+		seen[addr] = true
+	}
+	out := make([]string, 0, len(seen))
+	for a := range seen {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// clusterSlots asks the anchor's master for CLUSTER SLOTS, and any node
+// the client knows when that fails (the anchor's master may be the node
+// failing over).
+func clusterSlots(ctx context.Context, client valkey.Client) ([]valkey.ValkeyMessage, error) {
 	ranges, err := client.Do(ctx, client.B().ClusterSlots().Build().SetSlot(Anchor)).ToArray()
 	if err != nil {
-		// The anchor's master may be the node failing over: any node
-		// the client knows can answer.
 		for _, n := range client.Nodes() {
 			if r, nerr := n.Do(ctx, n.B().ClusterSlots().Build()).ToArray(); nerr == nil {
 				ranges, err = r, nil
@@ -47,27 +74,92 @@ func Masters(ctx context.Context, client valkey.Client) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
 	}
-	seen := map[string]bool{}
+	return ranges, nil
+}
+
+// masterAddr reads the master entry of a CLUSTER SLOTS range.
+func masterAddr(m valkey.ValkeyMessage) (string, error) {
+	f, err := m.ToArray()
+	if err != nil || len(f) < 2 {
+		return "", fmt.Errorf("CLUSTER SLOTS: malformed master entry")
+	}
+	host, _ := f[0].ToString()
+	port, err := f[1].AsInt64()
+	if err != nil {
+		return "", fmt.Errorf("CLUSTER SLOTS: master port: %w", err)
+	}
+	return net.JoinHostPort(host, strconv.FormatInt(port, 10)), nil
+}
+
+// Slots is who serves which slots of a cluster, as CLUSTER SLOTS said.
+type Slots struct {
+	owner [16384]string // master address per slot ("" unserved)
+}
+
+// SlotOwners reads which master serves each slot (CLUSTER SLOTS), asking
+// the anchor's master first and any node the client knows when that
+// fails, like Masters.
+func SlotOwners(ctx context.Context, client valkey.Client) (*Slots, error) {
+	ranges, err := clusterSlots(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	s := &Slots{}
 	for _, r := range ranges {
 		f, err := r.ToArray()
 		if err != nil || len(f) < 3 {
 			return nil, fmt.Errorf("CLUSTER SLOTS: malformed range %v", r)
 		}
-		m, err := f[2].ToArray()
-		if err != nil || len(m) < 2 {
-			return nil, fmt.Errorf("CLUSTER SLOTS: malformed master entry")
+		lo, err1 := f[0].AsInt64()
+		hi, err2 := f[1].AsInt64()
+		if err1 != nil || err2 != nil || lo < 0 || hi >= int64(len(s.owner)) || lo > hi {
+			return nil, fmt.Errorf("CLUSTER SLOTS: malformed slot range %v", r)
 		}
-		host, _ := m[0].ToString()
-		port, err := m[1].AsInt64()
+		addr, err := masterAddr(f[2])
 		if err != nil {
-			return nil, fmt.Errorf("CLUSTER SLOTS: master port: %w", err)
+			return nil, err
 		}
-		seen[net.JoinHostPort(host, strconv.FormatInt(port, 10))] = true
+		for slot := lo; slot <= hi; slot++ {
+			s.owner[slot] = addr
+		}
+	}
+	return s, nil
+}
+
+// Owner returns the address of the master serving slot ("" when none
+// does, or slot is out of range).
+func (s *Slots) Owner(slot uint16) string {
+	if int(slot) >= len(s.owner) {
+		return ""
+	}
+	return s.owner[slot]
+}
+
+// Masters returns the sorted addresses of the masters serving slots.
+func (s *Slots) Masters() []string {
+	seen := map[string]bool{}
+	for _, a := range s.owner {
+		if a != "" {
+			seen[a] = true
+		}
 	}
 	out := make([]string, 0, len(seen))
 	for a := range seen {
 		out = append(out, a)
 	}
 	sort.Strings(out)
-	return out, nil
+	return out
+}
+
+// Fingerprint is a string that changes when any slot changes master.
+func (s *Slots) Fingerprint() string {
+	var b strings.Builder
+	prev := "\x00"
+	for slot, a := range s.owner {
+		if a != prev {
+			fmt.Fprintf(&b, "%d=%s;", slot, a)
+			prev = a
+		}
+	}
+	return b.String()
 }

@@ -504,3 +504,47 @@ func timeless(t *testing.T, res *scannerapi.ScanResult) *scannerapi.ScanResult {
 	out.Lag = 0
 	return &out
 }
+
+// An FCALL that marked the lease and then stopped at a key a slot
+// migration had already moved answers with the server's "non local key"
+// error, class transport: the lease is not counted then, nor backed off,
+// and when the next scan's call answers already_expired, the mark is
+// counted as this scanner's (processed equals what was marked). We play
+// the migration's error by running the FCALL on the server and handing the
+// scanner that error in place of its reply.
+func TestMarkStoppedAtAMigratedKeyIsCountedOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
+	require.NoError(t, s.Configure(f.Ctx, nil))
+	id := f.create("ns")
+	f.claim(id, 100*time.Millisecond)
+	f.waitDue()
+
+	stopped := scannerapi.HostFunc(func(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
+		replies, err := f.cb.Exec(ctx, leaseexpiry.Name, cmds)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range cmds {
+			if c[0] == "FCALL" {
+				replies[i] = scannerapi.Reply{Kind: scannerapi.KindError, ErrClass: scannerapi.ErrTransport,
+					Err: "Script attempted to access a non local key in a cluster node script: ff_mark_lease_expired_if_due, on @user_function:178."}
+			}
+		}
+		return replies, nil
+	})
+	res, err := s.ScanPartition(f.Ctx, stopped, f.request(10))
+	require.NoError(t, err)
+	assert.Zero(t, res.Processed)
+	require.Len(t, res.Errors, 1, "%+v", res)
+	assert.Equal(t, scannerapi.ErrTransport, res.Errors[0].Class)
+	assert.Equal(t, "non_local_key", res.Errors[0].Code)
+	require.Equal(t, "lease_expired_reclaimable", f.owner(id), "the call marked it before it stopped")
+
+	res = f.scan(s, f.request(10))
+	assert.Equal(t, int64(1), res.Processed, "already_expired after the stopped call: its mark: %+v", res)
+	assert.Zero(t, res.Skipped)
+	res = f.scan(s, f.request(10))
+	assert.Zero(t, res.Processed, "counted once: %+v", res)
+}

@@ -130,6 +130,11 @@ type Scanner struct {
 	failures *scannerapi.FailureTracker
 	stuck    *scanutil.Memory[struct{}] // (partition, execution id, score) left in place, as the function answered
 	cursors  scanutil.Cursors[uint16]   // partition -> where the next deep read resumes
+	// unsure are the leases whose FCALL stopped at a key a slot migration
+	// had moved: the mark, written before that key, may have been made.
+	// The next answer tells: already_expired then counts as processed
+	// (the mark was this scanner's), any other answer forgets it.
+	unsure unsureSet
 
 	mu        sync.Mutex
 	filter    scannerapi.Filter
@@ -412,6 +417,7 @@ func (sc *scan) buildWave(b *scanutil.Batch) {
 // record accounts for one action's outcome.
 func (sc *scan) record(it item, o outcome) {
 	eid := it.id.String()
+	unsure := !sc.req.DryRun && sc.s.unsure.take(eid)
 	switch o.kind {
 	case outMarked:
 		sc.pending(it.score) // it was due this long when marked
@@ -423,7 +429,12 @@ func (sc *scan) record(it item, o outcome) {
 		// Not remembered: the mark is only known once it is read back.
 	case outStuck:
 		// The server says the entry stays as it is: worth remembering.
-		sc.res.Skipped++
+		if unsure && o.code == detailAlreadyExpired {
+			// The call that stopped at a migrated key had marked it.
+			sc.res.Processed++
+		} else {
+			sc.res.Skipped++
+		}
 		sc.s.failures.RecordSuccess(eid)
 		if stored, first := sc.s.stuck.Remember(sc.req.Partition.Index, eid, it.score, struct{}{}, sc.req.Cycle, stuckTTL); !stored && first {
 			sc.log.Warn("stuck-entry memory is full; stuck entries are re-checked with an FCALL until it drains", "limit", stuckLimit)
@@ -440,6 +451,9 @@ func (sc *scan) record(it item, o outcome) {
 	case outLuaError, outFailed:
 		sc.pending(it.score)
 		sc.res.AddError(o.class, o.code, 1)
+		if (unsure || o.code == scanutil.CodeNonLocalKey) && !sc.req.DryRun {
+			sc.s.unsure.add(eid)
+		}
 		if sc.s.failures.RecordFailureClass(eid, sc.req.Cycle, o.class) {
 			sc.log.Error("persistent FCALL failure; skipping the execution for a while",
 				"execution_id", eid, "class", o.class, "code", o.code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
@@ -488,4 +502,34 @@ func (sc *scan) absorbPage(from scanutil.ZPos, n int, r scannerapi.Reply) {
 	if sc.acted {
 		sc.res.More = true
 	}
+}
+
+// unsureLimit bounds the unsure set: past it, a lease whose call stopped
+// at a migrated key is not remembered (its mark, if made, goes uncounted).
+const unsureLimit = 100_000
+
+// unsureSet is a bounded set of execution ids. Safe for concurrent use.
+type unsureSet struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (u *unsureSet) add(eid string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ids == nil {
+		u.ids = map[string]struct{}{}
+	}
+	if len(u.ids) < unsureLimit {
+		u.ids[eid] = struct{}{}
+	}
+}
+
+// take reports whether eid was in the set, and removes it.
+func (u *unsureSet) take(eid string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, ok := u.ids[eid]
+	delete(u.ids, eid)
+	return ok
 }

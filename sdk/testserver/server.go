@@ -42,6 +42,8 @@ type Server struct {
 	Port int
 	Dir  string // working directory, removed by Stop
 
+	bin      string
+	args     []string
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	stopOnce sync.Once
@@ -100,19 +102,43 @@ func startOnce(bin string, cfg config) (*Server, error) {
 		"--save", "", "--appendonly", "no", "--dir", dir,
 		"--logfile", s.logPath, "--daemonize", "no", "--protected-mode", "no",
 	}
-	args = append(args, cfg.args...)
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.SysProcAttr = serverProcAttr()
-	if err := s.cmd.Start(); err != nil {
+	s.bin, s.args = bin, append(args, cfg.args...)
+	if err := s.exec(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("testserver: start %s: %w", bin, err)
+		return nil, err
 	}
-	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	if err := s.waitReady(10 * time.Second); err != nil {
 		s.Stop()
 		return nil, err
 	}
 	return s, nil
+}
+
+// exec starts the server process.
+func (s *Server) exec() error {
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.SysProcAttr = serverProcAttr()
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("testserver: start %s: %w", s.bin, err)
+	}
+	exited := s.exited
+	cmd := s.cmd
+	go func() { _ = cmd.Wait(); close(exited) }()
+	return nil
+}
+
+// Restart kills the server (SIGKILL) and starts it again on the same port
+// and directory, with the same arguments, as a crash and a restart by its
+// supervisor would. The dataset is what the server loads from its
+// directory: a test that wants it kept runs SAVE first (the server is
+// started without persistence). Settings made with CONFIG SET are gone.
+func (s *Server) Restart() error {
+	s.Kill()
+	s.exited = make(chan struct{})
+	if err := s.exec(); err != nil {
+		return err
+	}
+	return s.waitReady(10 * time.Second)
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago, for a

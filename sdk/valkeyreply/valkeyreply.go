@@ -141,12 +141,15 @@ func convert(m *valkey.ValkeyMessage) scannerapi.Reply {
 }
 
 // Transient reports the error replies with which a server declines a
-// command it did not run, for a moment, because of the cluster's state: a
-// slot migrating (TRYAGAIN, and MOVED/ASK the client did not follow), a
-// failover under way (CLUSTERDOWN, MASTERDOWN, READONLY from a demoted
-// primary), a restart loading its data (LOADING). They say nothing about
-// the item: counting them against it (a poison backoff, a page) would
-// punish work for the cluster's weather.
+// command, for a moment, because of the cluster's state: a slot migrating
+// (TRYAGAIN, and MOVED/ASK the client did not follow), a failover under
+// way (CLUSTERDOWN, MASTERDOWN, READONLY from a demoted primary), a
+// restart loading its data (LOADING). They say nothing about the item:
+// counting them against it (a poison backoff, a page) would punish work
+// for the cluster's weather. One of them comes from a command that did
+// run: a script that touched a key of its slot the migration had already
+// moved (NonLocalKey) stops there, its writes before that point kept, so
+// its outcome is unknown, as that of a command whose reply was lost.
 func Transient(err *valkey.ValkeyError) bool {
 	if err == nil {
 		return false
@@ -155,10 +158,25 @@ func Transient(err *valkey.ValkeyError) bool {
 		return true
 	}
 	msg := err.Error()
+	if NonLocalKey(msg) {
+		return true
+	}
 	for _, p := range []string{"MOVED ", "ASK ", "MASTERDOWN", "READONLY"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// nonLocalKey starts the error a script gets when it touches a key of a
+// slot being migrated that is no longer on the node running it (Redis 7
+// and Valkey word it alike).
+const nonLocalKey = "Script attempted to access a non local key"
+
+// NonLocalKey reports the error of a script stopped at a key its slot's
+// migration had already moved: the script ran up to that key, and what it
+// wrote before stays written.
+func NonLocalKey(msg string) bool {
+	return strings.HasPrefix(msg, nonLocalKey) || strings.HasPrefix(msg, "ERR "+nonLocalKey)
 }

@@ -116,3 +116,13 @@ func TestWriteMatchesOf(t *testing.T) {
 	Write(got, r)
 	assert.Equal(t, want.Bytes(), got.Bytes())
 }
+
+// A script stopped at a key its slot's migration had moved ran up to that
+// key: transient (its outcome unknown, the item not at fault), as Redis 7
+// and Valkey word it, with or without an ERR prefix.
+func TestNonLocalKeyIsTransient(t *testing.T) {
+	msg := "Script attempted to access a non local key in a cluster node script: ff_mark_lease_expired_if_due, on @user_function:178."
+	assert.True(t, NonLocalKey(msg))
+	assert.True(t, NonLocalKey("ERR "+msg))
+	assert.False(t, NonLocalKey("ERR Error running script"))
+}

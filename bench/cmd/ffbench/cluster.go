@@ -85,10 +85,15 @@ func (b *bench) runCluster(ctx context.Context, n int) (*clusterResult, error) {
 // last, by the lease_expired_at stamps the library writes (FCALLs counted
 // on every node).
 func (b *bench) drainOn(ctx context.Context, target string, client valkey.Client, lib *lua.Library, addrs []string, n int) (clusterRun, error) {
+	return b.drainOnWith(ctx, target, client, lib, addrs, n, "")
+}
+
+// drainOnWith is drainOn with extra appended to the host's config.
+func (b *bench) drainOnWith(ctx context.Context, target string, client valkey.Client, lib *lua.Library, addrs []string, n int, extra string) (clusterRun, error) {
 	run := clusterRun{Target: target, Leases: n}
 	h, err := hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir, ValkeyAddr: addrs[0], Cluster: len(addrs) > 1,
 		Scanners: []hostproc.Scanner{{Name: leaseexpiry.Name, Plugin: "leaseexpiry", Interval: clusterInterval}},
-		LogLevel: "warn", Log: io.Writer(os.Stderr)}, 30*time.Second)
+		LogLevel: "warn", Log: io.Writer(os.Stderr), Extra: extra}, 30*time.Second)
 	if err != nil {
 		return run, err
 	}

@@ -27,6 +27,7 @@ type report struct {
 	Lanes       *lanesResult
 	PGDrain     *pgDrainResult
 	PGIdle      *pgIdleResult
+	Timing      *timingResult
 	Errors      []error
 }
 
@@ -88,6 +89,10 @@ func (r *report) print(w io.Writer) {
 	if r.Lanes != nil {
 		p(rule)
 		r.Lanes.print(w)
+	}
+	if r.Timing != nil {
+		p(rule)
+		r.Timing.print(w)
 	}
 	if len(r.Errors) > 0 {
 		p(rule)

@@ -7,10 +7,20 @@ import (
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
+// CodeNonLocalKey is the code of a script stopped at a key its slot's
+// migration had already moved; what the script wrote before that key
+// stays written.
+const CodeNonLocalKey = "non_local_key"
+
 // ErrorCode makes a short metric code of a RESP error message: its first
 // word when that is an upper-case error prefix (WRONGTYPE, NOSCRIPT, ERR),
 // else "error". Codes become metric labels, so free text never does.
 func ErrorCode(msg string) string {
+	if strings.HasPrefix(msg, "Script attempted to access a non local key") {
+		// A script stopped at a key a slot migration had moved
+		// (valkeyreply.NonLocalKey): its own code, not "error".
+		return CodeNonLocalKey
+	}
 	w, _, _ := strings.Cut(msg, " ")
 	if w == "" || len(w) > 24 {
 		return "error"

@@ -1,0 +1,521 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/ffscan/ffscan/bench/hostproc"
+	"github.com/ffscan/ffscan/bench/measure"
+	"github.com/ffscan/ffscan/bench/seed"
+	"github.com/ffscan/ffscan/host/boot"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/lua"
+	"github.com/ffscan/ffscan/plugins/leaseexpiry"
+	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/testserver"
+)
+
+// The "timing" benchmark (issue 34) runs the real host binary twice for
+// each measurement, side by side in one run: in polling mode (the
+// interval sweep alone, scheduler.wakeups false, key_events off), and with
+// due-time wake-ups and new-key events on (the defaults, the host allowed
+// to set notify-keyspace-events).
+
+// timingMode is one way of running the host.
+type timingMode struct {
+	Name  string
+	Extra string // YAML appended to the host's config
+}
+
+var timingModes = []timingMode{
+	{"polling", "scheduler:\n  wakeups: false\nkey_events:\n  mode: \"off\"\n"},
+	{"due-time", "scheduler:\n  wakeups: true\nkey_events:\n  mode: auto\n  configure: true\n"},
+}
+
+// latencyRun is one mode's distribution of due -> handled.
+type latencyRun struct {
+	Mode     string
+	Items    int
+	Latency  measure.Dist
+	Unmarked int
+	Load     string
+}
+
+// timingDrain is one mode's drain of expired leases.
+type timingDrain struct {
+	Mode   string
+	Leases int
+	Span   time.Duration // first marking to last (server stamps)
+}
+
+// timingIdle is one mode's idle cost on one target.
+type timingIdle struct {
+	Target, Mode string
+	Window       time.Duration
+	Commands     int64
+	ByCommand    map[string]int64
+	EventsOn     bool
+}
+
+type timingResult struct {
+	Interval        time.Duration // lease_expiry's
+	PromoteInterval time.Duration // delayed_promoter's
+	Lead, Spread    time.Duration // reclaim: first TTL, spread of the TTLs
+	Reclaim         []latencyRun
+	Promote         []latencyRun
+	Drain           []timingDrain
+	Idle            []timingIdle
+	Notes           []string
+}
+
+// runTiming runs the timing benchmark: reclaim latency, due -> promoted,
+// the drain and the idle cost, each in both modes.
+func (b *bench) runTiming(ctx context.Context, sz sizes) (*timingResult, error) {
+	res := &timingResult{Interval: leaseexpiry.DefaultInterval, PromoteInterval: 750 * time.Millisecond,
+		Lead: 2 * leaseexpiry.DefaultInterval, Spread: 3 * time.Second}
+	reclaimN, promoteN := 2000, 500
+	if sz.DrainLeases < fullSizes.DrainLeases {
+		reclaimN, promoteN = 500, 100
+	}
+	for _, m := range timingModes {
+		run, err := b.timedReclaim(ctx, m, reclaimN, res.Lead, res.Spread)
+		if err != nil {
+			return res, fmt.Errorf("reclaim, %s: %w", m.Name, err)
+		}
+		res.Reclaim = append(res.Reclaim, run)
+	}
+	for _, m := range timingModes {
+		run, err := b.timedPromote(ctx, m, promoteN)
+		if err != nil {
+			return res, fmt.Errorf("promote, %s: %w", m.Name, err)
+		}
+		res.Promote = append(res.Promote, run)
+	}
+	for _, m := range timingModes {
+		if err := b.flush(ctx); err != nil {
+			return res, err
+		}
+		run, err := b.drainOnWith(ctx, "single node, "+m.Name, b.client, b.lib, []string{b.srv.Addr}, sz.DrainLeases, m.Extra)
+		if err != nil {
+			return res, fmt.Errorf("drain, %s: %w", m.Name, err)
+		}
+		res.Drain = append(res.Drain, timingDrain{Mode: m.Name, Leases: run.Leases, Span: run.Drain})
+	}
+	for _, m := range timingModes {
+		if err := b.flush(ctx); err != nil {
+			return res, err
+		}
+		run, err := b.timedIdleSingle(ctx, m, sz.Idle)
+		if err != nil {
+			return res, fmt.Errorf("idle on one node, %s: %w", m.Name, err)
+		}
+		res.Idle = append(res.Idle, run)
+	}
+	runs, err := b.timedIdleCluster(ctx, sz.Idle)
+	res.Idle = append(res.Idle, runs...)
+	if err != nil {
+		return res, fmt.Errorf("idle on the cluster: %w", err)
+	}
+	return res, nil
+}
+
+// startTimingHost runs the host binary with the given scanners in mode m
+// against the store at addrs (a cluster when more than one).
+func (b *bench) startTimingHost(ctx context.Context, m timingMode, addrs []string, scanners []hostproc.Scanner) (*hostproc.Proc, error) {
+	level := "warn"
+	if b.verbose {
+		level = "info"
+	}
+	return hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir, ValkeyAddr: addrs[0], Cluster: len(addrs) > 1,
+		Scanners: scanners, LogLevel: level, Log: io.Writer(os.Stderr), Extra: m.Extra}, 60*time.Second)
+}
+
+// timedReclaim claims n leases whose TTLs run from lead to lead+spread
+// (every one claimed at least one interval before it expires), waits until
+// the host marked them all and returns expiry -> marked, by the stamps the
+// library writes (lease_expires_at, lease_expired_at).
+func (b *bench) timedReclaim(ctx context.Context, m timingMode, n int, lead, spread time.Duration) (latencyRun, error) {
+	run := latencyRun{Mode: m.Name, Items: n}
+	if err := b.flush(ctx); err != nil {
+		return run, err
+	}
+	s := seed.New(b.lib, b.parts)
+	ids := s.IDs(n)
+	if err := s.Prepare(ctx, ids); err != nil {
+		return run, err
+	}
+	h, err := b.startTimingHost(ctx, m, []string{b.srv.Addr}, []hostproc.Scanner{{Name: leaseexpiry.Name, Plugin: "leaseexpiry"}})
+	if err != nil {
+		return run, err
+	}
+	defer h.Stop()
+	time.Sleep(2 * leaseexpiry.DefaultInterval) // past the first cycles
+	if err := s.Claim(ctx, ids, func(i int) time.Duration { return lead + time.Duration(int64(spread)*int64(i)/int64(n)) }); err != nil {
+		return run, err
+	}
+	limit := lead + spread + 10*leaseexpiry.DefaultInterval
+	if err := waitUntil(ctx, limit, func() (bool, error) {
+		left, err := countNot(ctx, b.client, ids, "ownership_state", "lease_expired_reclaimable")
+		return left == 0, err
+	}); err != nil {
+		return run, err
+	}
+	run.Latency, run.Unmarked, err = stampLatency(ctx, b.client, ids, "lease_expires_at", "lease_expired_at")
+	run.Load = measure.Load()
+	b.logf("timing: reclaim, %s: %s", m.Name, run.Latency)
+	return run, err
+}
+
+// timedPromote creates n delayed executions due 2 to 3 s after the first
+// was created (each created at least one delayed_promoter interval before
+// it is due), waits until the host promoted them all and returns due ->
+// promoted (delay_until, read back at once, and the promotion's
+// last_transition_at).
+func (b *bench) timedPromote(ctx context.Context, m timingMode, n int) (latencyRun, error) {
+	run := latencyRun{Mode: m.Name, Items: n}
+	if err := b.flush(ctx); err != nil {
+		return run, err
+	}
+	if _, err := b.recordLanes(ctx, 1); err != nil {
+		return run, err
+	}
+	h, err := b.startTimingHost(ctx, m, []string{b.srv.Addr}, []hostproc.Scanner{{Name: "delayed_promoter"}})
+	if err != nil {
+		return run, err
+	}
+	defer h.Stop()
+	time.Sleep(2 * time.Second) // past the first cycles
+	cl, err := client.New(ctx, b.client, client.Options{Partitions: b.parts, Library: b.lib, Namespace: "bench"})
+	if err != nil {
+		return run, err
+	}
+	base := time.Now().Add(2 * time.Second)
+	ids := make([]keys.ExecutionID, 0, n)
+	for i := range n {
+		due := base.Add(time.Duration(int64(time.Second) * int64(i) / int64(n))).Truncate(time.Millisecond)
+		if time.Until(due) < 750*time.Millisecond {
+			return run, fmt.Errorf("creating the executions took too long: execution %d of %d is due in %s", i, n, time.Until(due))
+		}
+		r, err := cl.CreateExecution(ctx, client.CreateRequest{Lane: seed.DefaultLane, Kind: "probe", DelayUntil: due})
+		if err != nil {
+			return run, err
+		}
+		ids = append(ids, r.ID)
+	}
+	dues, err := seed.Fields(ctx, b.client, ids, "delay_until")
+	if err != nil {
+		return run, err
+	}
+	if err := waitUntil(ctx, time.Minute, func() (bool, error) {
+		left, err := countIs(ctx, b.client, ids, "public_state", "delayed")
+		return left == 0, err
+	}); err != nil {
+		return run, err
+	}
+	done, err := seed.Fields(ctx, b.client, ids, "last_transition_at")
+	if err != nil {
+		return run, err
+	}
+	var lat []time.Duration
+	for i := range ids {
+		d, err1 := strconv.ParseInt(dues[i][0], 10, 64)
+		p, err2 := strconv.ParseInt(done[i][0], 10, 64)
+		if err1 != nil || err2 != nil {
+			run.Unmarked++
+			continue
+		}
+		lat = append(lat, time.Duration(p-d)*time.Millisecond)
+	}
+	run.Latency, run.Load = measure.Distribution(lat), measure.Load()
+	b.logf("timing: due -> promoted, %s: %s", m.Name, run.Latency)
+	return run, nil
+}
+
+// timedIdleSingle measures the idle cost of all seventeen scanners on the
+// bench's server in mode m.
+func (b *bench) timedIdleSingle(ctx context.Context, m timingMode, window time.Duration) (_ timingIdle, err error) {
+	run := timingIdle{Target: "one node", Mode: m.Name}
+	h, err := b.startTimingHost(ctx, m, []string{b.srv.Addr}, allScanners())
+	if err != nil {
+		return run, err
+	}
+	defer h.Stop()
+	b.disconnect()
+	defer func() {
+		if rerr := b.connect(); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	return b.idleWindow(ctx, h, run, []string{b.srv.Addr}, window)
+}
+
+// timedIdleCluster measures the idle cost of all seventeen scanners on a
+// fresh 3-master cluster, in both modes.
+func (b *bench) timedIdleCluster(ctx context.Context, window time.Duration) ([]timingIdle, error) {
+	cl, err := testserver.StartCluster(3)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Stop()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: cl.Addrs(), DisableCache: true})
+	if err != nil {
+		return nil, err
+	}
+	lib := lua.New(c, lua.Options{})
+	if _, err := lib.Ensure(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if _, _, err := boot.EnsurePartitions(ctx, c, b.parts); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.Close() // its keep-alive would count
+	var out []timingIdle
+	for _, m := range timingModes {
+		h, err := b.startTimingHost(ctx, m, cl.Addrs(), allScanners())
+		if err != nil {
+			return out, err
+		}
+		run, err := b.idleWindow(ctx, h, timingIdle{Target: "3-master cluster", Mode: m.Name}, cl.Addrs(), window)
+		h.Stop()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, run)
+	}
+	return out, nil
+}
+
+func allScanners() []hostproc.Scanner {
+	var out []hostproc.Scanner
+	for _, s := range ffScanners {
+		out = append(out, hostproc.Scanner{Name: s.name})
+	}
+	return out
+}
+
+// idleWindow lets the host's start-up pass, then counts the commands the
+// servers at addrs ran over window (INFO, the bench's own, left out).
+func (b *bench) idleWindow(ctx context.Context, h *hostproc.Proc, run timingIdle, addrs []string, window time.Duration) (timingIdle, error) {
+	// Start-up passes first: boot, lane discovery, and every scanner's
+	// first sweep (a scanner's first sweep reads every partition; those
+	// of the long intervals, 45 to 60 s, would land in the window).
+	if err := pollUntil(ctx, 3*time.Minute, time.Second, func() (bool, error) {
+		doc, err := h.Status(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, s := range doc.Scanners {
+			if s.Cycle < 1 {
+				return false, nil
+			}
+		}
+		run.EventsOn = doc.KeyEvents != nil && doc.KeyEvents.On
+		return len(doc.Scanners) == len(ffScanners), nil
+	}); err != nil {
+		return run, fmt.Errorf("%s, %s: waiting for every scanner's first sweep: %w", run.Target, run.Mode, err)
+	}
+	time.Sleep(2 * time.Second)
+	if strings.Contains(timingModeExtra(run.Mode), "auto") && !run.EventsOn {
+		return run, fmt.Errorf("%s, %s: the new-key events are not on", run.Target, run.Mode)
+	}
+	count := func() (map[string]int64, error) {
+		sum := map[string]int64{}
+		for _, a := range addrs {
+			info, err := measure.RawInfo(a, "commandstats")
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range measure.ParseCommandStats(info) {
+				sum[k] += v
+			}
+		}
+		return sum, nil
+	}
+	c0, err := count()
+	if err != nil {
+		return run, err
+	}
+	t0 := time.Now()
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return run, ctx.Err()
+	}
+	c1, err := count()
+	if err != nil {
+		return run, err
+	}
+	run.Window = time.Since(t0)
+	run.ByCommand = map[string]int64{}
+	for k, v := range c1 {
+		if k == "info" {
+			continue
+		}
+		if d := v - c0[k]; d > 0 {
+			run.ByCommand[k] = d
+			run.Commands += d
+		}
+	}
+	b.logf("timing: idle, %s, %s: %.1f commands/s", run.Target, run.Mode, run.rate())
+	return run, nil
+}
+
+func timingModeExtra(name string) string {
+	for _, m := range timingModes {
+		if m.Name == name {
+			return m.Extra
+		}
+	}
+	return ""
+}
+
+func (r timingIdle) rate() float64 { return float64(r.Commands) / r.Window.Seconds() }
+
+// waitUntil polls done every 20 ms for at most limit.
+func waitUntil(ctx context.Context, limit time.Duration, done func() (bool, error)) error {
+	return pollUntil(ctx, limit, 20*time.Millisecond, done)
+}
+
+// pollUntil polls done every period for at most limit.
+func pollUntil(ctx context.Context, limit, period time.Duration, done func() (bool, error)) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not done after %s", limit)
+		}
+		select {
+		case <-time.After(period):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// countNot counts the executions whose field is not want; countIs those
+// whose field is want.
+func countNot(ctx context.Context, c valkey.Client, ids []keys.ExecutionID, field, want string) (int, error) {
+	n, err := countIs(ctx, c, ids, field, want)
+	return len(ids) - n, err
+}
+
+func countIs(ctx context.Context, c valkey.Client, ids []keys.ExecutionID, field, want string) (int, error) {
+	vals, err := seed.Fields(ctx, c, ids, field)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range vals {
+		if v[0] == want {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// stampLatency returns the distribution of to - from over the executions
+// (millisecond stamps in their core), and how many lack either.
+func stampLatency(ctx context.Context, c valkey.Client, ids []keys.ExecutionID, from, to string) (measure.Dist, int, error) {
+	vals, err := seed.Fields(ctx, c, ids, from, to)
+	if err != nil {
+		return measure.Dist{}, 0, err
+	}
+	var lat []time.Duration
+	missing := 0
+	for _, v := range vals {
+		a, err1 := strconv.ParseInt(v[0], 10, 64)
+		z, err2 := strconv.ParseInt(v[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			missing++
+			continue
+		}
+		lat = append(lat, time.Duration(z-a)*time.Millisecond)
+	}
+	return measure.Distribution(lat), missing, nil
+}
+
+func (r *timingResult) print(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("11. TIMING (issue 34): the host binary in polling mode (scheduler.wakeups false, key_events off)")
+	p("    and with due-time wake-ups and new-key events (the defaults), side by side")
+	byMode := func(runs []latencyRun, mode string) *latencyRun {
+		for i := range runs {
+			if runs[i].Mode == mode {
+				return &runs[i]
+			}
+		}
+		return nil
+	}
+	p("   reclaim: leases claimed %s..%s before they expire, lease_expiry at its %s interval; expiry -> marked", r.Lead, r.Lead+r.Spread, r.Interval)
+	for _, run := range r.Reclaim {
+		p("     %-9s %5d leases: %s; unmarked %d; load %s", run.Mode, run.Items, run.Latency, run.Unmarked, run.Load)
+	}
+	if d := byMode(r.Reclaim, "due-time"); d != nil {
+		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
+	}
+	p("   due -> promoted: delayed executions created >= one interval before they are due, delayed_promoter at %s", r.PromoteInterval)
+	for _, run := range r.Promote {
+		p("     %-9s %5d executions: %s; load %s", run.Mode, run.Items, run.Latency, run.Load)
+	}
+	if d := byMode(r.Promote, "due-time"); d != nil {
+		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
+	}
+	p("   drain: expired leases marked by the host (lease_expiry at %s), first marking to last", clusterInterval)
+	var rates []float64
+	for _, d := range r.Drain {
+		rate := float64(d.Leases) / d.Span.Seconds()
+		rates = append(rates, rate)
+		p("     %-9s %7d leases in %8s = %8.0f/s", d.Mode, d.Leases, d.Span.Round(time.Millisecond), rate)
+	}
+	if len(rates) == 2 {
+		p("     due-time/polling throughput %.2f", rates[1]/rates[0])
+	}
+	p("   idle: all %d scanners at their default intervals, %d empty flow partitions", len(ffScanners), 256)
+	for _, run := range r.Idle {
+		var names []string
+		for k := range run.ByCommand {
+			names = append(names, k)
+		}
+		sort.Slice(names, func(i, j int) bool { return run.ByCommand[names[i]] > run.ByCommand[names[j]] })
+		var parts []string
+		for _, k := range names {
+			parts = append(parts, fmt.Sprintf("%s %.1f", strings.ToUpper(k), float64(run.ByCommand[k])/run.Window.Seconds()))
+		}
+		p("     %-16s %-9s %7.1f commands/s over %s (events on: %v) (%s)", run.Target, run.Mode, run.rate(),
+			run.Window.Round(100*time.Millisecond), run.EventsOn, strings.Join(parts, ", "))
+	}
+	for _, run := range r.Idle {
+		if run.Target == "3-master cluster" && run.Mode == "due-time" {
+			p("     cluster, events on: %.1f commands/s (target <= 100: %s)", run.rate(), verdict(run.rate() <= 100))
+		}
+	}
+	var one [2]float64
+	for _, run := range r.Idle {
+		if run.Target == "one node" {
+			if run.Mode == "polling" {
+				one[0] = run.rate()
+			} else {
+				one[1] = run.rate()
+			}
+		}
+	}
+	if one[0] > 0 {
+		p("     one node: due-time %.1f vs polling %.1f commands/s (target no higher: %s)", one[1], one[0], verdict(one[1] <= one[0]))
+	}
+	for _, n := range r.Notes {
+		p("   %s", n)
+	}
+}
