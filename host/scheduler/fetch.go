@@ -312,7 +312,7 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 	if len(ops) == 0 {
 		return nil
 	}
-	r, sum := sw.r, sw.sum
+	r := sw.r
 	cmds := make(valkey.Commands, len(ops))
 	part := make([]int, len(ops))
 	for i, op := range ops {
@@ -329,86 +329,109 @@ func (sw *sweep) runOps(ctx context.Context, ops []fetchOp, nowMs int64) []fetch
 	results := spread.DoMulti(ctx, r.clk, r.client, cmds, part)
 	var next []fetchOp
 	for i, res := range results {
-		op := ops[i]
-		st := op.st
-		switch op.kind {
+		switch op := ops[i]; op.kind {
 		case opCount:
-			n, err := res.AsInt64()
-			if err != nil {
-				if r.wrongTypeSource(sum, op.sk.key, err) {
-					continue
-				}
-				st.sampled = false
-				r.noteErr(sum, classify(err), "backlog", 1)
-				continue
-			}
-			st.backlog += n
+			sw.applyCount(op, res)
 		case opSize:
-			n, err := res.AsInt64()
-			if err != nil {
-				// Without the size the candidates were not read either.
-				st.fetchError = true
-				if r.wrongTypeSource(sum, op.sk.key, err) {
-					continue
-				}
-				st.sampled = false
-				r.noteErr(sum, classify(err), "fetch", 1)
-				r.log.Debug("candidate source size read failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
-				continue
-			}
-			st.backlog += n
-			if n > 0 {
-				next = append(next, fetchOp{st: st, sk: op.sk, kind: opRead, cur: op.cur})
-				continue
-			}
-			st.emptyKeys++
-			if op.sk.src.Kind != scannerapi.SourceZSetDue {
-				// Empty: a rank window or scan cursor starts over.
-				st.next[op.sk.key] = 0
-			}
+			next = sw.applySize(op, res, next)
 		case opRead:
-			n, err := sw.parseRead(res, op.sk, op.cur, st, nowMs)
-			if err != nil {
-				st.fetchError = true
-				if r.wrongTypeSource(sum, op.sk.key, err) {
-					continue
-				}
-				st.sampled = false
-				r.noteErr(sum, classify(err), "fetch", 1)
-				r.log.Debug("candidate fetch failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
-				continue
-			}
-			full := n >= sw.batch
-			if sw.rank {
-				// Read by rank, the batch plus one: only a read that
-				// was due to its last entry leaves more to count, and
-				// leaves the next due entry unseen.
-				full = n > sw.batch
-				if full && op.sk.src.Kind == scannerapi.SourceZSetDue {
-					next = append(next, fetchOp{st: st, sk: op.sk, kind: opNext})
-				}
-			}
-			if op.countIfFull {
-				if !full {
-					st.backlog += int64(n)
-				} else {
-					next = append(next, fetchOp{st: st, sk: op.sk, kind: opCount})
-				}
-			}
+			next = sw.applyRead(op, res, nowMs, next)
 		case opNext:
-			zs, err := res.AsZScores()
-			if err != nil {
-				// Only a hint is lost: the partition is not scheduled.
-				st.fetchError = true
-				r.noteErr(sum, classify(err), "fetch", 1)
-				continue
-			}
-			if len(zs) > 0 {
-				st.noteWake(zs[0].Score, op.sk.src.ScoreOffset)
-			}
+			sw.applyNext(op, res)
 		}
 	}
 	return next
+}
+
+// failed accounts for a failed read of a source: a source of the wrong
+// type is the operator's to fix; any other failure leaves the partition's
+// backlog unmeasured.
+func (sw *sweep) failed(op fetchOp, err error, what string) {
+	if sw.r.wrongTypeSource(sw.sum, op.sk.key, err) {
+		return
+	}
+	op.st.sampled = false
+	sw.r.noteErr(sw.sum, classify(err), what, 1)
+}
+
+// applyCount adds a full window's due count to the backlog.
+func (sw *sweep) applyCount(op fetchOp, res valkey.ValkeyResult) {
+	n, err := res.AsInt64()
+	if err != nil {
+		sw.failed(op, err, "backlog")
+		return
+	}
+	op.st.backlog += n
+}
+
+// applySize adds a source's due size to the backlog and asks for its read
+// when it holds anything.
+func (sw *sweep) applySize(op fetchOp, res valkey.ValkeyResult, next []fetchOp) []fetchOp {
+	st := op.st
+	n, err := res.AsInt64()
+	if err != nil {
+		// Without the size the candidates were not read either.
+		st.fetchError = true
+		sw.failed(op, err, "fetch")
+		sw.r.log.Debug("candidate source size read failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
+		return next
+	}
+	st.backlog += n
+	if n > 0 {
+		return append(next, fetchOp{st: st, sk: op.sk, kind: opRead, cur: op.cur})
+	}
+	st.emptyKeys++
+	if op.sk.src.Kind != scannerapi.SourceZSetDue {
+		// Empty: a rank window or scan cursor starts over.
+		st.next[op.sk.key] = 0
+	}
+	return next
+}
+
+// applyRead takes a read's candidates and asks for what a full read
+// leaves unknown: the due count, and the first entry not due yet.
+func (sw *sweep) applyRead(op fetchOp, res valkey.ValkeyResult, nowMs int64, next []fetchOp) []fetchOp {
+	st := op.st
+	n, err := sw.parseRead(res, op.sk, op.cur, st, nowMs)
+	if err != nil {
+		st.fetchError = true
+		sw.failed(op, err, "fetch")
+		sw.r.log.Debug("candidate fetch failed", "partition", st.p.Tag(), "key", op.sk.key, "error", err)
+		return next
+	}
+	full := n >= sw.batch
+	if sw.rank {
+		// Read by rank, the batch plus one: only a read that was due to
+		// its last entry leaves more to count, and leaves the next due
+		// entry unseen.
+		full = n > sw.batch
+		if full && op.sk.src.Kind == scannerapi.SourceZSetDue {
+			next = append(next, fetchOp{st: st, sk: op.sk, kind: opNext})
+		}
+	}
+	if op.countIfFull {
+		if !full {
+			st.backlog += int64(n)
+		} else {
+			next = append(next, fetchOp{st: st, sk: op.sk, kind: opCount})
+		}
+	}
+	return next
+}
+
+// applyNext schedules the partition's wake-up at the first entry not due
+// yet.
+func (sw *sweep) applyNext(op fetchOp, res valkey.ValkeyResult) {
+	zs, err := res.AsZScores()
+	if err != nil {
+		// Only a hint is lost: the partition is not scheduled.
+		op.st.fetchError = true
+		sw.r.noteErr(sw.sum, classify(err), "fetch", 1)
+		return
+	}
+	if len(zs) > 0 {
+		op.st.noteWake(zs[0].Score, op.sk.src.ScoreOffset)
+	}
 }
 
 // parseRead adds a read's candidates to st and returns how many the read
