@@ -125,3 +125,26 @@ func TestProtectedHostEnvironmentIsUnreadable(t *testing.T) {
 	require.NoError(t, pluginhost.ProtectHostProcess())
 	assert.Contains(t, probe(t, p, env)[env], "permission denied")
 }
+
+// A confined plugin that makes a syscall of another architecture (an
+// amd64 process can enter the kernel's i386 syscall table with int 0x80,
+// where every number the filter checks means something else) is killed:
+// a filter that let such calls through would let the plugin fork.
+func TestConfinedPluginIsKilledForAForeignArchitectureSyscall(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("i386 syscalls are an amd64 matter")
+	}
+	free := launchIsolated(t, pluginhost.IsolationOff)
+	if outcome := probe(t, free, "i386socket:")["i386socket:"]; outcome != "ok" {
+		t.Skipf("this kernel runs no i386 syscalls: %s", outcome)
+	}
+	p := launchIsolated(t, pluginhost.IsolationAuto)
+	if !strings.Contains(p.Isolation(), "seccomp") {
+		t.Skipf("no seccomp filter here: %s", p.Isolation())
+	}
+	req := &scannerapi.ScanRequest{Scanner: "prober", Partition: keys.Partition{Family: keys.FamilyFlow},
+		Candidates: []scannerapi.Candidate{{Source: "due", Member: "i386socket:"}}}
+	_, err := scannerByName(t, p, "prober").ScanPartition(context.Background(), nil, req)
+	require.Error(t, err, "the plugin answered: the syscall went through")
+	<-p.Exited()
+}

@@ -9,18 +9,20 @@ import (
 	"syscall"
 	"unsafe"
 
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
 // A confined plugin may not start processes: one it started could
 // outlive it (a double fork escapes any process group), and the host
-// could neither see nor stop it. The kernel offers no way to install a
-// seccomp filter in a child between fork and exec from Go, and a filter on
-// the launching thread would refuse the host's own fork, so the plugin is
-// started through a trampoline: the launching program itself (every
-// program that launches plugins links this package) runs with
-// seccompExecEnv set, installs the filter in init, and execs the plugin,
-// which inherits it. Threads (clone with CLONE_THREAD) stay allowed.
+// could neither see nor stop it. The kernel offers no way to install a seccomp filter in a child
+// between fork and exec from Go, and a filter on the launching thread
+// would refuse the host's own fork, so the plugin is started through a
+// trampoline: the launching program itself (every program that launches
+// plugins links this package) runs with seccompExecEnv set, installs the
+// filter in init, and execs the plugin, which inherits it. Threads (clone
+// with CLONE_THREAD) stay allowed.
 
 // seccompExecEnv names the plugin the trampoline execs.
 const seccompExecEnv = "FFSCAN_SANDBOX_EXEC"
@@ -39,7 +41,7 @@ func init() {
 	// thread that installs it must be the one that execs.
 	runtime.LockOSThread()
 	os.Unsetenv(seccompExecEnv)
-	if err := denyProcessCreation(); err != nil {
+	if err := installFilter(); err != nil {
 		fmt.Fprintf(os.Stderr, "ffscan sandbox: cannot install the seccomp filter: %v\n", err)
 		os.Exit(trampolineExit)
 	}
@@ -54,62 +56,70 @@ func seccompAvailable() bool {
 	return err == nil
 }
 
-// BPF over struct seccomp_data: nr at 0, arch at 4, args[0] at 16 (its
-// low 32 bits on these little-endian architectures).
-const (
-	offNr    = 0
-	offArch  = 4
-	offArg0  = 16
-	retAllow = unix.SECCOMP_RET_ALLOW
-	retEPERM = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-	// clone3 passes its flags in memory a filter cannot read: ENOSYS
-	// makes callers fall back to clone, whose flags it can.
-	retENOSYS = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
-	retKill   = unix.SECCOMP_RET_KILL_PROCESS
-)
+// seccompDesc is what the filter denies, for Plugin.Isolation.
+const seccompDesc = "no new processes (seccomp)"
 
-// processFilter refuses fork, vfork, clone3 and clone without
-// CLONE_THREAD, and kills a process that makes syscalls of another
-// architecture (which would bypass the numbers checked).
-func processFilter() []unix.SockFilter {
-	stmt := func(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
-	jump := func(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
-		return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
-	}
-	const (
-		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-		ret  = unix.BPF_RET | unix.BPF_K
-	)
-	prog := []unix.SockFilter{
-		stmt(ld, offArch),
-		jump(jeq, auditArch, 1, 0),
-		stmt(ret, retKill),
-		stmt(ld, offNr),
-		// x32 syscalls on amd64 carry bit 30; nothing of ours uses them.
-		jump(jge, 0x40000000, 0, 1),
-		stmt(ret, retEPERM),
-		jump(jeq, unix.SYS_CLONE3, 0, 1),
-		stmt(ret, retENOSYS),
-		jump(jeq, unix.SYS_CLONE, 0, 4),
-		stmt(ld, offArg0),
-		jump(jset, unix.CLONE_THREAD, 0, 1),
-		stmt(ret, retAllow),
-		stmt(ret, retEPERM),
-	}
-	for _, nr := range forkSyscalls {
-		prog = append(prog, jump(jeq, uint32(nr), 0, 1), stmt(ret, retEPERM))
-	}
-	return append(prog, stmt(ret, retAllow))
+// errno is the action that fails a syscall with e.
+func errno(e unix.Errno) seccomp.Action {
+	return seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(e))
 }
 
-// denyProcessCreation installs processFilter on the calling thread. It
-// needs no_new_privs, which the launching thread set and fork and exec
-// kept.
-func denyProcessCreation() error {
-	prog := processFilter()
+// processPolicy is what a confined plugin may not do: start a process
+// (fork, vfork, clone without CLONE_THREAD; clone3, whose flags live in
+// memory a filter cannot read, answers ENOSYS so that callers fall back
+// to clone), everything else allowed. Denials fail with EPERM, as a
+// permission check would.
+func processPolicy() seccomp.Policy {
+	return seccomp.Policy{
+		DefaultAction: seccomp.ActionAllow,
+		Syscalls: []seccomp.SyscallGroup{
+			{Names: forkSyscalls, Action: errno(unix.EPERM)},
+			{Names: []string{"clone3"}, Action: errno(unix.ENOSYS)},
+			{
+				NamesWithCondtions: []seccomp.NameWithConditions{
+					{Name: "clone", Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsNotSet, Value: unix.CLONE_THREAD}}},
+				},
+				Action: errno(unix.EPERM),
+			},
+		},
+	}
+}
+
+// processFilter is processPolicy compiled to BPF, behind a guard that
+// kills a process making a syscall of another architecture (an amd64
+// process can still enter the kernel's i386 entry with int 0x80): the
+// library sends those to the policy's default action, which for a policy
+// that lists what it denies is "allow", so every rule above would be
+// bypassed by the same syscall under its i386 number.
+func processFilter() ([]bpf.Instruction, error) {
+	policy := processPolicy()
+	prog, err := policy.Assemble()
+	if err != nil {
+		return nil, err
+	}
+	guard := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipTrue: 1},
+		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
+	}
+	return append(guard, prog...), nil
+}
+
+// installFilter installs processFilter on the calling thread. It needs
+// no_new_privs, which the launching thread set and fork and exec kept.
+func installFilter() error {
+	insts, err := processFilter()
+	if err != nil {
+		return err
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return err
+	}
+	prog := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)

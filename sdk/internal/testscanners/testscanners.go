@@ -170,8 +170,9 @@ func (Spawner) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannera
 // Prober tries, for each candidate, what a hostile plugin would, and
 // reports the outcome as a note "ACTION ARG: ok" or "ACTION ARG: <error>".
 // Members are "read:PATH" (read a file), "write:PATH" (create a file),
-// "dial:HOST:PORT" (TCP connect), "signal:PID" (signal 0, a permission
-// check), "environ:PID" (read /proc/PID/environ) and "spawn:PATH" (run
+// "dial:HOST:PORT" (TCP connect), "i386socket:" (a UDP socket through
+// the i386 syscall table, amd64 only), "signal:PID" (signal 0, a
+// permission check), "environ:PID" (read /proc/PID/environ) and "spawn:PATH" (run
 // PATH in a session of its own, as a child meant to outlive the plugin
 // would be started).
 type Prober struct{}
@@ -198,6 +199,8 @@ func (Prober) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannerap
 			if conn, err = net.DialTimeout("tcp", arg, 2*time.Second); err == nil {
 				conn.Close()
 			}
+		case "i386socket":
+			err = i386Socket(syscall.AF_INET, syscall.SOCK_DGRAM)
 		case "signal":
 			var pid int
 			if pid, err = strconv.Atoi(arg); err == nil {
