@@ -60,7 +60,8 @@ type LaunchConfig struct {
 	// Isolation confines the process (see Isolation); the zero value
 	// does not. Confined, the plugin reads only its executable, the
 	// system's shared libraries and what the Go runtime needs, writes
-	// only its socket directory (also its TMPDIR), and cannot use TCP.
+	// only its socket directory (also its TMPDIR), and opens no socket
+	// but unix ones.
 	Isolation Isolation
 }
 

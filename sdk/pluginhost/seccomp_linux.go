@@ -16,7 +16,11 @@ import (
 
 // A confined plugin may not start processes: one it started could
 // outlive it (a double fork escapes any process group), and the host
-// could neither see nor stop it. The kernel offers no way to install a seccomp filter in a child
+// could neither see nor stop it. Nor may it open a socket of any family
+// but AF_UNIX: it needs only the ones the host hands it (the callback
+// socket pair, go-plugin's unix sockets), and Landlock's network rules
+// cover TCP only (an MPTCP socket, UDP, raw and netlink sockets pass
+// them). The kernel offers no way to install a seccomp filter in a child
 // between fork and exec from Go, and a filter on the launching thread
 // would refuse the host's own fork, so the plugin is started through a
 // trampoline: the launching program itself (every program that launches
@@ -57,7 +61,7 @@ func seccompAvailable() bool {
 }
 
 // seccompDesc is what the filter denies, for Plugin.Isolation.
-const seccompDesc = "no new processes (seccomp)"
+const seccompDesc = "no new processes, no sockets but unix ones (seccomp)"
 
 // errno is the action that fails a syscall with e.
 func errno(e unix.Errno) seccomp.Action {
@@ -67,17 +71,25 @@ func errno(e unix.Errno) seccomp.Action {
 // processPolicy is what a confined plugin may not do: start a process
 // (fork, vfork, clone without CLONE_THREAD; clone3, whose flags live in
 // memory a filter cannot read, answers ENOSYS so that callers fall back
-// to clone), everything else allowed. Denials fail with EPERM, as a
-// permission check would.
+// to clone), open a socket of another family than AF_UNIX (socket,
+// socketpair), get one another way (io_uring can open sockets;
+// pidfd_getfd takes another process's descriptors), everything else
+// allowed. Denials fail with EPERM, as a permission check would.
 func processPolicy() seccomp.Policy {
+	notUnix := seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}
 	return seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{
-			{Names: forkSyscalls, Action: errno(unix.EPERM)},
+			{
+				Names:  append([]string{"io_uring_setup", "io_uring_enter", "io_uring_register", "pidfd_getfd"}, forkSyscalls...),
+				Action: errno(unix.EPERM),
+			},
 			{Names: []string{"clone3"}, Action: errno(unix.ENOSYS)},
 			{
 				NamesWithCondtions: []seccomp.NameWithConditions{
 					{Name: "clone", Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsNotSet, Value: unix.CLONE_THREAD}}},
+					{Name: "socket", Conditions: notUnix},
+					{Name: "socketpair", Conditions: notUnix},
 				},
 				Action: errno(unix.EPERM),
 			},

@@ -170,11 +170,13 @@ func (Spawner) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannera
 // Prober tries, for each candidate, what a hostile plugin would, and
 // reports the outcome as a note "ACTION ARG: ok" or "ACTION ARG: <error>".
 // Members are "read:PATH" (read a file), "write:PATH" (create a file),
-// "dial:HOST:PORT" (TCP connect), "i386socket:" (a UDP socket through
-// the i386 syscall table, amd64 only), "signal:PID" (signal 0, a
-// permission check), "environ:PID" (read /proc/PID/environ) and "spawn:PATH" (run
-// PATH in a session of its own, as a child meant to outlive the plugin
-// would be started).
+// "dial:HOST:PORT" (TCP connect), "mptcp:HOST:PORT" (multipath TCP
+// connect), "listen:tcp" (a TCP listener), "udp:HOST:PORT" (send a
+// datagram), "i386socket:" (a UDP socket through the i386 syscall
+// table, amd64 only), "signal:PID" (signal 0, a permission check),
+// "environ:PID" (read /proc/PID/environ) and "spawn:PATH" (run PATH in a
+// session of its own, as a child meant to outlive the plugin would be
+// started).
 type Prober struct{}
 
 // Info implements scannerapi.Scanner.
@@ -197,6 +199,24 @@ func (Prober) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannerap
 		case "dial":
 			var conn net.Conn
 			if conn, err = net.DialTimeout("tcp", arg, 2*time.Second); err == nil {
+				conn.Close()
+			}
+		case "mptcp":
+			var conn net.Conn
+			d := net.Dialer{Timeout: 2 * time.Second}
+			d.SetMultipathTCP(true)
+			if conn, err = d.Dial("tcp", arg); err == nil {
+				conn.Close()
+			}
+		case "listen":
+			var ln net.Listener
+			if ln, err = net.Listen(arg, "127.0.0.1:0"); err == nil {
+				ln.Close()
+			}
+		case "udp":
+			var conn net.Conn
+			if conn, err = net.Dial("udp", arg); err == nil {
+				_, err = conn.Write([]byte("probe"))
 				conn.Close()
 			}
 		case "i386socket":
