@@ -46,6 +46,7 @@ const MaxFCallKeys = 256
 const (
 	ReasonUndeclaredCommand  = "undeclared_command"
 	ReasonUndeclaredFunction = "undeclared_function"
+	ReasonUnknownFunction    = "unknown_function"
 	ReasonUnsupported        = "unsupported_command"
 	ReasonKeyPrefix          = "key_prefix"
 	ReasonBadNumkeys         = "bad_numkeys"
@@ -75,6 +76,9 @@ type Policy struct {
 	functions map[string]bool
 	// scopes narrows commands to key patterns (Info.KeyScopes).
 	scopes map[string]scannerapi.KeyScope
+	// fscopes narrows functions to the keys of their calls
+	// (Info.FunctionScopes).
+	fscopes map[string]scannerapi.FunctionScope
 	// readOnly refuses writes and FCALLs (dry runs).
 	readOnly bool
 }
@@ -83,9 +87,13 @@ type Policy struct {
 // host does not support are returned so the caller can log them; they will
 // be refused when used.
 func PolicyFromInfo(info scannerapi.Info, readOnly bool) (Policy, []string) {
-	p := Policy{commands: map[string]bool{}, functions: map[string]bool{}, scopes: map[string]scannerapi.KeyScope{}, readOnly: readOnly}
+	p := Policy{commands: map[string]bool{}, functions: map[string]bool{}, scopes: map[string]scannerapi.KeyScope{},
+		fscopes: map[string]scannerapi.FunctionScope{}, readOnly: readOnly}
 	for _, ks := range info.KeyScopes {
 		p.scopes[strings.ToUpper(ks.Command)] = ks
+	}
+	for _, fs := range info.FunctionScopes {
+		p.fscopes[fs.Function] = fs
 	}
 	var unsupported []string
 	for _, c := range info.Commands {
@@ -568,6 +576,12 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 	return op{plain: b.ReadOnly(), isPlain: true, keys: ks}
 }
 
+// checkFCall validates an FCALL: a declared function of the flowfabric
+// library the host loaded or recognised (never one of another library on
+// the same server), outside dry runs, whose keys obey the same rules as a
+// write command's: under ff:, on one slot, none under ff:config:, and
+// each within the function's declared scope. The host cannot tell which
+// functions only read, so every call counts as a write.
 func (s *Service) checkFCall(pol Policy, args []string) op {
 	if len(args) < 2 {
 		return refuse(ReasonArity, "FCALL needs a function name and numkeys")
@@ -575,6 +589,9 @@ func (s *Service) checkFCall(pol Policy, args []string) op {
 	fn := args[0]
 	if !pol.functions[fn] {
 		return refuse(ReasonUndeclaredFunction, "function %q is not among the scanner's declared functions", fn)
+	}
+	if !s.lib.Serves(fn) {
+		return refuse(ReasonUnknownFunction, "function %q is not a function of the %s library the host loaded; plugins call no other library's functions", fn, lua.LibraryName)
 	}
 	if pol.readOnly {
 		return refuse(ReasonDryRun, "FCALL %s and this is a dry run", fn)
@@ -586,6 +603,18 @@ func (s *Service) checkFCall(pol Policy, args []string) op {
 	ks := args[2 : 2+n]
 	if o, bad := checkKeys(ks); bad {
 		return o
+	}
+	for _, k := range ks {
+		if strings.HasPrefix(k, ProtectedPrefix) {
+			return refuse(ReasonProtectedKey, "FCALL %s with key %q: %s* is read-only to plugins, and a function call counts as a write", fn, k, ProtectedPrefix)
+		}
+	}
+	if scope, ok := pol.fscopes[fn]; ok {
+		for _, k := range ks {
+			if !scope.Allows(k) {
+				return refuse(ReasonKeyScope, "FCALL %s with key %q: the scanner declared %s only for keys matching %s", fn, k, fn, strings.Join(scope.Patterns, " "))
+			}
+		}
 	}
 	return op{call: lua.Call{Function: fn, Keys: ks, Args: args[2+n:]}}
 }

@@ -164,3 +164,55 @@ func TestPluginOpensNoNetworkSocket(t *testing.T) {
 		assert.True(t, permissionDenied(got[at]), "%s: want a permission error, got %q", at, got[at])
 	}
 }
+
+// otherApp is a library of another application loaded on the same
+// server: its function writes a key outside ff:.
+const otherApp = "#!lua name=otherapp\nredis.register_function('otherapp_write', function(keys, args) redis.call('SET', 'otherapp:owned', 'by a plugin') return 1 end)\n"
+
+// FCALL keys obey the rules of command keys, and only the flowfabric
+// library's functions run: a declared function called with
+// ff:config:partitions among its KEYS (in both argument orders: one
+// rewrote the hash, the other made it a string, and the next host start
+// failed with WRONGTYPE), with keys outside the function's declared
+// scope, and a function of another library loaded on the same server are
+// each refused with a clear reason, and nothing is written.
+func TestPluginFCallFollowsTheKeyRules(t *testing.T) {
+	a := newAttacker(t, "plain")
+	ctx := context.Background()
+	require.NoError(t, a.c.Do(ctx, a.c.B().FunctionLoad().FunctionCode(otherApp).Build()).Error())
+	config := func() map[string]string {
+		m, err := a.c.Do(ctx, a.c.B().Hgetall().Key(keys.ConfigPartitions).Build()).AsStrMap()
+		require.NoError(t, err)
+		return m
+	}
+	before := config()
+	require.NotEmpty(t, before, "the host recorded its partitions")
+
+	// Keys whose hash tag is the protected key's name share its slot.
+	tagged := "ff:worker:{ff:config:partitions}"
+	args := " w1 worker-1 default x 30000 1700000000000"
+	rewrite := "fcall ff_register_worker 3 " + tagged + ":alive ff:config:partitions " + tagged + ":idx" + args
+	retype := "fcall ff_register_worker 3 ff:config:partitions ff:config:partitions ff:config:partitions" + args
+	outside := "fcall ff_register_worker 3 ff:evil:{x}:alive ff:evil:{x}:caps ff:evil:{x}:workers" + args
+	foreign := "fcall otherapp_write 1 ff:x"
+	got := a.run(rewrite, retype, outside, foreign)
+
+	assert.Contains(t, got[rewrite], `refused: protected_key: FCALL ff_register_worker with key "ff:config:partitions"`)
+	assert.Contains(t, got[retype], "refused: protected_key:")
+	assert.Contains(t, got[outside], `refused: key_scope: FCALL ff_register_worker with key "ff:evil:{x}:alive": the scanner declared ff_register_worker only for keys matching ff:worker:*:alive`)
+	assert.Contains(t, got[foreign], `refused: unknown_function: function "otherapp_write" is not a function of the flowfabric library`)
+
+	assert.Equal(t, before, config(), "ff:config:partitions unchanged")
+	typ, err := a.c.Do(ctx, a.c.B().Type().Key(keys.ConfigPartitions).Build()).ToString()
+	require.NoError(t, err)
+	assert.Equal(t, "hash", typ)
+	for _, pattern := range []string{"otherapp:*", "ff:evil:*", "ff:worker:*", "ff:idx:*:workers"} {
+		left, err := a.c.Do(ctx, a.c.B().Keys().Pattern(pattern).Build()).AsStrSlice()
+		require.NoError(t, err)
+		assert.Empty(t, left, "keys %s written", pattern)
+	}
+	// And the next host starts.
+	h, err := host.Boot(ctx, hostConfig(t, a.srv.Addr, "plain"), hclog.NewNullLogger())
+	require.NoError(t, err)
+	h.Close()
+}

@@ -18,6 +18,8 @@ var leaseInfo = scannerapi.Info{
 	Commands:  []string{"HGET", "ZREM", "ZRANGE"},
 	Functions: []string{"ff_mark_lease_expired_if_due"},
 	KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}},
+	FunctionScopes: []scannerapi.FunctionScope{{Function: "ff_mark_lease_expired_if_due",
+		Patterns: []string{"ff:idx:{fp:*}:lease_expiry", "ff:exec:{fp:*}:*:core"}}},
 }
 
 func TestLinesAndDigestAreCanonical(t *testing.T) {
@@ -26,7 +28,7 @@ func TestLinesAndDigestAreCanonical(t *testing.T) {
 		"HGET (any ff: key)",
 		"ZRANGE (any ff: key)",
 		"ZREM ff:idx:{fp:*}:lease_expiry",
-		"FCALL ff_mark_lease_expired_if_due",
+		"FCALL ff_mark_lease_expired_if_due writes ff:exec:{fp:*}:*:core ff:idx:{fp:*}:lease_expiry",
 	}, p.Lines())
 	reordered := leaseInfo
 	reordered.Commands = []string{"zrange", "ZREM", "HGET", "HGET"}
@@ -37,6 +39,12 @@ func TestLinesAndDigestAreCanonical(t *testing.T) {
 	wide.Commands = append([]string{"DEL"}, leaseInfo.Commands...)
 	assert.Equal(t, []string{"DEL"}, FromInfo(wide).UnscopedWrites())
 	assert.Contains(t, FromInfo(wide).Lines(), "DEL (any ff: key: an unscoped write)")
+
+	// A library function is a write: unscoped, it is flagged as one.
+	fn := leaseInfo
+	fn.FunctionScopes = nil
+	assert.Equal(t, []string{"FCALL ff_mark_lease_expired_if_due"}, FromInfo(fn).UnscopedWrites())
+	assert.Contains(t, FromInfo(fn).Lines(), "FCALL ff_mark_lease_expired_if_due (any ff: key: an unscoped write)")
 }
 
 func TestWidening(t *testing.T) {
@@ -44,7 +52,10 @@ func TestWidening(t *testing.T) {
 	mutate := func(fn func(*scannerapi.Info)) Policy {
 		in := leaseInfo
 		in.Commands = append([]string(nil), leaseInfo.Commands...)
+		in.Functions = append([]string(nil), leaseInfo.Functions...)
 		in.KeyScopes = []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}}
+		in.FunctionScopes = []scannerapi.FunctionScope{{Function: "ff_mark_lease_expired_if_due",
+			Patterns: []string{"ff:idx:{fp:*}:lease_expiry", "ff:exec:{fp:*}:*:core"}}}
 		fn(&in)
 		return FromInfo(in)
 	}
@@ -56,10 +67,17 @@ func TestWidening(t *testing.T) {
 		Widening(approved, mutate(func(in *scannerapi.Info) { in.KeyScopes = nil })))
 	assert.Equal(t, []string{"+ ZREM ff:exec:*"},
 		Widening(approved, mutate(func(in *scannerapi.Info) { in.KeyScopes[0].Patterns = append(in.KeyScopes[0].Patterns, "ff:exec:*") })))
-	assert.Equal(t, []string{"+ FCALL ff_cancel_execution"},
+	assert.Equal(t, []string{"+ FCALL ff_cancel_execution (any ff: key)"},
 		Widening(approved, mutate(func(in *scannerapi.Info) { in.Functions = append(in.Functions, "ff_cancel_execution") })))
-	// Scoping a command that was approved unscoped narrows it.
-	unscoped := mutate(func(in *scannerapi.Info) { in.KeyScopes = nil })
+	assert.Equal(t, []string{"+ FCALL ff_mark_lease_expired_if_due (any ff: key; approved only for ff:exec:{fp:*}:*:core ff:idx:{fp:*}:lease_expiry)"},
+		Widening(approved, mutate(func(in *scannerapi.Info) { in.FunctionScopes = nil })))
+	assert.Equal(t, []string{"+ FCALL ff_mark_lease_expired_if_due ff:worker:*"},
+		Widening(approved, mutate(func(in *scannerapi.Info) {
+			in.FunctionScopes[0].Patterns = append(in.FunctionScopes[0].Patterns, "ff:worker:*")
+		})))
+	// Scoping a command or a function that was approved unscoped (an
+	// approval from before function scopes) narrows it.
+	unscoped := mutate(func(in *scannerapi.Info) { in.KeyScopes, in.FunctionScopes = nil, nil })
 	assert.Empty(t, Widening(unscoped, approved))
 }
 

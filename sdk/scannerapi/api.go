@@ -157,6 +157,14 @@ type Info struct {
 	// operator approving a plugin's policy sees such unscoped writes
 	// flagged. Scope every write command.
 	KeyScopes []KeyScope
+	// FunctionScopes narrow declared library functions the same way:
+	// every key of an FCALL of a function that has a scope must match one
+	// of its patterns. A function without a scope may be called with any
+	// key under ff: but ff:config:* (every function counts as a write:
+	// the host cannot tell which ones only read). Scope every function
+	// (scanutil.ScopePatterns builds patterns from the key builders the
+	// calls use). Postgres functions ("pg:...") take no keys and no scope.
+	FunctionScopes []FunctionScope
 	// Options is the config schema: the options the scanner accepts.
 	Options []OptionSpec
 }
@@ -178,6 +186,18 @@ func (s KeyScope) Allows(key string) bool {
 		}
 	}
 	return false
+}
+
+// FunctionScope limits one declared library function to calls whose
+// keys all match Patterns (written as KeyScope's).
+type FunctionScope struct {
+	Function string
+	Patterns []string
+}
+
+// Allows reports whether key matches one of the scope's patterns.
+func (s FunctionScope) Allows(key string) bool {
+	return KeyScope{Patterns: s.Patterns}.Allows(key)
 }
 
 // MatchKeyPattern reports whether key matches pattern, where '*' matches

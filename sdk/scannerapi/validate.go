@@ -17,7 +17,7 @@ func ValidateInfo(in Info) error {
 	if err := validateName(in.Name); err != nil {
 		return err
 	}
-	for _, check := range []func(Info) error{validateBasics, validateSources, validateCommands, validateKeyScopes, validateFunctions, validateOptions} {
+	for _, check := range []func(Info) error{validateBasics, validateSources, validateCommands, validateKeyScopes, validateFunctions, validateFunctionScopes, validateOptions} {
 		if err := check(in); err != nil {
 			return err
 		}
@@ -148,6 +148,36 @@ func validateFunctions(in Info) error {
 	for _, f := range in.Functions {
 		if f == "" || strings.ContainsAny(f, " \t") {
 			return invalid(in.Name, "function name %q is invalid", f)
+		}
+	}
+	return nil
+}
+
+// validateFunctionScopes checks that each scope narrows a declared
+// library function (not a Postgres one: those take no keys), one scope
+// per function, with patterns under "ff:".
+func validateFunctionScopes(in Info) error {
+	declared := map[string]bool{}
+	for _, f := range in.Functions {
+		declared[f] = true
+	}
+	scoped := map[string]bool{}
+	for _, fs := range in.FunctionScopes {
+		switch {
+		case strings.HasPrefix(fs.Function, "pg:"):
+			return invalid(in.Name, "function scope for %q: Postgres functions take no keys", fs.Function)
+		case !declared[fs.Function]:
+			return invalid(in.Name, "function scope for %q: the function is not among Functions", fs.Function)
+		case scoped[fs.Function]:
+			return invalid(in.Name, "function %s has two scopes; list all its patterns in one", fs.Function)
+		case len(fs.Patterns) == 0:
+			return invalid(in.Name, "function scope for %s has no patterns", fs.Function)
+		}
+		scoped[fs.Function] = true
+		for _, p := range fs.Patterns {
+			if !strings.HasPrefix(p, keys.Prefix) {
+				return invalid(in.Name, "function scope for %s: pattern %q must start with %q", fs.Function, p, keys.Prefix)
+			}
 		}
 	}
 	return nil

@@ -125,6 +125,35 @@ func TestKeyScopesValidated(t *testing.T) {
 	require.NoError(t, scannerapi.ValidateInfo(in))
 }
 
+func TestFunctionScopesValidated(t *testing.T) {
+	base := func() scannerapi.Info {
+		in := validInfo()
+		in.Functions = []string{"ff_promote_delayed", "pg:expire_lapsed_lease"}
+		return in
+	}
+	for _, c := range []struct {
+		scopes []scannerapi.FunctionScope
+		want   string
+	}{
+		{[]scannerapi.FunctionScope{{Function: "ff_other", Patterns: []string{"ff:x"}}}, "not among Functions"},
+		{[]scannerapi.FunctionScope{{Function: "ff_promote_delayed"}}, "no patterns"},
+		{[]scannerapi.FunctionScope{{Function: "ff_promote_delayed", Patterns: []string{"other:x"}}}, "must start with"},
+		{[]scannerapi.FunctionScope{{Function: "ff_promote_delayed", Patterns: []string{"ff:a"}}, {Function: "ff_promote_delayed", Patterns: []string{"ff:b"}}}, "two scopes"},
+		{[]scannerapi.FunctionScope{{Function: "pg:expire_lapsed_lease", Patterns: []string{"ff:a"}}}, "Postgres functions take no keys"},
+	} {
+		in := base()
+		in.FunctionScopes = c.scopes
+		err := scannerapi.ValidateInfo(in)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	in := base()
+	in.FunctionScopes = []scannerapi.FunctionScope{{Function: "ff_promote_delayed", Patterns: []string{"ff:exec:{fp:*}:*", "ff:idx:{fp:*}:lane:*:delayed"}}}
+	require.NoError(t, scannerapi.ValidateInfo(in))
+	assert.True(t, in.FunctionScopes[0].Allows("ff:idx:{fp:3}:lane:default:delayed"))
+	assert.False(t, in.FunctionScopes[0].Allows("ff:config:partitions"))
+}
+
 func validInfo() scannerapi.Info {
 	return scannerapi.Info{
 		Name: "scoped", APIVersion: scannerapi.APIVersion, Family: keys.FamilyFlow,

@@ -61,7 +61,9 @@ func (h *hostile) Info() scannerapi.Info {
 			{Command: "LPUSH", Patterns: []string{OutcomeList}},
 		},
 		Functions: []string{"ff_register_worker", "otherapp_write"},
-		Options:   []scannerapi.OptionSpec{{Name: "report", Type: scannerapi.OptionString, Default: "notes"}},
+		FunctionScopes: []scannerapi.FunctionScope{{Function: "ff_register_worker",
+			Patterns: []string{"ff:worker:*:alive", "ff:worker:*:caps", "ff:idx:*:workers"}}},
+		Options: []scannerapi.OptionSpec{{Name: "report", Type: scannerapi.OptionString, Default: "notes"}},
 	}
 }
 

@@ -27,9 +27,11 @@ func info(name string) scannerapi.Info {
 		Sources: []scannerapi.CandidateSource{{
 			Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:test", Backlog: scannerapi.BacklogPlugin,
 		}},
-		Commands:  []string{"ECHO", "GET"},
-		KeyScopes: []scannerapi.KeyScope{{Command: "GET", Patterns: []string{"ff:test:{*}:*", "ff:other"}}},
-		Options:   []scannerapi.OptionSpec{{Name: "prefix", Type: scannerapi.OptionString}},
+		Commands:       []string{"ECHO", "GET"},
+		KeyScopes:      []scannerapi.KeyScope{{Command: "GET", Patterns: []string{"ff:test:{*}:*", "ff:other"}}},
+		Functions:      []string{"ff_version"},
+		FunctionScopes: []scannerapi.FunctionScope{{Function: "ff_version", Patterns: []string{"ff:test:{*}:*"}}},
+		Options:        []scannerapi.OptionSpec{{Name: "prefix", Type: scannerapi.OptionString}},
 	}
 }
 
