@@ -72,6 +72,35 @@ func FromInfo(info scannerapi.Info) Policy {
 	return p
 }
 
+// Validate checks the policy's sizes against what a scanner may declare
+// (scannerapi.MaxKeyPatterns patterns of at most MaxKeyPatternLen bytes
+// per scope): a policy comes from a validated Info, or from the
+// approvals file, which its owner may have edited.
+func (p Policy) Validate() error {
+	check := func(what string, pats []string) error {
+		if len(pats) > scannerapi.MaxKeyPatterns {
+			return fmt.Errorf("%s has %d key patterns; at most %d", what, len(pats), scannerapi.MaxKeyPatterns)
+		}
+		for _, pat := range pats {
+			if len(pat) > scannerapi.MaxKeyPatternLen {
+				return fmt.Errorf("%s has a key pattern of %d bytes (%.40q...); at most %d", what, len(pat), pat, scannerapi.MaxKeyPatternLen)
+			}
+		}
+		return nil
+	}
+	for _, c := range slices.Sorted(maps.Keys(p.Commands)) {
+		if err := check(c, p.Commands[c]); err != nil {
+			return err
+		}
+	}
+	for _, f := range slices.Sorted(maps.Keys(p.FunctionScopes)) {
+		if err := check("FCALL "+f, p.FunctionScopes[f]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // isPG reports whether a declared function is a Postgres one (PGCALL):
 // those take no keys.
 func isPG(f string) bool { return strings.HasPrefix(f, callbacks.PGPrefix) }

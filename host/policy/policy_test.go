@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -214,4 +215,27 @@ func TestBadMode(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, os.ErrNotExist))
 	assert.Contains(t, err.Error(), "first_use, required")
+}
+
+// A policy's patterns are bounded at approval, as at declaration: one
+// from an edited approvals file or a caller that skipped the Info's
+// validation is refused.
+func TestApprovalBoundsPatterns(t *testing.T) {
+	s := newStore(t, FirstUse)
+	long := FromInfo(leaseInfo)
+	long.Commands["ZREM"] = []string{"ff:" + strings.Repeat("*a", 50_000)}
+	_, err := s.Admit("lease_expiry", "sha", long)
+	require.ErrorContains(t, err, "a key pattern of 100003 bytes")
+	_, err = s.Approve("lease_expiry", "sha", long)
+	require.ErrorContains(t, err, "at most 512")
+
+	// An approvals file holding one is refused whole, saying which.
+	_, err = s.Admit("lease_expiry", "sha", FromInfo(leaseInfo))
+	require.NoError(t, err)
+	raw, err := os.ReadFile(s.Path())
+	require.NoError(t, err)
+	edited := strings.Replace(string(raw), "ff:idx:{fp:*}:lease_expiry", "ff:"+strings.Repeat("x", 600), 1)
+	require.NoError(t, os.WriteFile(s.Path(), []byte(edited), 0o600))
+	_, _, err = s.Lookup("lease_expiry")
+	require.ErrorContains(t, err, "scanner lease_expiry: ZREM has a key pattern of 603 bytes")
 }
