@@ -12,7 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,9 +23,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/ffscan/ffscan/host"
 	"github.com/ffscan/ffscan/host/config"
+	hostilescanner "github.com/ffscan/ffscan/host/internal/hostile"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
@@ -47,6 +52,11 @@ func TestMain(m *testing.M) {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+		}
+		// The host itself, for the tests that measure its process.
+		if b, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "ffscan"), "github.com/ffscan/ffscan/cmd/ffscan").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build ffscan: %v\n%s", err, b)
+			return 1
 		}
 		return m.Run()
 	}()
@@ -215,4 +225,186 @@ func TestPluginFCallFollowsTheKeyRules(t *testing.T) {
 	h, err := host.Boot(ctx, hostConfig(t, a.srv.Addr, "plain"), hclog.NewNullLogger())
 	require.NoError(t, err)
 	h.Close()
+}
+
+// hostProcess is `ffscan run` with the hostile plugin, as a process of its
+// own, so that its memory is its alone.
+type hostProcess struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	c   valkey.Client
+}
+
+// startHost runs the host on addr with the given reply budget, the
+// hostile plugin reporting its outcomes on a list. Its data segment is
+// limited to dataLimit: a host that does not bound what a batch makes it
+// hold dies of it here, rather than taking the machine's memory.
+func startHost(t *testing.T, addr string, budget int, dataLimit uint64) *hostProcess {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`valkey:
+  addrs: [%q]
+  cluster: "off"
+partitions: {flow: 4, budget: 2, quota: 2}
+plugin_dir: %q
+plugin_approvals_file: %q
+http:
+  listen: ""
+  admin_token_file: %q
+completions: {enabled: false}
+log: {level: warn}
+callbacks:
+  max_reply_bytes: %d
+scanners:
+  hostile:
+    plugin: hostile
+    interval: 100ms
+    options: {report: list}
+`, addr, filepath.Join(binDir, "plain"), filepath.Join(dir, "approvals.json"), filepath.Join(dir, "admin-token"), budget)
+	path := filepath.Join(dir, "ffscan.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	cmd := exec.Command(filepath.Join(binDir, "ffscan"), "run", "--config", path)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	lim := unix.Rlimit{Cur: dataLimit, Max: dataLimit}
+	require.NoError(t, unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_DATA, &lim, nil))
+	h := &hostProcess{t: t, cmd: cmd, c: nil}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	return h
+}
+
+// peak is the process's peak resident set (VmHWM), in bytes.
+func (h *hostProcess) peak() int64 {
+	h.t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.cmd.Process.Pid))
+	require.NoError(h.t, err)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			require.NoError(h.t, err)
+			return kb << 10
+		}
+	}
+	h.t.Fatalf("no VmHWM in /proc/%d/status", h.cmd.Process.Pid)
+	return 0
+}
+
+// attack has the plugin of a host process run one attack and returns its
+// outcome, waiting for it on the list the plugin pushes it to.
+func attackThrough(t *testing.T, c valkey.Client, attack string) string {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.Do(ctx, c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, attack).Build()).Error())
+	got, err := c.Do(ctx, c.B().Blpop().Key("ff:test:hostile:outcomes").Timeout(60).Build()).AsStrSlice()
+	require.NoError(t, err, "no outcome of %q within a minute", attack)
+	require.Len(t, got, 2)
+	at, outcome, _ := strings.Cut(got[1], ": ")
+	require.Equal(t, attack, at)
+	return outcome
+}
+
+// One batch of 64 GETs of a 60 MB value made a host read 3.8 GB (it was
+// OOM-killed under a 3 GB limit): the replies were measured after they
+// were read. Now each read is sized first, a value larger than the reply
+// budget is refused without being read, and the host's peak RSS stays
+// under the budget plus a small constant (what an idle host holds: about
+// 75 MiB measured) and grows by less than the budget over the batch.
+func TestPluginCannotMakeTheHostHoldABatchOfBigValues(t *testing.T) {
+	requireConfinement(t)
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	const budget, idleHost = 16 << 20, 128 << 20
+	value := strings.Repeat("v", 60<<20)
+	require.NoError(t, c.Do(ctx, c.B().Set().Key("ff:evil:big").Value(value).Build()).Error())
+	value = ""
+
+	h := startHost(t, srv.Addr, budget, 2<<30)
+	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the host runs the plugin")
+	before := h.peak()
+	outcome := attackThrough(t, c, "getmany ff:evil:big 64")
+	after := h.peak()
+	t.Logf("host peak RSS %d MiB before the batch, %d MiB after; %s", before>>20, after>>20, outcome)
+	assert.Contains(t, outcome, "0 values read (0 bytes), 64 refused (")
+	assert.Contains(t, outcome, "budget_reply_bytes: not read: its reply would take 62914576 bytes")
+	assert.Less(t, after-before, int64(budget)+8<<20, "the batch grew the host's peak RSS by %d MiB", (after-before)>>20)
+	assert.Less(t, after, int64(budget+idleHost), "the host's peak RSS is %d MiB", after>>20)
+
+	// Values that fit are read until the budget is reached; the rest
+	// are refused unread. The host holds the ones it read up to three
+	// times on their way to the plugin (as read, encoded, framed), and
+	// its garbage collector may not have collected them yet: the bound
+	// is a few times the budget, where reading all 64 would be 384 MiB.
+	require.NoError(t, c.Do(ctx, c.B().Set().Key("ff:evil:mid").Value(strings.Repeat("m", 6<<20)).Build()).Error())
+	before = h.peak()
+	outcome = attackThrough(t, c, "getmany ff:evil:mid 64")
+	after = h.peak()
+	t.Logf("host peak RSS %d MiB before the batch, %d MiB after; %s", before>>20, after>>20, outcome)
+	assert.Contains(t, outcome, "2 values read (12582912 bytes), 62 refused (")
+	assert.Less(t, after-before, int64(4*budget), "the batch grew the host's peak RSS by %d MiB", (after-before)>>20)
+	assert.Less(t, after, int64(4*budget+idleHost), "the host's peak RSS is %d MiB", after>>20)
+}
+
+// Refusals are short and count in the reply budget: 600 DELs of 100 KB
+// keys outside the plugin's scope made the host hold 57 MB of refusal
+// text per batch, each refusal quoting the key.
+func TestPluginRefusalsStaySmall(t *testing.T) {
+	a := newAttacker(t, "plain")
+	attack := "delmany 600 100000"
+	got := a.run(attack)[attack]
+	var values, bytes, refused, refusals int
+	_, err := fmt.Sscanf(got, "%d values read (%d bytes), %d refused (%d bytes of refusals)", &values, &bytes, &refused, &refusals)
+	require.NoError(t, err, got)
+	assert.Equal(t, 600, refused, got)
+	assert.Less(t, refusals, 600*400, "%d bytes of refusal text for 600 refusals", refusals)
+	assert.Contains(t, got, "refused: key_length: a key of 100000 bytes")
+}
+
+// The host bounds declarations: a scanner that declares a 100 KB key
+// pattern (whose check against a 300 KB key took 32 s of the host's CPU,
+// past the call's deadline) is refused, saying why: as a plugin (whose
+// SDK refuses to serve it, which the host logs) and linked into the host
+// (the host's own check, which also holds a plugin built with an SDK
+// that did not bound patterns). A key of 300 KB is refused before any
+// pattern sees it.
+func TestPluginCannotDeclareAHugePattern(t *testing.T) {
+	srv := testserver.New(t)
+	var logs syncBuffer
+	h, err := host.Boot(context.Background(), hostConfig(t, srv.Addr, "longpattern"),
+		hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &logs}))
+	require.NoError(t, err)
+	defer h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = h.OpenSession(ctx, "hostile", host.SessionOptions{})
+	require.Error(t, err)
+	assert.Contains(t, logs.String(), "key scope for GET: a pattern of 100003 bytes")
+	_, err = h.OpenSession(ctx, "hostile", host.SessionOptions{Linked: hostilescanner.New("longpattern")})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "key scope for GET: a pattern of 100003 bytes")
+
+	a := newAttacker(t, "plain")
+	long := "exec GET ff:evil:" + strings.Repeat("*a", 150_000)
+	assert.Contains(t, a.run(long)[long], "refused: key_length: a key of 300008 bytes")
+}
+
+// syncBuffer is a log output tests read.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
