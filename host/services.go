@@ -12,6 +12,7 @@ import (
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/console"
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/lanes"
@@ -52,6 +53,9 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 	if err := h.compMet.Register(h.met.Registry); err != nil {
 		return fmt.Errorf("register completion metrics: %w", err)
 	}
+	if err := h.met.Registry.Register(stateCollector{h}); err != nil {
+		return fmt.Errorf("register the host's state gauges: %w", err)
+	}
 	if h.client != nil {
 		// The shares live on Valkey: a host without it scans every
 		// partition.
@@ -69,7 +73,7 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}, cfg.Completions)
 	h.files = h.newFileWatch(cfg.Watch)
 	if cfg.HTTP.Listen != "" {
-		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Logger: h.log}, h.met.Registry, h)
+		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Logger: h.log, Console: console.Handler(h)}, h.met.Registry, h)
 	}
 	return nil
 }

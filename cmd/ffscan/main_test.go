@@ -78,7 +78,10 @@ func ffscan(t *testing.T, args ...string) (int, string) {
 // environment.
 func ffscanEnv(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// A guard against a command that hangs, not a bound on how long one
+	// may take: on a loaded machine create-schema's 6,656 partitions have
+	// taken over a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ffscanBin, args...)
 	cmd.Env = append(cleanEnv(), env...)

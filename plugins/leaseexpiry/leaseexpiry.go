@@ -212,8 +212,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	}
 	// Members that are not execution ids of this partition are removed; a
 	// non-canonical spelling is left.
-	sc.in = scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
-		Failures: s.failures}.Begin(ctx, req, sc.res)
+	sc.in = s.intake().Begin(ctx, req, sc.res)
 
 	var windowHigh float64
 	window := 0
@@ -271,6 +270,13 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	}
 	sc.report()
 	return sc.res, nil
+}
+
+// intake is the scanner's rule for the members it reads: the scan and
+// Explain both judge a member by it.
+func (s *Scanner) intake() scanutil.Intake[keys.ExecutionID] {
+	return scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
+		Failures: s.failures}
 }
 
 // report tells the host which due entries are settled: marked leases wait

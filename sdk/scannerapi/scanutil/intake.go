@@ -153,6 +153,32 @@ func (in *Intake[ID]) Admit(c scannerapi.Candidate) (ID, Verdict) {
 	return id, Take
 }
 
+// Judge is Admit's decision for one candidate without its effects (no
+// count, note, log or claim; the failure tracker is only read), for an
+// explanation: the member's form and whether the id is backed off, by
+// the rules Admit applies. It answers Take, Remove, Leave, BackedOff or
+// OtherSource (never Duplicate: it sees one candidate), the id for Take
+// and BackedOff, and for BackedOff the first cycle the id is tried again.
+func (in Intake[ID]) Judge(c scannerapi.Candidate, p keys.Partition, cycle uint64) (ID, Verdict, uint64) {
+	var zero ID
+	if !in.fromSource(c.Source) {
+		return zero, OtherSource, 0
+	}
+	id, form := in.Parse(c.Member, p)
+	if form != keys.IDCanonical {
+		if in.removes(form) {
+			return zero, Remove, 0
+		}
+		return zero, Leave, 0
+	}
+	if in.Failures != nil {
+		if until, off := in.Failures.BackoffUntil(in.BackoffPrefix+c.Member, cycle); off {
+			return id, BackedOff, until
+		}
+	}
+	return id, Take, 0
+}
+
 // Claim marks c's id as taken in this scan without classifying or counting
 // it, for an entry the scanner admitted by rules of its own (one its own
 // look-ahead read and checked). It reports false when the id was taken
