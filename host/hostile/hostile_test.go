@@ -175,6 +175,31 @@ func TestPluginOpensNoNetworkSocket(t *testing.T) {
 	}
 }
 
+// A host run as root hands its plugins no capability: the confined
+// plugin runs as uid 0 with empty capability sets (bounding set
+// included), and cannot take another user's id. Before, it kept every
+// capability and could change its ids at will.
+func TestPluginHasNoCapabilities(t *testing.T) {
+	requireConfinement(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the capabilities dropped are root's")
+	}
+	a := newAttacker(t, "plain")
+	got := a.run("caps", "setuid 65534")
+	assert.Equal(t, "no capabilities: uid 0, effective 0x0, permitted 0x0, inheritable 0x0, 0 in the bounding set", got["caps"])
+	assert.True(t, permissionDenied(got["setuid 65534"]), "setuid: want a permission error, got %q", got["setuid 65534"])
+
+	// `ffscan plugins verify` says what is denied.
+	res, err := host.VerifyPlugins(context.Background(), hostConfig(t, a.srv.Addr, "plain"), hclog.NewNullLogger())
+	require.NoError(t, err)
+	require.NotEmpty(t, res)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+		assert.Contains(t, r.Isolation, "TCP bind and connect denied", r.Binary)
+		assert.Contains(t, r.Isolation, "no new processes, no sockets but unix ones (seccomp); no capabilities", r.Binary)
+	}
+}
+
 // otherApp is a library of another application loaded on the same
 // server: its function writes a key outside ff:.
 const otherApp = "#!lua name=otherapp\nredis.register_function('otherapp_write', function(keys, args) redis.call('SET', 'otherapp:owned', 'by a plugin') return 1 end)\n"

@@ -63,7 +63,7 @@ func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, 
 			err = cmd.Start()
 		}
 		if noProcs {
-			desc += "; " + seccompDesc
+			desc += "; " + seccompDesc + "; " + capsDesc
 		} else {
 			desc += "; may start processes and open sockets other than TCP (the kernel offers no seccomp filter)"
 		}

@@ -25,8 +25,9 @@ import (
 // would refuse the host's own fork, so the plugin is started through a
 // trampoline: the launching program itself (every program that launches
 // plugins links this package) runs with seccompExecEnv set, installs the
-// filter in init, and execs the plugin, which inherits it. Threads (clone
-// with CLONE_THREAD) stay allowed.
+// filter in init (after dropping capabilities, caps_linux.go), and execs
+// the plugin, which inherits it. Threads (clone with CLONE_THREAD) stay
+// allowed.
 
 // seccompExecEnv names the plugin the trampoline execs.
 const seccompExecEnv = "FFSCAN_SANDBOX_EXEC"
@@ -45,6 +46,10 @@ func init() {
 	// thread that installs it must be the one that execs.
 	runtime.LockOSThread()
 	os.Unsetenv(seccompExecEnv)
+	if err := dropCapabilities(); err != nil {
+		fmt.Fprintf(os.Stderr, "ffscan sandbox: cannot drop capabilities: %v\n", err)
+		os.Exit(trampolineExit)
+	}
 	if err := installFilter(); err != nil {
 		fmt.Fprintf(os.Stderr, "ffscan sandbox: cannot install the seccomp filter: %v\n", err)
 		os.Exit(trampolineExit)

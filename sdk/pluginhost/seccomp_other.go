@@ -10,3 +10,6 @@ const seccompExecEnv = "FFSCAN_SANDBOX_EXEC"
 func seccompAvailable() bool { return false }
 
 const seccompDesc = ""
+
+// capsDesc: without the trampoline, capabilities are not dropped.
+const capsDesc = ""

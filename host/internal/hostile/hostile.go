@@ -140,6 +140,19 @@ func attack(ctx context.Context, host scannerapi.Host, name, arg string) error {
 		return replyOf(host.Exec(ctx, []scannerapi.Command{args}))
 	case "ping":
 		return reached{"pong"}
+	case "caps":
+		return capabilities()
+	case "setuid":
+		// setuid UID, on this thread only (the C library's setuid, which
+		// Go's syscall.Setuid imitates, changes every thread).
+		uid, err := strconv.Atoi(arg)
+		if err != nil {
+			return err
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETUID, uintptr(uid), 0, 0); e != 0 {
+			return os.NewSyscallError("setuid", e)
+		}
+		return reached{fmt.Sprintf("uid %d", unix.Getuid())}
 	case "getmany":
 		// getmany KEY N: N GETs of KEY in one batch.
 		n, err := strconv.Atoi(args[1])
@@ -214,6 +227,30 @@ func replyOf(rs []scannerapi.Reply, err error) error {
 	}
 	s, _ := rs[0].Text()
 	return reached{fmt.Sprintf("reply %q", s)}
+}
+
+// capabilities reports the process's capability sets: any capability
+// means the attack got through.
+func capabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return os.NewSyscallError("capget", err)
+	}
+	eff := uint64(data[1].Effective)<<32 | uint64(data[0].Effective)
+	prm := uint64(data[1].Permitted)<<32 | uint64(data[0].Permitted)
+	inh := uint64(data[1].Inheritable)<<32 | uint64(data[0].Inheritable)
+	bnd := 0
+	for c := 0; c < 64; c++ {
+		if n, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && n == 1 {
+			bnd++
+		}
+	}
+	sets := fmt.Sprintf("uid %d, effective %#x, permitted %#x, inheritable %#x, %d in the bounding set", unix.Getuid(), eff, prm, inh, bnd)
+	if eff|prm|inh != 0 || bnd != 0 {
+		return reached{sets}
+	}
+	return errors.New("no capabilities: " + sets)
 }
 
 // dialMPTCP connects to addr with a multipath TCP socket (which
