@@ -255,16 +255,16 @@ func TestPluginFCallFollowsTheKeyRules(t *testing.T) {
 // hostProcess is `ffscan run` with the hostile plugin, as a process of its
 // own, so that its memory is its alone.
 type hostProcess struct {
-	t   *testing.T
-	cmd *exec.Cmd
-	c   valkey.Client
+	t    *testing.T
+	cmd  *exec.Cmd
+	logs string // the file of what it logged
 }
 
 // startHost runs the host on addr with the given reply budget, the
 // hostile plugin reporting its outcomes on a list. Its data segment is
 // limited to dataLimit: a host that does not bound what a batch makes it
 // hold dies of it here, rather than taking the machine's memory.
-func startHost(t *testing.T, addr string, budget int, dataLimit uint64) *hostProcess {
+func startHost(t *testing.T, addr string, budget int, dataLimit uint64, extra string) *hostProcess {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`valkey:
@@ -285,20 +285,36 @@ scanners:
     plugin: hostile
     interval: 100ms
     options: {report: list}
-`, addr, filepath.Join(binDir, "plain"), filepath.Join(dir, "approvals.json"), filepath.Join(dir, "admin-token"), budget)
+`, addr, filepath.Join(binDir, "plain"), filepath.Join(dir, "approvals.json"), filepath.Join(dir, "admin-token"), budget) + extra
 	path := filepath.Join(dir, "ffscan.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	cmd := exec.Command(filepath.Join(binDir, "ffscan"), "run", "--config", path)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// A file, not a pipe: what the host logged before an event the test
+	// saw is in it.
+	logs := filepath.Join(dir, "host.log")
+	logf, err := os.Create(logs)
+	require.NoError(t, err)
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
 	require.NoError(t, cmd.Start())
 	lim := unix.Rlimit{Cur: dataLimit, Max: dataLimit}
 	require.NoError(t, unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_DATA, &lim, nil))
-	h := &hostProcess{t: t, cmd: cmd, c: nil}
+	h := &hostProcess{t: t, cmd: cmd, logs: logs}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("the host logged:\n%s", h.log())
+		}
 	})
 	return h
+}
+
+// log is what the host logged so far.
+func (h *hostProcess) log() string {
+	b, err := os.ReadFile(h.logs)
+	require.NoError(h.t, err)
+	return string(b)
 }
 
 // peak is the process's peak resident set (VmHWM), in bytes.
@@ -347,7 +363,7 @@ func TestPluginCannotMakeTheHostHoldABatchOfBigValues(t *testing.T) {
 	require.NoError(t, c.Do(ctx, c.B().Set().Key("ff:evil:big").Value(value).Build()).Error())
 	value = ""
 
-	h := startHost(t, srv.Addr, budget, 2<<30)
+	h := startHost(t, srv.Addr, budget, 2<<30, "")
 	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the host runs the plugin")
 	before := h.peak()
 	outcome := attackThrough(t, c, "getmany ff:evil:big 64")
@@ -371,6 +387,38 @@ func TestPluginCannotMakeTheHostHoldABatchOfBigValues(t *testing.T) {
 	assert.Contains(t, outcome, "2 values read (12582912 bytes), 62 refused (")
 	assert.Less(t, after-before, int64(4*budget), "the batch grew the host's peak RSS by %d MiB", (after-before)>>20)
 	assert.Less(t, after, int64(4*budget+idleHost), "the host's peak RSS is %d MiB", after>>20)
+}
+
+// A plugin that allocates past plugin_memory_limit dies, its supervisor
+// restarts it and says why, and the
+// restarted plugin serves again. Before, nothing bounded a plugin but the
+// machine's memory. The limit shows in the plugin's isolation line.
+func TestPluginMemoryIsBounded(t *testing.T) {
+	requireConfinement(t)
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	const limit = 256 << 20
+	h := startHost(t, srv.Addr, 16<<20, 2<<30, fmt.Sprintf("plugin_memory_limit: %d\n", limit))
+	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the host runs the plugin")
+
+	require.NoError(t, c.Do(context.Background(), c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, "alloc 1024").Build()).Error())
+	// The dying plugin took its attack off before it allocated, and a
+	// scan that holds the ping holds the attack before it: the ping is
+	// answered by the restarted plugin.
+	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the plugin was restarted")
+	logs := h.log()
+	assert.Contains(t, logs, "plugin failed; restarting")
+	assert.Contains(t, logs, "the plugin passed its memory limit of 256 MiB (the Go runtime ran out of memory)")
+
+	cfg := hostConfig(t, srv.Addr, "plain")
+	cfg.PluginMemoryLimit = limit
+	res, err := host.VerifyPlugins(context.Background(), cfg, hclog.NewNullLogger())
+	require.NoError(t, err)
+	require.NotEmpty(t, res)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+		assert.Contains(t, r.Isolation, "; memory at most 256 MiB", r.Binary)
+	}
 }
 
 // Refusals are short and count in the reply budget: 600 DELs of 100 KB

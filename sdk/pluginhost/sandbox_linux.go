@@ -46,9 +46,9 @@ func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, 
 		// which /proc/self/exe names in the child even when its file was
 		// replaced since, installs the filter and execs the plugin.
 		cmd.Env = append(cmd.Env, seccompExecEnv+"="+cmd.Path)
-		cmd.Path = "/proc/self/exe"
+		cmd.Path = trampolinePath
 		// Opened here, the rule names this program's own file.
-		readOnly = append(readOnly, "/proc/self/exe")
+		readOnly = append(readOnly, trampolinePath)
 	}
 	type started struct {
 		desc string

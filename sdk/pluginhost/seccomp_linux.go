@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -46,6 +47,8 @@ func init() {
 	// thread that installs it must be the one that execs.
 	runtime.LockOSThread()
 	os.Unsetenv(seccompExecEnv)
+	limit, limited := os.LookupEnv(memoryLimitEnv)
+	os.Unsetenv(memoryLimitEnv)
 	if err := dropCapabilities(); err != nil {
 		fmt.Fprintf(os.Stderr, "ffscan sandbox: cannot drop capabilities: %v\n", err)
 		os.Exit(trampolineExit)
@@ -54,7 +57,21 @@ func init() {
 		fmt.Fprintf(os.Stderr, "ffscan sandbox: cannot install the seccomp filter: %v\n", err)
 		os.Exit(trampolineExit)
 	}
-	err := syscall.Exec(target, os.Args, os.Environ())
+	argv, env := os.Args, os.Environ()
+	if limited {
+		// Last, right before the exec: the limit is the plugin's, and
+		// this program (the host's, a test binary built with the race
+		// detector included) may map more than the plugin may.
+		n, err := strconv.ParseInt(limit, 10, 64)
+		if err == nil {
+			err = setMemoryLimit(0, n)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ffscan sandbox: cannot set the memory limit %q: %v\n", limit, err)
+			os.Exit(trampolineExit)
+		}
+	}
+	err := syscall.Exec(target, argv, env)
 	fmt.Fprintf(os.Stderr, "ffscan sandbox: exec %s: %v\n", target, err)
 	os.Exit(trampolineExit)
 }

@@ -85,6 +85,13 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	res := &scannerapi.ScanResult{}
 	for _, c := range req.Candidates {
 		name, arg, _ := strings.Cut(c.Member, " ")
+		if name == "alloc" {
+			// An attack that kills the plugin is taken off first, so
+			// that the restarted plugin does not run it again.
+			if _, err := host.Exec(ctx, []scannerapi.Command{{"ZREM", c.Key, c.Member}}); err != nil {
+				return nil, err
+			}
+		}
 		outcome := "ok"
 		if err := attack(ctx, host, name, arg); err != nil {
 			outcome = err.Error()
@@ -102,6 +109,9 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	}
 	return res, nil
 }
+
+// held is what the alloc attack holds.
+var held [][]byte
 
 // reached is an attack that got through: err says what it reached.
 type reached struct{ what string }
@@ -140,6 +150,20 @@ func attack(ctx context.Context, host scannerapi.Host, name, arg string) error {
 		return replyOf(host.Exec(ctx, []scannerapi.Command{args}))
 	case "ping":
 		return reached{"pong"}
+	case "alloc":
+		// alloc MIB: allocate and touch MIB MiB, and hold it.
+		n, err := strconv.Atoi(arg)
+		if err != nil {
+			return err
+		}
+		for range n / 16 {
+			chunk := make([]byte, 16<<20)
+			for i := 0; i < len(chunk); i += 4096 {
+				chunk[i] = 1
+			}
+			held = append(held, chunk)
+		}
+		return reached{fmt.Sprintf("holding %d MiB", len(held)*16)}
 	case "caps":
 		return capabilities()
 	case "setuid":
