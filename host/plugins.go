@@ -71,10 +71,11 @@ func pinsByBinary(cfg *config.Config) map[string]string {
 type probeOpts struct {
 	timeout   time.Duration
 	isolation pluginhost.Isolation
+	memory    int64
 }
 
 func probeOf(cfg *config.Config) probeOpts {
-	return probeOpts{timeout: cfg.Supervisor.StartTimeout, isolation: cfg.PluginIsolation.Mode()}
+	return probeOpts{timeout: cfg.Supervisor.StartTimeout, isolation: cfg.PluginIsolation.Mode(), memory: cfg.PluginMemoryLimit}
 }
 
 func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe probeOpts, log hclog.Logger) PluginInfo {
@@ -86,7 +87,7 @@ func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe 
 	}
 	pi.Path, pi.SHA256 = entry.Path, entry.SHA256
 	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{Path: entry.ExecPath, Logger: log.Named(name),
-		StartTimeout: probe.timeout, Isolation: probe.isolation})
+		StartTimeout: probe.timeout, Isolation: probe.isolation, MemoryLimit: probe.memory})
 	if err != nil {
 		pi.Err = err
 		return pi

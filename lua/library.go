@@ -16,6 +16,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +41,7 @@ var (
 	assembleOnce sync.Once
 	assembled    string
 	version      string
+	functions    []string
 )
 
 // Source returns the complete library source exactly as the loader sends it
@@ -54,6 +57,16 @@ func Version() string {
 	assembleOnce.Do(assemble)
 	return version
 }
+
+// Functions returns the names of the functions our library registers,
+// sorted (ffscan_version included).
+func Functions() []string {
+	assembleOnce.Do(assemble)
+	return slices.Clone(functions)
+}
+
+// registration finds the name of each function a source registers.
+var registration = regexp.MustCompile(`redis\.register_function\(\s*'([A-Za-z0-9_]+)'`)
 
 func assemble() {
 	names, err := fs.Glob(sources, "src/*.lua")
@@ -83,6 +96,12 @@ func assemble() {
 		// A different build: never mistaken for the plain one by the loader.
 		version += "-keyguard"
 	}
+
+	for _, m := range registration.FindAllStringSubmatch(body.String(), -1) {
+		functions = append(functions, m[1])
+	}
+	functions = append(functions, "ffscan_version")
+	slices.Sort(functions)
 
 	var out strings.Builder
 	fmt.Fprintf(&out, "#!lua name=%s\n", LibraryName)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -36,6 +38,10 @@ type NodeResult struct {
 	Node   string // address as the client knows it
 	Action Action
 	Found  string // what was there before, in words
+	// Functions are the functions the node's flowfabric library serves
+	// now: ours (Functions), or the ones FlowFabric's own library lists
+	// (ActionFlowFabric).
+	Functions []string
 }
 
 // Options tune the loader.
@@ -64,6 +70,22 @@ type Library struct {
 	client valkey.Client
 	opts   Options
 	mu     sync.Mutex // serialises (re)loads
+	// served is the union of the functions the nodes' libraries serve,
+	// as of the last Ensure (nil before: ours).
+	served atomic.Pointer[map[string]bool]
+}
+
+// Serves reports whether fn is a function of the flowfabric library the
+// last Ensure loaded or recognised: ours, or, on a node where FlowFabric's
+// own library was left in place, one it lists. A function of another
+// library loaded on the same server is not. Before any Ensure, the
+// library is ours.
+func (l *Library) Serves(fn string) bool {
+	if m := l.served.Load(); m != nil {
+		return (*m)[fn]
+	}
+	_, ok := slices.BinarySearch(Functions(), fn)
+	return ok
 }
 
 // New returns a Library bound to a client (single node or cluster).
@@ -120,6 +142,13 @@ func (l *Library) Ensure(ctx context.Context) ([]NodeResult, error) {
 	if len(out) == 0 {
 		return nil, errors.New("lua: no primary node to load the library on")
 	}
+	served := map[string]bool{}
+	for _, r := range out {
+		for _, f := range r.Functions {
+			served[f] = true
+		}
+	}
+	l.served.Store(&served)
 	return out, nil
 }
 
@@ -155,7 +184,7 @@ func (l *Library) ensureNode(ctx context.Context, addr string, node valkey.Clien
 			return NodeResult{}, fmt.Errorf("lua: node %s: ffscan_version: %w", addr, err)
 		}
 		if have == Version() {
-			return NodeResult{Node: addr, Action: ActionKept, Found: "ffscan build " + have}, nil
+			return NodeResult{Node: addr, Action: ActionKept, Found: "ffscan build " + have, Functions: Functions()}, nil
 		}
 		if err := load(ctx, node, true); err != nil {
 			return NodeResult{}, fmt.Errorf("lua: node %s: replace ffscan build %s: %w", addr, have, err)
@@ -169,7 +198,12 @@ func (l *Library) ensureNode(ctx context.Context, addr string, node valkey.Clien
 		case err != nil:
 			found = "ff_version failed: " + err.Error()
 		case v == ContractVersion:
-			return NodeResult{Node: addr, Action: ActionFlowFabric, Found: "FlowFabric library, ff_version " + v}, nil
+			names := make([]string, 0, len(fns))
+			for f := range fns {
+				names = append(names, f)
+			}
+			sort.Strings(names)
+			return NodeResult{Node: addr, Action: ActionFlowFabric, Found: "FlowFabric library, ff_version " + v, Functions: names}, nil
 		default:
 			found = fmt.Sprintf("ff_version returned %q", v)
 		}
@@ -194,6 +228,7 @@ func (l *Library) verified(ctx context.Context, addr string, node valkey.Client,
 	if have != Version() {
 		return r, fmt.Errorf("lua: node %s: after %s ffscan_version is %q, want %q (another process loading concurrently?)", addr, r.Action, have, Version())
 	}
+	r.Functions = Functions()
 	return r, nil
 }
 

@@ -81,13 +81,37 @@ func TestEnsureLeavesFlowFabricLibrary(t *testing.T) {
 		"redis.register_function('ff_marker', function() return 'theirs' end)\n"
 	loadRaw(t, c, ff)
 	for _, force := range []bool{false, true} {
-		res, err := New(c, Options{ForceReplace: force}).Ensure(context.Background())
+		lib := New(c, Options{ForceReplace: force})
+		res, err := lib.Ensure(context.Background())
 		require.NoError(t, err)
 		assert.Equal(t, ActionFlowFabric, res[0].Action)
+		// The host accepts the functions that library lists, not ours.
+		assert.Equal(t, []string{"ff_marker", "ff_version"}, res[0].Functions)
+		assert.True(t, lib.Serves("ff_marker"))
+		assert.False(t, lib.Serves("ff_register_worker"))
 		v, err := c.Do(context.Background(), c.B().Fcall().Function("ff_marker").Numkeys(0).Build()).ToString()
 		require.NoError(t, err)
 		assert.Equal(t, "theirs", v, "FlowFabric's library still loaded (force=%v)", force)
 	}
+}
+
+// The functions a Library serves are those of the flowfabric library it
+// loaded, not those of another library loaded on the same server.
+func TestServesOnlyTheFlowFabricLibrary(t *testing.T) {
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	loadRaw(t, c, "#!lua name=otherapp\nredis.register_function('otherapp_write', function() return 1 end)\n")
+	lib := New(c, Options{})
+	res, err := lib.Ensure(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, Functions(), res[0].Functions)
+	assert.Contains(t, Functions(), "ff_register_worker")
+	assert.Contains(t, Functions(), "ffscan_version")
+	for _, f := range Functions() {
+		assert.True(t, lib.Serves(f), f)
+	}
+	assert.False(t, lib.Serves("otherapp_write"))
+	assert.False(t, lib.Serves(""))
 }
 
 func TestEnsureRefusesForeignLibraryUnlessForced(t *testing.T) {

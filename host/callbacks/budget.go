@@ -2,6 +2,7 @@ package callbacks
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,19 +21,18 @@ type Budget struct {
 	// worth).
 	CommandsPerSecond float64
 	Burst             float64
-	// MaxReplyBytes bounds the replies of one batch: once they pass it,
-	// the batch's later commands are not sent and its oversized replies
-	// are replaced by refusals, so the plugin cannot make the host hold
-	// (and forward) unbounded data. Replies are measured after each
-	// pipeline of replyCheckEvery plain commands, each read whole: the
-	// bound is on what accumulates, not on the size of one value.
+	// MaxReplyBytes bounds the replies the scanner's batches in flight
+	// hold together (one batch alone included), refusals included
+	// (pluginhost.ReplySize's measure): a read whose reply would not fit
+	// what is left is refused without being read (reads.go), and once
+	// the replies reach it a batch's later commands are not sent. Shared
+	// by the batches in flight, it bounds the scanner, not one batch: a
+	// plugin cannot multiply it with MaxInFlight batches. Past it the
+	// host holds at most one range read of a large collection per batch
+	// (which only reading measures) and the replies of library
+	// functions, which are read whole.
 	MaxReplyBytes int64
 }
-
-// replyCheckEvery is how many plain commands run between two checks of
-// the reply budget: what one batch makes the host hold is bounded by
-// MaxReplyBytes plus the replies of this many commands.
-const replyCheckEvery = 64
 
 // DefaultBudget is generous for ffscan's own scanners (measured drains stay
 // below a tenth of the rate) and stops a runaway plugin.
@@ -51,6 +51,9 @@ type spend struct {
 	inFlight int
 	tokens   float64
 	at       time.Time
+	// replies is what the scanner's batches in flight hold of
+	// MaxReplyBytes (account).
+	replies atomic.Int64
 }
 
 // admit takes n commands and an in-flight slot; it returns the refusal

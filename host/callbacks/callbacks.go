@@ -26,12 +26,10 @@ import (
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/postgres"
-	"github.com/ffscan/ffscan/host/spread"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
-	"github.com/ffscan/ffscan/sdk/valkeyreply"
 )
 
 // MaxBatch bounds one Exec call. Plugins batch per partition; a batch far
@@ -42,12 +40,18 @@ const MaxBatch = 10000
 // takes a few dozen.
 const MaxFCallKeys = 256
 
+// MaxKeyLen bounds a key a plugin sends: every key is matched against the
+// scanner's scopes, and none of FlowFabric's comes near it.
+const MaxKeyLen = 4096
+
 // Refusal reasons, a bounded metric label.
 const (
 	ReasonUndeclaredCommand  = "undeclared_command"
 	ReasonUndeclaredFunction = "undeclared_function"
+	ReasonUnknownFunction    = "unknown_function"
 	ReasonUnsupported        = "unsupported_command"
 	ReasonKeyPrefix          = "key_prefix"
+	ReasonKeyLength          = "key_length"
 	ReasonBadNumkeys         = "bad_numkeys"
 	ReasonArity              = "arity"
 	ReasonCrossSlot          = "cross_slot"
@@ -75,6 +79,9 @@ type Policy struct {
 	functions map[string]bool
 	// scopes narrows commands to key patterns (Info.KeyScopes).
 	scopes map[string]scannerapi.KeyScope
+	// fscopes narrows functions to the keys of their calls
+	// (Info.FunctionScopes).
+	fscopes map[string]scannerapi.FunctionScope
 	// readOnly refuses writes and FCALLs (dry runs).
 	readOnly bool
 }
@@ -83,9 +90,13 @@ type Policy struct {
 // host does not support are returned so the caller can log them; they will
 // be refused when used.
 func PolicyFromInfo(info scannerapi.Info, readOnly bool) (Policy, []string) {
-	p := Policy{commands: map[string]bool{}, functions: map[string]bool{}, scopes: map[string]scannerapi.KeyScope{}, readOnly: readOnly}
+	p := Policy{commands: map[string]bool{}, functions: map[string]bool{}, scopes: map[string]scannerapi.KeyScope{},
+		fscopes: map[string]scannerapi.FunctionScope{}, readOnly: readOnly}
 	for _, ks := range info.KeyScopes {
 		p.scopes[strings.ToUpper(ks.Command)] = ks
+	}
+	for _, fs := range info.FunctionScopes {
+		p.fscopes[fs.Function] = fs
 	}
 	var unsupported []string
 	for _, c := range info.Commands {
@@ -195,7 +206,13 @@ type op struct {
 	isPlain bool
 	keyless bool     // TIME, PING: routed with the batch's keys (see route)
 	keys    []string // a plain command's keys
-	call    lua.Call
+	// A plain command's name and arguments after its first key, whether
+	// it writes and how large its reply can be (reads.go).
+	name  string
+	rest  []string
+	write bool
+	read  readKind
+	call  lua.Call
 	// pg is a PGCALL (an action function of ffscan's Postgres library).
 	pg *pgCall
 }
@@ -289,174 +306,6 @@ func (c pluginCallbacks) ExecPacked(ctx context.Context, scanner string, cmds []
 	return c.b.s.run(ctx, c.b.scanner, c.b.pol, cmds, &packedOut{w: w})
 }
 
-// replyOut takes a batch's replies, in order: Reply values (refusals,
-// Postgres) or the client's results. Each returns the reply's Size, for
-// the reply budget.
-type replyOut interface {
-	reply(r *scannerapi.Reply) int64
-	result(r valkey.ValkeyResult) int64
-	// replaceLast replaces the reply just taken (its command ran, but the
-	// batch's replies passed the budget).
-	replaceLast(r *scannerapi.Reply)
-}
-
-// sliceOut collects Reply values (linked scanners, and plugins on the
-// unary and gRPC stream paths).
-type sliceOut struct{ rs []scannerapi.Reply }
-
-func (o *sliceOut) reply(r *scannerapi.Reply) int64 {
-	o.rs = append(o.rs, *r)
-	return pluginhost.ReplySize(*r)
-}
-
-func (o *sliceOut) result(r valkey.ValkeyResult) int64 {
-	rep := valkeyreply.Of(r)
-	return o.reply(&rep)
-}
-
-func (o *sliceOut) replaceLast(r *scannerapi.Reply) { o.rs[len(o.rs)-1] = *r }
-
-// packedOut writes the replies in the packed form without building Reply
-// values for the client's results.
-type packedOut struct {
-	w    *pluginhost.ReplyWriter
-	last pluginhost.ReplyMark
-}
-
-func (o *packedOut) reply(r *scannerapi.Reply) int64 {
-	o.last = o.w.Mark()
-	o.w.Reply(r)
-	return pluginhost.ReplySize(*r)
-}
-
-func (o *packedOut) result(r valkey.ValkeyResult) int64 {
-	o.last = o.w.Mark()
-	before := o.w.Size()
-	valkeyreply.Write(o.w, r)
-	return o.w.Size() - before
-}
-
-func (o *packedOut) replaceLast(r *scannerapi.Reply) {
-	o.w.Rewind(o.last)
-	o.w.Reply(r)
-}
-
-func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-	out := &sliceOut{rs: make([]scannerapi.Reply, 0, len(cmds))}
-	if err := s.run(ctx, scanner, pol, cmds, out); err != nil {
-		return nil, err
-	}
-	return out.rs, nil
-}
-
-// run runs a batch and gives out one reply per command, in order.
-func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []scannerapi.Command, out replyOut) error {
-	if len(cmds) > MaxBatch {
-		return fmt.Errorf("callbacks: batch of %d commands exceeds the limit of %d", len(cmds), MaxBatch)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	sp, budget, clk := s.spendOf(scanner)
-	reason, release := sp.admit(budget, len(cmds), clk.Now())
-	if reason != "" {
-		s.rec.CallbackRefused(scanner, reason)
-		refused := refuse(reason, "the scanner's callback budget is spent (%s); try again later", budgetText(budget)).refused
-		for range cmds {
-			out.reply(refused)
-		}
-		return nil
-	}
-	defer release()
-	s.rec.CallbackCommands(scanner, len(cmds))
-	ops := make([]op, len(cmds))
-	for i, c := range cmds {
-		ops[i] = s.check(pol, c)
-		if ops[i].refused != nil {
-			s.rec.CallbackRefused(scanner, ops[i].reason)
-		}
-	}
-	anchor := s.route(ops)
-	var replyBytes int64
-	over := false
-	// took accounts for a reply of a command that ran: past the reply
-	// budget it is dropped.
-	took := func(size int64) {
-		if budget.MaxReplyBytes <= 0 {
-			return
-		}
-		replyBytes += size
-		if replyBytes > budget.MaxReplyBytes {
-			out.replaceLast(refuse(ReasonBudgetReply, "the command ran but its reply was dropped: the batch's replies passed %d bytes", budget.MaxReplyBytes).refused)
-			s.rec.CallbackRefused(scanner, ReasonBudgetReply)
-			over = true
-		}
-	}
-	for i := 0; i < len(ops); {
-		if over {
-			// Past the reply budget: the rest is not sent.
-			out.reply(refuse(ReasonBudgetReply, "not sent: the batch's replies passed %d bytes", budget.MaxReplyBytes).refused)
-			s.rec.CallbackRefused(scanner, ReasonBudgetReply)
-			i++
-			continue
-		}
-		if ops[i].refused != nil {
-			out.reply(ops[i].refused)
-			i++
-			continue
-		}
-		j := i
-		for j < len(ops) && ops[j].refused == nil && ops[j].segment() == ops[i].segment() &&
-			// With a reply budget, plain commands (reads of values of
-			// any size) go out in pipelines of replyCheckEvery, so that
-			// the budget is checked before more is read.
-			(!ops[i].isPlain || budget.MaxReplyBytes <= 0 || j-i < replyCheckEvery) {
-			j++
-		}
-		s.runSegment(ctx, clk, ops[i:j], anchor, out, took)
-		i = j
-	}
-	return nil
-}
-
-// runSegment runs one pipeline of a batch (ops of one segment kind) and
-// gives out its replies; took accounts for each.
-func (s *Service) runSegment(ctx context.Context, clk clock.Clock, ops []op, anchor string, out replyOut, took func(int64)) {
-	switch {
-	case ops[0].pg != nil:
-		replies := make([]scannerapi.Reply, len(ops))
-		s.runPG(ctx, ops, replies)
-		for k := range replies {
-			took(out.reply(&replies[k]))
-		}
-	case ops[0].isPlain:
-		seg := make(valkey.Commands, 0, len(ops))
-		slots := make([]int, 0, len(ops))
-		for _, o := range ops {
-			seg = append(seg, o.plain)
-			key := anchor
-			if len(o.keys) > 0 {
-				key = o.keys[0]
-			}
-			slots = append(slots, int(keys.ClusterSlot(key)))
-		}
-		// Per slot on a cluster: a master failing over holds up only the
-		// commands of its own slots (a SampleBacklog batch spans every
-		// partition).
-		for _, r := range spread.DoMulti(ctx, clk, s.client, seg, slots) {
-			took(out.result(r))
-		}
-	default:
-		calls := make([]lua.Call, 0, len(ops))
-		for _, o := range ops {
-			calls = append(calls, o.call)
-		}
-		for _, r := range s.lib.DoMulti(ctx, calls...) {
-			took(out.result(r))
-		}
-	}
-}
-
 func budgetText(b Budget) string {
 	return fmt.Sprintf("at most %d batches in flight, %.0f commands/s", b.MaxInFlight, b.CommandsPerSecond)
 }
@@ -491,12 +340,47 @@ func (s *Service) route(ops []op) string {
 	return anchor
 }
 
+// Refusal texts quote what the plugin sent (a key, a name) and what it
+// declared (patterns); both are cut, so that a refusal never repeats a
+// plugin's megabytes: 600 refused DELs of long keys once made 57 MB of
+// refusal text per batch.
+const (
+	// maxShown bounds one quoted string of a refusal.
+	maxShown = 128
+	// maxRefusalText bounds a refusal's whole text.
+	maxRefusalText = 1024
+)
+
+// refuse builds a refusal: class refused, "refused: <reason>: <text>".
+// Every string argument is cut to maxShown bytes, the text to
+// maxRefusalText.
 func refuse(reason, format string, args ...any) op {
+	for i, a := range args {
+		if s, ok := a.(string); ok && len(s) > maxShown {
+			args[i] = fmt.Sprintf("%s... (%d bytes)", strings.ToValidUTF8(s[:maxShown], ""), len(s))
+		}
+	}
+	text := fmt.Sprintf(format, args...)
+	if len(text) > maxRefusalText {
+		text = strings.ToValidUTF8(text[:maxRefusalText], "") + "..."
+	}
 	return op{reason: reason, refused: &scannerapi.Reply{
 		Kind:     scannerapi.KindError,
-		Err:      "refused: " + reason + ": " + fmt.Sprintf(format, args...),
+		Err:      "refused: " + reason + ": " + text,
 		ErrClass: scannerapi.ErrRefused,
 	}}
+}
+
+// patterns lists a scope's patterns in a refusal, the first few (not
+// cut like a quoted string: the text's own bound applies).
+type patterns []string
+
+func (p patterns) String() string {
+	const shown = 8
+	if len(p) <= shown {
+		return strings.Join(p, " ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(p[:shown], " "), len(p)-shown)
 }
 
 // check validates one command against the policy and builds it.
@@ -546,7 +430,7 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 	if scope, ok := pol.scopes[name]; ok {
 		for _, k := range ks {
 			if !scope.Allows(k) {
-				return refuse(ReasonKeyScope, "%s %q: the scanner declared %s only for keys matching %s", name, k, name, strings.Join(scope.Patterns, " "))
+				return refuse(ReasonKeyScope, "%s %q: the scanner declared %s only for keys matching %s", name, k, name, patterns(scope.Patterns))
 			}
 		}
 	}
@@ -558,16 +442,26 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 		}
 	}
 	b := s.client.B().Arbitrary(name).Keys(ks...).Args(rest...)
-	if spec.keys == keysNone {
-		return op{plain: b.ReadOnly(), isPlain: true, keyless: true}
+	o := op{isPlain: true, keys: ks, name: name, rest: rest, write: spec.write, read: spec.read}
+	switch {
+	case spec.keys == keysNone:
+		o.plain, o.keyless = b.ReadOnly(), true
+	case spec.write:
+		o.plain = b.Build()
+	default:
+		// Read-only commands may be retried by the client on network
+		// errors.
+		o.plain = b.ReadOnly()
 	}
-	if spec.write {
-		return op{plain: b.Build(), isPlain: true, keys: ks}
-	}
-	// Read-only commands may be retried by the client on network errors.
-	return op{plain: b.ReadOnly(), isPlain: true, keys: ks}
+	return o
 }
 
+// checkFCall validates an FCALL: a declared function of the flowfabric
+// library the host loaded or recognised (never one of another library on
+// the same server), outside dry runs, whose keys obey the same rules as a
+// write command's: under ff:, on one slot, none under ff:config:, and
+// each within the function's declared scope. The host cannot tell which
+// functions only read, so every call counts as a write.
 func (s *Service) checkFCall(pol Policy, args []string) op {
 	if len(args) < 2 {
 		return refuse(ReasonArity, "FCALL needs a function name and numkeys")
@@ -575,6 +469,9 @@ func (s *Service) checkFCall(pol Policy, args []string) op {
 	fn := args[0]
 	if !pol.functions[fn] {
 		return refuse(ReasonUndeclaredFunction, "function %q is not among the scanner's declared functions", fn)
+	}
+	if !s.lib.Serves(fn) {
+		return refuse(ReasonUnknownFunction, "function %q is not a function of the %s library the host loaded; plugins call no other library's functions", fn, lua.LibraryName)
 	}
 	if pol.readOnly {
 		return refuse(ReasonDryRun, "FCALL %s and this is a dry run", fn)
@@ -586,6 +483,18 @@ func (s *Service) checkFCall(pol Policy, args []string) op {
 	ks := args[2 : 2+n]
 	if o, bad := checkKeys(ks); bad {
 		return o
+	}
+	for _, k := range ks {
+		if strings.HasPrefix(k, ProtectedPrefix) {
+			return refuse(ReasonProtectedKey, "FCALL %s with key %q: %s* is read-only to plugins, and a function call counts as a write", fn, k, ProtectedPrefix)
+		}
+	}
+	if scope, ok := pol.fscopes[fn]; ok {
+		for _, k := range ks {
+			if !scope.Allows(k) {
+				return refuse(ReasonKeyScope, "FCALL %s with key %q: the scanner declared %s only for keys matching %s", fn, k, fn, patterns(scope.Patterns))
+			}
+		}
 	}
 	return op{call: lua.Call{Function: fn, Keys: ks, Args: args[2+n:]}}
 }
@@ -694,6 +603,11 @@ const ProtectedPrefix = "ff:config:"
 // fail on a cluster (valkey-go even panics building it), so it is refused
 // on a single node too rather than working only there.
 func checkKeys(ks []string) (op, bool) {
+	for _, k := range ks {
+		if len(k) > MaxKeyLen {
+			return refuse(ReasonKeyLength, "a key of %d bytes (%q); keys are at most %d", len(k), k, MaxKeyLen), true
+		}
+	}
 	for _, k := range ks {
 		if !strings.HasPrefix(k, keys.Prefix) {
 			return refuse(ReasonKeyPrefix, "key %q is outside the %s prefix", k, keys.Prefix), true

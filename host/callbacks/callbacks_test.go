@@ -283,3 +283,68 @@ func TestKeyScopesNarrowCommands(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), n, "the refused DELs deleted nothing")
 }
+
+// An FCALL's keys obey the rules of a write command's, and only the
+// flowfabric library's functions run: ff:config:* is refused in either
+// argument order, a scoped function's keys must match its patterns, and
+// a function of another library loaded on the same server is refused
+// even when declared. Nothing refused writes anything.
+func TestFCallKeysFollowTheWriteRules(t *testing.T) {
+	info := scannerapi.Info{
+		Name:      "fn",
+		Functions: []string{"ff_register_worker", "ff_heartbeat_worker", "otherapp_write"},
+		FunctionScopes: []scannerapi.FunctionScope{
+			{Function: "ff_register_worker", Patterns: []string{"ff:worker:*:alive", "ff:worker:*:caps", "ff:idx:*:workers"}},
+		},
+	}
+	svc, client, rec := setup(t, info, false)
+	ctx := context.Background()
+	require.NoError(t, client.Do(ctx, client.B().FunctionLoad().FunctionCode(
+		"#!lua name=otherapp\nredis.register_function('otherapp_write', function(keys, args) redis.call('SET', 'otherapp:owned', '1') return 1 end)\n").Build()).Error())
+	before := keyspace(t, client)
+	register := func(alive, caps, idx string) scannerapi.Command {
+		return scannerapi.FCall("ff_register_worker", []string{alive, caps, idx}, "w1", "worker-1", "default", "", "30000", "1700000000000")
+	}
+	// Keys whose hash tag is the protected key's name share its slot.
+	cfg, tagged := "ff:config:partitions", "ff:worker:{ff:config:partitions}"
+	replies, err := svc.Exec(ctx, "fn", []scannerapi.Command{
+		register(tagged+":alive", cfg, tagged+":idx"),
+		register(cfg, cfg, cfg),
+		register("ff:evil:a", "ff:evil:a", "ff:evil:a"),
+		scannerapi.FCall("otherapp_write", []string{"ff:x"}),
+		scannerapi.FCall("ff_heartbeat_worker", []string{"ff:config:x", "ff:config:x"}, "1"), // unscoped: ff:config: still refused
+	})
+	require.NoError(t, err)
+	want := []string{ReasonProtectedKey, ReasonProtectedKey, ReasonKeyScope, ReasonUnknownFunction, ReasonProtectedKey}
+	for i, r := range replies {
+		assert.Equal(t, scannerapi.ErrRefused, r.ErrClass, "command %d: %+v", i, r)
+		assert.Contains(t, r.Err, "refused: "+want[i]+":", "command %d", i)
+	}
+	assert.Contains(t, replies[0].Err, `"ff:config:partitions"`)
+	assert.Contains(t, replies[2].Err, "ff:worker:*:alive")
+	assert.Contains(t, replies[3].Err, "not a function of the flowfabric library")
+	assert.Equal(t, 3, rec.refused[ReasonProtectedKey])
+	assert.Equal(t, 1, rec.refused[ReasonKeyScope])
+	assert.Equal(t, 1, rec.refused[ReasonUnknownFunction])
+	assert.Equal(t, before, keyspace(t, client), "nothing written")
+
+	// Within its scope the call runs.
+	replies, err = svc.Exec(ctx, "fn", []scannerapi.Command{register("ff:worker:{w1}:alive", "ff:worker:{w1}:caps", "ff:idx:{w1}:workers")})
+	require.NoError(t, err)
+	assert.False(t, replies[0].Failed(), "%+v", replies[0])
+}
+
+// keyspace is every key with its type.
+func keyspace(t *testing.T, c valkey.Client) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	ks, err := c.Do(ctx, c.B().Keys().Pattern("*").Build()).AsStrSlice()
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, k := range ks {
+		typ, err := c.Do(ctx, c.B().Type().Key(k).Build()).ToString()
+		require.NoError(t, err)
+		out[k] = typ
+	}
+	return out
+}

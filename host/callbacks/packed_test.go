@@ -38,7 +38,7 @@ func TestExecPackedMatchesExec(t *testing.T) {
 		{"GET", "other:key"},              // not ff: refused
 	}
 	var budgeted []scannerapi.Command
-	for range 2 * replyCheckEvery {
+	for range 128 {
 		budgeted = append(budgeted, scannerapi.Command{"GET", "ff:test:{fp:1}:big"})
 	}
 	budgeted = append(budgeted, scannerapi.Command{"HGET", "ff:test:{fp:1}:h", "b"})

@@ -54,6 +54,11 @@ type Config struct {
 	// offers, a warning when it offers nothing), required (refuse to
 	// launch without it) or off.
 	PluginIsolation Isolation
+	// PluginMemoryLimit bounds each plugin process's memory (its data
+	// segment: the Go runtime's heap and stacks), in bytes; a plugin
+	// that passes it dies and its supervisor restarts it, saying why. 0:
+	// no bound. Default: DefaultPluginMemoryLimit.
+	PluginMemoryLimit int64
 	// PluginApproval is what a launch does for a scanner whose policy
 	// (declared commands, key scopes, functions) was never approved:
 	// first_use records it as approved, required refuses the launch. A
@@ -252,21 +257,30 @@ type Scanner struct {
 // DefaultShutdownTimeout bounds the whole shutdown by default.
 const DefaultShutdownTimeout = 10 * time.Second
 
+// DefaultPluginMemoryLimit bounds a plugin process's memory by default:
+// ffscan's own use a few tens of MiB.
+const DefaultPluginMemoryLimit = 2 << 30
+
+// MinPluginMemoryLimit is the least plugin_memory_limit: below it the Go
+// runtime of a plugin cannot start.
+const MinPluginMemoryLimit = 64 << 20
+
 // Defaults returns the configuration used when nothing overrides it. The
 // services' settings are their own defaults (each service's Default*
 // constants), so that a default is written once.
 func Defaults() Config {
 	budget := callbacks.DefaultBudget
 	return Config{
-		Valkey:          Valkey{Addrs: []string{"127.0.0.1:6379"}, Cluster: "auto"},
-		Partitions:      keys.DefaultPartitionConfig(),
-		Lanes:           []string{"default"},
-		PluginDir:       DefaultPluginDir(),
-		PluginIsolation: IsolationAuto,
-		PluginApproval:  "first_use",
-		HTTP:            HTTP{Listen: "127.0.0.1:9464", Admin: true},
-		Log:             Log{Level: "info"},
-		ShutdownTimeout: DefaultShutdownTimeout,
+		Valkey:            Valkey{Addrs: []string{"127.0.0.1:6379"}, Cluster: "auto"},
+		Partitions:        keys.DefaultPartitionConfig(),
+		Lanes:             []string{"default"},
+		PluginDir:         DefaultPluginDir(),
+		PluginIsolation:   IsolationAuto,
+		PluginMemoryLimit: DefaultPluginMemoryLimit,
+		PluginApproval:    "first_use",
+		HTTP:              HTTP{Listen: "127.0.0.1:9464", Admin: true},
+		Log:               Log{Level: "info"},
+		ShutdownTimeout:   DefaultShutdownTimeout,
 		Scheduler: Scheduler{Concurrency: scheduler.DefaultConcurrency, CallTimeout: scheduler.DefaultCallTimeout,
 			LaneCensus: string(census.DefaultMode), Wakeups: true},
 		Callbacks: Callbacks{MaxInFlight: budget.MaxInFlight, CommandsPerSecond: int(budget.CommandsPerSecond),
@@ -383,6 +397,9 @@ func (c *Config) validatePostgres(p *problems) {
 func (c *Config) validateHost(p *problems) {
 	p.oneOf("plugin_isolation", string(c.PluginIsolation), string(IsolationAuto), string(IsolationRequired), string(IsolationOff))
 	p.oneOf("plugin_approval", c.PluginApproval, "first_use", "required")
+	if c.PluginMemoryLimit != 0 && c.PluginMemoryLimit < MinPluginMemoryLimit {
+		p.bad("plugin_memory_limit", "%d bytes is too little for a Go plugin to start; at least %d (64 MiB), or 0 for no bound", c.PluginMemoryLimit, MinPluginMemoryLimit)
+	}
 	if c.PluginDir == "" {
 		p.bad("plugin_dir", "must not be empty (and the default, the plugins directory beside the ffscan executable, is unknown: the executable's path could not be read)")
 	}
@@ -507,6 +524,7 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("partitions", c.Partitions != n.Partitions)
 	diff("plugin_dir", c.PluginDir != n.PluginDir)
 	diff("plugin_isolation", c.PluginIsolation != n.PluginIsolation)
+	diff("plugin_memory_limit", c.PluginMemoryLimit != n.PluginMemoryLimit)
 	diff("plugin_approval", c.PluginApproval != n.PluginApproval)
 	diff("plugin_approvals_file", c.PluginApprovalsFile != n.PluginApprovalsFile)
 	diff("lua.force_replace", c.Lua != n.Lua)

@@ -350,3 +350,15 @@ func TestPostgresOnly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"127.0.0.1:6379"}, cfg.Valkey.Addrs, "nothing configured: the local Valkey")
 }
+
+// A plugin memory limit is 0 (none) or enough for a Go plugin to start.
+func TestPluginMemoryLimit(t *testing.T) {
+	cfg, err := Load(Sources{Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, int64(DefaultPluginMemoryLimit), cfg.PluginMemoryLimit)
+	cfg, err = Load(Sources{File: writeFile(t, "plugin_memory_limit: 0\n"), Environ: noEnv})
+	require.NoError(t, err)
+	assert.Zero(t, cfg.PluginMemoryLimit)
+	_, err = Load(Sources{File: writeFile(t, "plugin_memory_limit: 1000000\n"), Environ: noEnv})
+	require.ErrorContains(t, err, "plugin_memory_limit: 1000000 bytes is too little for a Go plugin to start; at least 67108864 (64 MiB), or 0 for no bound")
+}

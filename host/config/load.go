@@ -204,6 +204,11 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 			d.str(k, v, &s)
 			c.PluginIsolation = Isolation(s)
 		},
+		"plugin_memory_limit": func(k string, v any) {
+			if n, ok := d.int64(k, v); ok {
+				c.PluginMemoryLimit = n
+			}
+		},
 		"plugin_approval":       func(k string, v any) { d.str(k, v, &c.PluginApproval) },
 		"plugin_approvals_file": func(k string, v any) { d.str(k, v, &c.PluginApprovalsFile) },
 		"lua": func(key string, v any) {

@@ -50,6 +50,9 @@ type Config struct {
 	StartTimeout time.Duration
 	// Isolation confines the plugin process (plugin_isolation).
 	Isolation pluginhost.Isolation
+	// MemoryLimit bounds the plugin process's memory, in bytes
+	// (plugin_memory_limit; 0: none).
+	MemoryLimit int64
 	// Approvals admits the scanner's declared policy (nil: no approval
 	// is needed, for test kits that build their own plugins).
 	Approvals *policy.Store
@@ -104,6 +107,7 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		Callbacks:    cb,
 		StartTimeout: l.cfg.StartTimeout,
 		Isolation:    l.cfg.Isolation,
+		MemoryLimit:  l.cfg.MemoryLimit,
 		CallbackPath: l.cfg.CallbackPath,
 	})
 	if err != nil {
@@ -281,6 +285,10 @@ func (i *Instance) Ping(ctx context.Context) error { return i.p.Ping(ctx) }
 
 // Exited implements supervisor.Instance.
 func (i *Instance) Exited() <-chan struct{} { return i.p.Exited() }
+
+// ExitError is the process's exit status once it exited (nil for a
+// clean exit; a *pluginhost.MemoryLimitError past its memory limit).
+func (i *Instance) ExitError() error { return i.p.ExitError() }
 
 // Pid implements supervisor.Instance.
 func (i *Instance) Pid() int { return i.p.Pid() }

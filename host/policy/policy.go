@@ -34,6 +34,12 @@ type Policy struct {
 	Commands map[string][]string `json:"commands"`
 	// Functions are the library functions it may call, sorted.
 	Functions []string `json:"functions"`
+	// FunctionScopes maps each scoped function to the key patterns of
+	// its calls, sorted; a function not in it is unscoped (any ff: key
+	// but ff:config:*). Approvals recorded before scopes existed have
+	// none: every function unscoped, so any scope a binary now declares
+	// is within them.
+	FunctionScopes map[string][]string `json:"function_scopes,omitempty"`
 }
 
 // FromInfo returns the policy a scanner's Info declares.
@@ -52,12 +58,58 @@ func FromInfo(info scannerapi.Info) Policy {
 	p.Functions = slices.Clone(info.Functions)
 	slices.Sort(p.Functions)
 	p.Functions = slices.Compact(p.Functions)
+	for _, fs := range info.FunctionScopes {
+		if !slices.Contains(p.Functions, fs.Function) {
+			continue
+		}
+		if p.FunctionScopes == nil {
+			p.FunctionScopes = map[string][]string{}
+		}
+		pats := slices.Clone(fs.Patterns)
+		slices.Sort(pats)
+		p.FunctionScopes[fs.Function] = slices.Compact(pats)
+	}
 	return p
 }
 
+// Validate checks the policy's sizes against what a scanner may declare
+// (scannerapi.MaxKeyPatterns patterns of at most MaxKeyPatternLen bytes
+// per scope): a policy comes from a validated Info, or from the
+// approvals file, which its owner may have edited.
+func (p Policy) Validate() error {
+	check := func(what string, pats []string) error {
+		if len(pats) > scannerapi.MaxKeyPatterns {
+			return fmt.Errorf("%s has %d key patterns; at most %d", what, len(pats), scannerapi.MaxKeyPatterns)
+		}
+		for _, pat := range pats {
+			if len(pat) > scannerapi.MaxKeyPatternLen {
+				return fmt.Errorf("%s has a key pattern of %d bytes (%.40q...); at most %d", what, len(pat), pat, scannerapi.MaxKeyPatternLen)
+			}
+		}
+		return nil
+	}
+	for _, c := range slices.Sorted(maps.Keys(p.Commands)) {
+		if err := check(c, p.Commands[c]); err != nil {
+			return err
+		}
+	}
+	for _, f := range slices.Sorted(maps.Keys(p.FunctionScopes)) {
+		if err := check("FCALL "+f, p.FunctionScopes[f]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isPG reports whether a declared function is a Postgres one (PGCALL):
+// those take no keys.
+func isPG(f string) bool { return strings.HasPrefix(f, callbacks.PGPrefix) }
+
 // Lines describes the policy for people, one grant per line, sorted:
 // "DEL ff:flow:{fp:*}:*:pending_cancels", "HGET (any ff: key)",
-// "FCALL ff_mark_lease_expired_if_due". Unscoped writes are marked.
+// "FCALL ff_mark_lease_expired_if_due writes ff:exec:{fp:*}:*:core ...".
+// Unscoped writes are marked; every library function counts as a write
+// (the host cannot tell the ones that only read).
 func (p Policy) Lines() []string {
 	var out []string
 	for _, c := range slices.Sorted(maps.Keys(p.Commands)) {
@@ -73,7 +125,15 @@ func (p Policy) Lines() []string {
 		out = append(out, c+" "+strings.Join(pats, " "))
 	}
 	for _, f := range p.Functions {
-		out = append(out, "FCALL "+f)
+		pats, scoped := p.FunctionScopes[f]
+		switch {
+		case isPG(f):
+			out = append(out, "FCALL "+f)
+		case scoped:
+			out = append(out, "FCALL "+f+" writes "+strings.Join(pats, " "))
+		default:
+			out = append(out, "FCALL "+f+" (any ff: key: an unscoped write)")
+		}
 	}
 	return out
 }
@@ -84,13 +144,18 @@ func (p Policy) Digest() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// UnscopedWrites lists the write commands the policy allows on any ff:
-// key.
+// UnscopedWrites lists the write commands, and as "FCALL f" the library
+// functions, the policy allows on any ff: key.
 func (p Policy) UnscopedWrites() []string {
 	var out []string
 	for _, c := range slices.Sorted(maps.Keys(p.Commands)) {
 		if len(p.Commands[c]) == 0 && callbacks.Writes(c) {
 			out = append(out, c)
+		}
+	}
+	for _, f := range p.Functions {
+		if _, scoped := p.FunctionScopes[f]; !scoped && !isPG(f) {
+			out = append(out, "FCALL "+f)
 		}
 	}
 	return out
@@ -122,8 +187,23 @@ func Widening(approved, proposed Policy) []string {
 		}
 	}
 	for _, f := range proposed.Functions {
-		if !slices.Contains(approved.Functions, f) {
-			out = append(out, "+ FCALL "+f)
+		pats, scoped := proposed.FunctionScopes[f]
+		was, wasScoped := approved.FunctionScopes[f]
+		switch {
+		case !slices.Contains(approved.Functions, f) && (scoped || isPG(f)):
+			out = append(out, strings.TrimSpace("+ FCALL "+f+" "+strings.Join(pats, " ")))
+		case !slices.Contains(approved.Functions, f):
+			out = append(out, fmt.Sprintf("+ FCALL %s (any ff: key)", f))
+		case !wasScoped:
+			// Approved on any key: every scope is within it.
+		case !scoped:
+			out = append(out, fmt.Sprintf("+ FCALL %s (any ff: key; approved only for %s)", f, strings.Join(was, " ")))
+		default:
+			for _, pat := range pats {
+				if !slices.Contains(was, pat) {
+					out = append(out, fmt.Sprintf("+ FCALL %s %s", f, pat))
+				}
+			}
 		}
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -18,6 +19,8 @@ var leaseInfo = scannerapi.Info{
 	Commands:  []string{"HGET", "ZREM", "ZRANGE"},
 	Functions: []string{"ff_mark_lease_expired_if_due"},
 	KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}},
+	FunctionScopes: []scannerapi.FunctionScope{{Function: "ff_mark_lease_expired_if_due",
+		Patterns: []string{"ff:idx:{fp:*}:lease_expiry", "ff:exec:{fp:*}:*:core"}}},
 }
 
 func TestLinesAndDigestAreCanonical(t *testing.T) {
@@ -26,7 +29,7 @@ func TestLinesAndDigestAreCanonical(t *testing.T) {
 		"HGET (any ff: key)",
 		"ZRANGE (any ff: key)",
 		"ZREM ff:idx:{fp:*}:lease_expiry",
-		"FCALL ff_mark_lease_expired_if_due",
+		"FCALL ff_mark_lease_expired_if_due writes ff:exec:{fp:*}:*:core ff:idx:{fp:*}:lease_expiry",
 	}, p.Lines())
 	reordered := leaseInfo
 	reordered.Commands = []string{"zrange", "ZREM", "HGET", "HGET"}
@@ -37,6 +40,12 @@ func TestLinesAndDigestAreCanonical(t *testing.T) {
 	wide.Commands = append([]string{"DEL"}, leaseInfo.Commands...)
 	assert.Equal(t, []string{"DEL"}, FromInfo(wide).UnscopedWrites())
 	assert.Contains(t, FromInfo(wide).Lines(), "DEL (any ff: key: an unscoped write)")
+
+	// A library function is a write: unscoped, it is flagged as one.
+	fn := leaseInfo
+	fn.FunctionScopes = nil
+	assert.Equal(t, []string{"FCALL ff_mark_lease_expired_if_due"}, FromInfo(fn).UnscopedWrites())
+	assert.Contains(t, FromInfo(fn).Lines(), "FCALL ff_mark_lease_expired_if_due (any ff: key: an unscoped write)")
 }
 
 func TestWidening(t *testing.T) {
@@ -44,7 +53,10 @@ func TestWidening(t *testing.T) {
 	mutate := func(fn func(*scannerapi.Info)) Policy {
 		in := leaseInfo
 		in.Commands = append([]string(nil), leaseInfo.Commands...)
+		in.Functions = append([]string(nil), leaseInfo.Functions...)
 		in.KeyScopes = []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}}
+		in.FunctionScopes = []scannerapi.FunctionScope{{Function: "ff_mark_lease_expired_if_due",
+			Patterns: []string{"ff:idx:{fp:*}:lease_expiry", "ff:exec:{fp:*}:*:core"}}}
 		fn(&in)
 		return FromInfo(in)
 	}
@@ -56,10 +68,17 @@ func TestWidening(t *testing.T) {
 		Widening(approved, mutate(func(in *scannerapi.Info) { in.KeyScopes = nil })))
 	assert.Equal(t, []string{"+ ZREM ff:exec:*"},
 		Widening(approved, mutate(func(in *scannerapi.Info) { in.KeyScopes[0].Patterns = append(in.KeyScopes[0].Patterns, "ff:exec:*") })))
-	assert.Equal(t, []string{"+ FCALL ff_cancel_execution"},
+	assert.Equal(t, []string{"+ FCALL ff_cancel_execution (any ff: key)"},
 		Widening(approved, mutate(func(in *scannerapi.Info) { in.Functions = append(in.Functions, "ff_cancel_execution") })))
-	// Scoping a command that was approved unscoped narrows it.
-	unscoped := mutate(func(in *scannerapi.Info) { in.KeyScopes = nil })
+	assert.Equal(t, []string{"+ FCALL ff_mark_lease_expired_if_due (any ff: key; approved only for ff:exec:{fp:*}:*:core ff:idx:{fp:*}:lease_expiry)"},
+		Widening(approved, mutate(func(in *scannerapi.Info) { in.FunctionScopes = nil })))
+	assert.Equal(t, []string{"+ FCALL ff_mark_lease_expired_if_due ff:worker:*"},
+		Widening(approved, mutate(func(in *scannerapi.Info) {
+			in.FunctionScopes[0].Patterns = append(in.FunctionScopes[0].Patterns, "ff:worker:*")
+		})))
+	// Scoping a command or a function that was approved unscoped (an
+	// approval from before function scopes) narrows it.
+	unscoped := mutate(func(in *scannerapi.Info) { in.KeyScopes, in.FunctionScopes = nil, nil })
 	assert.Empty(t, Widening(unscoped, approved))
 }
 
@@ -196,4 +215,27 @@ func TestBadMode(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, os.ErrNotExist))
 	assert.Contains(t, err.Error(), "first_use, required")
+}
+
+// A policy's patterns are bounded at approval, as at declaration: one
+// from an edited approvals file or a caller that skipped the Info's
+// validation is refused.
+func TestApprovalBoundsPatterns(t *testing.T) {
+	s := newStore(t, FirstUse)
+	long := FromInfo(leaseInfo)
+	long.Commands["ZREM"] = []string{"ff:" + strings.Repeat("*a", 50_000)}
+	_, err := s.Admit("lease_expiry", "sha", long)
+	require.ErrorContains(t, err, "a key pattern of 100003 bytes")
+	_, err = s.Approve("lease_expiry", "sha", long)
+	require.ErrorContains(t, err, "at most 512")
+
+	// An approvals file holding one is refused whole, saying which.
+	_, err = s.Admit("lease_expiry", "sha", FromInfo(leaseInfo))
+	require.NoError(t, err)
+	raw, err := os.ReadFile(s.Path())
+	require.NoError(t, err)
+	edited := strings.Replace(string(raw), "ff:idx:{fp:*}:lease_expiry", "ff:"+strings.Repeat("x", 600), 1)
+	require.NoError(t, os.WriteFile(s.Path(), []byte(edited), 0o600))
+	_, _, err = s.Lookup("lease_expiry")
+	require.ErrorContains(t, err, "scanner lease_expiry: ZREM has a key pattern of 603 bytes")
 }

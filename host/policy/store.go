@@ -127,6 +127,9 @@ type Decision struct {
 // the binary); on first use, yes and recorded, in mode FirstUse; else a
 // *NotApprovedError or *WideningError.
 func (s *Store) Admit(scanner, binarySHA string, p Policy) (Decision, error) {
+	if err := p.Validate(); err != nil {
+		return Decision{}, fmt.Errorf("scanner %s: its policy cannot be approved: %w", scanner, err)
+	}
 	var dec Decision
 	err := s.update(func(f *file) (bool, error) {
 		rec, ok := f.Scanners[scanner]
@@ -154,6 +157,9 @@ func (s *Store) Admit(scanner, binarySHA string, p Policy) (Decision, error) {
 // Approve records p as scanner's approved policy (the operator's
 // decision), replacing any earlier approval.
 func (s *Store) Approve(scanner, binarySHA string, p Policy) (Record, error) {
+	if err := p.Validate(); err != nil {
+		return Record{}, fmt.Errorf("scanner %s: its policy cannot be approved: %w", scanner, err)
+	}
 	rec := Record{Policy: p, Digest: p.Digest(), BinarySHA256: binarySHA, ApprovedAt: s.now().UTC(), ApprovedBy: "operator"}
 	err := s.update(func(f *file) (bool, error) {
 		f.Scanners[scanner] = rec
@@ -230,6 +236,11 @@ func (s *Store) read() (*file, error) {
 	}
 	if f.Scanners == nil {
 		f.Scanners = map[string]Record{}
+	}
+	for name, rec := range f.Scanners {
+		if err := rec.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("plugin approvals: %s: scanner %s: %w (fix or remove its record)", s.path, name, err)
+		}
 	}
 	return f, nil
 }

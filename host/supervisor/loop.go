@@ -127,7 +127,7 @@ func (s *Supervisor) watch(ctx context.Context) string {
 				// A dead process does not come back: no point in
 				// waiting for more misses, and the reason is the same
 				// as when the exit is observed first.
-				return "plugin process exited"
+				return exitReason(cur.inst)
 			default:
 			}
 			misses++
@@ -162,7 +162,7 @@ func (s *Supervisor) watchOnce(ctx context.Context, cur, prev *slot, prevExited 
 	case <-ctx.Done():
 		return "", true
 	case <-cur.inst.Exited():
-		if r, stop := fail("plugin process exited"); stop {
+		if r, stop := fail(exitReason(cur.inst)); stop {
 			return r, true
 		}
 	case <-prevExited:
@@ -251,4 +251,15 @@ func (s *Supervisor) failed(ctx context.Context, reason string) bool {
 		s.answer(r, SwapResult{Outcome: SwapStarted}, true)
 		return true
 	}
+}
+
+// exitReason says why an instance's process exited, with its exit status
+// where the instance knows it (a plugin past its memory limit says so).
+func exitReason(inst Instance) string {
+	if e, ok := inst.(interface{ ExitError() error }); ok {
+		if err := e.ExitError(); err != nil {
+			return "plugin process exited: " + err.Error()
+		}
+	}
+	return "plugin process exited"
 }

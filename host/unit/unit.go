@@ -72,12 +72,14 @@ type Settings struct {
 	KeyEvents      config.KeyEvents
 	Supervisor     config.Supervisor
 	Isolation      pluginhost.Isolation
+	MemoryLimit    int64
 	PostgresFilter scannerapi.Filter
 }
 
 // SettingsOf are cfg's settings for units.
 func SettingsOf(cfg *config.Config) Settings {
-	return Settings{Scheduler: cfg.Scheduler, KeyEvents: cfg.KeyEvents, Supervisor: cfg.Supervisor, Isolation: cfg.PluginIsolation.Mode(), PostgresFilter: cfg.Postgres.Filter()}
+	return Settings{Scheduler: cfg.Scheduler, KeyEvents: cfg.KeyEvents, Supervisor: cfg.Supervisor, Isolation: cfg.PluginIsolation.Mode(),
+		MemoryLimit: cfg.PluginMemoryLimit, PostgresFilter: cfg.Postgres.Filter()}
 }
 
 // Log tags every line about a scanner (the plugin's own included) with
@@ -97,6 +99,7 @@ func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool
 		ReadOnly:     readOnly,
 		StartTimeout: s.Supervisor.StartTimeout,
 		Isolation:    s.Isolation,
+		MemoryLimit:  s.MemoryLimit,
 		Approvals:    d.Approvals,
 		Postgres:     d.Postgres != nil,
 		NoValkey:     d.Client == nil,

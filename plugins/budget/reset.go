@@ -67,9 +67,10 @@ func (s *Reset) Info() scannerapi.Info {
 		}},
 		// HGET: definition probe. HMGET: dry-run reads. ZRANGE: look-ahead
 		// past a window of backed-off entries. ZREM: invalid members.
-		Commands:  []string{"HGET", "HMGET", "ZRANGE", "ZREM"},
-		KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{b:*}:budget_resets"}}},
-		Functions: []string{ResetFunction},
+		Commands:       []string{"HGET", "HMGET", "ZRANGE", "ZREM"},
+		KeyScopes:      []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{b:*}:budget_resets"}}},
+		Functions:      []string{ResetFunction},
+		FunctionScopes: []scannerapi.FunctionScope{{Function: ResetFunction, Patterns: resetKeys()}},
 		Options: []scannerapi.OptionSpec{{
 			Name: OptionLookahead, Type: scannerapi.OptionInt, Default: strconv.Itoa(DefaultResetLookahead),
 			Description: "due entries read past a full window whose entries are backed off after failures (0: off)",
@@ -287,4 +288,13 @@ func (sc *resetScan) absorbPage(r scannerapi.Reply) {
 			sc.admit(m)
 		}
 	}
+}
+
+// resetKeys are the key patterns of the scanner's calls of ResetFunction
+// (enqueue): the budget's definition and usage and its partition's reset
+// index, for any budget.
+func resetKeys() []string {
+	part := keys.Partition{Family: keys.FamilyBudget}
+	bk := keys.BudgetIn(part, keys.BudgetIDFrom(scanutil.AnyUUID))
+	return scanutil.ScopePatterns(nil, bk.Definition(), bk.Usage(), keys.BudgetPart(part).BudgetResets())
 }

@@ -183,6 +183,13 @@ func (s *Scanner) Info() scannerapi.Info {
 			{Command: "DEL", Patterns: []string{"ff:flow:{fp:*}:*:pending_cancels"}},
 		},
 		Functions: []string{FunctionCancel, FunctionAck},
+		FunctionScopes: []scannerapi.FunctionScope{
+			scanutil.CancelScope(),
+			// The flow's pending_cancels and the partition's backlog.
+			{Function: FunctionAck, Patterns: scanutil.ScopePatterns(nil,
+				keys.FlowIn(keys.Partition{Family: keys.FamilyFlow}, keys.FlowIDFrom(scanutil.AnyUUID)).PendingCancels(),
+				keys.FlowPart(keys.Partition{Family: keys.FamilyFlow}).CancelBacklog())},
+		},
 		Options: append(scannerapi.FilterOptions(),
 			scannerapi.OptionSpec{Name: OptionLookahead, Type: scannerapi.OptionInt, Default: strconv.Itoa(DefaultLookahead),
 				Description: "backlog entries read past the host's window per scan when it holds stuck flows (0: off)"},

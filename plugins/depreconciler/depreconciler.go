@@ -125,10 +125,11 @@ func (s *Scanner) Info() scannerapi.Info {
 		Sources:         []scannerapi.CandidateSource{src},
 		// depresolve's reads (TIME, HGET, HMGET, SMEMBERS), the filter's
 		// HGET, ZREM of invalid members.
-		Commands:  cmds,
-		KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{src.KeyPattern()}}},
-		Functions: slices.Clone(depresolve.Functions),
-		Options:   scannerapi.FilterOptions(),
+		Commands:       cmds,
+		KeyScopes:      []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{src.KeyPattern()}}},
+		Functions:      slices.Clone(depresolve.Functions),
+		FunctionScopes: slices.Clone(depresolve.FunctionScopes),
+		Options:        scannerapi.FilterOptions(),
 	}
 }
 

@@ -111,7 +111,7 @@ func (b *base) Info() scannerapi.Info {
 		DefaultInterval: b.interval, DefaultBatch: 50,
 		Sources: []scannerapi.CandidateSource{{Name: source, Kind: scannerapi.SourceSetScan, Key: sourceKey,
 			Backlog: scannerapi.BacklogSize}},
-		Commands: b.commands, Functions: b.functions,
+		Commands: b.commands, Functions: b.functions, FunctionScopes: functionScopes(b.functions),
 		// SREM: invalid tuples of its own source.
 		KeyScopes: []scannerapi.KeyScope{{Command: "SREM", Patterns: []string{"ff:idx:{fp:*}:pending_cancel_groups"}}},
 		Options:   scannerapi.FilterOptions(),
@@ -298,4 +298,21 @@ func keepByFilter(ctx context.Context, host scannerapi.Host, f scannerapi.Filter
 		}
 	}
 	return out, nil
+}
+
+// functionScopes are the scopes of the functions the scanner calls: the
+// sibling-group functions take groupKeys, the cancel its own
+// (scanutil.CancelScope).
+func functionScopes(functions []string) []scannerapi.FunctionScope {
+	var out []scannerapi.FunctionScope
+	for _, fn := range functions {
+		if fn == FunctionCancel {
+			out = append(out, scanutil.CancelScope())
+			continue
+		}
+		t := tuple{flow: keys.FlowIDFrom(scanutil.AnyUUID), downstream: scanutil.AnyExecution()}
+		out = append(out, scannerapi.FunctionScope{Function: fn,
+			Patterns: scanutil.ScopePatterns(nil, groupKeys(keys.Partition{Family: keys.FamilyFlow}, t)...)})
+	}
+	return out
 }

@@ -170,8 +170,9 @@ func (s *Scanner) Info() scannerapi.Info {
 		// execution ids.
 		Commands: []string{"HGET", "HMGET", "ZRANGE", "ZREM"},
 		// ZREM: invalid members of its own index.
-		KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}},
-		Functions: []string{Function},
+		KeyScopes:      []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}},
+		Functions:      []string{Function},
+		FunctionScopes: []scannerapi.FunctionScope{{Function: Function, Patterns: functionKeys()}},
 		Options: append(scannerapi.FilterOptions(), scannerapi.OptionSpec{
 			Name: OptionLookahead, Type: scannerapi.OptionInt, Default: strconv.Itoa(DefaultLookahead),
 			Description: "index entries read past the host's window per partition scan when the window is full (at least 1: without it, a window full of entries left in place hides every newer lease for good)",
@@ -532,4 +533,12 @@ func (u *unsureSet) take(eid string) bool {
 	_, ok := u.ids[eid]
 	delete(u.ids, eid)
 	return ok
+}
+
+// functionKeys are the key patterns of the scanner's calls of Function
+// (see scan): the execution's core and lease keys and the partition's
+// index, for any execution.
+func functionKeys() []string {
+	k, pk := keys.Exec(scanutil.AnyExecution()), keys.FlowPart(keys.Partition{Family: keys.FamilyFlow})
+	return scanutil.ScopePatterns(nil, k.Core(), k.LeaseCurrent(), pk.LeaseExpiry(), k.LeaseHistory())
 }

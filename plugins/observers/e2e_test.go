@@ -72,6 +72,7 @@ func TestFlowProjector(t *testing.T) {
 			ctx := context.Background()
 			assert.Equal(t, int64(3), r.Processed, "%v", r)
 			assert.Equal(t, map[string]int64{"invalid/invalid_member": 1}, r.Errors)
+			assert.Empty(t, r.Refused)
 			summary := func(fid keys.FlowID) map[string]string {
 				m, err := vk.Do(ctx, vk.B().Hgetall().Key(keys.Flow(parts, fid).Summary()).Build()).AsStrMap()
 				require.NoError(t, err)
@@ -122,6 +123,7 @@ func TestIndexReconciler(t *testing.T) {
 			assert.Equal(t, int64(1), r.Processed, "%v", r)
 			assert.Equal(t, int64(2), r.Skipped)
 			assert.Empty(t, r.Errors)
+			assert.Empty(t, r.Refused)
 			assert.Equal(t, map[string]int{"HMGET": 6, "ZSCORE": 3}, r.Commands)
 		},
 	})

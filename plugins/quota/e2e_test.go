@@ -83,6 +83,7 @@ func TestQuotaReconciler(t *testing.T) {
 			ctx := context.Background()
 			assert.Equal(t, int64(3), r.Processed, "counter corrected, window trimmed, orphan pruned: %v", r)
 			assert.Equal(t, map[string]int64{"invalid/invalid_member": 1}, r.Errors)
+			assert.Empty(t, r.Refused)
 			qk := keys.Quota(parts, capped.ID)
 			n, err := vk.Do(ctx, vk.B().Get().Key(qk.Concurrency()).Build()).ToString()
 			require.NoError(t, err)

@@ -108,6 +108,11 @@ func (s *Timer) Info() scannerapi.Info {
 	src := scannerapi.CandidateSource{
 		Name: s.sp.source, Kind: scannerapi.SourceZSetDue, Key: s.sp.key, Backlog: scannerapi.BacklogDue,
 	}
+	functions := append([]string{s.sp.function}, s.sp.alsoCalls...)
+	var scopes []scannerapi.FunctionScope
+	for _, fn := range functions {
+		scopes = append(scopes, functionScope(fn, src.KeyPattern()))
+	}
 	return scannerapi.Info{
 		Name:            s.sp.name,
 		Version:         Version,
@@ -118,7 +123,8 @@ func (s *Timer) Info() scannerapi.Info {
 		Sources:         []scannerapi.CandidateSource{src},
 		Commands:        []string{"HGET", "HMGET", "ZSCORE", "ZREM", "GET"},
 		KeyScopes:       []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{src.KeyPattern()}}},
-		Functions:       append([]string{s.sp.function}, s.sp.alsoCalls...),
+		Functions:       functions,
+		FunctionScopes:  scopes,
 		Options:         scannerapi.FilterOptions(),
 	}
 }

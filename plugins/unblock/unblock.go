@@ -97,7 +97,11 @@ func (s *Scanner) Info() scannerapi.Info {
 		Commands:  []string{"HGET", "HMGET", "HGETALL", "ZCOUNT", "GET", "SMEMBERS", "ZREM"},
 		KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: own}},
 		Functions: []string{Function},
-		Options:   scannerapi.FilterOptions(),
+		// The execution's core, the blocked index it was read from, its
+		// lane's eligible index.
+		FunctionScopes: []scannerapi.FunctionScope{{Function: Function, Patterns: append(own, scanutil.ScopePatterns(nil,
+			keys.Exec(scanutil.AnyExecution()).Core(), keys.FlowPart(keys.Partition{}).LaneEligible(scanutil.AnyLane))...)}},
+		Options: scannerapi.FilterOptions(),
 	}
 }
 

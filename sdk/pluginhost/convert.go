@@ -35,6 +35,9 @@ func infoFromPB(in *pb.ScannerInfo) scannerapi.Info {
 	for _, ks := range in.GetKeyScopes() {
 		out.KeyScopes = append(out.KeyScopes, scannerapi.KeyScope{Command: ks.GetCommand(), Patterns: ks.GetPatterns()})
 	}
+	for _, fs := range in.GetFunctionScopes() {
+		out.FunctionScopes = append(out.FunctionScopes, scannerapi.FunctionScope{Function: fs.GetFunction(), Patterns: fs.GetPatterns()})
+	}
 	for _, o := range in.GetOptions() {
 		out.Options = append(out.Options, scannerapi.OptionSpec{
 			Name: o.GetName(), Type: scannerapi.OptionType(o.GetType()), Default: o.GetDefault(),

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -60,8 +61,17 @@ type LaunchConfig struct {
 	// Isolation confines the process (see Isolation); the zero value
 	// does not. Confined, the plugin reads only its executable, the
 	// system's shared libraries and what the Go runtime needs, writes
-	// only its socket directory (also its TMPDIR), and cannot use TCP.
+	// only its socket directory (also its TMPDIR), and opens no socket
+	// but unix ones.
 	Isolation Isolation
+	// MemoryLimit, if positive, bounds the memory the plugin maps for
+	// its data (RLIMIT_DATA: the Go runtime's heap and stacks), in
+	// bytes; its garbage collector aims below it (GOMEMLIMIT, 90 %). A
+	// plugin that passes it dies (the Go runtime's "out of memory"), and
+	// ExitError says so. Set before the plugin runs by the trampoline
+	// where it confines the plugin, and by the host right after the
+	// start elsewhere on Linux; ignored on other systems.
+	MemoryLimit int64
 }
 
 // CallbackPath is how a plugin's callback batches reach the host.
@@ -225,6 +235,7 @@ func (l *launch) runner(log hclog.Logger, spec *exec.Cmd, socketDir string) (run
 		return nil, err
 	}
 	r.isolation = l.cfg.Isolation
+	r.memoryLimit = l.cfg.MemoryLimit
 	r.readOnly = append([]string{l.path}, sandboxReadOnly...)
 	r.readWrite = append([]string{socketDir}, sandboxReadWrite...)
 	r.onExit = l.p.exitCancel
@@ -241,6 +252,9 @@ func (l *launch) command(spec *exec.Cmd, socketDir string) *exec.Cmd {
 	if l.cfg.Isolation != IsolationOff {
 		// The only directory it may write.
 		cmd.Env = append(cmd.Env, "TMPDIR="+socketDir)
+	}
+	if n := l.cfg.MemoryLimit; n > 0 {
+		cmd.Env = append(cmd.Env, memoryLimitEnv+"="+strconv.FormatInt(n, 10), "GOMEMLIMIT="+strconv.FormatInt(n/10*9, 10))
 	}
 	cmd.SysProcAttr = pluginProcAttr()
 	if l.cbPlugin != nil {

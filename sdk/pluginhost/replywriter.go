@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ffscan/ffscan/sdk/internal/codec"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -140,6 +141,15 @@ func NewReplyWriter(n int) *ReplyWriter { return newReplyWriter(nil, n) }
 // newReplyWriter starts a packed reply batch of n replies in dst.
 func newReplyWriter(dst []byte, n int) *ReplyWriter {
 	return &ReplyWriter{buf: binary.AppendUvarint(dst, uint64(n))}
+}
+
+// Grow makes room for n more bytes of replies, so that writing replies
+// whose size is known ahead (a host that measured them) reallocates the
+// batch once, not at every doubling.
+func (w *ReplyWriter) Grow(n int) {
+	if n > 0 {
+		w.buf = slices.Grow(w.buf, n)
+	}
 }
 
 // Bytes returns the packed batch written so far.

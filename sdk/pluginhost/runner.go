@@ -32,9 +32,13 @@ type procRunner struct {
 	isolation           Isolation
 	readOnly, readWrite []string
 	isolated            string
-	exited              chan struct{}
-	once                sync.Once
-	err                 error // Wait's result, valid once exited is closed
+	// memoryLimit bounds the process's data (LaunchConfig.MemoryLimit);
+	// oom watches its stderr for the Go runtime running out of memory.
+	memoryLimit int64
+	oom         *oomWatch
+	exited      chan struct{}
+	once        sync.Once
+	err         error // Wait's result, valid once exited is closed
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -48,7 +52,8 @@ func newProcRunner(logger hclog.Logger, cmd *exec.Cmd) (*procRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &procRunner{logger: logger, cmd: cmd, path: cmd.Path, stdout: stdout, stderr: stderr, exited: make(chan struct{})}, nil
+	oom := &oomWatch{ReadCloser: stderr}
+	return &procRunner{logger: logger, cmd: cmd, path: cmd.Path, stdout: stdout, stderr: oom, oom: oom, exited: make(chan struct{})}, nil
 }
 
 func (r *procRunner) Start(context.Context) error {
@@ -66,8 +71,24 @@ func (r *procRunner) Start(context.Context) error {
 		r.markExited(err)
 		return err
 	}
+	if r.memoryLimit > 0 && r.cmd.Path != trampolinePath {
+		// The trampoline sets it right before it execs the plugin
+		// (not here: the trampoline, the host's own program, may need
+		// more); without it this bounds the plugin from its first
+		// milliseconds on.
+		if err := setMemoryLimit(r.cmd.Process.Pid, r.memoryLimit); err != nil {
+			_ = r.Kill(context.Background())
+			go func() { _ = r.cmd.Wait() }()
+			err = fmt.Errorf("plugin: cannot set its memory limit: %w", err)
+			r.markExited(err)
+			return err
+		}
+	}
 	r.mu.Lock()
 	r.pid = r.cmd.Process.Pid
+	if r.memoryLimit > 0 && r.isolated != "" {
+		r.isolated += "; " + memoryDesc(r.memoryLimit)
+	}
 	r.mu.Unlock()
 	r.logger.Debug("plugin started", "path", r.path, "pid", r.pid)
 	return nil
@@ -83,6 +104,9 @@ func (r *procRunner) Wait(context.Context) error {
 
 func (r *procRunner) markExited(err error) {
 	r.once.Do(func() {
+		if err != nil && r.memoryLimit > 0 && r.oom.seen.Load() {
+			err = &MemoryLimitError{Limit: r.memoryLimit, Err: err}
+		}
 		r.err = err
 		if r.onExit != nil {
 			r.onExit()

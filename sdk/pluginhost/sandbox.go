@@ -9,8 +9,9 @@ const (
 	IsolationOff Isolation = iota
 	// IsolationAuto confines the plugin with what the kernel offers
 	// (Linux Landlock: files, TCP, abstract sockets and signals, by ABI
-	// version) and starts it unconfined when the kernel offers nothing;
-	// Plugin.Isolation says which happened.
+	// version; a seccomp filter on amd64 and arm64: no new processes, no
+	// socket but AF_UNIX) and starts it unconfined when the kernel offers
+	// no Landlock; Plugin.Isolation says which happened.
 	IsolationAuto
 	// IsolationRequired refuses to start the plugin unless at least the
 	// filesystem rules and the TCP denial can be enforced.
@@ -20,7 +21,7 @@ const (
 // What a confined plugin may touch: besides these, its own executable
 // (read and execute) and the go-plugin socket directory (read and write,
 // also its TMPDIR). Everything else in the filesystem is out of reach,
-// the host's configuration and environment included, as is TCP.
+// the host's configuration and environment included, as is the network.
 var (
 	// sandboxReadOnly are read (and execute) only: the dynamic loader and
 	// shared libraries, and what the Go runtime reads of /sys. Not

@@ -46,9 +46,9 @@ func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, 
 		// which /proc/self/exe names in the child even when its file was
 		// replaced since, installs the filter and execs the plugin.
 		cmd.Env = append(cmd.Env, seccompExecEnv+"="+cmd.Path)
-		cmd.Path = "/proc/self/exe"
+		cmd.Path = trampolinePath
 		// Opened here, the rule names this program's own file.
-		readOnly = append(readOnly, "/proc/self/exe")
+		readOnly = append(readOnly, trampolinePath)
 	}
 	type started struct {
 		desc string
@@ -63,9 +63,9 @@ func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, 
 			err = cmd.Start()
 		}
 		if noProcs {
-			desc += "; no new processes (seccomp)"
+			desc += "; " + seccompDesc + "; " + capsDesc
 		} else {
-			desc += "; may start processes (the kernel offers no seccomp filter)"
+			desc += "; may start processes and open sockets other than TCP (the kernel offers no seccomp filter)"
 		}
 		ch <- started{desc, err}
 		if err == nil {
@@ -174,7 +174,7 @@ func confineThread(abi int, readOnly, readWrite []string) (string, error) {
 	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
 		return "", fmt.Errorf("landlock_restrict_self: %w", errno)
 	}
-	desc := []string{fmt.Sprintf("landlock ABI %d", abi), fmt.Sprintf("files: read %d paths, write %d", nr, nw), "TCP denied"}
+	desc := []string{fmt.Sprintf("landlock ABI %d", abi), fmt.Sprintf("files: read %d paths, write %d", nr, nw), "TCP bind and connect denied"}
 	if scoped {
 		desc = append(desc, "abstract sockets and signals scoped")
 	}

@@ -42,9 +42,10 @@ func probe(t *testing.T, p *pluginhost.Plugin, members ...string) map[string]str
 }
 
 // A confined plugin cannot read the host's files or environment, write
-// outside its socket directory, use TCP or signal the host; it still
-// serves its scanners through the host. The same probes from an
-// unconfined plugin succeed, so the refusals are the confinement's.
+// outside its socket directory, open a network socket (TCP, multipath
+// TCP, a TCP listener, UDP) or signal the host; it still serves its
+// scanners through the host. The same probes from an unconfined plugin
+// succeed, so the refusals are the confinement's.
 func TestConfinedPluginCannotEscape(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("isolation is Linux only")
@@ -64,13 +65,21 @@ func TestConfinedPluginCannotEscape(t *testing.T) {
 			c.Close()
 		}
 	}()
-	members := []string{
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer udp.Close()
+	network := []string{
+		"dial:" + ln.Addr().String(),
+		"mptcp:" + ln.Addr().String(),
+		"listen:tcp",
+		"udp:" + udp.LocalAddr().String(),
+	}
+	members := append([]string{
 		"read:" + secret,
 		"write:" + filepath.Join(dir, "dropped"),
-		"dial:" + ln.Addr().String(),
 		fmt.Sprintf("signal:%d", os.Getpid()),
 		"spawn:/bin/true",
-	}
+	}, network...)
 
 	free := launchIsolated(t, pluginhost.IsolationOff)
 	assert.Empty(t, free.Isolation())
@@ -85,11 +94,20 @@ func TestConfinedPluginCannotEscape(t *testing.T) {
 	}
 	p := launchIsolated(t, pluginhost.IsolationRequired)
 	assert.Contains(t, p.Isolation(), "landlock ABI")
-	assert.Contains(t, p.Isolation(), "TCP denied")
+	assert.Contains(t, p.Isolation(), "TCP bind and connect denied")
 	got := probe(t, p, append(members, fmt.Sprintf("environ:%d", os.Getpid()))...)
 	assert.Contains(t, got["read:"+secret], "permission denied")
 	assert.Contains(t, got["write:"+filepath.Join(dir, "dropped")], "permission denied")
-	assert.Contains(t, got["dial:"+ln.Addr().String()], "permission denied")
+	// Landlock refuses the connect (EACCES), or seccomp the socket
+	// before it (EPERM).
+	assert.Regexp(t, "permission denied|operation not permitted", got["dial:"+ln.Addr().String()])
+	if strings.Contains(p.Isolation(), "no sockets but unix ones") {
+		for _, m := range network[1:] {
+			assert.Contains(t, got[m], "operation not permitted", m)
+		}
+	} else {
+		t.Logf("the kernel offers no seccomp filter: %s", p.Isolation())
+	}
 	assert.Contains(t, got[fmt.Sprintf("environ:%d", os.Getpid())], "permission denied")
 	if strings.Contains(p.Isolation(), "signals scoped") {
 		assert.Contains(t, got[fmt.Sprintf("signal:%d", os.Getpid())], "operation not permitted")
@@ -124,4 +142,28 @@ func TestProtectedHostEnvironmentIsUnreadable(t *testing.T) {
 	require.Equal(t, "ok", probe(t, p, env)[env])
 	require.NoError(t, pluginhost.ProtectHostProcess())
 	assert.Contains(t, probe(t, p, env)[env], "permission denied")
+}
+
+// A confined plugin that makes a syscall of another architecture (an
+// amd64 process can enter the kernel's i386 syscall table with int 0x80,
+// where every number the filter checks means something else) is killed:
+// a filter that let such calls through would let the plugin open any
+// socket.
+func TestConfinedPluginIsKilledForAForeignArchitectureSyscall(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("i386 syscalls are an amd64 matter")
+	}
+	free := launchIsolated(t, pluginhost.IsolationOff)
+	if outcome := probe(t, free, "i386socket:")["i386socket:"]; outcome != "ok" {
+		t.Skipf("this kernel runs no i386 syscalls: %s", outcome)
+	}
+	p := launchIsolated(t, pluginhost.IsolationAuto)
+	if !strings.Contains(p.Isolation(), "seccomp") {
+		t.Skipf("no seccomp filter here: %s", p.Isolation())
+	}
+	req := &scannerapi.ScanRequest{Scanner: "prober", Partition: keys.Partition{Family: keys.FamilyFlow},
+		Candidates: []scannerapi.Candidate{{Source: "due", Member: "i386socket:"}}}
+	_, err := scannerByName(t, p, "prober").ScanPartition(context.Background(), nil, req)
+	require.Error(t, err, "the plugin answered: the syscall went through")
+	<-p.Exited()
 }

@@ -35,6 +35,9 @@ func infoToPB(in Info) *pb.ScannerInfo {
 	for _, ks := range in.KeyScopes {
 		out.KeyScopes = append(out.KeyScopes, &pb.KeyScope{Command: ks.Command, Patterns: ks.Patterns})
 	}
+	for _, fs := range in.FunctionScopes {
+		out.FunctionScopes = append(out.FunctionScopes, &pb.FunctionScope{Function: fs.Function, Patterns: fs.Patterns})
+	}
 	for _, o := range in.Options {
 		out.Options = append(out.Options, &pb.OptionSpec{
 			Name: o.Name, Type: string(o.Type), Default: codec.ValidUTF8(o.Default),

@@ -7,6 +7,19 @@ import (
 	"github.com/ffscan/ffscan/keys"
 )
 
+// Bounds of what an Info declares. A host matches every key a plugin
+// sends against the patterns the plugin declared, and records the
+// declaration in its approvals: the sizes bound that work and that file.
+// ffscan's own declarations stay far below them.
+const (
+	// MaxKeyPatternLen bounds a key pattern and a source's key, in bytes.
+	MaxKeyPatternLen = 512
+	// MaxKeyPatterns bounds the patterns of one scope.
+	MaxKeyPatterns = 64
+	// MaxDeclaredNameLen bounds a command or function name, in bytes.
+	MaxDeclaredNameLen = 128
+)
+
 // ValidateInfo checks that an Info is complete and self-consistent: a valid
 // name, a supported APIVersion (MinAPIVersion..APIVersion), a known family, a positive interval and
 // batch, well-formed sources (known kinds, keys under "ff:" that contain
@@ -17,7 +30,7 @@ func ValidateInfo(in Info) error {
 	if err := validateName(in.Name); err != nil {
 		return err
 	}
-	for _, check := range []func(Info) error{validateBasics, validateSources, validateCommands, validateKeyScopes, validateFunctions, validateOptions} {
+	for _, check := range []func(Info) error{validateBasics, validateSources, validateCommands, validateKeyScopes, validateFunctions, validateFunctionScopes, validateOptions} {
 		if err := check(in); err != nil {
 			return err
 		}
@@ -80,6 +93,9 @@ func validateSources(in Info) error {
 // source names (whose backlog the function's rows count and whose due
 // time the function decides).
 func validateSource(scanner string, s CandidateSource) error {
+	if len(s.Key) > MaxKeyPatternLen {
+		return invalid(scanner, "source %s: key of %d bytes; at most %d", s.Name, len(s.Key), MaxKeyPatternLen)
+	}
 	switch s.Kind {
 	case SourceZSetDue, SourceZSetRotate, SourceSetScan:
 		if !strings.HasPrefix(s.Key, keys.Prefix) || !strings.Contains(s.Key, "{p}") {
@@ -105,7 +121,7 @@ func validateSource(scanner string, s CandidateSource) error {
 // that no FCALL hides among them.
 func validateCommands(in Info) error {
 	for _, c := range in.Commands {
-		if c == "" || c != strings.ToUpper(c) || strings.ContainsAny(c, " \t") {
+		if c == "" || len(c) > MaxDeclaredNameLen || c != strings.ToUpper(c) || strings.ContainsAny(c, " \t") {
 			return invalid(in.Name, "command %q must be a single upper-case command name", c)
 		}
 		if strings.HasPrefix(c, "FCALL") {
@@ -131,13 +147,8 @@ func validateKeyScopes(in Info) error {
 			return invalid(in.Name, "command %s has two key scopes; list all its patterns in one", ks.Command)
 		}
 		scoped[ks.Command] = true
-		if len(ks.Patterns) == 0 {
-			return invalid(in.Name, "key scope for %s has no patterns", ks.Command)
-		}
-		for _, p := range ks.Patterns {
-			if !strings.HasPrefix(p, keys.Prefix) {
-				return invalid(in.Name, "key scope for %s: pattern %q must start with %q", ks.Command, p, keys.Prefix)
-			}
+		if err := validatePatterns(in.Name, "key scope for "+ks.Command, ks.Patterns); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -146,8 +157,54 @@ func validateKeyScopes(in Info) error {
 // validateFunctions checks the function names.
 func validateFunctions(in Info) error {
 	for _, f := range in.Functions {
-		if f == "" || strings.ContainsAny(f, " \t") {
+		if f == "" || len(f) > MaxDeclaredNameLen || strings.ContainsAny(f, " \t") {
 			return invalid(in.Name, "function name %q is invalid", f)
+		}
+	}
+	return nil
+}
+
+// validateFunctionScopes checks that each scope narrows a declared
+// library function (not a Postgres one: those take no keys), one scope
+// per function, with patterns under "ff:".
+func validateFunctionScopes(in Info) error {
+	declared := map[string]bool{}
+	for _, f := range in.Functions {
+		declared[f] = true
+	}
+	scoped := map[string]bool{}
+	for _, fs := range in.FunctionScopes {
+		switch {
+		case strings.HasPrefix(fs.Function, "pg:"):
+			return invalid(in.Name, "function scope for %q: Postgres functions take no keys", fs.Function)
+		case !declared[fs.Function]:
+			return invalid(in.Name, "function scope for %q: the function is not among Functions", fs.Function)
+		case scoped[fs.Function]:
+			return invalid(in.Name, "function %s has two scopes; list all its patterns in one", fs.Function)
+		}
+		scoped[fs.Function] = true
+		if err := validatePatterns(in.Name, "function scope for "+fs.Function, fs.Patterns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validatePatterns checks a scope's patterns: at least one, at most
+// MaxKeyPatterns, each under "ff:" and at most MaxKeyPatternLen bytes.
+func validatePatterns(scanner, what string, pats []string) error {
+	switch {
+	case len(pats) == 0:
+		return invalid(scanner, "%s has no patterns", what)
+	case len(pats) > MaxKeyPatterns:
+		return invalid(scanner, "%s has %d patterns; at most %d", what, len(pats), MaxKeyPatterns)
+	}
+	for _, p := range pats {
+		if len(p) > MaxKeyPatternLen {
+			return invalid(scanner, "%s: a pattern of %d bytes (%.40q...); at most %d", what, len(p), p, MaxKeyPatternLen)
+		}
+		if !strings.HasPrefix(p, keys.Prefix) {
+			return invalid(scanner, "%s: pattern %q must start with %q", what, p, keys.Prefix)
 		}
 	}
 	return nil

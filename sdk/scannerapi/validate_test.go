@@ -1,6 +1,8 @@
 package scannerapi_test
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,8 +96,71 @@ func TestMatchKeyPattern(t *testing.T) {
 		{"ff:exact", "ff:exac", false},
 		{"ff:[a]?", "ff:[a]?", true}, // no other wildcards
 		{"ff:[a]?", "ff:a1", false},
+		{"ff:*a*", "ff:", false},
+		{"ff:**", "ff:x", true},
+		{"*", "", true},
+		{"ff:ab*ab", "ff:ab", false}, // head and tail may not overlap
+		{"ff:*aab*", "ff:aaab", true},
+		{"ff:*abab*c", "ff:ababac", true},
+		{"ff:*abab*c", "ff:abac", false},
+		{"ff:*abab*c", "ff:abababc", true},
 	} {
 		assert.Equal(t, c.want, scannerapi.MatchKeyPattern(c.pattern, c.key), "%q ~ %q", c.pattern, c.key)
+	}
+}
+
+// The matcher agrees with a regular expression of the pattern on every
+// pattern and key over a small alphabet.
+func TestMatchKeyPatternAgreesWithARegexp(t *testing.T) {
+	alphabet := []string{"a", "b", "*"}
+	var gen func(n int) []string
+	gen = func(n int) []string {
+		if n == 0 {
+			return []string{""}
+		}
+		var out []string
+		for _, p := range gen(n - 1) {
+			for _, c := range alphabet {
+				out = append(out, p+c)
+			}
+		}
+		return out
+	}
+	var pats, ks []string
+	for n := 0; n <= 5; n++ {
+		pats = append(pats, gen(n)...)
+	}
+	for _, k := range pats {
+		if !strings.Contains(k, "*") && len(k) <= 5 {
+			ks = append(ks, k)
+		}
+	}
+	for _, p := range pats {
+		re := regexp.MustCompile("^" + strings.ReplaceAll(regexp.QuoteMeta(p), `\*`, ".*") + "$")
+		for _, k := range ks {
+			require.Equal(t, re.MatchString(k), scannerapi.MatchKeyPattern(p, k), "%q ~ %q", p, k)
+		}
+	}
+}
+
+// The check of a 100 KB pattern against a 300 KB key, which took 32 s of
+// a host's CPU in a backtracking matcher, takes a number of steps linear
+// in their lengths, whatever their shape.
+func TestMatchKeyPatternIsLinear(t *testing.T) {
+	cases := []struct{ name, pattern, key string }{
+		{"stars between single bytes", "ff:" + strings.Repeat("*a", 50_000) + "*b",
+			"ff:" + strings.Repeat("a", 49_999) + strings.Repeat("c", 250_000) + "b"},
+		{"a long piece almost found everywhere", "ff:*" + strings.Repeat("a", 99_996) + "b*", "ff:" + strings.Repeat("a", 299_997)},
+		{"many pieces, the last missing", "ff:" + strings.Repeat("*ab", 33_332) + "*c*", "ff:" + strings.Repeat("ab", 149_998)},
+	}
+	for _, c := range cases {
+		require.GreaterOrEqual(t, len(c.pattern), 100_000, c.name)
+		require.GreaterOrEqual(t, len(c.key), 299_999, c.name)
+		ok, steps := scannerapi.MatchKeyPatternSteps(c.pattern, c.key)
+		assert.False(t, ok, c.name)
+		bound := 4 * (len(c.pattern) + len(c.key))
+		assert.LessOrEqual(t, steps, bound, "%s: %d steps for %d + %d bytes", c.name, steps, len(c.pattern), len(c.key))
+		t.Logf("%s: %d steps for a %d-byte pattern and a %d-byte key", c.name, steps, len(c.pattern), len(c.key))
 	}
 }
 
@@ -123,6 +188,70 @@ func TestKeyScopesValidated(t *testing.T) {
 	in := base()
 	in.KeyScopes = []scannerapi.KeyScope{{Command: "DEL", Patterns: []string{"ff:a:*", "ff:b"}}}
 	require.NoError(t, scannerapi.ValidateInfo(in))
+}
+
+func TestFunctionScopesValidated(t *testing.T) {
+	base := func() scannerapi.Info {
+		in := validInfo()
+		in.Functions = []string{"ff_promote_delayed", "pg:expire_lapsed_lease"}
+		return in
+	}
+	for _, c := range []struct {
+		scopes []scannerapi.FunctionScope
+		want   string
+	}{
+		{[]scannerapi.FunctionScope{{Function: "ff_other", Patterns: []string{"ff:x"}}}, "not among Functions"},
+		{[]scannerapi.FunctionScope{{Function: "ff_promote_delayed"}}, "no patterns"},
+		{[]scannerapi.FunctionScope{{Function: "ff_promote_delayed", Patterns: []string{"other:x"}}}, "must start with"},
+		{[]scannerapi.FunctionScope{{Function: "ff_promote_delayed", Patterns: []string{"ff:a"}}, {Function: "ff_promote_delayed", Patterns: []string{"ff:b"}}}, "two scopes"},
+		{[]scannerapi.FunctionScope{{Function: "pg:expire_lapsed_lease", Patterns: []string{"ff:a"}}}, "Postgres functions take no keys"},
+	} {
+		in := base()
+		in.FunctionScopes = c.scopes
+		err := scannerapi.ValidateInfo(in)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	in := base()
+	in.FunctionScopes = []scannerapi.FunctionScope{{Function: "ff_promote_delayed", Patterns: []string{"ff:exec:{fp:*}:*", "ff:idx:{fp:*}:lane:*:delayed"}}}
+	require.NoError(t, scannerapi.ValidateInfo(in))
+	assert.True(t, in.FunctionScopes[0].Allows("ff:idx:{fp:3}:lane:default:delayed"))
+	assert.False(t, in.FunctionScopes[0].Allows("ff:config:partitions"))
+}
+
+// A declaration's patterns, source keys and names are bounded: the host
+// matches every key a plugin sends against its patterns.
+func TestDeclarationSizesBounded(t *testing.T) {
+	long := "ff:" + strings.Repeat("*a", 50_000)
+	many := make([]string, scannerapi.MaxKeyPatterns+1)
+	for i := range many {
+		many[i] = "ff:x"
+	}
+	for _, c := range []struct {
+		mutate func(*scannerapi.Info)
+		want   string
+	}{
+		{func(in *scannerapi.Info) {
+			in.KeyScopes = []scannerapi.KeyScope{{Command: "DEL", Patterns: []string{long}}}
+		}, "a pattern of 100003 bytes"},
+		{func(in *scannerapi.Info) { in.KeyScopes = []scannerapi.KeyScope{{Command: "DEL", Patterns: many}} }, "has 65 patterns; at most 64"},
+		{func(in *scannerapi.Info) {
+			in.FunctionScopes = []scannerapi.FunctionScope{{Function: "ff_promote_delayed", Patterns: []string{long}}}
+		}, "function scope for ff_promote_delayed: a pattern of 100003 bytes"},
+		{func(in *scannerapi.Info) {
+			in.Sources = []scannerapi.CandidateSource{{Name: "s", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:" + strings.Repeat("x", 600)}}
+		}, "key of 611 bytes"},
+		{func(in *scannerapi.Info) { in.Functions = append(in.Functions, "ff_"+strings.Repeat("x", 200)) }, "function name"},
+	} {
+		in := validInfo()
+		in.Commands = []string{"DEL"}
+		in.Functions = []string{"ff_promote_delayed"}
+		c.mutate(&in)
+		err := scannerapi.ValidateInfo(in)
+		require.Error(t, err, c.want)
+		assert.Contains(t, err.Error(), c.want)
+		assert.Less(t, len(err.Error()), 300, "the error does not repeat the pattern")
+	}
 }
 
 func validInfo() scannerapi.Info {

@@ -51,6 +51,13 @@ func Write(w *pluginhost.ReplyWriter, r valkey.ValkeyResult) {
 	write(w, &msg)
 }
 
+// OfMessage converts one message of a reply, such as an element of the
+// array EXEC answers: an error element is class server.
+func OfMessage(m *valkey.ValkeyMessage) scannerapi.Reply { return convert(m) }
+
+// WriteMessage writes what OfMessage returns for m to w.
+func WriteMessage(w *pluginhost.ReplyWriter, m *valkey.ValkeyMessage) { write(w, m) }
+
 // write is convert for a ReplyWriter; the two must stay in step (the
 // package's tests compare them on every kind of reply).
 func write(w *pluginhost.ReplyWriter, m *valkey.ValkeyMessage) {

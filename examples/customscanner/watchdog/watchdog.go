@@ -83,6 +83,10 @@ func (w *Watchdog) Info() scannerapi.Info {
 		}},
 		Commands:  []string{"HMGET"},
 		Functions: []string{"ff_promote_delayed"},
+		// promote's calls: the execution's core, the delayed index it
+		// was read from, its lane's eligible index.
+		FunctionScopes: []scannerapi.FunctionScope{{Function: "ff_promote_delayed",
+			Patterns: []string{"ff:exec:{fp:*}:{fp:*}:*:core", "ff:idx:{fp:*}:lane:*:delayed", "ff:idx:{fp:*}:lane:*:eligible"}}},
 		Options: []scannerapi.OptionSpec{
 			{Name: "max_age", Type: scannerapi.OptionDuration, Default: "1h", Description: "how long past its due time an execution counts as stuck"},
 			{Name: "action", Type: scannerapi.OptionString, Default: ActionReport, Description: "report (look only) or promote (repair through ff_promote_delayed)"},

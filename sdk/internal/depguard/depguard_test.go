@@ -44,6 +44,8 @@ var sdkAllowedModules = append([]string{
 	"golang.org/x/net",
 	"golang.org/x/sys",
 	"golang.org/x/text",
+	// The seccomp policy of confined plugins (pluginhost only).
+	"github.com/elastic/go-seccomp-bpf",
 }, ffscanModules...)
 
 // hostSidePackages are the SDK's packages for programs that run plugins

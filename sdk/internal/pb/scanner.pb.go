@@ -187,9 +187,13 @@ type ScannerInfo struct {
 	Options           []*OptionSpec      `protobuf:"bytes,10,rep,name=options,proto3" json:"options,omitempty"`
 	// Narrowing of commands to key patterns (API version 2 and later;
 	// older hosts ignore it and run the commands unscoped).
-	KeyScopes     []*KeyScope `protobuf:"bytes,11,rep,name=key_scopes,json=keyScopes,proto3" json:"key_scopes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KeyScopes []*KeyScope `protobuf:"bytes,11,rep,name=key_scopes,json=keyScopes,proto3" json:"key_scopes,omitempty"`
+	// Narrowing of library functions to the keys of their calls (added
+	// without a version change: an older host ignores it and runs the
+	// functions unscoped, an older plugin declares none).
+	FunctionScopes []*FunctionScope `protobuf:"bytes,12,rep,name=function_scopes,json=functionScopes,proto3" json:"function_scopes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ScannerInfo) Reset() {
@@ -299,6 +303,13 @@ func (x *ScannerInfo) GetKeyScopes() []*KeyScope {
 	return nil
 }
 
+func (x *ScannerInfo) GetFunctionScopes() []*FunctionScope {
+	if x != nil {
+		return x.FunctionScopes
+	}
+	return nil
+}
+
 type KeyScope struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Command       string                 `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
@@ -351,6 +362,58 @@ func (x *KeyScope) GetPatterns() []string {
 	return nil
 }
 
+type FunctionScope struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Function      string                 `protobuf:"bytes,1,opt,name=function,proto3" json:"function,omitempty"`
+	Patterns      []string               `protobuf:"bytes,2,rep,name=patterns,proto3" json:"patterns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FunctionScope) Reset() {
+	*x = FunctionScope{}
+	mi := &file_scanner_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FunctionScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FunctionScope) ProtoMessage() {}
+
+func (x *FunctionScope) ProtoReflect() protoreflect.Message {
+	mi := &file_scanner_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FunctionScope.ProtoReflect.Descriptor instead.
+func (*FunctionScope) Descriptor() ([]byte, []int) {
+	return file_scanner_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FunctionScope) GetFunction() string {
+	if x != nil {
+		return x.Function
+	}
+	return ""
+}
+
+func (x *FunctionScope) GetPatterns() []string {
+	if x != nil {
+		return x.Patterns
+	}
+	return nil
+}
+
 type CandidateSource struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -364,7 +427,7 @@ type CandidateSource struct {
 
 func (x *CandidateSource) Reset() {
 	*x = CandidateSource{}
-	mi := &file_scanner_proto_msgTypes[4]
+	mi := &file_scanner_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +439,7 @@ func (x *CandidateSource) String() string {
 func (*CandidateSource) ProtoMessage() {}
 
 func (x *CandidateSource) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[4]
+	mi := &file_scanner_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +452,7 @@ func (x *CandidateSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidateSource.ProtoReflect.Descriptor instead.
 func (*CandidateSource) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{4}
+	return file_scanner_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CandidateSource) GetName() string {
@@ -439,7 +502,7 @@ type OptionSpec struct {
 
 func (x *OptionSpec) Reset() {
 	*x = OptionSpec{}
-	mi := &file_scanner_proto_msgTypes[5]
+	mi := &file_scanner_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +514,7 @@ func (x *OptionSpec) String() string {
 func (*OptionSpec) ProtoMessage() {}
 
 func (x *OptionSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[5]
+	mi := &file_scanner_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +527,7 @@ func (x *OptionSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OptionSpec.ProtoReflect.Descriptor instead.
 func (*OptionSpec) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{5}
+	return file_scanner_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OptionSpec) GetName() string {
@@ -505,7 +568,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_scanner_proto_msgTypes[6]
+	mi := &file_scanner_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +580,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[6]
+	mi := &file_scanner_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +593,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{6}
+	return file_scanner_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConfigureRequest) GetScanner() string {
@@ -555,7 +618,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_scanner_proto_msgTypes[7]
+	mi := &file_scanner_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +630,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[7]
+	mi := &file_scanner_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +643,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{7}
+	return file_scanner_proto_rawDescGZIP(), []int{8}
 }
 
 type Partition struct {
@@ -593,7 +656,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_scanner_proto_msgTypes[8]
+	mi := &file_scanner_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +668,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[8]
+	mi := &file_scanner_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +681,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{8}
+	return file_scanner_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Partition) GetFamily() uint32 {
@@ -648,7 +711,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_scanner_proto_msgTypes[9]
+	mi := &file_scanner_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +723,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[9]
+	mi := &file_scanner_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +736,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{9}
+	return file_scanner_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Candidate) GetSource() string {
@@ -730,7 +793,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_scanner_proto_msgTypes[10]
+	mi := &file_scanner_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +805,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[10]
+	mi := &file_scanner_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +818,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{10}
+	return file_scanner_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScanRequest) GetPartition() *Partition {
@@ -825,7 +888,7 @@ type ScanPartitionRequest struct {
 
 func (x *ScanPartitionRequest) Reset() {
 	*x = ScanPartitionRequest{}
-	mi := &file_scanner_proto_msgTypes[11]
+	mi := &file_scanner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +900,7 @@ func (x *ScanPartitionRequest) String() string {
 func (*ScanPartitionRequest) ProtoMessage() {}
 
 func (x *ScanPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[11]
+	mi := &file_scanner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +913,7 @@ func (x *ScanPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanPartitionRequest.ProtoReflect.Descriptor instead.
 func (*ScanPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{11}
+	return file_scanner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ScanPartitionRequest) GetScanner() string {
@@ -885,7 +948,7 @@ type ErrorCount struct {
 
 func (x *ErrorCount) Reset() {
 	*x = ErrorCount{}
-	mi := &file_scanner_proto_msgTypes[12]
+	mi := &file_scanner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +960,7 @@ func (x *ErrorCount) String() string {
 func (*ErrorCount) ProtoMessage() {}
 
 func (x *ErrorCount) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[12]
+	mi := &file_scanner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +973,7 @@ func (x *ErrorCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorCount.ProtoReflect.Descriptor instead.
 func (*ErrorCount) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{12}
+	return file_scanner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ErrorCount) GetClass() string {
@@ -954,7 +1017,7 @@ type ScanResult struct {
 
 func (x *ScanResult) Reset() {
 	*x = ScanResult{}
-	mi := &file_scanner_proto_msgTypes[13]
+	mi := &file_scanner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1029,7 @@ func (x *ScanResult) String() string {
 func (*ScanResult) ProtoMessage() {}
 
 func (x *ScanResult) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[13]
+	mi := &file_scanner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1042,7 @@ func (x *ScanResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResult.ProtoReflect.Descriptor instead.
 func (*ScanResult) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{13}
+	return file_scanner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ScanResult) GetProcessed() int64 {
@@ -1061,7 +1124,7 @@ type ScanPartitionResponse struct {
 
 func (x *ScanPartitionResponse) Reset() {
 	*x = ScanPartitionResponse{}
-	mi := &file_scanner_proto_msgTypes[14]
+	mi := &file_scanner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1136,7 @@ func (x *ScanPartitionResponse) String() string {
 func (*ScanPartitionResponse) ProtoMessage() {}
 
 func (x *ScanPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[14]
+	mi := &file_scanner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1149,7 @@ func (x *ScanPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanPartitionResponse.ProtoReflect.Descriptor instead.
 func (*ScanPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{14}
+	return file_scanner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ScanPartitionResponse) GetResult() *ScanResult {
@@ -1107,7 +1170,7 @@ type SampleBacklogRequest struct {
 
 func (x *SampleBacklogRequest) Reset() {
 	*x = SampleBacklogRequest{}
-	mi := &file_scanner_proto_msgTypes[15]
+	mi := &file_scanner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1182,7 @@ func (x *SampleBacklogRequest) String() string {
 func (*SampleBacklogRequest) ProtoMessage() {}
 
 func (x *SampleBacklogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[15]
+	mi := &file_scanner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1195,7 @@ func (x *SampleBacklogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleBacklogRequest.ProtoReflect.Descriptor instead.
 func (*SampleBacklogRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{15}
+	return file_scanner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SampleBacklogRequest) GetScanner() string {
@@ -1167,7 +1230,7 @@ type SampleBacklogResponse struct {
 
 func (x *SampleBacklogResponse) Reset() {
 	*x = SampleBacklogResponse{}
-	mi := &file_scanner_proto_msgTypes[16]
+	mi := &file_scanner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1242,7 @@ func (x *SampleBacklogResponse) String() string {
 func (*SampleBacklogResponse) ProtoMessage() {}
 
 func (x *SampleBacklogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[16]
+	mi := &file_scanner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1255,7 @@ func (x *SampleBacklogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleBacklogResponse.ProtoReflect.Descriptor instead.
 func (*SampleBacklogResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{16}
+	return file_scanner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SampleBacklogResponse) GetPresent() bool {
@@ -1223,7 +1286,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_scanner_proto_msgTypes[17]
+	mi := &file_scanner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1298,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[17]
+	mi := &file_scanner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1311,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{17}
+	return file_scanner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExplainRequest) GetScanner() string {
@@ -1295,7 +1358,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_scanner_proto_msgTypes[18]
+	mi := &file_scanner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1370,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[18]
+	mi := &file_scanner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1383,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{18}
+	return file_scanner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExplainResponse) GetExplained() bool {
@@ -1380,7 +1443,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_scanner_proto_msgTypes[19]
+	mi := &file_scanner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1455,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[19]
+	mi := &file_scanner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1468,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{19}
+	return file_scanner_proto_rawDescGZIP(), []int{20}
 }
 
 type PingResponse struct {
@@ -1417,7 +1480,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_scanner_proto_msgTypes[20]
+	mi := &file_scanner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1492,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[20]
+	mi := &file_scanner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1505,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{20}
+	return file_scanner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PingResponse) GetPid() int64 {
@@ -1461,7 +1524,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_scanner_proto_msgTypes[21]
+	mi := &file_scanner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1536,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[21]
+	mi := &file_scanner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1549,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{21}
+	return file_scanner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Command) GetArgs() [][]byte {
@@ -1514,7 +1577,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_scanner_proto_msgTypes[22]
+	mi := &file_scanner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1589,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[22]
+	mi := &file_scanner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1602,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{22}
+	return file_scanner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecRequest) GetScanner() string {
@@ -1592,7 +1655,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_scanner_proto_msgTypes[23]
+	mi := &file_scanner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1667,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[23]
+	mi := &file_scanner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1680,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{23}
+	return file_scanner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Reply) GetKind() uint32 {
@@ -1686,7 +1749,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_scanner_proto_msgTypes[24]
+	mi := &file_scanner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1761,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[24]
+	mi := &file_scanner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1774,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{24}
+	return file_scanner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecResponse) GetReplies() []*Reply {
@@ -1767,7 +1830,7 @@ type SocketFrame struct {
 
 func (x *SocketFrame) Reset() {
 	*x = SocketFrame{}
-	mi := &file_scanner_proto_msgTypes[25]
+	mi := &file_scanner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1842,7 @@ func (x *SocketFrame) String() string {
 func (*SocketFrame) ProtoMessage() {}
 
 func (x *SocketFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[25]
+	mi := &file_scanner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1855,7 @@ func (x *SocketFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SocketFrame.ProtoReflect.Descriptor instead.
 func (*SocketFrame) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{25}
+	return file_scanner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SocketFrame) GetBody() isSocketFrame_Body {
@@ -1898,7 +1961,7 @@ type ScanCall struct {
 
 func (x *ScanCall) Reset() {
 	*x = ScanCall{}
-	mi := &file_scanner_proto_msgTypes[26]
+	mi := &file_scanner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +1973,7 @@ func (x *ScanCall) String() string {
 func (*ScanCall) ProtoMessage() {}
 
 func (x *ScanCall) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[26]
+	mi := &file_scanner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +1986,7 @@ func (x *ScanCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanCall.ProtoReflect.Descriptor instead.
 func (*ScanCall) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{26}
+	return file_scanner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ScanCall) GetSeq() uint64 {
@@ -1960,7 +2023,7 @@ type ScanReply struct {
 
 func (x *ScanReply) Reset() {
 	*x = ScanReply{}
-	mi := &file_scanner_proto_msgTypes[27]
+	mi := &file_scanner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2035,7 @@ func (x *ScanReply) String() string {
 func (*ScanReply) ProtoMessage() {}
 
 func (x *ScanReply) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[27]
+	mi := &file_scanner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2048,7 @@ func (x *ScanReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanReply.ProtoReflect.Descriptor instead.
 func (*ScanReply) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{27}
+	return file_scanner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ScanReply) GetSeq() uint64 {
@@ -2032,7 +2095,7 @@ const file_scanner_proto_rawDesc = "" +
 	"\fInfoResponse\x12:\n" +
 	"\bscanners\x18\x01 \x03(\v2\x1e.ffscan.scanner.v1.ScannerInfoR\bscanners\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12&\n" +
-	"\x0fscans_on_socket\x18\x03 \x01(\bR\rscansOnSocket\"\xb6\x03\n" +
+	"\x0fscans_on_socket\x18\x03 \x01(\bR\rscansOnSocket\"\x81\x04\n" +
 	"\vScannerInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
@@ -2047,9 +2110,13 @@ const file_scanner_proto_rawDesc = "" +
 	"\aoptions\x18\n" +
 	" \x03(\v2\x1d.ffscan.scanner.v1.OptionSpecR\aoptions\x12:\n" +
 	"\n" +
-	"key_scopes\x18\v \x03(\v2\x1b.ffscan.scanner.v1.KeyScopeR\tkeyScopes\"@\n" +
+	"key_scopes\x18\v \x03(\v2\x1b.ffscan.scanner.v1.KeyScopeR\tkeyScopes\x12I\n" +
+	"\x0ffunction_scopes\x18\f \x03(\v2 .ffscan.scanner.v1.FunctionScopeR\x0efunctionScopes\"@\n" +
 	"\bKeyScope\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x1a\n" +
+	"\bpatterns\x18\x02 \x03(\tR\bpatterns\"G\n" +
+	"\rFunctionScope\x12\x1a\n" +
+	"\bfunction\x18\x01 \x01(\tR\bfunction\x12\x1a\n" +
 	"\bpatterns\x18\x02 \x03(\tR\bpatterns\"\x8d\x01\n" +
 	"\x0fCandidateSource\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2207,81 +2274,83 @@ func file_scanner_proto_rawDescGZIP() []byte {
 	return file_scanner_proto_rawDescData
 }
 
-var file_scanner_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_scanner_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_scanner_proto_goTypes = []any{
 	(*InfoRequest)(nil),           // 0: ffscan.scanner.v1.InfoRequest
 	(*InfoResponse)(nil),          // 1: ffscan.scanner.v1.InfoResponse
 	(*ScannerInfo)(nil),           // 2: ffscan.scanner.v1.ScannerInfo
 	(*KeyScope)(nil),              // 3: ffscan.scanner.v1.KeyScope
-	(*CandidateSource)(nil),       // 4: ffscan.scanner.v1.CandidateSource
-	(*OptionSpec)(nil),            // 5: ffscan.scanner.v1.OptionSpec
-	(*ConfigureRequest)(nil),      // 6: ffscan.scanner.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),     // 7: ffscan.scanner.v1.ConfigureResponse
-	(*Partition)(nil),             // 8: ffscan.scanner.v1.Partition
-	(*Candidate)(nil),             // 9: ffscan.scanner.v1.Candidate
-	(*ScanRequest)(nil),           // 10: ffscan.scanner.v1.ScanRequest
-	(*ScanPartitionRequest)(nil),  // 11: ffscan.scanner.v1.ScanPartitionRequest
-	(*ErrorCount)(nil),            // 12: ffscan.scanner.v1.ErrorCount
-	(*ScanResult)(nil),            // 13: ffscan.scanner.v1.ScanResult
-	(*ScanPartitionResponse)(nil), // 14: ffscan.scanner.v1.ScanPartitionResponse
-	(*SampleBacklogRequest)(nil),  // 15: ffscan.scanner.v1.SampleBacklogRequest
-	(*SampleBacklogResponse)(nil), // 16: ffscan.scanner.v1.SampleBacklogResponse
-	(*ExplainRequest)(nil),        // 17: ffscan.scanner.v1.ExplainRequest
-	(*ExplainResponse)(nil),       // 18: ffscan.scanner.v1.ExplainResponse
-	(*PingRequest)(nil),           // 19: ffscan.scanner.v1.PingRequest
-	(*PingResponse)(nil),          // 20: ffscan.scanner.v1.PingResponse
-	(*Command)(nil),               // 21: ffscan.scanner.v1.Command
-	(*ExecRequest)(nil),           // 22: ffscan.scanner.v1.ExecRequest
-	(*Reply)(nil),                 // 23: ffscan.scanner.v1.Reply
-	(*ExecResponse)(nil),          // 24: ffscan.scanner.v1.ExecResponse
-	(*SocketFrame)(nil),           // 25: ffscan.scanner.v1.SocketFrame
-	(*ScanCall)(nil),              // 26: ffscan.scanner.v1.ScanCall
-	(*ScanReply)(nil),             // 27: ffscan.scanner.v1.ScanReply
-	nil,                           // 28: ffscan.scanner.v1.ConfigureRequest.OptionsEntry
+	(*FunctionScope)(nil),         // 4: ffscan.scanner.v1.FunctionScope
+	(*CandidateSource)(nil),       // 5: ffscan.scanner.v1.CandidateSource
+	(*OptionSpec)(nil),            // 6: ffscan.scanner.v1.OptionSpec
+	(*ConfigureRequest)(nil),      // 7: ffscan.scanner.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 8: ffscan.scanner.v1.ConfigureResponse
+	(*Partition)(nil),             // 9: ffscan.scanner.v1.Partition
+	(*Candidate)(nil),             // 10: ffscan.scanner.v1.Candidate
+	(*ScanRequest)(nil),           // 11: ffscan.scanner.v1.ScanRequest
+	(*ScanPartitionRequest)(nil),  // 12: ffscan.scanner.v1.ScanPartitionRequest
+	(*ErrorCount)(nil),            // 13: ffscan.scanner.v1.ErrorCount
+	(*ScanResult)(nil),            // 14: ffscan.scanner.v1.ScanResult
+	(*ScanPartitionResponse)(nil), // 15: ffscan.scanner.v1.ScanPartitionResponse
+	(*SampleBacklogRequest)(nil),  // 16: ffscan.scanner.v1.SampleBacklogRequest
+	(*SampleBacklogResponse)(nil), // 17: ffscan.scanner.v1.SampleBacklogResponse
+	(*ExplainRequest)(nil),        // 18: ffscan.scanner.v1.ExplainRequest
+	(*ExplainResponse)(nil),       // 19: ffscan.scanner.v1.ExplainResponse
+	(*PingRequest)(nil),           // 20: ffscan.scanner.v1.PingRequest
+	(*PingResponse)(nil),          // 21: ffscan.scanner.v1.PingResponse
+	(*Command)(nil),               // 22: ffscan.scanner.v1.Command
+	(*ExecRequest)(nil),           // 23: ffscan.scanner.v1.ExecRequest
+	(*Reply)(nil),                 // 24: ffscan.scanner.v1.Reply
+	(*ExecResponse)(nil),          // 25: ffscan.scanner.v1.ExecResponse
+	(*SocketFrame)(nil),           // 26: ffscan.scanner.v1.SocketFrame
+	(*ScanCall)(nil),              // 27: ffscan.scanner.v1.ScanCall
+	(*ScanReply)(nil),             // 28: ffscan.scanner.v1.ScanReply
+	nil,                           // 29: ffscan.scanner.v1.ConfigureRequest.OptionsEntry
 }
 var file_scanner_proto_depIdxs = []int32{
 	2,  // 0: ffscan.scanner.v1.InfoResponse.scanners:type_name -> ffscan.scanner.v1.ScannerInfo
-	4,  // 1: ffscan.scanner.v1.ScannerInfo.sources:type_name -> ffscan.scanner.v1.CandidateSource
-	5,  // 2: ffscan.scanner.v1.ScannerInfo.options:type_name -> ffscan.scanner.v1.OptionSpec
+	5,  // 1: ffscan.scanner.v1.ScannerInfo.sources:type_name -> ffscan.scanner.v1.CandidateSource
+	6,  // 2: ffscan.scanner.v1.ScannerInfo.options:type_name -> ffscan.scanner.v1.OptionSpec
 	3,  // 3: ffscan.scanner.v1.ScannerInfo.key_scopes:type_name -> ffscan.scanner.v1.KeyScope
-	28, // 4: ffscan.scanner.v1.ConfigureRequest.options:type_name -> ffscan.scanner.v1.ConfigureRequest.OptionsEntry
-	8,  // 5: ffscan.scanner.v1.ScanRequest.partition:type_name -> ffscan.scanner.v1.Partition
-	9,  // 6: ffscan.scanner.v1.ScanRequest.candidates:type_name -> ffscan.scanner.v1.Candidate
-	10, // 7: ffscan.scanner.v1.ScanPartitionRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
-	12, // 8: ffscan.scanner.v1.ScanResult.errors:type_name -> ffscan.scanner.v1.ErrorCount
-	13, // 9: ffscan.scanner.v1.ScanPartitionResponse.result:type_name -> ffscan.scanner.v1.ScanResult
-	8,  // 10: ffscan.scanner.v1.SampleBacklogRequest.partitions:type_name -> ffscan.scanner.v1.Partition
-	10, // 11: ffscan.scanner.v1.ExplainRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
-	21, // 12: ffscan.scanner.v1.ExecRequest.commands:type_name -> ffscan.scanner.v1.Command
-	23, // 13: ffscan.scanner.v1.Reply.array:type_name -> ffscan.scanner.v1.Reply
-	23, // 14: ffscan.scanner.v1.ExecResponse.replies:type_name -> ffscan.scanner.v1.Reply
-	22, // 15: ffscan.scanner.v1.SocketFrame.exec:type_name -> ffscan.scanner.v1.ExecRequest
-	24, // 16: ffscan.scanner.v1.SocketFrame.exec_reply:type_name -> ffscan.scanner.v1.ExecResponse
-	26, // 17: ffscan.scanner.v1.SocketFrame.scan:type_name -> ffscan.scanner.v1.ScanCall
-	27, // 18: ffscan.scanner.v1.SocketFrame.scan_reply:type_name -> ffscan.scanner.v1.ScanReply
-	11, // 19: ffscan.scanner.v1.ScanCall.request:type_name -> ffscan.scanner.v1.ScanPartitionRequest
-	14, // 20: ffscan.scanner.v1.ScanReply.response:type_name -> ffscan.scanner.v1.ScanPartitionResponse
-	0,  // 21: ffscan.scanner.v1.Scanner.Info:input_type -> ffscan.scanner.v1.InfoRequest
-	6,  // 22: ffscan.scanner.v1.Scanner.Configure:input_type -> ffscan.scanner.v1.ConfigureRequest
-	11, // 23: ffscan.scanner.v1.Scanner.ScanPartition:input_type -> ffscan.scanner.v1.ScanPartitionRequest
-	15, // 24: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
-	19, // 25: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
-	17, // 26: ffscan.scanner.v1.Scanner.Explain:input_type -> ffscan.scanner.v1.ExplainRequest
-	22, // 27: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
-	22, // 28: ffscan.scanner.v1.HostCallbacks.ExecStream:input_type -> ffscan.scanner.v1.ExecRequest
-	1,  // 29: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
-	7,  // 30: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
-	14, // 31: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
-	16, // 32: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
-	20, // 33: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
-	18, // 34: ffscan.scanner.v1.Scanner.Explain:output_type -> ffscan.scanner.v1.ExplainResponse
-	24, // 35: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
-	24, // 36: ffscan.scanner.v1.HostCallbacks.ExecStream:output_type -> ffscan.scanner.v1.ExecResponse
-	29, // [29:37] is the sub-list for method output_type
-	21, // [21:29] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	4,  // 4: ffscan.scanner.v1.ScannerInfo.function_scopes:type_name -> ffscan.scanner.v1.FunctionScope
+	29, // 5: ffscan.scanner.v1.ConfigureRequest.options:type_name -> ffscan.scanner.v1.ConfigureRequest.OptionsEntry
+	9,  // 6: ffscan.scanner.v1.ScanRequest.partition:type_name -> ffscan.scanner.v1.Partition
+	10, // 7: ffscan.scanner.v1.ScanRequest.candidates:type_name -> ffscan.scanner.v1.Candidate
+	11, // 8: ffscan.scanner.v1.ScanPartitionRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
+	13, // 9: ffscan.scanner.v1.ScanResult.errors:type_name -> ffscan.scanner.v1.ErrorCount
+	14, // 10: ffscan.scanner.v1.ScanPartitionResponse.result:type_name -> ffscan.scanner.v1.ScanResult
+	9,  // 11: ffscan.scanner.v1.SampleBacklogRequest.partitions:type_name -> ffscan.scanner.v1.Partition
+	11, // 12: ffscan.scanner.v1.ExplainRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
+	22, // 13: ffscan.scanner.v1.ExecRequest.commands:type_name -> ffscan.scanner.v1.Command
+	24, // 14: ffscan.scanner.v1.Reply.array:type_name -> ffscan.scanner.v1.Reply
+	24, // 15: ffscan.scanner.v1.ExecResponse.replies:type_name -> ffscan.scanner.v1.Reply
+	23, // 16: ffscan.scanner.v1.SocketFrame.exec:type_name -> ffscan.scanner.v1.ExecRequest
+	25, // 17: ffscan.scanner.v1.SocketFrame.exec_reply:type_name -> ffscan.scanner.v1.ExecResponse
+	27, // 18: ffscan.scanner.v1.SocketFrame.scan:type_name -> ffscan.scanner.v1.ScanCall
+	28, // 19: ffscan.scanner.v1.SocketFrame.scan_reply:type_name -> ffscan.scanner.v1.ScanReply
+	12, // 20: ffscan.scanner.v1.ScanCall.request:type_name -> ffscan.scanner.v1.ScanPartitionRequest
+	15, // 21: ffscan.scanner.v1.ScanReply.response:type_name -> ffscan.scanner.v1.ScanPartitionResponse
+	0,  // 22: ffscan.scanner.v1.Scanner.Info:input_type -> ffscan.scanner.v1.InfoRequest
+	7,  // 23: ffscan.scanner.v1.Scanner.Configure:input_type -> ffscan.scanner.v1.ConfigureRequest
+	12, // 24: ffscan.scanner.v1.Scanner.ScanPartition:input_type -> ffscan.scanner.v1.ScanPartitionRequest
+	16, // 25: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
+	20, // 26: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
+	18, // 27: ffscan.scanner.v1.Scanner.Explain:input_type -> ffscan.scanner.v1.ExplainRequest
+	23, // 28: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
+	23, // 29: ffscan.scanner.v1.HostCallbacks.ExecStream:input_type -> ffscan.scanner.v1.ExecRequest
+	1,  // 30: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
+	8,  // 31: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
+	15, // 32: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
+	17, // 33: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
+	21, // 34: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
+	19, // 35: ffscan.scanner.v1.Scanner.Explain:output_type -> ffscan.scanner.v1.ExplainResponse
+	25, // 36: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
+	25, // 37: ffscan.scanner.v1.HostCallbacks.ExecStream:output_type -> ffscan.scanner.v1.ExecResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_scanner_proto_init() }
@@ -2289,7 +2358,7 @@ func file_scanner_proto_init() {
 	if File_scanner_proto != nil {
 		return
 	}
-	file_scanner_proto_msgTypes[25].OneofWrappers = []any{
+	file_scanner_proto_msgTypes[26].OneofWrappers = []any{
 		(*SocketFrame_Exec)(nil),
 		(*SocketFrame_ExecReply)(nil),
 		(*SocketFrame_Scan)(nil),
@@ -2302,7 +2371,7 @@ func file_scanner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_scanner_proto_rawDesc), len(file_scanner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -27,9 +27,11 @@ func info(name string) scannerapi.Info {
 		Sources: []scannerapi.CandidateSource{{
 			Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:test", Backlog: scannerapi.BacklogPlugin,
 		}},
-		Commands:  []string{"ECHO", "GET"},
-		KeyScopes: []scannerapi.KeyScope{{Command: "GET", Patterns: []string{"ff:test:{*}:*", "ff:other"}}},
-		Options:   []scannerapi.OptionSpec{{Name: "prefix", Type: scannerapi.OptionString}},
+		Commands:       []string{"ECHO", "GET"},
+		KeyScopes:      []scannerapi.KeyScope{{Command: "GET", Patterns: []string{"ff:test:{*}:*", "ff:other"}}},
+		Functions:      []string{"ff_version"},
+		FunctionScopes: []scannerapi.FunctionScope{{Function: "ff_version", Patterns: []string{"ff:test:{*}:*"}}},
+		Options:        []scannerapi.OptionSpec{{Name: "prefix", Type: scannerapi.OptionString}},
 	}
 }
 
@@ -170,10 +172,13 @@ func (Spawner) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannera
 // Prober tries, for each candidate, what a hostile plugin would, and
 // reports the outcome as a note "ACTION ARG: ok" or "ACTION ARG: <error>".
 // Members are "read:PATH" (read a file), "write:PATH" (create a file),
-// "dial:HOST:PORT" (TCP connect), "signal:PID" (signal 0, a permission
-// check), "environ:PID" (read /proc/PID/environ) and "spawn:PATH" (run
-// PATH in a session of its own, as a child meant to outlive the plugin
-// would be started).
+// "dial:HOST:PORT" (TCP connect), "mptcp:HOST:PORT" (multipath TCP
+// connect), "listen:tcp" (a TCP listener), "udp:HOST:PORT" (send a
+// datagram), "i386socket:" (a UDP socket through the i386 syscall
+// table, amd64 only), "signal:PID" (signal 0, a permission check),
+// "environ:PID" (read /proc/PID/environ) and "spawn:PATH" (run PATH in a
+// session of its own, as a child meant to outlive the plugin would be
+// started).
 type Prober struct{}
 
 // Info implements scannerapi.Scanner.
@@ -198,6 +203,26 @@ func (Prober) ScanPartition(_ context.Context, _ scannerapi.Host, req *scannerap
 			if conn, err = net.DialTimeout("tcp", arg, 2*time.Second); err == nil {
 				conn.Close()
 			}
+		case "mptcp":
+			var conn net.Conn
+			d := net.Dialer{Timeout: 2 * time.Second}
+			d.SetMultipathTCP(true)
+			if conn, err = d.Dial("tcp", arg); err == nil {
+				conn.Close()
+			}
+		case "listen":
+			var ln net.Listener
+			if ln, err = net.Listen(arg, "127.0.0.1:0"); err == nil {
+				ln.Close()
+			}
+		case "udp":
+			var conn net.Conn
+			if conn, err = net.Dial("udp", arg); err == nil {
+				_, err = conn.Write([]byte("probe"))
+				conn.Close()
+			}
+		case "i386socket":
+			err = i386Socket(syscall.AF_INET, syscall.SOCK_DGRAM)
 		case "signal":
 			var pid int
 			if pid, err = strconv.Atoi(arg); err == nil {

@@ -108,10 +108,24 @@ func CancelKeys(id keys.ExecutionID, c CancelCore) ([]string, error) {
 	}, nil
 }
 
+// CancelScope is the FunctionScope of ff_cancel_execution as CancelCall
+// calls it: the keys CancelKeys builds, for any execution of a flow
+// partition. A scanner that cancels declares it in Info.FunctionScopes.
+func CancelScope() scannerapi.FunctionScope {
+	ks, err := CancelKeys(AnyExecution(), CancelCore{Lane: AnyLane, Attempt: itoa(AnyIndex), Waitpoint: AnyUUID.String(), Worker: AnyName})
+	if err != nil {
+		panic(err) // the placeholders are valid values
+	}
+	return scannerapi.FunctionScope{Function: CancelFunction, Patterns: ScopePatterns(nil, ks...)}
+}
+
+// CancelFunction is the library function CancelCall calls.
+const CancelFunction = "ff_cancel_execution"
+
 // CancelCall is the FCALL ff_cancel_execution with the given keys, reason
 // and source (operator_override for scanners: no lease fence).
 func CancelCall(id keys.ExecutionID, cancelKeys []string, reason, source string) scannerapi.Command {
-	return scannerapi.FCall("ff_cancel_execution", cancelKeys, id.String(), reason, source, "", "")
+	return scannerapi.FCall(CancelFunction, cancelKeys, id.String(), reason, source, "", "")
 }
 
 // CancelKind is what one cancel came to.

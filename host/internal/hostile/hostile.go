@@ -1,0 +1,313 @@
+// Package hostile is a scanner that attacks the host the way a hostile
+// plugin author would: the host's tests (host/hostile) run it through a
+// real host, as a plugin (host/internal/hostileplugin) or linked, and
+// check that every attack fails.
+//
+// Its scanner, "hostile", reads the attacks to run from the due members
+// of ff:idx:{p}:hostile, one attack per member ("NAME ARG..."), and
+// reports each outcome as a note "NAME ARG...: OUTCOME" (an attack that
+// got through says "ok" or what it reached). With the option
+// "report" set to "list", it also pushes each note on
+// ff:test:hostile:outcomes, for tests whose host runs as a process of
+// its own.
+//
+// Modes (New):
+//
+//	longpattern  declare a 100 KB key pattern for GET
+package hostile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
+)
+
+// OutcomeList is where the scanner pushes its notes when asked to.
+const OutcomeList = "ff:test:hostile:outcomes"
+
+// Scanner is the hostile scanner.
+type Scanner struct {
+	mode   string
+	report string
+}
+
+// New returns the hostile scanner in the given mode ("" for the plain one).
+func New(mode string) *Scanner { return &Scanner{mode: mode} }
+
+// Info implements scannerapi.Scanner.
+func (h *Scanner) Info() scannerapi.Info {
+	getScope := []string{"ff:evil:*"}
+	if h.mode == "longpattern" {
+		// A pattern whose check against a long key costs the host
+		// quadratic time in a backtracking matcher.
+		getScope = append(getScope, "ff:"+strings.Repeat("*a", 50_000))
+	}
+	return scannerapi.Info{
+		Name: "hostile", Version: "6.6.6", APIVersion: scannerapi.APIVersion,
+		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: 100,
+		Sources: []scannerapi.CandidateSource{{
+			Name: "attacks", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostile", Backlog: scannerapi.BacklogDue,
+		}},
+		Commands: []string{"GET", "SET", "DEL", "ZREM", "LPUSH"},
+		KeyScopes: []scannerapi.KeyScope{
+			{Command: "GET", Patterns: getScope},
+			{Command: "SET", Patterns: []string{"ff:evil:*"}},
+			{Command: "DEL", Patterns: []string{"ff:evil:*"}},
+			{Command: "ZREM", Patterns: []string{"ff:idx:{*}:hostile"}},
+			{Command: "LPUSH", Patterns: []string{OutcomeList}},
+		},
+		Functions: []string{"ff_register_worker", "otherapp_write"},
+		FunctionScopes: []scannerapi.FunctionScope{{Function: "ff_register_worker",
+			Patterns: []string{"ff:worker:*:alive", "ff:worker:*:caps", "ff:idx:*:workers"}}},
+		Options: []scannerapi.OptionSpec{{Name: "report", Type: scannerapi.OptionString, Default: "notes"}},
+	}
+}
+
+// Configure implements scannerapi.Scanner.
+func (h *Scanner) Configure(_ context.Context, opts map[string]string) error {
+	h.report = opts["report"]
+	return nil
+}
+
+// ScanPartition implements scannerapi.Scanner.
+func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
+	res := &scannerapi.ScanResult{}
+	for _, c := range req.Candidates {
+		name, arg, _ := strings.Cut(c.Member, " ")
+		if name == "alloc" {
+			// An attack that kills the plugin is taken off first, so
+			// that the restarted plugin does not run it again.
+			if _, err := host.Exec(ctx, []scannerapi.Command{{"ZREM", c.Key, c.Member}}); err != nil {
+				return nil, err
+			}
+		}
+		outcome := "ok"
+		if err := attack(ctx, host, name, arg); err != nil {
+			outcome = err.Error()
+		}
+		note := c.Member + ": " + outcome
+		res.Notes = append(res.Notes, note)
+		cmds := []scannerapi.Command{{"ZREM", c.Key, c.Member}}
+		if h.report == "list" {
+			cmds = append(cmds, scannerapi.Command{"LPUSH", OutcomeList, note})
+		}
+		if _, err := host.Exec(ctx, cmds); err != nil {
+			return nil, err
+		}
+		res.Processed++
+	}
+	return res, nil
+}
+
+// held is what the alloc attack holds.
+var held [][]byte
+
+// reached is an attack that got through: err says what it reached.
+type reached struct{ what string }
+
+func (r reached) Error() string { return "ok: " + r.what }
+
+// attack runs one attack. A nil error or a reached error means it got
+// through.
+func attack(ctx context.Context, host scannerapi.Host, name, arg string) error {
+	args := strings.Fields(arg)
+	switch name {
+	case "mptcp":
+		return dialMPTCP(arg)
+	case "listen":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		return reached{"listening on " + ln.Addr().String()}
+	case "udp":
+		conn, err := net.Dial("udp", arg)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("exfiltrated")); err != nil {
+			return err
+		}
+		return reached{"sent a datagram to " + arg}
+	case "fcall":
+		// fcall FUNCTION NUMKEYS KEY... ARG...
+		return replyOf(host.Exec(ctx, []scannerapi.Command{append(scannerapi.Command{"FCALL"}, args...)}))
+	case "exec":
+		// exec COMMAND ARG...: one command through the host.
+		return replyOf(host.Exec(ctx, []scannerapi.Command{args}))
+	case "ping":
+		return reached{"pong"}
+	case "alloc":
+		// alloc MIB: allocate and touch MIB MiB, and hold it.
+		n, err := strconv.Atoi(arg)
+		if err != nil {
+			return err
+		}
+		for range n / 16 {
+			chunk := make([]byte, 16<<20)
+			for i := 0; i < len(chunk); i += 4096 {
+				chunk[i] = 1
+			}
+			held = append(held, chunk)
+		}
+		return reached{fmt.Sprintf("holding %d MiB", len(held)*16)}
+	case "caps":
+		return capabilities()
+	case "setuid":
+		// setuid UID, on this thread only (the C library's setuid, which
+		// Go's syscall.Setuid imitates, changes every thread).
+		uid, err := strconv.Atoi(arg)
+		if err != nil {
+			return err
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETUID, uintptr(uid), 0, 0); e != 0 {
+			return os.NewSyscallError("setuid", e)
+		}
+		return reached{fmt.Sprintf("uid %d", unix.Getuid())}
+	case "getmany":
+		// getmany KEY N: N GETs of KEY in one batch.
+		n, err := strconv.Atoi(args[1])
+		if err != nil {
+			return err
+		}
+		cmds := make([]scannerapi.Command, n)
+		for i := range cmds {
+			cmds[i] = scannerapi.Command{"GET", args[0]}
+		}
+		rs, err := host.Exec(ctx, cmds)
+		if err != nil {
+			return err
+		}
+		return tally(rs)
+	case "delmany":
+		// delmany N LEN: N DELs of keys of LEN bytes outside the scope.
+		n, err := strconv.Atoi(args[0])
+		if err != nil {
+			return err
+		}
+		size, err := strconv.Atoi(args[1])
+		if err != nil {
+			return err
+		}
+		cmds := make([]scannerapi.Command, n)
+		for i := range cmds {
+			k := fmt.Sprintf("ff:theirs:%d:", i)
+			cmds[i] = scannerapi.Command{"DEL", k + strings.Repeat("k", max(0, size-len(k)))}
+		}
+		rs, err := host.Exec(ctx, cmds)
+		if err != nil {
+			return err
+		}
+		return tally(rs)
+	default:
+		return fmt.Errorf("unknown attack %q", name)
+	}
+}
+
+// tally sums up a batch's replies: values read (and their bytes), and
+// refusals (and the first one's text).
+func tally(rs []scannerapi.Reply) error {
+	var values, refused, bytes, refusals int
+	first := ""
+	for _, r := range rs {
+		if err := r.AsError(); err != nil {
+			if refused == 0 {
+				first = err.Error()
+			}
+			refused++
+			refusals += len(r.Err)
+			continue
+		}
+		values++
+		bytes += len(r.Str)
+	}
+	return fmt.Errorf("%d values read (%d bytes), %d refused (%d bytes of refusals): %s", values, bytes, refused, refusals, first)
+}
+
+// replyOf reports the single reply of a batch: an error reply as an
+// error, anything else as reached.
+func replyOf(rs []scannerapi.Reply, err error) error {
+	if err != nil {
+		return err
+	}
+	if len(rs) != 1 {
+		return fmt.Errorf("%d replies", len(rs))
+	}
+	if err := rs[0].AsError(); err != nil {
+		return err
+	}
+	s, _ := rs[0].Text()
+	return reached{fmt.Sprintf("reply %q", s)}
+}
+
+// capabilities reports the process's capability sets: any capability
+// means the attack got through.
+func capabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return os.NewSyscallError("capget", err)
+	}
+	eff := uint64(data[1].Effective)<<32 | uint64(data[0].Effective)
+	prm := uint64(data[1].Permitted)<<32 | uint64(data[0].Permitted)
+	inh := uint64(data[1].Inheritable)<<32 | uint64(data[0].Inheritable)
+	bnd := 0
+	for c := 0; c < 64; c++ {
+		if n, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && n == 1 {
+			bnd++
+		}
+	}
+	sets := fmt.Sprintf("uid %d, effective %#x, permitted %#x, inheritable %#x, %d in the bounding set", unix.Getuid(), eff, prm, inh, bnd)
+	if eff|prm|inh != 0 || bnd != 0 {
+		return reached{sets}
+	}
+	return errors.New("no capabilities: " + sets)
+}
+
+// dialMPTCP connects to addr with a multipath TCP socket (which
+// Landlock's TCP rules do not cover) and speaks RESP: a reply means it
+// reached the server.
+func dialMPTCP(addr string) error {
+	ap, err := net.ResolveTCPAddr("tcp4", addr)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
+	if err != nil {
+		return os.NewSyscallError("socket", err)
+	}
+	f := os.NewFile(uintptr(fd), "mptcp")
+	defer f.Close()
+	sa := &unix.SockaddrInet4{Port: ap.Port}
+	copy(sa.Addr[:], ap.IP.To4())
+	if err := unix.Connect(fd, sa); err != nil {
+		return os.NewSyscallError("connect", err)
+	}
+	if _, err := f.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	n, err := f.Read(buf)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return reached{"the server answered " + strconv.Quote(string(buf[:n]))}
+}
+
+// SampleBacklog implements scannerapi.BacklogSampler.
+func (h *Scanner) SampleBacklog(context.Context, scannerapi.Host, []keys.Partition) ([]int64, error) {
+	return nil, nil
+}
