@@ -1114,16 +1114,26 @@ SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 BEGIN
+	-- One registry partition at a time (w.partition_key = g.w), so that
+	-- each read is pruned to its one child; "partition_key IN (SELECT
+	-- generate_series(...))" cannot be, and read all 256 children for
+	-- every flow partition.
 	RETURN QUERY
 	SELECT p.k, c.partition_key::text || '/' || jsonb_build_array(c.namespace, c.worker_instance_id)::text, c.expired_at
 		FROM unnest(parts) AS p(k)
 		CROSS JOIN LATERAL (
-			SELECT w.partition_key, w.namespace, w.worker_instance_id, w.last_heartbeat_ms + w.liveness_ttl_ms AS expired_at
-			FROM ff_worker_registry w
-			WHERE w.partition_key IN (SELECT g FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g)
-				AND w.last_heartbeat_ms + w.liveness_ttl_ms < ffscan.now_ms()
-				AND (filter_namespace IS NULL OR w.namespace = filter_namespace)
-			ORDER BY expired_at
+			SELECT r.partition_key, r.namespace, r.worker_instance_id, r.expired_at
+			FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g(w)
+			CROSS JOIN LATERAL (
+				SELECT w.partition_key, w.namespace, w.worker_instance_id, w.last_heartbeat_ms + w.liveness_ttl_ms AS expired_at
+				FROM ff_worker_registry w
+				WHERE w.partition_key = g.w::smallint
+					AND w.last_heartbeat_ms + w.liveness_ttl_ms < ffscan.now_ms()
+					AND (filter_namespace IS NULL OR w.namespace = filter_namespace)
+				ORDER BY expired_at
+				LIMIT per_partition
+			) AS r
+			ORDER BY r.expired_at
 			LIMIT per_partition
 		) AS c;
 END
