@@ -55,7 +55,7 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 	if h.client != nil {
 		// The shares live on Valkey: a host without it scans every
 		// partition.
-		h.share = sharing.New(h.client, sharing.Config{ID: hostID(), Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
+		h.share = sharing.New(sharing.NewValkeyStore(h.client), sharing.Config{ID: hostID(), Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
 		h.census = census.New(h.client, h.epoch.Load)
 		h.censusCtl = census.NewController(h.census, h.client, census.ControllerConfig{
 			Mode: census.Mode(cfg.Scheduler.LaneCensus), Load: func() census.Load { return h.units.LaneLoad() },
