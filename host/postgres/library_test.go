@@ -144,6 +144,21 @@ func TestInstallLibrary(t *testing.T) {
 		var v int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT version FROM ffscan.library").Scan(&v))
 		assert.Equal(t, postgres.LibraryVersion, v)
+
+		// The partition share's tables came with version 3; an upgrade
+		// (here: of the same contents again) keeps their rows, so hosts
+		// sharing the database keep their entries while one upgrades.
+		var held []string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT array_agg(family || partition_index) FROM ffscan.share_hold('', 'h1', 60000, '{flow,flow}', '{1,2}')").Scan(&held))
+		assert.ElementsMatch(t, []string{"flow1", "flow2"}, held)
+		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = 2, sha256 = 'v2'")
+		require.NoError(t, err)
+		action, err = postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ffscan.share_owner WHERE host_id = 'h1'").Scan(&n))
+		assert.Equal(t, 2, n, "the entries outlive the upgrade")
 	})
 	t.Run("a newer version is refused", func(t *testing.T) {
 		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET version = 99")
