@@ -172,6 +172,7 @@ var CandidateFunctions = map[string]bool{
 	"suspensions_timed_out":    true,
 	"budgets_due":              true,
 	"completions_undispatched": true,
+	"completions_pending":      true,
 	"cancel_groups_pending":    true,
 	"workers_expired":          true,
 }

@@ -954,6 +954,55 @@ RETURNS smallint
 LANGUAGE sql STABLE
 AS $fn$ SELECT x.partition_key FROM ff_completion_event x WHERE x.event_id = ev LIMIT 1 $fn$;
 
+-- route_completion passes a completion event to the host that owns its
+-- partition, among hosts that share the partitions: it finds the event's
+-- partition (completion_partition) and notifies channel (the share's own,
+-- which every host of the share listens to) with '<partition>/<event id>',
+-- so that only the owner dispatches it and the others do not have to look
+-- it up. It returns the partition (NULL: no such event, nothing sent).
+-- One host routes each event (the owner of flow partition event id mod the
+-- partition count), so an event costs one lookup however many hosts share.
+CREATE OR REPLACE FUNCTION ffscan.route_completion(ev bigint, channel text)
+RETURNS smallint
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	pk smallint := ffscan.completion_partition(ev);
+BEGIN
+	IF pk IS NOT NULL THEN
+		PERFORM pg_notify(channel, pk::text || '/' || ev::text);
+	END IF;
+	RETURN pk;
+END
+$fn$;
+
+-- completions_pending: the completion listener's catch-up read after it
+-- (re)connects, events not dispatched yet whatever their age, in the
+-- partitions the host owns; member the event id, score the commit time.
+CREATE OR REPLACE FUNCTION ffscan.completions_pending(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.event_id::text, c.committed_at_ms
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
+			FROM ff_completion_event ev
+			WHERE ev.partition_key = p.k
+				AND ev.dispatched_at_ms IS NULL
+				AND ffscan.keeps_execution(ev.partition_key, ev.execution_id, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY ev.committed_at_ms
+			LIMIT per_partition
+		) AS c;
+END
+$fn$;
+
 -- ---------------------------------------------------------------------
 -- edge_cancel_dispatcher and edge_cancel_reconciler (postgres.md §4.9,
 -- §4.10): groups with pending sibling cancels, per partition.
