@@ -57,6 +57,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	pgShareSchema.Close()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -78,7 +79,10 @@ func ffscan(t *testing.T, args ...string) (int, string) {
 // environment.
 func ffscanEnv(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// A bound on a command that hangs, not a wait: creating FlowFabric's
+	// 6656 partitions took over a minute on a loaded 2-core machine while
+	// other tests of the package built schemas too.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ffscanBin, args...)
 	cmd.Env = append(cleanEnv(), env...)
