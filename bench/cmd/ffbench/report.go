@@ -27,6 +27,7 @@ type report struct {
 	Lanes       *lanesResult
 	PGDrain     *pgDrainResult
 	PGIdle      *pgIdleResult
+	PGHosts     *pgHostsResult
 	Errors      []error
 }
 
@@ -84,6 +85,10 @@ func (r *report) print(w io.Writer) {
 	if r.PGIdle != nil {
 		p(rule)
 		r.PGIdle.print(w)
+	}
+	if r.PGHosts != nil {
+		p(rule)
+		r.PGHosts.print(w)
 	}
 	if r.Lanes != nil {
 		p(rule)
