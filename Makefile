@@ -52,24 +52,25 @@ lua:
 	$(GO) run github.com/ffscan/ffscan/lua/cmd/genlua -o $(BIN)/flowfabric.lua
 	@echo "wrote $(BIN)/flowfabric.lua (load with: valkey-cli -x FUNCTION LOAD REPLACE < $(BIN)/flowfabric.lua)"
 
-## test: vet, every test with -race against real servers on the key-guarded library
-## (a function touching a key outside its KEYS fails), the compat replays, then
+## test: vet, the compat replays and differential campaign, every test with -race
+## against real servers on the key-guarded library (a function touching a key
+## outside its KEYS fails), then
 ## make run's start and Ctrl-C (scripts/check-run.sh) and the plugin guide's
 ## steps as a third party runs them (scripts/check-guide.sh)
 test:
 	$(GO) vet $(ALL_PKGS)
 	$(GO) vet -tags ffscan_keyguard $(ALL_PKGS)
-	@# The compat replays run first and alone: the checker reads the
-	@# server's clock before each step and compares times at 100 ms
-	@# granularity, so a step starved by the package tests' load (once,
-	@# beside them, 50 ms late) would differ. Either failing fails the
-	@# target; the package tests run whatever the replays said.
+	@# The compat replays and the differential campaign run first and
+	@# alone: both read the server's clock before each step and compare
+	@# times at 100 ms granularity, so a step starved by the package
+	@# tests' load (once, beside them, 50 ms late) would differ. Either
+	@# failing fails the target; the package tests run whatever compat said.
 	@# umask 022: the tests make plugin directories and binaries, which the
 	@# host refuses when group- or world-writable.
 	@umask 022; \
 	$(MAKE) --no-print-directory compat || cstatus=$$?; \
-	echo "$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS)"; \
-	$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz)$$' $(ALL_PKGS) || tstatus=$$?; \
+	echo "$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz|Diff)$$' $(ALL_PKGS)"; \
+	$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz|Diff)$$' $(ALL_PKGS) || tstatus=$$?; \
 	if [ "$${tstatus:-0}" -ne 0 ] || [ "$${cstatus:-0}" -ne 0 ]; then echo "make test: FAILED (package tests exit $${tstatus:-0}, compat exit $${cstatus:-0})"; exit 1; fi
 	@# make run as a user runs it (and make run BACKEND=postgres): up with
 	@# every scanner, Ctrl-C stops it gracefully and leaves nothing behind.
@@ -79,11 +80,12 @@ test:
 	@# The plugin guide's first steps, outside this repository's modules.
 	umask 022; ./scripts/check-guide.sh
 
-## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library
+## compat: replay FlowFabric's golden vectors and the differential-testing (fuzz) set against our library,
+## then run the differential fuzzer (FlowFabric's library beside ours) over fixed seeds
 compat:
 	@out=$$(mktemp); status=0; \
-	(cd lua && $(GO) test -race -count=1 -v -run '^TestCompat(Vectors|Fuzz)$$' . ) >$$out 2>&1 || status=$$?; \
-	if [ $$status -ne 0 ]; then cat $$out; else grep -E '^(compat( fuzz)?:|--- |ok )' $$out || true; fi; \
+	(cd lua && $(GO) test -race -count=1 -v -timeout 30m -run '^TestCompat(Vectors|Fuzz|Diff)$$' . ) >$$out 2>&1 || status=$$?; \
+	if [ $$status -ne 0 ]; then cat $$out; else grep -E '^(compat( fuzz| diff)?:|--- |ok )' $$out || true; fi; \
 	rm -f $$out; exit $$status
 
 # STATICCHECK is the linter, pinned; go run fetches it once into the module

@@ -6,6 +6,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/config"
@@ -86,4 +87,104 @@ func (h *Host) ReloadPlugin(ctx context.Context, name string, force, wait bool) 
 	}
 	out.Pid = sup.Status().Pid
 	return out, nil
+}
+
+// Operator overrides: a scanner enabled or disabled from the console or
+// the admin API, on top of the configuration. They last until the host
+// restarts (or the operator turns them back), and every configuration
+// reload keeps them: a reload applies the file as it is, then them. To
+// make one permanent, write it in the configuration.
+
+// SetScannerEnabled enables or disables a configured scanner now (the
+// admin action behind POST /v1/scanners/{name}/enable and /disable): the
+// configuration in force with the scanner's enabled flag changed is
+// checked and applied as a reload is, and remembered as an override.
+func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool, who string) (httpapi.ReloadResult, error) {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	cur := h.config()
+	sc, ok := cur.Scanners[name]
+	if !ok {
+		return httpapi.ReloadResult{}, fmt.Errorf("%w: %q is not a configured scanner", httpapi.ErrNotFound, name)
+	}
+	h.relMu.Lock()
+	if h.overrides == nil {
+		h.overrides = map[string]bool{}
+	}
+	h.overrides[name] = enabled
+	h.relMu.Unlock()
+	if sc.Enabled == enabled {
+		return httpapi.ReloadResult{Notes: []string{fmt.Sprintf("scanner %s was already %s", name, onOff(enabled))}}, nil
+	}
+	n := *cur
+	n.Scanners = maps.Clone(cur.Scanners)
+	sc.Enabled = enabled
+	n.Scanners[name] = sc
+	resolved, err := h.res.resolveAll(ctx, &n, h.cat, h.log)
+	if err == nil {
+		err = h.check(resolved)
+	}
+	if err != nil {
+		h.relMu.Lock()
+		delete(h.overrides, name)
+		h.relMu.Unlock()
+		return h.refuse(who, err), nil
+	}
+	h.log.Info("scanner "+onOff(enabled)+" by an operator (until the host restarts)", "scanner", name, "by", who)
+	return h.apply(ctx, who, resolved), nil
+}
+
+func onOff(enabled bool) string {
+	if enabled {
+		return "enabled"
+	}
+	return "disabled"
+}
+
+// applyOverrides sets the operator overrides on a configuration just
+// loaded (a reload's).
+func (h *Host) applyOverrides(cfg *config.Config) {
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
+	for name, on := range h.overrides {
+		if sc, ok := cfg.Scanners[name]; ok && sc.Enabled != on {
+			sc.Enabled = on
+			cfg.Scanners[name] = sc
+		}
+	}
+}
+
+// override says whether an operator turned a scanner on or off ("" when
+// not).
+func (h *Host) override(name string) string {
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
+	if on, ok := h.overrides[name]; ok {
+		return onOff(on) + " by an operator until the host restarts"
+	}
+	return ""
+}
+
+// ApprovePlugin approves the policy scanner name's binary declares now
+// (as `ffscan plugins approve NAME` does) and relaunches the plugin with
+// it (a forced hot swap, or the restart of a plugin that was refused).
+func (h *Host) ApprovePlugin(ctx context.Context, name string) (httpapi.PluginSwapResult, error) {
+	cfg := h.config()
+	if _, ok := cfg.Scanners[name]; !ok {
+		return httpapi.PluginSwapResult{}, fmt.Errorf("%w: %q is not a configured scanner", httpapi.ErrNotFound, name)
+	}
+	res, err := ApprovePlugins(ctx, cfg, []string{name}, h.log.Named("approve"))
+	if err != nil {
+		return httpapi.PluginSwapResult{}, err
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			return httpapi.PluginSwapResult{Scanner: name, Outcome: string(supervisor.SwapFailed), Error: "not approved: " + r.Err.Error()}, nil
+		}
+		h.log.Info("plugin policy approved by an operator", "scanner", name, "policy", r.Digest[:12], "binary", r.Binary)
+	}
+	if h.units.Get(name) == nil {
+		return httpapi.PluginSwapResult{Scanner: name, Outcome: "approved"}, nil
+	}
+	return h.ReloadPlugin(ctx, name, true, false)
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -63,4 +67,16 @@ func TestPluginBuiltWithTheOldSDKRuns(t *testing.T) {
 	want := addWork(t, c, parts, 4)
 	waitFor(t, h, 20*time.Second, "", func() bool { return allDone(c, parts, want) })
 	assert.Zero(t, scannerStatus(h).Errors)
+
+	// It predates the Explain RPC: asked, it answers Unimplemented, which
+	// the host reports as not explained, and it keeps serving.
+	l, err := h.units.Get("hostwork").Supervisor().Acquire()
+	require.NoError(t, err)
+	defer l.Release()
+	hs, ok := l.Scanner.(pluginhost.HostScanner)
+	require.True(t, ok)
+	_, err = pluginhost.Explain(context.Background(), hs, l.Host, &scannerapi.ExplainRequest{
+		Scan: scannerapi.ScanRequest{Partition: keys.Partition{Family: keys.FamilyFlow, Index: 2}}, ExecutionID: "{fp:2}:x"})
+	require.ErrorIs(t, err, scannerapi.ErrNotExplained)
+	assert.Equal(t, "running", scannerStatus(h).State)
 }

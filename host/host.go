@@ -107,6 +107,9 @@ type Host struct {
 	relMu    sync.Mutex // guards src and reloads (held briefly; status reads them)
 	src      ConfigSource
 	reloads  reloadState
+	// overrides are the scanners an operator enabled (true) or disabled
+	// (false) at run time (admin.go); guarded by relMu.
+	overrides map[string]bool
 
 	// The services (services.go), in the order Run starts them;
 	// shutdown.go stops them. Nil where the host has no use for one

@@ -84,6 +84,7 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 	}
 	cfg, err := src.Load()
 	if err == nil {
+		h.applyOverrides(cfg)
 		cfg, err = h.res.resolveAll(ctx, cfg, h.cat, h.log)
 	}
 	if err == nil {
@@ -113,6 +114,7 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 func (h *Host) Reload(ctx context.Context, cfg *config.Config, reason string) (httpapi.ReloadResult, error) {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
+	h.applyOverrides(cfg)
 	cfg, err := h.res.resolveAll(ctx, cfg, h.cat, h.log)
 	if err == nil {
 		err = h.check(cfg)

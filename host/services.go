@@ -15,6 +15,7 @@ import (
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/console"
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/lanes"
@@ -62,6 +63,9 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 			return fmt.Errorf("register sharing metrics: %w", err)
 		}
 	}
+	if err := h.met.Registry.Register(stateCollector{h}); err != nil {
+		return fmt.Errorf("register the host's state gauges: %w", err)
+	}
 	if h.client != nil {
 		h.census = census.New(h.client, h.epoch.Load)
 		h.censusCtl = census.NewController(h.census, h.client, census.ControllerConfig{
@@ -88,7 +92,7 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 	h.listeners = listeners.New(deps, cfg.Completions)
 	h.files = h.newFileWatch(cfg.Watch)
 	if cfg.HTTP.Listen != "" {
-		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Logger: h.log}, h.met.Registry, h)
+		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Logger: h.log, Console: console.Handler(h)}, h.met.Registry, h)
 	}
 	return nil
 }

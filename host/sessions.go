@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
@@ -50,10 +51,13 @@ type SessionOptions struct {
 // command policy enforced by the callback service, candidates fetched by
 // the scheduler. Test kits and scan-once use it.
 type Session struct {
-	h      *Host
-	run    *scheduler.Runner
-	dryRun bool
-	close  func()
+	h       *Host
+	name    string
+	scanner scannerapi.Scanner
+	host    scannerapi.Host
+	run     *scheduler.Runner
+	dryRun  bool
+	close   func()
 }
 
 // OpenSession prepares a scanner configured as scanners.<name> (or with
@@ -84,7 +88,7 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 		return nil, err
 	}
 	run := scheduler.New(h.sessionRunner(cfg, name, sc), h.client, staticTarget{scanner}, host, h.met, h.units.Deps().Log(name))
-	return &Session{h: h, run: run, dryRun: opts.DryRun, close: closeFn}, nil
+	return &Session{h: h, name: name, scanner: scanner, host: host, run: run, dryRun: opts.DryRun, close: closeFn}, nil
 }
 
 // linkScanner runs opts.Linked in this process as a plugin would run:
@@ -168,6 +172,28 @@ func (s *Session) Cycle(ctx context.Context, partition int) (scheduler.Summary, 
 		opts.Partitions = []uint16{uint16(partition)}
 	}
 	return s.run.Cycle(ctx, opts)
+}
+
+// Explain is what the session's scanner does with the execution on its
+// next Cycle, and why (Host.Explain, for this one scanner): the same
+// plugin process, with the memory and backoff its cycles built.
+func (s *Session) Explain(ctx context.Context, id string) (*explain.Report, error) {
+	s.h.lanes.Discover(ctx)
+	env := s.h.explainEnv()
+	// A session scans every partition whatever the owners (scan-once).
+	env.Owner = nil
+	info := s.scanner.Info()
+	st := s.run.Status()
+	t := explain.Target{Name: s.name, Enabled: true, State: string(supervisor.StateRunning), Cycle: st.Cycle,
+		LastCycleAt: st.LastCycleAt, Interval: info.DefaultInterval, Batch: info.DefaultBatch}
+	if tun := s.run.Tuning(); tun.Batch > 0 {
+		t.Batch = tun.Batch
+	}
+	t.Acquire = func() (explain.Instance, error) {
+		return explain.Instance{Scanner: s.scanner, Info: info, Host: s.host}, nil
+	}
+	env.Targets = []explain.Target{t}
+	return explain.Explain(ctx, env, id)
 }
 
 // Close stops the session's plugin process, if any.

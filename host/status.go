@@ -80,6 +80,12 @@ func (h *Host) Status() httpapi.StatusDoc {
 			fillStatus(&s, run.Unit)
 			s.NotApplied = run.NotApplied
 		}
+		s.PendingApproval = pendingApproval(s)
+		s.Override = h.override(n)
+		if hist := h.met.History(n); len(hist) > 0 {
+			l := hist[len(hist)-1].Lag.Round(time.Millisecond).String()
+			s.Lag = l
+		}
 		doc.Scanners = append(doc.Scanners, s)
 	}
 	return doc

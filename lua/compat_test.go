@@ -67,7 +67,9 @@ func replayCompatSet(t *testing.T, set, label string) {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, set)); err != nil {
-		t.Skipf("compat %s not found at %s (no ../shared beside this clone); skipping the replay", set, dir)
+		msg := fmt.Sprintf("%s: skipped, %s not found at %s (no ../shared beside this clone)", label, set, dir)
+		fmt.Println(msg)
+		t.Skip(msg)
 	}
 
 	bin := filepath.Join(t.TempDir(), "compatcheck")

@@ -200,3 +200,154 @@ func TestRefusesNonNumericJitterAtTheLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"RATE_EXCEEDED", "59000"}, raw)
 }
+
+// Edge input FlowFabric's callers cannot send (they send integers and
+// typed JSON), on which FlowFabric fails part-way or stores nonsense: each
+// is refused with invalid_input and nothing written (docs/compat.md,
+// "Deliberate refusals").
+func TestRefusesEdgeNumbersWritingNothing(t *testing.T) {
+	att := "ff:attempt:{fp:7}:" + rfEID + ":0"
+	lane := func(s string) string { return rfIdx("lane:" + rfLane + ":" + s) }
+	grantKeys := []string{rfCore, rfExecKey("claim_grant"), lane("eligible")}
+	renew := func(c valkey.Client, ttl, grace string) valkey.ValkeyResult {
+		return fcallArgs(c, "ff_renew_lease",
+			[]string{rfCore, rfExecKey("lease:current"), rfExecKey("lease:history"), rfIdx("lease_expiry")},
+			rfEID, "0", spAtt, spLease, "1", ttl, grace)
+	}
+	revoked := func(t *testing.T, c valkey.Client) {
+		claimedExecution(t, c, "00112233445566778899aabbccddeeff")
+		require.Equal(t, "1", replyOf(t, fcallArgs(c, "ff_revoke_lease",
+			[]string{rfCore, rfExecKey("lease:current"), rfExecKey("lease:history"), rfIdx("lease_expiry"),
+				rfIdx("worker:worker-1-i1:leases")}, rfEID, "", "operator"))[0])
+		require.Equal(t, "1", replyOf(t, fcallArgs(c, "ff_issue_reclaim_grant",
+			[]string{rfCore, rfExecKey("claim_grant"), rfIdx("lease_expiry")},
+			rfEID, "worker-2", "worker-2-i1", rfLane, "", "5000", "", "", ""))[0])
+	}
+	reclaim := func(c valkey.Client, cap string) valkey.ValkeyResult {
+		return fcallArgs(c, "ff_reclaim_execution",
+			[]string{rfCore, rfExecKey("claim_grant"), att, "ff:stream:{fp:7}:" + rfEID + ":0:meta",
+				"ff:attempt:{fp:7}:" + rfEID + ":1", "ff:attempt:{fp:7}:" + rfEID + ":1:usage", rfExecKey("attempts"),
+				rfExecKey("lease:current"), rfExecKey("lease:history"), rfIdx("lease_expiry"),
+				rfIdx("worker:worker-2-i1:leases"), lane("active"), rfIdx("attempt_timeout"), rfIdx("execution_deadline")},
+			rfEID, "worker-2", "worker-2-i1", rfLane, "11111111-0000-4000-8000-000000000002", "30000",
+			"aaaaaaaa-0000-4000-8000-000000000002", "{}", cap)
+	}
+	usage := func(c valkey.Client, delta string) valkey.ValkeyResult {
+		return fcallArgs(c, "ff_report_usage_and_check", []string{rfBudge + ":usage", rfBudge + ":limits", rfBudge},
+			"1", "tokens", delta, "1700000000000", "")
+	}
+	frame := func(c valkey.Client, retention, maxPayload string) valkey.ValkeyResult {
+		stream := "ff:stream:{fp:7}:" + rfEID + ":0"
+		return fcallArgs(c, "ff_append_frame", []string{rfCore, stream, stream + ":meta", stream + ":summary"},
+			rfEID, "0", spLease, "1", "log", "", "hello", "utf8", "", "worker", retention, spAtt, maxPayload,
+			"durable", "", "", "", "", "")
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(*testing.T, valkey.Client)
+		call  func(valkey.Client) valkey.ValkeyResult
+		want  string
+	}{
+		{"fractional new priority", func(t *testing.T, c valkey.Client) { createExecution(t, c, "") },
+			func(c valkey.Client) valkey.ValkeyResult {
+				return fcallArgs(c, "ff_change_priority", []string{rfCore, lane("eligible")}, rfEID, "1.5")
+			}, "new_priority must be a whole number, got: 1.5"},
+		{"NaN priority on create", func(*testing.T, valkey.Client) {},
+			func(c valkey.Client) valkey.ValkeyResult {
+				return fcallArgs(c, "ff_create_execution",
+					[]string{rfCore, rfExecKey("payload"), rfExecKey("policy"), rfExecKey("tags"), lane("eligible"),
+						"ff:noop:{fp:7}", rfIdx("execution_deadline"), rfIdx("all_executions")},
+					rfEID, "ns", rfLane, "task", "nan", "tester", "{}", "", "", "", "", "", "7")
+			}, "priority must be a number, got: nan"},
+		{"fractional priority ranking at once", func(*testing.T, valkey.Client) {},
+			func(c valkey.Client) valkey.ValkeyResult {
+				return fcallArgs(c, "ff_create_execution",
+					[]string{rfCore, rfExecKey("payload"), rfExecKey("policy"), rfExecKey("tags"), lane("eligible"),
+						"ff:noop:{fp:7}", rfIdx("execution_deadline"), rfIdx("all_executions")},
+					rfEID, "ns", rfLane, "task", "1.5", "tester", "{}", "", "", "", "", "", "7")
+			}, "priority must be a whole number, got: 1.5"},
+		{"fractional grant TTL", func(t *testing.T, c valkey.Client) { createExecution(t, c, "") },
+			func(c valkey.Client) valkey.ValkeyResult {
+				return fcallArgs(c, "ff_issue_claim_grant", grantKeys, rfEID, "w", "w-i1", rfLane, "", "1.5", "", "", "")
+			}, "grant_ttl_ms must be a whole number, got: 1.5"},
+		{"fractional renewal expiry",
+			func(t *testing.T, c valkey.Client) { claimedExecution(t, c, "00112233445566778899aabbccddeeff") },
+			func(c valkey.Client) valkey.ValkeyResult { return renew(c, "30000.5", "5000") },
+			"lease_ttl_ms + lease_history_grace_ms must be a whole number, got: 30000.5+5000"},
+		{"reclaim cap not a number", revoked,
+			func(c valkey.Client) valkey.ValkeyResult { return reclaim(c, "many") },
+			"default_max_reclaim_count must be a number, got: many"},
+		{"fractional usage delta", func(*testing.T, valkey.Client) {},
+			func(c valkey.Client) valkey.ValkeyResult { return usage(c, "1.5") },
+			"delta must be a whole number, got: 1.5"},
+		{"usage delta beyond whole doubles", func(*testing.T, valkey.Client) {},
+			func(c valkey.Client) valkey.ValkeyResult { return usage(c, "99999999999999999999") },
+			"delta must be a whole number, got: 99999999999999999999"},
+		{"negative frame retention",
+			func(t *testing.T, c valkey.Client) { claimedExecution(t, c, "00112233445566778899aabbccddeeff") },
+			func(c valkey.Client) valkey.ValkeyResult { return frame(c, "-1", "65536") },
+			"retention_maxlen must be a whole number >= 0, got: -1"},
+		{"frame payload cap not a number",
+			func(t *testing.T, c valkey.Client) { claimedExecution(t, c, "00112233445566778899aabbccddeeff") },
+			func(c valkey.Client) valkey.ValkeyResult { return frame(c, "0", "lots") },
+			"max_payload_bytes must be a number, got: lots"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := refusalServer(t)
+			tc.setup(t, c)
+			before := keyspace(t, c)
+			assert.Equal(t, []string{"0", "invalid_input", tc.want}, replyOf(t, tc.call(c)))
+			assert.Equal(t, before, keyspace(t, c), "a refusal writes nothing")
+		})
+	}
+}
+
+// A stream range the server cannot read is refused with its error (where
+// FlowFabric raises it as a Lua error).
+func TestRefusesUnreadableStreamRange(t *testing.T) {
+	c := refusalServer(t)
+	stream := "ff:stream:{fp:7}:" + rfEID + ":0"
+	got := replyOf(t, fcallArgs(c, "ff_read_attempt_stream", []string{stream, stream + ":meta"}, "soon", "+", "10", ""))
+	require.Len(t, got, 3)
+	assert.Equal(t, []string{"0", "invalid_input"}, got[:2])
+	assert.Contains(t, got[2], "stream range: ")
+}
+
+// Replaying a skipped flow member puts it back on its dependencies, whose
+// keys the call must carry; without them (where FlowFabric fails before
+// writing) ours refuses.
+func TestRefusesSkippedMemberReplayWithoutDependencyKeys(t *testing.T) {
+	c := refusalServer(t)
+	require.Equal(t, "1", replyOf(t, createExecution(t, c, ""))[0])
+	require.NoError(t, c.Do(context.Background(), c.B().Hset().Key(rfCore).FieldValue().
+		FieldValue("lifecycle_phase", "terminal").FieldValue("terminal_outcome", "skipped").
+		FieldValue("flow_id", "f0000000-0000-4000-8000-000000000001").Build()).Error())
+	before := keyspace(t, c)
+	got := replyOf(t, fcallArgs(c, "ff_replay_execution",
+		[]string{rfCore, rfIdx("lane:" + rfLane + ":terminal"), rfIdx("lane:" + rfLane + ":eligible"),
+			rfExecKey("lease:history")}, rfEID, "1700000000000"))
+	assert.Equal(t, []string{"0", "invalid_input", "replaying a skipped flow member needs its dependency KEYS"}, got)
+	assert.Equal(t, before, keyspace(t, c))
+}
+
+// A signal stream cap the server cannot take (negative, fractional) is
+// refused before the signal is recorded; FlowFabric fails at its XADD.
+func TestRefusesUnusableSignalStreamCapWritingNothing(t *testing.T) {
+	c := refusalServer(t)
+	suspendedWithoutTimeout(t, c)
+	tok := hgetall(t, c, spWPKey(spWP))["waitpoint_token"]
+	sig := "ff:signal:{fp:7}:66666666-0000-4000-8000-000000000001"
+	for _, maxlen := range []string{"-1", "1.5"} {
+		before := keyspace(t, c)
+		got := replyOf(t, fcallArgs(c, "ff_deliver_signal",
+			[]string{rfCore, spWPKey(spWP) + ":condition", spWPKey(spWP) + ":signals", rfExecKey("signals"),
+				sig, sig + ":payload", "ff:noop:{fp:7}", spWPKey(spWP), rfExecKey("suspension:current"),
+				rfIdx("lane:" + rfLane + ":eligible"), rfIdx("lane:" + rfLane + ":suspended"),
+				rfIdx("lane:" + rfLane + ":delayed"), rfIdx("suspension_timeout"), spHMAC,
+				"ff:part:{fp:7}:signal_delivery"},
+			"66666666-0000-4000-8000-000000000001", rfEID, spWP, "go", "callback", "webhook", "s", "", "json",
+			"", "", "waitpoint", "", "86400000", "0", maxlen, "10000", tok))
+		assert.Equal(t, []string{"0", "invalid_input", "signal_maxlen must be a whole number >= 0"}, got, maxlen)
+		assert.Equal(t, before, keyspace(t, c), maxlen)
+	}
+}

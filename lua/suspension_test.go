@@ -102,19 +102,34 @@ func exists(t *testing.T, c valkey.Client, key string) bool {
 func TestSuspendRefusesMalformedConditionWritingNothing(t *testing.T) {
 	c := refusalServer(t)
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
-	// Where FlowFabric raises a Lua error (not JSON, or a JSON value its
-	// field lookups cannot index) ours refuses before any write.
-	for _, cond := range []string{`{not json`, ``, `5`, `true`, `null`} {
+	// Where FlowFabric raises a Lua error after writing the waitpoint (not
+	// JSON, a JSON value its field lookups cannot index, names or a mode a
+	// hash field cannot hold) ours refuses before any write.
+	for _, cond := range []string{`{not json`, ``, `5`, `true`, `null`,
+		`{"required_signal_names":"approve"}`, `{"required_signal_names":null}`,
+		`{"required_signal_names":[true]}`, `{"signal_match_mode":{"a":1}}`} {
 		before := keyspace(t, c)
 		got := replyOf(t, suspend(c, cond, nil, "0"))
 		require.Len(t, got, 3, cond)
 		assert.Equal(t, []string{"0", "invalid_input"}, got[:2], cond)
 		assert.Equal(t, before, keyspace(t, c), "a refused suspend writes nothing (%q)", cond)
 	}
-	before := keyspace(t, c)
-	got := replyOf(t, suspend(c, `{"composite":true,"v":2,"tree":{"kind":"NeverBySignal"}}`, nil, "0"))
-	assert.Equal(t, []string{"0", "invalid_resume_condition"}, got)
-	assert.Equal(t, before, keyspace(t, c))
+}
+
+// A composite condition of another version than 1 is accepted as
+// FlowFabric accepts it: the condition keeps no tree, the operator map is
+// still seeded from the tree as given.
+func TestSuspendKeepsNoTreeForAnotherCompositeVersion(t *testing.T) {
+	c := refusalServer(t)
+	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
+	cond := fmt.Sprintf(`{"composite":true,"v":2,"tree":{"kind":"Single","path":"","waitpoint_key":%q}}`, "wpk:"+spWP)
+	got := replyOf(t, suspend(c, cond, nil, "0"))
+	require.Equal(t, "OK", got[1], "%v", got)
+	wc := hgetall(t, c, spWPKey(spWP)+":condition")
+	assert.Equal(t, "1", wc["composite"])
+	assert.Equal(t, "", wc["tree_json"])
+	assert.Equal(t, map[string]string{"wp:wpk:" + spWP + ":": ""},
+		hgetall(t, c, rfExecKey("suspension:current:member_map")))
 }
 
 func TestSuspendRefusesMalformedExtrasWritingNothing(t *testing.T) {
@@ -122,14 +137,60 @@ func TestSuspendRefusesMalformedExtrasWritingNothing(t *testing.T) {
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
 	cond := `{"required_signal_names":[],"signal_match_mode":"any","minimum_signal_count":1}`
 	before := keyspace(t, c)
-	// One extra announced, none bound; a negative count; an empty id.
+	// One extra announced, none bound; a count that is not a number; an
+	// empty id.
 	for _, tc := range []struct {
 		n      string
 		extras []extraWP
-	}{{"1", nil}, {"-1", nil}, {"x", nil}, {"1", []extraWP{{"", "wpk:x"}}}} {
+	}{{"1", nil}, {"x", nil}, {"1", []extraWP{{"", "wpk:x"}}}} {
 		got := replyOf(t, suspend(c, cond, tc.extras, tc.n))
 		assert.Equal(t, []string{"0", "additional_waitpoint_binding_malformed"}, got, tc.n)
 	}
+	assert.Equal(t, before, keyspace(t, c))
+
+	// An extra bound in ARGV without its KEYS: FlowFabric raises a Lua
+	// error after writing the primary waitpoint; ours refuses first.
+	keys := []string{rfCore, "ff:attempt:{fp:7}:" + rfEID + ":0", rfExecKey("lease:current"),
+		rfExecKey("lease:history"), rfIdx("lease_expiry"), rfIdx("worker:worker-1-i1:leases"),
+		rfExecKey("suspension:current"), spWPKey(spWP), spWPKey(spWP) + ":signals",
+		rfIdx("suspension_timeout"), rfIdx("pending_waitpoint_expiry"), rfIdx("lane:" + rfLane + ":active"),
+		rfIdx("lane:" + rfLane + ":suspended"), rfExecKey("waitpoints"), spWPKey(spWP) + ":condition",
+		rfIdx("attempt_timeout"), spHMAC, "ff:noop:{fp:7}"}
+	got := replyOf(t, fcallArgs(c, "ff_suspend_execution", keys, rfEID, "0", spAtt, spLease, "1", spSusp,
+		spWP, "wpk:"+spWP, "waiting_for_signal", "worker", "", cond, spPolicy, "", "", "fail", "1000", "",
+		"0", "1", spWPX, "wpk:"+spWPX))
+	assert.Equal(t, []string{"0", "additional_waitpoint_binding_malformed"}, got[:2])
+	assert.Equal(t, before, keyspace(t, c))
+}
+
+// A negative extras count binds no extras, as in FlowFabric: the
+// suspension goes ahead on its primary waitpoint alone.
+func TestSuspendWithNegativeExtrasCountHasNoExtras(t *testing.T) {
+	c := refusalServer(t)
+	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
+	got := replyOf(t, suspend(c, `{"required_signal_names":["go"]}`, nil, "-1"))
+	require.Len(t, got, 7, "%v", got)
+	assert.Equal(t, []string{"1", "OK", spSusp, spWP, "wpk:" + spWP}, got[:5])
+	assert.Equal(t, "0", got[6])
+	assert.Equal(t, "[]", hgetall(t, c, rfExecKey("suspension:current"))["additional_waitpoints_json"])
+}
+
+// A timeout that is not a number is refused before any write (FlowFabric
+// fails indexing it after writing the suspension).
+func TestSuspendRefusesNonNumericTimeoutWritingNothing(t *testing.T) {
+	c := refusalServer(t)
+	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
+	keys := []string{rfCore, "ff:attempt:{fp:7}:" + rfEID + ":0", rfExecKey("lease:current"),
+		rfExecKey("lease:history"), rfIdx("lease_expiry"), rfIdx("worker:worker-1-i1:leases"),
+		rfExecKey("suspension:current"), spWPKey(spWP), spWPKey(spWP) + ":signals",
+		rfIdx("suspension_timeout"), rfIdx("pending_waitpoint_expiry"), rfIdx("lane:" + rfLane + ":active"),
+		rfIdx("lane:" + rfLane + ":suspended"), rfExecKey("waitpoints"), spWPKey(spWP) + ":condition",
+		rfIdx("attempt_timeout"), spHMAC, "ff:noop:{fp:7}"}
+	before := keyspace(t, c)
+	got := replyOf(t, fcallArgs(c, "ff_suspend_execution", keys, rfEID, "0", spAtt, spLease, "1", spSusp,
+		spWP, "wpk:"+spWP, "waiting_for_signal", "worker", "soon", `{"required_signal_names":["go"]}`,
+		spPolicy, "", "", "fail", "1000", "", "0", "0"))
+	assert.Equal(t, []string{"0", "invalid_input", "timeout_at must be a number, got: soon"}, got)
 	assert.Equal(t, before, keyspace(t, c))
 }
 

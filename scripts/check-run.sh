@@ -73,13 +73,28 @@ else
   want=17 first=lease_expiry what="all seventeen scanners"
 fi
 for _ in $(seq 1200); do
-  if [ "$(grep -cE "^($scanners) +running" "$out" || true)" -ge "$want" ]; then
+  n=$(grep -scE "^($scanners) +running" "$out" || true)  # no output file yet: 0
+  if [ "${n:-0}" -ge "$want" ]; then
     break
   fi
   kill -0 "$pid" 2>/dev/null || fail "make run exited before the scanners ran"
   sleep 0.1
 done
 grep -q "^$first  *running" "$out" || fail "the scanners did not come up within 120 s"
+
+# The console at the address make run printed shows every scanner
+# running, and the explain command it printed answers.
+console=$(sed -n 's|^run: console on http://\([0-9.]*:[0-9]*\)/ .*|\1|p' "$out")
+[ -n "$console" ] || fail "make run did not print the console's address"
+page=$( (exec 3<>"/dev/tcp/${console%:*}/${console#*:}" && printf 'GET /?refresh=0 HTTP/1.0\r\nHost: %s\r\n\r\n' "$console" >&3 && cat <&3) 2>/dev/null) \
+  || fail "the console at http://$console/ did not answer"
+shown=$(grep -oE 'data-scanner="[a-z0-9_]+" data-state="running"' <<<"$page" | wc -l)
+[ "$shown" -ge "$want" ] || fail "the console shows $shown scanners running, not $want"
+example=$(sed -n "s|^run: why is an execution where it is? e.g. ./bin/ffscan explain '\(.*\)' --addr .*|\1|p" "$out")
+if [ -n "$example" ]; then
+  ./bin/ffscan explain "$example" --addr "$console" >"$tmp/explain.out" 2>&1 || fail "ffscan explain $example failed: $(cat "$tmp/explain.out")"
+  grep -q '^SCANNER' "$tmp/explain.out" || fail "ffscan explain printed no verdicts: $(cat "$tmp/explain.out")"
+fi
 
 kill -INT -- "-$pid"
 for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -100,4 +115,4 @@ if [ "$backend" = postgres ]; then
 fi
 awk 'length > 100 { bad = 1 } END { exit bad }' <(grep -v '^run:' "$out") || fail "the summary has lines over 100 columns"
 rm -rf "$tmp"
-echo "check-run: make run (BACKEND=$backend) came up with $what and Ctrl-C stopped it gracefully, leaving nothing behind"
+echo "check-run: make run (BACKEND=$backend) came up with $what (the console at the printed address showing them${example:+, ffscan explain answering}) and Ctrl-C stopped it gracefully, leaving nothing behind"

@@ -67,7 +67,9 @@ cleanup() {
   # then the server.
   for ((i=${#pids[@]}-1; i>=0; i--)); do
     p=${pids[$i]}
-    kill -TERM "$p" 2>/dev/null || continue
+    sig=TERM
+    [ "$p" = "${pg_pid:-}" ] && sig=INT
+    kill -"$sig" "$p" 2>/dev/null || continue
     for _ in $(seq 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$p" 2>/dev/null; then
       echo "run: pid $p did not stop within 15 s; killing it"
@@ -116,8 +118,13 @@ if [ "$backend" = postgres ]; then
   "${as_pg[@]}" "$pg/initdb" -D "$pgdir/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$work/initdb.log" 2>&1 \
     || { echo "run: initdb failed:"; cat "$work/initdb.log"; exit 1; }
   "${as_pg[@]}" "$pg/postgres" -D "$pgdir/data" -p "$pg_port" -c listen_addresses=127.0.0.1 -c unix_socket_directories="$pgdir" \
-    -c max_locks_per_transaction=256 >"$work/postgres.log" 2>&1 &
+    -c max_locks_per_transaction=256 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+    >"$work/postgres.log" 2>&1 &
   pids+=($!)
+  # A throwaway server: stopped with SIGINT (fast shutdown), and with
+  # fsync off its shutdown checkpoint does not flush 6,656 partitions'
+  # files (under load that took longer than the 15 s the cleanup waits).
+  pg_pid=$!
   for _ in $(seq 200); do
     if "$pg/pg_isready" -q -h 127.0.0.1 -p "$pg_port"; then break; fi
     sleep 0.05
@@ -148,11 +155,42 @@ for _ in $(seq 100); do
   if ! kill -0 "$host_pid" 2>/dev/null; then echo "run: the host exited:"; cat "$work/host.log"; exit 1; fi
   sleep 0.1
 done
-echo "run: ffscan host up (metrics and status on http://127.0.0.1:$http_port, log in $work/host.log)"
+echo "run: ffscan host up (console, metrics and status on http://127.0.0.1:$http_port, log in $work/host.log)"
 
 "$work/demo" "${demo_args[@]}" >"$work/demo.log" 2>&1 &
 pids+=($!)
 echo "run: demo workload running (log in $work/demo.log). Ctrl-C to stop."
+echo "run: console on http://127.0.0.1:$http_port/ (actions take the admin token: ${FFSCAN_HTTP__ADMIN_TOKEN_FILE:-~/.config/ffscan/admin-token})"
+
+# An execution of the demo to explain: one holding a lease (Valkey) or an
+# active one (Postgres), once the workload made one (a few seconds).
+example_execution() {
+  if [ "$backend" = postgres ]; then
+    "$pg/psql" -qtA -h 127.0.0.1 -p "$pg_port" -U postgres -d ffscan -c \
+      "SELECT '{fp:' || partition_key || '}:' || execution_id FROM ff_exec_core WHERE lifecycle_phase = 'active' LIMIT 1" 2>/dev/null
+    return
+  fi
+  local cli key
+  cli=$(command -v valkey-cli || command -v redis-cli || true)
+  [ -n "$cli" ] || return 0
+  # A delayed execution stays put for a while (the demo delays some by an
+  # hour), so its verdict still holds when you type the command; else one
+  # holding a lease.
+  key=$("$cli" -p "$port" --scan --pattern 'ff:idx:*:lane:*:delayed' 2>/dev/null | head -1)
+  [ -n "$key" ] || key=$("$cli" -p "$port" --scan --pattern 'ff:idx:*:lease_expiry' 2>/dev/null | head -1)
+  [ -n "$key" ] && "$cli" -p "$port" ZRANGE "$key" -1 -1 2>/dev/null
+}
+example=""
+for _ in $(seq 50); do
+  example=$(example_execution || true)
+  [ -n "$example" ] && break
+  sleep 0.1
+done
+if [ -n "$example" ]; then
+  echo "run: why is an execution where it is? e.g. ./bin/ffscan explain '$example' --addr 127.0.0.1:$http_port"
+else
+  echo "run: explain an execution: ./bin/ffscan explain EXECUTION_ID --addr 127.0.0.1:$http_port (or the console's explain form)"
+fi
 echo
 
 # The compact view (ffscan status --watch) until Ctrl-C; it fails when the

@@ -9,6 +9,7 @@
 //	ffscan plugins reload NAME      hot-swap a scanner's plugin in a running host
 //	ffscan scan-once --scanner N    one cycle of one scanner, then a summary
 //	ffscan status                   the /v1/status of a running host
+//	ffscan explain ID               what each scanner does with one execution, and why
 //	ffscan version
 //
 // Every command accepts --config FILE (default $FFSCAN_CONFIG) and
@@ -62,6 +63,9 @@ commands:
   status [--addr host:port] [--json | --watch 3s]
                                show the status of a running host (--watch: a
                                compact view with rates, refreshed until Ctrl-C)
+  explain ID [--addr host:port] [--json]
+                               what every scanner of a running host does with
+                               execution ID on its next cycle, and why
   postgres create-schema       create FlowFabric's Postgres tables in an empty database
                                (postgres.dsn), recorded as ffscan's; for tests, the demo
                                and users without FlowFabric
@@ -132,6 +136,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdScanOnce(rest, stdout, stderr)
 	case "status":
 		err = cmdStatus(rest, stdout, stderr)
+	case "explain":
+		err = cmdExplain(rest, stdout, stderr)
 	case "version":
 		err = cmdVersion(rest, stdout, stderr)
 	case "postgres create-schema":

@@ -79,9 +79,9 @@ func ffscan(t *testing.T, args ...string) (int, string) {
 // environment.
 func ffscanEnv(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
-	// A bound on a command that hangs, not a wait: creating FlowFabric's
-	// 6656 partitions took over a minute on a loaded 2-core machine while
-	// other tests of the package built schemas too.
+	// A guard against a command that hangs, not a bound on how long one
+	// may take: on a loaded machine create-schema's 6,656 partitions have
+	// taken over a minute.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ffscanBin, args...)

@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
+
+	"github.com/ffscan/ffscan/host/explain"
 )
 
 // Client talks to a running host's HTTP listener.
@@ -77,4 +80,31 @@ func (c Client) Status(timeout time.Duration) (StatusDoc, error) {
 		return StatusDoc{}, fmt.Errorf("decode status: %w", err)
 	}
 	return doc, nil
+}
+
+// Explain reads /v1/explain/{id}: the raw JSON and the decoded report.
+func (c Client) Explain(id string, timeout time.Duration) ([]byte, *explain.Report, error) {
+	resp, err := (&http.Client{Timeout: timeout}).Get("http://" + c.Addr + "/v1/explain/" + url.PathEscape(id))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, nil, fmt.Errorf("explain: %s", e.Error)
+		}
+		return nil, nil, fmt.Errorf("GET /v1/explain: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	var rep explain.Report
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return nil, nil, fmt.Errorf("decode explain: %w", err)
+	}
+	return body, &rep, nil
 }

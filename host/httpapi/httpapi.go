@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/explain"
 )
 
 // StatusDoc is the /v1/status document.
@@ -150,6 +151,14 @@ type ScannerStatus struct {
 	// scanner are not what runs (a reload's update failed; the next
 	// reload tries again). Empty when they are.
 	NotApplied string `json:"not_applied,omitempty"`
+	// PendingApproval: the plugin is refused until an operator approves
+	// its policy.
+	PendingApproval bool `json:"pending_approval,omitempty"`
+	// Override says an operator enabled or disabled the scanner at run
+	// time (until the host restarts).
+	Override string `json:"override,omitempty"`
+	// Lag is the oldest due entry's lag at the last complete cycle.
+	Lag string `json:"lag,omitempty"`
 }
 
 // SwapInfo is a scanner's last hot swap (or attempt).
@@ -189,6 +198,42 @@ type PluginSwapResult struct {
 	Pid         int    `json:"pid,omitempty"`
 }
 
+// Switches is implemented by sources whose operators may enable and
+// disable scanners at run time and approve a plugin's pending policy
+// (POST /v1/scanners/{name}/enable, /disable, /approve; admin token).
+type Switches interface {
+	SetScannerEnabled(ctx context.Context, name string, enabled bool, who string) (ReloadResult, error)
+	ApprovePlugin(ctx context.Context, name string) (PluginSwapResult, error)
+}
+
+// writeReload answers with a reload's result.
+func writeReload(w http.ResponseWriter, res ReloadResult, err error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeJSON(w, http.StatusNotFound, ReloadResult{Error: err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, ReloadResult{Error: err.Error()})
+	case res.Error != "":
+		writeJSON(w, http.StatusConflict, res)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// writeSwap answers with a plugin swap's result.
+func writeSwap(w http.ResponseWriter, name string, res PluginSwapResult, err error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		writeJSON(w, http.StatusNotFound, PluginSwapResult{Scanner: name, Error: err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, PluginSwapResult{Scanner: name, Error: err.Error()})
+	case res.Error != "":
+		writeJSON(w, http.StatusConflict, res)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
 // ErrNotFound is returned by Admin.ReloadPlugin for an unknown or disabled
 // scanner (HTTP 404).
 var ErrNotFound = errors.New("no such running scanner")
@@ -207,6 +252,15 @@ type Admin interface {
 	// ReloadPlugin hot-swaps a scanner's plugin.
 	ReloadPlugin(ctx context.Context, scanner string, force, wait bool) (PluginSwapResult, error)
 }
+
+// Explainer is implemented by sources that explain an execution
+// (GET /v1/explain/{id}).
+type Explainer interface {
+	Explain(ctx context.Context, id string) (*explain.Report, error)
+}
+
+// explainTimeout bounds one explanation (it asks every running scanner).
+const explainTimeout = 10 * time.Second
 
 // Source is what the endpoints read (the host implements it).
 type Source interface {
@@ -241,7 +295,44 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, src.Status())
 	})
+	if ex, ok := src.(Explainer); ok {
+		mux.HandleFunc("GET /v1/explain/{id}", func(w http.ResponseWriter, r *http.Request) {
+			if !hostAllowed(w, r) {
+				return
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), explainTimeout)
+			defer cancel()
+			rep, err := ex.Explain(ctx, r.PathValue("id"))
+			switch {
+			case errors.Is(err, explain.ErrBadID):
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			case err != nil:
+				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			default:
+				writeJSON(w, http.StatusOK, rep)
+			}
+		})
+	}
 	if admin, ok := src.(Admin); ok {
+		if sw, ok := src.(Switches); ok {
+			for _, act := range []string{"enable", "disable"} {
+				on := act == "enable"
+				mux.HandleFunc("POST /v1/scanners/{name}/"+act, func(w http.ResponseWriter, r *http.Request) {
+					if !allowed(w, r, admin) {
+						return
+					}
+					res, err := sw.SetScannerEnabled(r.Context(), r.PathValue("name"), on, "admin request from "+r.RemoteAddr)
+					writeReload(w, res, err)
+				})
+			}
+			mux.HandleFunc("POST /v1/scanners/{name}/approve", func(w http.ResponseWriter, r *http.Request) {
+				if !allowed(w, r, admin) {
+					return
+				}
+				res, err := sw.ApprovePlugin(r.Context(), r.PathValue("name"))
+				writeSwap(w, r.PathValue("name"), res, err)
+			})
+		}
 		mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
 			if !allowed(w, r, admin) {
 				return
@@ -282,7 +373,12 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 // rebinding) and then talk to this listener as if same-origin, but it
 // cannot make the browser send an IP address or "localhost" as the Host
 // of its own origin. Reach the API by IP or as localhost.
-func hostAllowed(w http.ResponseWriter, r *http.Request) bool {
+func hostAllowed(w http.ResponseWriter, r *http.Request) bool { return HostAllowed(w, r) }
+
+// HostAllowed answers 403 and returns false for a request whose Host is a
+// DNS name other than localhost (see hostAllowed); the console's pages
+// follow the same rule.
+func HostAllowed(w http.ResponseWriter, r *http.Request) bool {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h

@@ -24,6 +24,9 @@ type ServerConfig struct {
 	Listen            string
 	ReadHeaderTimeout time.Duration
 	Logger            hclog.Logger
+	// Console, when set, serves the web console's pages (GET /, GET
+	// /explain, POST /actions; host/console).
+	Console http.Handler
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -44,7 +47,16 @@ type Server struct {
 // NewServer returns a server of reg and src's endpoints; Start listens.
 func NewServer(cfg ServerConfig, reg *prometheus.Registry, src Source) *Server {
 	cfg = cfg.withDefaults()
-	return &Server{cfg: cfg, srv: &http.Server{Handler: Handler(reg, src), ReadHeaderTimeout: cfg.ReadHeaderTimeout}}
+	h := Handler(reg, src)
+	if cfg.Console != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		mux.Handle("GET /{$}", cfg.Console)
+		mux.Handle("GET /explain", cfg.Console)
+		mux.Handle("POST /actions", cfg.Console)
+		h = mux
+	}
+	return &Server{cfg: cfg, srv: &http.Server{Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout}}
 }
 
 // Start listens (an address in use is its error) and serves in the

@@ -25,9 +25,12 @@ const MaxCodesPerScanner = 32
 // Metrics is the set of host collectors.
 type Metrics struct {
 	Registry *prometheus.Registry
+	// hist keeps recent cycles per scanner for the console.
+	hist *history
 
 	cycleDuration    *prometheus.HistogramVec
 	cycles           *prometheus.CounterVec
+	lastCycle        *prometheus.GaugeVec
 	processed        *prometheus.CounterVec
 	skipped          *prometheus.CounterVec
 	errors           *prometheus.CounterVec
@@ -49,7 +52,7 @@ type Metrics struct {
 // New builds the collectors and registers them with the Go runtime and
 // process collectors on a fresh registry.
 func New() *Metrics {
-	m := &Metrics{Registry: prometheus.NewRegistry(), codes: map[string]map[string]bool{}}
+	m := &Metrics{Registry: prometheus.NewRegistry(), codes: map[string]map[string]bool{}, hist: newHistory()}
 	s := []string{"scanner"}
 	m.cycleDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "ffscan_scanner_cycle_duration_seconds",
@@ -58,6 +61,9 @@ func New() *Metrics {
 	}, s)
 	m.cycles = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ffscan_scanner_cycles_total", Help: "Completed sweeps, idle ones included.",
+	}, []string{"scanner"})
+	m.lastCycle = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ffscan_scanner_last_cycle_timestamp_seconds", Help: "When the scanner's last complete sweep ended (Unix seconds).",
 	}, s)
 	m.processed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ffscan_scanner_items_processed_total", Help: "Items a scanner acted on (its own definition).",
@@ -103,7 +109,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.cycleDuration, m.cycles, m.processed, m.skipped, m.errors, m.partitions,
+		m.cycleDuration, m.cycles, m.lastCycle, m.processed, m.skipped, m.errors, m.partitions,
 		m.backlog, m.lag, m.restarts, m.pluginUp, m.rpcLatency,
 		m.callbackCommands, m.callbackRefused, m.swaps, m.configReloads,
 	)
@@ -114,6 +120,13 @@ func New() *Metrics {
 func (m *Metrics) Cycle(scanner string, d time.Duration) {
 	m.cycleDuration.WithLabelValues(scanner).Observe(d.Seconds())
 	m.cycles.WithLabelValues(scanner).Inc()
+	m.lastCycle.WithLabelValues(scanner).SetToCurrentTime()
+	m.hist.cycle(scanner)
+	// The scanner's counters exist from its first sweep, at 0 until
+	// something happens: a dashboard's rate is 0, not "no data".
+	m.processed.WithLabelValues(scanner)
+	m.skipped.WithLabelValues(scanner)
+	m.restarts.WithLabelValues(scanner)
 }
 
 // Swap implements supervisor.SwapRecorder.
@@ -128,6 +141,7 @@ func (m *Metrics) ConfigReload(outcome string) {
 
 // Items adds processed and skipped counts.
 func (m *Metrics) Items(scanner string, processed, skipped int64) {
+	m.hist.items(scanner, processed)
 	if processed > 0 {
 		m.processed.WithLabelValues(scanner).Add(float64(processed))
 	}
@@ -154,11 +168,13 @@ func (m *Metrics) Partitions(scanner, outcome string, n int) {
 // Backlog sets the backlog gauge.
 func (m *Metrics) Backlog(scanner string, v int64) {
 	m.backlog.WithLabelValues(scanner).Set(float64(v))
+	m.hist.backlog(scanner, v)
 }
 
 // Lag sets the oldest-due lag gauge.
 func (m *Metrics) Lag(scanner string, d time.Duration) {
 	m.lag.WithLabelValues(scanner).Set(d.Seconds())
+	m.hist.lag(scanner, d)
 }
 
 // Restart counts a plugin restart.

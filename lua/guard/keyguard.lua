@@ -68,7 +68,7 @@ do
       local tag = tag_of(keys[1])
       if tag == nil then return false end
       for _, s in ipairs(suffixes) do
-        if is(key, 'ff:idx:' .. esc(tag) .. ':lane:.+:' .. esc(s)) then return true end
+        if is(key, 'ff:idx:' .. esc(tag) .. ':lane:.*:' .. esc(s)) then return true end
       end
       return false
     end
@@ -83,11 +83,19 @@ do
       return false
     end
   end
-  local function attempt_of_core(key, keys)
-    local tag, eid = tag_of(keys[1]), core_eid(keys[1])
-    if tag == nil or eid == nil then return false end
-    local p = 'ff:attempt:' .. esc(tag) .. ':' .. esc(eid) .. ':%d+'
-    return is(key, p) or is(key, p .. ':usage') or is(key, p .. ':policy')
+  -- An attempt of the core's tag, named by the core's id or by the id the
+  -- caller passed in ARGV[1] (FlowFabric names a new attempt after the
+  -- latter).
+  local function attempt_of_core(key, keys, args)
+    local tag = tag_of(keys[1])
+    if tag == nil then return false end
+    for _, eid in ipairs({core_eid(keys[1]) or '', args[1] or ''}) do
+      if eid ~= '' then
+        local p = 'ff:attempt:' .. esc(tag) .. ':' .. esc(eid) .. ':%d+'
+        if is(key, p) or is(key, p .. ':usage') or is(key, p .. ':policy') then return true end
+      end
+    end
+    return false
   end
   local function waitpoint_of_tag(key, keys)
     local tag = tag_of(keys[1])
@@ -129,9 +137,9 @@ do
     ff_claim_execution = {attempt_of_core},
     ff_issue_grant_and_claim = {attempt_of_core},
     ff_replay_execution = {function(key, keys) return key == (string.gsub(keys[1], ':core$', ':policy')) end},
-    ff_reclaim_execution = {worker_leases_of_tag, lane_set_of_tag({'terminal'}),
+    ff_reclaim_execution = {attempt_of_core, worker_leases_of_tag, lane_set_of_tag({'terminal'}),
       function(key, keys) return key == (string.gsub(keys[1], ':core$', ':policy')) end},
-    ff_expire_execution = {worker_leases_of_tag, lane_set_of_tag(RUNNABLE), siblings_of(14, COMPOSITE)},
+    ff_expire_execution = {worker_leases_of_tag, lane_set_of_tag(RUNNABLE)},
     ff_cancel_execution = {lane_set_of_tag({'active', 'suspended'}), siblings_of(8, COMPOSITE), waitpoint_of_tag},
     ff_stage_dependency_edge = {flow_graph_of(1)},
     ff_report_usage_and_check = {dedup_key_arg},

@@ -61,6 +61,17 @@ function H.require_number(v, name)
   return n
 end
 
+-- H.MAX_WHOLE is the largest whole number a double holds exactly (2^53-1):
+-- beyond it Lua passes a number to the server in exponent form, which no
+-- integer argument accepts.
+H.MAX_WHOLE = 9007199254740991
+
+-- H.is_whole(n) -> true for a number the server takes as an integer
+-- argument (whole, within +-H.MAX_WHOLE).
+function H.is_whole(n)
+  return type(n) == 'number' and n == math.floor(n) and n >= -H.MAX_WHOLE and n <= H.MAX_WHOLE
+end
+
 -- H.opt_number(v, name) -> nil for an unset value, else as require_number.
 function H.opt_number(v, name)
   if not H.is_set(v) then return nil end
@@ -74,20 +85,13 @@ function H.json_decode(s)
   return true, v
 end
 
--- H.json_object(s) -> table or nil: s decoded only if it is a JSON object.
+-- H.json_object(s) -> table or nil: s decoded when it is a JSON object or
+-- array (anything else, malformed JSON included, gives nil).
 function H.json_object(s)
   if not H.is_set(s) then return nil end
   local ok, v = H.json_decode(s)
   if ok and type(v) == 'table' then return v end
   return nil
-end
-
--- H.scalar_string(v) -> the string FF stores for a decoded JSON value:
--- scalars via tostring, objects/arrays re-encoded, null as "".
-function H.scalar_string(v)
-  if type(v) == 'table' then return cjson.encode(v) end
-  if v == nil or v == cjson.null then return '' end
-  return tostring(v)
 end
 
 -- H.is_noop_key(key) -> true for the ff:noop:{..} placeholder KEYS slot.
@@ -129,11 +133,10 @@ function H.lane_key(tag, lane, suffix)
 end
 
 -- H.core_lane(core) -> lane for Lua-built index keys: lane_id, then
--- current_lane, then "default".
+-- current_lane, then "default". Only a missing field falls through: an
+-- empty lane is a lane, as FlowFabric builds the key.
 function H.core_lane(core)
-  if H.is_set(core.lane_id) then return core.lane_id end
-  if H.is_set(core.current_lane) then return core.current_lane end
-  return 'default'
+  return core.lane_id or core.current_lane or 'default'
 end
 
 -- H.worker_leases_key(tag, wiid) -> ff:idx:<tag>:worker:<wiid>:leases.
@@ -189,19 +192,21 @@ function H.not_active(core)
     core.current_attempt_id or '')
 end
 
--- H.clamp_priority(p) -> integral priority clamped to [0, 9000].
+-- H.clamp_priority(p) -> the priority number clamped to [0, 9000]. Not
+-- rounded: FlowFabric stores and scores a fractional priority as given.
 function H.clamp_priority(p)
-  p = math.floor(tonumber(p) or 0)
+  p = tonumber(p) or 0
   if p < 0 then p = 0 end
   if p > H.PRIORITY_MAX then p = H.PRIORITY_MAX end
   return p
 end
 
--- H.eligible_score(priority, created_at) -> "-(priority*1e12)+created_at"
--- as a plain integer string (higher priority sorts first, then FIFO).
+-- H.eligible_score(priority, created_at) -> -(priority*1e12)+created_at as
+-- a number, the stored priority taken as it is (higher priority sorts
+-- first, then FIFO). Passed to ZADD as a number, so the score is written
+-- exactly as FlowFabric's.
 function H.eligible_score(priority, created_at)
-  local p = H.clamp_priority(priority)
-  return H.int(-(p * H.PRIORITY_UNIT) + (tonumber(created_at) or 0))
+  return 0 - ((tonumber(priority) or 0) * H.PRIORITY_UNIT) + (tonumber(created_at) or 0)
 end
 
 -- H.xadd_history(key, ...) -> XADD one lease:history event (field pairs).
@@ -239,12 +244,14 @@ function H.clear_lease_fields(map)
   return map
 end
 
--- H.release_lease(k, core, reason, now, attempt_id) -> the "rel lease"
--- sequence. k holds the keys: core, lease_current, lease_history,
+-- H.release_lease(k, core, reason, now, attempt_id, eid) -> the "rel
+-- lease" sequence. k holds the keys: core, lease_current, lease_history,
 -- lease_expiry, worker_leases, active, attempt_timeout (nil skips a key).
 -- Blanks the core lease fields and logs "released" (attempt_id optional).
-function H.release_lease(k, core, reason, now, attempt_id)
-  local eid = core.execution_id
+-- eid is the member the indexes hold (the caller's id, as FlowFabric
+-- uses it; the core's own id when nil).
+function H.release_lease(k, core, reason, now, attempt_id, eid)
+  eid = eid or core.execution_id
   if k.lease_current then redis.call('DEL', k.lease_current) end
   if k.lease_expiry then redis.call('ZREM', k.lease_expiry, eid) end
   if k.worker_leases then redis.call('SREM', k.worker_leases, eid) end
@@ -274,11 +281,17 @@ function H.mark_lease_expired(core_key, core, history_key, now)
   -- Idempotent: an execution already marked keeps its first marking.
   if core.ownership_state == 'lease_expired_reclaimable' then return end
   local ts = H.int(now)
+  -- The other state dimensions are rewritten with what they hold, as
+  -- FlowFabric writes all of them.
   redis.call('HSET', core_key,
+    'lifecycle_phase', core.lifecycle_phase or 'active',
     'ownership_state', 'lease_expired_reclaimable',
-    'attempt_state', 'attempt_interrupted',
+    'eligibility_state', core.eligibility_state or 'not_applicable',
     'blocking_reason', 'waiting_for_worker',
     'blocking_detail', 'lease expired, awaiting reclaim',
+    'terminal_outcome', core.terminal_outcome or 'none',
+    'attempt_state', 'attempt_interrupted',
+    'public_state', 'active',
     'lease_expired_at', ts,
     'last_mutation_at', ts)
   H.xadd_history(history_key, 'event', 'expired',
@@ -289,33 +302,39 @@ function H.mark_lease_expired(core_key, core, history_key, now)
     'worker_id', core.current_worker_id or '',
     'worker_instance_id', core.current_worker_instance_id or '',
     'ts', ts)
-  if H.is_set(core.current_attempt_index) then
-    local tag = H.tag_of(core_key)
-    H.close_stream_meta(H.stream_meta_key(tag, core.execution_id, core.current_attempt_index),
-      'lease_expired', now, true)
+  -- The stream of the current attempt, named from the core key's tag and
+  -- id (what the key says, not the id field inside the hash).
+  local idx = core.current_attempt_index
+  local tag = H.tag_of(core_key)
+  local s = string.find(core_key, '}:', 1, true)
+  if H.is_set(idx) and tag and s then
+    local rest = string.sub(core_key, s + 2)
+    local e = string.find(rest, ':core', 1, true)
+    if e then
+      H.close_stream_meta(H.stream_meta_key(tag, string.sub(rest, 1, e - 1), idx),
+        'lease_expired', now, true)
+    end
   end
 end
 
 -- H.check_lease_fence(core_key, core, history_key, lease_id, epoch,
 -- attempt_id, source, now) -> nil when a worker may act on the active
--- lease, else the error tuple. Order: a partial triple, a missing one
--- (passes only for source operator_override), then lifecycle, revocation,
--- expiry and identity. A due lease is marked expired first (committed).
+-- lease, else the error tuple. FlowFabric's order: a partial triple, a
+-- missing one (passes only for source operator_override, which then acts
+-- on the current lease), then lifecycle, revocation, expiry (a lapsed
+-- lease is marked expired first, a committed write) and identity. A lease
+-- without a readable expiry counts as lapsed.
 function H.check_lease_fence(core_key, core, history_key, lease_id, epoch, attempt_id, source, now)
-  -- FlowFabric checks the shape of the fence before the lifecycle.
   local given = (H.is_set(lease_id) and 1 or 0) + (H.is_set(epoch) and 1 or 0)
     + (H.is_set(attempt_id) and 1 or 0)
   if given ~= 0 and given ~= 3 then return H.err('partial_fence_triple') end
   if given == 0 and source ~= 'operator_override' then return H.err('fence_required') end
   if core.lifecycle_phase ~= 'active' then return H.not_active(core) end
   if core.ownership_state == 'lease_revoked' then return H.err('lease_revoked') end
-  if core.ownership_state == 'lease_expired_reclaimable' then return H.err('lease_expired') end
-  local exp = tonumber(core.lease_expires_at)
-  if core.ownership_state == 'leased' and exp ~= nil and exp <= now then
+  if (tonumber(core.lease_expires_at or '0') or 0) <= now then
     H.mark_lease_expired(core_key, core, history_key, now)
     return H.err('lease_expired')
   end
-  if core.ownership_state ~= 'leased' then return H.err('no_active_lease') end
   if given == 3 then
     if lease_id ~= core.current_lease_id or epoch ~= core.current_lease_epoch
         or attempt_id ~= core.current_attempt_id then
@@ -325,29 +344,18 @@ function H.check_lease_fence(core_key, core, history_key, lease_id, epoch, attem
   return nil
 end
 
--- H.caps_from_csv(csv, side) -> sorted unique token list, or nil plus the
--- invalid_capabilities tuple ("<side>:<problem>"). Empty tokens are skipped.
+-- H.caps_from_csv(csv, side) -> the set of non-empty tokens of a CSV, or
+-- nil plus the invalid_capabilities tuple ("<side>:<problem>").
 function H.caps_from_csv(csv, side)
   csv = csv or ''
   if #csv > 4096 then return nil, H.err('invalid_capabilities', side .. ':too_many_bytes') end
-  local list = {}
+  local set, n = {}, 0
   for tok in string.gmatch(csv, '[^,]+') do
-    list[#list + 1] = tok
+    n = n + 1
+    if n > 256 then return nil, H.err('invalid_capabilities', side .. ':too_many_tokens') end
+    set[tok] = true
   end
-  if #list > 256 then return nil, H.err('invalid_capabilities', side .. ':too_many_tokens') end
-  return H.sorted_unique(list)
-end
-
--- H.sorted_unique(list) -> new list sorted bytewise without duplicates.
-function H.sorted_unique(list)
-  local copy = {}
-  for i = 1, #list do copy[i] = list[i] end
-  table.sort(copy)
-  local out = {}
-  for i = 1, #copy do
-    if copy[i] ~= out[#out] then out[#out + 1] = copy[i] end
-  end
-  return out
+  return set
 end
 
 -- H.validate_cap_tokens(list, side) -> nil if every token is acceptable,
@@ -379,24 +387,29 @@ end
 -- H.check_capabilities(core_key, core, worker_csv, now) -> nil when the
 -- worker's CSV covers core.required_capabilities, else an error tuple; a
 -- mismatch stamps last_capability_mismatch_at (a committed error write).
+-- Both lists are read first (the required one before the worker's), as
+-- FlowFabric reads them.
 function H.check_capabilities(core_key, core, worker_csv, now)
-  local worker, e = H.caps_from_csv(worker_csv, 'worker')
+  local required, e = H.caps_from_csv(core.required_capabilities, 'required')
+  if not required then return e end
+  local worker
+  worker, e = H.caps_from_csv(worker_csv, 'worker')
   if not worker then return e end
-  if not H.is_set(core.required_capabilities) then return nil end
-  local have = {}
-  for i = 1, #worker do have[worker[i]] = true end
   local missing = {}
-  for tok in string.gmatch(core.required_capabilities, '[^,]+') do
-    if not have[tok] then missing[#missing + 1] = tok end
+  for tok in pairs(required) do
+    if not worker[tok] then missing[#missing + 1] = tok end
   end
   if #missing == 0 then return nil end
+  table.sort(missing)
   redis.call('HSET', core_key, 'last_capability_mismatch_at', H.int(now))
-  return H.err('capability_mismatch', table.concat(H.sorted_unique(missing), ','))
+  return H.err('capability_mismatch', table.concat(missing, ','))
 end
 
 -- H.write_claim_grant(grant_key, a, now) -> writes the grant hash from the
 -- grant ARGV table a = {worker_id, wiid, lane, cap_hash, ttl, route,
--- admission} and sets PEXPIREAT; returns grant_expires_at (number).
+-- admission} and sets PEXPIREAT; returns grant_expires_at (number). The
+-- expiry is written as Lua prints it and the TTL set from the number, as
+-- FlowFabric does.
 function H.write_claim_grant(grant_key, a, now)
   local expires = now + a.ttl
   redis.call('HSET', grant_key,
@@ -407,8 +420,8 @@ function H.write_claim_grant(grant_key, a, now)
     'route_snapshot_json', a.route,
     'admission_summary', a.admission,
     'created_at', H.int(now),
-    'grant_expires_at', H.int(expires))
-  redis.call('PEXPIREAT', grant_key, H.int(expires))
+    'grant_expires_at', tostring(expires))
+  redis.call('PEXPIREAT', grant_key, expires)
   return expires
 end
 
@@ -472,15 +485,20 @@ function H.runnable_set_key(tag, core)
   return H.lane_key(tag, H.core_lane(core), suffix)
 end
 
--- H.flatten_policy(json) -> field map of a JSON object one level deep
--- (scalars tostring'd, nested values re-encoded); raises on bad JSON.
+-- H.flatten_policy(json) -> field map of a JSON object one level deep:
+-- nested values re-encoded, every other value as Lua prints it (a JSON
+-- null included, as FlowFabric stores it); raises on bad JSON.
 function H.flatten_policy(json)
   local m = {}
   if not H.is_set(json) then return m end
   local v = cjson.decode(json)
   if type(v) ~= 'table' then return m end
   for k, val in pairs(v) do
-    if val ~= cjson.null then m[tostring(k)] = H.scalar_string(val) end
+    if type(val) == 'table' then
+      m[tostring(k)] = cjson.encode(val)
+    else
+      m[tostring(k)] = tostring(val)
+    end
   end
   return m
 end

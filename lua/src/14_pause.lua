@@ -31,7 +31,7 @@ local function pause(keys, args, source, check, state, suspension_id, reason)
     'suspension_id', suspension_id)
   H.release_lease({core = keys[1], lease_current = keys[3], lease_history = keys[4],
     lease_expiry = keys[5], worker_leases = keys[6], active = keys[7],
-    attempt_timeout = keys[9]}, core, reason, now, core.current_attempt_id or '')
+    attempt_timeout = keys[9]}, core, reason, now, core.current_attempt_id or '', args[1])
   return core, nil
 end
 
@@ -57,7 +57,7 @@ redis.register_function('ff_delay_execution', function(keys, args)
     delay_until = until_s,
   }, 'worker_delay', 'worker_delay')
   if e then return e end
-  redis.call('ZADD', keys[8], tonumber(until_s), core.execution_id)
+  redis.call('ZADD', keys[8], tonumber(until_s), args[1])
   return H.ok(until_s)
 end)
 
@@ -75,6 +75,6 @@ redis.register_function('ff_move_to_waiting_children', function(keys, args)
     public_state = 'waiting_children',
   }, 'waiting_children', 'waiting_children')
   if e then return e end
-  redis.call('ZADD', keys[8], tonumber(core.created_at or '0') or 0, core.execution_id)
+  redis.call('ZADD', keys[8], tonumber(core.created_at or '0') or 0, args[1])
   return H.ok()
 end)

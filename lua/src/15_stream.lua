@@ -130,6 +130,12 @@ redis.register_function('ff_append_frame', function(keys, args)
   if a.ceiling < a.floor then a.ceiling = a.floor end
   if a.mode == '' then a.mode = 'durable' end
 
+  -- Numbers FlowFabric fails on (a Lua error) are refused where it would
+  -- fail, before any write: the payload cap at once, and below, a missing
+  -- retention (durable frames trim by it) or live TTL (best-effort frames).
+  if a.max_payload == nil then
+    return H.err('invalid_input', 'max_payload_bytes must be a number, got: ' .. tostring(args[13]))
+  end
   if #payload > a.max_payload then return H.err('retention_limit_exceeded') end
   local c = redis.call('HMGET', core_key, 'current_attempt_index', 'current_lease_id',
     'current_lease_epoch', 'lease_expires_at', 'lifecycle_phase', 'ownership_state')
@@ -141,6 +147,19 @@ redis.register_function('ff_append_frame', function(keys, args)
   if (tonumber(c[4] or '0') or 0) <= now or tostring(c[1]) ~= idx
       or c[2] ~= args[3] or tostring(c[3]) ~= args[4] then
     return H.err('stale_owner_cannot_append')
+  end
+
+  local bad
+  local r, ttl = a.retention, a.ttl_ms
+  if a.mode ~= 'summary' and a.mode ~= 'best_effort' and not (H.is_whole(r) and r >= 0) then
+    bad = H.err('invalid_input', 'retention_maxlen must be a whole number >= 0, got: ' .. tostring(args[11]))
+  elseif a.mode == 'best_effort' and (ttl == nil or (ttl > 0 and not H.is_whole(ttl * 2))) then
+    bad = H.err('invalid_input', 'ttl_ms must be a whole number, got: ' .. tostring(args[16]))
+  end
+  if bad then
+    -- A closed stream still answers first, as it would in FlowFabric.
+    if H.is_set(redis.call('HGET', meta, 'closed_at')) then return H.err('stream_closed') end
+    return bad
   end
 
   if redis.call('EXISTS', meta) == 0 then
@@ -201,7 +220,13 @@ redis.register_function('ff_read_attempt_stream', function(keys, args)
   local limit = tonumber(args[3] or '0')
   if limit == nil or limit < 1 then return H.err('invalid_input', 'count_limit must be >= 1') end
   if limit > STREAM_READ_CAP then return H.err('invalid_input', 'count_limit_exceeds_hard_cap') end
-  local entries = redis.call('XRANGE', keys[1], args[1] or '-', args[2] or '+', 'COUNT', limit)
+  -- A range or count the server cannot read (a malformed entry id, a
+  -- fractional count) is refused with its message; FlowFabric raises it
+  -- as a Lua error.
+  local entries = redis.pcall('XRANGE', keys[1], args[1] or '-', args[2] or '+', 'COUNT', limit)
+  if type(entries) == 'table' and entries.err then
+    return H.err('invalid_input', 'stream range: ' .. tostring(entries.err))
+  end
   if (args[4] or '') == 'exclude_best_effort' then
     local kept = {}
     for _, entry in ipairs(entries) do

@@ -30,6 +30,11 @@ redis.register_function('ff_replay_execution', function(keys, args)
   local ts = tostring(now)
   local count_s = tostring(replays + 1)
   if core.terminal_outcome == 'skipped' and H.is_set(core.flow_id) then
+    -- A skipped member goes back to its dependencies, whose keys the call
+    -- must carry (FlowFabric fails on a missing one before writing).
+    if #keys < 7 + math.max(#args - 2, 0) then
+      return H.err('invalid_input', 'replaying a skipped flow member needs its dependency KEYS')
+    end
     local unsatisfied = 0
     for i = 1, #args - 2 do
       local edge_key = keys[7 + i]

@@ -102,42 +102,62 @@ H.SUSPEND_BLOCKING = {
 -- The signal summary a suspension starts with (and, in FlowFabric, keeps).
 H.EMPTY_SIGNAL_SUMMARY = '{"total_count":0,"matched_count":0,"signal_names":[]}'
 
+-- storable(v) -> true for a value a hash field can take as it is (a
+-- string, or a number, which the server writes as it writes numbers).
+local function storable(v)
+  return type(v) == 'string' or type(v) == 'number'
+end
+
 -- H.parse_condition(json) -> condition table, or nil plus the error tuple.
 -- A plain condition is a list of matchers (name "" accepts any signal; no
--- names means one such wildcard) with a match mode and a minimum count. A
--- composite one ({"composite": true, "v": 1, "tree": ...}) is evaluated
--- over satisfier tokens instead (H.composite_offer). FlowFabric raises a
--- Lua error on malformed JSON after it has written the waitpoint; ours
--- refuses it before any write (docs/compat.md, "Deliberate refusals").
+-- names means one such wildcard) with a match mode and a minimum count,
+-- each taken as given (a minimum that is not a number is kept as nil and
+-- written as "nil", as FlowFabric writes it). A composite one
+-- ({"composite": true, "v": 1, "tree": ...}) is evaluated over satisfier
+-- tokens instead (H.composite_offer); one of another version keeps no
+-- tree (invalid = true), as in FlowFabric. Input on which FlowFabric
+-- raises a Lua error after writing the waitpoint (not JSON; a number,
+-- boolean or null; names, mode or type of a kind a hash cannot hold) is
+-- refused before any write (docs/compat.md, "Deliberate refusals").
 function H.parse_condition(json)
   local ok, spec = H.json_decode(json or '')
   if not ok then
     return nil, H.err('invalid_input', 'resume_condition_json is not JSON')
   end
   -- FlowFabric reads fields straight off the decoded value: an array or a
-  -- string has none (a wildcard condition), a number, boolean or null
-  -- raises.
+  -- string has none (a wildcard condition).
   if type(spec) == 'string' then spec = {} end
   if type(spec) ~= 'table' then
     return nil, H.err('invalid_input', 'resume_condition_json must be a JSON object')
   end
   if spec.composite then
-    if tonumber(spec.v) ~= 1 then return nil, H.err('invalid_resume_condition') end
+    if spec.v and tonumber(spec.v) ~= 1 then
+      return {composite = true, invalid = true, closed = false}
+    end
     return {composite = true, tree = spec.tree, closed = false}
   end
-  local names = spec.required_signal_names
-  if type(names) ~= 'table' then names = {} end
+  local names = spec.required_signal_names or {}
+  if names == '' then names = {} end
+  if type(names) ~= 'table' then
+    return nil, H.err('invalid_input', 'required_signal_names must be an array')
+  end
   local matchers = {}
   for i, name in ipairs(names) do
-    matchers[i] = {name = tostring(name), satisfied = false, signal_id = ''}
+    if not storable(name) then
+      return nil, H.err('invalid_input', 'required_signal_names must hold strings')
+    end
+    matchers[i] = {name = name, satisfied = false, signal_id = ''}
   end
-  if #matchers == 0 then matchers[1] = {name = '', satisfied = false, signal_id = ''} end
-  local min = tonumber(spec.minimum_signal_count)
-  if min == nil then min = 1 end
+  if #names == 0 then matchers = {{name = '', satisfied = false, signal_id = ''}} end
+  local ctype = spec.condition_type or 'signal_set'
+  local mode = spec.signal_match_mode or 'any'
+  if not storable(ctype) or not storable(mode) then
+    return nil, H.err('invalid_input', 'condition_type and signal_match_mode must be strings')
+  end
   return {
-    condition_type = spec.condition_type or 'signal_set',
-    match_mode = spec.signal_match_mode or 'any',
-    minimum_signal_count = min,
+    condition_type = ctype,
+    match_mode = mode,
+    minimum_signal_count = tonumber(spec.minimum_signal_count or '1'),
     matchers = matchers,
     satisfied_count = 0,
     closed = false,
@@ -159,10 +179,11 @@ function H.condition_offer(cond, name, signal_id)
 end
 
 -- H.condition_met(mode, satisfied, total, min) -> whether a plain condition
--- is satisfied: "all" needs every matcher, any other mode the minimum.
+-- is satisfied: "all" needs every matcher, any other mode the minimum (a
+-- minimum that is not a number counts as 1).
 function H.condition_met(mode, satisfied, total, min)
   if mode == 'all' then return satisfied >= total end
-  return satisfied >= min
+  return satisfied >= (min or 1)
 end
 
 -- H.write_condition(key, cond, now) -> the waitpoint condition hash.
@@ -337,21 +358,29 @@ function H.drop_composite(susp_key)
 end
 
 -- H.extra_waitpoints(susp) -> the {waitpoint_id, waitpoint_key} list of a
--- suspension's extra waitpoints ("Pattern 3"), [] when none or unreadable.
+-- suspension's extra waitpoints ("Pattern 3"): the entries whose
+-- waitpoint_id is a non-empty string; [] when none or unreadable.
 function H.extra_waitpoints(susp)
-  local ok, list = H.json_decode(susp.additional_waitpoints_json or '')
   local out = {}
+  local json = susp.additional_waitpoints_json
+  if not json or json == '' or json == '[]' then return out end
+  local ok, list = H.json_decode(json)
   if not ok or type(list) ~= 'table' then return out end
   for _, x in ipairs(list) do
-    if type(x) == 'table' and H.is_set(x.waitpoint_id) then out[#out + 1] = x end
+    if type(x) == 'table' and type(x.waitpoint_id) == 'string' and x.waitpoint_id ~= '' then
+      out[#out + 1] = x
+    end
   end
   return out
 end
 
--- H.close_extra_waitpoints(tag, susp, wp_fields, cond_fields) -> closes the
--- extra waitpoints of a suspension and their condition hashes (keys built
--- from the partition tag; the primary one is the caller's).
-function H.close_extra_waitpoints(tag, susp, wp_fields, cond_fields)
+-- H.close_extra_waitpoints(susp_key, susp, wp_fields, cond_fields) ->
+-- closes the extra waitpoints of a suspension and their condition hashes,
+-- each only if it exists (keys built from the suspension key's tag; the
+-- primary one is the caller's).
+function H.close_extra_waitpoints(susp_key, susp, wp_fields, cond_fields)
+  local tag = H.tag_of(susp_key)
+  if not tag then return end
   for _, x in ipairs(H.extra_waitpoints(susp)) do
     local wk = H.wp_key(tag, x.waitpoint_id)
     if redis.call('EXISTS', wk) == 1 then redis.call('HSET', wk, unpack(wp_fields)) end
@@ -360,12 +389,13 @@ function H.close_extra_waitpoints(tag, susp, wp_fields, cond_fields)
   end
 end
 
--- H.resume_runnable(core_key, core, k, delay_ms, detail, now) -> moves a
+-- H.resume_runnable(core_key, core, k, delay_ms, detail, now, eid) -> moves a
 -- suspended execution back to runnable on the same attempt: eligible now
 -- (composite eligible score), or with delay_ms > 0 delayed until
 -- now+delay_ms with blocking detail `detail`. k holds eligible, delayed
--- and suspended. Returns the public state.
-function H.resume_runnable(core_key, core, k, delay_ms, detail, now)
+-- and suspended; eid is the member the indexes get (the caller's id, as
+-- FlowFabric uses it). Returns the public state.
+function H.resume_runnable(core_key, core, k, delay_ms, detail, now, eid)
   local ts = H.int(now)
   local f = {
     lifecycle_phase = 'runnable', ownership_state = 'unowned',
@@ -382,10 +412,9 @@ function H.resume_runnable(core_key, core, k, delay_ms, detail, now)
     f.public_state = 'delayed'
   end
   H.hset(core_key, f)
-  local eid = core.execution_id
   redis.call('ZREM', k.suspended, eid)
   if delay_ms > 0 then
-    redis.call('ZADD', k.delayed, H.int(now + delay_ms), eid)
+    redis.call('ZADD', k.delayed, now + delay_ms, eid)
   else
     redis.call('ZADD', k.eligible, H.eligible_score(core.priority, core.created_at), eid)
   end

@@ -31,18 +31,36 @@ local function authenticate(core_key, wp, a, hmac_key, now)
   return H.err(code)
 end
 
--- admit(k, a) -> nil to go on, or the reply that ends the call: the
--- per-execution signal cap, then idempotency (the first signal id of the
--- key wins for dedup_ttl ms).
-local function admit(exec_signals, idem_key, a)
-  if a.max_signals and a.max_signals > 0
-      and redis.call('ZCARD', exec_signals) >= a.max_signals then
+-- admit(exec_signals, idem_key, a, delay_used) -> nil to go on, or the
+-- reply that ends the call: the per-execution signal cap, then
+-- idempotency (the first signal id of the key wins for dedup_ttl ms).
+-- Numbers FlowFabric fails on part-way (a Lua error after it has
+-- recorded the signal) are refused here, after its checks and before
+-- anything is written: the signal cap, the stream cap, and (for a
+-- delivery, which may resume) the resume delay.
+local function admit(exec_signals, idem_key, a, delay_used)
+  if a.max_signals == nil then
+    return H.err('invalid_input', 'max_signals_per_execution must be a number')
+  end
+  if a.max_signals > 0 and redis.call('ZCARD', exec_signals) >= a.max_signals then
     return H.err('signal_limit_exceeded')
   end
-  if a.idem ~= '' and (a.dedup_ttl or 0) > 0 then
+  local dedup = a.idem ~= '' and (a.dedup_ttl or 0) > 0
+  if dedup then
     local first = redis.call('GET', idem_key)
     if first then return H.duplicate(first) end
-    redis.call('SET', idem_key, a.signal_id, 'PX', H.int(a.dedup_ttl), 'NX')
+  end
+  -- (The stream cap is passed as Lua prints it: a whole number below
+  -- 10^14, at least 0, is one the server reads.)
+  if not (H.is_whole(a.maxlen) and a.maxlen >= 0 and a.maxlen < 1e14) then
+    return H.err('invalid_input', 'signal_maxlen must be a whole number >= 0')
+  end
+  if dedup and not H.is_whole(a.dedup_ttl) then
+    return H.err('invalid_input', 'dedup_ttl_ms must be a whole number')
+  end
+  if delay_used and a.delay == nil then return H.err('invalid_input', 'resume_delay_ms must be a number') end
+  if dedup then
+    redis.call('SET', idem_key, a.signal_id, 'PX', a.dedup_ttl, 'NX')
   end
   return nil
 end
@@ -64,7 +82,7 @@ local function record(k, a, effect, now)
   end
   redis.call('HSET', k.signal, unpack(f))
   if a.payload ~= '' then redis.call('SET', k.payload, a.payload) end
-  redis.call('XADD', k.wp_signals, 'MAXLEN', '~', tostring(a.maxlen or 1000), '*',
+  redis.call('XADD', k.wp_signals, 'MAXLEN', '~', tostring(a.maxlen), '*',
     'signal_id', a.signal_id, 'signal_name', a.name, 'signal_category', a.category,
     'source_type', a.source_type, 'source_identity', a.source_identity,
     'matched', '0', 'accepted_at', ts)
@@ -106,14 +124,14 @@ redis.register_function('ff_deliver_signal', function(keys, args)
   local cond = H.hgetall(keys[2])
   if next(cond) == nil then return H.err('waitpoint_not_found') end
   if cond.closed == '1' then return H.err('waitpoint_closed') end
-  e = admit(keys[4], keys[7], a)
+  e = admit(keys[4], keys[7], a, true)
   if e then return e end
 
   local k = {signal = keys[5], payload = keys[6], wp_signals = keys[3], exec_signals = keys[4]}
   record(k, a, nil, now)
   local ts = H.int(now)
   local eid = a.eid
-  local delay = a.delay or 0
+  local delay = a.delay
   local runnable_keys = {eligible = keys[10], suspended = keys[11], delayed = keys[12]}
   local detail = 'resume delay ' .. tostring(delay) .. 'ms after signal ' .. a.name
   local effect, matched, resumed = 'appended_to_waitpoint', false, false
@@ -131,7 +149,7 @@ redis.register_function('ff_deliver_signal', function(keys, args)
       and effect ~= 'signal_ignored_matcher_failed'
     if out.resume then
       resumed = true
-      if phase == 'suspended' then H.resume_runnable(core_key, core, runnable_keys, delay, detail, now) end
+      if phase == 'suspended' then H.resume_runnable(core_key, core, runnable_keys, delay, detail, now, eid) end
       redis.call('HSET', keys[2], 'closed', '1', 'closed_at', ts, 'closed_reason', 'satisfied')
       redis.call('HSET', keys[8], 'state', 'closed', 'satisfied_at', ts, 'closed_at', ts,
         'close_reason', 'resumed')
@@ -144,7 +162,7 @@ redis.register_function('ff_deliver_signal', function(keys, args)
       H.drop_composite(keys[9])
       susp = H.hgetall(keys[9])
       if next(susp) ~= nil then
-        H.close_extra_waitpoints(H.tag_of(core_key), susp,
+        H.close_extra_waitpoints(keys[9], susp,
           {'state', 'closed', 'satisfied_at', ts, 'closed_at', ts, 'close_reason', 'resumed'},
           {'closed', '1', 'closed_at', ts, 'closed_reason', 'satisfied'})
       end
@@ -163,7 +181,7 @@ redis.register_function('ff_deliver_signal', function(keys, args)
             tonumber(cond.minimum_signal_count or '1') or 1) then
           effect = 'resume_condition_satisfied'
           if phase == 'suspended' then
-            H.resume_runnable(core_key, core, runnable_keys, delay, detail, now)
+            H.resume_runnable(core_key, core, runnable_keys, delay, detail, now, eid)
           end
           redis.call('HSET', keys[2], 'closed', '1', 'closed_at', ts, 'closed_reason', 'satisfied')
           redis.call('HSET', keys[8], 'state', 'closed', 'satisfied_at', ts, 'closed_at', ts,
@@ -240,7 +258,7 @@ redis.register_function('ff_create_pending_waitpoint', function(keys, args)
   if not token then return H.err(code) end
   -- FlowFabric indexes expires_at after writing the waitpoint (and fails
   -- there on a non-number); ours refuses it before the write.
-  local _, e = H.require_number(expires_at, 'expires_at')
+  local expires_n, e = H.require_number(expires_at, 'expires_at')
   if e then return e end
   local ts = H.int(now)
   redis.call('HSET', keys[2], 'waitpoint_id', wpid, 'execution_id', eid,
@@ -248,7 +266,7 @@ redis.register_function('ff_create_pending_waitpoint', function(keys, args)
     'waitpoint_token', token, 'state', 'pending', 'created_at', ts, 'activated_at', '',
     'satisfied_at', '', 'closed_at', '', 'expires_at', expires_at, 'close_reason', '',
     'signal_count', '0', 'matched_signal_count', '0', 'last_signal_at', '')
-  redis.call('ZADD', keys[3], expires_at, wpid)
+  redis.call('ZADD', keys[3], expires_n, wpid)
   return H.ok(wpid, wpkey, token)
 end)
 

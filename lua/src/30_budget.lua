@@ -57,52 +57,51 @@ redis.register_function('ff_create_budget', function(keys, args)
   if interval > 0 then
     local next_reset = tostring(now + interval)
     redis.call('HSET', keys[1], 'next_reset_at', next_reset)
-    redis.call('ZADD', keys[4], next_reset, bid)
+    redis.call('ZADD', keys[4], tonumber(next_reset), bid)
   end
   return {1, 'OK', bid}
 end)
 
--- apply_spend(usage, limits, def, dims, deltas, now, dedup_key, ledger,
--- index, eid) -> the reply row of a usage report or spend. Hard limits are
--- checked for every dimension first, so a breaching report leaves all
--- dimensions untouched (all-or-nothing, the breach still counted); then
--- every delta is applied (and mirrored into the execution's ledger when
--- one is given) and the first dimension over its soft limit reported.
-local function apply_spend(usage, limits, def, dims, deltas, now, dedup_key, ledger, index, eid)
+-- apply_spend(usage, limits, def, dims, raw_deltas, now, dedup_key,
+-- ledger, index, eid) -> the reply row of a usage report or spend, in
+-- FlowFabric's order. Hard limits are checked dimension by dimension
+-- first, so a breaching report leaves every dimension untouched
+-- (all-or-nothing, the breach still counted); then every delta is applied
+-- (and mirrored into the execution's ledger when one is given) and the
+-- first dimension over its soft limit reported. A delta that is not a
+-- number is refused where FlowFabric would first add it, one that is not
+-- whole before the first increment: nothing is written either way.
+local function apply_spend(usage, limits, def, dims, raw_deltas, now, dedup_key, ledger, index, eid)
+  local deltas = {}
   for i = 1, #dims do
     local dim = dims[i]
+    local delta, bad = H.require_number(raw_deltas[i], 'delta')
+    if bad then return bad end
+    deltas[i] = delta
+    local cur = tonumber(redis.call('HGET', usage, dim) or '0') or 0
     local hard_raw = redis.call('HGET', limits, 'hard:' .. dim)
-    local hard = tonumber(hard_raw) or 0
-    if hard > 0 then
-      local cur = tonumber(redis.call('HGET', usage, dim)) or 0
-      if cur + deltas[i] > hard then
-        redis.call('HINCRBY', def, 'breach_count', 1)
-        redis.call('HSET', def, 'last_breach_at', now, 'last_breach_dim', dim, 'last_updated_at', now)
-        -- FlowFabric echoes the usage as a number and the limit as stored.
-        return {1, 'HARD_BREACH', dim, tostring(cur), hard_raw}
-      end
+    local hard = tonumber(hard_raw or '') or 0
+    if hard > 0 and cur + delta > hard then
+      redis.call('HINCRBY', def, 'breach_count', 1)
+      redis.call('HSET', def, 'last_breach_at', now, 'last_breach_dim', dim, 'last_updated_at', now)
+      -- FlowFabric echoes the usage as a number and the limit as stored.
+      return {1, 'HARD_BREACH', dim, tostring(cur), hard_raw}
+    end
+  end
+  for i = 1, #dims do
+    if not H.is_whole(deltas[i]) then
+      return H.err('invalid_input', 'delta must be a whole number, got: ' .. tostring(raw_deltas[i]))
     end
   end
 
-  local totals = {}
+  local breached
   for i = 1, #dims do
-    totals[i] = redis.call('HINCRBY', usage, dims[i], deltas[i])
+    local total = redis.call('HINCRBY', usage, dims[i], deltas[i])
     if ledger and eid ~= '' then redis.call('HINCRBY', ledger, dims[i], deltas[i]) end
+    local soft = tonumber(redis.call('HGET', limits, 'soft:' .. dims[i]) or '') or 0
+    if breached == nil and soft > 0 and total > soft then breached = dims[i] end
   end
   if index and eid ~= '' then redis.call('SADD', index, eid) end
-
-  -- The increment stands; only the first dimension over its soft limit is
-  -- reported.
-  local reply = {1, 'OK'}
-  for i = 1, #dims do
-    local soft = tonumber(redis.call('HGET', limits, 'soft:' .. dims[i])) or 0
-    if soft > 0 and totals[i] > soft then
-      redis.call('HINCRBY', def, 'soft_breach_count', 1)
-      -- Both echoed as numbers (a stored 007 answers 7), as FlowFabric does.
-      reply = {1, 'SOFT_BREACH', dims[i], tostring(totals[i]), tostring(soft)}
-      break
-    end
-  end
 
   redis.call('HSET', def, 'last_updated_at', now)
   -- Marked only once the report is applied: a hard-breached report was not
@@ -110,7 +109,14 @@ local function apply_spend(usage, limits, def, dims, deltas, now, dedup_key, led
   if dedup_key ~= '' then
     redis.call('SET', dedup_key, '1', 'PX', 86400000)
   end
-  return reply
+  if breached == nil then return {1, 'OK'} end
+  -- The increment stands; the first dimension over its soft limit is
+  -- reported with the limit and the usage as they read now, both as
+  -- numbers (a stored 007 answers 7), as FlowFabric does.
+  redis.call('HINCRBY', def, 'soft_breach_count', 1)
+  local soft = tonumber(redis.call('HGET', limits, 'soft:' .. breached) or '0')
+  local cur = tonumber(redis.call('HGET', usage, breached) or '0')
+  return {1, 'SOFT_BREACH', breached, tostring(cur), tostring(soft)}
 end
 
 -- ff_report_usage_and_check
@@ -128,22 +134,18 @@ redis.register_function('ff_report_usage_and_check', function(keys, args)
   local now_raw = args[2 + 2 * n]
   local dedup_key = args[3 + 2 * n] or ''
 
-  if dedup_key ~= '' and redis.call('EXISTS', dedup_key) == 1 then
+  if dedup_key ~= '' and redis.call('GET', dedup_key) then
     return {1, 'ALREADY_APPLIED'}
   end
 
-  -- Refused here, before any write (FlowFabric would fail mid-report);
-  -- now_ms is stored as given.
+  -- Refused here, before any write; now_ms is stored as given.
   local _, bad_now = H.require_number(now_raw, 'now_ms')
   if bad_now then return bad_now end
-  local deltas = {}
+  local dims, deltas = {}, {}
   for i = 1, n do
-    local d, bad = H.require_number(args[1 + n + i], 'delta')
-    if bad then return bad end
-    deltas[i] = d
+    dims[i] = args[1 + i]
+    deltas[i] = args[1 + n + i]
   end
-  local dims = {}
-  for i = 1, n do dims[i] = args[1 + i] end
   return apply_spend(keys[1], keys[2], keys[3], dims, deltas, now_raw, dedup_key)
 end)
 
@@ -180,7 +182,7 @@ redis.register_function('ff_reset_budget', function(keys, args)
   if interval > 0 then
     next_reset = tostring(now + interval)
     redis.call('HSET', keys[1], 'next_reset_at', next_reset)
-    redis.call('ZADD', keys[3], next_reset, bid)
+    redis.call('ZADD', keys[3], tonumber(next_reset), bid)
   else
     redis.call('ZREM', keys[3], bid)
   end
@@ -202,7 +204,7 @@ redis.register_function('ff_record_spend', function(keys, args)
   local now_raw = args[2 + 2 * n]
   local dedup_key = args[3 + 2 * n] or ''
   local eid = args[4 + 2 * n] or ''
-  if dedup_key ~= '' and redis.call('EXISTS', dedup_key) == 1 then
+  if dedup_key ~= '' and redis.call('GET', dedup_key) then
     return {1, 'ALREADY_APPLIED'}
   end
   -- Refused before any write, as for a usage report.
@@ -211,9 +213,7 @@ redis.register_function('ff_record_spend', function(keys, args)
   local dims, deltas = {}, {}
   for i = 1, n do
     dims[i] = args[2 * i]
-    local d, bad = H.require_number(args[2 * i + 1], 'delta')
-    if bad then return bad end
-    deltas[i] = d
+    deltas[i] = args[2 * i + 1]
   end
   return apply_spend(keys[1], keys[2], keys[3], dims, deltas, now_raw, dedup_key, keys[4], keys[5], eid)
 end)

@@ -16,53 +16,59 @@ function ffflow.flow_is_terminal(state)
   return state == 'cancelled' or state == 'completed' or state == 'failed'
 end
 
-function ffflow.not_terminal(core)
-  return core.lifecycle_phase ~= 'terminal'
-    and (not H.is_set(core.terminal_outcome) or core.terminal_outcome == 'none')
-end
-
--- A dependency-blocked child whose dependencies are met becomes claimable.
--- attempt_state is kept (a resumed or replayed child must keep its kind of
--- next attempt) except that "none" becomes a pending first attempt.
+-- ffflow.release_child(core_key, core, eid, eligible_key, blocked_key, now)
+-- -> a dependency-blocked child made claimable (the caller has checked
+-- that it may be). attempt_state is kept (a resumed or replayed child must
+-- keep its kind of next attempt) except that an empty or "none" one
+-- becomes a pending first attempt. now is written as given.
 function ffflow.release_child(core_key, core, eid, eligible_key, blocked_key, now)
-  if core.lifecycle_phase ~= 'runnable' or core.ownership_state ~= 'unowned'
-      or not ffflow.not_terminal(core)
-      or core.eligibility_state ~= 'blocked_by_dependencies' then
-    return false
-  end
   local attempt_state = core.attempt_state
   if not H.is_set(attempt_state) or attempt_state == 'none' then
     attempt_state = 'pending_first_attempt'
   end
   redis.call('HSET', core_key,
+    'lifecycle_phase', core.lifecycle_phase,
+    'ownership_state', core.ownership_state or 'unowned',
     'eligibility_state', 'eligible_now',
     'blocking_reason', 'waiting_for_worker',
     'blocking_detail', '',
-    'public_state', 'waiting',
+    'terminal_outcome', 'none',
     'attempt_state', attempt_state,
+    'public_state', 'waiting',
     'last_transition_at', now,
     'last_mutation_at', now)
   redis.call('ZREM', blocked_key, eid)
   redis.call('ZADD', eligible_key, H.eligible_score(core.priority, core.created_at), eid)
-  return true
+end
+
+-- ffflow.releasable(core) -> whether a resolved dependency makes the child
+-- claimable: runnable, unowned, not terminal, blocked by dependencies.
+function ffflow.releasable(core)
+  return core.lifecycle_phase == 'runnable' and core.ownership_state == 'unowned'
+    and core.terminal_outcome == 'none' and core.eligibility_state == 'blocked_by_dependencies'
 end
 
 -- A child whose dependencies can no longer be met is skipped: terminal with
--- outcome skipped at the caller's now. A running or interrupted attempt is
--- ended; its lease and active-index entries are left for the scanners.
--- KEYS as ff_resolve_dependency's.
-function ffflow.skip_child(keys, core, eid, now)
-  local had_attempt = core.attempt_state == 'running_attempt'
-    or core.attempt_state == 'attempt_interrupted'
-  if had_attempt then
-    if redis.call('EXISTS', keys[8]) == 1 then
-      redis.call('HSET', keys[8],
-        'attempt_state', 'ended_cancelled',
-        'ended_at', now,
-        'failure_reason', 'dependency_impossible')
+-- outcome skipped at the caller's now (when its outcome is still none,
+-- whatever its phase). A running or interrupted attempt is ended in the
+-- caller's attempt key; its lease and active-index entries are left for
+-- the scanners. KEYS as ff_resolve_dependency's. Returns whether skipped.
+function ffflow.skip_child(keys, core, now)
+  if core.terminal_outcome ~= 'none' then return false end
+  local attempt_state = core.attempt_state or 'none'
+  if attempt_state == 'running_attempt' or attempt_state == 'attempt_interrupted' then
+    attempt_state = 'attempt_terminal'
+    redis.call('HSET', keys[8],
+      'attempt_state', 'ended_cancelled',
+      'ended_at', now,
+      'failure_reason', 'dependency_impossible')
+    if redis.call('EXISTS', keys[9]) == 1 then
+      redis.call('HSET', keys[9], 'closed_at', now, 'closed_reason', 'dependency_impossible')
     end
-    H.close_stream_meta(keys[9], 'dependency_impossible', now, true)
+  elseif H.is_set(attempt_state) and attempt_state ~= 'none' then
+    attempt_state = 'none'
   end
+  local eid = core.execution_id or ''
   redis.call('HSET', keys[1],
     'lifecycle_phase', 'terminal',
     'ownership_state', 'unowned',
@@ -70,105 +76,114 @@ function ffflow.skip_child(keys, core, eid, now)
     'blocking_reason', 'none',
     'blocking_detail', '',
     'terminal_outcome', 'skipped',
-    'attempt_state', had_attempt and 'attempt_terminal' or 'none',
+    'attempt_state', attempt_state,
     'public_state', 'skipped',
     'completed_at', now,
     'last_transition_at', now,
     'last_mutation_at', now)
   redis.call('ZREM', keys[7], eid)
-  redis.call('ZADD', keys[6], now, eid)
+  redis.call('ZADD', keys[6], tonumber(now), eid)
   if H.is_set(core.flow_id) and H.is_set(core.execution_id) then
     H.publish_completion(core.execution_id, core.flow_id, 'skipped')
   end
+  return true
 end
 
--- Upstreams of the child's other inbound edges that are still running:
--- the siblings a fired any_of/quorum group asks the dispatcher to cancel.
--- Sorted edge order keeps the snapshot deterministic.
-function ffflow.running_siblings(keys, fid, edge_id)
-  local exec_tag = H.tag_of(keys[1])
-  local edge_prefix = 'ff:flow:' .. H.tag_of(keys[13]) .. ':' .. fid .. ':edge:'
-  local edges = redis.call('SMEMBERS', keys[13])
-  table.sort(edges)
-  local out, seen = {}, {}
-  for _, e in ipairs(edges) do
-    if e ~= edge_id then
-      local up = redis.call('HGET', edge_prefix .. e, 'upstream_execution_id')
-      if H.is_set(up) and not seen[up] then
-        seen[up] = true
-        local phase = redis.call('HGET', 'ff:exec:' .. exec_tag .. ':' .. up .. ':core', 'lifecycle_phase')
-        if H.is_set(phase) and phase ~= 'terminal' then
-          out[#out + 1] = up
-        end
-      end
+-- ffflow.copy_result(keys, dep, core) -> "data_injected" when the edge
+-- passes data and the child is not terminal and the upstream's result
+-- was copied over the child's input, else "".
+function ffflow.copy_result(keys, dep, core)
+  if H.is_set(dep.data_passing_ref) and core.terminal_outcome == 'none'
+      and redis.call('COPY', keys[11], keys[10], 'REPLACE') == 1 then
+    return 'data_injected'
+  end
+  return ''
+end
+
+-- Upstreams of the child's inbound edges (KEYS[13], in set order) that are
+-- still running: the siblings a fired group with on_satisfied
+-- cancel_remaining asks the dispatcher to cancel. Edge hashes and sibling
+-- cores are named from the edge group key's tag and the flow id.
+function ffflow.running_siblings(keys, fid)
+  local tag = H.tag_of(keys[12] or '') or ''
+  local out = {}
+  if not H.is_set(keys[13]) or not H.is_set(fid) then return out end
+  local edge_prefix = 'ff:flow:' .. tag .. ':' .. fid .. ':edge:'
+  for _, e in ipairs(redis.call('SMEMBERS', keys[13])) do
+    local up = redis.call('HGET', edge_prefix .. e, 'upstream_execution_id')
+    if H.is_set(up) then
+      local phase = redis.call('HGET', 'ff:exec:' .. tag .. ':' .. up .. ':core', 'lifecycle_phase')
+      if H.is_set(phase) and phase ~= 'terminal' then out[#out + 1] = up end
     end
   end
   return out
 end
 
--- any_of / quorum resolution. The dep is already marked and SREMed.
--- unsatisfied_required_count is deliberately left alone under these
--- policies; the group counters decide.
-function ffflow.resolve_group(keys, args, core, dep, variant, now, gone)
-  local edge_id, outcome, fid, eid = args[1], args[2], args[4], args[5]
-  local success = outcome == 'success'
-  local counter = 'failed'
-  if success then counter = 'succeeded' elseif outcome == 'skipped' then counter = 'skipped' end
+-- any_of / quorum resolution: the edge and the group's counter are
+-- recorded (the child's dependency counters are left to the group), the
+-- group fires once (satisfied when k edges succeeded, impossible when too
+-- many failed), and only then is the child released or skipped.
+function ffflow.resolve_group(keys, args, dep, variant, now)
+  local edge_id, outcome, fid, down = args[1], args[2], args[4] or '', args[5] or ''
+  local bucket = 'failed'
+  if outcome == 'success' then bucket = 'succeeded' elseif outcome == 'skipped' then bucket = 'skipped' end
+  redis.call('HSET', keys[4], 'state', bucket == 'succeeded' and 'satisfied' or 'impossible',
+    'last_resolved_at', now)
+  redis.call('SREM', keys[3], edge_id)
+  redis.call('HINCRBY', keys[12], bucket, 1)
 
-  redis.call('HSET', keys[2], 'last_dependency_update_at', now)
-  redis.call('HINCRBY', keys[12], counter, 1)
   local g = H.hgetall(keys[12])
-  local n = tonumber(g.n) or 0
-  local succeeded = tonumber(g.succeeded) or 0
-  local failed = tonumber(g.failed) or 0
-  local skipped = tonumber(g.skipped) or 0
-  if succeeded + failed + skipped > n then
-    return {0, 'invariant_violation', 'edge group resolved more edges than it has'}
-  end
-  -- A group fires once; later resolutions only count.
-  if g.group_state ~= 'pending' then
-    return {1, 'OK', 'already_fired', ''}
-  end
-
-  if success and not gone and H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
-    redis.call('COPY', keys[11], keys[10], 'REPLACE')
-  end
-
+  local n = tonumber(g.n or '0') or 0
+  local succeeded = tonumber(g.succeeded or '0') or 0
+  local failed = tonumber(g.failed or '0') or 0
+  local skipped = tonumber(g.skipped or '0') or 0
   local k = 1
-  if variant == 'quorum' then k = tonumber(g.k) or 0 end
+  if variant ~= 'any_of' then
+    k = tonumber(g.k or '1') or 1
+    if k < 1 then k = 1 end
+  end
+  if succeeded + failed + skipped > n then
+    return H.err('invariant_violation', 'edgegroup counters exceed n: '
+      .. tostring(succeeded + failed + skipped) .. '/' .. tostring(n))
+  end
+  local prior = g.group_state or 'pending'
+  if prior == 'satisfied' or prior == 'impossible' or prior == 'cancelled' then
+    return H.ok('already_fired', '')
+  end
   local verdict
   if succeeded >= k then
     verdict = 'satisfied'
   elseif failed + skipped > n - k then
     verdict = 'impossible'
   else
-    return {1, 'OK', 'pending', ''}
+    return H.ok('pending', '')
   end
 
   redis.call('HSET', keys[12], 'group_state', verdict)
-  if verdict == 'satisfied' then
-    redis.call('HSET', keys[12], 'satisfied_at', now)
-  end
-  if g.on_satisfied == 'cancel_remaining' then
-    local reason = 'sibling_quorum_satisfied'
-    if verdict == 'impossible' then reason = 'sibling_quorum_impossible' end
+  if verdict == 'satisfied' then redis.call('HSET', keys[12], 'satisfied_at', now) end
+  if (g.on_satisfied or '') == 'cancel_remaining' then
     redis.call('HSET', keys[12],
       'cancel_siblings_pending_flag', 'true',
-      'cancel_siblings_reason', reason,
-      'cancel_siblings_pending_members', table.concat(ffflow.running_siblings(keys, fid, edge_id), '|'))
-    redis.call('SADD', keys[14], fid .. '|' .. (eid or ''))
+      'cancel_siblings_reason',
+      verdict == 'satisfied' and 'sibling_quorum_satisfied' or 'sibling_quorum_impossible')
+    redis.call('HSET', keys[12], 'cancel_siblings_pending_members',
+      table.concat(ffflow.running_siblings(keys, fid), '|'))
+    if H.is_set(keys[14]) and H.is_set(fid) and H.is_set(down) then
+      redis.call('SADD', keys[14], fid .. '|' .. down)
+    end
   end
 
-  if gone then return {1, 'OK', verdict, ''} end
+  local core = H.hgetall(keys[1])
+  if next(core) == nil then return H.ok(verdict, '') end
   if verdict == 'satisfied' then
-    ffflow.release_child(keys[1], core, eid, keys[5], keys[7], now)
-    return {1, 'OK', 'satisfied', ''}
+    local injected = ''
+    if bucket == 'succeeded' then injected = ffflow.copy_result(keys, dep, core) end
+    if ffflow.releasable(core) then
+      ffflow.release_child(keys[1], core, core.execution_id or '', keys[5], keys[7], now)
+    end
+    return H.ok('satisfied', injected)
   end
-  if ffflow.not_terminal(core) then
-    ffflow.skip_child(keys, core, eid, now)
-    return {1, 'OK', 'impossible', 'child_skipped'}
-  end
-  return {1, 'OK', 'impossible', ''}
+  return H.ok('impossible', ffflow.skip_child(keys, core, now) and 'child_skipped' or '')
 end
 
 -- ff_create_flow
@@ -331,12 +346,13 @@ redis.register_function('ff_apply_dependency_to_child', function(keys, args)
   if redis.call('EXISTS', keys[4]) == 1 then
     return {1, 'OK', 'already_applied'}
   end
-  -- Validated before any write; stored as given.
+  -- FlowFabric stores now_ms as given without reading it as a number; a
+  -- value that is not one is refused here, before any write.
   local _, bad_now = H.require_number(args[7], 'now_ms')
   if bad_now then return bad_now end
   local now = args[7]
 
-  local eid = core.execution_id
+  local eid = core.execution_id or ''
   -- Only a missing kind defaults (FlowFabric stores an empty one as given).
   if kind == nil then kind = 'success_only' end
   redis.call('HSET', keys[4],
@@ -356,26 +372,34 @@ redis.register_function('ff_apply_dependency_to_child', function(keys, args)
     'last_flow_graph_revision', rev,
     'last_dependency_update_at', now)
 
-  -- No explicit policy yet means the implicit all_of group; an explicit
-  -- any_of/quorum group (set before the first edge) keeps its policy and
-  -- only counts the new edge.
-  redis.call('HSETNX', keys[8], 'policy_variant', 'all_of')
-  redis.call('HINCRBY', keys[8], 'n', 1)
-  redis.call('HSETNX', keys[8], 'succeeded', 0)
-  redis.call('HSETNX', keys[8], 'group_state', 'pending')
+  -- No policy yet means the implicit all_of group of this first edge; an
+  -- explicit policy (set before the first edge) keeps it and only counts
+  -- the new edge.
+  if H.is_set(keys[8]) then
+    if not redis.call('HGET', keys[8], 'policy_variant') then
+      redis.call('HSET', keys[8], 'policy_variant', 'all_of', 'n', '1', 'succeeded', '0',
+        'group_state', 'pending')
+    else
+      redis.call('HINCRBY', keys[8], 'n', 1)
+    end
+  end
 
   -- Only a runnable child is held back; only eligible is left (a delayed or
   -- admission-blocked child keeps that entry, as FlowFabric does).
-  if core.lifecycle_phase == 'runnable' and ffflow.not_terminal(core) then
+  if core.lifecycle_phase == 'runnable' and core.terminal_outcome == 'none' then
     redis.call('HSET', keys[1],
+      'lifecycle_phase', core.lifecycle_phase,
+      'ownership_state', core.ownership_state or 'unowned',
       'eligibility_state', 'blocked_by_dependencies',
       'blocking_reason', 'waiting_for_children',
       'blocking_detail', H.int(count) .. ' dep(s) unresolved incl ' .. edge_id,
+      'terminal_outcome', 'none',
+      'attempt_state', core.attempt_state or 'pending_first_attempt',
       'public_state', 'waiting_children',
       'last_transition_at', now,
       'last_mutation_at', now)
     redis.call('ZREM', keys[5], eid)
-    redis.call('ZADD', keys[6], tonumber(core.created_at) or 0, eid)
+    redis.call('ZADD', keys[6], tonumber(core.created_at or '0') or 0, eid)
   end
   return {1, 'OK', H.int(count)}
 end)
@@ -386,13 +410,14 @@ end)
 --       downstream payload, upstream result, edgegroup, in(downstream),
 --       pending_cancel_groups
 -- ARGV: edge_id, upstream outcome, now_ms, fid, downstream eid
--- Replies OK with satisfied/impossible plus "child_skipped" or "", or
--- already_resolved; any_of/quorum groups may also answer pending or
--- already_fired.
+-- Replies OK with satisfied plus "data_injected" (the upstream's result
+-- was copied into the child's input) or "", impossible plus
+-- "child_skipped" or "", or already_resolved; any_of/quorum groups may
+-- also answer pending or already_fired. A vanished child does not stop
+-- the resolution: the edge and counters are still recorded and the reply
+-- carries no child effect, as in FlowFabric.
 redis.register_function('ff_resolve_dependency', function(keys, args)
-  local edge_id, outcome, fid, eid = args[1], args[2], args[4], args[5]
-  local now, bad_now = H.require_number(args[3], 'now_ms')
-  if bad_now then return bad_now end
+  local edge_id, outcome = args[1], args[2]
   local dep = H.hgetall(keys[4])
   if next(dep) == nil then
     return {0, 'invalid_dependency'}
@@ -400,28 +425,22 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
   if dep.state == 'satisfied' or dep.state == 'impossible' then
     return {1, 'OK', 'already_resolved'}
   end
-  -- A vanished child does not stop the resolution: the edge and counters
-  -- are still recorded and the reply carries no child effect, as in
-  -- FlowFabric.
-  local core = H.hgetall(keys[1])
-  local gone = next(core) == nil
-  if not H.is_set(eid) then eid = core.execution_id end
+  -- FlowFabric stores now_ms as given (and fails indexing a skipped child
+  -- on one that is not a number); refused here, before any write.
+  local _, bad_now = H.require_number(args[3], 'now_ms')
+  if bad_now then return bad_now end
+  local now = args[3]
 
-  local success = outcome == 'success'
-  redis.call('HSET', keys[4],
-    'state', success and 'satisfied' or 'impossible',
-    'last_resolved_at', now)
-  redis.call('SREM', keys[3], edge_id)
-
-  local variant = redis.call('HGET', keys[12], 'policy_variant')
+  local group_exists = H.is_set(keys[12]) and redis.call('EXISTS', keys[12]) == 1
+  local variant = group_exists and redis.call('HGET', keys[12], 'policy_variant')
   if variant == 'any_of' or variant == 'quorum' then
-    return ffflow.resolve_group(keys, args, core, dep, variant, now, gone)
+    return ffflow.resolve_group(keys, args, dep, variant, now)
   end
 
   -- all_of (or no group hash at all): every edge must succeed.
-  local group_exists = redis.call('EXISTS', keys[12]) == 1
-  local group_state = redis.call('HGET', keys[12], 'group_state')
-  if success then
+  if outcome == 'success' then
+    redis.call('HSET', keys[4], 'state', 'satisfied', 'last_resolved_at', now)
+    redis.call('SREM', keys[3], edge_id)
     local remaining = redis.call('HINCRBY', keys[2], 'unsatisfied_required_count', -1)
     redis.call('HSET', keys[2], 'last_dependency_update_at', now)
     if group_exists then
@@ -432,32 +451,28 @@ redis.register_function('ff_resolve_dependency', function(keys, args)
         redis.call('HSET', keys[12], 'group_state', 'satisfied')
       end
     end
-    if gone then return {1, 'OK', 'satisfied', ''} end
+    local core = H.hgetall(keys[1])
+    if next(core) == nil then return {1, 'OK', 'satisfied', ''} end
     -- Data passing: the child's input becomes the upstream's result.
-    if H.is_set(dep.data_passing_ref) and ffflow.not_terminal(core) then
-      redis.call('COPY', keys[11], keys[10], 'REPLACE')
+    local injected = ffflow.copy_result(keys, dep, core)
+    if remaining == 0 and ffflow.releasable(core) then
+      ffflow.release_child(keys[1], core, core.execution_id or '', keys[5], keys[7], now)
     end
-    if remaining == 0 then
-      ffflow.release_child(keys[1], core, eid, keys[5], keys[7], now)
-    end
-    return {1, 'OK', 'satisfied', ''}
+    return {1, 'OK', 'satisfied', injected}
   end
 
+  redis.call('HSET', keys[4], 'state', 'impossible', 'last_resolved_at', now)
+  redis.call('SREM', keys[3], edge_id)
   redis.call('HINCRBY', keys[2], 'unsatisfied_required_count', -1)
   redis.call('HINCRBY', keys[2], 'impossible_required_count', 1)
   redis.call('HSET', keys[2], 'last_dependency_update_at', now)
   if group_exists then
     redis.call('HINCRBY', keys[12], 'failed', 1)
-    if group_state == 'pending' then
-      redis.call('HSET', keys[12], 'group_state', 'impossible')
-    end
+    redis.call('HSET', keys[12], 'group_state', 'impossible')
   end
-  if gone then return {1, 'OK', 'impossible', ''} end
-  if ffflow.not_terminal(core) then
-    ffflow.skip_child(keys, core, eid, now)
-    return {1, 'OK', 'impossible', 'child_skipped'}
-  end
-  return {1, 'OK', 'impossible', ''}
+  local core = H.hgetall(keys[1])
+  if next(core) == nil then return {1, 'OK', 'impossible', ''} end
+  return {1, 'OK', 'impossible', ffflow.skip_child(keys, core, now) and 'child_skipped' or ''}
 end)
 
 -- ff_evaluate_flow_eligibility (read only)
@@ -472,17 +487,17 @@ redis.register_function('ff_evaluate_flow_eligibility', function(keys, args)
   if core.lifecycle_phase ~= 'runnable' then
     return {1, 'OK', 'not_runnable'}
   end
-  if H.is_set(core.ownership_state) and core.ownership_state ~= 'unowned' then
+  if core.ownership_state ~= 'unowned' then
     return {1, 'OK', 'owned'}
   end
-  if not ffflow.not_terminal(core) then
+  if core.terminal_outcome ~= 'none' then
     return {1, 'OK', 'terminal'}
   end
   local meta = H.hgetall(keys[2])
-  if (tonumber(meta.impossible_required_count) or 0) > 0 then
+  if (tonumber(meta.impossible_required_count or '0') or 0) > 0 then
     return {1, 'OK', 'impossible'}
   end
-  if (tonumber(meta.unsatisfied_required_count) or 0) > 0 then
+  if (tonumber(meta.unsatisfied_required_count or '0') or 0) > 0 then
     return {1, 'OK', 'blocked_by_dependencies'}
   end
   return {1, 'OK', 'eligible'}
@@ -498,8 +513,6 @@ redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
   if next(core) == nil then
     return {0, 'execution_not_found'}
   end
-  local eid = args[1]
-  if not H.is_set(eid) then eid = core.execution_id end
   -- FlowFabric's order: lifecycle, eligibility, then terminal outcome.
   if core.lifecycle_phase ~= 'runnable' then
     return {0, 'not_runnable'}
@@ -507,20 +520,19 @@ redis.register_function('ff_promote_blocked_to_eligible', function(keys, args)
   if core.eligibility_state ~= 'blocked_by_dependencies' then
     return {0, 'not_blocked_by_deps'}
   end
-  if not ffflow.not_terminal(core) then
+  if core.terminal_outcome ~= 'none' then
     return {0, 'terminal'}
   end
   local unsatisfied = tonumber(redis.call('HGET', keys[4], 'unsatisfied_required_count') or '0') or 0
   local unresolved = redis.call('SCARD', keys[5])
   if unsatisfied > 0 or unresolved > 0 then
-    return {0, 'deps_not_satisfied', H.int(unsatisfied), H.int(unresolved)}
+    return {0, 'deps_not_satisfied', tostring(unsatisfied), H.int(unresolved)}
   end
-  local now, bad_now = H.require_number(args[2], 'now_ms')
+  -- FlowFabric stores now_ms as given without reading it as a number; a
+  -- value that is not one is refused here, before any write.
+  local _, bad_now = H.require_number(args[2], 'now_ms')
   if bad_now then return bad_now end
-  if not ffflow.release_child(keys[1], core, eid, keys[3], keys[2], now) then
-    -- Owned by a worker although runnable: leave it to the lease paths.
-    return {0, 'not_runnable'}
-  end
+  ffflow.release_child(keys[1], core, args[1], keys[3], keys[2], args[2])
   return {1, 'OK'}
 end)
 
@@ -537,15 +549,16 @@ redis.register_function('ff_cancel_flow', function(keys, args)
   local grace = 30000
   if H.is_set(args[5]) then
     grace = tonumber(args[5])
-    if grace == nil or grace < 0 or grace ~= math.floor(grace) then
+    if grace == nil or grace ~= grace or grace < 0 or grace > 9007199254740991
+        or grace ~= math.floor(grace) then
       return {0, 'invalid_grace_ms'}
     end
   end
-  local state = redis.call('HGET', keys[1], 'public_flow_state')
-  if not state then
+  local flow = H.hgetall(keys[1])
+  if next(flow) == nil then
     return {0, 'flow_not_found'}
   end
-  if ffflow.flow_is_terminal(state) then
+  if ffflow.flow_is_terminal(flow.public_flow_state) then
     return {0, 'flow_already_terminal'}
   end
 

@@ -13,7 +13,7 @@ local function numstr(n) return tostring(n) end
 local function ttl_arg(v)
   local n, e = H.require_number(v, 'ttl_ms')
   if e then return nil, e end
-  if n < 1 or n ~= math.floor(n) then
+  if n < 1 or not H.is_whole(n) then
     return nil, H.err('invalid_input', 'ttl_ms must be a positive whole number, got: ' .. tostring(v))
   end
   return n

@@ -112,19 +112,17 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 	var reads scanutil.Batch
 	members := 0
 	in := scanutil.Intake[keys.BudgetID]{Parse: scanutil.BudgetIDs, Sources: []string{reconcilerSource},
-		Remove: []keys.IDForm{keys.IDInvalid}}.Begin(ctx, req, sc.res)
+		Remove: []keys.IDForm{keys.IDInvalid}, RemoveWith: "SREM"}.Begin(ctx, req, sc.res)
 	for _, c := range req.Candidates {
 		id, v := in.Admit(c)
 		if v != scanutil.OtherSource {
 			members++
 		}
-		switch v {
-		case scanutil.Take:
+		if v == scanutil.Take {
 			sc.read(&reads, id)
-		case scanutil.Remove:
-			reads.Add(nil, scannerapi.Command{"SREM", sc.policies, c.Member})
 		}
 	}
+	in.QueueRemovals(&reads)
 	if reads.Len() == 0 {
 		return sc.res, nil
 	}

@@ -116,7 +116,6 @@ type resetScan struct {
 	pageAt   int // > 0: read the look-ahead page, LIMIT pageAt look
 	look     int
 	want     int // entries the page may add: as many as the window backed off
-	remove   []string
 	items    []resetItem
 	inFlight int // items in the wave being sent
 }
@@ -141,7 +140,7 @@ func (s *Reset) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 	// spelling: FlowFabric resets a non-canonical one under its canonical
 	// id and leaves the odd spelling due for ever (doc.go).
 	sc.in = scanutil.Intake[keys.BudgetID]{Parse: scanutil.BudgetIDs, Remove: []keys.IDForm{keys.IDInvalid, keys.IDNonCanonical},
-		Failures: s.failures}.Begin(ctx, req, sc.res)
+		RemoveWith: "ZREM", Failures: s.failures}.Begin(ctx, req, sc.res)
 	batch := req.Batch
 	if batch <= 0 {
 		batch = DefaultResetBatch
@@ -179,11 +178,8 @@ func (s *Reset) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 // admit queues one member: a budget to reset or an entry to remove.
 func (sc *resetScan) admit(member string) scanutil.Verdict {
 	id, v := sc.in.Admit(scannerapi.Candidate{Key: sc.index, Member: member})
-	switch v {
-	case scanutil.Take:
+	if v == scanutil.Take {
 		sc.items = append(sc.items, resetItem{id: id})
-	case scanutil.Remove:
-		sc.remove = append(sc.remove, member)
 	}
 	return v
 }
@@ -198,11 +194,9 @@ func (sc *resetScan) build(b *scanutil.Batch) {
 			scannerapi.Command{"ZRANGE", sc.index, "-inf", sc.now, "BYSCORE", "LIMIT", strconv.Itoa(sc.pageAt), strconv.Itoa(sc.look)})
 		sc.pageAt = 0
 	}
-	for _, m := range sc.remove {
-		b.Add(nil, scannerapi.Command{"ZREM", sc.index, m}) // a failed ZREM is retried when the member is read again
-	}
+	sc.in.QueueRemovals(b)
 	items := sc.items
-	sc.remove, sc.items, sc.inFlight = nil, nil, len(items)
+	sc.items, sc.inFlight = nil, len(items)
 	for _, it := range items {
 		bk := keys.BudgetIn(sc.part, it.id)
 		if sc.req.DryRun {

@@ -56,12 +56,12 @@ func (s *Dispatcher) ScanPartition(ctx context.Context, host scannerapi.Host, re
 		return nil, err
 	}
 	d := &dispatch{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
-	ts, remove := s.tuples(ctx, req, d.res)
+	ts, in := s.tuples(ctx, req, d.res)
 	kept, err := keepByFilter(ctx, host, s.filter.Get(), ts, d.res)
 	if err != nil {
 		return nil, err
 	}
-	groups, err := d.readGroups(ctx, host, kept, remove)
+	groups, err := d.readGroups(ctx, host, kept, in)
 	if err != nil {
 		return nil, err
 	}
@@ -88,12 +88,9 @@ func (d *dispatch) partial(err error, groups []*pendingGroup) error {
 
 // readGroups reads every group's reason, members and flag (and removes
 // invalid tuples in the same Exec).
-func (d *dispatch) readGroups(ctx context.Context, host scannerapi.Host, ts []tuple, remove []string) ([]*pendingGroup, error) {
+func (d *dispatch) readGroups(ctx context.Context, host scannerapi.Host, ts []tuple, in *scanutil.Intake[tuple]) ([]*pendingGroup, error) {
 	var b scanutil.Batch
-	pending := keys.FlowPart(d.req.Partition).PendingCancelGroups()
-	for _, m := range remove {
-		b.Add(nil, scannerapi.Command{"SREM", pending, m})
-	}
+	in.QueueRemovals(&b)
 	var groups []*pendingGroup
 	for _, t := range ts {
 		t := t

@@ -87,6 +87,11 @@ func (s *siblingRace) pending(t testing.TB, vk valkey.Client) bool {
 	return n == 1
 }
 
+// pendingGroups is the pending-groups set of the race's flow partition.
+func pendingGroups(s *siblingRace) string {
+	return keys.FlowPart(parts.FlowPartition(s.fid)).PendingCancelGroups()
+}
+
 func state(t testing.TB, vk valkey.Client, id keys.ExecutionID) string {
 	v, err := vk.Do(context.Background(), vk.B().Hmget().Key(keys.Exec(id).Core()).
 		Field("lifecycle_phase", "terminal_outcome").Build()).AsStrSlice()
@@ -126,7 +131,8 @@ func TestDispatcherCancelsSiblingsAndDrains(t *testing.T) {
 }
 
 // The reconciler completes a drain whose siblings all ended; a group whose
-// siblings still run is left to the dispatcher.
+// siblings still run is left to the dispatcher; a member that can never
+// name a group is removed and counted as invalid.
 func TestReconciler(t *testing.T) {
 	t.Parallel()
 	t.Run("completed", func(t *testing.T) {
@@ -135,11 +141,17 @@ func TestReconciler(t *testing.T) {
 			Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
 			New:   func() scannerapi.Scanner { return edgecancel.NewReconciler() },
 			Lanes: []string{"up", "running", "down"},
-			Setup: s.setup,
+			Setup: func(t testing.TB, vk valkey.Client) {
+				s.setup(t, vk)
+				require.NoError(t, vk.Do(context.Background(), vk.B().Sadd().Key(pendingGroups(s)).Member("garbage").Build()).Error())
+			},
 			Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 				assert.Equal(t, int64(1), r.Processed, "%v", r)
-				assert.Empty(t, r.Errors)
+				assert.Equal(t, map[string]int64{"invalid/invalid_member": 1}, r.Errors)
 				assert.False(t, s.pending(t, vk))
+				n, err := vk.Do(context.Background(), vk.B().Sismember().Key(pendingGroups(s)).Member("garbage").Build()).AsInt64()
+				require.NoError(t, err)
+				assert.Zero(t, n, "removed")
 			},
 		})
 		scannertest.Same(t, linked, plugin)

@@ -124,20 +124,17 @@ func (b *base) Configure(ctx context.Context, options map[string]string) error {
 }
 
 // tuples admits the request's candidates: the usable tuples, and the
-// invalid ones to remove (a tuple that can never name a group; a
-// non-canonical spelling is left and counted).
-func (b *base) tuples(ctx context.Context, req *scannerapi.ScanRequest, res *scannerapi.ScanResult) (ts []tuple, remove []string) {
-	in := scanutil.Intake[tuple]{Parse: parseMember, Sources: []string{source}, Remove: []keys.IDForm{keys.IDInvalid},
-		Failures: b.failures}.Begin(ctx, req, res)
+// intake holding the removals of invalid ones (a tuple that can never name
+// a group; a non-canonical spelling is left and counted).
+func (b *base) tuples(ctx context.Context, req *scannerapi.ScanRequest, res *scannerapi.ScanResult) (ts []tuple, in *scanutil.Intake[tuple]) {
+	in = scanutil.Intake[tuple]{Parse: parseMember, Sources: []string{source}, Remove: []keys.IDForm{keys.IDInvalid},
+		RemoveWith: "SREM", Failures: b.failures}.Begin(ctx, req, res)
 	for _, c := range req.Candidates {
-		switch t, v := in.Admit(c); v {
-		case scanutil.Take:
+		if t, v := in.Admit(c); v == scanutil.Take {
 			ts = append(ts, t)
-		case scanutil.Remove:
-			remove = append(remove, c.Member)
 		}
 	}
-	return ts, remove
+	return ts, in
 }
 
 // parseMember is parseTuple as the intake's parser.
@@ -183,17 +180,14 @@ func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 		return nil, err
 	}
 	res, log := &scannerapi.ScanResult{}, scannerapi.Logger(ctx)
-	ts, remove := s.tuples(ctx, req, res)
+	ts, in := s.tuples(ctx, req, res)
 	filter := s.filter.Get()
 	kept, err := keepByFilter(ctx, host, filter, ts, res)
 	if err != nil {
 		return nil, err
 	}
 	var b scanutil.Batch
-	pending := keys.FlowPart(req.Partition).PendingCancelGroups()
-	for _, m := range remove {
-		b.Add(nil, scannerapi.Command{"SREM", pending, m})
-	}
+	in.QueueRemovals(&b)
 	for _, t := range kept {
 		t := t
 		if req.DryRun {

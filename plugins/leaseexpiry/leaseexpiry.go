@@ -211,8 +211,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	}
 	// Members that are not execution ids of this partition are removed; a
 	// non-canonical spelling is left.
-	sc.in = scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
-		Failures: s.failures}.Begin(ctx, req, sc.res)
+	sc.in = s.intake().Begin(ctx, req, sc.res)
 
 	var windowHigh float64
 	window := 0
@@ -272,6 +271,13 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	return sc.res, nil
 }
 
+// intake is the scanner's rule for the members it reads: the scan and
+// Explain both judge a member by it.
+func (s *Scanner) intake() scanutil.Intake[keys.ExecutionID] {
+	return scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
+		RemoveWith: "ZREM", Failures: s.failures}
+}
+
 // report tells the host which due entries are settled: marked leases wait
 // in the index for a reclaim, and without this the backlog gauge would
 // count them and the lag would grow with the oldest of them for as long as
@@ -317,10 +323,9 @@ type scan struct {
 	res    *scannerapi.ScanResult
 	log    hclog.Logger
 
-	toFilter []item   // need filter reads
-	toAct    []item   // ready for the FCALL
-	toRemove []string // members to ZREM
-	inFlight int      // items in the wave being sent
+	toFilter []item // need filter reads
+	toAct    []item // ready for the FCALL
+	inFlight int    // items in the wave being sent
 
 	// Look-ahead state.
 	next     *scanutil.ZPos // the page to read in the next wave, nil when done
@@ -340,10 +345,7 @@ type scan struct {
 // admit classifies a member read from the index (host window or page).
 func (sc *scan) admit(member string, score float64) {
 	id, v := sc.in.Admit(scannerapi.Candidate{Key: sc.index, Member: member, Score: score})
-	switch v {
-	case scanutil.Remove:
-		sc.toRemove = append(sc.toRemove, member)
-	case scanutil.BackedOff:
+	if v == scanutil.BackedOff {
 		sc.pending(score) // backed off, still to do
 	}
 	if v != scanutil.Take {
@@ -367,12 +369,7 @@ func (sc *scan) admit(member string, score float64) {
 
 // buildWave puts the scan's queued work into the next wave.
 func (sc *scan) buildWave(b *scanutil.Batch) {
-	for _, m := range sc.toRemove {
-		// No handler: a failed ZREM is retried when the member is read
-		// again.
-		b.Add(nil, scannerapi.Command{"ZREM", sc.index, m})
-	}
-	sc.toRemove = nil
+	sc.in.QueueRemovals(b)
 	act, filter := sc.toAct, sc.toFilter
 	sc.toAct, sc.toFilter = nil, nil
 	sc.inFlight = len(act) + len(filter)

@@ -36,7 +36,8 @@ func flowID(t testing.TB, s string) keys.FlowID {
 
 // A flow with a running member is summarised as running and stays in
 // flow_index; a flow whose members all ended (one since purged) is
-// completed and retired; a flow_index entry whose flow is gone is removed.
+// completed and retired; a flow_index entry whose flow is gone is removed,
+// and so is one that is not a flow id (counted as invalid).
 func TestFlowProjector(t *testing.T) {
 	t.Parallel()
 	// Fixed ids: both runs place the flows alike.
@@ -65,11 +66,12 @@ func TestFlowProjector(t *testing.T) {
 			// Retention purged one finished member's core.
 			require.NoError(t, vk.Do(ctx, vk.B().Del().Key(keys.Exec(purged).Core()).Build()).Error())
 			require.NoError(t, vk.Do(ctx, vk.B().Del().Key(keys.Flow(parts, gone).Core()).Build()).Error())
+			require.NoError(t, vk.Do(ctx, vk.B().Sadd().Key(keys.FlowPart(parts.FlowPartition(gone)).FlowIndex()).Member("garbage").Build()).Error())
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			ctx := context.Background()
 			assert.Equal(t, int64(3), r.Processed, "%v", r)
-			assert.Empty(t, r.Errors)
+			assert.Equal(t, map[string]int64{"invalid/invalid_member": 1}, r.Errors)
 			summary := func(fid keys.FlowID) map[string]string {
 				m, err := vk.Do(ctx, vk.B().Hgetall().Key(keys.Flow(parts, fid).Summary()).Build()).AsStrMap()
 				require.NoError(t, err)
@@ -90,6 +92,9 @@ func TestFlowProjector(t *testing.T) {
 			assert.True(t, inIndex(running))
 			assert.False(t, inIndex(finished), "retired")
 			assert.False(t, inIndex(gone), "removed")
+			n, err := vk.Do(ctx, vk.B().Sismember().Key(keys.FlowPart(parts.FlowPartition(gone)).FlowIndex()).Member("garbage").Build()).AsInt64()
+			require.NoError(t, err)
+			assert.Zero(t, n, "the member that is not a flow id is removed")
 		},
 	})
 	scannertest.Same(t, linked, plugin)

@@ -51,7 +51,7 @@ type FlowProjector struct {
 func NewFlowProjector() *FlowProjector {
 	f := scannerapi.NewFailureTracker()
 	return &FlowProjector{failures: f,
-		intake: scanutil.Intake[keys.FlowID]{Parse: scanutil.FlowIDs, Remove: []keys.IDForm{keys.IDInvalid}, Failures: f}}
+		intake: scanutil.Intake[keys.FlowID]{Parse: scanutil.FlowIDs, Remove: []keys.IDForm{keys.IDInvalid}, RemoveWith: "SREM", Failures: f}}
 }
 
 // Info implements scannerapi.Scanner.
@@ -95,8 +95,8 @@ type projectScan struct {
 	res *scannerapi.ScanResult
 	log hclog.Logger
 
+	in                                   *scanutil.Intake[keys.FlowID]
 	toCore, toMembers, toStates, toWrite []*projection
-	remove                               []string
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -105,13 +105,10 @@ func (s *FlowProjector) ScanPartition(ctx context.Context, host scannerapi.Host,
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
 	sc := &projectScan{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
-	in := s.intake.Begin(ctx, req, sc.res)
+	sc.in = s.intake.Begin(ctx, req, sc.res)
 	for _, c := range req.Candidates {
-		switch fid, v := in.Admit(c); v {
-		case scanutil.Take:
+		if fid, v := sc.in.Admit(c); v == scanutil.Take {
 			sc.toCore = append(sc.toCore, &projection{raw: c.Member, fk: keys.FlowIn(req.Partition, fid), counts: map[string]int64{}})
-		case scanutil.Remove:
-			sc.remove = append(sc.remove, c.Member)
 		}
 	}
 	if _, err := scanutil.Waves(ctx, host, 0, sc.build); err != nil {
@@ -121,15 +118,7 @@ func (s *FlowProjector) ScanPartition(ctx context.Context, host scannerapi.Host,
 }
 
 func (sc *projectScan) build(b *scanutil.Batch) {
-	index := keys.FlowPart(sc.req.Partition).FlowIndex()
-	for _, m := range sc.remove {
-		if sc.req.DryRun {
-			sc.res.Note("would remove %q from %s", m, index)
-			continue
-		}
-		b.Add(nil, scannerapi.Command{"SREM", index, m})
-	}
-	sc.remove = nil
+	sc.in.QueueRemovals(b)
 	core, members, states, write := sc.toCore, sc.toMembers, sc.toStates, sc.toWrite
 	sc.toCore, sc.toMembers, sc.toStates, sc.toWrite = nil, nil, nil, nil
 	for _, p := range core {
@@ -184,7 +173,7 @@ func (sc *projectScan) core(p *projection, flowID, card scannerapi.Reply) {
 	if flowID.IsNil() {
 		// The flow is gone: retire its index entry.
 		sc.res.Processed++
-		sc.remove = append(sc.remove, p.raw)
+		sc.in.Retire(keys.FlowPart(sc.req.Partition).FlowIndex(), p.raw)
 		return
 	}
 	p.total = card.Int

@@ -98,6 +98,38 @@ func (r *Reconciler) parse(member string, _ keys.Partition) ([]string, keys.IDFo
 	return args, keys.IDCanonical
 }
 
+// intake is the reconciler's rule for candidates, the scan's and
+// Explain's.
+func (r *Reconciler) intake() scanutil.Intake[[]string] {
+	return scanutil.Intake[[]string]{Parse: r.parse, Failures: r.failures}
+}
+
+// Explain implements scannerapi.Explainer. The decision what is due is
+// the host's library's candidate function, which the host ran for the
+// execution's partition exactly as for a scan: the candidates are the
+// rows of it that name the execution. The reconciler adds its intake's
+// rule (the member's form, the failure backoff); the action function
+// re-checks under its row locks when it is called.
+func (r *Reconciler) Explain(_ context.Context, _ scannerapi.Host, req *scannerapi.ExplainRequest) (*scannerapi.Explanation, error) {
+	if len(req.Scan.Candidates) == 0 {
+		return scannerapi.Explains(scannerapi.VerdictNothing, "not_a_candidate", "%s returns no row for it now", r.sp.candidates), nil
+	}
+	c := req.Scan.Candidates[0]
+	_, v, until := r.intake().Judge(c, req.Scan.Partition, req.Scan.Cycle)
+	switch v {
+	case scanutil.BackedOff:
+		e := scannerapi.Explains(scannerapi.VerdictSkips, "backed_off",
+			"backed off after %d failed calls in a row; tried again at cycle %d (now %d)", r.failures.Failures(c.Member), until, req.Scan.Cycle)
+		e.BackoffUntilCycle, e.DueAtMs = until, int64(c.Score)
+		return e, nil
+	case scanutil.Take:
+		e := scannerapi.Explains(scannerapi.VerdictActs, r.sp.action, "%s returns %s: the next scan calls %s for it", r.sp.candidates, c.Member, r.sp.action)
+		e.DueAtMs = int64(c.Score)
+		return e, nil
+	}
+	return scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "candidate %q has not the form %s expects", c.Member, r.sp.action), nil
+}
+
 // chunk bounds the PGCALLs of one callback.
 const chunk = 500
 
@@ -110,7 +142,7 @@ func (r *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 	log := scannerapi.Logger(ctx)
 	pk := strconv.Itoa(int(req.Partition.Index))
 	var b scanutil.Batch
-	in := scanutil.Intake[[]string]{Parse: r.parse, Failures: r.failures}.Begin(ctx, req, res)
+	in := r.intake().Begin(ctx, req, res)
 	for _, c := range req.Candidates {
 		args, v := in.Admit(c)
 		if v == scanutil.Leave {

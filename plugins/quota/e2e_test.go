@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 
 // An execution that ended without releasing its admission stops holding
 // a concurrency slot (the running one keeps its slot); a window past its
-// length is trimmed; an id whose definition is gone is pruned.
+// length is trimmed; an id whose definition is gone is pruned, and so is
+// a member that is not a quota id (counted as invalid).
 func TestQuotaReconciler(t *testing.T) {
 	t.Parallel()
 	var capped, windowed client.CreateQuotaResult
@@ -75,12 +76,13 @@ func TestQuotaReconciler(t *testing.T) {
 			at := w.NowMs()
 			pk := keys.QuotaPart(parts.QuotaPartition(orphan))
 			require.NoError(t, vk.Do(ctx, vk.B().Sadd().Key(pk.QuotaPolicies()).Member(orphan.String()).Build()).Error())
+			require.NoError(t, vk.Do(ctx, vk.B().Sadd().Key(pk.QuotaPolicies()).Member("garbage").Build()).Error())
 			w.WaitPast(at + 1000)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			ctx := context.Background()
 			assert.Equal(t, int64(3), r.Processed, "counter corrected, window trimmed, orphan pruned: %v", r)
-			assert.Empty(t, r.Errors)
+			assert.Equal(t, map[string]int64{"invalid/invalid_member": 1}, r.Errors)
 			qk := keys.Quota(parts, capped.ID)
 			n, err := vk.Do(ctx, vk.B().Get().Key(qk.Concurrency()).Build()).ToString()
 			require.NoError(t, err)
@@ -95,6 +97,9 @@ func TestQuotaReconciler(t *testing.T) {
 			is, err := vk.Do(ctx, vk.B().Sismember().Key(pk.QuotaPolicies()).Member(orphan.String()).Build()).AsInt64()
 			require.NoError(t, err)
 			assert.Zero(t, is, "pruned")
+			is, err = vk.Do(ctx, vk.B().Sismember().Key(pk.QuotaPolicies()).Member("garbage").Build()).AsInt64()
+			require.NoError(t, err)
+			assert.Zero(t, is, "the member that is not an id is removed")
 		},
 	})
 	scannertest.Same(t, linked, plugin)

@@ -52,7 +52,7 @@ type Scanner struct {
 func New() *Scanner {
 	f := scannerapi.NewFailureTracker()
 	return &Scanner{failures: f, intake: scanutil.Intake[keys.QuotaID]{Parse: scanutil.QuotaIDs, Sources: []string{source},
-		Remove: []keys.IDForm{keys.IDInvalid}, Failures: f}}
+		Remove: []keys.IDForm{keys.IDInvalid}, RemoveWith: "SREM", Failures: f}}
 }
 
 // Info implements scannerapi.Scanner.
@@ -101,7 +101,7 @@ type scan struct {
 	log hclog.Logger
 
 	toDef, toBook, toPhase, toFix []*policy
-	prune                         []string
+	in                            *scanutil.Intake[keys.QuotaID]
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -110,13 +110,10 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		return nil, fmt.Errorf("partition %s is not a quota partition", req.Partition)
 	}
 	sc := &scan{s: s, req: req, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx)}
-	in := s.intake.Begin(ctx, req, sc.res)
+	sc.in = s.intake.Begin(ctx, req, sc.res)
 	for _, c := range req.Candidates {
-		switch id, v := in.Admit(c); v {
-		case scanutil.Take:
+		if id, v := sc.in.Admit(c); v == scanutil.Take {
 			sc.toDef = append(sc.toDef, &policy{raw: c.Member, qk: keys.QuotaIn(req.Partition, id)})
-		case scanutil.Remove:
-			sc.prune = append(sc.prune, c.Member)
 		}
 	}
 	if _, err := scanutil.Waves(ctx, host, 0, sc.build); err != nil {
@@ -126,15 +123,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 }
 
 func (sc *scan) build(b *scanutil.Batch) {
-	policies := keys.QuotaPart(sc.req.Partition).QuotaPolicies()
-	for _, m := range sc.prune {
-		if sc.req.DryRun {
-			sc.res.Note("would prune %q from %s", m, policies)
-			continue
-		}
-		b.Add(nil, scannerapi.Command{"SREM", policies, m})
-	}
-	sc.prune = nil
+	sc.in.QueueRemovals(b)
 	def, book, phase, fix := sc.toDef, sc.toBook, sc.toPhase, sc.toFix
 	sc.toDef, sc.toBook, sc.toPhase, sc.toFix = nil, nil, nil, nil
 	for _, p := range def {
@@ -256,7 +245,7 @@ func (sc *scan) definition(p *policy, r scannerapi.Reply) {
 	if f[0] == "" && f[1] == "" && f[2] == "" {
 		// The definition is gone: the id meters nothing.
 		sc.res.Processed++
-		sc.prune = append(sc.prune, p.raw)
+		sc.in.Retire(keys.QuotaPart(sc.req.Partition).QuotaPolicies(), p.raw)
 		sc.log.Info("pruning a quota id whose definition is gone", "quota", p.raw)
 		return
 	}

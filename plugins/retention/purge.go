@@ -13,9 +13,15 @@ import (
 
 // examine queues the batched read that decides an entry.
 func (sc *scan) examine(it *item) {
+	sc.queue.Add(func(rs []scannerapi.Reply) { sc.judge(it, rs) }, examineCommands(sc.pk, it, sc.cfg.filter)...)
+}
+
+// examineCommands are the reads that decide an entry, the scan's and
+// Explain's.
+func examineCommands(pk keys.FlowPartKeys, it *item, filter scannerapi.Filter) []scannerapi.Command {
 	ek := keys.Exec(it.id)
 	cmds := []scannerapi.Command{
-		{"ZSCORE", sc.pk.LaneTerminal(it.lane), it.member},
+		{"ZSCORE", pk.LaneTerminal(it.lane), it.member},
 		append(scannerapi.Command{"HMGET", ek.Core()}, coreFields...),
 		{"GET", ek.Policy()},
 		{"SMEMBERS", ek.DepsAllEdges()},
@@ -23,20 +29,19 @@ func (sc *scan) examine(it *item) {
 		{"ZRANGE", ek.Signals(), "0", "-1"},
 		{"ZRANGE", ek.Attempts(), "0", "-1"},
 	}
-	cmds = append(cmds, sc.cfg.filter.ReadCommands(it.id)...)
-	sc.queue.Add(func(rs []scannerapi.Reply) { sc.judge(it, rs) }, cmds...)
+	return append(cmds, filter.ReadCommands(it.id)...)
 }
 
-// judge reads an examined entry and acts on the verdict.
-func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
+// readExamined reads examineCommands' replies into what decide takes, or
+// says why it cannot (the failure's class and code).
+func readExamined(rs []scannerapi.Reply, filter scannerapi.Filter) (examined, scannerapi.ErrorClass, string) {
 	for _, r := range rs[:7] {
 		if r.Failed() {
 			class, code := scanutil.ClassifyReply(r)
-			sc.failed(it, class, "read_"+code)
-			return
+			return examined{}, class, "read_" + code
 		}
 	}
-	e := examined{kept: sc.cfg.filter.Decide(rs[7:])}
+	e := examined{kept: filter.Decide(rs[7:])}
 	switch rs[0].Kind {
 	case scannerapi.KindNil:
 	case scannerapi.KindFloat:
@@ -46,13 +51,9 @@ func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
 		f, err := strconv.ParseFloat(s, 64)
 		e.inIndex, e.score = err == nil, f
 	}
-	if e.inIndex {
-		it.score = e.score // re-scored since it was read (a replay that ended again)
-	}
 	core, ok := replyStrings(rs[1])
 	if !ok || len(core) != len(coreFields) {
-		sc.failed(it, scannerapi.ErrServer, "read_malformed_reply")
-		return
+		return examined{}, scannerapi.ErrServer, "read_malformed_reply"
 	}
 	for i := range rs[1].Array {
 		if !rs[1].Array[i].IsNil() {
@@ -68,8 +69,20 @@ func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
 	e.signals, ok3 = replyStrings(rs[5])
 	e.attemptIDs, ok4 = replyStrings(rs[6])
 	if !ok1 || !ok2 || !ok3 || !ok4 {
-		sc.failed(it, scannerapi.ErrServer, "read_malformed_reply")
+		return examined{}, scannerapi.ErrServer, "read_malformed_reply"
+	}
+	return e, "", ""
+}
+
+// judge reads an examined entry and acts on the verdict.
+func (sc *scan) judge(it *item, rs []scannerapi.Reply) {
+	e, class, code := readExamined(rs, sc.cfg.filter)
+	if code != "" {
+		sc.failed(it, class, code)
 		return
+	}
+	if e.inIndex {
+		it.score = e.score // re-scored since it was read (a replay that ended again)
 	}
 	v := decide(e, sc.req.NowMs, sc.cfg.ret)
 	switch v.kind {

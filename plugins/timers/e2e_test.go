@@ -92,11 +92,15 @@ func TestDelayedPromoter(t *testing.T) {
 			until := w.NowMs() + 300
 			require.NoError(t, st.Delay(w.Ctx, time.UnixMilli(until)))
 			created = w.create(client.CreateRequest{Lane: "side", Kind: "later", Delay: 300 * time.Millisecond})
+			// A member that is not an execution id is removed.
+			w.Do("ZADD", keys.FlowPart(retried.Partition()).LaneDelayed("default"), "1", "garbage")
 			w.WaitPast(w.NowMs() + 300)
 		},
 		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
 			assert.Equal(t, int64(3), r.Processed, "%v", r)
-			assert.Empty(t, r.Errors)
+			assert.Equal(t, map[string]int64{"invalid/invalid_member": 1}, r.Errors)
+			n, err := vk.Do(context.Background(), vk.B().Zscore().Key(keys.FlowPart(retried.Partition()).LaneDelayed("default")).Member("garbage").Build()).ToString()
+			assert.True(t, valkey.IsValkeyNil(err), "removed: %q %v", n, err)
 			assert.Empty(t, r.Refused)
 			for _, id := range []keys.ExecutionID{retried, delayed, created} {
 				assert.Equal(t, []string{"runnable", "eligible_now"}, core(t, vk, id, "lifecycle_phase", "eligibility_state"), "%s", id)

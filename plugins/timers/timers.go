@@ -153,10 +153,10 @@ type scan struct {
 	res    *scannerapi.ScanResult
 	log    hclog.Logger
 
-	toLocate []*item     // waitpoint items whose execution is not known yet
-	toRead   []*item     // need the core (and filter) reads
-	toAct    []*item     // ready for the call
-	toRemove [][2]string // (index, member) to ZREM
+	toLocate []*item                   // waitpoint items whose execution is not known yet
+	toRead   []*item                   // need the core (and filter) reads
+	toAct    []*item                   // ready for the call
+	in       *scanutil.Intake[timerID] // its removals go into the next wave
 	inFlight int
 }
 
@@ -171,19 +171,15 @@ func (s *Timer) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 	// Each index entry is its own timer. Members that are not ids (or
 	// are ids of another partition) are removed; a non-canonical spelling
 	// is left.
-	in := scanutil.Intake[timerID]{Parse: s.parse, Sources: []string{s.sp.source}, PerIndex: true,
-		Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign}, Failures: s.failures}.Begin(ctx, req, sc.res)
+	sc.in = s.intake().Begin(ctx, req, sc.res)
 	window := 0
 	for _, c := range req.Candidates {
-		id, v := in.Admit(c)
+		id, v := sc.in.Admit(c)
 		if v != scanutil.Duplicate && v != scanutil.OtherSource {
 			window++
 		}
-		switch v {
-		case scanutil.Take:
+		if v == scanutil.Take {
 			sc.admit(c, id)
-		case scanutil.Remove:
-			sc.toRemove = append(sc.toRemove, [2]string{c.Key, c.Member})
 		}
 	}
 	waves, err := scanutil.Waves(ctx, host, 0, sc.buildWave)
@@ -206,6 +202,13 @@ func (s *Timer) ScanPartition(ctx context.Context, host scannerapi.Host, req *sc
 		sc.res.More = true // the due range may hold more than one window
 	}
 	return sc.res, nil
+}
+
+// intake is the scanner's rule for index members, the scan's and
+// Explain's.
+func (s *Timer) intake() scanutil.Intake[timerID] {
+	return scanutil.Intake[timerID]{Parse: s.parse, Sources: []string{s.sp.source}, PerIndex: true,
+		Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign}, RemoveWith: "ZREM", Failures: s.failures}
 }
 
 // timerID is a timer's member, parsed: an execution id, or a waitpoint
@@ -251,10 +254,7 @@ func (sc *scan) indexOf(it *item) string { return it.index }
 
 // buildWave puts the queued work into the next wave.
 func (sc *scan) buildWave(b *scanutil.Batch) {
-	for _, r := range sc.toRemove {
-		b.Add(nil, scannerapi.Command{"ZREM", r[0], r[1]})
-	}
-	sc.toRemove = nil
+	sc.in.QueueRemovals(b)
 	locate, read, act := sc.toLocate, sc.toRead, sc.toAct
 	sc.toLocate, sc.toRead, sc.toAct = nil, nil, nil
 	sc.inFlight = len(locate) + len(read) + len(act)
@@ -297,21 +297,25 @@ func (sc *scan) buildWave(b *scanutil.Batch) {
 // scanner extras, the P5 score re-check, then the filter's reads (last, so
 // the handler can split them off).
 func (sc *scan) readCommands(it *item) []scannerapi.Command {
+	return sc.s.readCommands(it, sc.filter)
+}
+
+func (s *Timer) readCommands(it *item, filter scannerapi.Filter) []scannerapi.Command {
 	ek := keys.Exec(it.eid)
 	var cmds []scannerapi.Command
-	if len(sc.s.sp.coreReads) > 0 {
-		cmds = append(cmds, append(scannerapi.Command{"HMGET", ek.Core()}, sc.s.sp.coreReads...))
+	if len(s.sp.coreReads) > 0 {
+		cmds = append(cmds, append(scannerapi.Command{"HMGET", ek.Core()}, s.sp.coreReads...))
 	}
-	if sc.s.sp.name == SuspensionTimeoutName {
+	if s.sp.name == SuspensionTimeoutName {
 		cmds = append(cmds, append(scannerapi.Command{"HMGET", ek.SuspensionCurrent()}, suspensionReads...))
 	}
-	if sc.s.sp.name == AttemptTimeoutName {
+	if s.sp.name == AttemptTimeoutName {
 		cmds = append(cmds, scannerapi.Command{"GET", ek.Policy()})
 	}
-	if sc.s.sp.recheckScore {
-		cmds = append(cmds, scannerapi.Command{"ZSCORE", sc.indexOf(it), it.member})
+	if s.sp.recheckScore {
+		cmds = append(cmds, scannerapi.Command{"ZSCORE", it.index, it.member})
 	}
-	return append(cmds, sc.filter.ReadCommands(it.eid)...)
+	return append(cmds, filter.ReadCommands(it.eid)...)
 }
 
 // located reads a pending waitpoint's execution and state, and re-reads
@@ -319,79 +323,124 @@ func (sc *scan) readCommands(it *item) []scannerapi.Command {
 // still pending and due, and closing one a suspension just activated would
 // cut that suspension off.
 func (sc *scan) located(it *item, wp, score scannerapi.Reply) {
+	st := judgeLocated(it, wp, score, sc.req.NowMs, sc.filter)
+	switch st.step {
+	case stepFailed:
+		sc.failed(it, st.reply)
+	case stepGone:
+		sc.res.Skipped++ // activated, closed or re-armed since the host read it
+		sc.s.failures.RecordSuccess(it.key())
+	case stepRecord:
+		if st.o.kind == outFailed {
+			sc.res.Note("waitpoint %s names execution %q", it.member, st.detail)
+		}
+		sc.record(it, st.o)
+	case stepAct:
+		sc.toAct = append(sc.toAct, it)
+	case stepRead:
+		sc.toRead = append(sc.toRead, it)
+	}
+}
+
+// step is what an item's reads decide, before the call: the one decision
+// the scan and Explain both take (judgeLocated, judgeRead).
+type step int
+
+const (
+	stepAct      step = iota // go on to the call
+	stepRead                 // read the execution first (a located waitpoint, with a filter)
+	stepFailed               // a read failed (reply)
+	stepGone                 // no longer due, or gone: nothing to do (P5)
+	stepFiltered             // outside the filter
+	stepRecord               // settled without a call: record o
+)
+
+type judged struct {
+	step   step
+	reply  scannerapi.Reply // stepFailed
+	o      outcome          // stepRecord
+	detail string
+}
+
+// judgeLocated decides a pending waitpoint from its HMGET (execution_id,
+// state) and its index score re-read; it sets it.eid.
+func judgeLocated(it *item, wp, score scannerapi.Reply, now int64, filter scannerapi.Filter) judged {
 	for _, r := range []scannerapi.Reply{wp, score} {
 		if r.Failed() {
-			sc.failed(it, r)
-			return
+			return judged{step: stepFailed, reply: r}
 		}
 	}
 	f := fields([]string{"execution_id", "state"}, wp)
-	if !stillDue(score, sc.req.NowMs) {
-		sc.res.Skipped++ // activated, closed or re-armed since the host read it
-		sc.s.failures.RecordSuccess(it.key())
-		return
+	if !stillDue(score, now) {
+		return judged{step: stepGone}
 	}
 	if f["execution_id"] == "" && f["state"] == "" {
 		// The waitpoint is gone: the call answers waitpoint_not_found
 		// and the entry is removed.
-		sc.toAct = append(sc.toAct, it)
-		return
+		return judged{step: stepAct, detail: "waitpoint_gone"}
 	}
 	if f["state"] == "active" {
 		// Activated by a suspension (which normally removes the entry):
 		// the suspension's timeout owns it now.
-		sc.record(it, outcome{kind: outStuck, code: "active"})
-		return
+		return judged{step: stepRecord, o: outcome{kind: outStuck, code: "active"}}
 	}
 	id, kind := keys.ClassifyExecutionID(f["execution_id"])
 	if kind != keys.IDCanonical {
-		sc.res.Note("waitpoint %s names execution %q", it.member, f["execution_id"])
-		sc.record(it, outcome{kind: outFailed, class: scannerapi.ErrInvalid, code: "invalid_execution_id"})
-		return
+		return judged{step: stepRecord, o: outcome{kind: outFailed, class: scannerapi.ErrInvalid, code: "invalid_execution_id"}, detail: f["execution_id"]}
 	}
 	it.eid = id
-	if sc.filter.IsNoop() {
-		sc.toAct = append(sc.toAct, it)
-		return
+	if filter.IsNoop() {
+		return judged{step: stepAct}
 	}
-	sc.toRead = append(sc.toRead, it)
+	return judged{step: stepRead}
 }
 
 // read takes an item's reads and decides whether to act.
 func (sc *scan) read(it *item, rs, filterReplies []scannerapi.Reply) {
+	st := sc.s.judgeRead(it, rs, filterReplies, sc.req.NowMs, sc.filter)
+	switch st.step {
+	case stepFailed:
+		sc.failed(it, st.reply)
+	case stepFiltered:
+		sc.res.Skipped++
+	case stepGone:
+		// Re-armed for later, or already handled (P5).
+		sc.res.Skipped++
+		sc.s.failures.RecordSuccess(it.key())
+	default:
+		sc.toAct = append(sc.toAct, it)
+	}
+}
+
+// judgeRead decides an item from its reads (readCommands' replies, the
+// filter's apart) and fills it.core and it.extra for the call.
+func (s *Timer) judgeRead(it *item, rs, filterReplies []scannerapi.Reply, now int64, filter scannerapi.Filter) judged {
 	for _, r := range rs {
 		if r.Failed() {
-			sc.failed(it, r)
-			return
+			return judged{step: stepFailed, reply: r}
 		}
 	}
-	if !sc.filter.IsNoop() && !sc.filter.Decide(filterReplies) {
-		sc.res.Skipped++
-		return
+	if !filter.IsNoop() && !filter.Decide(filterReplies) {
+		return judged{step: stepFiltered}
 	}
 	i := 0
-	if len(sc.s.sp.coreReads) > 0 {
-		it.core = fields(sc.s.sp.coreReads, rs[i])
+	if len(s.sp.coreReads) > 0 {
+		it.core = fields(s.sp.coreReads, rs[i])
 		i++
 	}
-	if sc.s.sp.name == SuspensionTimeoutName {
+	if s.sp.name == SuspensionTimeoutName {
 		it.extra = fields(suspensionReads, rs[i])
 		i++
 	}
-	if sc.s.sp.name == AttemptTimeoutName {
+	if s.sp.name == AttemptTimeoutName {
 		policy, _ := rs[i].Text()
 		it.extra = map[string]string{"policy": policy}
 		i++
 	}
-	if sc.s.sp.recheckScore {
-		if !stillDue(rs[i], sc.req.NowMs) {
-			// Re-armed for later, or already handled (P5).
-			sc.res.Skipped++
-			sc.s.failures.RecordSuccess(it.key())
-			return
-		}
+	if s.sp.recheckScore && !stillDue(rs[i], now) {
+		return judged{step: stepGone}
 	}
-	sc.toAct = append(sc.toAct, it)
+	return judged{step: stepAct}
 }
 
 // fields maps an HMGET reply onto its field names ("" for nil).
@@ -458,7 +507,7 @@ func (sc *scan) record(it *item, o outcome) {
 	case outRemove:
 		sc.res.Skipped++
 		sc.s.failures.RecordSuccess(it.key())
-		sc.toRemove = append(sc.toRemove, [2]string{sc.indexOf(it), it.member})
+		sc.in.QueueRemoval(sc.indexOf(it), it.member)
 	case outLuaError, outFailed:
 		// A {0, code} reply is a result, not success (P2); like a failed
 		// command it feeds the failure tracker, so an entry the library

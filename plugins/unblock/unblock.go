@@ -142,6 +142,25 @@ type scan struct {
 	instances              map[string][]string
 	failedNS               map[string]bool
 	toRemove               []*item
+	// ex, when set, is an explanation this scan makes instead of acting
+	// (Explain): the scan's own decisions say why, and it changes none of
+	// the scanner's state.
+	ex *scannerapi.Explanation
+}
+
+// skip counts an item left blocked on purpose, and says why when
+// explaining.
+func (sc *scan) skip(reason, format string, args ...any) {
+	sc.res.Skipped++
+	sc.explain(scannerapi.VerdictSkips, reason, format, args...)
+}
+
+// explain records the verdict of an explaining scan (the first one that
+// settles the item).
+func (sc *scan) explain(v scannerapi.Verdict, reason, format string, args ...any) {
+	if sc.ex != nil && sc.ex.Verdict == "" {
+		*sc.ex = *scannerapi.Explains(v, reason, format, args...)
+	}
 }
 
 // ScanPartition implements scannerapi.Scanner.
@@ -149,14 +168,10 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	if req.Partition.Family != keys.FamilyFlow {
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
-	filter := s.filter.Get()
-	sc := &scan{s: s, req: req, filter: filter, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx),
-		routeWait: map[string][]*item{}, caps: map[string]map[string]bool{}, instances: map[string][]string{},
-		failedNS: map[string]bool{}}
+	sc := s.newScan(ctx, req)
 	// Each blocked-set entry is its own piece of work; members that are
 	// not execution ids are counted and left.
-	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDs, Sources: sourceNames, PerIndex: true,
-		Failures: s.failures}.Begin(ctx, req, sc.res)
+	in := s.intake().Begin(ctx, req, sc.res)
 	for _, c := range req.Candidates {
 		id, v := in.Admit(c)
 		if v != scanutil.Take {
@@ -171,6 +186,19 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		return nil, fmt.Errorf("exec: %w", err)
 	}
 	return sc.res, nil
+}
+
+func (s *Scanner) newScan(ctx context.Context, req *scannerapi.ScanRequest) *scan {
+	return &scan{s: s, req: req, filter: s.filter.Get(), res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx),
+		routeWait: map[string][]*item{}, caps: map[string]map[string]bool{}, instances: map[string][]string{},
+		failedNS: map[string]bool{}}
+}
+
+// intake is the scanner's rule for blocked-set members, the scan's and
+// Explain's.
+func (s *Scanner) intake() scanutil.Intake[keys.ExecutionID] {
+	return scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDs, Sources: sourceNames, PerIndex: true,
+		Failures: s.failures}
 }
 
 // readPartitions reads the deployment's partition counts (budgets and
@@ -274,6 +302,7 @@ func (sc *scan) build(b *scanutil.Batch) {
 		if sc.req.DryRun {
 			sc.res.Processed++
 			sc.res.Note("would unblock %s (%s)", it.member, it.src)
+			sc.explain(scannerapi.VerdictActs, Function, "what blocked it (%s) has cleared: the next scan makes it eligible again", reasons[it.src])
 			continue
 		}
 		b.Add(func(r []scannerapi.Reply) { sc.record(it, r[0]) },
@@ -286,6 +315,10 @@ func (sc *scan) build(b *scanutil.Batch) {
 func (sc *scan) fail(it *item, class scannerapi.ErrorClass, code string) {
 	it.blocked = true
 	sc.res.AddError(class, code, 1)
+	if sc.ex != nil {
+		sc.explain(scannerapi.VerdictSkips, code, "stays blocked: a check failed (%s %s); the scan counts it and tries again", class, code)
+		return
+	}
 	if sc.s.failures.RecordFailureClass(it.member, sc.req.Cycle, class) {
 		sc.log.Error("persistent failure; skipping the execution for a while", "execution_id", it.member,
 			"class", class, "code", code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
@@ -308,18 +341,24 @@ func (sc *scan) readCore(it *item, r scannerapi.Reply, filter []scannerapi.Reply
 	switch {
 	case it.core["execution_id"] == "":
 		// The core is gone: nothing can ever unblock it.
-		sc.res.Skipped++
+		sc.skip("core_gone", "its core is gone: the scan removes the entry from %s", it.key)
+		if sc.ex != nil {
+			sc.ex.Inconsistent = append(sc.ex.Inconsistent, it.key+" holds an execution whose core is gone")
+		}
 		if !sc.req.DryRun {
 			sc.toRemove = append(sc.toRemove, it)
 		}
 		sc.res.Note("%s: core gone; removed from %s", it.member, it.key)
 		return
 	case !sc.filter.IsNoop() && !sc.filter.Decide(filter):
-		sc.res.Skipped++
+		sc.skip("filtered", "outside this scanner's filter (%s)", sc.filter.String())
 		return
 	case it.core["blocking_reason"] != reasons[it.src]:
 		// Blocked for another reason (e.g. paused_by_flow_cancel): not ours.
-		sc.res.Skipped++
+		sc.skip("other_blocking_reason", "blocked for %q, not %q: not this scanner's to unblock", it.core["blocking_reason"], reasons[it.src])
+		if sc.ex != nil {
+			sc.ex.Inconsistent = append(sc.ex.Inconsistent, fmt.Sprintf("in %s while its core's blocking_reason is %q", it.key, it.core["blocking_reason"]))
+		}
 		return
 	case it.core["namespace"] == "":
 		// Never unblocked without a namespace (no cross-tenant admission).
@@ -376,7 +415,7 @@ func (sc *scan) addBudgetReads(b *scanutil.Batch, it *item) {
 				}
 				if !it.blocked && breached(r[0], r[1]) {
 					it.blocked = true
-					sc.res.Skipped++
+					sc.skip("budget_breached", "budget %s is at a hard limit: it stays blocked until the budget resets or its limit rises", id)
 				}
 			}
 			it.pending--
@@ -473,14 +512,14 @@ func (sc *scan) quotaWindow(it *item, window, concurrency scannerapi.Reply) {
 	}
 	q := it.quota
 	if q.rate > 0 && window.Int >= q.rate {
-		sc.res.Skipped++
+		sc.skip("quota_window_full", "quota %s: %d of %d requests in its %d s window", it.quotaID, window.Int, q.rate, q.windowSec)
 		return
 	}
 	if q.concurrent > 0 {
 		s, _ := concurrency.Text()
 		n, _ := strconv.ParseFloat(s, 64)
 		if int64(n) >= q.concurrent {
-			sc.res.Skipped++
+			sc.skip("quota_concurrency_full", "quota %s: %d of %d concurrent admissions in use", it.quotaID, int64(n), q.concurrent)
 			return
 		}
 	}
@@ -557,7 +596,8 @@ func (sc *scan) routeDecide(it *item) {
 	have := sc.caps[it.ns]
 	for _, tok := range strings.Split(it.core["required_capabilities"], ",") {
 		if tok != "" && !have[tok] {
-			sc.res.Skipped++ // no worker of the namespace can run it yet
+			// No worker of the namespace can run it yet.
+			sc.skip("capability_missing", "no worker of namespace %q advertises capability %q", it.ns, tok)
 			return
 		}
 	}

@@ -121,3 +121,17 @@ func unpackReplies(b []byte) ([]Reply, error) { return codec.UnpackReplies(b, se
 
 // repliesFromPB converts the replies of a unary Exec.
 func repliesFromPB(rs []*pb.Reply) []Reply { return codec.RepliesFromPB(rs, setReply) }
+
+func explanationToPB(e *Explanation) *pb.ExplainResponse {
+	if e == nil {
+		e = &Explanation{Verdict: VerdictNothing}
+	}
+	out := &pb.ExplainResponse{
+		Explained: true, Verdict: codec.ValidUTF8(string(e.Verdict)), Reason: codec.ValidUTF8(e.Reason),
+		Detail: codec.ValidUTF8(e.Detail), DueAtMs: e.DueAtMs, BackoffUntilCycle: e.BackoffUntilCycle,
+	}
+	for _, s := range e.Inconsistent {
+		out.Inconsistent = append(out.Inconsistent, codec.ValidUTF8(s))
+	}
+	return out
+}

@@ -80,11 +80,42 @@ func (t *FailureTracker) ShouldSkip(key string, cycle uint64) bool {
 	if !ok || e.failures < t.threshold() {
 		return false
 	}
-	if e.skipUntil > cycle && e.skipUntil-cycle <= t.backoff() {
+	if t.backedOffLocked(e, cycle) {
 		return true
 	}
 	delete(t.entries, key)
 	return false
+}
+
+// backedOffLocked is the backoff predicate, one for ShouldSkip and
+// BackoffUntil: an item at the threshold is skipped until skipUntil,
+// unless the cycle went back by more than the backoff (a restarted host).
+func (t *FailureTracker) backedOffLocked(e *failureEntry, cycle uint64) bool {
+	return e.failures >= t.threshold() && e.skipUntil > cycle && e.skipUntil-cycle <= t.backoff()
+}
+
+// BackoffUntil reports whether key is backed off at cycle and the first
+// cycle at which it is tried again, without changing anything (an
+// explanation asks it; ShouldSkip is what a scan asks, by the same rule).
+func (t *FailureTracker) BackoffUntil(key string, cycle uint64) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.entries[key]
+	if !ok || !t.backedOffLocked(e, cycle) {
+		return 0, false
+	}
+	return e.skipUntil, true
+}
+
+// Failures is how many consecutive failures key has had (0 when none
+// are counted), without changing anything.
+func (t *FailureTracker) Failures(key string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.entries[key]; ok {
+		return e.failures
+	}
+	return 0
 }
 
 // RecordFailureClass is RecordFailure for a failure of the given class:

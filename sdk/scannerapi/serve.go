@@ -367,3 +367,32 @@ func streamReplies(resp *pb.ExecResponse, n int) ([]Reply, error) {
 	}
 	return replies, nil
 }
+
+// Explain answers the Explain RPC: the scanner's Explain when it
+// implements Explainer, else explained=false ("does not explain").
+func (s *pluginServer) Explain(ctx context.Context, req *pb.ExplainRequest) (_ *pb.ExplainResponse, err error) {
+	name := req.GetScanner()
+	sc, log, err := s.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := sc.(Explainer)
+	if !ok {
+		return &pb.ExplainResponse{}, nil
+	}
+	defer func() {
+		if err != nil {
+			if _, ok := status.FromError(err); !ok {
+				err = status.Error(codes.Unknown, err.Error())
+			}
+		}
+	}()
+	defer scancall.Recover(name, "Explain", &err) // runs first
+	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
+	ereq := &ExplainRequest{Scan: *scanRequestFromPB(name, req.GetRequest()), ExecutionID: req.GetExecutionId()}
+	e, err := ex.Explain(WithLogger(ctx, log), host, ereq)
+	if err != nil {
+		return nil, err
+	}
+	return explanationToPB(e), nil
+}

@@ -1209,6 +1209,169 @@ func (x *SampleBacklogResponse) GetDepths() []int64 {
 	return nil
 }
 
+type ExplainRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Scanner string                 `protobuf:"bytes,1,opt,name=scanner,proto3" json:"scanner,omitempty"`
+	CallId  uint64                 `protobuf:"varint,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// What the next scan of the execution's partition would get (dry_run
+	// set), with the execution's entries as candidates.
+	Request       *ScanRequest `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	ExecutionId   string       `protobuf:"bytes,4,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_scanner_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_scanner_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_scanner_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExplainRequest) GetScanner() string {
+	if x != nil {
+		return x.Scanner
+	}
+	return ""
+}
+
+func (x *ExplainRequest) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *ExplainRequest) GetRequest() *ScanRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+type ExplainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// false: the scanner does not implement Explainer.
+	Explained         bool     `protobuf:"varint,1,opt,name=explained,proto3" json:"explained,omitempty"`
+	Verdict           string   `protobuf:"bytes,2,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Reason            string   `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Detail            string   `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	DueAtMs           int64    `protobuf:"varint,5,opt,name=due_at_ms,json=dueAtMs,proto3" json:"due_at_ms,omitempty"`
+	BackoffUntilCycle uint64   `protobuf:"varint,6,opt,name=backoff_until_cycle,json=backoffUntilCycle,proto3" json:"backoff_until_cycle,omitempty"`
+	Inconsistent      []string `protobuf:"bytes,7,rep,name=inconsistent,proto3" json:"inconsistent,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_scanner_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_scanner_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_scanner_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ExplainResponse) GetExplained() bool {
+	if x != nil {
+		return x.Explained
+	}
+	return false
+}
+
+func (x *ExplainResponse) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetDueAtMs() int64 {
+	if x != nil {
+		return x.DueAtMs
+	}
+	return 0
+}
+
+func (x *ExplainResponse) GetBackoffUntilCycle() uint64 {
+	if x != nil {
+		return x.BackoffUntilCycle
+	}
+	return 0
+}
+
+func (x *ExplainResponse) GetInconsistent() []string {
+	if x != nil {
+		return x.Inconsistent
+	}
+	return nil
+}
+
 type PingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1217,7 +1380,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_scanner_proto_msgTypes[17]
+	mi := &file_scanner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1392,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[17]
+	mi := &file_scanner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1405,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{17}
+	return file_scanner_proto_rawDescGZIP(), []int{19}
 }
 
 type PingResponse struct {
@@ -1254,7 +1417,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_scanner_proto_msgTypes[18]
+	mi := &file_scanner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1429,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[18]
+	mi := &file_scanner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1442,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{18}
+	return file_scanner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PingResponse) GetPid() int64 {
@@ -1298,7 +1461,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_scanner_proto_msgTypes[19]
+	mi := &file_scanner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1473,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[19]
+	mi := &file_scanner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1486,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{19}
+	return file_scanner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Command) GetArgs() [][]byte {
@@ -1351,7 +1514,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_scanner_proto_msgTypes[20]
+	mi := &file_scanner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1526,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[20]
+	mi := &file_scanner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1539,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{20}
+	return file_scanner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecRequest) GetScanner() string {
@@ -1429,7 +1592,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_scanner_proto_msgTypes[21]
+	mi := &file_scanner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1604,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[21]
+	mi := &file_scanner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1617,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{21}
+	return file_scanner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Reply) GetKind() uint32 {
@@ -1523,7 +1686,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_scanner_proto_msgTypes[22]
+	mi := &file_scanner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1698,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[22]
+	mi := &file_scanner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1711,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{22}
+	return file_scanner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecResponse) GetReplies() []*Reply {
@@ -1604,7 +1767,7 @@ type SocketFrame struct {
 
 func (x *SocketFrame) Reset() {
 	*x = SocketFrame{}
-	mi := &file_scanner_proto_msgTypes[23]
+	mi := &file_scanner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1779,7 @@ func (x *SocketFrame) String() string {
 func (*SocketFrame) ProtoMessage() {}
 
 func (x *SocketFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[23]
+	mi := &file_scanner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1792,7 @@ func (x *SocketFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SocketFrame.ProtoReflect.Descriptor instead.
 func (*SocketFrame) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{23}
+	return file_scanner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SocketFrame) GetBody() isSocketFrame_Body {
@@ -1735,7 +1898,7 @@ type ScanCall struct {
 
 func (x *ScanCall) Reset() {
 	*x = ScanCall{}
-	mi := &file_scanner_proto_msgTypes[24]
+	mi := &file_scanner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1910,7 @@ func (x *ScanCall) String() string {
 func (*ScanCall) ProtoMessage() {}
 
 func (x *ScanCall) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[24]
+	mi := &file_scanner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1923,7 @@ func (x *ScanCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanCall.ProtoReflect.Descriptor instead.
 func (*ScanCall) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{24}
+	return file_scanner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ScanCall) GetSeq() uint64 {
@@ -1797,7 +1960,7 @@ type ScanReply struct {
 
 func (x *ScanReply) Reset() {
 	*x = ScanReply{}
-	mi := &file_scanner_proto_msgTypes[25]
+	mi := &file_scanner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1972,7 @@ func (x *ScanReply) String() string {
 func (*ScanReply) ProtoMessage() {}
 
 func (x *ScanReply) ProtoReflect() protoreflect.Message {
-	mi := &file_scanner_proto_msgTypes[25]
+	mi := &file_scanner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1985,7 @@ func (x *ScanReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanReply.ProtoReflect.Descriptor instead.
 func (*ScanReply) Descriptor() ([]byte, []int) {
-	return file_scanner_proto_rawDescGZIP(), []int{25}
+	return file_scanner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ScanReply) GetSeq() uint64 {
@@ -1961,7 +2124,20 @@ const file_scanner_proto_rawDesc = "" +
 	"partitions\"I\n" +
 	"\x15SampleBacklogResponse\x12\x18\n" +
 	"\apresent\x18\x01 \x01(\bR\apresent\x12\x16\n" +
-	"\x06depths\x18\x02 \x03(\x03R\x06depths\"\r\n" +
+	"\x06depths\x18\x02 \x03(\x03R\x06depths\"\xa0\x01\n" +
+	"\x0eExplainRequest\x12\x18\n" +
+	"\ascanner\x18\x01 \x01(\tR\ascanner\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\x04R\x06callId\x128\n" +
+	"\arequest\x18\x03 \x01(\v2\x1e.ffscan.scanner.v1.ScanRequestR\arequest\x12!\n" +
+	"\fexecution_id\x18\x04 \x01(\tR\vexecutionId\"\xe9\x01\n" +
+	"\x0fExplainResponse\x12\x1c\n" +
+	"\texplained\x18\x01 \x01(\bR\texplained\x12\x18\n" +
+	"\averdict\x18\x02 \x01(\tR\averdict\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\x12\x1a\n" +
+	"\tdue_at_ms\x18\x05 \x01(\x03R\adueAtMs\x12.\n" +
+	"\x13backoff_until_cycle\x18\x06 \x01(\x04R\x11backoffUntilCycle\x12\"\n" +
+	"\finconsistent\x18\a \x03(\tR\finconsistent\"\r\n" +
 	"\vPingRequest\" \n" +
 	"\fPingResponse\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x03R\x03pid\"\x1d\n" +
@@ -2006,13 +2182,14 @@ const file_scanner_proto_rawDesc = "" +
 	"\bresponse\x18\x02 \x01(\v2(.ffscan.scanner.v1.ScanPartitionResponseR\bresponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\rR\terrorCode\x12#\n" +
-	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage2\xbb\x03\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage2\x8d\x04\n" +
 	"\aScanner\x12G\n" +
 	"\x04Info\x12\x1e.ffscan.scanner.v1.InfoRequest\x1a\x1f.ffscan.scanner.v1.InfoResponse\x12V\n" +
 	"\tConfigure\x12#.ffscan.scanner.v1.ConfigureRequest\x1a$.ffscan.scanner.v1.ConfigureResponse\x12b\n" +
 	"\rScanPartition\x12'.ffscan.scanner.v1.ScanPartitionRequest\x1a(.ffscan.scanner.v1.ScanPartitionResponse\x12b\n" +
 	"\rSampleBacklog\x12'.ffscan.scanner.v1.SampleBacklogRequest\x1a(.ffscan.scanner.v1.SampleBacklogResponse\x12G\n" +
-	"\x04Ping\x12\x1e.ffscan.scanner.v1.PingRequest\x1a\x1f.ffscan.scanner.v1.PingResponse2\xab\x01\n" +
+	"\x04Ping\x12\x1e.ffscan.scanner.v1.PingRequest\x1a\x1f.ffscan.scanner.v1.PingResponse\x12P\n" +
+	"\aExplain\x12!.ffscan.scanner.v1.ExplainRequest\x1a\".ffscan.scanner.v1.ExplainResponse2\xab\x01\n" +
 	"\rHostCallbacks\x12G\n" +
 	"\x04Exec\x12\x1e.ffscan.scanner.v1.ExecRequest\x1a\x1f.ffscan.scanner.v1.ExecResponse\x12Q\n" +
 	"\n" +
@@ -2030,7 +2207,7 @@ func file_scanner_proto_rawDescGZIP() []byte {
 	return file_scanner_proto_rawDescData
 }
 
-var file_scanner_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_scanner_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_scanner_proto_goTypes = []any{
 	(*InfoRequest)(nil),           // 0: ffscan.scanner.v1.InfoRequest
 	(*InfoResponse)(nil),          // 1: ffscan.scanner.v1.InfoResponse
@@ -2049,57 +2226,62 @@ var file_scanner_proto_goTypes = []any{
 	(*ScanPartitionResponse)(nil), // 14: ffscan.scanner.v1.ScanPartitionResponse
 	(*SampleBacklogRequest)(nil),  // 15: ffscan.scanner.v1.SampleBacklogRequest
 	(*SampleBacklogResponse)(nil), // 16: ffscan.scanner.v1.SampleBacklogResponse
-	(*PingRequest)(nil),           // 17: ffscan.scanner.v1.PingRequest
-	(*PingResponse)(nil),          // 18: ffscan.scanner.v1.PingResponse
-	(*Command)(nil),               // 19: ffscan.scanner.v1.Command
-	(*ExecRequest)(nil),           // 20: ffscan.scanner.v1.ExecRequest
-	(*Reply)(nil),                 // 21: ffscan.scanner.v1.Reply
-	(*ExecResponse)(nil),          // 22: ffscan.scanner.v1.ExecResponse
-	(*SocketFrame)(nil),           // 23: ffscan.scanner.v1.SocketFrame
-	(*ScanCall)(nil),              // 24: ffscan.scanner.v1.ScanCall
-	(*ScanReply)(nil),             // 25: ffscan.scanner.v1.ScanReply
-	nil,                           // 26: ffscan.scanner.v1.ConfigureRequest.OptionsEntry
+	(*ExplainRequest)(nil),        // 17: ffscan.scanner.v1.ExplainRequest
+	(*ExplainResponse)(nil),       // 18: ffscan.scanner.v1.ExplainResponse
+	(*PingRequest)(nil),           // 19: ffscan.scanner.v1.PingRequest
+	(*PingResponse)(nil),          // 20: ffscan.scanner.v1.PingResponse
+	(*Command)(nil),               // 21: ffscan.scanner.v1.Command
+	(*ExecRequest)(nil),           // 22: ffscan.scanner.v1.ExecRequest
+	(*Reply)(nil),                 // 23: ffscan.scanner.v1.Reply
+	(*ExecResponse)(nil),          // 24: ffscan.scanner.v1.ExecResponse
+	(*SocketFrame)(nil),           // 25: ffscan.scanner.v1.SocketFrame
+	(*ScanCall)(nil),              // 26: ffscan.scanner.v1.ScanCall
+	(*ScanReply)(nil),             // 27: ffscan.scanner.v1.ScanReply
+	nil,                           // 28: ffscan.scanner.v1.ConfigureRequest.OptionsEntry
 }
 var file_scanner_proto_depIdxs = []int32{
 	2,  // 0: ffscan.scanner.v1.InfoResponse.scanners:type_name -> ffscan.scanner.v1.ScannerInfo
 	4,  // 1: ffscan.scanner.v1.ScannerInfo.sources:type_name -> ffscan.scanner.v1.CandidateSource
 	5,  // 2: ffscan.scanner.v1.ScannerInfo.options:type_name -> ffscan.scanner.v1.OptionSpec
 	3,  // 3: ffscan.scanner.v1.ScannerInfo.key_scopes:type_name -> ffscan.scanner.v1.KeyScope
-	26, // 4: ffscan.scanner.v1.ConfigureRequest.options:type_name -> ffscan.scanner.v1.ConfigureRequest.OptionsEntry
+	28, // 4: ffscan.scanner.v1.ConfigureRequest.options:type_name -> ffscan.scanner.v1.ConfigureRequest.OptionsEntry
 	8,  // 5: ffscan.scanner.v1.ScanRequest.partition:type_name -> ffscan.scanner.v1.Partition
 	9,  // 6: ffscan.scanner.v1.ScanRequest.candidates:type_name -> ffscan.scanner.v1.Candidate
 	10, // 7: ffscan.scanner.v1.ScanPartitionRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
 	12, // 8: ffscan.scanner.v1.ScanResult.errors:type_name -> ffscan.scanner.v1.ErrorCount
 	13, // 9: ffscan.scanner.v1.ScanPartitionResponse.result:type_name -> ffscan.scanner.v1.ScanResult
 	8,  // 10: ffscan.scanner.v1.SampleBacklogRequest.partitions:type_name -> ffscan.scanner.v1.Partition
-	19, // 11: ffscan.scanner.v1.ExecRequest.commands:type_name -> ffscan.scanner.v1.Command
-	21, // 12: ffscan.scanner.v1.Reply.array:type_name -> ffscan.scanner.v1.Reply
-	21, // 13: ffscan.scanner.v1.ExecResponse.replies:type_name -> ffscan.scanner.v1.Reply
-	20, // 14: ffscan.scanner.v1.SocketFrame.exec:type_name -> ffscan.scanner.v1.ExecRequest
-	22, // 15: ffscan.scanner.v1.SocketFrame.exec_reply:type_name -> ffscan.scanner.v1.ExecResponse
-	24, // 16: ffscan.scanner.v1.SocketFrame.scan:type_name -> ffscan.scanner.v1.ScanCall
-	25, // 17: ffscan.scanner.v1.SocketFrame.scan_reply:type_name -> ffscan.scanner.v1.ScanReply
-	11, // 18: ffscan.scanner.v1.ScanCall.request:type_name -> ffscan.scanner.v1.ScanPartitionRequest
-	14, // 19: ffscan.scanner.v1.ScanReply.response:type_name -> ffscan.scanner.v1.ScanPartitionResponse
-	0,  // 20: ffscan.scanner.v1.Scanner.Info:input_type -> ffscan.scanner.v1.InfoRequest
-	6,  // 21: ffscan.scanner.v1.Scanner.Configure:input_type -> ffscan.scanner.v1.ConfigureRequest
-	11, // 22: ffscan.scanner.v1.Scanner.ScanPartition:input_type -> ffscan.scanner.v1.ScanPartitionRequest
-	15, // 23: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
-	17, // 24: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
-	20, // 25: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
-	20, // 26: ffscan.scanner.v1.HostCallbacks.ExecStream:input_type -> ffscan.scanner.v1.ExecRequest
-	1,  // 27: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
-	7,  // 28: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
-	14, // 29: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
-	16, // 30: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
-	18, // 31: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
-	22, // 32: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
-	22, // 33: ffscan.scanner.v1.HostCallbacks.ExecStream:output_type -> ffscan.scanner.v1.ExecResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	10, // 11: ffscan.scanner.v1.ExplainRequest.request:type_name -> ffscan.scanner.v1.ScanRequest
+	21, // 12: ffscan.scanner.v1.ExecRequest.commands:type_name -> ffscan.scanner.v1.Command
+	23, // 13: ffscan.scanner.v1.Reply.array:type_name -> ffscan.scanner.v1.Reply
+	23, // 14: ffscan.scanner.v1.ExecResponse.replies:type_name -> ffscan.scanner.v1.Reply
+	22, // 15: ffscan.scanner.v1.SocketFrame.exec:type_name -> ffscan.scanner.v1.ExecRequest
+	24, // 16: ffscan.scanner.v1.SocketFrame.exec_reply:type_name -> ffscan.scanner.v1.ExecResponse
+	26, // 17: ffscan.scanner.v1.SocketFrame.scan:type_name -> ffscan.scanner.v1.ScanCall
+	27, // 18: ffscan.scanner.v1.SocketFrame.scan_reply:type_name -> ffscan.scanner.v1.ScanReply
+	11, // 19: ffscan.scanner.v1.ScanCall.request:type_name -> ffscan.scanner.v1.ScanPartitionRequest
+	14, // 20: ffscan.scanner.v1.ScanReply.response:type_name -> ffscan.scanner.v1.ScanPartitionResponse
+	0,  // 21: ffscan.scanner.v1.Scanner.Info:input_type -> ffscan.scanner.v1.InfoRequest
+	6,  // 22: ffscan.scanner.v1.Scanner.Configure:input_type -> ffscan.scanner.v1.ConfigureRequest
+	11, // 23: ffscan.scanner.v1.Scanner.ScanPartition:input_type -> ffscan.scanner.v1.ScanPartitionRequest
+	15, // 24: ffscan.scanner.v1.Scanner.SampleBacklog:input_type -> ffscan.scanner.v1.SampleBacklogRequest
+	19, // 25: ffscan.scanner.v1.Scanner.Ping:input_type -> ffscan.scanner.v1.PingRequest
+	17, // 26: ffscan.scanner.v1.Scanner.Explain:input_type -> ffscan.scanner.v1.ExplainRequest
+	22, // 27: ffscan.scanner.v1.HostCallbacks.Exec:input_type -> ffscan.scanner.v1.ExecRequest
+	22, // 28: ffscan.scanner.v1.HostCallbacks.ExecStream:input_type -> ffscan.scanner.v1.ExecRequest
+	1,  // 29: ffscan.scanner.v1.Scanner.Info:output_type -> ffscan.scanner.v1.InfoResponse
+	7,  // 30: ffscan.scanner.v1.Scanner.Configure:output_type -> ffscan.scanner.v1.ConfigureResponse
+	14, // 31: ffscan.scanner.v1.Scanner.ScanPartition:output_type -> ffscan.scanner.v1.ScanPartitionResponse
+	16, // 32: ffscan.scanner.v1.Scanner.SampleBacklog:output_type -> ffscan.scanner.v1.SampleBacklogResponse
+	20, // 33: ffscan.scanner.v1.Scanner.Ping:output_type -> ffscan.scanner.v1.PingResponse
+	18, // 34: ffscan.scanner.v1.Scanner.Explain:output_type -> ffscan.scanner.v1.ExplainResponse
+	24, // 35: ffscan.scanner.v1.HostCallbacks.Exec:output_type -> ffscan.scanner.v1.ExecResponse
+	24, // 36: ffscan.scanner.v1.HostCallbacks.ExecStream:output_type -> ffscan.scanner.v1.ExecResponse
+	29, // [29:37] is the sub-list for method output_type
+	21, // [21:29] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_scanner_proto_init() }
@@ -2107,7 +2289,7 @@ func file_scanner_proto_init() {
 	if File_scanner_proto != nil {
 		return
 	}
-	file_scanner_proto_msgTypes[23].OneofWrappers = []any{
+	file_scanner_proto_msgTypes[25].OneofWrappers = []any{
 		(*SocketFrame_Exec)(nil),
 		(*SocketFrame_ExecReply)(nil),
 		(*SocketFrame_Scan)(nil),
@@ -2120,7 +2302,7 @@ func file_scanner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_scanner_proto_rawDesc), len(file_scanner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -37,6 +37,7 @@ const (
 	Scanner_ScanPartition_FullMethodName = "/ffscan.scanner.v1.Scanner/ScanPartition"
 	Scanner_SampleBacklog_FullMethodName = "/ffscan.scanner.v1.Scanner/SampleBacklog"
 	Scanner_Ping_FullMethodName          = "/ffscan.scanner.v1.Scanner/Ping"
+	Scanner_Explain_FullMethodName       = "/ffscan.scanner.v1.Scanner/Explain"
 )
 
 // ScannerClient is the client API for Scanner service.
@@ -59,6 +60,11 @@ type ScannerClient interface {
 	// Ping is a cheap health check that goes through the plugin's own
 	// service (not only go-plugin's).
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// Explain says what the scanner's next scan would do with one
+	// execution, and why, from the predicate the scan uses. Optional: a
+	// plugin built before it existed answers Unimplemented, which the host
+	// reports as "does not explain". Its callbacks are reads only.
+	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
 }
 
 type scannerClient struct {
@@ -119,6 +125,16 @@ func (c *scannerClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *scannerClient) Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainResponse)
+	err := c.cc.Invoke(ctx, Scanner_Explain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ScannerServer is the server API for Scanner service.
 // All implementations must embed UnimplementedScannerServer
 // for forward compatibility.
@@ -139,6 +155,11 @@ type ScannerServer interface {
 	// Ping is a cheap health check that goes through the plugin's own
 	// service (not only go-plugin's).
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// Explain says what the scanner's next scan would do with one
+	// execution, and why, from the predicate the scan uses. Optional: a
+	// plugin built before it existed answers Unimplemented, which the host
+	// reports as "does not explain". Its callbacks are reads only.
+	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
 	mustEmbedUnimplementedScannerServer()
 }
 
@@ -163,6 +184,9 @@ func (UnimplementedScannerServer) SampleBacklog(context.Context, *SampleBacklogR
 }
 func (UnimplementedScannerServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedScannerServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
 }
 func (UnimplementedScannerServer) mustEmbedUnimplementedScannerServer() {}
 func (UnimplementedScannerServer) testEmbeddedByValue()                 {}
@@ -275,6 +299,24 @@ func _Scanner_Ping_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Scanner_Explain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ScannerServer).Explain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Scanner_Explain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ScannerServer).Explain(ctx, req.(*ExplainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Scanner_ServiceDesc is the grpc.ServiceDesc for Scanner service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -301,6 +343,10 @@ var Scanner_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Scanner_Ping_Handler,
+		},
+		{
+			MethodName: "Explain",
+			Handler:    _Scanner_Explain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

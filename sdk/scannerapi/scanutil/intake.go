@@ -37,8 +37,10 @@ import (
 // the scanner; Begin starts one scan's intake, whose Admit is then called
 // for each candidate. An Intake is not safe for concurrent use: each scan
 // begins its own. It sends nothing and never fails: what it decided is in
-// its verdict and in the scan's result, and the scanner queues the
-// removals (its own SREM or ZREM, in its own batch).
+// its verdict and in the scan's result. With RemoveWith set it also keeps
+// the removals it answered, which QueueRemovals puts into the scan's next
+// batch; without, the scanner queues its own (a removal that needs a reply
+// check or a write of its own).
 type Intake[ID any] struct {
 	// Parse classifies a member of the scanned partition p (required):
 	// ExecutionIDsIn, ExecutionIDs, FlowIDs, BudgetIDs and QuotaIDs are
@@ -65,12 +67,20 @@ type Intake[ID any] struct {
 	// Noun names the members in error codes and notes ("member" when
 	// empty: invalid_member).
 	Noun string
+	// RemoveWith is the command that takes a member out of the index the
+	// candidates come from ("SREM" for a set, "ZREM" for a sorted set).
+	// When set, every member answered Remove is kept as that command on
+	// the candidate's Key, for QueueRemovals.
+	RemoveWith string
 
 	req   *scannerapi.ScanRequest
 	res   *scannerapi.ScanResult
 	log   hclog.Logger
 	seen  map[string]struct{} // index entries admitted: key \x00 member
 	taken map[string]struct{} // ids taken or backed off: member (key \x00 member with PerIndex)
+	// removals answered Remove (with RemoveWith) or queued by the scanner,
+	// not yet put into a batch.
+	removals []scannerapi.Command
 }
 
 // Verdict is what the intake decided for one candidate.
@@ -153,6 +163,32 @@ func (in *Intake[ID]) Admit(c scannerapi.Candidate) (ID, Verdict) {
 	return id, Take
 }
 
+// Judge is Admit's decision for one candidate without its effects (no
+// count, note, log or claim; the failure tracker is only read), for an
+// explanation: the member's form and whether the id is backed off, by
+// the rules Admit applies. It answers Take, Remove, Leave, BackedOff or
+// OtherSource (never Duplicate: it sees one candidate), the id for Take
+// and BackedOff, and for BackedOff the first cycle the id is tried again.
+func (in Intake[ID]) Judge(c scannerapi.Candidate, p keys.Partition, cycle uint64) (ID, Verdict, uint64) {
+	var zero ID
+	if !in.fromSource(c.Source) {
+		return zero, OtherSource, 0
+	}
+	id, form := in.Parse(c.Member, p)
+	if form != keys.IDCanonical {
+		if in.removes(form) {
+			return zero, Remove, 0
+		}
+		return zero, Leave, 0
+	}
+	if in.Failures != nil {
+		if until, off := in.Failures.BackoffUntil(in.BackoffPrefix+c.Member, cycle); off {
+			return id, BackedOff, until
+		}
+	}
+	return id, Take, 0
+}
+
 // Claim marks c's id as taken in this scan without classifying or counting
 // it, for an entry the scanner admitted by rules of its own (one its own
 // look-ahead read and checked). It reports false when the id was taken
@@ -209,7 +245,41 @@ func (in *Intake[ID]) unusable(c scannerapi.Candidate, form keys.IDForm) Verdict
 		return Leave
 	}
 	in.log.Warn("removing an index member that is not a usable id", "index", c.Key, "member", c.Member, "form", form.String())
+	if in.RemoveWith != "" {
+		in.QueueRemoval(c.Key, c.Member)
+	}
 	return Remove
+}
+
+// QueueRemoval keeps the removal of member from index (with RemoveWith)
+// for the next QueueRemovals, for a member the scanner itself found to be
+// removable (an entry whose work is already done, say).
+func (in *Intake[ID]) QueueRemoval(index, member string) {
+	if in.RemoveWith == "" {
+		panic("scanutil: Intake.QueueRemoval without RemoveWith")
+	}
+	in.removals = append(in.removals, scannerapi.Command{in.RemoveWith, index, member})
+}
+
+// Retire queues the removal of an index entry whose subject is gone (a
+// flow or a definition the member names no longer exists), counted by the
+// scanner; in a dry run it only notes that it would.
+func (in *Intake[ID]) Retire(index, member string) {
+	if in.req.DryRun {
+		in.res.Note("would remove %q from %s", member, index)
+		return
+	}
+	in.QueueRemoval(index, member)
+}
+
+// QueueRemovals puts the removals kept so far into b and forgets them. No
+// reply is checked: a removal that failed leaves the member in the index,
+// where the next scan reads, counts and removes it again.
+func (in *Intake[ID]) QueueRemovals(b *Batch) {
+	for _, cmd := range in.removals {
+		b.Add(nil, cmd)
+	}
+	in.removals = nil
 }
 
 func (in *Intake[ID]) removes(form keys.IDForm) bool {

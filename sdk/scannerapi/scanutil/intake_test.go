@@ -201,3 +201,43 @@ func TestIntakeParsers(t *testing.T) {
 	_, form = scanutil.FlowIDs(q, p)
 	assert.Equal(t, keys.IDCanonical, form)
 }
+
+// The removals an intake keeps with RemoveWith: the ones it answered
+// Remove, in order, plus those the scanner queued or retired, each once;
+// a dry run keeps none and notes the retirement instead.
+func TestIntakeRemovals(t *testing.T) {
+	part := keys.Partition{Family: keys.FamilyFlow, Index: 3}
+	const idx = "ff:idx:{fp:3}:lease_expiry"
+	rules := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid}, RemoveWith: "ZREM"}
+	for _, dry := range []bool{false, true} {
+		req := &scannerapi.ScanRequest{Partition: part, DryRun: dry}
+		res := &scannerapi.ScanResult{}
+		in := rules.Begin(context.Background(), req, res)
+		for _, m := range []string{"garbage", "{fp:3}:A0000000-0000-4000-8000-000000000001", "junk"} {
+			in.Admit(scannerapi.Candidate{Key: idx, Member: m})
+		}
+		in.QueueRemoval("ff:idx:{fp:3}:other", "done")
+		in.Retire(idx, "gone")
+
+		var b scanutil.Batch
+		in.QueueRemovals(&b)
+		if dry {
+			// QueueRemoval is the scanner's own decision, kept as asked;
+			// the intake's and Retire's hold back in a dry run.
+			assert.Equal(t, []scannerapi.Command{{"ZREM", "ff:idx:{fp:3}:other", "done"}}, b.Commands())
+			assert.Contains(t, res.Notes, `would remove "gone" from `+idx)
+		} else {
+			assert.Equal(t, []scannerapi.Command{
+				{"ZREM", idx, "garbage"}, {"ZREM", idx, "junk"},
+				{"ZREM", "ff:idx:{fp:3}:other", "done"}, {"ZREM", idx, "gone"},
+			}, b.Commands())
+		}
+		var again scanutil.Batch
+		in.QueueRemovals(&again)
+		assert.Zero(t, again.Len(), "queued removals are handed over once")
+	}
+	assert.Panics(t, func() {
+		scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn}.Begin(context.Background(),
+			&scannerapi.ScanRequest{Partition: part}, &scannerapi.ScanResult{}).QueueRemoval(idx, "x")
+	})
+}

@@ -119,6 +119,20 @@ func (m *Memory[V]) Recall(part uint16, member string, score float64, now uint64
 	return e.v, true
 }
 
+// Peek is Recall without its effects: what is remembered of member at
+// score and now, by the same rule (another score or an expired entry is
+// not remembered), leaving the memory as it is. An explanation asks it.
+func (m *Memory[V]) Peek(part uint16, member string, score float64, now uint64) (V, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.parts[part][member]
+	if !ok || e.score != score || !e.valid(now) {
+		var zero V
+		return zero, false
+	}
+	return e.v, true
+}
+
 // Entry is a remembered entry handed out by Entries.
 type Entry[V any] struct {
 	Member string
