@@ -160,8 +160,11 @@ func TestCandidateFunctionsPrune(t *testing.T) {
 		lapsedLease(t, pool, int(pk), eid)
 		exec(t, pool, `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms, committed_at_ms)
 			VALUES ($1, $2, 'success', 1, ffscan.now_ms() - 60000)`, pk, eid)
+		// Alive, so that no other test's sweep (registry partition pk +
+		// 64 is also one of flow partition pk mod 16's) finds it dead:
+		// the read of its child runs all the same.
 		exec(t, pool, `INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
-			last_heartbeat_ms, liveness_ttl_ms, registered_at_ms) VALUES ($1, 'a', $2, 'w', '{}', '', 1, 1, 1)`, int(pk)+flowCount, eid)
+			last_heartbeat_ms, liveness_ttl_ms, registered_at_ms) VALUES ($1, 'a', $2, 'w', '{}', '', ffscan.now_ms(), 3600000, 1)`, int(pk)+flowCount, eid)
 	}
 	// The registry partitions flow partition i sweeps: those w with
 	// w mod flowCount = i.
