@@ -46,9 +46,19 @@ type pgHostsRun struct {
 	Xacts int64
 	// Took is from the leases' lapse to the last completion dispatched.
 	Took time.Duration
+	// Counted is how long Xacts were counted, Idle the idle transactions/s
+	// of the same hosts measured just before: Xacts hold Idle x Counted of
+	// work that is not the items', more the longer a drain takes.
+	Counted time.Duration
+	Idle    float64
 }
 
 func (r pgHostsRun) perItem() float64 { return float64(r.Xacts) / float64(r.Items) }
+
+// perItemNet is perItem less the hosts' idle transactions over the count.
+func (r pgHostsRun) perItemNet() float64 {
+	return (float64(r.Xacts) - r.Idle*r.Counted.Seconds()) / float64(r.Items)
+}
 
 // pgHostsIdle is the idle cost of some hosts over empty partitions.
 type pgHostsIdle struct {
@@ -204,6 +214,7 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	if err != nil {
 		return run, err
 	}
+	t0 := time.Now()
 	var polls int64
 	limit := time.Duration(max(n, 1000)/1000) * pgHostsDrainLimitPer1000
 	deadline := due.Add(limit)
@@ -232,7 +243,7 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	if err != nil {
 		return run, err
 	}
-	run.Xacts = x1 - x0 - polls
+	run.Xacts, run.Counted = x1-x0-polls, time.Since(t0)
 	return run, nil
 }
 
@@ -281,21 +292,20 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 				h.Stop()
 			}
 		}
-		if k != 2 {
-			idle, err := b.pgHostsIdleOnce(ctx, pool, stats, srv.Pid(), k, window)
-			if err != nil {
-				stop()
-				return nil, err
-			}
-			res.Idle = append(res.Idle, idle)
-			b.logf("pghosts: %d host(s) idle: %.1f transactions/s, %.1f child-partition scans/s, PostgreSQL %.2f%% of a core",
-				k, idle.Xacts, idle.Scans, 100*idle.ServerCPU)
+		idle, err := b.pgHostsIdleOnce(ctx, pool, stats, srv.Pid(), k, window)
+		if err != nil {
+			stop()
+			return nil, err
 		}
+		res.Idle = append(res.Idle, idle)
+		b.logf("pghosts: %d host(s) idle: %.1f transactions/s, %.1f child-partition scans/s, PostgreSQL %.2f%% of a core",
+			k, idle.Xacts, idle.Scans, 100*idle.ServerCPU)
 		run, err := b.pgHostsDrain(ctx, pool, stats, k, n)
 		if err != nil {
 			stop()
 			return nil, err
 		}
+		run.Idle = idle.Xacts
 		res.Runs = append(res.Runs, run)
 		b.logf("pghosts: %d host(s): %d lapses acted on and their completions dispatched %s after the lapse; %.2f transactions per item",
 			k, n, run.Took.Round(time.Millisecond), run.perItem())
@@ -339,10 +349,10 @@ func (r *pgHostsResult) print(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("11. POSTGRES HOSTS: 1, 2 and 3 host processes without Valkey on one database, sharing its partitions through it,")
 	p("   the %d Postgres reconcilers at their defaults and the completion listener on each; load %s", r.Scanners, r.Load)
-	var one float64
+	var one, oneNet float64
 	for _, run := range r.Runs {
 		if run.Hosts == 1 {
-			one = run.perItem()
+			one, oneNet = run.perItem(), run.perItemNet()
 		}
 	}
 	for _, run := range r.Runs {
@@ -350,6 +360,8 @@ func (r *pgHostsResult) print(w io.Writer) {
 		p("   %d host(s): %d lapses (each ended with a completion event, routed and dispatched) done %s after the lapse;",
 			run.Hosts, run.Items, run.Took.Round(time.Millisecond))
 		p("     database transactions per item %.3f (%.3f of one host's; target <= 1.10: %s)", run.perItem(), ratio, verdict(ratio <= 1.10))
+		p("     less the hosts' idle %.1f transactions/s over the %s counted: %.3f per item (%.3f of one host's)",
+			run.Idle, run.Counted.Round(time.Second), run.perItemNet(), run.perItemNet()/oneNet)
 	}
 	var idle1 pgHostsIdle
 	for _, i := range r.Idle {
