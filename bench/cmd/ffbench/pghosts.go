@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,6 +53,11 @@ type pgHostsRun struct {
 	// work that is not the items', more the longer a drain takes.
 	Counted time.Duration
 	Idle    float64
+	// Calls are the calls of the library's functions over the same time,
+	// by name (pg_stat_user_functions), Rollbacks the transactions rolled
+	// back (serialization failures among them).
+	Calls     map[string]int64
+	Rollbacks int64
 }
 
 func (r pgHostsRun) perItem() float64 { return float64(r.Xacts) / float64(r.Items) }
@@ -135,6 +142,33 @@ func pgXacts(ctx context.Context, stats *pgxpool.Pool) (int64, error) {
 	return n, err
 }
 
+// pgRollbacks reads the bench database's rolled-back transactions.
+func pgRollbacks(ctx context.Context, stats *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := stats.QueryRow(ctx, "SELECT pg_stat_clear_snapshot(), xact_rollback FROM pg_stat_database WHERE datname = 'bench'").Scan(nil, &n)
+	return n, err
+}
+
+// pgCalls reads the calls of the library's functions (one transaction of
+// the bench database; track_functions is on there).
+func pgCalls(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
+	rows, err := pool.Query(ctx, "SELECT funcname, sum(calls)::bigint FROM pg_stat_user_functions WHERE schemaname = 'ffscan' GROUP BY funcname")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var fn string
+		var n int64
+		if err := rows.Scan(&fn, &n); err != nil {
+			return nil, err
+		}
+		out[fn] = n
+	}
+	return out, rows.Err()
+}
+
 // pgChildScans reads the scans of the partitioned tables' children (one
 // transaction of the bench database).
 func pgChildScans(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
@@ -210,6 +244,14 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	if err := pgStatsSettle(ctx); err != nil { // the seeding's own transactions
 		return run, err
 	}
+	c0, err := pgCalls(ctx, pool)
+	if err != nil {
+		return run, err
+	}
+	r0, err := pgRollbacks(ctx, stats)
+	if err != nil {
+		return run, err
+	}
 	x0, err := pgXacts(ctx, stats)
 	if err != nil {
 		return run, err
@@ -243,7 +285,22 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	if err != nil {
 		return run, err
 	}
-	run.Xacts, run.Counted = x1-x0-polls, time.Since(t0)
+	r1, err := pgRollbacks(ctx, stats)
+	if err != nil {
+		return run, err
+	}
+	c1, err := pgCalls(ctx, pool)
+	if err != nil {
+		return run, err
+	}
+	// The second read of the calls is not in the count; the first is.
+	run.Xacts, run.Counted, run.Rollbacks = x1-x0-polls-1, time.Since(t0), r1-r0
+	run.Calls = map[string]int64{}
+	for fn, n := range c1 {
+		if d := n - c0[fn]; d > 0 {
+			run.Calls[fn] = d
+		}
+	}
 	return run, nil
 }
 
@@ -278,6 +335,10 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 		return nil, err
 	}
 	defer stats.Close()
+	// Function call counts for every session the hosts open from here.
+	if _, err := pool.Exec(ctx, "ALTER DATABASE bench SET track_functions = 'all'"); err != nil {
+		return nil, err
+	}
 	res := &pgHostsResult{Scanners: len(pgIdleScanners), Window: window, Load: measure.Load()}
 	for k := 1; k <= 3; k++ {
 		if err := pgHostsReset(ctx, pool); err != nil {
@@ -362,6 +423,7 @@ func (r *pgHostsResult) print(w io.Writer) {
 		p("     database transactions per item %.3f (%.3f of one host's; target <= 1.10: %s)", run.perItem(), ratio, verdict(ratio <= 1.10))
 		p("     less the hosts' idle %.1f transactions/s over the %s counted: %.3f per item (%.3f of one host's)",
 			run.Idle, run.Counted.Round(time.Second), run.perItemNet(), run.perItemNet()/oneNet)
+		p("     rolled back: %.3f per item; calls per item: %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
 	}
 	var idle1 pgHostsIdle
 	for _, i := range r.Idle {
@@ -375,4 +437,23 @@ func (r *pgHostsResult) print(w io.Writer) {
 	}
 	p("   kill -9 of one of three hosts -> a lapse in each of %d partitions acted on: %s after the kill (target <= 15 s: %s)",
 		r.TakeoverItems, r.Takeover.Round(100*time.Millisecond), verdict(r.Takeover <= 15*time.Second))
+}
+
+// callsLine lists the library functions called during a drain, per item,
+// the most called first.
+func (r pgHostsRun) callsLine() string {
+	type fc struct {
+		fn string
+		n  int64
+	}
+	var fs []fc
+	for fn, n := range r.Calls {
+		fs = append(fs, fc{fn, n})
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].n > fs[j].n || fs[i].n == fs[j].n && fs[i].fn < fs[j].fn })
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, fmt.Sprintf("%s %.3f", f.fn, float64(f.n)/float64(r.Items)))
+	}
+	return strings.Join(parts, ", ")
 }
