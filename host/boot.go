@@ -76,7 +76,8 @@ func (h *Host) connectPostgres(ctx context.Context, cfg *config.Config) error {
 		return nil
 	}
 	var err error
-	if h.pg, err = postgres.Connect(ctx, postgres.Options{DSN: cfg.Postgres.DSN, PoolSize: cfg.Postgres.PoolSize}); err != nil {
+	if h.pg, err = postgres.Connect(ctx, postgres.Options{DSN: cfg.Postgres.DSN, PoolSize: cfg.Postgres.PoolSize,
+		Transaction: cfg.Postgres.Pooling == config.PoolingTransaction}); err != nil {
 		return err
 	}
 	if h.pgSchema, err = postgres.Recognize(ctx, h.pg); err != nil {

@@ -116,8 +116,8 @@ type Host struct {
 
 	// The services (services.go), in the order Run starts them;
 	// shutdown.go stops them. Nil where the host has no use for one
-	// (share, census and library without Valkey, http without
-	// http.listen).
+	// (census and library without Valkey, share on a read-only host
+	// without Valkey, http without http.listen).
 	share     *sharing.Coordinator
 	events    *keyevents.Feed
 	lanes     *lanes.Keeper

@@ -620,13 +620,48 @@ func TestPostgresOnlyHost(t *testing.T) {
 	const a, b = "d0000000-0000-4000-8000-000000000001", "d0000000-0000-4000-8000-000000000002"
 	postgrestest.DAG(t, dbPool, 3, "fd000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
 	postgrestest.Complete(t, dbPool, 3, a, "success")
-	waitFor(t, rh, 30*time.Second, "the downstream released by the listener, on every partition (no sharing without Valkey)",
-		func() bool { return rh.Status().Postgres.Completions.Dispatched == 1 })
+	waitFor(t, rh, 30*time.Second, "the downstream released by the listener, routed to itself (it owns every partition)",
+		func() bool { c := rh.Status().Postgres.Completions; return c.Dispatched == 1 && c.Routed == 1 })
 	st := rh.Status()
 	assert.Empty(t, st.Valkey)
 	assert.Nil(t, st.Completions, "no Valkey completion listener")
-	assert.Nil(t, st.Sharing)
+	require.NotNil(t, st.Sharing, "the hosts of a database share its partitions through it")
+	assert.Equal(t, "postgres (filter none)", st.Sharing.Store)
+	assert.Equal(t, map[string]int{"flow": 16, "budget": 4, "quota": 4}, st.Sharing.Owned, "a host alone owns every partition")
+	assert.Len(t, st.Sharing.Partitions["flow"], 16)
+	assert.NotNil(t, st.Sharing.ValidUntil)
+	var held int
+	require.NoError(t, dbPool.QueryRow(ctx, "SELECT count(*) FROM ffscan.share_owner WHERE host_id = $1 AND expires_at_ms > ffscan.now_ms()",
+		st.Sharing.HostID).Scan(&held))
+	assert.Equal(t, 24, held, "its entries in the database")
+	metrics := gather(t, rh)
+	assert.Equal(t, 16.0, metrics[`ffscan_sharing_owned_partitions{family="flow"}`])
+	assert.Equal(t, 1.0, metrics[`ffscan_sharing_hosts`])
+	assert.Equal(t, 1.0, metrics[`ffscan_sharing_info{host_id="`+st.Sharing.HostID+`",store="postgres (filter none)"}`])
+	assert.Positive(t, metrics[`ffscan_sharing_valid_seconds`])
 	assert.NoError(t, rh.Ready(ctx))
+}
+
+// gather reads the host's gauges and counters, by name{labels}.
+func gather(t *testing.T, h *Host) map[string]float64 {
+	t.Helper()
+	mfs, err := h.Metrics().Registry.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			name := mf.GetName()
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			out[name] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 // The due backlog of a Postgres scanner: counted from the candidate read

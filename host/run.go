@@ -81,8 +81,6 @@ func (h *Host) start(ctx context.Context, cfg *config.Config) (err error) {
 	}()
 	if h.share != nil {
 		_ = h.share.Start(context.WithoutCancel(ctx))
-	} else {
-		h.log.Info("no valkey: partitions are not shared; every host on this database scans every partition (the library's functions re-check each row under its lock, so several hosts are safe, at a multiplied cost)")
 	}
 	if err := h.units.Start(ctx); err != nil {
 		return err

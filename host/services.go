@@ -5,8 +5,11 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/census"
@@ -23,6 +26,7 @@ import (
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/sharing"
+	"github.com/ffscan/ffscan/host/sharing/pgstore"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
@@ -55,14 +59,17 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 	if err := h.compMet.Register(h.met.Registry); err != nil {
 		return fmt.Errorf("register completion metrics: %w", err)
 	}
+	if store := h.shareStore(cfg); store != nil {
+		h.share = sharing.New(store, sharing.Config{ID: hostID(), Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
+		if err := h.met.Registry.Register(sharing.NewCollector(h.share)); err != nil {
+			return fmt.Errorf("register sharing metrics: %w", err)
+		}
+	}
 	if err := h.met.Registry.Register(stateCollector{h}); err != nil {
 		return fmt.Errorf("register the host's state gauges: %w", err)
 	}
 	if h.client != nil {
 		h.nodes = scheduler.NewNodeMap(h.client, h.clk, h.epoch)
-		// The shares live on Valkey: a host without it scans every
-		// partition.
-		h.share = sharing.New(h.client, sharing.Config{ID: hostID(), Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
 		h.events = keyevents.New(h.client, keyevents.Config{Mode: keyevents.Mode(cfg.KeyEvents.Mode), Configure: cfg.KeyEvents.Configure && !h.readOnly,
 			Clock: h.clk, Logger: h.log.Named("key_events"), Changes: &h.changes})
 		// Before any runner watches: a runner told of a new lane's key
@@ -77,11 +84,39 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 		}
 	}
 	h.units = unit.NewSet(h.unitDeps())
-	h.listeners = listeners.New(listeners.Deps{Library: h.lib, Postgres: h.pg, PostgresFilter: cfg.Postgres.Filter(),
-		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}, cfg.Completions)
+	deps := listeners.Deps{Library: h.lib, Postgres: h.pg, PostgresFilter: cfg.Postgres.Filter(),
+		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}
+	if h.share != nil {
+		deps.Share = h.share.Status().Store
+	}
+	if dsn := cfg.Postgres.ListenDSN; dsn != "" && h.pg != nil {
+		lc, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			// pgx's message may quote the DSN, password included.
+			return errors.New("postgres.listen_dsn is not a valid connection string")
+		}
+		deps.PostgresListen = lc
+	}
+	h.listeners = listeners.New(deps, cfg.Completions)
 	h.files = h.newFileWatch(cfg.Watch)
 	if cfg.HTTP.Listen != "" {
 		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Logger: h.log, Console: console.Handler(h)}, h.met.Registry, h)
+	}
+	return nil
+}
+
+// shareStore is where this host shares the partitions with the others:
+// the keyspace on a host with Valkey (its Postgres scanners, if any, go by
+// the same partitions), the database on a host that serves Postgres alone
+// (the hosts with the same filter share it). Nil for a read-only host
+// without Valkey, which installs nothing in the database and runs no
+// scanner of its own.
+func (h *Host) shareStore(cfg *config.Config) sharing.Store {
+	switch {
+	case h.client != nil:
+		return sharing.NewValkeyStore(h.client)
+	case h.pg != nil && !h.readOnly:
+		return pgstore.New(h.pg, cfg.Postgres.Filter(), h.parts)
 	}
 	return nil
 }

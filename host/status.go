@@ -60,7 +60,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 	lc, comp, pgComp := h.listeners.Stats()
 	if pgComp != nil && doc.Postgres != nil {
 		st := pgComp
-		doc.Postgres.Completions = &httpapi.PGCompletionsStatus{Notifications: st.Notifications, Dispatched: st.Dispatched,
+		doc.Postgres.Completions = &httpapi.PGCompletionsStatus{Notifications: st.Notifications, Routed: st.Routed, Dispatched: st.Dispatched,
 			AlreadyDone: st.AlreadyDone, NotOwned: st.NotOwned, Filtered: st.Filtered, Errors: st.Errors, Reconnects: st.Reconnects}
 	}
 	if st := comp; st != nil {
@@ -110,10 +110,19 @@ func (h *Host) sharingStatus() *httpapi.SharingStatus {
 		return nil
 	}
 	st := h.share.Status()
-	ss := &httpapi.SharingStatus{HostID: st.ID, Hosts: st.Members, Owned: map[string]int{}, Totals: map[string]int{}}
+	ss := &httpapi.SharingStatus{HostID: st.ID, Store: st.Store, Hosts: st.Members, Owned: map[string]int{}, Totals: map[string]int{},
+		Partitions: map[string][]int{}, At: st.At, Ticks: st.Ticks, Failures: st.Failures, LastError: st.LastError, Changes: st.Changes}
 	for _, f := range []keys.Family{keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota} {
 		ss.Owned[f.String()] = st.Owned[f]
 		ss.Totals[f.String()] = len(h.parts.Partitions(f))
+		ss.Partitions[f.String()] = []int{}
+	}
+	for _, p := range st.Partitions {
+		ss.Partitions[p.Family.String()] = append(ss.Partitions[p.Family.String()], int(p.Index))
+	}
+	if st.ValidFor > 0 {
+		until := st.At.Add(st.ValidFor)
+		ss.ValidUntil = &until
 	}
 	return ss
 }

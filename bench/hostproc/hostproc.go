@@ -32,8 +32,8 @@ type Scanner struct {
 type Options struct {
 	Binary     string // path of the ffscan binary
 	PluginDir  string
-	ValkeyAddr string
-	Cluster    bool // ValkeyAddr seeds a Valkey Cluster
+	ValkeyAddr string // "": no Valkey (Extra names a Postgres database)
+	Cluster    bool   // ValkeyAddr seeds a Valkey Cluster
 	Scanners   []Scanner
 	LogLevel   string // default warn
 	// Extra is appended to the generated YAML as is (top-level keys).
@@ -72,7 +72,9 @@ func Start(ctx context.Context, o Options, ready time.Duration) (*Proc, error) {
 	if o.Cluster {
 		cluster = "on"
 	}
-	fmt.Fprintf(&y, "valkey:\n  addrs: [%q]\n  cluster: %q\n", o.ValkeyAddr, cluster)
+	if o.ValkeyAddr != "" { // else a host of the Postgres database in Extra alone
+		fmt.Fprintf(&y, "valkey:\n  addrs: [%q]\n  cluster: %q\n", o.ValkeyAddr, cluster)
+	}
 	fmt.Fprintf(&y, "plugin_dir: %q\nplugin_approvals_file: %q\nhttp:\n  listen: %q\n  admin_token_file: %q\nlog:\n  level: %s\nshutdown_timeout: 5s\n",
 		o.PluginDir, filepath.Join(dir, "plugin-approvals.json"), p.HTTP, filepath.Join(dir, "admin-token"), level)
 	y.WriteString("scanners:\n")

@@ -166,8 +166,8 @@ func printHostLines(w io.Writer, doc httpapi.StatusDoc) {
 	if pg := doc.Postgres; pg != nil {
 		fmt.Fprintf(w, "postgres: %s, ffscan library %d, filter %s, %d of %d connections open, %d in use\n", pg.Schema, pg.Library, pg.Filter, pg.Connections, pg.PoolSize, pg.InUse)
 		if c := pg.Completions; c != nil {
-			fmt.Fprintf(w, "postgres completions: %d notifications, %d dispatched (%d already done, %d other hosts', %d filtered), %d errors, %d reconnects\n",
-				c.Notifications, c.Dispatched, c.AlreadyDone, c.NotOwned, c.Filtered, c.Errors, c.Reconnects)
+			fmt.Fprintf(w, "postgres completions: %d notifications (%d routed by this host), %d dispatched (%d already done, %d other hosts', %d filtered), %d errors, %d reconnects\n",
+				c.Notifications, c.Routed, c.Dispatched, c.AlreadyDone, c.NotOwned, c.Filtered, c.Errors, c.Reconnects)
 		}
 	}
 	fmt.Fprintln(w, configLine(doc.Config))
@@ -193,8 +193,15 @@ func printHostLines(w io.Writer, doc httpapi.StatusDoc) {
 		for _, f := range []string{"flow", "budget", "quota"} {
 			fams = append(fams, fmt.Sprintf("%s %d/%d", f, sh.Owned[f], sh.Totals[f]))
 		}
-		fmt.Fprintf(w, "sharing: %d host(s) on this keyspace; this host (%s) owns %s partitions\n",
-			len(sh.Hosts), sh.HostID, strings.Join(fams, ", "))
+		where := "this keyspace"
+		if sh.Store != "" && sh.Store != "valkey" {
+			where = "this database " + strings.TrimPrefix(sh.Store, "postgres ")
+		}
+		fmt.Fprintf(w, "sharing: %d host(s) on %s; this host (%s) owns %s partitions\n",
+			len(sh.Hosts), where, sh.HostID, strings.Join(fams, ", "))
+		if sh.LastError != "" {
+			fmt.Fprintf(w, "sharing: %d renewal(s) failed; the last: %s\n", sh.Failures, oneLine(sh.LastError))
+		}
 	}
 }
 

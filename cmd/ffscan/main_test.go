@@ -57,6 +57,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	pgShareSchema.Close()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

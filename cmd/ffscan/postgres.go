@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/postgres"
 )
 
@@ -29,7 +30,7 @@ func cmdPostgresCreateSchema(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	pool, err := postgres.Connect(ctx, postgres.Options{DSN: cfg.Postgres.DSN, PoolSize: 2})
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: cfg.Postgres.DSN, PoolSize: 2, Transaction: cfg.Postgres.Pooling == config.PoolingTransaction})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/census"
@@ -149,7 +150,26 @@ type Postgres struct {
 	// reconciler can act outside it (FlowFabric's applies to half of them).
 	Namespace   string
 	InstanceTag string
+	// Pooling says what DSN reaches: "session" (PostgreSQL itself, or a
+	// pooler that gives each client a server connection for its whole
+	// session) or "transaction" (a pooler such as PgBouncer in transaction
+	// mode, which may give each transaction another server connection).
+	// Behind a transaction pooler the host prepares no statement it keeps
+	// (pgx's exec mode, unless DSN names one), and the completion listener
+	// needs ListenDSN.
+	Pooling string
+	// ListenDSN is the completion listener's connection (LISTEN needs a
+	// session): empty for DSN itself; required with Pooling "transaction"
+	// while completions are enabled, to PostgreSQL directly or through a
+	// session pooler.
+	ListenDSN string
 }
+
+// Pooling modes of postgres.pooling.
+const (
+	PoolingSession     = "session"
+	PoolingTransaction = "transaction"
+)
 
 // Filter is the namespace / instance-tag filter the Postgres settings
 // name. Validate has checked it parses.
@@ -290,6 +310,7 @@ func Defaults() Config {
 		Watch:       Watch{Config: true, Plugins: true, Interval: filewatch.DefaultInterval},
 		Completions: Completions{Enabled: true, Concurrency: completions.DefaultConcurrency},
 		KeyEvents:   KeyEvents{Mode: string(keyevents.DefaultMode), SafetyInterval: scheduler.DefaultQuietFor},
+		Postgres:    Postgres{Pooling: PoolingSession},
 		Scanners:    map[string]Scanner{},
 	}
 }
@@ -389,6 +410,38 @@ func (c *Config) validatePostgres(p *problems) {
 	}
 	if (c.Postgres.Namespace != "" || c.Postgres.InstanceTag != "") && c.Postgres.DSN == "" {
 		p.bad("postgres.namespace", "a filter without postgres.dsn filters nothing: set the database or remove the filter")
+	}
+	p.oneOf("postgres.pooling", c.Postgres.Pooling, PoolingSession, PoolingTransaction)
+	if c.Postgres.ListenDSN != "" {
+		if c.Postgres.DSN == "" {
+			p.bad("postgres.listen_dsn", "is set without postgres.dsn: set the database or remove it")
+		}
+		if _, err := pgx.ParseConfig(c.Postgres.ListenDSN); err != nil {
+			p.bad("postgres.listen_dsn", "not a valid connection string (a URL postgres://user@host:port/db?sslmode=... or key=value pairs)")
+		}
+	}
+	if c.Postgres.DSN == "" || c.Postgres.Pooling != PoolingTransaction {
+		return
+	}
+	// Behind a transaction pooler: LISTEN needs a session of its own,
+	// and a statement prepared on one server connection is unknown to
+	// the next.
+	if c.Completions.Enabled {
+		switch c.Postgres.ListenDSN {
+		case "":
+			p.bad("postgres.listen_dsn", "is required with postgres.pooling: transaction while completions.enabled is on: "+
+				"LISTEN needs a session, which a transaction pooler does not keep (it drops LISTEN silently); give a connection "+
+				"to PostgreSQL itself or through a session pooler, or set completions.enabled: false (the dependency reconciler "+
+				"then dispatches every completion, 15 s late)")
+		case c.Postgres.DSN:
+			p.bad("postgres.listen_dsn", "is postgres.dsn, which postgres.pooling says goes through a transaction pooler: "+
+				"LISTEN needs a connection to PostgreSQL itself or through a session pooler")
+		}
+	}
+	if cfg, err := pgconn.ParseConfig(c.Postgres.DSN); err == nil && cfg.RuntimeParams["default_query_exec_mode"] == "describe_exec" {
+		p.bad("postgres.dsn", "default_query_exec_mode=describe_exec prepares a statement in one round trip and runs it in the next, "+
+			"which a transaction pooler may send to another server connection: use exec or simple_protocol (or leave it out: "+
+			"the host then uses exec)")
 	}
 }
 

@@ -362,3 +362,47 @@ func TestPluginMemoryLimit(t *testing.T) {
 	_, err = Load(Sources{File: writeFile(t, "plugin_memory_limit: 1000000\n"), Environ: noEnv})
 	require.ErrorContains(t, err, "plugin_memory_limit: 1000000 bytes is too little for a Go plugin to start; at least 67108864 (64 MiB), or 0 for no bound")
 }
+
+// Behind a transaction pooler (postgres.pooling: transaction) the
+// completion listener needs a session of its own: postgres.listen_dsn is
+// required while completions are on, and may not be the pooler's DSN; a
+// statement mode that prepares in one round trip and runs in the next is
+// refused.
+func TestPostgresPooling(t *testing.T) {
+	assert.Equal(t, PoolingSession, Defaults().Postgres.Pooling)
+	load := func(yaml string) (*Config, error) {
+		return Load(Sources{File: writeFile(t, yaml), Environ: noEnv})
+	}
+	cfg, err := load("postgres: {dsn: \"postgres://ff@bouncer:6432/ff\", pooling: transaction, listen_dsn: \"postgres://ff@db:5432/ff\"}\n")
+	require.NoError(t, err)
+	assert.Equal(t, PoolingTransaction, cfg.Postgres.Pooling)
+	assert.Equal(t, "postgres://ff@db:5432/ff", cfg.Postgres.ListenDSN)
+
+	_, err = load("postgres: {dsn: \"postgres://ff@bouncer:6432/ff\", pooling: transaction}\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "postgres.listen_dsn: is required with postgres.pooling: transaction while completions.enabled is on: LISTEN needs a session")
+
+	_, err = load("postgres: {dsn: \"postgres://ff@bouncer:6432/ff\", pooling: transaction, listen_dsn: \"postgres://ff@bouncer:6432/ff\"}\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "postgres.listen_dsn: is postgres.dsn, which postgres.pooling says goes through a transaction pooler")
+
+	cfg, err = load("postgres: {dsn: \"postgres://ff@bouncer:6432/ff\", pooling: transaction}\ncompletions: {enabled: false}\n")
+	require.NoError(t, err, "without the listener no session is needed")
+	assert.Empty(t, cfg.Postgres.ListenDSN)
+
+	_, err = load("postgres: {dsn: \"postgres://ff@bouncer:6432/ff?default_query_exec_mode=describe_exec\", pooling: transaction, listen_dsn: \"postgres://ff@db/ff\"}\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "postgres.dsn: default_query_exec_mode=describe_exec prepares a statement in one round trip")
+
+	_, err = load("postgres: {dsn: \"postgres://ff@db/ff\", pooling: statement}\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `postgres.pooling: "statement" is not one of session, transaction`)
+
+	_, err = load("postgres: {listen_dsn: \"postgres://ff@db/ff\"}\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "postgres.listen_dsn: is set without postgres.dsn")
+
+	cfg, err = load("postgres: {dsn: \"postgres://ff@db/ff\", listen_dsn: \"postgres://ff@db-direct/ff\"}\n")
+	require.NoError(t, err, "a listener connection of its own is allowed without a pooler too")
+	assert.Equal(t, PoolingSession, cfg.Postgres.Pooling)
+}

@@ -188,6 +188,8 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"pool_size":    func(k string, v any) { d.integer(k, v, &c.Postgres.PoolSize) },
 				"namespace":    func(k string, v any) { d.str(k, v, &c.Postgres.Namespace) },
 				"instance_tag": func(k string, v any) { d.str(k, v, &c.Postgres.InstanceTag) },
+				"pooling":      func(k string, v any) { d.str(k, v, &c.Postgres.Pooling) },
+				"listen_dsn":   func(k string, v any) { d.str(k, v, &c.Postgres.ListenDSN) },
 			})
 		},
 		"partitions": func(key string, v any) {

@@ -84,12 +84,28 @@ type KeyEventsNode struct {
 }
 
 // SharingStatus is this host's share of the partitions among the hosts
-// that share the keyspace.
+// that share its store (the Valkey keyspace, or the Postgres database of
+// a host without Valkey).
 type SharingStatus struct {
-	HostID string         `json:"host_id"`
+	HostID string `json:"host_id"`
+	// Store is where the hosts share: "valkey", or "postgres (filter
+	// ...)" (on Postgres the hosts with one filter share).
+	Store  string         `json:"store"`
 	Hosts  []string       `json:"hosts"`
 	Owned  map[string]int `json:"owned"`  // partitions owned now, per family
 	Totals map[string]int `json:"totals"` // partitions per family
+	// Partitions are the indexes owned now, per family: this host's
+	// fencing view, taken At and valid until ValidUntil without a renewal.
+	Partitions map[string][]int `json:"partitions"`
+	At         time.Time        `json:"at"`
+	ValidUntil *time.Time       `json:"valid_until,omitempty"`
+	// Ticks counts the renewals that succeeded, Failures those that
+	// failed; LastError is why the last tick failed (empty once one
+	// succeeds). Changes counts changes of the owned set.
+	Ticks     uint64 `json:"ticks"`
+	Failures  uint64 `json:"failures"`
+	LastError string `json:"last_error,omitempty"`
+	Changes   uint64 `json:"changes"`
 }
 
 // ConfigStatus describes the configuration in force and its reloads.
@@ -468,10 +484,13 @@ type PostgresStatus struct {
 // the host's filter leaves to others, failures and reconnects.
 type PGCompletionsStatus struct {
 	Notifications int64 `json:"notifications"`
-	Dispatched    int64 `json:"dispatched"`
-	AlreadyDone   int64 `json:"already_done"`
-	NotOwned      int64 `json:"not_owned"`
-	Filtered      int64 `json:"filtered"`
-	Errors        int64 `json:"errors"`
-	Reconnects    int64 `json:"reconnects"`
+	// Routed counts the events this host passed to their partition's
+	// owner (hosts sharing the partitions route each event once).
+	Routed      int64 `json:"routed"`
+	Dispatched  int64 `json:"dispatched"`
+	AlreadyDone int64 `json:"already_done"`
+	NotOwned    int64 `json:"not_owned"`
+	Filtered    int64 `json:"filtered"`
+	Errors      int64 `json:"errors"`
+	Reconnects  int64 `json:"reconnects"`
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ffscan/ffscan/host/clock"
@@ -26,12 +27,17 @@ import (
 type Deps struct {
 	// Library runs the Valkey cascades (nil: no Valkey).
 	Library *lua.Library
-	// Postgres is the host's database (nil: none).
+	// Postgres is the host's database (nil: none); PostgresListen the
+	// Postgres listener's own connection (nil: the pool's settings).
 	Postgres       *pgxpool.Pool
+	PostgresListen *pgx.ConnConfig
 	PostgresFilter scannerapi.Filter
 	Partitions     keys.PartitionConfig
-	// Owns is this host's share of the partitions (nil: every one).
+	// Owns is this host's share of the partitions (nil: every one), and
+	// Share names the share (sharing.Status.Store): the Postgres listeners
+	// of its hosts pass each other events on its channel.
 	Owns    func(keys.Partition) bool
+	Share   string
 	Metrics completions.Metrics
 	Clock   clock.Clock
 	Logger  hclog.Logger
@@ -76,9 +82,15 @@ func (l *Listeners) startLocked() {
 		return
 	}
 	if d.Postgres != nil {
-		pg := pgcompletions.New(pgcompletions.Config{Pool: d.Postgres, Concurrency: c.Concurrency, Owns: d.Owns,
-			Filter: d.PostgresFilter, Clock: d.Clock, Logger: d.Logger.Named("pgcompletions"), Changes: d.Changes})
-		if err := pg.Start(l.ctx); err == nil {
+		pc := pgcompletions.Config{Pool: d.Postgres, Listen: d.PostgresListen, Partitions: d.Partitions.Flow, Concurrency: c.Concurrency,
+			Owns: d.Owns, Filter: d.PostgresFilter, Clock: d.Clock, Logger: d.Logger.Named("pgcompletions"), Changes: d.Changes}
+		if d.Owns != nil {
+			pc.Route = pgcompletions.RouteChannel(d.Share)
+		}
+		pg := pgcompletions.New(pc)
+		if err := pg.Start(l.ctx); err != nil {
+			d.Logger.Error("postgres completion listener did not start; dependency resolution relies on pg_dependency", "error", err)
+		} else {
 			l.pg = pg
 			d.Logger.Info("postgres completion listener started", "channel", pgcompletions.Channel, "concurrency", c.Concurrency)
 		}

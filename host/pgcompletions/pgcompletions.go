@@ -5,26 +5,42 @@
 // Postgres server has no such path, so each DAG hop waits 15-30 s for its
 // dependency reconciler (PG11); here a hop takes milliseconds, and the
 // reconciler (pg_dependency) stays as the safety net for what the
-// listener misses (a dropped connection, a host restart).
+// listener misses (a dropped connection, a host restart, a partition
+// being handed over between hosts).
 //
-// The notification carries only the event id. The listener finds the
-// event's partition, skips partitions another host owns (its listener
-// dispatches them), and calls the library function, which re-checks the
-// event under its row lock: a duplicate delivery, or the reconciler
-// racing the listener, dispatches an event exactly once.
+// The notification carries only the event id, and every listening host
+// receives every one. A host alone (Owns nil) finds the event's partition
+// and dispatches it. Hosts that share the partitions act only on their
+// own: one host routes each event (the owner of flow partition event id
+// mod the partition count, so no two hosts look the same event up), which
+// finds its partition and passes it, by a notification on the share's own
+// channel (ffscan.route_completion), to every host of the share; the
+// owner of the event's partition dispatches it, the others drop it
+// without a query. An event then costs one lookup and one dispatch
+// however many hosts share the database. The dispatch re-checks the event
+// under its row lock: a duplicate delivery, or the reconciler racing the
+// listener, dispatches an event exactly once.
+//
+// LISTEN needs a session: the listener keeps a connection of its own
+// (Config.Listen; the pool's settings by default), never one of the pool,
+// which may sit behind a transaction pooler.
 package pgcompletions
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ffscan/ffscan/host/clock"
@@ -37,13 +53,10 @@ import (
 // Channel is FlowFabric's completion notification channel.
 const Channel = "ff_completion"
 
-// checkPayload is what the listener notifies itself after connecting, to
-// prove that notifications reach it (a pooler in transaction mode drops
+// checkPayload starts what the listener notifies itself after connecting,
+// to prove that notifications reach it (a pooler in transaction mode drops
 // LISTEN silently).
 const checkPayload = "ffscan-listen-check"
-
-// catchUpLimit bounds the events dispatched after each (re)connect.
-const catchUpLimit = 1000
 
 // Defaults of Config.
 const (
@@ -60,15 +73,28 @@ const (
 
 // Config configures a Listener. Zero fields take the defaults above.
 type Config struct {
-	// Pool runs the dispatches and gives the listening connection's
-	// settings (the listener opens a connection of its own: LISTEN needs a
-	// session).
+	// Pool runs the lookups, routes and dispatches (it may reach the
+	// database through a transaction pooler).
 	Pool *pgxpool.Pool
+	// Listen is the listening connection's settings (nil: the pool's). It
+	// must reach a session of its own: PostgreSQL itself, or a session
+	// pooler (a transaction pooler drops LISTEN, and the listener's check
+	// says so).
+	Listen *pgx.ConnConfig
+	// Partitions is the flow partition count: the catch-up reads those
+	// partitions, and a host routes the events whose id mod the count is
+	// a flow partition it owns.
+	Partitions uint16
 	// Concurrency bounds dispatches in flight (the configuration's
 	// completions.concurrency, shared with the Valkey listener).
 	Concurrency int
-	// Owns says whether this host dispatches a partition (nil: all).
+	// Owns says whether this host dispatches a partition (nil: all, and no
+	// routing).
 	Owns func(keys.Partition) bool
+	// Route is the channel on which the hosts sharing the partitions pass
+	// each other the events they route (RouteChannel of their share);
+	// required with Owns.
+	Route string
 	// Filter is the host's namespace / instance-tag filter: events of
 	// executions it does not keep are left to their own hosts.
 	Filter scannerapi.Filter
@@ -99,9 +125,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Stats counts what the listener did.
+// Stats counts what the listener did: the notifications received, the
+// events this host routed to their owner (sharing hosts), dispatched, found
+// dispatched already, left to the host that owns their partition, left to
+// another tenant's host, failed, and the reconnections.
 type Stats struct {
-	Notifications, Dispatched, AlreadyDone, NotOwned, Filtered, Errors, Reconnects int64
+	Notifications, Routed, Dispatched, AlreadyDone, NotOwned, Filtered, Errors, Reconnects int64
 }
 
 // Listener dispatches completion events as they are committed.
@@ -114,26 +143,44 @@ type Listener struct {
 	sem  chan struct{}
 	// listening is closed once the first LISTEN is in place and checked.
 	listening chan struct{}
-	once      sync.Once
+	// id tells this listener's check notification from other listeners'.
+	id   string
+	once sync.Once
 
-	notifications, dispatched, alreadyDone, notOwned, filtered, errs, reconnects atomic.Int64
+	notifications, routed, dispatched, alreadyDone, notOwned, filtered, errs, reconnects atomic.Int64
 }
+
+// RouteChannel is the channel of the hosts of one share (share names it:
+// the store and, on Postgres, the filter; see sharing.Status.Store): a
+// valid identifier of PostgreSQL's, the same on every host of the share.
+func RouteChannel(share string) string {
+	sum := sha256.Sum256([]byte(share))
+	return "ffscan_route_" + hex.EncodeToString(sum[:8])
+}
+
+// ErrNoRoute refuses a listener of a sharing host without a route channel.
+var ErrNoRoute = errors.New("pgcompletions: Owns without Route: sharing hosts pass events on their share's channel")
 
 // New returns a listener; Start runs it.
 func New(cfg Config) *Listener {
 	cfg = cfg.withDefaults()
-	return &Listener{o: cfg, clk: cfg.Clock, log: cfg.Logger, sem: make(chan struct{}, cfg.Concurrency), listening: make(chan struct{})}
+	return &Listener{o: cfg, clk: cfg.Clock, log: cfg.Logger, sem: make(chan struct{}, cfg.Concurrency), listening: make(chan struct{}),
+		id: keys.NewUUID().String()}
 }
 
 // Start runs the listener until Stop (or until ctx ends). It returns at
 // once: the connection is made in the background, and Listening says when
 // it listens.
 func (l *Listener) Start(ctx context.Context) error {
+	if l.o.Owns != nil && l.o.Route == "" {
+		return ErrNoRoute
+	}
 	return l.loop.Start(ctx, l.run)
 }
 
-// Listening is closed once the listener's first connection listens and
-// has seen its own check notification.
+// Listening is closed once the listener's first connection listens, has
+// seen its own check notification, and has read the events its catch-up
+// dispatches (an event committed after that comes by notification only).
 func (l *Listener) Listening() <-chan struct{} { return l.listening }
 
 // Stop stops listening (dispatches in flight are cancelled) and waits for
@@ -152,7 +199,7 @@ func (l *Listener) Stop(ctx context.Context) error {
 
 // Stats returns the counters.
 func (l *Listener) Stats() Stats {
-	return Stats{Notifications: l.notifications.Load(), Dispatched: l.dispatched.Load(), AlreadyDone: l.alreadyDone.Load(),
+	return Stats{Notifications: l.notifications.Load(), Routed: l.routed.Load(), Dispatched: l.dispatched.Load(), AlreadyDone: l.alreadyDone.Load(),
 		NotOwned: l.notOwned.Load(), Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load()}
 }
 
@@ -167,6 +214,7 @@ func (l *Listener) run(ctx context.Context) {
 			return
 		}
 		l.reconnects.Add(1)
+		l.o.Changes.Notify()
 		if clock.Since(l.clk, start) > l.o.StableAfter {
 			backoff = l.o.MinBackoff // it ran for a while: start over
 		}
@@ -179,9 +227,13 @@ func (l *Listener) run(ctx context.Context) {
 }
 
 // session is one connection's life: LISTEN, the self-check, a catch-up of
-// undispatched events, then dispatching notifications until it fails.
+// undispatched events, then acting on notifications until it fails.
 func (l *Listener) session(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, l.o.Pool.Config().ConnConfig.Copy())
+	cfg := l.o.Listen
+	if cfg == nil {
+		cfg = l.o.Pool.Config().ConnConfig
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
 	if err != nil {
 		return err
 	}
@@ -189,34 +241,115 @@ func (l *Listener) session(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return err
 	}
+	if l.o.Route != "" {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.o.Route}.Sanitize()); err != nil {
+			return err
+		}
+	}
 	if err := l.check(ctx, conn); err != nil {
 		return err
 	}
-	l.once.Do(func() { close(l.listening) })
 	l.catchUp(ctx)
+	l.once.Do(func() { close(l.listening) })
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		if n.Payload == checkPayload {
-			continue
-		}
-		ev, err := strconv.ParseInt(n.Payload, 10, 64)
-		if err != nil {
-			l.errs.Add(1)
-			l.log.Warn("completion notification without an event id", "payload", n.Payload)
-			continue
-		}
-		l.notifications.Add(1)
-		l.dispatch(ctx, ev, -1)
+		l.notified(ctx, n)
 	}
 }
 
-// check notifies the channel and waits for the notification to come
-// back, proving the connection receives them.
+// notified acts on one notification: a completion (dispatched by this
+// host alone, or routed by the one host whose turn it is), or an event
+// routed to the share (dispatched by its partition's owner).
+func (l *Listener) notified(ctx context.Context, n *pgconn.Notification) {
+	if n.Channel == Channel && strings.HasPrefix(n.Payload, checkPayload) {
+		return // this listener's check, or another's
+	}
+	if n.Channel == l.o.Route && l.o.Route != "" {
+		pk, ev, err := parseRouted(n.Payload)
+		if err != nil {
+			l.errs.Add(1)
+			l.log.Warn("routed completion not <partition>/<event id>", "payload", n.Payload)
+			return
+		}
+		if !l.o.Owns(keys.Partition{Family: keys.FamilyFlow, Index: pk}) {
+			l.notOwned.Add(1)
+			l.o.Changes.Notify()
+			return
+		}
+		l.dispatch(ctx, ev, int(pk))
+		return
+	}
+	ev, err := strconv.ParseInt(n.Payload, 10, 64)
+	if err != nil {
+		l.errs.Add(1)
+		l.log.Warn("completion notification without an event id", "payload", n.Payload)
+		return
+	}
+	l.notifications.Add(1)
+	if l.o.Owns == nil {
+		l.dispatch(ctx, ev, -1)
+		return
+	}
+	if l.routes(ev) {
+		l.route(ctx, ev)
+	}
+}
+
+// routes says whether this host routes event ev: when it owns flow
+// partition ev mod the partition count (ownership is exclusive, so one
+// host of the share does).
+func (l *Listener) routes(ev int64) bool {
+	count := int64(max(l.o.Partitions, 1))
+	return l.o.Owns(keys.Partition{Family: keys.FamilyFlow, Index: uint16(((ev % count) + count) % count)})
+}
+
+// parseRouted reads route_completion's '<partition>/<event id>'.
+func parseRouted(payload string) (uint16, int64, error) {
+	a, b, ok := strings.Cut(payload, "/")
+	if !ok {
+		return 0, 0, errors.New("no /")
+	}
+	pk, err := strconv.ParseUint(a, 10, 16)
+	if err != nil {
+		return 0, 0, err
+	}
+	ev, err := strconv.ParseInt(b, 10, 64)
+	if err != nil {
+		return 0, 0, err
+	}
+	return uint16(pk), ev, nil
+}
+
+// route passes event ev to its partition's owner (ffscan.route_completion),
+// with bounded concurrency.
+func (l *Listener) route(ctx context.Context, ev int64) {
+	l.async(ctx, func() error {
+		var pk *int16
+		if err := l.o.Pool.QueryRow(ctx, "SELECT ffscan.route_completion($1, $2)", ev, l.o.Route).Scan(&pk); err != nil {
+			return err
+		}
+		if pk == nil {
+			return fmt.Errorf("event %d not found", ev)
+		}
+		l.routed.Add(1)
+		return nil
+	}, ev)
+}
+
+// check notifies the channel from another connection (one of the pool)
+// and waits for the notification to come back, proving the listening
+// connection receives what other sessions send. (Sent from the listening
+// connection itself, a notification would come back through a
+// transaction pooler too, when the pooler ran the NOTIFY on the server
+// connection that had run the LISTEN; the next one, sent by another
+// session while the pooler holds that server connection idle, would
+// not.)
 func (l *Listener) check(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", Channel, checkPayload); err != nil {
+	payload := checkPayload + ":" + l.id
+	if _, err := l.o.Pool.Exec(ctx, "SELECT pg_notify($1, $2)", Channel, payload); err != nil {
 		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.o.CheckTimeout)
@@ -225,51 +358,60 @@ func (l *Listener) check(ctx context.Context, conn *pgx.Conn) error {
 		n, err := conn.WaitForNotification(cctx)
 		if err != nil {
 			if cctx.Err() != nil && ctx.Err() == nil {
-				return errors.New("LISTEN receives nothing on this connection (a pooler in transaction mode drops it; connect the host to PostgreSQL or to a session pooler)")
+				return errors.New("LISTEN receives nothing on this connection (a pooler in transaction mode drops it): give the listener a " +
+					"connection to PostgreSQL itself or through a session pooler (postgres.listen_dsn, with postgres.pooling: transaction)")
 			}
 			return err
 		}
-		if n.Payload == checkPayload {
+		if n.Channel == Channel && n.Payload == payload {
 			return nil
 		}
-		// A real event arrived first: dispatch it, keep waiting.
-		if ev, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
-			l.notifications.Add(1)
-			l.dispatch(ctx, ev, -1)
-		}
+		// A real event arrived first: act on it, keep waiting.
+		l.notified(ctx, n)
 	}
 }
 
-// catchUp dispatches events committed while no connection listened (the
-// oldest first); the reconciler covers whatever is left.
+// catchUpPerPartition bounds the events dispatched per partition after
+// each (re)connect; the reconciler covers whatever is left.
+const catchUpPerPartition = 100
+
+// catchUp dispatches the events of this host's partitions committed while
+// no connection listened (the oldest first), read per partition by
+// ffscan.completions_pending (with the host's filter).
 func (l *Listener) catchUp(ctx context.Context) {
-	rows, err := l.o.Pool.Query(ctx, "SELECT partition_key, event_id FROM ff_completion_event WHERE dispatched_at_ms IS NULL ORDER BY event_id LIMIT $1", catchUpLimit)
+	var parts []uint16
+	for i := range max(l.o.Partitions, 1) {
+		if l.o.Owns == nil || l.o.Owns(keys.Partition{Family: keys.FamilyFlow, Index: i}) {
+			parts = append(parts, i)
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	evs, err := postgres.ReadCandidates(ctx, l.o.Pool, "completions_pending", parts, max(l.o.Partitions, 1), catchUpPerPartition, l.o.Filter)
 	if err != nil {
 		l.errs.Add(1)
 		l.log.Warn("completion listener catch-up read failed; the dependency reconciler will find those events", "error", err)
 		return
 	}
-	type event struct {
-		pk int16
-		id int64
-	}
-	var evs []event
-	for rows.Next() {
-		var e event
-		if err := rows.Scan(&e.pk, &e.id); err != nil {
-			break
-		}
-		evs = append(evs, e)
-	}
-	rows.Close()
 	for _, e := range evs {
-		l.dispatch(ctx, e.id, int(e.pk))
+		id, err := strconv.ParseInt(e.Member, 10, 64)
+		if err != nil {
+			continue
+		}
+		l.dispatch(ctx, id, int(e.Partition))
 	}
 }
 
 // dispatch runs one event's dispatch with bounded concurrency; pk < 0
 // means its partition is looked up first.
 func (l *Listener) dispatch(ctx context.Context, ev int64, pk int) {
+	l.async(ctx, func() error { return l.dispatchOne(ctx, ev, pk) }, ev)
+}
+
+// async runs f with bounded concurrency; a failure is counted and logged
+// (the reconciler retries the event).
+func (l *Listener) async(ctx context.Context, f func() error, ev int64) {
 	select {
 	case l.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -280,7 +422,7 @@ func (l *Listener) dispatch(ctx context.Context, ev int64, pk int) {
 		defer l.work.Done()
 		defer func() { <-l.sem }()
 		defer l.o.Changes.Notify()
-		if err := l.dispatchOne(ctx, ev, pk); err != nil && ctx.Err() == nil {
+		if err := f(); err != nil && ctx.Err() == nil {
 			l.errs.Add(1)
 			l.log.Warn("completion dispatch failed; the dependency reconciler retries it", "event_id", ev, "error", err)
 		}

@@ -26,7 +26,7 @@ var librarySQL string
 // LibraryVersion is the version of librarySQL. It goes up with every
 // change of the file; a database holding a newer version is refused (an
 // older host must not replace what a newer one installed).
-const LibraryVersion = 2
+const LibraryVersion = 3
 
 // dropLibrarySQL drops every function of the schema "ffscan" (nothing of
 // FlowFabric's depends on them).
@@ -172,6 +172,7 @@ var CandidateFunctions = map[string]bool{
 	"suspensions_timed_out":    true,
 	"budgets_due":              true,
 	"completions_undispatched": true,
+	"completions_pending":      true,
 	"cancel_groups_pending":    true,
 	"workers_expired":          true,
 }

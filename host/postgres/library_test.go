@@ -72,6 +72,11 @@ func sharedDB(t *testing.T) *pgxpool.Pool {
 	return shared.pool
 }
 
+// dropAll drops every function of the schema ffscan (a test then installs
+// an older library in their place).
+const dropAll = "DO $d$ DECLARE f regprocedure; BEGIN FOR f IN SELECT p.oid::regprocedure FROM pg_proc p " +
+	"JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ffscan' LOOP EXECUTE 'DROP FUNCTION ' || f::text; END LOOP; END $d$"
+
 func TestInstallLibrary(t *testing.T) {
 	t.Parallel()
 	// A database of its own: the test changes the library record others
@@ -103,8 +108,7 @@ func TestInstallLibrary(t *testing.T) {
 	t.Run("version 1, whose functions had no filter arguments, is replaced without leaving an overload", func(t *testing.T) {
 		v1, err := os.ReadFile("testdata/library-v1.sql")
 		require.NoError(t, err)
-		_, err = pool.Exec(ctx, "DO $d$ DECLARE f regprocedure; BEGIN FOR f IN SELECT p.oid::regprocedure FROM pg_proc p "+
-			"JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'ffscan' LOOP EXECUTE 'DROP FUNCTION ' || f::text; END LOOP; END $d$")
+		_, err = pool.Exec(ctx, dropAll)
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, string(v1))
 		require.NoError(t, err)
@@ -120,6 +124,41 @@ func TestInstallLibrary(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT pronargs FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "+
 			"WHERE s.nspname = 'ffscan' AND proname = 'expire_lapsed_lease'").Scan(&n))
 		assert.Equal(t, 6, n)
+	})
+	t.Run("version 2, whose worker sweep read every registry child per partition, is upgraded in place", func(t *testing.T) {
+		v2, err := os.ReadFile("testdata/library-v2.sql")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, dropAll)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, string(v2))
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = 2, sha256 = 'v2'")
+		require.NoError(t, err)
+		action, err := postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		var src string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "+
+			"WHERE s.nspname = 'ffscan' AND proname = 'workers_expired'").Scan(&src))
+		assert.NotContains(t, src, "IN (SELECT g FROM generate_series", "the new worker read")
+		var v int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT version FROM ffscan.library").Scan(&v))
+		assert.Equal(t, postgres.LibraryVersion, v)
+
+		// The partition share's tables came with version 3; an upgrade
+		// (here: of the same contents again) keeps their rows, so hosts
+		// sharing the database keep their entries while one upgrades.
+		var held []string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT array_agg(family || partition_index) FROM ffscan.share_hold('', 'h1', 60000, '{flow,flow}', '{1,2}')").Scan(&held))
+		assert.ElementsMatch(t, []string{"flow1", "flow2"}, held)
+		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = 2, sha256 = 'v2'")
+		require.NoError(t, err)
+		action, err = postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ffscan.share_owner WHERE host_id = 'h1'").Scan(&n))
+		assert.Equal(t, 2, n, "the entries outlive the upgrade")
 	})
 	t.Run("a newer version is refused", func(t *testing.T) {
 		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET version = 99")

@@ -3,177 +3,453 @@ package sharing_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/sharing"
+	"github.com/ffscan/ffscan/host/sharing/pgstore"
+	"github.com/ffscan/ffscan/internal/pgtest"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 var parts = keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
 
-const ttl = 600 * time.Millisecond
+// ttl is long enough that a step of these tests (a few round trips on a
+// loaded machine) stays well inside the fencing margin (ttl/5).
+const ttl = 2 * time.Second
 
-func coordinator(c valkey.Client, id string) *sharing.Coordinator {
-	return sharing.New(c, sharing.Config{ID: id, Partitions: parts, TTL: ttl, Tick: ttl / 3})
+// schema is a database with ffscan's schema and library (the share's
+// functions and tables are the library's), copied for each Postgres test.
+var schema = pgtest.NewTemplate("sharing", func(ctx context.Context, dsn string) error {
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := postgres.CreateSchema(ctx, pool); err != nil {
+		return err
+	}
+	_, err = postgres.InstallLibrary(ctx, pool)
+	return err
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	schema.Close()
+	os.Exit(code)
 }
 
-// tickAll ticks every coordinator once (in the given order).
-func tickAll(t *testing.T, cs ...*sharing.Coordinator) {
-	t.Helper()
-	for _, c := range cs {
-		require.NoError(t, c.Tick(context.Background()))
+// env is one store the tests run on: how to make a host's store, and how
+// to read the entries back from it.
+type env struct {
+	store func() sharing.Store
+	// holders are the partitions' entries that have not lapsed, by the
+	// store's clock: partition -> host.
+	holders func(t *testing.T) map[keys.Partition]string
+	// lastExpiry is the latest expiry (ms) of id's entries and the store's
+	// clock now.
+	lastExpiry func(t *testing.T, id string) (expiry, now int64)
+}
+
+// backends are the stores every scenario runs on.
+var backends = []struct {
+	name string
+	open func(t *testing.T) env
+}{
+	{"valkey", openValkey},
+	{"postgres", openPostgres},
+}
+
+func openValkey(t *testing.T) env {
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	now := func() int64 {
+		tm, err := c.Do(ctx, c.B().Time().Build()).AsIntSlice()
+		require.NoError(t, err)
+		return tm[0]*1000 + tm[1]/1000
+	}
+	entries := func() map[string][2]string {
+		m, err := c.Do(ctx, c.B().Hgetall().Key(sharing.OwnersKey).Build()).AsStrMap()
+		require.NoError(t, err)
+		out := map[string][2]string{}
+		for f, v := range m {
+			host, exp, _ := strings.Cut(v, "|")
+			out[f] = [2]string{host, exp}
+		}
+		return out
+	}
+	return env{
+		store: func() sharing.Store { return sharing.NewValkeyStore(c) },
+		holders: func(t *testing.T) map[keys.Partition]string {
+			ms := now()
+			byField := map[string]keys.Partition{}
+			for _, p := range all() {
+				byField[sharing.OwnerField(p)] = p
+			}
+			out := map[keys.Partition]string{}
+			for f, e := range entries() {
+				exp, err := strconv.ParseInt(e[1], 10, 64)
+				require.NoError(t, err)
+				if exp >= ms {
+					out[byField[f]] = e[0]
+				}
+			}
+			return out
+		},
+		lastExpiry: func(t *testing.T, id string) (int64, int64) {
+			var last int64
+			for _, e := range entries() {
+				exp, err := strconv.ParseInt(e[1], 10, 64)
+				require.NoError(t, err)
+				if e[0] == id {
+					last = max(last, exp)
+				}
+			}
+			return last, now()
+		},
 	}
 }
 
-// owners returns, for every partition, which coordinators own it now.
-func owners(cs map[string]*sharing.Coordinator) map[keys.Partition][]string {
-	out := map[keys.Partition][]string{}
+func openPostgres(t *testing.T) env {
+	dsn := schema.Database(t)
+	pool, err := postgres.Connect(context.Background(), postgres.Options{DSN: dsn, PoolSize: 8})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return env{
+		store: func() sharing.Store { return pgstore.New(pool, scannerapi.Filter{}, parts) },
+		holders: func(t *testing.T) map[keys.Partition]string {
+			return pgHolders(t, pool, "")
+		},
+		lastExpiry: func(t *testing.T, id string) (int64, int64) {
+			var last, now int64
+			require.NoError(t, pool.QueryRow(context.Background(),
+				"SELECT coalesce(max(expires_at_ms) FILTER (WHERE host_id = $1), 0), ffscan.now_ms() FROM ffscan.share_owner", id).Scan(&last, &now))
+			return last, now
+		},
+	}
+}
+
+// pgHolders reads share group grp's entries that have not lapsed.
+func pgHolders(t *testing.T, pool *pgxpool.Pool, grp string) map[keys.Partition]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT family, partition_index, host_id FROM ffscan.share_owner
+		WHERE share_group = $1 AND expires_at_ms >= ffscan.now_ms()`, grp)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[keys.Partition]string{}
+	for rows.Next() {
+		var (
+			fam, host string
+			idx       int16
+		)
+		require.NoError(t, rows.Scan(&fam, &idx, &host))
+		f, err := keys.ParseFamily(fam)
+		require.NoError(t, err)
+		out[keys.Partition{Family: f, Index: uint16(idx)}] = host
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func all() []keys.Partition {
+	var out []keys.Partition
 	for _, f := range []keys.Family{keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota} {
-		for _, p := range parts.Partitions(f) {
-			out[p] = nil
-			for id, c := range cs {
-				if c.Owns(p) {
-					out[p] = append(out[p], id)
-				}
-			}
-		}
+		out = append(out, parts.Partitions(f)...)
 	}
 	return out
 }
 
-// never two owners, and (when full) every partition owned.
-func checkOwners(t *testing.T, cs map[string]*sharing.Coordinator, full bool) {
+// hosts are coordinators a test ticks itself, one step at a time, so that
+// between two steps nothing changes but the time.
+type hosts struct {
+	env env
+	cs  map[string]*sharing.Coordinator
+}
+
+func (h *hosts) add(id string) {
+	h.cs[id] = sharing.New(h.env.store(), sharing.Config{ID: id, Partitions: parts, TTL: ttl, Tick: ttl / 3})
+}
+
+func (h *hosts) ids() []string {
+	var ids []string
+	for id := range h.cs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// check asserts the share at this step, from the store and from every
+// host's fencing view (the store is read first: a host that owns a
+// partition now held it in the store then, since nothing ticked between):
+// no partition is owned by two hosts, and a host owns a partition only
+// while the store's entry for it, not lapsed, names that host.
+func (h *hosts) check(t *testing.T, extra ...*sharing.Coordinator) (owners map[keys.Partition][]string) {
 	t.Helper()
-	for p, ids := range owners(cs) {
-		require.LessOrEqual(t, len(ids), 1, "partition %s owned by %v", p.Tag(), ids)
-		if full {
-			require.Len(t, ids, 1, "partition %s unowned", p.Tag())
+	held := h.env.holders(t)
+	owners = map[keys.Partition][]string{}
+	views := map[string]*sharing.Coordinator{}
+	for id, c := range h.cs {
+		views[id] = c
+	}
+	for _, c := range extra {
+		views[c.Status().ID] = c
+	}
+	for id, c := range views {
+		for _, p := range c.Status().Partitions {
+			owners[p] = append(owners[p], id)
+			require.Equal(t, id, held[p], "%s owns %s by its fencing view, but the store's entry names %q", id, p.Tag(), held[p])
 		}
+	}
+	for p, ids := range owners {
+		require.Len(t, ids, 1, "partition %s owned by %v", p.Tag(), ids)
+	}
+	return owners
+}
+
+// settle ticks the hosts round after round (each once per round, in id
+// order) until every partition has exactly one owner and a whole round
+// changes nothing, checking the share after every tick.
+func (h *hosts) settle(t *testing.T, extra ...*sharing.Coordinator) map[keys.Partition][]string {
+	t.Helper()
+	var last string
+	for range 50 {
+		var now map[keys.Partition][]string
+		for _, id := range h.ids() {
+			require.NoError(t, h.cs[id].Tick(context.Background()))
+			now = h.check(t, extra...)
+		}
+		if len(now) == len(all()) && fmt.Sprint(now) == last {
+			return now
+		}
+		last = fmt.Sprint(now)
+	}
+	t.Fatal("the partitions did not settle")
+	return nil
+}
+
+// waitLapse waits until the store's clock is past the last of id's
+// entries: a lapse has no event to wait on, but its time is in the store,
+// so this waits exactly that long (and reads the clock again after).
+func (h *hosts) waitLapse(t *testing.T, id string) {
+	t.Helper()
+	for {
+		last, now := h.env.lastExpiry(t, id)
+		if last < now {
+			return
+		}
+		time.Sleep(time.Duration(last-now+1) * time.Millisecond)
 	}
 }
 
-// settle ticks the coordinators round after round (a round: each ticks
-// once) until every partition has exactly one owner and a whole round
-// changes nothing, checking at every step that no partition ever has two.
-func settle(t *testing.T, cs map[string]*sharing.Coordinator, order []string) {
-	t.Helper()
-	var last map[keys.Partition][]string
-	for i := 0; i < 50; i++ {
-		for _, id := range order {
-			require.NoError(t, cs[id].Tick(context.Background()))
-			checkOwners(t, cs, false)
-		}
-		now := owners(cs)
-		full := true
-		for _, ids := range now {
-			full = full && len(ids) == 1
-		}
-		if full && last != nil && fmt.Sprint(now) == fmt.Sprint(last) {
-			return
-		}
-		last = now
-	}
-	t.Fatal("the partitions did not settle")
-}
+func owned(c *sharing.Coordinator) int { return len(c.Status().Partitions) }
 
 func TestSingleHostOwnsEverything(t *testing.T) {
 	t.Parallel()
-	srv := testserver.New(t)
-	c := coordinator(srv.Client(t), "solo")
-	require.NoError(t, c.Tick(context.Background()))
-	st := c.Status()
-	assert.Equal(t, map[keys.Family]int{keys.FamilyFlow: 16, keys.FamilyBudget: 4, keys.FamilyQuota: 4}, st.Owned)
-	assert.Equal(t, []string{"solo"}, st.Members)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			h := &hosts{env: b.open(t), cs: map[string]*sharing.Coordinator{}}
+			h.add("solo")
+			require.NoError(t, h.cs["solo"].Tick(context.Background()))
+			st := h.cs["solo"].Status()
+			assert.Equal(t, map[keys.Family]int{keys.FamilyFlow: 16, keys.FamilyBudget: 4, keys.FamilyQuota: 4}, st.Owned)
+			assert.Equal(t, []string{"solo"}, st.Members)
+			assert.Len(t, h.check(t), len(all()))
+		})
+	}
 }
 
 // Three hosts divide the partitions with no overlap at any step; one
 // joining takes some over without any partition having two owners; one
 // leaving hands its partitions over at once; one that dies (stops
-// renewing) loses its partitions by its own clock, and they are taken
-// once its keys expire.
+// renewing) stops owning by its own clock before its entries lapse, and
+// the others take its partitions once they have; one that stalls and
+// comes back finds its partitions taken and owns none of them until the
+// assignment gives it some again, through a release by their holder.
+// The same scenario on each store: only the storage differs.
 func TestHostsShareWithoutOverlap(t *testing.T) {
 	t.Parallel()
-	srv := testserver.New(t)
-	client := srv.Client(t)
-	cs := map[string]*sharing.Coordinator{}
-	order := []string{"a", "b", "c"}
-	for _, id := range order {
-		cs[id] = coordinator(client, id)
-	}
-	settle(t, cs, order)
-	for id, c := range cs {
-		total := 0
-		for _, n := range c.Status().Owned {
-			total += n
-		}
-		assert.Greater(t, total, 0, "%s owns some", id)
-	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			h := &hosts{env: b.open(t), cs: map[string]*sharing.Coordinator{}}
+			for _, id := range []string{"a", "b", "c"} {
+				h.add(id)
+			}
+			h.settle(t)
+			for id, c := range h.cs {
+				assert.Positive(t, owned(c), "%s owns some", id)
+			}
 
-	// A fourth joins.
-	cs["d"] = coordinator(client, "d")
-	order = append(order, "d")
-	settle(t, cs, order)
-	total := 0
-	for _, n := range cs["d"].Status().Owned {
-		total += n
-	}
-	assert.Greater(t, total, 0, "the newcomer took some")
+			// A fourth joins.
+			h.add("d")
+			h.settle(t)
+			assert.Positive(t, owned(h.cs["d"]), "the newcomer took some")
 
-	// d leaves cleanly: its partitions are free at once.
-	cs["d"].Leave(context.Background())
-	delete(cs, "d")
-	order = order[:3]
-	settle(t, cs, order)
+			// d leaves cleanly: its partitions are free at once, and the
+			// others' first round takes them.
+			h.cs["d"].Leave(context.Background())
+			delete(h.cs, "d")
+			for _, id := range h.ids() {
+				require.NoError(t, h.cs[id].Tick(context.Background()))
+				h.check(t)
+			}
+			assert.Len(t, h.check(t), len(all()), "one round after a clean leave, every partition is owned")
 
-	// c dies: it stops ticking. Its ownership stops by its own clock
-	// before its keys expire, so nobody acts twice, and the others take
-	// its partitions after the keys' TTL.
-	dead := cs["c"]
-	delete(cs, "c")
-	order = order[:2]
-	deadline := time.Now().Add(ttl)
-	for time.Now().Before(deadline.Add(ttl)) {
-		tickAll(t, cs["a"], cs["b"])
-		all := map[string]*sharing.Coordinator{"a": cs["a"], "b": cs["b"], "c": dead}
-		checkOwners(t, all, false)
-		time.Sleep(ttl / 6)
+			// c dies: it stops ticking. The others keep ticking; c's
+			// partitions stay c's in the store until they lapse, and c's
+			// own view has dropped them by then.
+			dead := h.cs["c"]
+			delete(h.cs, "c")
+			for _, id := range h.ids() {
+				require.NoError(t, h.cs[id].Tick(context.Background()))
+				h.check(t, dead)
+			}
+			h.waitLapse(t, "c")
+			assert.Zero(t, owned(dead), "a host whose entries lapsed owns nothing by its own clock")
+			h.settle(t, dead)
+
+			// b stalls (stops ticking) while a takes over its partitions,
+			// then comes back: it does not take back what a holds, and
+			// gets its share again only after a released it.
+			stalled := h.cs["b"]
+			delete(h.cs, "b")
+			h.waitLapse(t, "b")
+			h.settle(t, stalled, dead)
+			assert.Len(t, h.cs["a"].Status().Partitions, len(all()), "a alone owns everything")
+			h.cs["b"] = stalled
+			h.settle(t, dead)
+			assert.Positive(t, owned(stalled), "the stalled host owns its share again")
+		})
 	}
-	for _, f := range []keys.Family{keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota} {
-		for _, p := range parts.Partitions(f) {
-			assert.False(t, dead.Owns(p), "a host that stopped renewing stops acting")
-		}
-	}
-	settle(t, cs, order)
 }
 
 func TestAssignmentMovesOnlyWhatMust(t *testing.T) {
 	t.Parallel()
-	srv := testserver.New(t)
-	client := srv.Client(t)
-	cs := map[string]*sharing.Coordinator{}
-	var order []string
-	for i := 0; i < 3; i++ {
-		id := fmt.Sprintf("h%d", i)
-		cs[id] = coordinator(client, id)
-		order = append(order, id)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			h := &hosts{env: b.open(t), cs: map[string]*sharing.Coordinator{}}
+			for i := range 3 {
+				h.add(fmt.Sprintf("h%d", i))
+			}
+			before := h.settle(t)
+			h.add("h3")
+			moved := 0
+			for p, ids := range h.settle(t) {
+				if ids[0] != before[p][0] {
+					moved++
+					assert.Equal(t, "h3", ids[0], "a partition only moves to the newcomer")
+				}
+			}
+			assert.Positive(t, moved)
+		})
 	}
-	settle(t, cs, order)
-	before := owners(cs)
-	cs["h3"] = coordinator(client, "h3")
-	order = append(order, "h3")
-	settle(t, cs, order)
-	moved := 0
-	for p, ids := range owners(cs) {
-		if ids[0] != before[p][0] {
-			moved++
-			assert.Equal(t, "h3", ids[0], "a partition only moves to the newcomer")
-		}
+}
+
+// The store's contract, on each store: an entry another member holds is
+// not taken until it lapses; a release leaves others' entries; a member
+// that stops renewing drops out of the members once its time passed.
+func TestStoreContract(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e := b.open(t)
+			ctx := context.Background()
+			s := e.store()
+			p := all()[:3]
+			short := 300 * time.Millisecond
+
+			members, err := s.Renew(ctx, "x", short)
+			require.NoError(t, err)
+			assert.Equal(t, []string{"x"}, members)
+			members, err = s.Renew(ctx, "y", ttl)
+			require.NoError(t, err)
+			assert.ElementsMatch(t, []string{"x", "y"}, members)
+
+			held, err := s.Hold(ctx, "x", short, p)
+			require.NoError(t, err)
+			assert.Equal(t, []bool{true, true, true}, held)
+			held, err = s.Hold(ctx, "y", ttl, p)
+			require.NoError(t, err)
+			assert.Equal(t, []bool{false, false, false}, held, "held by x, not lapsed")
+			held, err = s.Hold(ctx, "x", short, p[:1])
+			require.NoError(t, err)
+			assert.Equal(t, []bool{true}, held, "a renewal")
+
+			require.NoError(t, s.Release(ctx, "y", p), "y's release leaves x's entries")
+			assert.Equal(t, "x", e.holders(t)[p[1]])
+			require.NoError(t, s.Release(ctx, "x", p[1:2]))
+			held, err = s.Hold(ctx, "y", ttl, p)
+			require.NoError(t, err)
+			assert.Equal(t, []bool{false, true, false}, held, "the released one is free")
+
+			// x stops renewing: its entries and its membership lapse.
+			for {
+				last, now := e.lastExpiry(t, "x")
+				if last < now {
+					break
+				}
+				time.Sleep(time.Duration(last-now+1) * time.Millisecond)
+			}
+			held, err = s.Hold(ctx, "y", ttl, p)
+			require.NoError(t, err)
+			assert.Equal(t, []bool{true, true, true}, held, "lapsed entries are taken")
+			members, err = s.Renew(ctx, "y", ttl)
+			require.NoError(t, err)
+			assert.Equal(t, []string{"y"}, members, "x's membership lapsed with its entries")
+
+			require.NoError(t, s.Leave(ctx, "y"))
+			members, err = s.Renew(ctx, "z", ttl)
+			require.NoError(t, err)
+			assert.Equal(t, []string{"z"}, members, "y left")
+		})
 	}
-	assert.Greater(t, moved, 0)
+}
+
+// On Postgres, hosts with different filters serve different tenants'
+// rows: each filter is a share of its own, dividing every partition among
+// its hosts. Hosts that count the partitions otherwise are refused.
+func TestPostgresShares(t *testing.T) {
+	t.Parallel()
+	dsn := schema.Database(t)
+	ctx := context.Background()
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 4})
+	require.NoError(t, err)
+	defer pool.Close()
+	tenantA := scannerapi.Filter{Namespace: "a"}
+	a := sharing.New(pgstore.New(pool, tenantA, parts), sharing.Config{ID: "a1", Partitions: parts, TTL: ttl})
+	none := sharing.New(pgstore.New(pool, scannerapi.Filter{}, parts), sharing.Config{ID: "n1", Partitions: parts, TTL: ttl})
+	require.NoError(t, a.Tick(ctx))
+	require.NoError(t, none.Tick(ctx))
+	assert.Len(t, a.Status().Partitions, len(all()), "tenant a's host owns every partition of its share")
+	assert.Len(t, none.Status().Partitions, len(all()), "the unfiltered host owns every partition of its own")
+	assert.Equal(t, []string{"a1"}, a.Status().Members)
+	assert.Equal(t, "postgres (filter namespace=a)", a.Status().Store)
+	assert.Len(t, pgHolders(t, pool, pgstore.Group(tenantA)), len(all()))
+	assert.Len(t, pgHolders(t, pool, ""), len(all()))
+
+	other := keys.PartitionConfig{Flow: 32, Budget: 4, Quota: 4}
+	odd := sharing.New(pgstore.New(pool, scannerapi.Filter{}, other), sharing.Config{ID: "n2", Partitions: other, TTL: ttl})
+	err = odd.Tick(ctx)
+	var ce *pgstore.CountsError
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, err.Error(), "host n1 shares this database with partitions flow/budget/quota 16/4/4, this host runs with 32/4/4")
+	assert.Empty(t, odd.Status().Partitions, "a refused host owns nothing")
+	assert.Equal(t, uint64(1), odd.Status().Failures)
+	require.Error(t, none.Tick(ctx), "and the host already there refuses the newcomer too")
 }

@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -83,4 +84,36 @@ func TestTemplateBuiltOnceCopiedPerTest(t *testing.T) {
 	assert.Equal(t, 1, builds)
 	_, err := pgx.Connect(ctx, first)
 	assert.Error(t, err, "the first test's copy was dropped when it ended")
+}
+
+// A PgBouncer in transaction mode in front of the server: a client
+// reaches every database through it, and the bouncer says it pools by
+// transaction.
+func TestBouncerInTransactionMode(t *testing.T) {
+	s := New(t)
+	ctx := context.Background()
+	dsn, err := s.CreateDatabase(ctx, "bounced")
+	require.NoError(t, err)
+	b := NewBouncer(t, s, "transaction")
+	conn, err := pgx.Connect(ctx, b.DSN(dsn)+"&default_query_exec_mode=simple_protocol")
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var db string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_database()").Scan(&db))
+	assert.Equal(t, "bounced", db)
+	var mode string
+	admin, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/pgbouncer?sslmode=disable&default_query_exec_mode=simple_protocol", b.Port))
+	require.NoError(t, err, "the bouncer's admin console")
+	defer admin.Close(ctx)
+	rows, err := admin.Query(ctx, "SHOW CONFIG")
+	require.NoError(t, err)
+	for rows.Next() {
+		vals, err := rows.Values()
+		require.NoError(t, err)
+		if fmt.Sprint(vals[0]) == "pool_mode" {
+			mode = fmt.Sprint(vals[1])
+		}
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, "transaction", mode)
 }

@@ -65,6 +65,11 @@ func (tp *Template) Database(t testing.TB) string {
 	return dsn
 }
 
+// Server is the server holding the template and its copies (nil before
+// the first Database): a test can put a pooler in front of it
+// (NewBouncer).
+func (tp *Template) Server() *Server { return tp.srv }
+
 func (tp *Template) start() (*Server, error) {
 	srv, err := Start()
 	if err != nil {

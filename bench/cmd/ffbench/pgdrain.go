@@ -139,16 +139,25 @@ func procCPUWithChildren(pid int) time.Duration {
 // attempt 0's lease lapsed a second ago, with no retry policy (each ends
 // with an 'expired' completion and a lease event: the heaviest path).
 func seedLapses(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	for _, sql := range []string{
-		"DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event", "DELETE FROM ff_lease_event",
-		"VACUUM ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event",
-		fmt.Sprintf(`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
-			public_state, attempt_state, created_at_ms, raw_fields) SELECT (i %% 256)::smallint, gen_random_uuid(), 'default', 'active', 'leased',
-			'not_applicable', 'running', 'running_attempt', 1, '{"namespace": "bench"}' FROM generate_series(1, %d) AS i`, n),
-		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch, lease_expires_at_ms)
-			SELECT partition_key, execution_id, 0, 'w', 'w-1', 1, ffscan.now_ms() - 1000 FROM ff_exec_core`,
-		"ANALYZE ff_exec_core, ff_attempt",
-	} {
+	return seedLapsesAt(ctx, pool, n, -1000, true)
+}
+
+// seedLapsesAt is seedLapses with the leases lapsing at inMs from now
+// (negative: lapsed already), after emptying the tables when clean.
+func seedLapsesAt(ctx context.Context, pool *pgxpool.Pool, n int, inMs int64, clean bool) error {
+	var sqls []string
+	if clean {
+		sqls = append(sqls, "DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event", "DELETE FROM ff_lease_event",
+			"VACUUM ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event")
+	}
+	sqls = append(sqls, fmt.Sprintf(`WITH e AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+			eligibility_state, public_state, attempt_state, created_at_ms, raw_fields) SELECT (i %% 256)::smallint, gen_random_uuid(), 'default',
+			'active', 'leased', 'not_applicable', 'running', 'running_attempt', 1, '{"namespace": "bench"}' FROM generate_series(1, %d) AS i
+			RETURNING partition_key, execution_id)
+		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch, lease_expires_at_ms)
+			SELECT partition_key, execution_id, 0, 'w', 'w-1', 1, ffscan.now_ms() + %d FROM e`, n, inMs),
+		"ANALYZE ff_exec_core, ff_attempt")
+	for _, sql := range sqls {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("seed: %w", err)
 		}

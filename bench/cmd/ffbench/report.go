@@ -28,6 +28,7 @@ type report struct {
 	PGDrain     *pgDrainResult
 	PGIdle      *pgIdleResult
 	Timing      *timingResult
+	PGHosts     *pgHostsResult
 	Errors      []error
 }
 
@@ -85,6 +86,10 @@ func (r *report) print(w io.Writer) {
 	if r.PGIdle != nil {
 		p(rule)
 		r.PGIdle.print(w)
+	}
+	if r.PGHosts != nil {
+		p(rule)
+		r.PGHosts.print(w)
 	}
 	if r.Lanes != nil {
 		p(rule)

@@ -954,6 +954,55 @@ RETURNS smallint
 LANGUAGE sql STABLE
 AS $fn$ SELECT x.partition_key FROM ff_completion_event x WHERE x.event_id = ev LIMIT 1 $fn$;
 
+-- route_completion passes a completion event to the host that owns its
+-- partition, among hosts that share the partitions: it finds the event's
+-- partition (completion_partition) and notifies channel (the share's own,
+-- which every host of the share listens to) with '<partition>/<event id>',
+-- so that only the owner dispatches it and the others do not have to look
+-- it up. It returns the partition (NULL: no such event, nothing sent).
+-- One host routes each event (the owner of flow partition event id mod the
+-- partition count), so an event costs one lookup however many hosts share.
+CREATE OR REPLACE FUNCTION ffscan.route_completion(ev bigint, channel text)
+RETURNS smallint
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	pk smallint := ffscan.completion_partition(ev);
+BEGIN
+	IF pk IS NOT NULL THEN
+		PERFORM pg_notify(channel, pk::text || '/' || ev::text);
+	END IF;
+	RETURN pk;
+END
+$fn$;
+
+-- completions_pending: the completion listener's catch-up read after it
+-- (re)connects, events not dispatched yet whatever their age, in the
+-- partitions the host owns; member the event id, score the commit time.
+CREATE OR REPLACE FUNCTION ffscan.completions_pending(parts smallint[], per_partition integer, partition_count integer,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.event_id::text, c.committed_at_ms
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
+			FROM ff_completion_event ev
+			WHERE ev.partition_key = p.k
+				AND ev.dispatched_at_ms IS NULL
+				AND ffscan.keeps_execution(ev.partition_key, ev.execution_id, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY ev.committed_at_ms
+			LIMIT per_partition
+		) AS c;
+END
+$fn$;
+
 -- ---------------------------------------------------------------------
 -- edge_cancel_dispatcher and edge_cancel_reconciler (postgres.md §4.9,
 -- §4.10): groups with pending sibling cancels, per partition.
@@ -1114,16 +1163,26 @@ SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 BEGIN
+	-- One registry partition at a time (w.partition_key = g.w), so that
+	-- each read is pruned to its one child; "partition_key IN (SELECT
+	-- generate_series(...))" cannot be, and read all 256 children for
+	-- every flow partition.
 	RETURN QUERY
 	SELECT p.k, c.partition_key::text || '/' || jsonb_build_array(c.namespace, c.worker_instance_id)::text, c.expired_at
 		FROM unnest(parts) AS p(k)
 		CROSS JOIN LATERAL (
-			SELECT w.partition_key, w.namespace, w.worker_instance_id, w.last_heartbeat_ms + w.liveness_ttl_ms AS expired_at
-			FROM ff_worker_registry w
-			WHERE w.partition_key IN (SELECT g FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g)
-				AND w.last_heartbeat_ms + w.liveness_ttl_ms < ffscan.now_ms()
-				AND (filter_namespace IS NULL OR w.namespace = filter_namespace)
-			ORDER BY expired_at
+			SELECT r.partition_key, r.namespace, r.worker_instance_id, r.expired_at
+			FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g(w)
+			CROSS JOIN LATERAL (
+				SELECT w.partition_key, w.namespace, w.worker_instance_id, w.last_heartbeat_ms + w.liveness_ttl_ms AS expired_at
+				FROM ff_worker_registry w
+				WHERE w.partition_key = g.w::smallint
+					AND w.last_heartbeat_ms + w.liveness_ttl_ms < ffscan.now_ms()
+					AND (filter_namespace IS NULL OR w.namespace = filter_namespace)
+				ORDER BY expired_at
+				LIMIT per_partition
+			) AS r
+			ORDER BY r.expired_at
 			LIMIT per_partition
 		) AS c;
 END
@@ -1173,3 +1232,119 @@ BEGIN
 	RETURN ARRAY['1', 'swept'];
 END
 $fn$;
+
+-- ---------------------------------------------------------------------
+-- Partition sharing among the hosts of one database (host/sharing, its
+-- Postgres store host/sharing/pgstore): which hosts are alive, and which
+-- host holds which partition, in two tables of ffscan's own (never
+-- FlowFabric's). The hosts decide the assignment themselves (rendezvous
+-- hashing over the members these functions return); the functions only
+-- keep the entries, each call one statement, with every expiry by the
+-- database's clock (now_ms), the one clock all the hosts share. No
+-- advisory lock and no session state: a pooler that gives each
+-- transaction another server connection (PgBouncer in transaction mode)
+-- changes nothing.
+--
+-- A share is a group of hosts: those with the same namespace /
+-- instance-tag filter (share_group names it). Hosts of different filters
+-- serve different tenants' rows, so each group divides every partition
+-- among its own members.
+
+CREATE TABLE IF NOT EXISTS ffscan.share_member (
+	share_group text NOT NULL,
+	host_id text NOT NULL,
+	-- The partition counts the host runs with ('<flow>/<budget>/<quota>'):
+	-- hosts that disagree would leave partitions to nobody, so a host
+	-- refuses to share with one that counts otherwise.
+	partitions text NOT NULL,
+	joined_at_ms bigint NOT NULL,
+	expires_at_ms bigint NOT NULL,
+	PRIMARY KEY (share_group, host_id)
+);
+
+CREATE TABLE IF NOT EXISTS ffscan.share_owner (
+	share_group text NOT NULL,
+	family text NOT NULL,
+	partition_index smallint NOT NULL,
+	host_id text NOT NULL,
+	-- When host_id took the entry (its renewals keep it), and until when it
+	-- holds it.
+	taken_at_ms bigint NOT NULL,
+	expires_at_ms bigint NOT NULL,
+	PRIMARY KEY (share_group, family, partition_index)
+);
+
+-- share_renew records member me of share grp until ttl_ms from now,
+-- removes the members whose time passed (those another host is removing
+-- or renewing right now are skipped, not waited for), and returns the
+-- live members with their partition counts.
+CREATE OR REPLACE FUNCTION ffscan.share_renew(grp text, me text, parts text, ttl_ms bigint)
+RETURNS TABLE (host_id text, partitions text)
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+BEGIN
+	INSERT INTO ffscan.share_member AS m (share_group, host_id, partitions, joined_at_ms, expires_at_ms)
+	VALUES (grp, me, parts, now_ms, now_ms + ttl_ms)
+	ON CONFLICT (share_group, host_id) DO UPDATE SET partitions = excluded.partitions, expires_at_ms = excluded.expires_at_ms;
+	DELETE FROM ffscan.share_member m WHERE (m.share_group, m.host_id) IN (
+		SELECT x.share_group, x.host_id FROM ffscan.share_member x
+		WHERE x.share_group = grp AND x.expires_at_ms <= now_ms
+		ORDER BY x.host_id FOR UPDATE SKIP LOCKED);
+	RETURN QUERY SELECT m.host_id, m.partitions FROM ffscan.share_member m
+		WHERE m.share_group = grp AND m.expires_at_ms > now_ms ORDER BY m.host_id;
+END
+$fn$;
+
+-- share_hold takes for me, until ttl_ms from now, each partition (fams[i],
+-- idxs[i]) whose entry is absent, lapsed, or already me's (a renewal), and
+-- returns those me holds afterwards. An entry another host holds and that
+-- has not lapsed is left to it: under a concurrent take the row lock makes
+-- the second taker re-read the first one's entry and leave it. Rows are
+-- locked in (family, index) order, as share_release locks them, so two
+-- hosts never wait on each other in a cycle.
+CREATE OR REPLACE FUNCTION ffscan.share_hold(grp text, me text, ttl_ms bigint, fams text[], idxs smallint[])
+RETURNS TABLE (family text, partition_index smallint)
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	now_ms bigint := ffscan.now_ms();
+BEGIN
+	RETURN QUERY
+	INSERT INTO ffscan.share_owner AS o (share_group, family, partition_index, host_id, taken_at_ms, expires_at_ms)
+	SELECT grp, u.f, u.i, me, now_ms, now_ms + ttl_ms FROM unnest(fams, idxs) AS u(f, i) ORDER BY u.f, u.i
+	ON CONFLICT (share_group, family, partition_index) DO UPDATE
+		SET host_id = excluded.host_id, expires_at_ms = excluded.expires_at_ms,
+			taken_at_ms = CASE WHEN o.host_id = excluded.host_id THEN o.taken_at_ms ELSE excluded.taken_at_ms END
+		WHERE o.host_id = excluded.host_id OR o.expires_at_ms < now_ms
+	RETURNING o.family, o.partition_index;
+END
+$fn$;
+
+-- share_release removes the entries of the partitions (fams[i], idxs[i])
+-- that me holds, and returns how many.
+CREATE OR REPLACE FUNCTION ffscan.share_release(grp text, me text, fams text[], idxs smallint[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	n integer;
+BEGIN
+	DELETE FROM ffscan.share_owner o WHERE (o.share_group, o.family, o.partition_index) IN (
+		SELECT x.share_group, x.family, x.partition_index FROM ffscan.share_owner x
+		JOIN unnest(fams, idxs) AS u(f, i) ON x.family = u.f AND x.partition_index = u.i
+		WHERE x.share_group = grp AND x.host_id = me
+		ORDER BY x.family, x.partition_index FOR UPDATE OF x);
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$fn$;
+
+-- share_leave forgets member me of share grp at once.
+CREATE OR REPLACE FUNCTION ffscan.share_leave(grp text, me text)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $fn$ DELETE FROM ffscan.share_member m WHERE m.share_group = grp AND m.host_id = me $fn$;

@@ -1,0 +1,459 @@
+package main
+
+// The Postgres hosts benchmark (issue 35): 1, 2 and 3 host processes
+// without Valkey on one database, sharing its partitions through it
+// (host/sharing/pgstore), with the eleven Postgres reconcilers and the
+// completion listener. What it costs the database per item and when idle,
+// against one host, and how long a killed host's partitions wait.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ffscan/ffscan/bench/hostproc"
+	"github.com/ffscan/ffscan/bench/measure"
+	"github.com/ffscan/ffscan/keys"
+)
+
+// pgHostsLead is how far in the future the drain's leases lapse: the
+// hosts have divided the partitions, and the transaction count started,
+// before any is due.
+const pgHostsLead = 3 * time.Second
+
+// pgHostsMaxItems caps the drain (the Postgres drain's size, quick 2000,
+// full 20 000): the hosts work at their default intervals, not back to
+// back, and the run does it three times.
+const pgHostsMaxItems = 5000
+
+// pgHostsDrainLimitPer1000 bounds a drain, per thousand items, before the
+// run fails: a bound for a run that cannot finish, not a target (on a
+// loaded machine one host has taken over 2 min for 2000).
+const pgHostsDrainLimitPer1000 = 3 * time.Minute
+
+// pgHostsRun is one count of hosts draining the same lapses.
+type pgHostsRun struct {
+	Hosts int
+	Items int
+	// Xacts are the database's transactions (commits and rollbacks) from
+	// the seeding to the last completion dispatched, the bench's own
+	// progress reads taken out.
+	Xacts int64
+	// Took is from the leases' lapse to the last completion dispatched.
+	Took time.Duration
+	// Counted is how long Xacts were counted, Idle the idle transactions/s
+	// of the same hosts measured just before: Xacts hold Idle x Counted of
+	// work that is not the items', more the longer a drain takes.
+	Counted time.Duration
+	Idle    float64
+	// Calls are the calls of the library's functions over the same time,
+	// by name (pg_stat_user_functions), Rollbacks the transactions rolled
+	// back (serialization failures among them).
+	Calls     map[string]int64
+	Rollbacks int64
+}
+
+func (r pgHostsRun) perItem() float64 { return float64(r.Xacts) / float64(r.Items) }
+
+// perItemNet is perItem less the hosts' idle transactions over the count.
+func (r pgHostsRun) perItemNet() float64 {
+	return (float64(r.Xacts) - r.Idle*r.Counted.Seconds()) / float64(r.Items)
+}
+
+// pgHostsIdle is the idle cost of some hosts over empty partitions.
+type pgHostsIdle struct {
+	Hosts     int
+	Xacts     float64 // transactions/s
+	Scans     float64 // child-partition scans/s (sequential and index scans of the partitioned tables' children)
+	ServerCPU float64 // share of one core
+}
+
+type pgHostsResult struct {
+	Scanners      int
+	Runs          []pgHostsRun
+	Idle          []pgHostsIdle
+	Window        time.Duration
+	Takeover      time.Duration
+	TakeoverItems int
+	Load          string
+}
+
+// startPGHosts starts n hosts with the eleven Postgres reconcilers on the
+// database at dsn (no Valkey) and waits until they have divided the
+// partitions.
+func (b *bench) startPGHosts(ctx context.Context, dsn string, n int) ([]*hostproc.Proc, error) {
+	var scanners []hostproc.Scanner
+	for _, s := range pgIdleScanners {
+		scanners = append(scanners, hostproc.Scanner{Name: s})
+	}
+	level := "warn"
+	if b.verbose {
+		level = "info"
+	}
+	var hs []*hostproc.Proc
+	stop := func() {
+		for _, h := range hs {
+			h.Stop()
+		}
+	}
+	for range n {
+		h, err := hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir, Scanners: scanners,
+			LogLevel: level, Log: os.Stderr, Extra: fmt.Sprintf("postgres:\n  dsn: %q\n", dsn)}, 60*time.Second)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	parts := keys.DefaultPartitionConfig()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		flow, budget, agreed := 0, 0, true
+		for _, h := range hs {
+			st, err := h.Status(ctx)
+			if err != nil || st.Sharing == nil || len(st.Sharing.Hosts) != n {
+				agreed = false
+				break
+			}
+			flow += st.Sharing.Owned["flow"]
+			budget += st.Sharing.Owned["budget"]
+		}
+		if agreed && flow == int(parts.Flow) && budget == int(parts.Budget) {
+			return hs, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	return nil, fmt.Errorf("%d hosts did not divide the partitions within 60 s", n)
+}
+
+// pgXacts reads the bench database's transactions (from the "postgres"
+// database, so that the read is not counted).
+func pgXacts(ctx context.Context, stats *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := stats.QueryRow(ctx, "SELECT pg_stat_clear_snapshot(), xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'bench'").Scan(nil, &n)
+	return n, err
+}
+
+// pgRollbacks reads the bench database's rolled-back transactions.
+func pgRollbacks(ctx context.Context, stats *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := stats.QueryRow(ctx, "SELECT pg_stat_clear_snapshot(), xact_rollback FROM pg_stat_database WHERE datname = 'bench'").Scan(nil, &n)
+	return n, err
+}
+
+// pgCalls reads the calls of the library's functions (one transaction of
+// the bench database; track_functions is on there).
+func pgCalls(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
+	rows, err := pool.Query(ctx, "SELECT funcname, sum(calls)::bigint FROM pg_stat_user_functions WHERE schemaname = 'ffscan' GROUP BY funcname")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var fn string
+		var n int64
+		if err := rows.Scan(&fn, &n); err != nil {
+			return nil, err
+		}
+		out[fn] = n
+	}
+	return out, rows.Err()
+}
+
+// pgChildScans reads the scans of the partitioned tables' children (one
+// transaction of the bench database).
+func pgChildScans(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, `SELECT coalesce(sum(seq_scan + coalesce(idx_scan, 0)), 0) FROM pg_stat_user_tables
+		WHERE schemaname = 'public' AND relname ~ '_p[0-9]+$'`).Scan(&n)
+	return n, err
+}
+
+// pgStatsSettle waits for the backends to report their counts:
+// PostgreSQL 15 flushes a backend's statistics at most once a second.
+func pgStatsSettle(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(2 * time.Second):
+		return nil
+	}
+}
+
+// pgHostsIdleOnce measures the idle cost of the running hosts over window.
+func (b *bench) pgHostsIdleOnce(ctx context.Context, pool, stats *pgxpool.Pool, pgPid, hosts int, window time.Duration) (pgHostsIdle, error) {
+	// Start-up work (the first cycles, the share's first ticks) passes first.
+	if err := sleepCtx(ctx, 5*time.Second); err != nil {
+		return pgHostsIdle{}, err
+	}
+	s0, err := pgChildScans(ctx, pool)
+	if err != nil {
+		return pgHostsIdle{}, err
+	}
+	x0, err := pgXacts(ctx, stats)
+	if err != nil {
+		return pgHostsIdle{}, err
+	}
+	cpu0, t0 := pgServerCPU(pgPid), time.Now()
+	if err := sleepCtx(ctx, window); err != nil {
+		return pgHostsIdle{}, err
+	}
+	elapsed := time.Since(t0).Seconds()
+	cpu1 := pgServerCPU(pgPid)
+	x1, err := pgXacts(ctx, stats)
+	if err != nil {
+		return pgHostsIdle{}, err
+	}
+	s1, err := pgChildScans(ctx, pool)
+	if err != nil {
+		return pgHostsIdle{}, err
+	}
+	// The second scan read is not in the window; the first is (one
+	// transaction).
+	return pgHostsIdle{Hosts: hosts, Xacts: float64(x1-x0-1) / elapsed, Scans: float64(s1-s0) / elapsed,
+		ServerCPU: (cpu1 - cpu0).Seconds() / elapsed}, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// pgHostsDrain seeds n lapses due in pgHostsLead and counts the database's
+// transactions until every one was acted on and its completion
+// dispatched.
+func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hosts, n int) (pgHostsRun, error) {
+	run := pgHostsRun{Hosts: hosts, Items: n}
+	if err := seedLapsesAt(ctx, pool, n, pgHostsLead.Milliseconds(), true); err != nil {
+		return run, err
+	}
+	due := time.Now().Add(pgHostsLead)
+	if err := pgStatsSettle(ctx); err != nil { // the seeding's own transactions
+		return run, err
+	}
+	c0, err := pgCalls(ctx, pool)
+	if err != nil {
+		return run, err
+	}
+	r0, err := pgRollbacks(ctx, stats)
+	if err != nil {
+		return run, err
+	}
+	x0, err := pgXacts(ctx, stats)
+	if err != nil {
+		return run, err
+	}
+	t0 := time.Now()
+	var polls int64
+	limit := time.Duration(max(n, 1000)/1000) * pgHostsDrainLimitPer1000
+	deadline := due.Add(limit)
+	for {
+		var open, pending int
+		polls++
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase <> 'terminal'),
+			(SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL)`).Scan(&open, &pending); err != nil {
+			return run, err
+		}
+		if open == 0 && pending == 0 && time.Now().After(due) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return run, fmt.Errorf("%d hosts: %d of %d lapses open, %d completions undispatched %s after the lapse", hosts, open, n, pending, limit)
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return run, err
+		}
+	}
+	run.Took = time.Since(due)
+	if err := pgStatsSettle(ctx); err != nil {
+		return run, err
+	}
+	x1, err := pgXacts(ctx, stats)
+	if err != nil {
+		return run, err
+	}
+	r1, err := pgRollbacks(ctx, stats)
+	if err != nil {
+		return run, err
+	}
+	c1, err := pgCalls(ctx, pool)
+	if err != nil {
+		return run, err
+	}
+	// The second read of the calls is not in the count; the first is.
+	run.Xacts, run.Counted, run.Rollbacks = x1-x0-polls-1, time.Since(t0), r1-r0
+	run.Calls = map[string]int64{}
+	for fn, n := range c1 {
+		if d := n - c0[fn]; d > 0 {
+			run.Calls[fn] = d
+		}
+	}
+	return run, nil
+}
+
+// pgHostsReset empties the tables the benchmark fills, and the share (no
+// host runs).
+func pgHostsReset(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, sql := range []string{"DELETE FROM ffscan.share_owner", "DELETE FROM ffscan.share_member",
+		"DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event", "DELETE FROM ff_lease_event",
+		"VACUUM ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("reset: %w", err)
+		}
+	}
+	return nil
+}
+
+// runPGHosts measures 1, 2 and 3 hosts sharing one database: the
+// transactions per item of the same drain (within 1.1 of one host's: no
+// partition scanned, and no completion dispatched, by two hosts), the
+// idle transactions and child-partition scans per second of 3 hosts
+// against one, and the time a killed host's partitions wait.
+func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*pgHostsResult, error) {
+	n = min(n, pgHostsMaxItems)
+	srv, pool, dsn, err := startPostgres(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	defer pool.Close()
+	stats, err := pgxpool.New(ctx, srv.DSN) // the "postgres" database: not counted
+	if err != nil {
+		return nil, err
+	}
+	defer stats.Close()
+	// Function call counts for every session the hosts open from here.
+	if _, err := pool.Exec(ctx, "ALTER DATABASE bench SET track_functions = 'all'"); err != nil {
+		return nil, err
+	}
+	res := &pgHostsResult{Scanners: len(pgIdleScanners), Window: window, Load: measure.Load()}
+	for k := 1; k <= 3; k++ {
+		if err := pgHostsReset(ctx, pool); err != nil {
+			return nil, err
+		}
+		hs, err := b.startPGHosts(ctx, dsn, k)
+		if err != nil {
+			return nil, err
+		}
+		stop := func() {
+			for _, h := range hs {
+				h.Stop()
+			}
+		}
+		idle, err := b.pgHostsIdleOnce(ctx, pool, stats, srv.Pid(), k, window)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		res.Idle = append(res.Idle, idle)
+		b.logf("pghosts: %d host(s) idle: %.1f transactions/s, %.1f child-partition scans/s, PostgreSQL %.2f%% of a core",
+			k, idle.Xacts, idle.Scans, 100*idle.ServerCPU)
+		run, err := b.pgHostsDrain(ctx, pool, stats, k, n)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		run.Idle = idle.Xacts
+		res.Runs = append(res.Runs, run)
+		b.logf("pghosts: %d host(s): %d lapses acted on and their completions dispatched %s after the lapse; %.2f transactions per item",
+			k, n, run.Took.Round(time.Millisecond), run.perItem())
+		if k == 3 {
+			// Takeover: one of the three killed; a lapse in every flow
+			// partition right after.
+			_ = syscall.Kill(-hs[2].Pid(), syscall.SIGKILL)
+			killed := time.Now()
+			parts := int(keys.DefaultPartitionConfig().Flow)
+			if err := seedLapsesAt(ctx, pool, parts, -1, false); err != nil {
+				stop()
+				return nil, err
+			}
+			for {
+				var open int
+				if err := pool.QueryRow(ctx, "SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase <> 'terminal'").Scan(&open); err != nil {
+					stop()
+					return nil, err
+				}
+				if open == 0 {
+					break
+				}
+				if time.Since(killed) > time.Minute {
+					stop()
+					return nil, fmt.Errorf("takeover: %d lapses open a minute after the kill", open)
+				}
+				if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+					stop()
+					return nil, err
+				}
+			}
+			res.Takeover, res.TakeoverItems = time.Since(killed), parts
+			b.logf("pghosts: kill -9 of one of three hosts: a lapse in every partition acted on %s after the kill", res.Takeover.Round(time.Millisecond))
+		}
+		stop()
+	}
+	return res, nil
+}
+
+func (r *pgHostsResult) print(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("12. POSTGRES HOSTS: 1, 2 and 3 host processes without Valkey on one database, sharing its partitions through it,")
+	p("   the %d Postgres reconcilers at their defaults and the completion listener on each; load %s", r.Scanners, r.Load)
+	var one, oneNet float64
+	for _, run := range r.Runs {
+		if run.Hosts == 1 {
+			one, oneNet = run.perItem(), run.perItemNet()
+		}
+	}
+	for _, run := range r.Runs {
+		ratio := run.perItem() / one
+		p("   %d host(s): %d lapses (each ended with a completion event, routed and dispatched) done %s after the lapse;",
+			run.Hosts, run.Items, run.Took.Round(time.Millisecond))
+		p("     database transactions per item %.3f (%.3f of one host's; target <= 1.10: %s)", run.perItem(), ratio, verdict(ratio <= 1.10))
+		p("     less the hosts' idle %.1f transactions/s over the %s counted: %.3f per item (%.3f of one host's)",
+			run.Idle, run.Counted.Round(time.Second), run.perItemNet(), run.perItemNet()/oneNet)
+		p("     rolled back: %.3f per item; calls per item: %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
+	}
+	var idle1 pgHostsIdle
+	for _, i := range r.Idle {
+		if i.Hosts == 1 {
+			idle1 = i
+		}
+	}
+	for _, i := range r.Idle {
+		p("   idle, %d host(s), %s window: %.1f transactions/s (%.2f x one host), %.1f child-partition scans/s (%.2f x one host), PostgreSQL %.2f%% of a core",
+			i.Hosts, r.Window, i.Xacts, i.Xacts/idle1.Xacts, i.Scans, i.Scans/idle1.Scans, 100*i.ServerCPU)
+	}
+	p("   kill -9 of one of three hosts -> a lapse in each of %d partitions acted on: %s after the kill (target <= 15 s: %s)",
+		r.TakeoverItems, r.Takeover.Round(100*time.Millisecond), verdict(r.Takeover <= 15*time.Second))
+}
+
+// callsLine lists the library functions called during a drain, per item,
+// the most called first.
+func (r pgHostsRun) callsLine() string {
+	type fc struct {
+		fn string
+		n  int64
+	}
+	var fs []fc
+	for fn, n := range r.Calls {
+		fs = append(fs, fc{fn, n})
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].n > fs[j].n || fs[i].n == fs[j].n && fs[i].fn < fs[j].fn })
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, fmt.Sprintf("%s %.3f", f.fn, float64(f.n)/float64(r.Items)))
+	}
+	return strings.Join(parts, ", ")
+}
