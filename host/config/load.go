@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -165,8 +166,18 @@ func (d *decoder) fields(path string, v any, handlers map[string]func(key string
 	}
 }
 
+// root decodes the whole file: each group of sections has its own table.
 func (d *decoder) root(c *Config, raw map[string]any) {
-	d.fields("", raw, map[string]func(string, any){
+	fields := d.storeFields(c)
+	maps.Copy(fields, d.pluginFields(c))
+	maps.Copy(fields, d.serviceFields(c))
+	d.fields("", raw, fields)
+}
+
+// storeFields decodes the sections of the stores: Valkey, PostgreSQL,
+// the partitions and lanes, the library.
+func (d *decoder) storeFields(c *Config) map[string]func(string, any) {
+	return map[string]func(string, any){
 		"valkey": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"addrs":    func(k string, v any) { d.strList(k, v, &c.Valkey.Addrs) },
@@ -199,7 +210,20 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"quota":  func(k string, v any) { d.count(k, v, &c.Partitions.Quota) },
 			})
 		},
-		"lanes":      func(k string, v any) { d.strList(k, v, &c.Lanes) },
+		"lanes": func(k string, v any) { d.strList(k, v, &c.Lanes) },
+		"lua": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"force_replace": func(k string, v any) { d.boolean(k, v, &c.Lua.ForceReplace) },
+			})
+		},
+	}
+}
+
+// pluginFields decodes the sections of the plugins: where they are, how
+// they are confined and approved, what they may call, their supervision,
+// the scanners.
+func (d *decoder) pluginFields(c *Config) map[string]func(string, any) {
+	return map[string]func(string, any){
 		"plugin_dir": func(k string, v any) { d.str(k, v, &c.PluginDir) },
 		"plugin_isolation": func(k string, v any) {
 			var s string
@@ -213,11 +237,28 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 		},
 		"plugin_approval":       func(k string, v any) { d.str(k, v, &c.PluginApproval) },
 		"plugin_approvals_file": func(k string, v any) { d.str(k, v, &c.PluginApprovalsFile) },
-		"lua": func(key string, v any) {
+		"callbacks": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
-				"force_replace": func(k string, v any) { d.boolean(k, v, &c.Lua.ForceReplace) },
+				"max_in_flight":       func(k string, v any) { d.integer(k, v, &c.Callbacks.MaxInFlight) },
+				"commands_per_second": func(k string, v any) { d.integer(k, v, &c.Callbacks.CommandsPerSecond) },
+				"max_reply_bytes":     func(k string, v any) { d.integer(k, v, &c.Callbacks.MaxReplyBytes) },
 			})
 		},
+		"supervisor": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"health_interval": func(k string, v any) { d.duration(k, v, &c.Supervisor.HealthInterval) },
+				"start_timeout":   func(k string, v any) { d.duration(k, v, &c.Supervisor.StartTimeout) },
+				"swap_probation":  func(k string, v any) { d.duration(k, v, &c.Supervisor.SwapProbation) },
+			})
+		},
+		"scanners": func(key string, v any) { d.scanners(key, v, c.Scanners) },
+	}
+}
+
+// serviceFields decodes the sections of the host's own services: HTTP,
+// logs, shutdown, scheduling, watching, key events, completions.
+func (d *decoder) serviceFields(c *Config) map[string]func(string, any) {
+	return map[string]func(string, any){
 		"http": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"listen":           func(k string, v any) { d.str(k, v, &c.HTTP.Listen) },
@@ -241,20 +282,6 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"wakeups":      func(k string, v any) { d.boolean(k, v, &c.Scheduler.Wakeups) },
 			})
 		},
-		"callbacks": func(key string, v any) {
-			d.fields(key, v, map[string]func(string, any){
-				"max_in_flight":       func(k string, v any) { d.integer(k, v, &c.Callbacks.MaxInFlight) },
-				"commands_per_second": func(k string, v any) { d.integer(k, v, &c.Callbacks.CommandsPerSecond) },
-				"max_reply_bytes":     func(k string, v any) { d.integer(k, v, &c.Callbacks.MaxReplyBytes) },
-			})
-		},
-		"supervisor": func(key string, v any) {
-			d.fields(key, v, map[string]func(string, any){
-				"health_interval": func(k string, v any) { d.duration(k, v, &c.Supervisor.HealthInterval) },
-				"start_timeout":   func(k string, v any) { d.duration(k, v, &c.Supervisor.StartTimeout) },
-				"swap_probation":  func(k string, v any) { d.duration(k, v, &c.Supervisor.SwapProbation) },
-			})
-		},
 		"watch": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"config":   func(k string, v any) { d.boolean(k, v, &c.Watch.Config) },
@@ -275,8 +302,7 @@ func (d *decoder) root(c *Config, raw map[string]any) {
 				"concurrency": func(k string, v any) { d.integer(k, v, &c.Completions.Concurrency) },
 			})
 		},
-		"scanners": func(key string, v any) { d.scanners(key, v, c.Scanners) },
-	})
+	}
 }
 
 func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
