@@ -245,7 +245,6 @@ func (b *batch) transact(ctx context.Context, ops []op) {
 // MULTI/EXEC, up to the first read whose size only reading tells (alone
 // true: ops[n] is that read). It gives out the replies of ops[:n].
 func (b *batch) watched(ctx context.Context, dc valkey.DedicatedClient, ops []op) (n int, alone bool) {
-	bd := b.s.client.B()
 	probed := false
 	for i := range ops {
 		ops[i].plain = ops[i].plain.Pin() // sent again after an abort
@@ -264,19 +263,8 @@ func (b *batch) watched(ctx context.Context, dc valkey.DedicatedClient, ops []op
 		return len(ops), false
 	}
 	for attempt := 1; ; attempt++ {
-		var watch []string
-		probeCmds := valkey.Commands{{}} // WATCH goes first
-		first := make([]int, len(ops)+1) // ops[i]'s probes are probeRes[first[i]:first[i+1]]
-		for i, o := range ops {
-			first[i] = len(probeCmds) - 1
-			if o.sized() {
-				watch = append(watch, o.keys...)
-				probeCmds = append(probeCmds, b.s.probes(o)...)
-			}
-		}
-		first[len(ops)] = len(probeCmds) - 1
-		probeCmds[0] = bd.Watch().Key(watch...).Build()
-		res := dc.DoMulti(ctx, probeCmds...)
+		probes, first := b.probesOf(ops)
+		res := dc.DoMulti(ctx, probes...)
 		if err := res[0].Error(); err != nil {
 			// No WATCH, no measure: the commands are not sent.
 			for range ops {
@@ -284,92 +272,135 @@ func (b *batch) watched(ctx context.Context, dc valkey.DedicatedClient, ops []op
 			}
 			return len(ops), false
 		}
-		probeRes := res[1:]
-		// Which ops run: those that fit what is left (their sizes are
-		// reserved from the scanner's budget until their replies are
-		// given out), up to the first that only reading measures.
-		tooBig := map[int]int64{}
-		reserved := make([]int64, len(ops))
-		n = len(ops)
-		for i, o := range ops {
-			if !o.sized() {
-				continue
-			}
-			size, known := estimate(o, probeRes[first[i]:first[i+1]])
-			if !known {
-				n, alone = i, true
-				break
-			}
-			if !b.acct.reserve(size) {
-				tooBig[i] = size
-				continue
-			}
-			reserved[i] = size
+		p := b.plan(ops, res[1:], first)
+		if p.n == 0 {
+			dc.Do(ctx, b.s.client.B().Unwatch().Build())
+			return 0, p.alone
 		}
-		if n == 0 {
-			dc.Do(ctx, bd.Unwatch().Build())
-			return 0, alone
-		}
-		txn := valkey.Commands{bd.Multi().Build()}
-		for i, o := range ops[:n] {
-			if _, big := tooBig[i]; !big {
-				txn = append(txn, o.plain)
-			}
-		}
-		txn = append(txn, bd.Exec().Build())
-		res = dc.DoMulti(ctx, txn...)
-		exec := res[len(res)-1]
+		exec := b.exec(ctx, dc, ops, p)
 		if valkey.IsValkeyNil(exec.Error()) {
 			// A watched key changed between the probes and EXEC:
 			// nothing ran.
-			for _, r := range reserved {
+			for _, r := range p.reserved {
 				b.acct.add(-r)
 			}
 			if attempt < watchAttempts {
-				alone = false
 				continue
 			}
 			changed := &scannerapi.Reply{Kind: scannerapi.KindError, ErrClass: scannerapi.ErrTransport,
 				Err: "the keys read kept changing while the host measured them; try again"}
-			for range ops[:n] {
+			for range ops[:p.n] {
 				b.took(b.out.reply(changed))
 			}
-			return n, alone
+			return p.n, p.alone
 		}
-		msgs, err := exec.ToArray()
-		var total int64
-		for _, r := range reserved {
-			total += r
+		b.giveOut(ops, p, exec)
+		return p.n, p.alone
+	}
+}
+
+// probesOf is the WATCH of every key the sized ops read followed by their
+// probes; ops[i]'s probes answer at [first[i]:first[i+1]] of the replies
+// after WATCH's.
+func (b *batch) probesOf(ops []op) (cmds valkey.Commands, first []int) {
+	var watch []string
+	cmds = valkey.Commands{{}} // WATCH goes first
+	first = make([]int, len(ops)+1)
+	for i, o := range ops {
+		first[i] = len(cmds) - 1
+		if o.sized() {
+			watch = append(watch, o.keys...)
+			cmds = append(cmds, b.s.probes(o)...)
 		}
-		b.out.grow(total)
-		k := 0
-		for i := range ops[:n] {
-			size, big := tooBig[i]
-			var msg *valkey.ValkeyMessage
-			if !big {
-				if err == nil && k < len(msgs) {
-					msg = &msgs[k]
-				}
-				k++
+	}
+	first[len(ops)] = len(cmds) - 1
+	cmds[0] = b.s.client.B().Watch().Key(watch...).Build()
+	return cmds, first
+}
+
+// runPlan is which probed ops run in one transaction: ops[:n], less the
+// ones too big for what is left of the budget (tooBig, by index, with
+// their sizes); reserved holds the sizes reserved from the budget for the
+// others until their replies are given out. alone: ops[n] is a read only
+// reading measures.
+type runPlan struct {
+	n        int
+	alone    bool
+	tooBig   map[int]int64
+	reserved []int64
+}
+
+// plan decides from the probes' replies which ops run: those that fit what
+// is left, up to the first that only reading measures.
+func (b *batch) plan(ops []op, probeRes []valkey.ValkeyResult, first []int) runPlan {
+	p := runPlan{n: len(ops), tooBig: map[int]int64{}, reserved: make([]int64, len(ops))}
+	for i, o := range ops {
+		if !o.sized() {
+			continue
+		}
+		size, known := estimate(o, probeRes[first[i]:first[i+1]])
+		if !known {
+			p.n, p.alone = i, true
+			break
+		}
+		if !b.acct.reserve(size) {
+			p.tooBig[i] = size
+			continue
+		}
+		p.reserved[i] = size
+	}
+	return p
+}
+
+// exec sends the plan's ops that fit in MULTI/EXEC and answers EXEC's
+// reply.
+func (b *batch) exec(ctx context.Context, dc valkey.DedicatedClient, ops []op, p runPlan) valkey.ValkeyResult {
+	bd := b.s.client.B()
+	txn := valkey.Commands{bd.Multi().Build()}
+	for i, o := range ops[:p.n] {
+		if _, big := p.tooBig[i]; !big {
+			txn = append(txn, o.plain)
+		}
+	}
+	txn = append(txn, bd.Exec().Build())
+	res := dc.DoMulti(ctx, txn...)
+	return res[len(res)-1]
+}
+
+// giveOut gives out the replies of the plan's ops from EXEC's: a refusal
+// for the ones too big, the reply for the others.
+func (b *batch) giveOut(ops []op, p runPlan, exec valkey.ValkeyResult) {
+	msgs, err := exec.ToArray()
+	var total int64
+	for _, r := range p.reserved {
+		total += r
+	}
+	b.out.grow(total)
+	k := 0
+	for i := range ops[:p.n] {
+		size, big := p.tooBig[i]
+		var msg *valkey.ValkeyMessage
+		if !big {
+			if err == nil && k < len(msgs) {
+				msg = &msgs[k]
 			}
-			switch {
-			case b.acct.spent:
-				b.acct.add(-reserved[i])
-				b.giveSpent(1)
-			case big:
-				b.s.rec.CallbackRefused(b.scanner, ReasonBudgetReply)
-				b.give(refuse(ReasonBudgetReply, "not read: its reply would take %d bytes and the scanner's replies have %d of their %d left",
-					size, max(0, b.acct.left()), b.budget).refused)
-			case msg == nil:
-				// EXECABORT (a command the server refused to queue), or
-				// no reply: the same for every command of the
-				// transaction.
-				b.settled(reserved[i], b.out.result(exec))
-			default:
-				b.settled(reserved[i], b.out.message(msg))
-			}
+			k++
 		}
-		return n, alone
+		switch {
+		case b.acct.spent:
+			b.acct.add(-p.reserved[i])
+			b.giveSpent(1)
+		case big:
+			b.s.rec.CallbackRefused(b.scanner, ReasonBudgetReply)
+			b.give(refuse(ReasonBudgetReply, "not read: its reply would take %d bytes and the scanner's replies have %d of their %d left",
+				size, max(0, b.acct.left()), b.budget).refused)
+		case msg == nil:
+			// EXECABORT (a command the server refused to queue), or no
+			// reply: the same for every command of the transaction.
+			b.settled(p.reserved[i], b.out.result(exec))
+		default:
+			b.settled(p.reserved[i], b.out.message(msg))
+		}
 	}
 }
 
