@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/httpapi"
@@ -622,17 +623,32 @@ scanners:
 		waitActed(t, dsn, "pooled", pool, 60*time.Second).Round(time.Millisecond))
 	// Each lapse ended with a completion: routed by one host, dispatched by
 	// its partition's owner (the counts follow the commits).
-	require.Eventually(t, func() bool {
+	last := ""
+	ok := assert.Eventually(t, func() bool {
 		var routed, dispatched, again int64
+		per := ""
 		for _, h := range hosts {
 			st, err := getStatus(h.hp.addr)
 			if err != nil || st.Postgres == nil || st.Postgres.Completions == nil {
+				last = fmt.Sprintf("host %s: no completion status (%v)", h.name, err)
 				return false
 			}
 			c := st.Postgres.Completions
 			routed, dispatched, again = routed+c.Routed, dispatched+c.Dispatched, again+c.AlreadyDone
+			per += fmt.Sprintf("; host %s: %+v", h.name, *c)
 		}
+		last = fmt.Sprintf("routed %d, dispatched %d, already done %d of %d%s", routed, dispatched, again, 4*shareFlow, per)
 		return routed == 4*shareFlow && dispatched == 4*shareFlow && again == 0
 	}, 30*time.Second, 100*time.Millisecond, "every completion routed once and dispatched once")
+	if !ok {
+		for _, h := range hosts {
+			for _, l := range strings.Split(h.hp.logs.String(), "\n") {
+				if strings.Contains(l, "completion") && (strings.Contains(l, "WARN") || strings.Contains(l, "ERROR")) {
+					t.Logf("host %s: %s", h.name, l)
+				}
+			}
+		}
+		t.Fatalf("completions: %s", last)
+	}
 	require.Empty(t, m.violations())
 }

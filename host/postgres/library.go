@@ -288,12 +288,23 @@ func CountCandidates(ctx context.Context, db querier, fn string, parts []uint16,
 	return out, nil
 }
 
+// serializationTries bounds the runs of an action that keeps failing on a
+// serialization failure or a deadlock (SQLSTATE 40001, 40P01): each such
+// failure means another transaction committed first, so the action is run
+// again at once. Completions dispatched side by side conflict often (the
+// Postgres hosts benchmark rolls back 0.5-0.7 transactions per item);
+// with 3 tries a dispatch could fail on every one, leaving the event to
+// pg_dependency's sweep, a 15 s hop (a test dispatching 64 completions
+// through two hosts on a loaded machine ended with one undispatched).
+const serializationTries = 10
+
 // Call runs action function fn with args (text, converted by the server to
 // the function's parameter types) in a transaction of its own and returns
-// its reply. A serialization failure or deadlock is retried (3 tries in
-// all): the function re-validates, so running it again is safe. The
-// filter goes to the function as its last three arguments: an execution it
-// does not keep is answered {'1','filtered'} and left.
+// its reply. A serialization failure or deadlock is retried (up to
+// serializationTries runs in all): the function re-validates, so running
+// it again is safe. The filter goes to the function as its last three
+// arguments: an execution it does not keep is answered {'1','filtered'}
+// and left.
 func Call(ctx context.Context, db *pgxpool.Pool, fn string, args []string, f scannerapi.Filter) ([]*string, error) {
 	action, ok := ActionFunctions[fn]
 	if !ok {
@@ -318,7 +329,7 @@ func Call(ctx context.Context, db *pgxpool.Pool, fn string, args []string, f sca
 	}
 	sql.WriteString(")")
 	var err error
-	for try := 1; try <= 3; try++ {
+	for try := 1; try <= serializationTries; try++ {
 		var out []*string
 		if action.Serializable {
 			err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
