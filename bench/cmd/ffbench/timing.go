@@ -71,6 +71,7 @@ type timingResult struct {
 	Lead, Spread    time.Duration // reclaim: first TTL, spread of the TTLs
 	Reclaim         []latencyRun
 	Promote         []latencyRun
+	Deadline        []latencyRun // due -> expired, execution_deadline at its default interval
 	Drain           []timingDrain
 	Idle            []timingIdle
 	Notes           []string
@@ -98,6 +99,13 @@ func (b *bench) runTiming(ctx context.Context, sz sizes) (*timingResult, error) 
 			return res, fmt.Errorf("promote, %s: %w", m.Name, err)
 		}
 		res.Promote = append(res.Promote, run)
+	}
+	for _, m := range timingModes {
+		run, err := b.timedDeadline(ctx, m, promoteN)
+		if err != nil {
+			return res, fmt.Errorf("deadline, %s: %w", m.Name, err)
+		}
+		res.Deadline = append(res.Deadline, run)
 	}
 	for _, m := range timingModes {
 		if err := b.flush(ctx); err != nil {
@@ -180,6 +188,46 @@ func (b *bench) timedReclaim(ctx context.Context, m timingMode, n int, lead, spr
 // promoted (delay_until, read back at once, and the promotion's
 // last_transition_at).
 func (b *bench) timedPromote(ctx context.Context, m timingMode, n int) (latencyRun, error) {
+	return b.timedDue(ctx, m, n, dueRun{
+		scanner: "delayed_promoter", what: "due -> promoted",
+		create: func(due time.Time) client.CreateRequest {
+			return client.CreateRequest{Lane: seed.DefaultLane, Kind: "probe", DelayUntil: due}
+		},
+		pending: func(ids []keys.ExecutionID) (int, error) {
+			return countIs(ctx, b.client, ids, "public_state", "delayed")
+		},
+	})
+}
+
+// timedDeadline creates n executions whose deadline passes 2 to 3 s after
+// the first was created (none claimed), waits until the host expired them
+// all (execution_deadline at its default interval) and returns deadline ->
+// expired (the deadline given, and the expiry's last_transition_at).
+func (b *bench) timedDeadline(ctx context.Context, m timingMode, n int) (latencyRun, error) {
+	return b.timedDue(ctx, m, n, dueRun{
+		scanner: "execution_deadline", what: "deadline -> expired",
+		create: func(due time.Time) client.CreateRequest {
+			return client.CreateRequest{Lane: seed.DefaultLane, Kind: "probe", Deadline: due}
+		},
+		pending: func(ids []keys.ExecutionID) (int, error) {
+			return countNot(ctx, b.client, ids, "lifecycle_phase", "terminal")
+		},
+	})
+}
+
+// dueRun is one due-time measure: the scanner that acts, the executions
+// it acts on (due at the instant given) and how many are still to do.
+type dueRun struct {
+	scanner, what string
+	create        func(due time.Time) client.CreateRequest
+	pending       func(ids []keys.ExecutionID) (int, error)
+}
+
+// timedDue creates n executions due 2 to 3 s after the first was created
+// (each at least 750 ms before it is due), waits until the host acted on
+// them all and returns due -> acted: the due instant given, to the core's
+// last_transition_at.
+func (b *bench) timedDue(ctx context.Context, m timingMode, n int, d dueRun) (latencyRun, error) {
 	run := latencyRun{Mode: m.Name, Items: n}
 	if err := b.flush(ctx); err != nil {
 		return run, err
@@ -187,7 +235,7 @@ func (b *bench) timedPromote(ctx context.Context, m timingMode, n int) (latencyR
 	if _, err := b.recordLanes(ctx, 1); err != nil {
 		return run, err
 	}
-	h, err := b.startTimingHost(ctx, m, []string{b.srv.Addr}, []hostproc.Scanner{{Name: "delayed_promoter"}})
+	h, err := b.startTimingHost(ctx, m, []string{b.srv.Addr}, []hostproc.Scanner{{Name: d.scanner}})
 	if err != nil {
 		return run, err
 	}
@@ -199,23 +247,20 @@ func (b *bench) timedPromote(ctx context.Context, m timingMode, n int) (latencyR
 	}
 	base := time.Now().Add(2 * time.Second)
 	ids := make([]keys.ExecutionID, 0, n)
+	dues := make([]int64, 0, n)
 	for i := range n {
 		due := base.Add(time.Duration(int64(time.Second) * int64(i) / int64(n))).Truncate(time.Millisecond)
 		if time.Until(due) < 750*time.Millisecond {
 			return run, fmt.Errorf("creating the executions took too long: execution %d of %d is due in %s", i, n, time.Until(due))
 		}
-		r, err := cl.CreateExecution(ctx, client.CreateRequest{Lane: seed.DefaultLane, Kind: "probe", DelayUntil: due})
+		r, err := cl.CreateExecution(ctx, d.create(due))
 		if err != nil {
 			return run, err
 		}
-		ids = append(ids, r.ID)
-	}
-	dues, err := seed.Fields(ctx, b.client, ids, "delay_until")
-	if err != nil {
-		return run, err
+		ids, dues = append(ids, r.ID), append(dues, due.UnixMilli())
 	}
 	if err := waitUntil(ctx, time.Minute, func() (bool, error) {
-		left, err := countIs(ctx, b.client, ids, "public_state", "delayed")
+		left, err := d.pending(ids)
 		return left == 0, err
 	}); err != nil {
 		return run, err
@@ -226,16 +271,15 @@ func (b *bench) timedPromote(ctx context.Context, m timingMode, n int) (latencyR
 	}
 	var lat []time.Duration
 	for i := range ids {
-		d, err1 := strconv.ParseInt(dues[i][0], 10, 64)
-		p, err2 := strconv.ParseInt(done[i][0], 10, 64)
-		if err1 != nil || err2 != nil {
+		p, err := strconv.ParseInt(done[i][0], 10, 64)
+		if err != nil {
 			run.Unmarked++
 			continue
 		}
-		lat = append(lat, time.Duration(p-d)*time.Millisecond)
+		lat = append(lat, time.Duration(p-dues[i])*time.Millisecond)
 	}
 	run.Latency, run.Load = measure.Distribution(lat), measure.Load()
-	b.logf("timing: due -> promoted, %s: %s", m.Name, run.Latency)
+	b.logf("timing: %s, %s: %s", d.what, m.Name, run.Latency)
 	return run, nil
 }
 
@@ -471,6 +515,13 @@ func (r *timingResult) print(w io.Writer) {
 		p("     %-9s %5d executions: %s; load %s", run.Mode, run.Items, run.Latency, run.Load)
 	}
 	if d := byMode(r.Promote, "due-time"); d != nil {
+		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
+	}
+	p("   deadline -> expired: executions created >= 750 ms before their deadline, never claimed, execution_deadline at its default interval")
+	for _, run := range r.Deadline {
+		p("     %-9s %5d executions: %s; load %s", run.Mode, run.Items, run.Latency, run.Load)
+	}
+	if d := byMode(r.Deadline, "due-time"); d != nil {
 		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
 	}
 	p("   drain: expired leases marked by the host (lease_expiry at %s), first marking to last", clusterInterval)
