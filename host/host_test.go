@@ -88,6 +88,7 @@ func TestMain(m *testing.M) {
 	for range builds {
 		if err := <-errs; err != nil {
 			fmt.Fprintln(os.Stderr, err)
+			os.RemoveAll(dir)
 			os.Exit(1)
 		}
 	}
