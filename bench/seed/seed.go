@@ -85,7 +85,16 @@ func (s *Seeder) Prepare(ctx context.Context, ids []keys.ExecutionID) error {
 // plus the TTL.
 func (s *Seeder) Claim(ctx context.Context, ids []keys.ExecutionID, ttl func(i int) time.Duration) error {
 	return s.each(ctx, ids, func(i int, id keys.ExecutionID) []lua.Call {
-		return []lua.Call{s.claimCall(id, ttl(i))}
+		return []lua.Call{s.claimCall(id, ttl(i), 0)}
+	})
+}
+
+// ClaimTimed claims prepared executions with a lease of ttl and an attempt
+// timeout of timeout(i) each: the claim puts execution i into its
+// partition's attempt_timeout index, due timeout(i) after the claim.
+func (s *Seeder) ClaimTimed(ctx context.Context, ids []keys.ExecutionID, ttl time.Duration, timeout func(i int) time.Duration) error {
+	return s.each(ctx, ids, func(i int, id keys.ExecutionID) []lua.Call {
+		return []lua.Call{s.claimCall(id, ttl, max(timeout(i).Milliseconds(), 1))}
 	})
 }
 
@@ -190,8 +199,14 @@ func (s *Seeder) grantCall(id keys.ExecutionID) lua.Call {
 	}
 }
 
-func (s *Seeder) claimCall(id keys.ExecutionID, ttl time.Duration) lua.Call {
+// claimCall builds ff_claim_execution of attempt 0 with a lease of ttl and
+// an attempt timeout of timeoutMs (0: none).
+func (s *Seeder) claimCall(id keys.ExecutionID, ttl time.Duration, timeoutMs int64) lua.Call {
 	k, pk := keys.Exec(id), keys.FlowPart(id.Partition())
+	timeout := ""
+	if timeoutMs > 0 {
+		timeout = strconv.FormatInt(timeoutMs, 10)
+	}
 	return lua.Call{
 		Function: "ff_claim_execution",
 		Keys: []string{k.Core(), k.ClaimGrant(), pk.LaneEligible(s.Lane), pk.LeaseExpiry(),
@@ -199,7 +214,7 @@ func (s *Seeder) claimCall(id keys.ExecutionID, ttl time.Duration) lua.Call {
 			k.LeaseCurrent(), k.LeaseHistory(), pk.LaneActive(s.Lane), pk.AttemptTimeout(), pk.ExecutionDeadline()},
 		Args: []string{id.String(), DefaultWorkerID, DefaultInstance, s.Lane, "", keys.NewUUID().String(),
 			strconv.FormatInt(max(ttl.Milliseconds(), 1), 10), strconv.FormatInt(max(ttl.Milliseconds(), 1)*2/3, 10),
-			keys.NewUUID().String(), "", "", ""},
+			keys.NewUUID().String(), "", timeout, ""},
 	}
 }
 

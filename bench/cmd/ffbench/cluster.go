@@ -90,14 +90,43 @@ func (b *bench) drainOn(ctx context.Context, target string, client valkey.Client
 
 // drainOnWith is drainOn with extra appended to the host's config.
 func (b *bench) drainOnWith(ctx context.Context, target string, client valkey.Client, lib *lua.Library, addrs []string, n int, extra string) (clusterRun, error) {
+	return b.drainLeases(ctx, drainSetup{target: target, client: client, lib: lib, addrs: addrs, n: n, extra: extra})
+}
+
+// drainSetup is one drain of expired leases by a host with lease_expiry.
+type drainSetup struct {
+	target string
+	client valkey.Client
+	lib    *lua.Library
+	addrs  []string
+	n      int
+	extra  string // appended to the host's config
+	// backlog plants the leases before the host starts, so that the host
+	// drains a backlog it finds at its first sweep; otherwise the host
+	// runs while they are planted and marks them as they come.
+	backlog bool
+}
+
+// drainLeases plants d.n leases expiring 1 ms after their claim and
+// measures a host with lease_expiry marking them all, from the first
+// marking to the last by the lease_expired_at stamps the library writes
+// (FCALLs counted on every node).
+func (b *bench) drainLeases(ctx context.Context, d drainSetup) (clusterRun, error) {
+	target, client, lib, addrs, n := d.target, d.client, d.lib, d.addrs, d.n
 	run := clusterRun{Target: target, Leases: n}
-	h, err := hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir, ValkeyAddr: addrs[0], Cluster: len(addrs) > 1,
-		Scanners: []hostproc.Scanner{{Name: leaseexpiry.Name, Plugin: "leaseexpiry", Interval: clusterInterval}},
-		LogLevel: "warn", Log: io.Writer(os.Stderr), Extra: extra}, 30*time.Second)
-	if err != nil {
-		return run, err
+	start := func() (*hostproc.Proc, error) {
+		return hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir, ValkeyAddr: addrs[0], Cluster: len(addrs) > 1,
+			Scanners: []hostproc.Scanner{{Name: leaseexpiry.Name, Plugin: "leaseexpiry", Interval: clusterInterval}},
+			LogLevel: "warn", Log: io.Writer(os.Stderr), Extra: d.extra}, 30*time.Second)
 	}
-	defer h.Stop()
+	var h *hostproc.Proc
+	if !d.backlog {
+		var err error
+		if h, err = start(); err != nil {
+			return run, err
+		}
+		defer h.Stop()
+	}
 	fcalls := func() (int64, error) {
 		var sum int64
 		for _, a := range addrs {
@@ -120,6 +149,12 @@ func (b *bench) drainOnWith(ctx context.Context, target string, client valkey.Cl
 	base, err := fcalls()
 	if err != nil {
 		return run, err
+	}
+	if d.backlog {
+		if h, err = start(); err != nil {
+			return run, err
+		}
+		defer h.Stop()
 	}
 	// Wait for the marking FCALLs (cheap to poll), then for every lease
 	// read back as marked.

@@ -72,6 +72,8 @@ type bench struct {
 	concurrency int
 	drainModes  []string
 	cpuProfile  string         // drain: profile path prefix (-cpuprofile)
+	timingParts []string       // timing: the measures to run (-timing)
+	timingModes []timingMode   // timing: the host modes (-timing-modes)
 	profiled    map[string]int // drain: profiled runs per mode
 	rawChunk    int
 
@@ -128,6 +130,7 @@ func main() {
 type options struct {
 	quick                                               bool
 	only, binDir, drainModes, cpuProfile                string
+	timingParts, timingModes                            string
 	leases, reps, burst, dagRuns, concurrency, rawChunk int
 	idle                                                time.Duration
 	maxLoad                                             float64
@@ -149,6 +152,8 @@ func parseFlags() options {
 	flag.BoolVar(&o.verbose, "v", false, "host and plugin logs at info level")
 	flag.IntVar(&o.rawChunk, "raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
 	flag.StringVar(&o.drainModes, "drain-modes", "plugin,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
+	flag.StringVar(&o.timingParts, "timing", "reclaim,promote,deadline,attempt,drain,idle", "timing: measures to run")
+	flag.StringVar(&o.timingModes, "timing-modes", "polling,due-time", "timing: host modes to run, side by side (also wakeups-only, events-only)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "drain: write a CPU profile of this process (host side) during each run to PATH.MODE.N")
 	flag.Parse()
 	return o
@@ -194,7 +199,11 @@ func run() error {
 	if o.verbose {
 		level = hclog.Info
 	}
-	b := &bench{binDir: bin, drainModes: splitList(o.drainModes), cpuProfile: o.cpuProfile, rawChunk: o.rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: o.concurrency,
+	modes, err := pickTimingModes(splitList(o.timingModes))
+	if err != nil {
+		return err
+	}
+	b := &bench{binDir: bin, drainModes: splitList(o.drainModes), timingParts: splitList(o.timingParts), timingModes: modes, cpuProfile: o.cpuProfile, rawChunk: o.rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: o.concurrency,
 		parts: keys.DefaultPartitionConfig(), verbose: o.verbose,
 		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
 	// DEBUG RELOAD restores the drain's snapshot between modes.

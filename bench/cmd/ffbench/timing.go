@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,9 +37,30 @@ type timingMode struct {
 	Extra string // YAML appended to the host's config
 }
 
-var timingModes = []timingMode{
+// allTimingModes are the modes -timing-modes picks from: polling and
+// due-time (both features, the defaults) are the side-by-side pair; the
+// other two take the features apart.
+var allTimingModes = []timingMode{
 	{"polling", "scheduler:\n  wakeups: false\nkey_events:\n  mode: \"off\"\n"},
 	{"due-time", "scheduler:\n  wakeups: true\nkey_events:\n  mode: auto\n  configure: true\n"},
+	{"wakeups-only", "scheduler:\n  wakeups: true\nkey_events:\n  mode: \"off\"\n"},
+	{"events-only", "scheduler:\n  wakeups: false\nkey_events:\n  mode: auto\n  configure: true\n"},
+}
+
+// pickTimingModes returns the named modes, in the order given.
+func pickTimingModes(names []string) ([]timingMode, error) {
+	var out []timingMode
+	for _, n := range names {
+		i := slices.IndexFunc(allTimingModes, func(m timingMode) bool { return m.Name == n })
+		if i < 0 {
+			return nil, fmt.Errorf("-timing-modes: no mode %q (polling, due-time, wakeups-only, events-only)", n)
+		}
+		out = append(out, allTimingModes[i])
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-timing-modes: no mode given")
+	}
+	return out, nil
 }
 
 // latencyRun is one mode's distribution of due -> handled.
@@ -54,6 +77,7 @@ type timingDrain struct {
 	Mode   string
 	Leases int
 	Span   time.Duration // first marking to last (server stamps)
+	Load   string
 }
 
 // timingIdle is one mode's idle cost on one target.
@@ -72,67 +96,98 @@ type timingResult struct {
 	Reclaim         []latencyRun
 	Promote         []latencyRun
 	Deadline        []latencyRun // due -> expired, execution_deadline at its default interval
+	Attempt         []latencyRun // attempt timeout -> expired, attempt_timeout at its default interval
 	Drain           []timingDrain
 	Idle            []timingIdle
 	Notes           []string
 }
 
-// runTiming runs the timing benchmark: reclaim latency, due -> promoted,
-// the drain and the idle cost, each in both modes.
+// runTiming runs the timing benchmark: the latency measures, the drain
+// and the idle cost, each in every mode (-timing picks the measures,
+// -timing-modes the modes).
 func (b *bench) runTiming(ctx context.Context, sz sizes) (*timingResult, error) {
 	res := &timingResult{Interval: leaseexpiry.DefaultInterval, PromoteInterval: 750 * time.Millisecond,
 		Lead: 2 * leaseexpiry.DefaultInterval, Spread: 3 * time.Second}
-	reclaimN, promoteN := 2000, 500
+	reclaimN, dueN := 2000, 500
 	if sz.DrainLeases < fullSizes.DrainLeases {
-		reclaimN, promoteN = 500, 100
+		reclaimN, dueN = 500, 100
 	}
-	for _, m := range timingModes {
-		run, err := b.timedReclaim(ctx, m, reclaimN, res.Lead, res.Spread)
-		if err != nil {
-			return res, fmt.Errorf("reclaim, %s: %w", m.Name, err)
+	latencies := []struct {
+		part string
+		into *[]latencyRun
+		run  func(timingMode) (latencyRun, error)
+	}{
+		{"reclaim", &res.Reclaim, func(m timingMode) (latencyRun, error) {
+			return b.timedReclaim(ctx, m, reclaimN, res.Lead, res.Spread)
+		}},
+		{"promote", &res.Promote, func(m timingMode) (latencyRun, error) { return b.timedPromote(ctx, m, dueN) }},
+		{"deadline", &res.Deadline, func(m timingMode) (latencyRun, error) { return b.timedDeadline(ctx, m, dueN) }},
+		{"attempt", &res.Attempt, func(m timingMode) (latencyRun, error) { return b.timedAttemptTimeout(ctx, m, dueN) }},
+	}
+	for _, l := range latencies {
+		if !slices.Contains(b.timingParts, l.part) {
+			continue
 		}
-		res.Reclaim = append(res.Reclaim, run)
-	}
-	for _, m := range timingModes {
-		run, err := b.timedPromote(ctx, m, promoteN)
-		if err != nil {
-			return res, fmt.Errorf("promote, %s: %w", m.Name, err)
+		for _, m := range b.timingModes {
+			run, err := l.run(m)
+			if err != nil {
+				return res, fmt.Errorf("%s, %s: %w", l.part, m.Name, err)
+			}
+			*l.into = append(*l.into, run)
 		}
-		res.Promote = append(res.Promote, run)
 	}
-	for _, m := range timingModes {
-		run, err := b.timedDeadline(ctx, m, promoteN)
-		if err != nil {
-			return res, fmt.Errorf("deadline, %s: %w", m.Name, err)
-		}
-		res.Deadline = append(res.Deadline, run)
-	}
-	for _, m := range timingModes {
-		if err := b.flush(ctx); err != nil {
+	if slices.Contains(b.timingParts, "drain") {
+		if err := b.timedDrains(ctx, sz, res); err != nil {
 			return res, err
 		}
-		run, err := b.drainOnWith(ctx, "single node, "+m.Name, b.client, b.lib, []string{b.srv.Addr}, sz.DrainLeases, m.Extra)
-		if err != nil {
-			return res, fmt.Errorf("drain, %s: %w", m.Name, err)
-		}
-		res.Drain = append(res.Drain, timingDrain{Mode: m.Name, Leases: run.Leases, Span: run.Drain})
 	}
-	for _, m := range timingModes {
+	if slices.Contains(b.timingParts, "idle") {
+		return res, b.timedIdle(ctx, sz, res)
+	}
+	return res, nil
+}
+
+// timedDrains runs the drain in every mode, sz.DrainReps times each: a
+// backlog of expired leases planted before the host starts, so that the
+// drain measures the host alone (planted while it runs, the span would
+// include the planting). The modes alternate rep by rep, so that a change
+// in the machine's load falls on all of them.
+func (b *bench) timedDrains(ctx context.Context, sz sizes, res *timingResult) error {
+	for rep := range max(sz.DrainReps, 1) {
+		for _, m := range b.timingModes {
+			if err := b.flush(ctx); err != nil {
+				return err
+			}
+			run, err := b.drainLeases(ctx, drainSetup{target: "single node, " + m.Name, client: b.client, lib: b.lib,
+				addrs: []string{b.srv.Addr}, n: sz.DrainLeases, extra: m.Extra, backlog: true})
+			if err != nil {
+				return fmt.Errorf("drain %d, %s: %w", rep+1, m.Name, err)
+			}
+			res.Drain = append(res.Drain, timingDrain{Mode: m.Name, Leases: run.Leases, Span: run.Drain, Load: measure.Load()})
+		}
+	}
+	return nil
+}
+
+// timedIdle measures the idle cost in every mode on the bench's server,
+// then on a fresh 3-master cluster.
+func (b *bench) timedIdle(ctx context.Context, sz sizes, res *timingResult) error {
+	for _, m := range b.timingModes {
 		if err := b.flush(ctx); err != nil {
-			return res, err
+			return err
 		}
 		run, err := b.timedIdleSingle(ctx, m, sz.Idle)
 		if err != nil {
-			return res, fmt.Errorf("idle on one node, %s: %w", m.Name, err)
+			return fmt.Errorf("idle on one node, %s: %w", m.Name, err)
 		}
 		res.Idle = append(res.Idle, run)
 	}
 	runs, err := b.timedIdleCluster(ctx, sz.Idle)
 	res.Idle = append(res.Idle, runs...)
 	if err != nil {
-		return res, fmt.Errorf("idle on the cluster: %w", err)
+		return fmt.Errorf("idle on the cluster: %w", err)
 	}
-	return res, nil
+	return nil
 }
 
 // startTimingHost runs the host binary with the given scanners in mode m
@@ -215,6 +270,114 @@ func (b *bench) timedDeadline(ctx context.Context, m timingMode, n int) (latency
 	})
 }
 
+// attemptTimeoutInterval is attempt_timeout's default interval
+// (scanners.md 7.2).
+const attemptTimeoutInterval = 2 * time.Second
+
+// timedAttemptTimeout claims n executions, each with a lease far longer
+// than the run and an attempt timeout of 3 to 4 s (at least one
+// attempt_timeout interval ahead once every claim is made; the bench
+// refuses to go on otherwise), waits until the host expired them all
+// (attempt_timeout at its default interval) and returns timeout ->
+// expired: the execution's score in its partition's attempt_timeout index,
+// read back after the claims, to the expiry's last_transition_at.
+func (b *bench) timedAttemptTimeout(ctx context.Context, m timingMode, n int) (latencyRun, error) {
+	run := latencyRun{Mode: m.Name, Items: n}
+	if err := b.flush(ctx); err != nil {
+		return run, err
+	}
+	s := seed.New(b.lib, b.parts)
+	ids := s.IDs(n)
+	if err := s.Prepare(ctx, ids); err != nil {
+		return run, err
+	}
+	h, err := b.startTimingHost(ctx, m, []string{b.srv.Addr}, []hostproc.Scanner{{Name: "attempt_timeout"}})
+	if err != nil {
+		return run, err
+	}
+	defer h.Stop()
+	time.Sleep(attemptTimeoutInterval) // past the first cycles
+	lead := attemptTimeoutInterval + time.Second
+	if err := s.ClaimTimed(ctx, ids, 10*time.Minute, func(i int) time.Duration {
+		return lead + time.Duration(int64(time.Second)*int64(i)/int64(n))
+	}); err != nil {
+		return run, err
+	}
+	dues, err := attemptTimeoutDues(ctx, b.client, ids)
+	if err != nil {
+		return run, err
+	}
+	now, err := serverMs(ctx, b.client)
+	if err != nil {
+		return run, err
+	}
+	if first := slices.Min(dues); first-now < attemptTimeoutInterval.Milliseconds() {
+		return run, fmt.Errorf("claiming took too long: the first attempt times out %d ms after the last claim, less than one interval", first-now)
+	}
+	if err := waitUntil(ctx, time.Minute, func() (bool, error) {
+		left, err := countNot(ctx, b.client, ids, "lifecycle_phase", "terminal")
+		return left == 0, err
+	}); err != nil {
+		return run, err
+	}
+	run.Latency, run.Unmarked, err = latencyFrom(ctx, b.client, ids, dues, "last_transition_at")
+	run.Load = measure.Load()
+	b.logf("timing: attempt timeout -> expired, %s: %s", m.Name, run.Latency)
+	return run, err
+}
+
+// attemptTimeoutDues reads each execution's score in its partition's
+// attempt_timeout index (the instant its attempt times out), pipelined.
+func attemptTimeoutDues(ctx context.Context, c valkey.Client, ids []keys.ExecutionID) ([]int64, error) {
+	cmds := make(valkey.Commands, len(ids))
+	for i, id := range ids {
+		cmds[i] = c.B().Zscore().Key(keys.FlowPart(id.Partition()).AttemptTimeout()).Member(id.String()).Build()
+	}
+	dues := make([]int64, len(ids))
+	for i, r := range c.DoMulti(ctx, cmds...) {
+		f, err := r.AsFloat64()
+		if err != nil {
+			return nil, fmt.Errorf("attempt_timeout score of %s: %w", ids[i], err)
+		}
+		dues[i] = int64(f)
+	}
+	return dues, nil
+}
+
+// serverMs is the server's clock in Unix milliseconds.
+func serverMs(ctx context.Context, c valkey.Client) (int64, error) {
+	t, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(t) != 2 {
+		return 0, fmt.Errorf("TIME: %v %w", t, err)
+	}
+	sec, err1 := strconv.ParseInt(t[0], 10, 64)
+	usec, err2 := strconv.ParseInt(t[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("TIME: unexpected reply %v", t)
+	}
+	return sec*1000 + usec/1000, nil
+}
+
+// latencyFrom returns the distribution of the core's field (a millisecond
+// stamp) minus dues[i] over the executions, and how many lack the field.
+func latencyFrom(ctx context.Context, c valkey.Client, ids []keys.ExecutionID, dues []int64, field string) (measure.Dist, int, error) {
+	done, err := seed.Fields(ctx, c, ids, field)
+	if err != nil {
+		return measure.Dist{}, 0, err
+	}
+	var lat []time.Duration
+	missing := 0
+	for i := range ids {
+		p, err := strconv.ParseInt(done[i][0], 10, 64)
+		if err != nil {
+			missing++
+			continue
+		}
+		lat = append(lat, time.Duration(p-dues[i])*time.Millisecond)
+	}
+	return measure.Distribution(lat), missing, nil
+}
+
 // dueRun is one due-time measure: the scanner that acts, the executions
 // it acts on (due at the instant given) and how many are still to do.
 type dueRun struct {
@@ -265,22 +428,10 @@ func (b *bench) timedDue(ctx context.Context, m timingMode, n int, d dueRun) (la
 	}); err != nil {
 		return run, err
 	}
-	done, err := seed.Fields(ctx, b.client, ids, "last_transition_at")
-	if err != nil {
-		return run, err
-	}
-	var lat []time.Duration
-	for i := range ids {
-		p, err := strconv.ParseInt(done[i][0], 10, 64)
-		if err != nil {
-			run.Unmarked++
-			continue
-		}
-		lat = append(lat, time.Duration(p-dues[i])*time.Millisecond)
-	}
-	run.Latency, run.Load = measure.Distribution(lat), measure.Load()
+	run.Latency, run.Unmarked, err = latencyFrom(ctx, b.client, ids, dues, "last_transition_at")
+	run.Load = measure.Load()
 	b.logf("timing: %s, %s: %s", d.what, m.Name, run.Latency)
-	return run, nil
+	return run, err
 }
 
 // timedIdleSingle measures the idle cost of all seventeen scanners on the
@@ -324,7 +475,7 @@ func (b *bench) timedIdleCluster(ctx context.Context, window time.Duration) ([]t
 	}
 	c.Close() // its keep-alive would count
 	var out []timingIdle
-	for _, m := range timingModes {
+	for _, m := range b.timingModes {
 		h, err := b.startTimingHost(ctx, m, cl.Addrs(), allScanners())
 		if err != nil {
 			return out, err
@@ -415,7 +566,7 @@ func (b *bench) idleWindow(ctx context.Context, h *hostproc.Proc, run timingIdle
 }
 
 func timingModeExtra(name string) string {
-	for _, m := range timingModes {
+	for _, m := range allTimingModes {
 		if m.Name == name {
 			return m.Extra
 		}
@@ -524,15 +675,30 @@ func (r *timingResult) print(w io.Writer) {
 	if d := byMode(r.Deadline, "due-time"); d != nil {
 		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
 	}
-	p("   drain: expired leases marked by the host (lease_expiry at %s), first marking to last", clusterInterval)
-	var rates []float64
+	p("   attempt timeout -> expired: executions claimed >= one interval before their attempt times out, attempt_timeout at %s", attemptTimeoutInterval)
+	for _, run := range r.Attempt {
+		p("     %-9s %5d executions: %s; load %s", run.Mode, run.Items, run.Latency, run.Load)
+	}
+	if d := byMode(r.Attempt, "due-time"); d != nil {
+		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
+	}
+	p("   drain: a backlog of expired leases planted before the host starts, marked by it (lease_expiry at %s), first marking to last", clusterInterval)
+	rates := map[string][]float64{}
 	for _, d := range r.Drain {
 		rate := float64(d.Leases) / d.Span.Seconds()
-		rates = append(rates, rate)
-		p("     %-9s %7d leases in %8s = %8.0f/s", d.Mode, d.Leases, d.Span.Round(time.Millisecond), rate)
+		rates[d.Mode] = append(rates[d.Mode], rate)
+		p("     %-9s %7d leases in %8s = %8.0f/s; load %s", d.Mode, d.Leases, d.Span.Round(time.Millisecond), rate, d.Load)
 	}
-	if len(rates) == 2 {
-		p("     due-time/polling throughput %.2f", rates[1]/rates[0])
+	for _, mode := range []string{"due-time", "wakeups-only", "events-only"} {
+		poll, other := rates["polling"], rates[mode]
+		if len(poll) == 0 || len(poll) != len(other) {
+			continue
+		}
+		var each []string
+		for i := range poll {
+			each = append(each, fmt.Sprintf("%.2f", other[i]/poll[i]))
+		}
+		p("     %s/polling throughput %.2f (median of %d runs each; run by run %s)", mode, median(other)/median(poll), len(poll), strings.Join(each, ", "))
 	}
 	p("   idle: all %d scanners at their default intervals, %d empty flow partitions", len(ffScanners), 256)
 	for _, run := range r.Idle {
@@ -569,4 +735,15 @@ func (r *timingResult) print(w io.Writer) {
 	for _, n := range r.Notes {
 		p("   %s", n)
 	}
+}
+
+// median is the middle value of xs (the mean of the two middle ones for an
+// even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
