@@ -418,7 +418,7 @@ func (sc *scan) buildWave(b *scanutil.Batch) {
 // record accounts for one action's outcome.
 func (sc *scan) record(it item, o outcome) {
 	eid := it.id.String()
-	unsure := !sc.req.DryRun && sc.s.unsure.take(eid)
+	unsure := !sc.req.DryRun && sc.s.unsure.take(eid, sc.req.Cycle)
 	switch o.kind {
 	case outMarked:
 		sc.pending(it.score) // it was due this long when marked
@@ -453,7 +453,7 @@ func (sc *scan) record(it item, o outcome) {
 		sc.pending(it.score)
 		sc.res.AddError(o.class, o.code, 1)
 		if (unsure || o.code == scanutil.CodeNonLocalKey) && !sc.req.DryRun {
-			sc.s.unsure.add(eid)
+			sc.s.unsure.add(eid, sc.req.Cycle)
 		}
 		if sc.s.failures.RecordFailureClass(eid, sc.req.Cycle, o.class) {
 			sc.log.Error("persistent FCALL failure; skipping the execution for a while",
@@ -505,35 +505,59 @@ func (sc *scan) absorbPage(from scanutil.ZPos, n int, r scannerapi.Reply) {
 	}
 }
 
-// unsureLimit bounds the unsure set: past it, a lease whose call stopped
-// at a migrated key is not remembered (its mark, if made, goes uncounted).
-const unsureLimit = 100_000
+// Bounds of the unsure set: at most unsureLimit ids, each for at most
+// unsureTTL cycles. The next answer for a lease normally comes the next
+// cycle (every cycle that stops at the migrated key again renews it); an
+// id that is never answered again (its lease completed or was cancelled
+// meanwhile, its entry gone from the index) ages out instead of staying.
+// Past either bound a mark made by a call that stopped at a migrated key
+// goes uncounted in processed; nothing else depends on the set.
+const (
+	unsureLimit = 100_000
+	unsureTTL   = stuckTTL
+)
 
-// unsureSet is a bounded set of execution ids. Safe for concurrent use.
+// unsureSet is a bounded set of execution ids, each with the cycle it was
+// added in. Safe for concurrent use.
 type unsureSet struct {
 	mu  sync.Mutex
-	ids map[string]struct{}
+	ids map[string]uint64
 }
 
-func (u *unsureSet) add(eid string) {
+// add records eid in cycle now. When the set is full, the ids older than
+// unsureTTL go first; if none has, eid is not recorded.
+func (u *unsureSet) add(eid string, now uint64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.ids == nil {
-		u.ids = map[string]struct{}{}
+		u.ids = map[string]uint64{}
 	}
-	if len(u.ids) < unsureLimit {
-		u.ids[eid] = struct{}{}
+	if _, ok := u.ids[eid]; !ok && len(u.ids) >= unsureLimit {
+		for id, at := range u.ids {
+			if !unsureFresh(at, now) {
+				delete(u.ids, id)
+			}
+		}
+		if len(u.ids) >= unsureLimit {
+			return
+		}
 	}
+	u.ids[eid] = now
 }
 
-// take reports whether eid was in the set, and removes it.
-func (u *unsureSet) take(eid string) bool {
+// take reports whether eid was added within unsureTTL cycles of now, and
+// removes it.
+func (u *unsureSet) take(eid string, now uint64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	_, ok := u.ids[eid]
+	at, ok := u.ids[eid]
 	delete(u.ids, eid)
-	return ok
+	return ok && unsureFresh(at, now)
 }
+
+// unsureFresh reports whether an id added in cycle at still counts in
+// cycle now (a cycle number that went backwards, a host restart, does not).
+func unsureFresh(at, now uint64) bool { return now >= at && now-at <= unsureTTL }
 
 // functionKeys are the key patterns of the scanner's calls of Function
 // (see scan): the execution's core and lease keys and the partition's
