@@ -228,6 +228,10 @@ func TestNextDueFunctions(t *testing.T) {
 		for fn, next := range postgres.NextDueFunctions {
 			assert.True(t, postgres.CandidateFunctions[fn], fn)
 			assert.Equal(t, 1, one[int](t, pool, "SELECT count(*) FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = 'ffscan' AND proname = $1", next), next)
+			// Planned once per connection, never compiled: as the
+			// candidate functions are.
+			assert.ElementsMatch(t, []string{"jit=off", "plan_cache_mode=force_generic_plan"},
+				one[[]string](t, pool, "SELECT proconfig FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = 'ffscan' AND proname = $1", next), next)
 		}
 		assert.Len(t, postgres.NextDueFunctions, len(postgres.CandidateFunctions)-3)
 	})
