@@ -13,11 +13,13 @@ import (
 
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
 // linked is a scanner run in the test's process.
@@ -34,7 +36,7 @@ const pgWakeInterval = 10 * time.Minute
 // pgRunner starts a runner of a real Postgres reconciler, linked, on a
 // manual clock and a database of its own, and returns once its first
 // interval sweep ran.
-func pgRunner(t *testing.T, pool *pgxpool.Pool, s scannerapi.Scanner, pollOnly bool) (*Runner, *clock.Manual, *service.Changes) {
+func pgRunner(t *testing.T, pool *pgxpool.Pool, s scannerapi.Scanner, pollOnly bool, opts ...func(*Config)) (*Runner, *clock.Manual, *service.Changes) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, s.Configure(ctx, map[string]string{}))
@@ -45,11 +47,15 @@ func pgRunner(t *testing.T, pool *pgxpool.Pool, s scannerapi.Scanner, pollOnly b
 	svc.Register(info.Name, pol)
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	ch := &service.Changes{}
-	r := New(Config{
+	cfg := Config{
 		Name: info.Name, Interval: pgWakeInterval, Clock: clk, Changes: ch, Epoch: NewStoreEpoch(), PollOnly: pollOnly,
 		Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, Lanes: []string{"default"}, NoJitter: true,
 		Postgres: pool,
-	}, nil, linked{s}, svc.HostFor(info.Name), nil, nil)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r := New(cfg, nil, linked{s}, svc.HostFor(info.Name), nil, nil)
 	rctx, cancel := context.WithCancel(ctx)
 	require.NoError(t, r.Start(rctx))
 	t.Cleanup(func() {
@@ -224,4 +230,39 @@ func TestPostgresErrorClasses(t *testing.T) {
 		assert.Equal(t, want, pgClass(&pgconn.PgError{Code: code}), code)
 	}
 	assert.Equal(t, scannerapi.ErrTransport, pgClass(errors.New("dial tcp: connection refused")))
+}
+
+// On a host that also serves Valkey with new-key events on, a Postgres
+// scanner's partitions are never quiet: its sources are no keys, no event
+// names them, and a partition read with nothing due is read again at the
+// next sweep all the same.
+func TestPostgresPartitionsAreNeverQuiet(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t, testserver.WithArgs("--notify-keyspace-events", "En"))
+	client := srv.Client(t)
+	feedCh := &service.Changes{}
+	feed := keyevents.New(client, keyevents.Config{TopologyCheck: time.Hour, ConfigCheck: time.Hour, Changes: feedCh})
+	require.NoError(t, feed.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, feed.Stop(context.Background())) })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, feedCh.WaitFor(ctx, func() bool { on, _ := feed.Covered(); return on }), "feed: %+v", feed.State())
+
+	pool := postgrestest.SchemaDB(t, 4)
+	r, clk, ch := pgRunner(t, pool, pgreconcilers.NewDelayedPromoter(), false, func(c *Config) { c.Events = feed })
+	// The first sweep read every partition empty; now one has work.
+	const eid = "5c5c5c5c-0000-4000-8000-000000000001"
+	pgExec(t, pool, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+		public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields) VALUES (5, $1, 'default',
+		'runnable', 'unowned', 'not_eligible_until_time', 'delayed', 'pending_first_attempt', 1, ffscan.now_ms() - 10, '{}')`, eid)
+	d, err := clk.WaitForTimer(ctx)
+	require.NoError(t, err)
+	clk.Advance(d)
+	require.NoError(t, ch.WaitFor(ctx, func() bool { return r.Status().Cycle >= 2 }))
+	st := r.Status()
+	assert.Zero(t, st.Quiet, "no partition left out")
+	assert.Equal(t, int64(1), st.Processed, "the second sweep read partition 5 and promoted it")
+	var state string
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT eligibility_state FROM ff_exec_core WHERE execution_id = $1", eid).Scan(&state))
+	assert.Equal(t, "eligible_now", state)
 }
