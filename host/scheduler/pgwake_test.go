@@ -266,3 +266,42 @@ func TestPostgresPartitionsAreNeverQuiet(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT eligibility_state FROM ff_exec_core WHERE execution_id = $1", eid).Scan(&state))
 	assert.Equal(t, "eligible_now", state)
 }
+
+// A read of the database that fails (here: the runner's pool is gone)
+// starts a new store epoch, which drops the whole schedule: the partition
+// woken is not read, and the other one scheduled is not woken either; the
+// interval sweep is what comes next.
+func TestPostgresWakeupsDroppedWhenAReadFails(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pool := postgrestest.SchemaDB(t, 2)
+	for _, r := range []struct {
+		pk  int
+		eid string
+		in  int64
+	}{{5, "5d5d5d5d-0000-4000-8000-000000000001", 30_000}, {7, "5d5d5d5d-0000-4000-8000-000000000002", 90_000}} {
+		pgExec(t, pool, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+			public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields) VALUES ($1, $2, 'default',
+			'runnable', 'unowned', 'not_eligible_until_time', 'delayed', 'pending_first_attempt', 1, ffscan.now_ms() + $3, '{}')`, r.pk, r.eid, r.in)
+	}
+	// The runner's own pool, which the test closes.
+	own, err := pgxpool.New(ctx, pool.Config().ConnString())
+	require.NoError(t, err)
+	defer own.Close()
+	epoch := NewStoreEpoch()
+	r, clk, _ := pgRunner(t, own, pgreconcilers.NewDelayedPromoter(), false, func(c *Config) { c.Epoch = epoch })
+	require.Equal(t, 2, r.Status().Scheduled)
+	before := epoch.Load()
+
+	d, err := clk.WaitForTimerWithin(ctx, time.Minute)
+	require.NoError(t, err, "the first wake-up, 30 s ahead")
+	own.Close()
+	clk.Advance(d)
+	next, err := clk.WaitForTimer(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, next, 5*time.Minute, "the sleep is the interval's: partition 7's wake-up went with the epoch")
+	assert.Greater(t, epoch.Load(), before, "a new store epoch")
+	assert.Zero(t, r.Status().Scheduled)
+	assert.Zero(t, r.Status().Processed)
+}
