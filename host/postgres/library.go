@@ -26,7 +26,7 @@ var librarySQL string
 // LibraryVersion is the version of librarySQL. It goes up with every
 // change of the file; a database holding a newer version is refused (an
 // older host must not replace what a newer one installed).
-const LibraryVersion = 3
+const LibraryVersion = 4
 
 // dropLibrarySQL drops every function of the schema "ffscan" (nothing of
 // FlowFabric's depends on them).
@@ -162,7 +162,8 @@ var ActionFunctions = map[string]Action{
 // may name (CandidateSource.Key). Each takes (partitions smallint[],
 // per_partition integer, partition_count integer) and the host's filter
 // (namespace, tag key, tag value) and returns (partition_key, member,
-// score).
+// score): the due rows, at most per_partition per partition. The
+// time-scored ones also have a companion in NextDueFunctions.
 var CandidateFunctions = map[string]bool{
 	"lapsed_leases":            true,
 	"stale_leases":             true,
@@ -175,6 +176,28 @@ var CandidateFunctions = map[string]bool{
 	"completions_pending":      true,
 	"cancel_groups_pending":    true,
 	"workers_expired":          true,
+}
+
+// NextDueFunctions maps each time-scored candidate function to its
+// companion (library version 4) that returns, per partition, the entry due
+// next: (partition_key, member, due_at_ms), at most one row per partition
+// asked, from (partitions smallint[], partition_count integer, as_of_ms
+// bigint) and the filter. That row is the earliest entry meeting every
+// condition of the candidate function except its time bound, which it
+// fails at as_of_ms (the exact complement: < against <=, on the same
+// stored or computed time), and due_at_ms is the first database
+// millisecond at which the bound holds for it. The functions absent here
+// (completions_undispatched, completions_pending, cancel_groups_pending)
+// are not time-scored: their scanners poll.
+var NextDueFunctions = map[string]string{
+	"lapsed_leases":         "lapsed_leases_next",
+	"stale_leases":          "stale_leases_next",
+	"deadlines_passed":      "deadlines_passed_next",
+	"delays_due":            "delays_due_next",
+	"waitpoints_expired":    "waitpoints_expired_next",
+	"suspensions_timed_out": "suspensions_timed_out_next",
+	"budgets_due":           "budgets_due_next",
+	"workers_expired":       "workers_expired_next",
 }
 
 // Now reads the database's clock in Unix milliseconds: the "now" of a
@@ -250,6 +273,61 @@ func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, 
 		return nil, fmt.Errorf("postgres: %s: %w", fn, err)
 	}
 	return out, nil
+}
+
+// NextDue is a partition's entry due next (NextDueFunctions).
+type NextDue struct {
+	Member string
+	// AtMs is when it falls due, database clock, Unix ms.
+	AtMs int64
+}
+
+// ReadCandidatesNext is ReadCandidates for a time-scored function fn
+// (NextDueFunctions), which also returns, in the same query, each
+// partition's entry due next: the earliest one not due at asOfMs, the
+// database clock the caller read before (Now). Partitions with nothing to
+// come are absent from the map. An entry that was not due when the due
+// read came to it was not due at asOfMs either, so it is never in neither
+// part; one that came due in between may be in both, and then next is
+// already due, which only wakes the caller early.
+func ReadCandidatesNext(ctx context.Context, db querier, fn string, parts []uint16, count uint16, perPartition int, asOfMs int64, f scannerapi.Filter) ([]Candidate, map[uint16]NextDue, error) {
+	next, ok := NextDueFunctions[fn]
+	if !ok {
+		return nil, nil, fmt.Errorf("postgres: %q is not a time-scored candidate function of ffscan's library", fn)
+	}
+	ps := partitionKeys(parts)
+	// fn and next are names of the library's, never a plugin's string.
+	rows, err := db.Query(ctx, "SELECT partition_key, member, score, true FROM ffscan."+fn+"($1, $2, $3, $5, $6, $7)"+
+		" UNION ALL SELECT partition_key, member, due_at_ms, false FROM ffscan."+next+"($1, $3, $4, $5, $6, $7)",
+		append([]any{ps, perPartition, int(count), asOfMs}, filterArgs(f)...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: %s: %w", fn, err)
+	}
+	var due []Candidate
+	nexts := map[uint16]NextDue{}
+	for rows.Next() {
+		var (
+			c     Candidate
+			pk    int16
+			isDue bool
+		)
+		if err := rows.Scan(&pk, &c.Member, &c.Score, &isDue); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("postgres: %s: %w", fn, err)
+		}
+		c.Partition = uint16(pk)
+		if isDue {
+			due = append(due, c)
+			continue
+		}
+		if n, seen := nexts[c.Partition]; !seen || c.Score < n.AtMs {
+			nexts[c.Partition] = NextDue{Member: c.Member, AtMs: c.Score}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("postgres: %s: %w", fn, err)
+	}
+	return due, nexts, nil
 }
 
 // MaxCounted bounds CountCandidates per partition: a backlog gauge that

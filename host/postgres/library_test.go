@@ -18,6 +18,7 @@ import (
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/internal/pgtest"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // shared is the server and database the function tests share: creating
@@ -159,6 +160,62 @@ func TestInstallLibrary(t *testing.T) {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ffscan.share_owner WHERE host_id = 'h1'").Scan(&n))
 		assert.Equal(t, 2, n, "the entries outlive the upgrade")
+	})
+	t.Run("version 3 is upgraded in place under a host reading it: its reads go on, the next-due reads come", func(t *testing.T) {
+		v3, err := os.ReadFile("testdata/library-v3.sql")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, dropAll)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, string(v3))
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = 3, sha256 = 'v3'")
+		require.NoError(t, err)
+		// A live host of version 3: one connection, whose prepared
+		// candidate reads were planned against version 3's functions.
+		cfg := pool.Config().Copy()
+		cfg.MaxConns = 1
+		live, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		defer live.Close()
+		const pk = 7
+		eid := "07070707-0000-4000-8000-000000000001"
+		plant(t, pool, lapse{pk: pk, eid: eid, flow: "f7000000-0000-4000-8000-000000000001", leaseAgoMs: 100})
+		for fn := range postgres.CandidateFunctions {
+			_, err := postgres.ReadCandidates(ctx, live, fn, []uint16{pk}, 256, 10, scannerapi.Filter{})
+			require.NoError(t, err, fn)
+		}
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "+
+			"WHERE s.nspname = 'ffscan' AND proname LIKE '%\\_next'").Scan(&n))
+		assert.Zero(t, n, "version 3 has no next-due functions")
+
+		action, err := postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		var v int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT version FROM ffscan.library").Scan(&v))
+		assert.Equal(t, 4, v)
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "+
+			"WHERE s.nspname = 'ffscan' AND proname LIKE '%\\_next'").Scan(&n))
+		assert.Equal(t, len(postgres.NextDueFunctions), n)
+
+		// The version-3 host's reads, on the same connection and its
+		// cached statements, go on with the same rows.
+		for fn := range postgres.CandidateFunctions {
+			rows, err := postgres.ReadCandidates(ctx, live, fn, []uint16{pk}, 256, 10, scannerapi.Filter{})
+			require.NoError(t, err, fn)
+			if fn == "lapsed_leases" {
+				require.Len(t, rows, 1)
+				assert.Equal(t, eid+"/0", rows[0].Member)
+			}
+		}
+		// And a version-4 host reads the next due entries beside them.
+		now, err := postgres.Now(ctx, live)
+		require.NoError(t, err)
+		due, next, err := postgres.ReadCandidatesNext(ctx, live, "lapsed_leases", []uint16{pk}, 256, 10, now, scannerapi.Filter{})
+		require.NoError(t, err)
+		require.Len(t, due, 1)
+		assert.Empty(t, next, "no lease to come in partition 7")
 	})
 	t.Run("a newer version is refused", func(t *testing.T) {
 		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET version = 99")

@@ -179,13 +179,24 @@ func TestCandidateFunctionsPrune(t *testing.T) {
 		named[int(p)] = true
 	}
 
-	fns := make([]string, 0, len(postgres.CandidateFunctions))
+	fns := make([]string, 0, len(postgres.CandidateFunctions)+len(postgres.NextDueFunctions))
 	for fn := range postgres.CandidateFunctions {
 		fns = append(fns, fn)
 	}
+	// The next-due companions, read from as_of_ms 0 so that the rows
+	// planted (lapsed a moment ago) are theirs too.
+	isNext := map[string]bool{}
+	for _, next := range postgres.NextDueFunctions {
+		fns = append(fns, next)
+		isNext[next] = true
+	}
 	sort.Strings(fns)
-	args := []any{[]int16{int16(parts[0]), int16(parts[1])}, 50, flowCount}
+	pks := []int16{int16(parts[0]), int16(parts[1])}
 	for _, fn := range fns {
+		args := []any{pks, 50, flowCount}
+		if isNext[fn] {
+			args = []any{pks, flowCount, int64(0)}
+		}
 		for _, filter := range [][]any{{nil, nil, nil}, {"a", "k", "v"}} {
 			name := fn
 			if filter[0] != nil {
@@ -217,6 +228,11 @@ func TestCandidateFunctionsPrune(t *testing.T) {
 					assert.True(t, holds, "%s read %s, which holds partitions %v, none of them asked for", fn, rel, ks)
 				}
 				assert.Positive(t, children, "%s read some child partition (%v)", fn, read)
+				if isNext[fn] && fn != "workers_expired_next" {
+					// The next entry is one probe of the index the due
+					// read uses (the registry has none on its expiry).
+					assert.Empty(t, seqScans(plans, keysOf), "%s scans a child sequentially instead of probing its index", fn)
+				}
 				// At most one child per named partition and table: a
 				// statement that scanned every child fails above; this
 				// bounds the count too.
@@ -252,4 +268,23 @@ func reads(plans []planNode, table string) int {
 		}
 	}
 	return max(n, 1)
+}
+
+// seqScans are the children of the candidate tables that the plans read
+// with a sequential scan.
+func seqScans(nodes []planNode, keysOf map[string][]int) []string {
+	var out []string
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if _, child := keysOf[n.Relation]; child && n.NodeType == "Seq Scan" && n.ActualLoops != nil && *n.ActualLoops > 0 {
+			out = append(out, n.Relation)
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	for _, n := range nodes {
+		walk(n)
+	}
+	return out
 }

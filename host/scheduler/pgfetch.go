@@ -7,6 +7,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -54,7 +55,7 @@ func (sw *sweep) read(ctx context.Context, parts []keys.Partition, nowMs int64) 
 	if !sw.postgres() {
 		states = sw.fetch(ctx, parts, nowMs)
 	} else {
-		states = sw.fetchPostgres(ctx, parts)
+		states = sw.fetchPostgres(ctx, parts, nowMs)
 	}
 	sw.schedule(states)
 	return states
@@ -62,11 +63,18 @@ func (sw *sweep) read(ctx context.Context, parts []keys.Partition, nowMs int64) 
 
 // fetchPostgres runs each source's candidate function once for all the
 // partitions, at most a batch of rows each. A failed query fails every
-// partition of the cycle (they are counted failed and retried next cycle).
-// A source with a due backlog counts it from the read: a partition that
-// returned less than a batch has that many due, and only the partitions
-// that came back full are counted again, in one more query.
-func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*partState {
+// partition of the cycle (they are counted failed and retried next cycle,
+// and their wake-ups are dropped). A source with a due backlog counts it
+// from the read: a partition that returned less than a batch has that many
+// due, and only the partitions that came back full are counted again, in
+// one more query.
+//
+// With wake-ups on, a time-scored source is read with its next-due
+// companion in the same query (postgres.ReadCandidatesNext): each
+// partition's entry due next, measured against nowMs, the database clock
+// read just before, is when the partition is woken (wake.go). A wake-up
+// (dueOnly) reads the time-scored sources alone.
+func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition, nowMs int64) []*partState {
 	r := sw.r
 	states := make([]*partState, len(parts))
 	byIndex := make(map[uint16]*partState, len(parts))
@@ -79,7 +87,21 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*p
 		return states
 	}
 	for _, src := range sw.info.Sources {
-		rows, err := postgres.ReadCandidates(ctx, r.cfg.Postgres, src.Key, idx, r.cfg.Partitions.Count(sw.info.Family), sw.batch, r.cfg.PostgresFilter)
+		timed := timeScored(src)
+		if sw.dueOnly && !timed {
+			continue
+		}
+		var (
+			rows []postgres.Candidate
+			next map[uint16]postgres.NextDue
+			err  error
+		)
+		count := r.cfg.Partitions.Count(sw.info.Family)
+		if sw.rank && timed {
+			rows, next, err = postgres.ReadCandidatesNext(ctx, r.cfg.Postgres, src.Key, idx, count, sw.batch, nowMs, r.cfg.PostgresFilter)
+		} else {
+			rows, err = postgres.ReadCandidates(ctx, r.cfg.Postgres, src.Key, idx, count, sw.batch, r.cfg.PostgresFilter)
+		}
 		if err != nil {
 			for _, st := range states {
 				st.fetchError, st.sampled = true, false
@@ -101,6 +123,11 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*p
 			st.cands = append(st.cands, scannerapi.Candidate{Source: src.Name, Key: src.Key, Member: c.Member, Score: score})
 			if !st.hasDue || score < st.oldestDue {
 				st.oldestDue, st.hasDue = score, true
+			}
+		}
+		for p, n := range next {
+			if st := byIndex[p]; st != nil {
+				st.noteWakeAt(n.AtMs)
 			}
 		}
 		if src.Backlog == scannerapi.BacklogDue {
@@ -142,10 +169,17 @@ func (sw *sweep) pgBacklog(ctx context.Context, src scannerapi.CandidateSource, 
 }
 
 // pgClass classifies a database failure: the server's own errors are class
-// server, anything else (no connection, a timeout) transport.
+// server, anything else (no connection, a timeout) transport, and so are
+// the errors a server sends as it drops a connection or refuses one
+// (SQLSTATE class 08, and 57P01-57P03: shut down, crashed, starting up),
+// which follow a restart or a failover: transport errors start a new store
+// epoch, which drops every wake-up the host scheduled (wake.go).
 func pgClass(err error) scannerapi.ErrorClass {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		if strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" {
+			return scannerapi.ErrTransport
+		}
 		return scannerapi.ErrServer
 	}
 	return scannerapi.ErrTransport

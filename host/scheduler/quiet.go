@@ -150,11 +150,13 @@ type quietRead struct {
 }
 
 // skipQuiet returns the partitions a full sweep reads (the quiet ones are
-// left out, and counted), and what learning from the read takes.
+// left out, and counted), and what learning from the read takes. A
+// Postgres scanner's partitions are never quiet: its sources are no keys,
+// so no event would ever wake them.
 func (sw *sweep) skipQuiet(parts []keys.Partition) ([]keys.Partition, *quietRead) {
 	r := sw.r
 	ev := r.cfg.Events
-	if ev == nil {
+	if ev == nil || sw.postgres() {
 		return parts, nil
 	}
 	on, gen := ev.Covered()

@@ -741,6 +741,14 @@ func (r *Runner) owned(parts []keys.Partition) []keys.Partition {
 	return out
 }
 
+// scheduled is how many partitions have a wake-up, the schedule of an
+// epoch past dropped first (a failure in the sweep just ended may have
+// moved the epoch).
+func (r *Runner) scheduled() int {
+	r.checkWakeEpoch()
+	return r.wakeups.Len()
+}
+
 // finish records the cycle's metrics and status.
 func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	sum.Duration = r.since(start)
@@ -757,7 +765,7 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 	if sum.BacklogKnown {
 		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
 	}
-	r.status.Scheduled = r.wakeups.Len()
+	r.status.Scheduled = r.scheduled()
 	r.status.Quiet = r.quietCount()
 	r.cfg.Changes.Notify()
 }
@@ -772,7 +780,7 @@ func (r *Runner) finishWake(sum *Summary, start time.Time) {
 	r.status.WokenPartitions += int64(sum.Partitions)
 	r.status.LastWakeAt = start
 	r.countLocked(sum)
-	r.status.Scheduled = r.wakeups.Len()
+	r.status.Scheduled = r.scheduled()
 	r.stMu.Unlock()
 	r.cfg.Changes.Notify()
 }

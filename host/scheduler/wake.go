@@ -24,16 +24,27 @@ package scheduler
 // is not in the read; one more command in the sweep's second round (the
 // round of the full window's ZCOUNT) reads it.
 //
+// A Postgres scanner's time-scored sources (the candidate functions with
+// a next-due companion, postgres.NextDueFunctions) work the same way: the
+// read runs the candidate function and its companion in one query, which
+// returns, per partition, when its first entry not due at the cycle's
+// database clock falls due (pgfetch.go). A wake-up runs one such query per
+// time-scored source for the partitions woken. The other functions
+// (completions, cancel groups) keep polling.
+//
 // The schedule is a hint derived from reads and never outlives them: it is
 // dropped whole when the host's store epoch changes (a failover, a
-// transport error, a topology change), and a partition's entry is replaced
-// by every read of it, or dropped when that read failed.
+// transport error, a topology change; for Postgres a read that got no
+// reply or a connection the server dropped, see pgClass), and a
+// partition's entry is replaced by every read of it, or dropped when that
+// read failed.
 
 import (
 	"context"
 	"math"
 	"time"
 
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -53,15 +64,28 @@ const (
 )
 
 // wakesFor reports whether the runner schedules wake-ups for a scanner:
-// not when told to poll only, and only for time-scored Valkey sources.
+// not when told to poll only, and only for time-scored sources.
 func (r *Runner) wakesFor(info scannerapi.Info) bool {
-	if r.Tuning().PollOnly || info.UsesPostgres() {
+	if r.Tuning().PollOnly {
 		return false
 	}
 	for _, s := range info.Sources {
-		if s.Kind == scannerapi.SourceZSetDue {
+		if timeScored(s) {
 			return true
 		}
+	}
+	return false
+}
+
+// timeScored reports whether a source's entries fall due at a time a read
+// reveals: a due-ordered sorted set, or a Postgres candidate function with
+// a next-due companion (postgres.NextDueFunctions).
+func timeScored(s scannerapi.CandidateSource) bool {
+	switch s.Kind {
+	case scannerapi.SourceZSetDue:
+		return true
+	case scannerapi.SourcePostgres:
+		return postgres.NextDueFunctions[s.Key] != ""
 	}
 	return false
 }
@@ -124,7 +148,10 @@ func (r *Runner) Wake(ctx context.Context, parts []keys.Partition) (Summary, err
 	if err != nil {
 		return sum, err
 	}
-	if r.client == nil || info.UsesPostgres() {
+	switch {
+	case info.UsesPostgres() && r.cfg.Postgres == nil:
+		return sum, errNoDatabase
+	case !info.UsesPostgres() && r.client == nil:
 		return sum, errNoValkey
 	}
 	parts = r.skipBusy(parts, &sum)
@@ -166,14 +193,19 @@ func (sw *sweep) schedule(states []*partState) {
 	}
 }
 
+// noteWakeAt keeps the earliest due instant (ms, the store's clock) of a
+// partition's entries that are not due yet.
+func (st *partState) noteWakeAt(ms int64) {
+	if !st.hasWake || ms < st.wakeMs {
+		st.wakeMs, st.hasWake = ms, true
+	}
+}
+
 // noteWake keeps the earliest due instant (ms, the store's clock) of a
 // partition's entries that are not due yet; score is an entry's score in
 // a source whose entries are due offset after it.
 func (st *partState) noteWake(score float64, offset time.Duration) {
-	ms := int64(math.Ceil(score)) - offset.Milliseconds()
-	if !st.hasWake || ms < st.wakeMs {
-		st.wakeMs, st.hasWake = ms, true
-	}
+	st.noteWakeAt(int64(math.Ceil(score)) - offset.Milliseconds())
 }
 
 func latest(a, b time.Time) time.Time {

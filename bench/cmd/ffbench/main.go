@@ -140,7 +140,7 @@ type options struct {
 func parseFlags() options {
 	var o options
 	flag.BoolVar(&o.quick, "quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
-	flag.StringVar(&o.only, "only", "drain,reclaim,idle,dag,idleall,hosts,cluster,lanes,pgdrain,pgidle,pghosts,timing", "comma-separated benchmarks to run")
+	flag.StringVar(&o.only, "only", "drain,reclaim,idle,dag,idleall,hosts,cluster,lanes,pgdrain,pgidle,pghosts,timing,pgtiming", "comma-separated benchmarks to run")
 	flag.StringVar(&o.binDir, "bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
 	flag.IntVar(&o.leases, "leases", 0, "drain: expired leases (default 100000, quick 10000)")
 	flag.IntVar(&o.reps, "reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
@@ -261,6 +261,7 @@ func (b *bench) runAll(ctx context.Context, only []string, sz sizes, rep *report
 	step("pgidle", func() (err error) { rep.PGIdle, err = b.runPGIdle(ctx, sz.Idle); return })
 	step("pghosts", func() (err error) { rep.PGHosts, err = b.runPGHosts(ctx, sz.PGRows, sz.Idle); return })
 	step("timing", func() (err error) { rep.Timing, err = b.runTiming(ctx, sz); return })
+	step("pgtiming", func() (err error) { rep.PGTiming, err = b.runPGTiming(ctx, sz); return })
 	return errs
 }
 

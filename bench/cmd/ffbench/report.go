@@ -28,6 +28,7 @@ type report struct {
 	PGDrain     *pgDrainResult
 	PGIdle      *pgIdleResult
 	Timing      *timingResult
+	PGTiming    *pgTimingResult
 	PGHosts     *pgHostsResult
 	Errors      []error
 }
@@ -98,6 +99,10 @@ func (r *report) print(w io.Writer) {
 	if r.Timing != nil {
 		p(rule)
 		r.Timing.print(w)
+	}
+	if r.PGTiming != nil {
+		p(rule)
+		r.PGTiming.print(w)
 	}
 	if len(r.Errors) > 0 {
 		p(rule)

@@ -93,6 +93,28 @@ $fn$;
 -- at every call, as an SQL function's is, it cost the idle database about
 -- 15 ms of CPU per read), and without JIT: the plan's estimated cost
 -- crosses jit_above_cost, and compiling it took PostgreSQL 15 about 12 s.
+--
+-- Each time-scored candidate function <name> (lapsed_leases, stale_leases,
+-- deadlines_passed, delays_due, waitpoints_expired, suspensions_timed_out,
+-- budgets_due, workers_expired) has a companion <name>_next(parts,
+-- partition_count, as_of_ms, filter...) returning, per partition asked,
+-- at most one row (partition_key, member, due_at_ms): the entry that is
+-- due next. It is the earliest entry that meets every condition of <name>
+-- (phase, eligibility, state, joins, filter) except that it is not due at
+-- as_of_ms, the exact complement of <name>'s time bound there (< or <=,
+-- on the same stored or computed time), and due_at_ms is the first
+-- database millisecond at which <name>'s bound holds for it: the time
+-- itself for an inclusive bound (delays_due, budgets_due), one past it
+-- for a strict one. as_of_ms is the clock the caller read before the due
+-- read (NULL: now_ms()), so that an entry coming due while the two run is
+-- in one of them: an entry <name> left out because it was not due when
+-- its row was read was not due at as_of_ms either. The host reads both in
+-- one query and wakes the partition at due_at_ms (a wake-up, as the
+-- Valkey sources' rank read gives it). One more index probe (LIMIT 1) per
+-- partition, on the index the due read uses. The functions that are not
+-- time-scored (completions_undispatched, a 15 s safety net behind the
+-- completion listener; completions_pending; cancel_groups_pending) have
+-- none: their scanners keep polling.
 
 -- lapsed_leases is attempt_timeout's candidate read: per partition in
 -- parts, the attempts whose lease lapsed before now on executions that are
@@ -123,6 +145,38 @@ BEGIN
 				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
 			ORDER BY a.lease_expires_at_ms
 			LIMIT per_partition
+		) AS c;
+END
+$fn$;
+
+-- lapsed_leases_next: per partition, the lease lapsed_leases returns next:
+-- the earliest lease of an active execution that has not lapsed at
+-- as_of_ms (lease >= as_of_ms), and when it lapses (lease + 1).
+CREATE OR REPLACE FUNCTION ffscan.lapsed_leases_next(parts smallint[], partition_count integer, as_of_ms bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, least(c.lease_expires_at_ms, 9223372036854775806) + 1
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+			FROM ff_attempt a
+			JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+			WHERE a.partition_key = p.k
+				AND a.lease_expires_at_ms IS NOT NULL
+				AND a.lease_expires_at_ms >= t
+				AND e.lifecycle_phase = 'active'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY a.lease_expires_at_ms
+			LIMIT 1
 		) AS c;
 END
 $fn$;
@@ -298,6 +352,37 @@ BEGIN
 END
 $fn$;
 
+-- stale_leases_next: per partition, the earliest lease on an execution that
+-- is not active (or missing) that has not lapsed at as_of_ms, and when it
+-- lapses (lease + 1).
+CREATE OR REPLACE FUNCTION ffscan.stale_leases_next(parts smallint[], partition_count integer, as_of_ms bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, least(c.lease_expires_at_ms, 9223372036854775806) + 1
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+			FROM ff_attempt a
+			LEFT JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+			WHERE a.partition_key = p.k
+				AND a.lease_expires_at_ms IS NOT NULL
+				AND a.lease_expires_at_ms >= t
+				AND (e.execution_id IS NULL OR (e.lifecycle_phase <> 'active' AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
+			ORDER BY a.lease_expires_at_ms
+			LIMIT 1
+		) AS c;
+END
+$fn$;
+
 -- release_stale_lease: {'1','released'}, or a no-op {'1', reason}:
 -- attempt_not_found, lease_released, lease_renewed, active (the lapse is
 -- attempt_timeout's).
@@ -367,6 +452,37 @@ BEGIN
 				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
 			ORDER BY e.deadline_at_ms
 			LIMIT per_partition
+		) AS c;
+END
+$fn$;
+
+-- deadlines_passed_next: per partition, the earliest deadline of an active
+-- execution that has not passed at as_of_ms, and when it passes
+-- (deadline + 1).
+CREATE OR REPLACE FUNCTION ffscan.deadlines_passed_next(parts smallint[], partition_count integer, as_of_ms bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.execution_id::text, least(c.deadline_at_ms, 9223372036854775806) + 1
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+			FROM ff_exec_core e
+			WHERE e.partition_key = p.k
+				AND e.deadline_at_ms IS NOT NULL
+				AND e.deadline_at_ms >= t
+				AND e.lifecycle_phase = 'active'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY e.deadline_at_ms
+			LIMIT 1
 		) AS c;
 END
 $fn$;
@@ -453,6 +569,38 @@ BEGIN
 END
 $fn$;
 
+-- delays_due_next: per partition, the earliest delayed execution whose time
+-- has not come at as_of_ms (deadline > as_of_ms), and when it comes (the
+-- deadline itself: delays_due's bound is inclusive).
+CREATE OR REPLACE FUNCTION ffscan.delays_due_next(parts smallint[], partition_count integer, as_of_ms bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+			FROM ff_exec_core e
+			WHERE e.partition_key = p.k
+				AND e.deadline_at_ms IS NOT NULL
+				AND e.deadline_at_ms > t
+				AND e.lifecycle_phase = 'runnable'
+				AND e.eligibility_state = 'not_eligible_until_time'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY e.deadline_at_ms
+			LIMIT 1
+		) AS c;
+END
+$fn$;
+
 -- promote_delayed makes a delayed execution eligible, as FlowFabric's
 -- promote_delayed does (deadline_at_ms, which held the delay, is cleared).
 -- Replies {'1','promoted'} or a no-op {'1', reason}: execution_not_found,
@@ -519,6 +667,37 @@ BEGIN
 				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
 			ORDER BY w.expires_at_ms
 			LIMIT per_partition
+		) AS c;
+END
+$fn$;
+
+-- waitpoints_expired_next: per partition, the earliest pending waitpoint
+-- that has not expired at as_of_ms, and when it expires (expiry + 1).
+CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired_next(parts smallint[], partition_count integer, as_of_ms bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.waitpoint_id::text, least(c.expires_at_ms, 9223372036854775806) + 1
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
+			FROM ff_waitpoint_pending w
+			LEFT JOIN ff_exec_core e ON e.partition_key = w.partition_key AND e.execution_id = w.execution_id
+			WHERE w.partition_key = p.k
+				AND w.expires_at_ms IS NOT NULL
+				AND w.expires_at_ms >= t
+				AND w.state = 'pending'
+				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
+			ORDER BY w.expires_at_ms
+			LIMIT 1
 		) AS c;
 END
 $fn$;
@@ -602,6 +781,36 @@ BEGIN
 				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
 			ORDER BY s.timeout_at_ms
 			LIMIT per_partition
+		) AS c;
+END
+$fn$;
+
+-- suspensions_timed_out_next: per partition, the earliest suspension that
+-- has not timed out at as_of_ms, and when it does (timeout + 1).
+CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out_next(parts smallint[], partition_count integer, as_of_ms bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.execution_id::text || '/' || c.suspension_id::text, least(c.timeout_at_ms, 9223372036854775806) + 1
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
+			FROM ff_suspension_current s
+			LEFT JOIN ff_exec_core e ON e.partition_key = s.partition_key AND e.execution_id = s.execution_id
+			WHERE s.partition_key = p.k
+				AND s.timeout_at_ms IS NOT NULL
+				AND s.timeout_at_ms >= t
+				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
+			ORDER BY s.timeout_at_ms
+			LIMIT 1
 		) AS c;
 END
 $fn$;
@@ -715,6 +924,35 @@ BEGIN
 				AND b.next_reset_at_ms <= ffscan.now_ms()
 			ORDER BY b.next_reset_at_ms
 			LIMIT per_partition
+		) AS c;
+END
+$fn$;
+
+-- budgets_due_next: per partition, the earliest scheduled reset that has
+-- not come at as_of_ms (reset > as_of_ms), and when it comes (the reset
+-- time itself: budgets_due's bound is inclusive).
+CREATE OR REPLACE FUNCTION ffscan.budgets_due_next(parts smallint[], partition_count integer, as_of_ms bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+BEGIN
+	RETURN QUERY
+	SELECT c.partition_key, c.budget_id, c.next_reset_at_ms
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT b.partition_key, b.budget_id, b.next_reset_at_ms
+			FROM ff_budget_policy b
+			WHERE b.partition_key = p.k
+				AND b.next_reset_at_ms IS NOT NULL
+				AND b.next_reset_at_ms > t
+			ORDER BY b.next_reset_at_ms
+			LIMIT 1
 		) AS c;
 END
 $fn$;
@@ -1184,6 +1422,43 @@ BEGIN
 			) AS r
 			ORDER BY r.expired_at
 			LIMIT per_partition
+		) AS c;
+END
+$fn$;
+
+-- workers_expired_next: per flow partition, over the registry partitions
+-- it sweeps, the earliest registration that has not expired at as_of_ms
+-- (heartbeat + TTL >= as_of_ms), and when it expires (heartbeat + TTL +
+-- 1). The registry has no index on that sum: like workers_expired, it
+-- reads each registry child once.
+CREATE OR REPLACE FUNCTION ffscan.workers_expired_next(parts smallint[], partition_count integer, as_of_ms bigint,
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+BEGIN
+	RETURN QUERY
+	SELECT p.k, c.partition_key::text || '/' || jsonb_build_array(c.namespace, c.worker_instance_id)::text, least(c.expired_at, 9223372036854775806) + 1
+		FROM unnest(parts) AS p(k)
+		CROSS JOIN LATERAL (
+			SELECT r.partition_key, r.namespace, r.worker_instance_id, r.expired_at
+			FROM generate_series(p.k, 255, greatest(partition_count, 1)) AS g(w)
+			CROSS JOIN LATERAL (
+				SELECT w.partition_key, w.namespace, w.worker_instance_id, w.last_heartbeat_ms + w.liveness_ttl_ms AS expired_at
+				FROM ff_worker_registry w
+				WHERE w.partition_key = g.w::smallint
+					AND w.last_heartbeat_ms + w.liveness_ttl_ms >= t
+					AND (filter_namespace IS NULL OR w.namespace = filter_namespace)
+				ORDER BY expired_at
+				LIMIT 1
+			) AS r
+			ORDER BY r.expired_at
+			LIMIT 1
 		) AS c;
 END
 $fn$;
