@@ -617,7 +617,15 @@ func TestPostgresOnlyHost(t *testing.T) {
 	cfg.Completions.Enabled = true
 	rh, stop := running(t, cfg)
 	defer stop()
-	waitFor(t, rh, 30*time.Second, "", func() bool { return rh.Status().Postgres.Completions != nil })
+	// The completion is committed once the listener listens and the host
+	// owns every partition: before that, its notification would be left
+	// to the dependency reconciler (not running here) or found by the
+	// catch-up (dispatched without a route).
+	waitFor(t, rh, 30*time.Second, "the listener listening, every flow partition owned", func() bool {
+		st := rh.Status()
+		c := st.Postgres.Completions
+		return c != nil && c.Listening && st.Sharing != nil && st.Sharing.Owned["flow"] == 16
+	})
 	const a, b = "d0000000-0000-4000-8000-000000000001", "d0000000-0000-4000-8000-000000000002"
 	postgrestest.DAG(t, dbPool, 3, "fd000000-0000-4000-8000-000000000001", nil, [][2]string{{a, b}})
 	postgrestest.Complete(t, dbPool, 3, a, "success")

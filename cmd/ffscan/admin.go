@@ -166,8 +166,12 @@ func printHostLines(w io.Writer, doc httpapi.StatusDoc) {
 	if pg := doc.Postgres; pg != nil {
 		fmt.Fprintf(w, "postgres: %s, ffscan library %d, filter %s, %d of %d connections open, %d in use\n", pg.Schema, pg.Library, pg.Filter, pg.Connections, pg.PoolSize, pg.InUse)
 		if c := pg.Completions; c != nil {
-			fmt.Fprintf(w, "postgres completions: %d notifications (%d routed by this host), %d dispatched (%d already done, %d other hosts', %d filtered), %d errors, %d reconnects\n",
-				c.Notifications, c.Routed, c.Dispatched, c.AlreadyDone, c.NotOwned, c.Filtered, c.Errors, c.Reconnects)
+			listening := "listening"
+			if !c.Listening {
+				listening = "NOT listening (connecting, or reconnecting: see the log)"
+			}
+			fmt.Fprintf(w, "postgres completions: %s, %d notifications (%d routed by this host), %d dispatched (%d already done, %d other hosts', %d filtered), %d errors, %d reconnects\n",
+				listening, c.Notifications, c.Routed, c.Dispatched, c.AlreadyDone, c.NotOwned, c.Filtered, c.Errors, c.Reconnects)
 		}
 	}
 	fmt.Fprintln(w, configLine(doc.Config))

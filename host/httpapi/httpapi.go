@@ -493,4 +493,6 @@ type PGCompletionsStatus struct {
 	Filtered    int64 `json:"filtered"`
 	Errors      int64 `json:"errors"`
 	Reconnects  int64 `json:"reconnects"`
+	// Listening is true while the listener's connection listens.
+	Listening bool `json:"listening"`
 }

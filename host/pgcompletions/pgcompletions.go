@@ -131,6 +131,9 @@ func (c Config) withDefaults() Config {
 // another tenant's host, failed, and the reconnections.
 type Stats struct {
 	Notifications, Routed, Dispatched, AlreadyDone, NotOwned, Filtered, Errors, Reconnects int64
+	// Listening is true while a connection listens (checked, its catch-up
+	// read): an event committed meanwhile comes by notification.
+	Listening bool
 }
 
 // Listener dispatches completion events as they are committed.
@@ -148,6 +151,7 @@ type Listener struct {
 	once sync.Once
 
 	notifications, routed, dispatched, alreadyDone, notOwned, filtered, errs, reconnects atomic.Int64
+	live                                                                                 atomic.Bool // Stats.Listening
 }
 
 // RouteChannel is the channel of the hosts of one share (share names it:
@@ -200,7 +204,7 @@ func (l *Listener) Stop(ctx context.Context) error {
 // Stats returns the counters.
 func (l *Listener) Stats() Stats {
 	return Stats{Notifications: l.notifications.Load(), Routed: l.routed.Load(), Dispatched: l.dispatched.Load(), AlreadyDone: l.alreadyDone.Load(),
-		NotOwned: l.notOwned.Load(), Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load()}
+		NotOwned: l.notOwned.Load(), Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load(), Listening: l.live.Load()}
 }
 
 // run keeps a listening connection, reconnecting with backoff (MinBackoff
@@ -250,6 +254,8 @@ func (l *Listener) session(ctx context.Context) error {
 		return err
 	}
 	l.catchUp(ctx)
+	l.live.Store(true)
+	defer l.live.Store(false)
 	l.once.Do(func() { close(l.listening) })
 	for {
 		n, err := conn.WaitForNotification(ctx)

@@ -80,6 +80,7 @@ func startWith(t *testing.T, o pgcompletions.Config) (*pgcompletions.Listener, *
 	case <-time.After(30 * time.Second):
 		t.Fatal("the listener did not start listening")
 	}
+	assert.True(t, l.Stats().Listening, "its stats say it listens")
 	return l, o.Changes
 }
 
@@ -256,6 +257,7 @@ func TestBehindATransactionPooler(t *testing.T) {
 		t.Fatal("a listener behind a transaction pooler must not report listening")
 	default:
 	}
+	assert.False(t, wrong.Stats().Listening, "nor say so in its stats")
 }
 
 // A host filtered to one namespace dispatches its tenant's completions and
