@@ -646,45 +646,65 @@ func (r *timingResult) print(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("11. TIMING (issue 34): the host binary in polling mode (scheduler.wakeups false, key_events off)")
 	p("    and with due-time wake-ups and new-key events (the defaults), side by side")
-	byMode := func(runs []latencyRun, mode string) *latencyRun {
-		for i := range runs {
-			if runs[i].Mode == mode {
-				return &runs[i]
-			}
+	sections := []struct {
+		title, noun, missing string
+		runs                 []latencyRun
+	}{
+		{fmt.Sprintf("reclaim: leases claimed %s..%s before they expire, lease_expiry at its %s interval; expiry -> marked", r.Lead, r.Lead+r.Spread, r.Interval),
+			"leases", "unmarked", r.Reclaim},
+		{fmt.Sprintf("due -> promoted: delayed executions created >= one interval before they are due, delayed_promoter at %s", r.PromoteInterval),
+			"executions", "unpromoted", r.Promote},
+		{"deadline -> expired: executions created >= 750 ms before their deadline, never claimed, execution_deadline at its default interval",
+			"executions", "unexpired", r.Deadline},
+		{fmt.Sprintf("attempt timeout -> expired: executions claimed >= one interval before their attempt times out, attempt_timeout at %s", attemptTimeoutInterval),
+			"executions", "unexpired", r.Attempt},
+	}
+	for _, sec := range sections {
+		if len(sec.runs) > 0 {
+			printLatencies(p, sec.title, sec.noun, sec.missing, sec.runs)
 		}
-		return nil
 	}
-	p("   reclaim: leases claimed %s..%s before they expire, lease_expiry at its %s interval; expiry -> marked", r.Lead, r.Lead+r.Spread, r.Interval)
-	for _, run := range r.Reclaim {
-		p("     %-9s %5d leases: %s; unmarked %d; load %s", run.Mode, run.Items, run.Latency, run.Unmarked, run.Load)
+	printDrains(p, r.Drain)
+	printIdle(p, r.Idle)
+	for _, n := range r.Notes {
+		p("   %s", n)
 	}
-	if d := byMode(r.Reclaim, "due-time"); d != nil {
-		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
+}
+
+// median is the middle value of xs (the mean of the two middle ones for an
+// even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
 	}
-	p("   due -> promoted: delayed executions created >= one interval before they are due, delayed_promoter at %s", r.PromoteInterval)
-	for _, run := range r.Promote {
-		p("     %-9s %5d executions: %s; load %s", run.Mode, run.Items, run.Latency, run.Load)
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// printLatencies prints one latency measure: each mode's distribution,
+// and the due-time mode's verdict against the 100 ms target.
+func printLatencies(p func(string, ...any), title, noun, missing string, runs []latencyRun) {
+	p("   %s", title)
+	for _, run := range runs {
+		p("     %-9s %5d %s: %s; %s %d; load %s", run.Mode, run.Items, noun, run.Latency, missing, run.Unmarked, run.Load)
 	}
-	if d := byMode(r.Promote, "due-time"); d != nil {
-		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
+	for _, d := range runs {
+		if d.Mode == "due-time" {
+			p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
+		}
 	}
-	p("   deadline -> expired: executions created >= 750 ms before their deadline, never claimed, execution_deadline at its default interval")
-	for _, run := range r.Deadline {
-		p("     %-9s %5d executions: %s; load %s", run.Mode, run.Items, run.Latency, run.Load)
-	}
-	if d := byMode(r.Deadline, "due-time"); d != nil {
-		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
-	}
-	p("   attempt timeout -> expired: executions claimed >= one interval before their attempt times out, attempt_timeout at %s", attemptTimeoutInterval)
-	for _, run := range r.Attempt {
-		p("     %-9s %5d executions: %s; load %s", run.Mode, run.Items, run.Latency, run.Load)
-	}
-	if d := byMode(r.Attempt, "due-time"); d != nil {
-		p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(d.Latency.P99), verdict(d.Unmarked == 0 && d.Latency.P99 <= 100*time.Millisecond))
+}
+
+// printDrains prints the drains, run by run, and each mode's throughput
+// against polling's (the ratio of the medians).
+func printDrains(p func(string, ...any), drains []timingDrain) {
+	if len(drains) == 0 {
+		return
 	}
 	p("   drain: a backlog of expired leases planted before the host starts, marked by it (lease_expiry at %s), first marking to last", clusterInterval)
 	rates := map[string][]float64{}
-	for _, d := range r.Drain {
+	for _, d := range drains {
 		rate := float64(d.Leases) / d.Span.Seconds()
 		rates[d.Mode] = append(rates[d.Mode], rate)
 		p("     %-9s %7d leases in %8s = %8.0f/s; load %s", d.Mode, d.Leases, d.Span.Round(time.Millisecond), rate, d.Load)
@@ -700,8 +720,16 @@ func (r *timingResult) print(w io.Writer) {
 		}
 		p("     %s/polling throughput %.2f (median of %d runs each; run by run %s)", mode, median(other)/median(poll), len(poll), strings.Join(each, ", "))
 	}
+}
+
+// printIdle prints the idle runs with their commands, and the verdicts
+// against the issue's targets.
+func printIdle(p func(string, ...any), runs []timingIdle) {
+	if len(runs) == 0 {
+		return
+	}
 	p("   idle: all %d scanners at their default intervals, %d empty flow partitions", len(ffScanners), 256)
-	for _, run := range r.Idle {
+	for _, run := range runs {
 		var names []string
 		for k := range run.ByCommand {
 			names = append(names, k)
@@ -714,36 +742,23 @@ func (r *timingResult) print(w io.Writer) {
 		p("     %-16s %-9s %7.1f commands/s over %s (events on: %v) (%s)", run.Target, run.Mode, run.rate(),
 			run.Window.Round(100*time.Millisecond), run.EventsOn, strings.Join(parts, ", "))
 	}
-	for _, run := range r.Idle {
+	for _, run := range runs {
 		if run.Target == "3-master cluster" && run.Mode == "due-time" {
 			p("     cluster, events on: %.1f commands/s (target <= 100: %s)", run.rate(), verdict(run.rate() <= 100))
 		}
 	}
 	var one [2]float64
-	for _, run := range r.Idle {
+	for _, run := range runs {
 		if run.Target == "one node" {
-			if run.Mode == "polling" {
+			switch run.Mode {
+			case "polling":
 				one[0] = run.rate()
-			} else {
+			case "due-time":
 				one[1] = run.rate()
 			}
 		}
 	}
-	if one[0] > 0 {
+	if one[0] > 0 && one[1] > 0 {
 		p("     one node: due-time %.1f vs polling %.1f commands/s (target no higher: %s)", one[1], one[0], verdict(one[1] <= one[0]))
 	}
-	for _, n := range r.Notes {
-		p("   %s", n)
-	}
-}
-
-// median is the middle value of xs (the mean of the two middle ones for an
-// even count).
-func median(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
