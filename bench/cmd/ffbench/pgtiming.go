@@ -238,19 +238,8 @@ func (r *pgTimingResult) print(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("11b. PG TIMING (issue 34, item 4): the host binary serving PostgreSQL %s alone, in polling mode", r.Server)
 	p("    (scheduler.wakeups false) and with due-time wake-ups (the default), side by side; due -> the action's commit")
-	show := func(title, unit string, runs []latencyRun) {
-		p("   %s", title)
-		for _, run := range runs {
-			p("     %-9s %5d %s: %s; unhandled %d; load %s", run.Mode, run.Items, unit, run.Latency, run.Unmarked, run.Load)
-		}
-		for _, run := range runs {
-			if run.Mode == "due-time" {
-				p("     due-time p99 %s (target <= 100 ms: %s)", measure.Ms(run.Latency.P99), verdict(run.Unmarked == 0 && run.Latency.P99 <= 100*time.Millisecond))
-			}
-		}
-	}
-	show(fmt.Sprintf("due -> promoted: delayed executions due %s..%s after they were written, pg_delayed_promoter at %s",
-		r.PromoteLead, r.PromoteLead+r.Spread, r.PromoteInterval), "executions", r.Promote)
-	show(fmt.Sprintf("expiry -> expired: attempt leases lapsing %s..%s after they were written, pg_attempt_timeout at %s",
-		r.ExpireLead, r.ExpireLead+r.ExpireSpread, r.ExpireInterval), "leases", r.Expire)
+	printLatencies(p, fmt.Sprintf("due -> promoted: delayed executions due %s..%s after they were written, pg_delayed_promoter at %s",
+		r.PromoteLead, r.PromoteLead+r.Spread, r.PromoteInterval), "executions", "unhandled", r.Promote)
+	printLatencies(p, fmt.Sprintf("expiry -> expired: attempt leases lapsing %s..%s after they were written, pg_attempt_timeout at %s",
+		r.ExpireLead, r.ExpireLead+r.ExpireSpread, r.ExpireInterval), "leases", "unhandled", r.Expire)
 }
