@@ -102,9 +102,11 @@ func pgExec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 // and scanned its partition alone.
 func TestPostgresWakeupActsAtTheDueTime(t *testing.T) {
 	t.Parallel()
-	// What is planted falls due this long after it is planted: time
-	// enough for the first sweep to read it not due yet.
-	const ahead = 2000
+	// What is planted falls due this long after it is planted (ms, on
+	// the database's real clock, which no test can advance): time enough
+	// for the first sweep to read it not due yet on a loaded machine,
+	// where starting the runner and its first sweep can take seconds.
+	const ahead = 6000
 	for _, c := range []struct {
 		name  string
 		s     func() scannerapi.Scanner

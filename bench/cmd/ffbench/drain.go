@@ -541,11 +541,11 @@ func (rd *rawDrain) send(ctx context.Context, cmds valkey.Commands) {
 
 // pass is one pass over every partition's due range at the server's time.
 func (rd *rawDrain) pass(ctx context.Context) error {
-	tm, err := rd.c.Do(ctx, rd.c.B().Time().Build()).AsIntSlice()
-	if err != nil || len(tm) != 2 {
-		return fmt.Errorf("TIME: %v", err)
+	ms, err := serverMs(ctx, rd.c)
+	if err != nil {
+		return err
 	}
-	now := strconv.FormatInt(tm[0]*1000+tm[1]/1000, 10)
+	now := strconv.FormatInt(ms, 10)
 	zrange := func(p keys.Partition) valkey.Completed {
 		return rd.c.B().Zrange().Key(keys.FlowPart(p).LeaseExpiry()).Min("-inf").Max(now).Byscore().Build()
 	}

@@ -344,18 +344,13 @@ func attemptTimeoutDues(ctx context.Context, c valkey.Client, ids []keys.Executi
 	return dues, nil
 }
 
-// serverMs is the server's clock in Unix milliseconds.
+// serverMs is the server's clock (TIME) in Unix milliseconds.
 func serverMs(ctx context.Context, c valkey.Client) (int64, error) {
-	t, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
-	if err != nil || len(t) != 2 {
-		return 0, fmt.Errorf("TIME: %v %w", t, err)
+	tm, err := c.Do(ctx, c.B().Time().Build()).AsIntSlice()
+	if err != nil || len(tm) != 2 {
+		return 0, fmt.Errorf("TIME: %v %w", tm, err)
 	}
-	sec, err1 := strconv.ParseInt(t[0], 10, 64)
-	usec, err2 := strconv.ParseInt(t[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("TIME: unexpected reply %v", t)
-	}
-	return sec*1000 + usec/1000, nil
+	return tm[0]*1000 + tm[1]/1000, nil
 }
 
 // latencyFrom returns the distribution of the core's field (a millisecond
