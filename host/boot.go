@@ -18,6 +18,7 @@ import (
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/lua"
 )
 
@@ -40,7 +41,8 @@ func BootReadOnly(ctx context.Context, cfg *config.Config, log hclog.Logger) (*H
 }
 
 func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnly bool) (*Host, error) {
-	h := &Host{cfg: cfg, log: log, clk: clock.Real(), met: metrics.New(), epoch: scheduler.NewStoreEpoch(), readOnly: readOnly}
+	h := &Host{cfg: cfg, log: log, clk: clock.Real(), met: metrics.New(), epoch: scheduler.NewStoreEpoch(), readOnly: readOnly,
+		launches: supervisor.NewLaunchGate(0)}
 	h.started = h.clk.Now()
 	h.reloads.loadedAt = h.started
 	for _, step := range []func(context.Context, *config.Config) error{h.connect, h.connectPostgres, h.prepareKeyspace, h.build} {

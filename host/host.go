@@ -50,6 +50,7 @@ import (
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/sharing"
+	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
@@ -95,6 +96,9 @@ type Host struct {
 	epoch *scheduler.StoreEpoch
 	nodes *scheduler.NodeMap
 	cat   *catalog.Catalog
+	// launches bounds the plugin launches under way at once, for every
+	// scanner of this host (supervisor.LaunchGate).
+	launches *supervisor.LaunchGate
 	// approvals admits each launch's declared policy (restart keys, so
 	// fixed for the host's life).
 	approvals *policy.Store

@@ -43,6 +43,7 @@ type Metrics struct {
 	callbackCommands *prometheus.CounterVec
 	callbackRefused  *prometheus.CounterVec
 	swaps            *prometheus.CounterVec
+	launches         *prometheus.HistogramVec
 	configReloads    *prometheus.CounterVec
 
 	mu    sync.Mutex
@@ -103,6 +104,13 @@ func New() *Metrics {
 	m.swaps = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ffscan_plugin_swaps_total", Help: "Hot swap requests by outcome: swapped, kept (probation passed), rolled_back, failed, reconfigured (options applied in place), started (launched a stopped plugin).",
 	}, []string{"scanner", "outcome"})
+	m.launches = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ffscan_plugin_launch_duration_seconds",
+		Help: "Time from a launch's start (once the launch gate admits it) until the plugin runs configured, by scanner: against supervisor.start_timeout.",
+		// Up to the default start timeout and beyond: a tail near it
+		// is what the timeout would cut.
+		Buckets: []float64{.025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, s)
 	m.configReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ffscan_config_reloads_total", Help: "Configuration reloads by outcome: applied or refused (the running configuration stayed).",
 	}, []string{"outcome"})
@@ -111,7 +119,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.cycleDuration, m.cycles, m.lastCycle, m.processed, m.skipped, m.errors, m.partitions,
 		m.backlog, m.lag, m.restarts, m.pluginUp, m.rpcLatency,
-		m.callbackCommands, m.callbackRefused, m.swaps, m.configReloads,
+		m.callbackCommands, m.callbackRefused, m.swaps, m.launches, m.configReloads,
 	)
 	return m
 }
@@ -179,6 +187,11 @@ func (m *Metrics) Lag(scanner string, d time.Duration) {
 
 // Restart counts a plugin restart.
 func (m *Metrics) Restart(scanner string) { m.restarts.WithLabelValues(scanner).Inc() }
+
+// Launched observes one successful plugin launch.
+func (m *Metrics) Launched(scanner string, d time.Duration) {
+	m.launches.WithLabelValues(scanner).Observe(d.Seconds())
+}
 
 // PluginUp sets the plugin-up gauge.
 func (m *Metrics) PluginUp(scanner string, up bool) {

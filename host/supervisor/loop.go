@@ -60,13 +60,23 @@ func (s *Supervisor) supervise(ctx context.Context) {
 	}
 }
 
-// start launches one instance with l, bounded by StartTimeout.
+// start launches one instance with l once the launch gate admits it,
+// bounded by StartTimeout from then on.
 func (s *Supervisor) start(ctx context.Context, l Launcher) (*slot, error) {
+	release, err := s.cfg.Launches.acquire(ctx)
+	if err != nil {
+		return &slot{}, err
+	}
+	t0 := s.clk.Now()
 	lctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	inst, meta, err := l.Launch(lctx)
 	cancel()
+	release()
 	if err != nil {
 		return &slot{meta: meta}, err
+	}
+	if lr, ok := s.rec.(LaunchRecorder); ok {
+		lr.Launched(s.cfg.Name, s.since(t0))
 	}
 	if ctx.Err() != nil {
 		inst.Kill() // stopped while launching

@@ -109,6 +109,12 @@ type Recorder interface {
 	PluginUp(scanner string, up bool)
 }
 
+// LaunchRecorder is implemented by recorders that observe how long each
+// successful launch took (from its slot in the launch gate).
+type LaunchRecorder interface {
+	Launched(scanner string, d time.Duration)
+}
+
 // SwapRecorder is implemented by recorders that count swaps by outcome.
 type SwapRecorder interface {
 	Swap(scanner string, outcome SwapOutcome)
@@ -148,8 +154,13 @@ type Config struct {
 	// FailedPings in a row that count as a crash: one slow answer under
 	// load should not cost a restart.
 	FailedPings int
-	// StartTimeout bounds one launch.
+	// StartTimeout bounds one launch, from the moment it holds a slot of
+	// Launches.
 	StartTimeout time.Duration
+	// Launches, when set, is shared by the supervisors of one host and
+	// bounds how many of their launches run at once (LaunchGate). Nil:
+	// no bound.
+	Launches *LaunchGate
 	// BackoffMin and BackoffMax bound the restart delay.
 	BackoffMin, BackoffMax time.Duration
 	// CrashLoopCount failures within CrashLoopWindow trip the breaker.

@@ -63,6 +63,9 @@ type Deps struct {
 	Logger hclog.Logger
 	// Changes, when set, is told of every change of a unit's status.
 	Changes *service.Changes
+	// Launches bounds the launches of all the host's scanners at once
+	// (nil: no bound).
+	Launches *supervisor.LaunchGate
 }
 
 // Settings are the host-wide settings a unit is built with: the
@@ -151,6 +154,7 @@ func (d Deps) newUnit(s Settings, name string, sc config.Scanner) *Unit {
 		Name:           name,
 		HealthInterval: s.Supervisor.HealthInterval,
 		StartTimeout:   s.Supervisor.StartTimeout,
+		Launches:       d.Launches,
 		SwapProbation:  s.Supervisor.SwapProbation,
 		DrainTimeout:   s.Scheduler.CallTimeout + drainMargin,
 		Clock:          d.Clock,
