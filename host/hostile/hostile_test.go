@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, mode := range []string{"plain", "longpattern"} {
+		for _, mode := range []string{"plain", "longpattern", "startup"} {
 			if err := build(mode); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -196,7 +196,8 @@ func TestPluginHasNoCapabilities(t *testing.T) {
 	for _, r := range res {
 		require.NoError(t, r.Err)
 		assert.Contains(t, r.Isolation, "TCP bind and connect denied", r.Binary)
-		assert.Contains(t, r.Isolation, "no new processes, no sockets but unix ones (seccomp); no capabilities", r.Binary)
+		assert.Contains(t, r.Isolation, "confined in its own process", r.Binary)
+		assert.Contains(t, r.Isolation, "no capabilities; seccomp allow-list: no new processes, no sockets but unix ones", r.Binary)
 	}
 }
 
@@ -266,6 +267,12 @@ type hostProcess struct {
 // hold dies of it here, rather than taking the machine's memory.
 func startHost(t *testing.T, addr string, budget int, dataLimit uint64, extra string) *hostProcess {
 	t.Helper()
+	return startHostOf(t, "plain", addr, budget, dataLimit, extra)
+}
+
+// startHostOf is startHost with the hostile plugin of mode.
+func startHostOf(t *testing.T, mode, addr string, budget int, dataLimit uint64, extra string) *hostProcess {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`valkey:
   addrs: [%q]
@@ -285,7 +292,7 @@ scanners:
     plugin: hostile
     interval: 100ms
     options: {report: list}
-`, addr, filepath.Join(binDir, "plain"), filepath.Join(dir, "approvals.json"), filepath.Join(dir, "admin-token"), budget) + extra
+`, addr, filepath.Join(binDir, mode), filepath.Join(dir, "approvals.json"), filepath.Join(dir, "admin-token"), budget) + extra
 	path := filepath.Join(dir, "ffscan.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	cmd := exec.Command(filepath.Join(binDir, "ffscan"), "run", "--config", path)
@@ -301,6 +308,8 @@ scanners:
 	require.NoError(t, unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_DATA, &lim, nil))
 	h := &hostProcess{t: t, cmd: cmd, logs: logs}
 	t.Cleanup(func() {
+		// A host a plugin stopped (SIGSTOP) would never see the SIGTERM.
+		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		if t.Failed() {

@@ -16,7 +16,16 @@ const AuditArch = auditArch
 // on one syscall: number nr of architecture arch with args, and returns
 // the filter's action (SECCOMP_RET_*, with the errno in its low bits).
 func SeccompVerdict(nr uint32, arch uint32, args [6]uint64) (uint32, error) {
-	insts, err := processFilter()
+	return SeccompVerdictFor(SeccompTestPid, nr, arch, args)
+}
+
+// SeccompTestPid is the pid SeccompVerdict builds the filter for.
+const SeccompTestPid = 4242
+
+// SeccompVerdictFor is SeccompVerdict for the filter of a plugin whose
+// pid is pid.
+func SeccompVerdictFor(pid int, nr uint32, arch uint32, args [6]uint64) (uint32, error) {
+	insts, err := processFilter(pid, false)
 	if err != nil {
 		return 0, err
 	}

@@ -152,6 +152,12 @@ func prepare(cfg LaunchConfig) (*launch, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("pluginhost: LaunchConfig.Path is empty")
 	}
+	// Before any plugin runs: a plugin may attack the program that
+	// launches it from its first instruction on (ptrace, /proc/<pid>/mem),
+	// while that program reads its Info.
+	if err := ProtectHostProcess(); err != nil {
+		return nil, fmt.Errorf("pluginhost: make this process non-dumpable before launching a plugin: %w", err)
+	}
 	path, err := filepath.Abs(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("pluginhost: plugin path %q: %w", cfg.Path, err)
@@ -235,6 +241,7 @@ func (l *launch) runner(log hclog.Logger, spec *exec.Cmd, socketDir string) (run
 		return nil, err
 	}
 	r.isolation = l.cfg.Isolation
+	r.connect = l.cfg.CallbackPath != CallbackSocket
 	r.memoryLimit = l.cfg.MemoryLimit
 	r.readOnly = append([]string{l.path}, sandboxReadOnly...)
 	r.readWrite = append([]string{socketDir}, sandboxReadWrite...)
@@ -254,7 +261,7 @@ func (l *launch) command(spec *exec.Cmd, socketDir string) *exec.Cmd {
 		cmd.Env = append(cmd.Env, "TMPDIR="+socketDir)
 	}
 	if n := l.cfg.MemoryLimit; n > 0 {
-		cmd.Env = append(cmd.Env, memoryLimitEnv+"="+strconv.FormatInt(n, 10), "GOMEMLIMIT="+strconv.FormatInt(n/10*9, 10))
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+strconv.FormatInt(n/10*9, 10))
 	}
 	cmd.SysProcAttr = pluginProcAttr()
 	if l.cbPlugin != nil {

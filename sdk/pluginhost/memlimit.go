@@ -7,12 +7,9 @@ import (
 	"sync/atomic"
 )
 
-// trampolinePath is the program a confined plugin is started through,
-// where it is (seccomp_linux.go): the launching program itself.
+// trampolinePath is the program a confined plugin is started through
+// (trampoline_linux.go): the launching program itself.
 const trampolinePath = "/proc/self/exe"
-
-// memoryLimitEnv carries LaunchConfig.MemoryLimit to the trampoline.
-const memoryLimitEnv = "FFSCAN_SANDBOX_MEMORY"
 
 // outOfMemory is what the Go runtime prints when it cannot map memory
 // (under RLIMIT_DATA: "fatal error: runtime: out of memory" or "fatal

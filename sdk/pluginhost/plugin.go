@@ -84,7 +84,10 @@ func (p *Plugin) Isolation() string {
 // ProtectHostProcess makes the calling process non-dumpable on Linux:
 // other processes of its user, plugins among them, can then read neither
 // its memory nor /proc/<pid>/environ (where Valkey credentials given in
-// the environment live). A host that launches plugins calls it at start.
+// the environment live), nor ptrace it. Launch calls it before it starts
+// any plugin, so every program that launches one (the host, and the CLI
+// commands that only read a plugin's Info) is protected from the first
+// plugin on; a host may call it earlier.
 func ProtectHostProcess() error { return makeNonDumpable() }
 
 // APIVersion is the contract version negotiated in the handshake.

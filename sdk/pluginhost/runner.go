@@ -31,6 +31,9 @@ type procRunner struct {
 	// the paths below; isolated says what was enforced.
 	isolation           Isolation
 	readOnly, readWrite []string
+	// connect lets the confined plugin connect() (older plugins' callback
+	// paths, which dial the host's broker).
+	connect bool
 	isolated            string
 	// memoryLimit bounds the process's data (LaunchConfig.MemoryLimit);
 	// oom watches its stderr for the Go runtime running out of memory.
@@ -62,7 +65,7 @@ func (r *procRunner) Start(context.Context) error {
 		err = r.cmd.Start()
 	} else {
 		var desc string
-		desc, err = startConfined(r.cmd, r.isolation, r.readOnly, r.readWrite, r.exited)
+		desc, err = startConfined(r.cmd, r.isolation, r.readOnly, r.readWrite, r.memoryLimit, r.connect)
 		r.mu.Lock()
 		r.isolated = desc
 		r.mu.Unlock()

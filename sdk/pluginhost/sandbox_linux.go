@@ -3,27 +3,26 @@ package pluginhost
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"runtime"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// startConfined starts cmd from an OS thread confined with Landlock (and
-// no_new_privs), so that the child inherits the confinement through exec.
-// Landlock applies to the calling thread and what it starts; the host
-// keeps its other threads free. The thread is kept, parked, until the
-// plugin exits: Pdeathsig fires when the thread that started the child
-// ends. The Go runtime does not create new threads from a locked thread
-// (it uses a clean template thread), so the confinement stays on this
-// one.
+// startConfined starts cmd confined: through the trampoline
+// (trampoline_linux.go), this very program started with the plugin's
+// confinement in its environment, which applies it to itself (Landlock,
+// no_new_privs, no capabilities, the seccomp allow-list, the memory
+// limit) and then execs the plugin, which inherits all of it. Nothing
+// of the host is confined: no thread of the host ever joins the
+// plugin's Landlock domain, so the plugin can signal none of them.
 //
-// It returns a description of what was enforced, or, with IsolationAuto on
-// a kernel without Landlock, starts cmd unconfined and says why.
-func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, exited <-chan struct{}) (string, error) {
+// It returns what is enforced, or, with IsolationAuto on a kernel
+// without Landlock (or one too old to deny TCP), starts cmd unconfined
+// and says why. What the description promises is what the trampoline
+// enforces or it refuses to exec (exit status trampolineExit, the
+// reason on stderr): the ABI is decided here and checked there.
+func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, memoryLimit int64, connect bool) (string, error) {
 	abi, err := landlockABI()
 	if err != nil || abi < 4 {
 		why := "Landlock is not available"
@@ -40,62 +39,18 @@ func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, 
 		}
 		return "none (" + why + ")", nil
 	}
-	noProcs := seccompAvailable()
-	if noProcs {
-		// Through the trampoline (seccomp_linux.go): this very program,
-		// which /proc/self/exe names in the child even when its file was
-		// replaced since, installs the filter and execs the plugin.
-		cmd.Env = append(cmd.Env, seccompExecEnv+"="+cmd.Path)
-		cmd.Path = trampolinePath
-		// Opened here, the rule names this program's own file.
-		readOnly = append(readOnly, trampolinePath)
+	spec := sandboxSpec{Exec: cmd.Path, ABI: abi, ReadOnly: readOnly, ReadWrite: readWrite,
+		Seccomp: seccompAvailable(), Connect: connect, Memory: memoryLimit}
+	env, err := spec.env()
+	if err != nil {
+		return "", err
 	}
-	type started struct {
-		desc string
-		err  error
+	cmd.Env = append(cmd.Env, env)
+	cmd.Path = trampolinePath
+	if err := cmd.Start(); err != nil {
+		return "", err
 	}
-	ch := make(chan started, 1)
-	go onLockedThread(func() {
-		// The thread carries the confinement: it is never unlocked, and
-		// ends with this function, once the plugin has exited.
-		desc, err := confineThread(abi, readOnly, readWrite)
-		if err == nil {
-			err = cmd.Start()
-		}
-		if noProcs {
-			desc += "; " + seccompDesc + "; " + capsDesc
-		} else {
-			desc += "; may start processes and open sockets other than TCP (the kernel offers no seccomp filter)"
-		}
-		ch <- started{desc, err}
-		if err == nil {
-			<-exited
-		}
-	})
-	s := <-ch
-	return s.desc, s.err
-}
-
-// onLockedThread runs f locked to an OS thread that is not the process's
-// main thread. The main thread is the one other processes address by the
-// host's pid: confined, it would share the plugin's Landlock domain, and
-// the plugin could then signal the host. A goroutine that finds itself
-// on the main thread keeps it locked while it starts f on another (which
-// therefore cannot be the main thread), then lets it go unconfined.
-func onLockedThread(f func()) {
-	runtime.LockOSThread()
-	if unix.Gettid() != unix.Getpid() {
-		f()
-		return
-	}
-	ready := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		close(ready)
-		f()
-	}()
-	<-ready
-	runtime.UnlockOSThread()
+	return spec.describe(), nil
 }
 
 func landlockABI() (int, error) {
@@ -129,14 +84,13 @@ func fsRights(abi int) uint64 {
 const fileRights = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_READ_FILE |
 	unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
 
-// confineThread sets no_new_privs and a Landlock domain on the calling
-// thread: every filesystem access is denied but reads under readOnly and
-// anything under readWrite; TCP bind and connect are denied; from ABI 6,
-// abstract unix sockets and signals outside the domain are too.
-func confineThread(abi int, readOnly, readWrite []string) (string, error) {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return "", fmt.Errorf("no_new_privs: %w", err)
-	}
+// restrictSelf puts the calling thread (the trampoline's, which then
+// execs the plugin) in a new Landlock domain of ABI abi: every filesystem
+// access is denied but reads under readOnly and anything under
+// readWrite; TCP bind and connect are denied; from ABI 6, abstract unix
+// sockets and signals outside the domain are too. no_new_privs must be
+// set.
+func restrictSelf(abi int, readOnly, readWrite []string) error {
 	handled := fsRights(abi)
 	attr := unix.LandlockRulesetAttr{
 		Access_fs:  handled,
@@ -151,61 +105,50 @@ func confineThread(abi int, readOnly, readWrite []string) (string, error) {
 	}
 	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
 	if errno != 0 {
-		return "", fmt.Errorf("landlock_create_ruleset: %w", errno)
+		return fmt.Errorf("landlock_create_ruleset: %w", errno)
 	}
 	defer unix.Close(int(fd))
 	read := uint64(unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR)
-	nr, nw := 0, 0
 	for _, set := range []struct {
 		paths  []string
 		rights uint64
-		n      *int
-	}{{readOnly, read, &nr}, {readWrite, handled, &nw}} {
+	}{{readOnly, read}, {readWrite, handled}} {
 		for _, p := range set.paths {
-			ok, err := addPathRule(int(fd), p, set.rights&handled)
-			if err != nil {
-				return "", err
-			}
-			if ok {
-				*set.n++
+			if err := addPathRule(int(fd), p, set.rights&handled); err != nil {
+				return err
 			}
 		}
 	}
 	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
-		return "", fmt.Errorf("landlock_restrict_self: %w", errno)
+		return fmt.Errorf("landlock_restrict_self: %w", errno)
 	}
-	desc := []string{fmt.Sprintf("landlock ABI %d", abi), fmt.Sprintf("files: read %d paths, write %d", nr, nw), "TCP bind and connect denied"}
-	if scoped {
-		desc = append(desc, "abstract sockets and signals scoped")
-	}
-	desc = append(desc, "no_new_privs")
-	return strings.Join(desc, "; "), nil
+	return nil
 }
 
 // addPathRule allows rights beneath path; a path that does not exist is
-// skipped (ok false).
-func addPathRule(rulesetFD int, path string, rights uint64) (bool, error) {
+// skipped (the host left out those it did not find, existingPaths).
+func addPathRule(rulesetFD int, path string, rights uint64) error {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
-		return false, nil
+		return nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("landlock rule for %s: %w", path, err)
+		return fmt.Errorf("landlock rule for %s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	fi, err := os.Stat(path)
-	if err != nil {
-		return false, fmt.Errorf("landlock rule for %s: %w", path, err)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("landlock rule for %s: %w", path, err)
 	}
-	if !fi.IsDir() {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		rights &= fileRights
 	}
 	rule := unix.LandlockPathBeneathAttr{Allowed_access: rights, Parent_fd: int32(fd)}
 	if _, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rulesetFD), unix.LANDLOCK_RULE_PATH_BENEATH,
 		uintptr(unsafe.Pointer(&rule)), 0, 0, 0); errno != 0 {
-		return false, fmt.Errorf("landlock rule for %s: %w", path, errno)
+		return fmt.Errorf("landlock rule for %s: %w", path, errno)
 	}
-	return true, nil
+	return nil
 }
 
 // makeNonDumpable keeps other processes of the same user (plugins among

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 )
 
-func startConfined(cmd *exec.Cmd, mode Isolation, _, _ []string, _ <-chan struct{}) (string, error) {
+func startConfined(cmd *exec.Cmd, mode Isolation, _, _ []string, _ int64, _ bool) (string, error) {
 	if mode == IsolationRequired {
 		return "", errors.New("isolation is required but only Linux (Landlock) offers it")
 	}

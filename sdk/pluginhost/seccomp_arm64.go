@@ -6,5 +6,6 @@ import "golang.org/x/sys/unix"
 
 const auditArch = unix.AUDIT_ARCH_AARCH64
 
-// forkSyscalls: arm64 has no fork or vfork; clone and clone3 are all.
-var forkSyscalls = []string{}
+// archSyscalls: arm64 has only the *at and p* forms, all listed in
+// allowedSyscalls.
+var archSyscalls = []string{}

@@ -2,8 +2,7 @@
 
 package pluginhost
 
-// seccompExecEnv is unused where no seccomp filter is installed.
-const seccompExecEnv = "FFSCAN_SANDBOX_EXEC"
+import "errors"
 
 // seccompAvailable: the seccomp filter is built for Linux on amd64 and
 // arm64 only.
@@ -11,5 +10,4 @@ func seccompAvailable() bool { return false }
 
 const seccompDesc = ""
 
-// capsDesc: without the trampoline, capabilities are not dropped.
-const capsDesc = ""
+func installFilter(bool) error { return errors.New("no seccomp filter is built for this platform") }

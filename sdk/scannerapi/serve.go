@@ -221,7 +221,11 @@ func (s *pluginServer) chooseStream(req *pb.InfoRequest) error {
 }
 
 func (s *pluginServer) Info(_ context.Context, req *pb.InfoRequest) (*pb.InfoResponse, error) {
-	if id := req.GetCallbackBrokerId(); id != 0 {
+	// With the socket pair the host handed it, the plugin needs no other
+	// channel: it dials nothing. A confined plugin may not connect() to
+	// any socket (the host's sandbox refuses it), so only a host that
+	// offers no socket pair has it dial the broker.
+	if id := req.GetCallbackBrokerId(); id != 0 && req.GetCallbackFd() == 0 {
 		if err := s.connectCallbacks(id); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
@@ -320,7 +324,7 @@ func (h *pluginHost) Exec(ctx context.Context, cmds []Command) ([]Reply, error) 
 		return nil, nil
 	}
 	cb, stream := h.srv.callbacks()
-	if cb == nil {
+	if cb == nil && stream == nil {
 		return nil, fmt.Errorf("scannerapi: the host callback channel is not connected")
 	}
 	if stream != nil {

@@ -14,6 +14,7 @@
 // Modes (New):
 //
 //	longpattern  declare a 100 KB key pattern for GET
+//	startup      attack the host's threads at start-up (StartupAttack)
 package hostile
 
 import (
@@ -70,8 +71,18 @@ func (h *Scanner) Info() scannerapi.Info {
 		Functions: []string{"ff_register_worker", "otherapp_write"},
 		FunctionScopes: []scannerapi.FunctionScope{{Function: "ff_register_worker",
 			Patterns: []string{"ff:worker:*:alive", "ff:worker:*:caps", "ff:idx:*:workers"}}},
-		Options: []scannerapi.OptionSpec{{Name: "report", Type: scannerapi.OptionString, Default: "notes"}},
+		Options: h.options(),
 	}
+}
+
+// options are the scanner's options; in mode startup, the outcome of the
+// attacks made at start-up (StartupAttack) is the default of one.
+func (h *Scanner) options() []scannerapi.OptionSpec {
+	opts := []scannerapi.OptionSpec{{Name: "report", Type: scannerapi.OptionString, Default: "notes"}}
+	if h.mode == "startup" {
+		opts = append(opts, scannerapi.OptionSpec{Name: "startup", Type: scannerapi.OptionString, Default: startupText()})
+	}
+	return opts
 }
 
 // Configure implements scannerapi.Scanner.
@@ -213,6 +224,9 @@ func attack(ctx context.Context, host scannerapi.Host, name, arg string) error {
 		}
 		return tally(rs)
 	default:
+		if err, ok := escape(name, arg); ok {
+			return err
+		}
 		return fmt.Errorf("unknown attack %q", name)
 	}
 }

@@ -12,4 +12,9 @@ import (
 
 var mode = ""
 
-func main() { scannerapi.Serve(hostile.New(mode)) }
+func main() {
+	if mode == "startup" {
+		hostile.StartupAttack()
+	}
+	scannerapi.Serve(hostile.New(mode))
+}
