@@ -136,4 +136,3 @@ func TestPluginSyscallsOutsideTheAllowListAreRefused(t *testing.T) {
 		assert.True(t, strings.Contains(got[at], "operation not permitted"), "%s: want EPERM, got %q", at, got[at])
 	}
 }
-

@@ -33,8 +33,8 @@ type procRunner struct {
 	readOnly, readWrite []string
 	// connect lets the confined plugin connect() (older plugins' callback
 	// paths, which dial the host's broker).
-	connect bool
-	isolated            string
+	connect  bool
+	isolated string
 	// memoryLimit bounds the process's data (LaunchConfig.MemoryLimit);
 	// oom watches its stderr for the Go runtime running out of memory.
 	memoryLimit int64
