@@ -18,11 +18,13 @@ each_module = for m in $(MODULES); do echo "($$m) $(GO) $(1)"; (cd $$m && $(GO) 
 # so a long package of one module overlaps the others instead of waiting
 # for its module's turn.
 ALL_PKGS  := ./... $(foreach m,$(filter-out .,$(MODULES)),github.com/ffscan/ffscan/$(m)/...)
-# TEST_P is how many test packages run at once. Most of a package's test
-# time is spent waiting on servers and plugin subprocesses, not on the CPU,
-# so twice the core count keeps a 2-core machine busy (84 s -> 52 s for the
-# package tests on one).
-TEST_P    ?= 4
+# TEST_P is how many test packages run at once: one per CPU. A test
+# package starts its own servers and plugin processes, and those are what
+# compete for the CPU: four packages at once on 2 cores (the earlier
+# setting, faster on a quiet machine) left plugin launches and failovers
+# starved on a fresh or busy one, and the suite failed there (issue 46).
+NPROC     := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+TEST_P    ?= $(NPROC)
 # RENAMED_PLUGINS are binary names ffscan's plugins had before: a bin/
 # from an earlier build would hold them beside their new names, and two
 # binaries declaring one scanner make the host refuse to choose.

@@ -343,11 +343,15 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 // the victim's slots are still unserved, and the host's calls on it were
 // given a long deadline, so only the dispatch's isolation can explain it.
 func TestClusterKillDuringFCallsDelaysNoOtherMaster(t *testing.T) {
-	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 6 * time.Second})
+	// The node timeout is the window the healthy masters' leases must
+	// all be marked in (the failover starts when it passes): long enough
+	// for a machine busy with other work to mark a thousand leases, since
+	// what is checked is the order (before the failover), not the speed.
+	cl := testserver.NewClusterWith(t, testserver.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: 20 * time.Second})
 	c := cl.Client(t)
 	cfg := testConfig(t, cl.Nodes[0].Addr, config.Scanner{Plugin: "leaseexpiry", Interval: failoverInterval})
 	cfg.Valkey.Cluster = "auto"
-	cfg.Scheduler.CallTimeout = 30 * time.Second
+	cfg.Scheduler.CallTimeout = 60 * time.Second
 	cfg.Scanners = map[string]config.Scanner{"lease_expiry": cfg.Scanners["hostwork"]}
 	h, _ := running(t, cfg)
 	waitFor(t, h, 30*time.Second, "", func() bool { return leaseStatus(h).Cycle >= 1 })

@@ -129,9 +129,13 @@ func running(t *testing.T, cfg *config.Config, setup ...func(*Host)) (h *Host, s
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	// Run's error is checked by stop, in the test's time: an assertion
+	// made by this goroutine after the test ended would panic the whole
+	// package's run.
+	var runErr error
 	go func() {
 		defer close(done)
-		assert.NoError(t, h.Run(ctx))
+		runErr = h.Run(ctx)
 	}()
 	var stopped bool
 	var took time.Duration
@@ -144,6 +148,7 @@ func running(t *testing.T, cfg *config.Config, setup ...func(*Host)) (h *Host, s
 		cancel()
 		select {
 		case <-done:
+			assert.NoError(t, runErr, "Run")
 		case <-time.After(cfg.ShutdownTimeout + 5*time.Second):
 			t.Error("Run did not return after the shutdown timeout")
 		}
