@@ -19,15 +19,16 @@ import (
 // message of at most MaxBatchBytes (wire.MaxMsgSize), but decoding costs
 // more than its bytes: a string header per argument, which takes one or
 // two bytes on the wire. The host refuses a batch past these bounds
-// before it decodes it (codec.Limits, and the callback server's message
-// check), and its callbacks hold linked scanners to the same.
+// before it decodes it (codec.Limits, and wire.CheckFields on every
+// message from a plugin), and its callbacks hold linked scanners to the
+// same.
 const (
 	// MaxBatchCommands bounds one batch's commands: a scanner batches a
 	// partition's work, far below it.
-	MaxBatchCommands = 10000
+	MaxBatchCommands = wire.MaxBatchCommands
 	// MaxBatchArgs bounds one batch's arguments, all commands together:
 	// 16 MiB of string headers decoded at most.
-	MaxBatchArgs = 1 << 20
+	MaxBatchArgs = wire.MaxBatchArgs
 	// MaxBatchBytes bounds one batch's message (and so its arguments'
 	// bytes).
 	MaxBatchBytes = wire.MaxMsgSize
