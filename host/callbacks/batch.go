@@ -2,7 +2,6 @@ package callbacks
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 
 	"github.com/valkey-io/valkey-go"
@@ -175,8 +174,8 @@ func (s *Service) exec(ctx context.Context, scanner string, pol Policy, cmds []s
 
 // run runs a batch and gives out one reply per command, in order.
 func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []scannerapi.Command, out replyOut) error {
-	if len(cmds) > MaxBatch {
-		return fmt.Errorf("callbacks: batch of %d commands exceeds the limit of %d", len(cmds), MaxBatch)
+	if err := checkBatch(cmds); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -202,4 +203,159 @@ func TestReplyBudgetIsSharedByBatchesInFlight(t *testing.T) {
 	assert.True(t, unbounded.add(1<<40))
 	unbounded.release()
 	assert.Equal(t, int64(0), sp.replies.Load())
+}
+
+// One command can repeat what it reads: an MGET of one 1 MB key 600
+// times made the host read 600 MB against a 64 MiB budget (it was read
+// alone, unmeasured, past 256 keys). Each distinct key or field is
+// measured once and counted as often as it is named, SRANDMEMBER's
+// negative count multiplies the whole set, and a range without a count
+// is bounded by the whole collection: each read past the budget is
+// refused unread, saying why, and the ones within it run.
+func TestBudgetCountsRepetition(t *testing.T) {
+	info := scannerapi.Info{Name: "rep", Commands: []string{"MGET", "HMGET", "SRANDMEMBER", "ZRANGE", "LRANGE", "XRANGE"}}
+	svc, client, rec := setup(t, info, false)
+	ctx := context.Background()
+	val := strings.Repeat("v", 100_000)
+	for _, c := range []scannerapi.Command{
+		{"SET", "ff:r:{fp:1}:s", val},
+		{"HSET", "ff:r:{fp:1}:h", "f", val},
+		{"SADD", "ff:r:{fp:1}:set", val},
+		{"XADD", "ff:r:{fp:1}:x", "*", "f", "v"},
+	} {
+		require.NoError(t, client.Do(ctx, client.B().Arbitrary(c...).Build()).Error())
+	}
+	zadd := client.B().Zadd().Key("ff:r:{fp:1}:z").ScoreMember()
+	for i := range 2000 { // a large (skiplist) sorted set: 1.2 MB of members
+		zadd = zadd.ScoreMember(float64(i), strings.Repeat("m", 600)+strconv.Itoa(i))
+	}
+	require.NoError(t, client.Do(ctx, zadd.Build()).Error())
+	svc.SetBudget(Budget{MaxReplyBytes: 1_000_000})
+	times := func(n int, cmd scannerapi.Command, arg string) scannerapi.Command {
+		for range n {
+			cmd = append(cmd, arg)
+		}
+		return cmd
+	}
+	var distinctKeys scannerapi.Command = scannerapi.Command{"MGET"}
+	for i := range maxValueProbes + 1 {
+		distinctKeys = append(distinctKeys, "ff:r:{fp:1}:k"+strconv.Itoa(i))
+	}
+	replies, err := svc.Exec(ctx, "rep", []scannerapi.Command{
+		times(600, scannerapi.Command{"MGET"}, "ff:r:{fp:1}:s"),
+		times(600, scannerapi.Command{"HMGET", "ff:r:{fp:1}:h"}, "f"),
+		{"SRANDMEMBER", "ff:r:{fp:1}:set", "-600"},
+		{"ZRANGE", "ff:r:{fp:1}:z", "0", "-1", "WITHSCORES"},
+		distinctKeys,
+		{"XRANGE", "ff:r:{fp:1}:x", "-", "+"},
+		times(5, scannerapi.Command{"MGET"}, "ff:r:{fp:1}:s"),                      // fits
+		{"SRANDMEMBER", "ff:r:{fp:1}:set", "-2"},                                   // fits
+		{"ZRANGE", "ff:r:{fp:1}:z", "0", "9"},                                      // counted: read alone
+		{"XRANGE", "ff:r:{fp:1}:x", "-", "+", "COUNT", "1"},                        // counted
+		times(maxValueProbes+1, scannerapi.Command{"HMGET", "ff:r:{fp:1}:h"}, "f"), // one distinct field
+	})
+	require.NoError(t, err)
+	assert.Contains(t, replies[0].Err, "refused: budget_reply_bytes: not read: its reply would take 60009616 bytes (600 keys, 1 distinct, one named 600 times: each time counted)")
+	assert.Contains(t, replies[1].Err, "refused: budget_reply_bytes: not read: its reply would take 60009616 bytes (600 fields, 1 distinct, one named 600 times")
+	assert.Contains(t, replies[2].Err, "refused: budget_reply_bytes: not read: its reply would take ")
+	assert.Contains(t, replies[2].Err, "(a count of -600 repeats members: 600 times the whole collection)")
+	assert.Contains(t, replies[3].Err, "refused: budget_reply_bytes: not read: its reply would take ", "2000 members bounded before they are read")
+	assert.Equal(t, "refused: reply_unbounded: MGET of 257 distinct keys: the host measures at most 256 before reading them; split it", replies[4].Err)
+	assert.Equal(t, "refused: reply_unbounded: XRANGE without COUNT: the host cannot bound a stream's range before reading it; give a COUNT", replies[5].Err)
+	require.Len(t, replies[6].Array, 5)
+	assert.Equal(t, val, replies[6].Array[4].Str)
+	require.Len(t, replies[7].Array, 2)
+	assert.Equal(t, val, replies[7].Array[1].Str)
+	assert.Equal(t, 10, len(replies[8].Array))
+	assert.Equal(t, 1, len(replies[9].Array))
+	assert.Contains(t, replies[10].Err, "refused: budget_reply_bytes: not read: its reply would take 25704128 bytes (257 fields, 1 distinct")
+	assert.Equal(t, 5, rec.refused[ReasonBudgetReply])
+	assert.Equal(t, 2, rec.refused[ReasonUnbounded])
+}
+
+// A range without a count on a collection that fits is read, bounded by
+// the whole collection first; the bound is never below what the reply
+// counts.
+func TestBudgetBoundsUncountedRanges(t *testing.T) {
+	info := scannerapi.Info{Name: "rng", Commands: []string{"ZRANGE", "LRANGE", "ZRANGEBYSCORE", "SRANDMEMBER"}}
+	svc, client, _ := setup(t, info, false)
+	ctx := context.Background()
+	for i := range 1000 {
+		require.NoError(t, client.Do(ctx, client.B().Zadd().Key("ff:q:{fp:1}:z").ScoreMember().ScoreMember(float64(i), strconv.Itoa(i)).Build()).Error())
+		require.NoError(t, client.Do(ctx, client.B().Rpush().Key("ff:q:{fp:1}:l").Element(strconv.Itoa(i)).Build()).Error())
+	}
+	require.NoError(t, client.Do(ctx, client.B().Sadd().Key("ff:q:{fp:1}:s").Member("a", "b", "c").Build()).Error())
+	svc.SetBudget(Budget{MaxReplyBytes: 10_000_000})
+	cmds := []scannerapi.Command{
+		{"ZRANGE", "ff:q:{fp:1}:z", "0", "-1", "WITHSCORES"},
+		{"LRANGE", "ff:q:{fp:1}:l", "0", "-1"},
+		{"ZRANGEBYSCORE", "ff:q:{fp:1}:z", "-inf", "+inf"},
+		{"SRANDMEMBER", "ff:q:{fp:1}:s", "-50"},
+		{"ZRANGE", "ff:q:{fp:1}:none", "0", "-1"},
+	}
+	sh := []rangeShape{{}, {}, {}, {counted: true, repeats: 50}, {}}
+	for i, c := range cmds {
+		o := op{name: c[0], rest: c[2:], read: readRange}
+		assert.Equal(t, sh[i], shapeOf(o), "%v", c)
+	}
+	replies, err := svc.Exec(ctx, "rng", cmds)
+	require.NoError(t, err)
+	assert.Equal(t, 1000, len(replies[0].Array), "member and score pairs")
+	assert.Equal(t, 1000, len(replies[1].Array))
+	assert.Equal(t, 1000, len(replies[2].Array))
+	assert.Equal(t, 50, len(replies[3].Array))
+	assert.Empty(t, replies[4].Array)
+	// Each reply within its bound: the bound is what the batch reserved,
+	// which a reply past it would have shown as a budget overrun. Check
+	// the bound directly too.
+	for i, c := range cmds[:4] {
+		o := svc.check(Policy{commands: map[string]bool{c[0]: true}}, c)
+		require.Nil(t, o.refused)
+		var res []valkey.ValkeyResult
+		for _, p := range svc.probes(o) {
+			res = append(res, client.Do(ctx, p))
+		}
+		bound, known := estimate(o, res)
+		require.True(t, known, "%v", c)
+		assert.GreaterOrEqual(t, bound, pluginhost.ReplySize(replies[i]), "%v: bound %d", c, bound)
+	}
+}
+
+// Arguments are bounded per command (a refusal; the batch's others run)
+// and per batch (the batch fails whole, before anything runs).
+func TestArgumentsAreBounded(t *testing.T) {
+	svc, client, rec := setup(t, testInfo, false)
+	ctx := context.Background()
+	wide := scannerapi.Command{"HSET", "ff:test:{fp:1}:w"}
+	for i := range MaxCommandArgs / 2 {
+		wide = append(wide, "f"+strconv.Itoa(i), "v")
+	}
+	replies, err := svc.Exec(ctx, "t", []scannerapi.Command{
+		wide,
+		{"HSET", "ff:test:{fp:1}:w", "big", strings.Repeat("b", MaxCommandBytes)},
+		{"HSET", "ff:test:{fp:1}:w", "a", "1"},
+	})
+	require.NoError(t, err)
+	assert.Contains(t, replies[0].Err, "refused: argument_bound: HSET with 4098 arguments of ")
+	assert.Contains(t, replies[0].Err, "; a command takes at most 4096 arguments of 16777216 bytes")
+	assert.Contains(t, replies[1].Err, "refused: argument_bound: HSET with 4 arguments of 16777239 bytes")
+	assert.Equal(t, int64(1), replies[2].Int)
+	assert.Equal(t, 2, rec.refused[ReasonArgBound])
+	n, err := client.Do(ctx, client.B().Hlen().Key("ff:test:{fp:1}:w").Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "only the small HSET ran")
+
+	var many []scannerapi.Command
+	for len(many)*4000 <= MaxBatchArgs {
+		many = append(many, make(scannerapi.Command, 4000))
+	}
+	_, err = svc.Exec(ctx, "t", many)
+	assert.ErrorContains(t, err, "callbacks: batch of 1052000 arguments of 0 bytes exceeds the limit of 1048576 arguments of 67108864 bytes")
+	var heavy []scannerapi.Command
+	value := strings.Repeat("h", 15<<20)
+	for range 5 {
+		heavy = append(heavy, scannerapi.Command{"HSET", "ff:test:{fp:1}:h", "f", value})
+	}
+	_, err = svc.Exec(ctx, "t", heavy)
+	assert.ErrorContains(t, err, "exceeds the limit of 1048576 arguments of 67108864 bytes")
 }

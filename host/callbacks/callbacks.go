@@ -33,8 +33,29 @@ import (
 )
 
 // MaxBatch bounds one Exec call. Plugins batch per partition; a batch far
-// beyond this is a bug that would otherwise pin host memory.
-const MaxBatch = 10000
+// beyond this is a bug that would otherwise pin host memory. It is the
+// bound a plugin's batch is decoded under (pluginhost.MaxBatchCommands).
+const MaxBatch = pluginhost.MaxBatchCommands
+
+// What one batch's arguments may make the host hold besides the batch
+// itself: the commands it builds from them, and what it sends. A plugin's
+// batch was decoded under pluginhost's bounds (MaxBatchArgs, and the
+// message size, pluginhost.MaxBatchBytes); these hold every scanner,
+// linked ones too, to the same, and bound one command further: no
+// command of ffscan's scanners comes near them (the widest is an FCALL of
+// a few dozen keys and arguments), and a command beyond them is a plugin
+// pinning memory or the server's time (an MGET of 100,000 keys).
+const (
+	// MaxBatchArgs bounds the arguments of one batch (pluginhost's).
+	MaxBatchArgs = pluginhost.MaxBatchArgs
+	// MaxBatchBytes bounds the bytes of one batch's arguments.
+	MaxBatchBytes = pluginhost.MaxBatchBytes
+	// MaxCommandArgs bounds one command's arguments: above it the command
+	// is refused (argument_bound), the batch's others run.
+	MaxCommandArgs = 4096
+	// MaxCommandBytes bounds one command's argument bytes.
+	MaxCommandBytes = 16 << 20
+)
 
 // MaxFCallKeys bounds numkeys of an FCALL; our library's widest function
 // takes a few dozen.
@@ -60,6 +81,11 @@ const (
 	ReasonKeyScope           = "key_scope"
 	ReasonNoDatabase         = "no_database"
 	ReasonNoValkey           = "no_valkey"
+	// ReasonArgBound: a command past MaxCommandArgs or MaxCommandBytes.
+	ReasonArgBound = "argument_bound"
+	// ReasonUnbounded: a read whose reply the host cannot bound before
+	// reading it (reads.go).
+	ReasonUnbounded = "reply_unbounded"
 )
 
 // Recorder receives the service's counts (host/metrics implements it).
@@ -388,6 +414,10 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 	if len(c) == 0 || c[0] == "" {
 		return refuse(ReasonArity, "empty command")
 	}
+	if bytes := argBytes(c); len(c) > MaxCommandArgs || bytes > MaxCommandBytes {
+		return refuse(ReasonArgBound, "%s with %d arguments of %d bytes; a command takes at most %d arguments of %d bytes",
+			c[0], len(c), bytes, MaxCommandArgs, MaxCommandBytes)
+	}
 	name := strings.ToUpper(c[0])
 	args := c[1:]
 	if name == "PGCALL" {
@@ -425,6 +455,9 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 		rest = args
 	}
 	if o, bad := checkKeys(ks); bad {
+		return o
+	}
+	if o, bad := checkBounded(name, ks, rest); bad {
 		return o
 	}
 	if scope, ok := pol.scopes[name]; ok {
@@ -616,6 +649,51 @@ func checkKeys(ks []string) (op, bool) {
 	for _, k := range ks[min(1, len(ks)):] {
 		if keys.ClusterSlot(k) != keys.ClusterSlot(ks[0]) {
 			return refuse(ReasonCrossSlot, "keys %q and %q hash to different slots", ks[0], k), true
+		}
+	}
+	return op{}, false
+}
+
+// argBytes is the bytes of a command's arguments.
+func argBytes(c scannerapi.Command) int {
+	n := 0
+	for _, a := range c {
+		n += len(a)
+	}
+	return n
+}
+
+// checkBatch bounds a whole batch's arguments (MaxBatch, MaxBatchArgs,
+// MaxBatchBytes): a batch past them fails as a whole, like one of too
+// many commands.
+func checkBatch(cmds []scannerapi.Command) error {
+	if len(cmds) > MaxBatch {
+		return fmt.Errorf("callbacks: batch of %d commands exceeds the limit of %d", len(cmds), MaxBatch)
+	}
+	args, bytes := 0, 0
+	for _, c := range cmds {
+		args += len(c)
+		bytes += argBytes(c)
+	}
+	if args > MaxBatchArgs || bytes > MaxBatchBytes {
+		return fmt.Errorf("callbacks: batch of %d arguments of %d bytes exceeds the limit of %d arguments of %d bytes",
+			args, bytes, MaxBatchArgs, MaxBatchBytes)
+	}
+	return nil
+}
+
+// checkBounded refuses the reads whose reply the host cannot bound before
+// reading it (reads.go): an MGET of more distinct keys than it probes,
+// and a stream's range without COUNT.
+func checkBounded(name string, ks, rest []string) (op, bool) {
+	switch name {
+	case "MGET":
+		if uniq, _ := distinct(ks); len(uniq) > maxValueProbes {
+			return refuse(ReasonUnbounded, "MGET of %d distinct keys: the host measures at most %d before reading them; split it", len(uniq), maxValueProbes), true
+		}
+	case "XRANGE", "XREVRANGE":
+		if !shapeOf(op{name: name, rest: rest}).counted {
+			return refuse(ReasonUnbounded, "%s without COUNT: the host cannot bound a stream's range before reading it; give a COUNT", name), true
 		}
 	}
 	return op{}, false

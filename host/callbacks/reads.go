@@ -3,6 +3,10 @@ package callbacks
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -39,8 +43,30 @@ import (
 // collection is small (a compact encoding, which MEMORY USAGE measures
 // exactly) it is probed like a whole one; a large one is read alone, on a
 // round trip of its own, and measured after. So what one batch holds is
-// at most the budget plus one such reply; a scanner reading a page of a
-// large index pays a round trip for it.
+// at most the budget plus one such reply, whose count bounds how many
+// elements it has; a scanner reading a page of a large index pays a round
+// trip for it.
+//
+// Repetition. The server answers a key or field as often as a command
+// names it: an MGET of one 1 MB key 600 times is a 600 MB reply, and the
+// host read it whole (it passed 3 GB RSS against a 64 MiB budget),
+// because an MGET of more than maxValueProbes keys was read alone and an
+// HMGET of as many fields was probed as one whole hash. So each distinct
+// key or field is probed once and counted as often as it is named; an
+// MGET of more distinct keys than the host probes is refused, and an
+// HMGET of more distinct fields is bounded by the whole hash times the
+// most any field repeats. A negative count of SRANDMEMBER repeats members
+// (SRANDMEMBER key -600 on a one-member set answers that member 600
+// times): it is bounded by |count| times the whole set, which bounds its
+// largest member. A range without a count (ZRANGE key 0 -1, the BYSCORE
+// forms without LIMIT, LRANGE over the whole list) reads as much as the
+// whole collection: it is bounded by the collection exactly measured
+// (SAMPLES 0, which costs what the read costs) plus the reply nodes of
+// its elements (elemSlack), whatever its encoding; a stream's range
+// without COUNT, which no measure of the stream bounds (its entries share
+// their field names in memory, not in a reply), is refused. A read whose
+// bound a probe could not give (MEMORY refused by an ACL) is refused
+// too, except a counted range, which is read alone as above.
 
 // readKind says how large a plain command's reply can be before it is
 // read.
@@ -57,8 +83,9 @@ const (
 	readRange
 )
 
-// maxValueProbes bounds the probes of one HMGET or MGET; one that names
-// more fields is probed as a whole hash (HMGET) or read alone (MGET).
+// maxValueProbes bounds the probes of one HMGET or MGET, counted in
+// distinct fields or keys; an MGET naming more distinct keys is refused
+// (check), an HMGET naming more distinct fields is probed as a whole hash.
 const maxValueProbes = 256
 
 // watchAttempts is how often the host probes a run again after a key it
@@ -72,6 +99,123 @@ var compactEncodings = map[string]bool{"listpack": true, "ziplist": true, "intse
 // sized reports whether an op is a read the host probes before it sends
 // it.
 func (o op) sized() bool { return o.read != readBounded }
+
+// nodeSize is what ReplySize counts per reply node beside its text.
+const nodeSize = 16
+
+// elemSlack is what one element of a collection may add to a reply
+// beyond the bytes MEMORY USAGE counts for it: two reply nodes (a member
+// and its score, a field and its value) and the text of numbers a
+// collection stores in a few bytes (an integer prints in up to 20, a
+// score in up to 24).
+const elemSlack = 2*nodeSize + 20 + 24
+
+// cardOf is the command that counts a range's collection (the elements
+// elemSlack is counted for), by the range command.
+var cardOf = map[string]string{
+	"ZRANGE": "ZCARD", "ZRANGEBYSCORE": "ZCARD", "ZREVRANGE": "ZCARD", "ZREVRANGEBYSCORE": "ZCARD", "ZSCAN": "ZCARD",
+	"LRANGE": "LLEN", "SSCAN": "SCARD", "SRANDMEMBER": "SCARD", "HSCAN": "HLEN",
+	"XRANGE": "XLEN", "XREVRANGE": "XLEN",
+}
+
+// distinct lists the distinct strings of xs in order of first
+// appearance, and the most times any of them appears.
+func distinct(xs []string) (uniq []string, most int64) {
+	seen := make(map[string]int64, len(xs))
+	for _, x := range xs {
+		if seen[x] == 0 {
+			uniq = append(uniq, x)
+		}
+		seen[x]++
+		most = max(most, seen[x])
+	}
+	return uniq, most
+}
+
+// valueTexts are the keys (MGET, GET) or fields (HMGET, HGET) whose
+// values a readValues op reads, once per time it names them.
+func (o op) valueTexts() []string {
+	if o.name == "MGET" || o.name == "GET" {
+		return o.keys
+	}
+	return o.rest
+}
+
+// rangeShape is what a range read's arguments say about its reply.
+type rangeShape struct {
+	// counted: the arguments bound how many elements it reads (LIMIT,
+	// COUNT, an index range within one end of the collection,
+	// SRANDMEMBER's count); else it may read the whole collection.
+	counted bool
+	// repeats > 0: it may answer one element up to repeats times each
+	// (SRANDMEMBER with a negative count): |count|.
+	repeats int64
+}
+
+// shapeOf reads a range's arguments (o.rest: those after the key). An
+// argument that does not parse counts as no count: the server refuses the
+// command, after a probe or two.
+func shapeOf(o op) rangeShape {
+	word := func(w string) int {
+		for i, a := range o.rest {
+			if strings.EqualFold(a, w) {
+				return i
+			}
+		}
+		return -1
+	}
+	// count is the number after the word at i+off, when it is >= 0.
+	count := func(i, off int) bool {
+		if i < 0 || i+off >= len(o.rest) {
+			return false
+		}
+		n, err := strconv.ParseInt(o.rest[i+off], 10, 64)
+		return err == nil && n >= 0
+	}
+	// indices: start and stop of the same sign count from the same end.
+	indices := func() bool {
+		if len(o.rest) < 2 {
+			return false
+		}
+		a, err1 := strconv.ParseInt(o.rest[0], 10, 64)
+		b, err2 := strconv.ParseInt(o.rest[1], 10, 64)
+		return err1 == nil && err2 == nil && (a < 0) == (b < 0)
+	}
+	switch o.name {
+	case "SRANDMEMBER":
+		if len(o.rest) == 0 {
+			return rangeShape{counted: true} // one member
+		}
+		n, err := strconv.ParseInt(o.rest[0], 10, 64)
+		switch {
+		case err != nil:
+			return rangeShape{}
+		case n < 0:
+			if n == math.MinInt64 {
+				n++ // |count| fits; the server refuses it anyway
+			}
+			return rangeShape{counted: true, repeats: -n}
+		default:
+			return rangeShape{counted: true} // at most n distinct members
+		}
+	case "ZRANGE":
+		if word("BYSCORE") >= 0 || word("BYLEX") >= 0 {
+			return rangeShape{counted: count(word("LIMIT"), 2)}
+		}
+		return rangeShape{counted: word("LIMIT") < 0 && indices() || count(word("LIMIT"), 2)}
+	case "ZREVRANGE", "LRANGE":
+		return rangeShape{counted: indices()}
+	case "ZRANGEBYSCORE", "ZREVRANGEBYSCORE":
+		return rangeShape{counted: count(word("LIMIT"), 2)}
+	case "XRANGE", "XREVRANGE":
+		return rangeShape{counted: count(word("COUNT"), 1)}
+	default:
+		// The SCANs: COUNT (default 10) is a hint the server keeps to
+		// within a small factor, or it answers a compact collection
+		// whole, which the probe measures.
+		return rangeShape{counted: true}
+	}
+}
 
 // probes are the commands that size an op's reply, and estimate turns
 // their replies into the reply's size (pluginhost.ReplySize's measure),
@@ -87,42 +231,37 @@ func (s *Service) probes(o op) []valkey.Completed {
 	}
 	switch o.read {
 	case readValues:
-		switch o.name {
-		case "GET":
-			return []valkey.Completed{b.Arbitrary("STRLEN").Keys(k).Build()}
-		case "MGET":
-			if len(o.keys) > maxValueProbes {
-				return nil
-			}
-			out := make([]valkey.Completed, len(o.keys))
-			for i, key := range o.keys {
+		uniq, _ := distinct(o.valueTexts())
+		if o.name == "MGET" || o.name == "GET" {
+			out := make([]valkey.Completed, len(uniq)) // check refused more than maxValueProbes
+			for i, key := range uniq {
 				out[i] = b.Arbitrary("STRLEN").Keys(key).Build()
 			}
 			return out
-		default: // HGET, HMGET: fields after the key
-			if len(o.rest) > maxValueProbes {
-				return []valkey.Completed{usage(true)}
-			}
-			out := make([]valkey.Completed, len(o.rest))
-			for i, f := range o.rest {
-				out[i] = b.Arbitrary("HSTRLEN").Keys(k).Args(f).Build()
-			}
-			return out
 		}
+		if len(uniq) > maxValueProbes {
+			return []valkey.Completed{usage(true)}
+		}
+		out := make([]valkey.Completed, len(uniq))
+		for i, f := range uniq {
+			out[i] = b.Arbitrary("HSTRLEN").Keys(k).Args(f).Build()
+		}
+		return out
 	case readWhole:
 		return []valkey.Completed{usage(true)}
 	default: // readRange
-		return []valkey.Completed{b.Arbitrary("OBJECT", "ENCODING").Keys(k).Build(), usage(false)}
+		switch sh := shapeOf(o); {
+		case sh.repeats > 0:
+			return []valkey.Completed{usage(true)}
+		case !sh.counted:
+			return []valkey.Completed{usage(true), b.Arbitrary(cardOf[o.name]).Keys(k).Build()}
+		default:
+			return []valkey.Completed{b.Arbitrary("OBJECT", "ENCODING").Keys(k).Build(), usage(false)}
+		}
 	}
 }
 
-// nodeSize is what ReplySize counts per reply node beside its text.
-const nodeSize = 16
-
 func estimate(o op, res []valkey.ValkeyResult) (size int64, known bool) {
-	if len(res) == 0 {
-		return 0, false // too many to probe: read alone
-	}
 	intOf := func(r valkey.ValkeyResult) (int64, bool) {
 		n, err := r.AsInt64()
 		switch {
@@ -132,7 +271,7 @@ func estimate(o op, res []valkey.ValkeyResult) (size int64, known bool) {
 			return 0, true // no such key
 		}
 		var verr *valkey.ValkeyError
-		if asValkeyError(err, &verr) && o.read == readValues {
+		if asValkeyError(err, &verr) && (o.read == readValues || strings.HasPrefix(verr.Error(), "WRONGTYPE")) {
 			// WRONGTYPE and the like: the read answers the same error.
 			return 0, true
 		}
@@ -140,35 +279,64 @@ func estimate(o op, res []valkey.ValkeyResult) (size int64, known bool) {
 	}
 	switch o.read {
 	case readValues:
+		texts := o.valueTexts()
 		if o.name == "HMGET" || o.name == "MGET" {
 			size = nodeSize // the array
 		}
-		if o.name == "HMGET" && len(o.rest) > maxValueProbes {
+		uniq, most := distinct(texts)
+		if o.name == "HMGET" && len(uniq) > maxValueProbes {
+			// An HMGET of more distinct fields than the host probes:
+			// the whole hash bounds the fields named once, and a field
+			// named most times bounds each time.
 			n, ok := intOf(res[0])
-			return n + size, ok
+			return size + int64(len(texts))*nodeSize + most*(n+int64(len(uniq))*20), ok
 		}
-		for _, r := range res {
+		sizes := make(map[string]int64, len(uniq))
+		for i, r := range res {
 			n, ok := intOf(r)
 			if !ok {
 				return 0, false
 			}
-			size += n + nodeSize
+			sizes[uniq[i]] = n
+		}
+		for _, t := range texts {
+			size += sizes[t] + nodeSize
 		}
 		return size, true
 	case readWhole:
 		n, ok := intOf(res[0])
 		return n + nodeSize, ok
-	default:
-		enc, err := res[0].ToString()
-		if valkey.IsValkeyNil(err) {
-			return nodeSize, true // no such key: an empty reply
-		}
-		if err != nil || !compactEncodings[enc] {
-			return 0, false
-		}
-		n, ok := intOf(res[1])
-		return n + nodeSize, ok
 	}
+	switch sh := shapeOf(o); {
+	case sh.repeats > 0:
+		n, ok := intOf(res[0])
+		return nodeSize + sh.repeats*(n+nodeSize), ok
+	case !sh.counted:
+		n, ok := intOf(res[0])
+		c, cok := intOf(res[1])
+		return nodeSize + n + c*elemSlack, ok && cok
+	}
+	enc, err := res[0].ToString()
+	if valkey.IsValkeyNil(err) {
+		return nodeSize, true // no such key: an empty reply
+	}
+	if err != nil || !compactEncodings[enc] {
+		return 0, false
+	}
+	n, ok := intOf(res[1])
+	return n + nodeSize, ok
+}
+
+// readsAlone reports whether an op whose reply the probes could not
+// bound may be read alone and measured after: only a counted range,
+// whose count bounds its elements (and which a large collection's
+// probe cannot bound otherwise). Every other read is refused unread.
+func readsAlone(o op) bool {
+	if o.read != readRange {
+		return false
+	}
+	sh := shapeOf(o)
+	return sh.counted && sh.repeats == 0
 }
 
 // plainBounded runs plain ops under the reply budget, in runs: a run
@@ -309,7 +477,8 @@ func (b *batch) probesOf(ops []op) (cmds valkey.Commands, first []int) {
 	for i, o := range ops {
 		first[i] = len(cmds) - 1
 		if o.sized() {
-			watch = append(watch, o.keys...)
+			uniq, _ := distinct(o.keys) // an MGET may name one key 600 times
+			watch = append(watch, uniq...)
 			cmds = append(cmds, b.s.probes(o)...)
 		}
 	}
@@ -317,6 +486,10 @@ func (b *batch) probesOf(ops []op) (cmds valkey.Commands, first []int) {
 	cmds[0] = b.s.client.B().Watch().Key(watch...).Build()
 	return cmds, first
 }
+
+// unboundedSize marks in runPlan.tooBig a read whose probes gave no
+// bound: it is refused unread.
+const unboundedSize = -1
 
 // runPlan is which probed ops run in one transaction: ops[:n], less the
 // ones too big for what is left of the budget (tooBig, by index, with
@@ -339,9 +512,13 @@ func (b *batch) plan(ops []op, probeRes []valkey.ValkeyResult, first []int) runP
 			continue
 		}
 		size, known := estimate(o, probeRes[first[i]:first[i+1]])
-		if !known {
+		if !known && readsAlone(o) {
 			p.n, p.alone = i, true
 			break
+		}
+		if !known {
+			p.tooBig[i] = unboundedSize
+			continue
 		}
 		if !b.acct.reserve(size) {
 			p.tooBig[i] = size
@@ -390,10 +567,13 @@ func (b *batch) giveOut(ops []op, p runPlan, exec valkey.ValkeyResult) {
 		case b.acct.spent:
 			b.acct.add(-p.reserved[i])
 			b.giveSpent(1)
+		case big && size == unboundedSize:
+			b.s.rec.CallbackRefused(b.scanner, ReasonUnbounded)
+			b.give(refuse(ReasonUnbounded, "not read: the host could not measure its reply before reading it (MEMORY USAGE or a size probe failed)").refused)
 		case big:
 			b.s.rec.CallbackRefused(b.scanner, ReasonBudgetReply)
-			b.give(refuse(ReasonBudgetReply, "not read: its reply would take %d bytes and the scanner's replies have %d of their %d left",
-				size, max(0, b.acct.left()), b.budget).refused)
+			b.give(refuse(ReasonBudgetReply, "not read: its reply would take %d bytes%s and the scanner's replies have %d of their %d left",
+				size, repeated(ops[i]), max(0, b.acct.left()), b.budget).refused)
 		case msg == nil:
 			// EXECABORT (a command the server refused to queue), or no
 			// reply: the same for every command of the transaction.
@@ -407,4 +587,24 @@ func (b *batch) giveOut(ops []op, p runPlan, exec valkey.ValkeyResult) {
 // asValkeyError is errors.As for a server's error reply.
 func asValkeyError(err error, target **valkey.ValkeyError) bool {
 	return errors.As(err, target)
+}
+
+// repeated says, in a refusal, that a read's bound counts what it
+// repeats.
+func repeated(o op) string {
+	if o.read == readRange {
+		if sh := shapeOf(o); sh.repeats > 0 {
+			return fmt.Sprintf(" (a count of -%d repeats members: %d times the whole collection)", sh.repeats, sh.repeats)
+		}
+		return ""
+	}
+	texts := o.valueTexts()
+	if uniq, most := distinct(texts); len(uniq) < len(texts) {
+		what := "fields"
+		if o.name == "MGET" {
+			what = "keys"
+		}
+		return fmt.Sprintf(" (%d %s, %d distinct, one named %d times: each time counted)", len(texts), what, len(uniq), most)
+	}
+	return ""
 }

@@ -400,6 +400,58 @@ func TestPluginCannotMakeTheHostHoldABatchOfBigValues(t *testing.T) {
 	assert.Less(t, after, int64(8*budget+idleHost), "the host's peak RSS is %d MiB", after>>20)
 }
 
+// One command can repeat what it reads, and the server answers each
+// time: an MGET of the same 1 MB key 600 times took a host past 3 GB RSS
+// against a 64 MiB budget (it was killed), and an HMGET of one field 600
+// times and SRANDMEMBER key -600 on a one-member set were estimated the
+// same way, as one value or the whole collection. Now each is bounded
+// before it is read, counting what it repeats (600 times the value, 600
+// times the set), and refused: the host's peak RSS stays under the
+// budget plus what an idle host holds, and grows by less than the budget
+// over the three. The same commands within the budget are read.
+func TestPluginCannotMultiplyAReplyInOneCommand(t *testing.T) {
+	requireConfinement(t)
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	const budget, idleHost = 16 << 20, 128 << 20
+	value := strings.Repeat("v", 1<<20)
+	for _, cmd := range [][]string{
+		{"SET", "ff:evil:big", value},
+		{"HSET", "ff:evil:hash", "f", value},
+		{"SADD", "ff:evil:set", value},
+	} {
+		require.NoError(t, c.Do(ctx, c.B().Arbitrary(cmd...).Build()).Error())
+	}
+	value = ""
+
+	h := startHost(t, srv.Addr, budget, 2<<30, "")
+	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the host runs the plugin")
+	before := h.peak()
+	// 600 values and their reply nodes; 600 times the set as the server
+	// measures it (its allocation of the member, rounded up).
+	const refusal = "refused: budget_reply_bytes: not read: its reply would take "
+	for attack, want := range map[string]string{
+		"mget ff:evil:big 600":         refusal + "629155216 bytes (600 keys, 1 distinct, one named 600 times: each time counted)",
+		"hmget ff:evil:hash f 600":     refusal + "629155216 bytes (600 fields, 1 distinct, one named 600 times: each time counted)",
+		"srandmember ff:evil:set -600": " bytes (a count of -600 repeats members: 600 times the whole collection)",
+	} {
+		outcome := attackThrough(t, c, attack)
+		t.Logf("%s: %s", attack, outcome)
+		assert.Contains(t, outcome, want, attack)
+		assert.True(t, strings.HasPrefix(outcome, "refused: "+refusal), "%s: %s", attack, outcome)
+	}
+	after := h.peak()
+	t.Logf("host peak RSS %d MiB before the three commands, %d MiB after", before>>20, after>>20)
+	assert.Less(t, after-before, int64(budget), "the commands grew the host's peak RSS by %d MiB", (after-before)>>20)
+	assert.Less(t, after, int64(budget+idleHost), "the host's peak RSS is %d MiB", after>>20)
+
+	// Within the budget, the same commands are read.
+	assert.Equal(t, "ok: 4 values read (4194304 bytes)", attackThrough(t, c, "mget ff:evil:big 4"))
+	assert.Equal(t, "ok: 4 values read (4194304 bytes)", attackThrough(t, c, "hmget ff:evil:hash f 4"))
+	assert.Equal(t, "ok: 4 values read (4194304 bytes)", attackThrough(t, c, "srandmember ff:evil:set -4"))
+}
+
 // A plugin that allocates past plugin_memory_limit dies, its supervisor
 // restarts it and says why, and the
 // restarted plugin serves again. Before, nothing bounded a plugin but the

@@ -15,6 +15,28 @@ import (
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
+// What a plugin's batch may make the host decode. A batch arrives in one
+// message of at most MaxBatchBytes (wire.MaxMsgSize), but decoding costs
+// more than its bytes: a string header per argument, which takes one or
+// two bytes on the wire. The host refuses a batch past these bounds
+// before it decodes it (codec.Limits, and wire.CheckFields on every
+// message from a plugin), and its callbacks hold linked scanners to the
+// same.
+const (
+	// MaxBatchCommands bounds one batch's commands: a scanner batches a
+	// partition's work, far below it.
+	MaxBatchCommands = wire.MaxBatchCommands
+	// MaxBatchArgs bounds one batch's arguments, all commands together:
+	// 16 MiB of string headers decoded at most.
+	MaxBatchArgs = wire.MaxBatchArgs
+	// MaxBatchBytes bounds one batch's message (and so its arguments'
+	// bytes).
+	MaxBatchBytes = wire.MaxMsgSize
+)
+
+// batchLimits are the bounds a batch is decoded under.
+var batchLimits = codec.Limits{Commands: MaxBatchCommands, Args: MaxBatchArgs}
+
 // Callbacks is what the host implements to run scanners' commands: one
 // Exec per batch, told which scanner sent it so the host can enforce that
 // scanner's allowlist (Info.Commands, Info.Functions, the "ff:" prefix).
@@ -221,7 +243,7 @@ func (s *callbackServer) streamBatch(ctx context.Context, req *pb.ExecRequest, b
 	if len(req.GetCommands()) > 0 {
 		return fail(status.Error(codes.InvalidArgument, "a stream batch carries packed_commands, not commands"))
 	}
-	cmds, err := codec.UnpackCommands[scannerapi.Command](req.GetPackedCommands())
+	cmds, err := codec.UnpackCommands[scannerapi.Command](req.GetPackedCommands(), batchLimits)
 	if err != nil {
 		return fail(status.Error(codes.InvalidArgument, err.Error()))
 	}

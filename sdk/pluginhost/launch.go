@@ -228,7 +228,7 @@ func (l *launch) clientConfig() *plugin.ClientConfig {
 		AutoMTLS:         !l.cfg.NoMTLS,
 		StartTimeout:     l.timeout,
 		Logger:           l.cfg.Logger,
-		GRPCDialOptions:  wire.DialOptions(),
+		GRPCDialOptions:  wire.HostDialOptions(),
 	}
 }
 
@@ -308,7 +308,7 @@ func (l *launch) dispense(rpc plugin.ClientProtocol) (*clientConn, error) {
 func (l *launch) serveCallbacks(conn *clientConn) *pb.InfoRequest {
 	cbID := conn.broker.NextId()
 	go conn.broker.AcceptAndServe(cbID, func(opts []grpc.ServerOption) *grpc.Server {
-		s := wire.NewGRPCServer(opts)
+		s := wire.NewCallbackServer(opts)
 		pb.RegisterHostCallbacksServer(s, &callbackServer{p: l.p})
 		return s
 	})

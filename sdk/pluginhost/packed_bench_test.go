@@ -21,7 +21,7 @@ func BenchmarkPackedCodec(b *testing.B) {
 	b.Run("host", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := codec.UnpackCommands[scannerapi.Command](packedCmds); err != nil {
+			if _, err := codec.UnpackCommands[scannerapi.Command](packedCmds, batchLimits); err != nil {
 				b.Fatal(err)
 			}
 			buf := wire.GetBatchBuffer(0)

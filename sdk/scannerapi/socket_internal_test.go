@@ -77,7 +77,7 @@ func (s *socketScanner) ScanPartition(ctx context.Context, host Host, req *ScanR
 // host's callback service does).
 func echoBatch(_ context.Context, req *pb.ExecRequest, buf *[]byte) *pb.ExecResponse {
 	resp := &pb.ExecResponse{Seq: req.GetSeq()}
-	cmds, err := codec.UnpackCommands[Command](req.GetPackedCommands())
+	cmds, err := codec.UnpackCommands[Command](req.GetPackedCommands(), codec.Limits{})
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = uint32(codes.InvalidArgument), err.Error()
 		return resp

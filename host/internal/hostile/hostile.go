@@ -60,9 +60,12 @@ func (h *Scanner) Info() scannerapi.Info {
 		Sources: []scannerapi.CandidateSource{{
 			Name: "attacks", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostile", Backlog: scannerapi.BacklogDue,
 		}},
-		Commands: []string{"GET", "SET", "DEL", "ZREM", "LPUSH"},
+		Commands: []string{"GET", "SET", "DEL", "ZREM", "LPUSH", "MGET", "HMGET", "SRANDMEMBER"},
 		KeyScopes: []scannerapi.KeyScope{
 			{Command: "GET", Patterns: getScope},
+			{Command: "MGET", Patterns: []string{"ff:evil:*"}},
+			{Command: "HMGET", Patterns: []string{"ff:evil:*"}},
+			{Command: "SRANDMEMBER", Patterns: []string{"ff:evil:*"}},
 			{Command: "SET", Patterns: []string{"ff:evil:*"}},
 			{Command: "DEL", Patterns: []string{"ff:evil:*"}},
 			{Command: "ZREM", Patterns: []string{"ff:idx:{*}:hostile"}},
@@ -203,6 +206,25 @@ func attack(ctx context.Context, host scannerapi.Host, name, arg string) error {
 			return err
 		}
 		return tally(rs)
+	case "mget", "hmget":
+		// mget KEY N: one MGET naming KEY N times; hmget KEY FIELD N:
+		// one HMGET naming FIELD N times. The server answers the value
+		// N times over.
+		n, err := strconv.Atoi(args[len(args)-1])
+		if err != nil {
+			return err
+		}
+		cmd := scannerapi.Command{strings.ToUpper(name)}
+		if name == "hmget" {
+			cmd = append(cmd, args[0])
+		}
+		for range n {
+			cmd = append(cmd, args[len(args)-2])
+		}
+		return valuesOf(host.Exec(ctx, []scannerapi.Command{cmd}))
+	case "srandmember":
+		// srandmember KEY COUNT: a negative COUNT repeats members.
+		return valuesOf(host.Exec(ctx, []scannerapi.Command{{"SRANDMEMBER", args[0], args[1]}}))
 	case "delmany":
 		// delmany N LEN: N DELs of keys of LEN bytes outside the scope.
 		n, err := strconv.Atoi(args[0])
@@ -249,6 +271,25 @@ func tally(rs []scannerapi.Reply) error {
 		bytes += len(r.Str)
 	}
 	return fmt.Errorf("%d values read (%d bytes), %d refused (%d bytes of refusals): %s", values, bytes, refused, refusals, first)
+}
+
+// valuesOf reports the single array reply of a batch: an error reply as
+// an error, else how many values it held (and their bytes) as reached.
+func valuesOf(rs []scannerapi.Reply, err error) error {
+	if err != nil {
+		return err
+	}
+	if len(rs) != 1 {
+		return fmt.Errorf("%d replies", len(rs))
+	}
+	if err := rs[0].AsError(); err != nil {
+		return err
+	}
+	bytes := 0
+	for _, v := range rs[0].Array {
+		bytes += len(v.Str)
+	}
+	return reached{fmt.Sprintf("%d values read (%d bytes)", len(rs[0].Array), bytes)}
 }
 
 // replyOf reports the single reply of a batch: an error reply as an

@@ -84,7 +84,7 @@ func TestPackedCommandsRoundTrip(t *testing.T) {
 	cmds := sampleCommands()
 	b := AppendCommands(nil, cmds)
 	assert.Len(t, b, CommandsSize(cmds), "the size is computed exactly")
-	got, err := UnpackCommands[cmd](b)
+	got, err := UnpackCommands[cmd](b, Limits{})
 	require.NoError(t, err)
 	assert.Equal(t, cmds, got)
 	// The protobuf path gives the same commands.
@@ -168,7 +168,7 @@ func TestPackedRandomRoundTrip(t *testing.T) {
 			}
 			cmds = append(cmds, c)
 		}
-		gotC, err := UnpackCommands[cmd](AppendCommands(nil, cmds))
+		gotC, err := UnpackCommands[cmd](AppendCommands(nil, cmds), Limits{})
 		require.NoError(t, err)
 		require.Equal(t, cmds, gotC)
 
@@ -195,10 +195,10 @@ func TestPackedRandomRoundTrip(t *testing.T) {
 func TestPackedMalformed(t *testing.T) {
 	cmds := AppendCommands(nil, sampleCommands())
 	for n := 0; n < len(cmds); n++ {
-		_, err := UnpackCommands[cmd](cmds[:n])
+		_, err := UnpackCommands[cmd](cmds[:n], Limits{})
 		assert.Error(t, err, "commands cut to %d of %d bytes", n, len(cmds))
 	}
-	_, err := UnpackCommands[cmd](append(append([]byte(nil), cmds...), 0))
+	_, err := UnpackCommands[cmd](append(append([]byte(nil), cmds...), 0), Limits{})
 	assert.ErrorContains(t, err, "after the last command")
 
 	reps := packReplies(sampleReplies())
@@ -210,14 +210,30 @@ func TestPackedMalformed(t *testing.T) {
 	assert.ErrorContains(t, err, "after the last reply")
 
 	huge := binary.AppendUvarint(nil, math.MaxUint64)
-	_, err = UnpackCommands[cmd](huge)
+	_, err = UnpackCommands[cmd](huge, Limits{})
 	assert.Error(t, err, "a count beyond the input")
 	_, err = unpackReplies(huge)
 	assert.Error(t, err, "a count beyond the input")
-	_, err = UnpackCommands[cmd](binary.AppendUvarint(binary.AppendUvarint(nil, 1), 0))
+	_, err = UnpackCommands[cmd](binary.AppendUvarint(binary.AppendUvarint(nil, 1), 0), Limits{})
 	assert.ErrorContains(t, err, "no arguments")
-	_, err = UnpackCommands[cmd](binary.AppendUvarint(nil, 0))
+	_, err = UnpackCommands[cmd](binary.AppendUvarint(nil, 0), Limits{})
 	assert.ErrorContains(t, err, "no commands")
+
+	// Past its limits, a batch is refused before it is decoded: a
+	// megabyte of one-byte arguments would decode into 16 MB of string
+	// headers.
+	ones := make([]cmd, 1000)
+	for i := range ones {
+		ones[i] = make(cmd, 1000)
+	}
+	packed := AppendCommands(nil, ones)
+	_, err = UnpackCommands[cmd](packed, Limits{Commands: 999})
+	assert.ErrorContains(t, err, "packed batch: 1000 commands exceeds the limit of 999")
+	_, err = UnpackCommands[cmd](packed, Limits{Args: 100_000})
+	assert.ErrorContains(t, err, "packed batch: more than 100000 arguments")
+	got, err := UnpackCommands[cmd](packed, Limits{Commands: 1000, Args: 1_000_000})
+	require.NoError(t, err)
+	assert.Len(t, got, 1000, "at the limits")
 
 	_, err = unpackReplies([]byte{1, kindError + 1, 0})
 	assert.ErrorContains(t, err, "unknown reply kind")
@@ -242,7 +258,7 @@ func TestPackedMalformed(t *testing.T) {
 func TestPackedArgumentsShareOneStringPerCommand(t *testing.T) {
 	cmds := []cmd{{"SET", "a", "bb"}, {"GET", "ccc"}, {"HSET", "key", "f1", "v1", "f2", "v2", "f3", "v3"}}
 	packed := AppendCommands(nil, cmds)
-	got, err := UnpackCommands[cmd](packed)
+	got, err := UnpackCommands[cmd](packed, Limits{})
 	require.NoError(t, err)
 	assert.Equal(t, cmds, got)
 	var regions [][2]uintptr
@@ -264,7 +280,7 @@ func TestPackedArgumentsShareOneStringPerCommand(t *testing.T) {
 		regions = append(regions, [2]uintptr{lo, hi})
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		_, _ = UnpackCommands[cmd](packed)
+		_, _ = UnpackCommands[cmd](packed, Limits{})
 	})
 	// The command slice, the argument array, the commands' ends (which
 	// the compiler may keep on the stack) and one string per command.

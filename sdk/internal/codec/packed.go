@@ -81,6 +81,16 @@ func CommandsSize[C ~[]string](cmds []C) int {
 	return n
 }
 
+// Limits bound a batch before it is decoded: the bytes are bounded by
+// the message they came in, but not what decoding them allocates, which
+// is a 16-byte string header per argument, two bytes or fewer on the wire
+// (and a slice per command): 64 MB of one-byte arguments would decode
+// into a gigabyte of headers.
+type Limits struct {
+	Commands int // commands in the batch
+	Args     int // arguments of all its commands
+}
+
 // UnpackCommands decodes a packed command batch. Each command's
 // arguments are carved from one string, a copy of that command's own
 // encoded bytes (its arguments and their length prefixes): a command is
@@ -88,7 +98,10 @@ func CommandsSize[C ~[]string](cmds []C) int {
 // alive than its own command. The argument slices of the whole batch
 // share one array. So a batch costs three allocations and one per command,
 // whatever the number of arguments.
-func UnpackCommands[C ~[]string](b []byte) ([]C, error) {
+//
+// A batch past lim (zero fields: no bound) is refused before anything
+// is allocated for it.
+func UnpackCommands[C ~[]string](b []byte, lim Limits) ([]C, error) {
 	r := reader{b: b}
 	n, err := r.count()
 	if err != nil {
@@ -96,6 +109,9 @@ func UnpackCommands[C ~[]string](b []byte) ([]C, error) {
 	}
 	if n == 0 {
 		return nil, errors.New("packed batch: no commands")
+	}
+	if lim.Commands > 0 && n > lim.Commands {
+		return nil, fmt.Errorf("packed batch: %d commands exceeds the limit of %d", n, lim.Commands)
 	}
 	// First pass: check every length, count the arguments and note where
 	// each command ends.
@@ -117,6 +133,9 @@ func UnpackCommands[C ~[]string](b []byte) ([]C, error) {
 			r.off += l
 		}
 		total += argc
+		if lim.Args > 0 && total > lim.Args {
+			return nil, fmt.Errorf("packed batch: more than %d arguments", lim.Args)
+		}
 		ends[i] = r.off
 	}
 	if r.off != len(r.b) {

@@ -90,5 +90,10 @@ func (f *FrameConn) Read(m proto.Message) error {
 		}
 		return err
 	}
+	// The peer may be a hostile plugin: its message is bounded before
+	// it is decoded (bound.go).
+	if err := CheckFields(buf, m.ProtoReflect().Descriptor()); err != nil {
+		return fmt.Errorf("callback message refused before decoding: %w", err)
+	}
 	return proto.Unmarshal(buf, m)
 }

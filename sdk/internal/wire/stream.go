@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ffscan/ffscan/sdk/internal/codec"
 	"github.com/ffscan/ffscan/sdk/internal/pb"
@@ -35,6 +36,16 @@ import (
 // calls per plugin at once (scheduler.concurrency), so this is far above
 // what a well-behaved plugin sends.
 const MaxStreamBatches = 64
+
+// MaxStreamBytes bounds the batches of one stream the host holds at once,
+// by the size of their messages: MaxStreamBatches of MaxMsgSize would be
+// 4 GiB, held for as long as a plugin that does not read its replies
+// keeps a send waiting (FrameWriteTimeout). Past it the host stops
+// reading the stream until a batch finishes; a batch counts in whole
+// units of streamUnit, one more than it fills.
+const MaxStreamBytes = 2 * MaxMsgSize
+
+const streamUnit = 1 << 20
 
 // BatchServerStream is the host's end of a batch stream: the gRPC stream
 // or the inherited socket (HostSocket).
@@ -67,6 +78,7 @@ func ServeBatches(stream BatchServerStream, handle BatchHandler) error {
 		sendMu  sync.Mutex
 		running sync.WaitGroup
 		slots   = make(chan struct{}, MaxStreamBatches)
+		units   = make(chan struct{}, MaxStreamBytes/streamUnit)
 	)
 	// Responses may only be sent while this handler runs.
 	defer running.Wait()
@@ -84,9 +96,25 @@ func ServeBatches(stream BatchServerStream, handle BatchHandler) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		// Only this goroutine takes units, so a batch waits only for
+		// the ones before it to finish.
+		n := proto.Size(req)/streamUnit + 1
+		for range n {
+			select {
+			case units <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		running.Add(1)
 		go func() {
-			defer func() { <-slots; running.Done() }()
+			defer func() {
+				for range n {
+					<-units
+				}
+				<-slots
+				running.Done()
+			}()
 			var buf *[]byte
 			if recycle {
 				buf = GetBatchBuffer(0)
