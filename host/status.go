@@ -11,6 +11,7 @@ import (
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/keyless"
+	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
@@ -71,6 +72,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 		}
 	}
 
+	approvals, _ := h.approvals.All() // an unreadable file refuses every launch, which says why
 	running := h.units.Views()
 	names := make([]string, 0, len(cfg.Scanners))
 	for n := range cfg.Scanners {
@@ -84,6 +86,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 			fillStatus(&s, run.Unit)
 			s.NotApplied = run.NotApplied
 		}
+		s.Approval = h.approvalStatus(n, approvals)
 		s.PendingApproval = pendingApproval(s)
 		s.Override = h.override(n)
 		if hist := h.met.History(n); len(hist) > 0 {
@@ -188,4 +191,21 @@ func (h *Host) Ready(ctx context.Context) error {
 		}
 	}
 	return h.units.Ready()
+}
+
+// approvalStatus is scanner name's recorded approval and the declaration
+// a launch refused, if one waits.
+func (h *Host) approvalStatus(name string, recs map[string]policy.Record) *httpapi.ApprovalStatus {
+	var st httpapi.ApprovalStatus
+	if rec, ok := recs[name]; ok {
+		st.Approved = &httpapi.ApprovedPolicy{Digest: rec.Digest, SHA256: rec.ApprovedSHA256, Running: rec.BinarySHA256,
+			By: rec.ApprovedBy, At: rec.ApprovedAt, Lines: rec.Policy.Lines()}
+	}
+	if p, ok := h.approvals.PendingFor(name); ok {
+		st.Pending = &httpapi.PendingPolicy{SHA256: p.SHA256, Digest: p.Digest, Lines: p.Policy.Lines(), Added: p.Added, At: p.At}
+	}
+	if st.Approved == nil && st.Pending == nil {
+		return nil
+	}
+	return &st
 }

@@ -157,7 +157,13 @@ func act(r *http.Request, src Source) (string, int) {
 		res, err := src.ReloadPlugin(ctx, name, true, false)
 		return swapMsg("hot swap", name, res, err)
 	case "approve":
-		res, err := src.ApprovePlugin(ctx, name)
+		// The console approves exactly the declaration it showed: the
+		// binary and policy digest travel with the form.
+		rv := httpapi.ApprovalReview{SHA256: r.PostForm.Get("sha256"), Policy: r.PostForm.Get("policy")}
+		if rv.SHA256 == "" || rv.Policy == "" {
+			return fmt.Sprintf("approve of %s refused: the form names no reviewed binary and policy", name), http.StatusBadRequest
+		}
+		res, err := src.ApprovePlugin(ctx, name, rv)
 		return swapMsg("approve", name, res, err)
 	default:
 		return fmt.Sprintf("unknown action %q", a), http.StatusBadRequest

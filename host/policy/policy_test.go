@@ -19,7 +19,7 @@ import (
 var leaseInfo = scannerapi.Info{
 	Name:   "lease_expiry",
 	Family: keys.FamilyFlow, DefaultBatch: 50,
-	Sources: []scannerapi.CandidateSource{{Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry", Backlog: scannerapi.BacklogDue}},
+	Sources:   []scannerapi.CandidateSource{{Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry", Backlog: scannerapi.BacklogDue}},
 	Commands:  []string{"HGET", "ZREM", "ZRANGE"},
 	Functions: []string{"ff_mark_lease_expired_if_due"},
 	KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}},

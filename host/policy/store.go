@@ -232,6 +232,17 @@ func (s *Store) Lookup(scanner string) (Record, bool, error) {
 	return rec, ok, nil
 }
 
+// All returns every recorded approval, by scanner.
+func (s *Store) All() (map[string]Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	return f.Scanners, nil
+}
+
 // update runs fn on the file's contents under both locks and writes them
 // back when fn says it changed them.
 func (s *Store) update(fn func(*file) (bool, error)) error {
