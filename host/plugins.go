@@ -11,6 +11,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -90,7 +91,7 @@ func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe 
 // inspectEntry launches a staged binary long enough to read its Info.
 func inspectEntry(ctx context.Context, name string, entry catalog.Entry, probe probeOpts, log hclog.Logger) PluginInfo {
 	pi := PluginInfo{Binary: name, Path: entry.Path, SHA256: entry.SHA256}
-	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{Path: entry.ExecPath, Logger: log.Named(name),
+	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{Path: entry.ExecPath, Logger: plaintext.Logger(log.Named(name), plaintext.Max),
 		StartTimeout: probe.timeout, Isolation: probe.isolation, MemoryLimit: probe.memory})
 	if err != nil {
 		pi.Err = err

@@ -9,6 +9,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/policy"
@@ -136,7 +137,9 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 	rs := run.Status()
 	s.Path, s.Version, s.APIVersion, s.SHA256, s.Pid = ss.Meta.Path, ss.Meta.Version, ss.Meta.APIVersion, ss.Meta.SHA256, ss.Pid
 	s.Isolation, s.Policy = ss.Meta.Isolation, ss.Meta.Policy
-	s.State, s.Since, s.Restarts, s.Swaps, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.Swaps, ss.LastError
+	// Errors may quote a plugin's text (bounded where it entered): one
+	// line each here.
+	s.State, s.Since, s.Restarts, s.Swaps, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.Swaps, plaintext.Line(ss.LastError, plaintext.MaxLog)
 	if !ss.NextAttempt.IsZero() {
 		t := ss.NextAttempt
 		s.NextAttempt = &t
@@ -144,7 +147,7 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 	if ls := ss.LastSwap; ls != nil {
 		s.LastSwap = &httpapi.SwapInfo{
 			At: ls.At, Outcome: string(ls.Outcome), FromSHA256: ls.From.SHA256, ToSHA256: ls.To.SHA256,
-			FromVersion: ls.From.Version, ToVersion: ls.To.Version, Reason: ls.Reason, Probation: ls.Probation,
+			FromVersion: ls.From.Version, ToVersion: ls.To.Version, Reason: plaintext.Line(ls.Reason, plaintext.MaxLog), Probation: ls.Probation,
 		}
 	}
 	if _, info, err := sup.Current(); err == nil {
@@ -170,7 +173,7 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 		b := rs.Backlog
 		s.Backlog = &b
 	}
-	s.LastScanError = rs.LastError
+	s.LastScanError = plaintext.Line(rs.LastError, plaintext.Max)
 }
 
 // Ready implements httpapi.Source.
