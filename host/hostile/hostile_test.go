@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, mode := range []string{"plain", "longpattern"} {
+		for _, mode := range []string{"plain", "longpattern", "shifty", "bigbatch", "moresource"} {
 			if err := build(mode); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -104,9 +104,15 @@ type attacker struct {
 
 func newAttacker(t *testing.T, mode string) *attacker {
 	t.Helper()
+	return newLoggedAttacker(t, mode, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+}
+
+// newLoggedAttacker is newAttacker with the host logging to log.
+func newLoggedAttacker(t *testing.T, mode string, log hclog.Logger) *attacker {
+	t.Helper()
 	srv := testserver.New(t)
 	cfg := hostConfig(t, srv.Addr, mode)
-	h, err := host.Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+	h, err := host.Boot(context.Background(), cfg, log)
 	require.NoError(t, err)
 	t.Cleanup(h.Close)
 	sess, err := h.OpenSession(context.Background(), "hostile", host.SessionOptions{})
@@ -468,18 +474,106 @@ func TestPluginCannotDeclareAHugePattern(t *testing.T) {
 
 // syncBuffer is a log output tests read.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
+	mu      sync.Mutex
+	b       strings.Builder
+	written chan struct{} // closed and replaced at each write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.written != nil {
+		close(s.written)
+		s.written = nil
+	}
 	return s.b.Write(p)
+}
+
+// waitFor waits until the buffer holds text, for at most a minute.
+func (s *syncBuffer) waitFor(t *testing.T, text string) {
+	t.Helper()
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		if strings.Contains(s.b.String(), text) {
+			s.mu.Unlock()
+			return
+		}
+		if s.written == nil {
+			s.written = make(chan struct{})
+		}
+		ch := s.written
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("the log never showed %q", text)
+		}
+	}
 }
 
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// oneBoundedLine asserts text is a single line of at most limit bytes
+// with the mark of what was cut, holding no forged line.
+func oneBoundedLine(t *testing.T, what, text string, limit int) {
+	t.Helper()
+	assert.LessOrEqual(t, len(text), limit, "%s: %d bytes", what, len(text))
+	assert.NotContains(t, text, "\n", what)
+	assert.NotContains(t, text, "\r", what)
+	assert.NotContains(t, text, "\x1b", what)
+	assert.Contains(t, text, "…[cut: ", what)
+}
+
+// A plugin's text reaches the host's status and log as one bounded line:
+// a scan error of 1 MB and a note of 1 MB, each opening with a forged
+// host log line, and a stderr that forges host lines (raw, and inside a
+// JSON log entry the host re-logs), writes a 1 MB line and floods 2000
+// more. Before, each reached status and the log whole, newlines and all:
+// the forged line stood in the log as the host's own.
+func TestPluginTextReachesTheHostAsOneBoundedLine(t *testing.T) {
+	logs := &syncBuffer{}
+	a := newLoggedAttacker(t, "plain", hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: logs}))
+	got := a.run("stderr 1048576 2000")
+	assert.Equal(t, "ok: wrote to stderr", got["stderr 1048576 2000"])
+
+	// The note: its text is cut before it is kept.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.c.Do(ctx, a.c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, "bignote 1048576").Build()).Error())
+	sum, err := a.sess.Cycle(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, sum.Notes, 1)
+	oneBoundedLine(t, "the note", sum.Notes[0], 600)
+
+	// The scan error: status's last scan error.
+	require.NoError(t, a.c.Do(ctx, a.c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, "scanerror 1048576").Build()).Error())
+	sum, err = a.sess.Cycle(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.Failed)
+	scanErr := a.sess.LastScanError()
+	oneBoundedLine(t, "the scan error", scanErr, 512)
+	assert.Contains(t, scanErr, "failed\\n"+hostilescanner.ForgedLine+"\\n\\x1b[2K\\r", "escaped, not dropped")
+
+	// The log: every line the stderr made is one bounded line, none of
+	// them forged.
+	logs.waitFor(t, hostilescanner.StderrDone)
+	text := logs.String()
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	flood := 0
+	for _, l := range lines {
+		assert.LessOrEqual(t, len(l), 4096, "a log line of %d bytes: %.200q", len(l), l)
+		assert.False(t, strings.HasPrefix(l, hostilescanner.ForgedLine), "a forged line in the host's log: %q", l)
+		assert.False(t, strings.HasPrefix(l, "[ERROR] ffscan: forged"), "a forged line in the host's log: %q", l)
+		if strings.Contains(l, ": flood ") {
+			flood++
+		}
+	}
+	assert.Equal(t, 2000, flood, "each flood line relayed once, on a line of its own")
+	assert.Contains(t, text, `x\n`+hostilescanner.ForgedLine+`\n`, "the JSON entry's message, escaped")
 }

@@ -14,6 +14,10 @@
 // Modes (New):
 //
 //	longpattern  declare a 100 KB key pattern for GET
+//	shifty       declare a GET scope that names the process's pid: each
+//	             launch declares a different policy
+//	bigbatch     declare a batch of 5000 instead of 100
+//	moresource   declare a second candidate source
 package hostile
 
 import (
@@ -53,12 +57,25 @@ func (h *Scanner) Info() scannerapi.Info {
 		// quadratic time in a backtracking matcher.
 		getScope = append(getScope, "ff:"+strings.Repeat("*a", 50_000))
 	}
+	if h.mode == "shifty" {
+		// What the operator reviewed is not what the next read says.
+		getScope = append(getScope, fmt.Sprintf("ff:evil:%d:*", os.Getpid()))
+	}
+	batch := 100
+	if h.mode == "bigbatch" {
+		batch = 5000
+	}
+	sources := []scannerapi.CandidateSource{{
+		Name: "attacks", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostile", Backlog: scannerapi.BacklogDue,
+	}}
+	if h.mode == "moresource" {
+		// Makes the host read keys of another application's choosing.
+		sources = append(sources, scannerapi.CandidateSource{Name: "theirs", Kind: scannerapi.SourceSetScan, Key: "ff:theirs:{p}:secrets"})
+	}
 	return scannerapi.Info{
 		Name: "hostile", Version: "6.6.6", APIVersion: scannerapi.APIVersion,
-		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: 100,
-		Sources: []scannerapi.CandidateSource{{
-			Name: "attacks", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostile", Backlog: scannerapi.BacklogDue,
-		}},
+		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: batch,
+		Sources:  sources,
 		Commands: []string{"GET", "SET", "DEL", "ZREM", "LPUSH"},
 		KeyScopes: []scannerapi.KeyScope{
 			{Command: "GET", Patterns: getScope},
@@ -92,6 +109,14 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 				return nil, err
 			}
 		}
+		if name == "scanerror" {
+			// scanerror N: the scan fails with N bytes of error text
+			// that carry newlines and a forged host log line.
+			if _, err := host.Exec(ctx, []scannerapi.Command{{"ZREM", c.Key, c.Member}}); err != nil {
+				return nil, err
+			}
+			return nil, errors.New(forged(arg))
+		}
 		outcome := "ok"
 		if err := attack(ctx, host, name, arg); err != nil {
 			outcome = err.Error()
@@ -108,6 +133,53 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		res.Processed++
 	}
 	return res, nil
+}
+
+// ForgedLine is the host log line the text attacks try to forge.
+const ForgedLine = "2024-01-01T00:00:00.000Z [ERROR] ffscan: forged by a plugin"
+
+// StderrDone is the last line the stderr attack writes.
+const StderrDone = "hostile stderr flood done"
+
+// forged is text of n bytes (n given as a string) that starts with a
+// forged host log line on a line of its own.
+func forged(n string) string {
+	size, err := strconv.Atoi(n)
+	if err != nil {
+		return err.Error()
+	}
+	head := "failed\n" + ForgedLine + "\n\x1b[2K\r"
+	return head + strings.Repeat("e\n", max(0, size-len(head))/2)
+}
+
+// floodStderr writes to file descriptor 2, which the SDK's logger and
+// the Go runtime write to and the host reads (the os.Stderr of a plugin
+// is a pipe to the host's SyncStderr, which discards it).
+func floodStderr(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("stderr N LINES")
+	}
+	size, err := strconv.Atoi(args[0])
+	if err != nil {
+		return err
+	}
+	lines, err := strconv.Atoi(args[1])
+	if err != nil {
+		return err
+	}
+	fd2 := os.NewFile(2, "stderr")
+	var b strings.Builder
+	b.WriteString("[ERROR] ffscan: forged by a plugin\n")
+	b.WriteString(`{"@level":"error","@message":"x\n` + ForgedLine + `\n","@timestamp":"2024-01-01T00:00:00.000000Z","k":"v\n` + ForgedLine + `"}` + "\n")
+	b.WriteString(strings.Repeat("s", size) + "\n")
+	for i := range lines {
+		fmt.Fprintf(&b, "flood %d %s\n", i, strings.Repeat("f", 100))
+	}
+	b.WriteString(StderrDone + "\n")
+	if _, err := fd2.WriteString(b.String()); err != nil {
+		return err
+	}
+	return reached{"wrote to stderr"}
 }
 
 // held is what the alloc attack holds.
@@ -150,6 +222,14 @@ func attack(ctx context.Context, host scannerapi.Host, name, arg string) error {
 		return replyOf(host.Exec(ctx, []scannerapi.Command{args}))
 	case "ping":
 		return reached{"pong"}
+	case "bignote":
+		// bignote N: a note of N bytes with newlines and a forged line.
+		return reached{forged(arg)}
+	case "stderr":
+		// stderr N LINES: write to the stderr the host relays to its
+		// log: forged host lines (raw and as a JSON log entry), one
+		// line of N bytes, LINES more lines, then StderrDone.
+		return floodStderr(args)
 	case "alloc":
 		// alloc MIB: allocate and touch MIB MiB, and hold it.
 		n, err := strconv.Atoi(arg)
