@@ -258,7 +258,7 @@ type Reviewed struct {
 // check refuses a binary or declaration other than the reviewed one.
 func (rv Reviewed) check(sha string, p policy.Policy) error {
 	if rv.SHA256 != "" && !strings.EqualFold(rv.SHA256, sha) {
-		return fmt.Errorf("the binary is not the one reviewed: its sha256 is %s, not %s; review it again (`ffscan plugins verify`)", sha, rv.SHA256)
+		return fmt.Errorf("the binary is other than the one reviewed: its sha256 is %s, not %s; review it again (`ffscan plugins verify`)", sha, rv.SHA256)
 	}
 	if rv.Policy != "" {
 		d := p.Digest()
