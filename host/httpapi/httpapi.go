@@ -289,6 +289,14 @@ type Switches interface {
 	ApprovePlugin(ctx context.Context, name string, reviewed ApprovalReview) (PluginSwapResult, error)
 }
 
+// LiftWriteDeadline lifts the server's write timeout for one response:
+// an admin action that waits for plugins (a relaunch, a hot swap's
+// probation) may answer after it. Called only once the request carried
+// the admin token.
+func LiftWriteDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+}
+
 // writeReload answers with a reload's result.
 func writeReload(w http.ResponseWriter, res ReloadResult, err error) {
 	switch {
@@ -404,6 +412,7 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 					if !allowed(w, r, admin) {
 						return
 					}
+					LiftWriteDeadline(w)
 					res, err := sw.SetScannerEnabled(r.Context(), r.PathValue("name"), on, "admin request from "+r.RemoteAddr)
 					writeReload(w, res, err)
 				})
@@ -412,6 +421,7 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 				if !allowed(w, r, admin) {
 					return
 				}
+				LiftWriteDeadline(w)
 				q := r.URL.Query()
 				res, err := sw.ApprovePlugin(r.Context(), r.PathValue("name"), ApprovalReview{SHA256: q.Get("sha256"), Policy: q.Get("policy")})
 				writeSwap(w, r.PathValue("name"), res, err)
@@ -421,6 +431,7 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 			if !allowed(w, r, admin) {
 				return
 			}
+			LiftWriteDeadline(w)
 			res, err := admin.ReloadConfig(r.Context(), "admin request from "+r.RemoteAddr)
 			switch {
 			case err != nil:
@@ -435,6 +446,7 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 			if !allowed(w, r, admin) {
 				return
 			}
+			LiftWriteDeadline(w)
 			q := r.URL.Query()
 			res, err := admin.ReloadPlugin(r.Context(), r.PathValue("name"), q.Get("force") == "1" || q.Get("force") == "true", q.Get("wait") != "0" && q.Get("wait") != "false")
 			switch {
