@@ -213,6 +213,10 @@ func approvalOf(cfg *config.Config, scanner string, pi PluginInfo) ([]string, st
 	return lines, digest, "approved (" + DescribeRecord(rec) + ")", nil
 }
 
+// Shown returns text a plugin wrote (its Info's version, descriptions,
+// sources) as the CLI may print it: one bounded line.
+func Shown(s string) string { return plaintext.Line(s, plaintext.Max) }
+
 // DescribeRecord names an approval for people: its policy's digest, the
 // binary it was given for, who gave it and when.
 func DescribeRecord(rec policy.Record) string {

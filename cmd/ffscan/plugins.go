@@ -40,7 +40,7 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		for _, in := range pi.Scanners {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pi.Binary, in.Name, in.Version, in.APIVersion, in.Family, pi.SHA256)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pi.Binary, in.Name, host.Shown(in.Version), in.APIVersion, in.Family, pi.SHA256)
 		}
 	}
 	_ = tw.Flush()
@@ -49,19 +49,19 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 			for _, in := range pi.Scanners {
 				fmt.Fprintf(stdout, "\n%s (%s): every %s, batch %d\n", in.Name, pi.Binary, in.DefaultInterval, in.DefaultBatch)
 				for _, src := range in.Sources {
-					fmt.Fprintf(stdout, "  source %s: %s %s", src.Name, src.Kind, src.Key)
+					fmt.Fprintf(stdout, "  source %s: %s %s", host.Shown(src.Name), host.Shown(string(src.Kind)), host.Shown(src.Key))
 					if src.Backlog != "" {
-						fmt.Fprintf(stdout, " (backlog: %s)", src.Backlog)
+						fmt.Fprintf(stdout, " (backlog: %s)", host.Shown(string(src.Backlog)))
 					}
 					fmt.Fprintln(stdout)
 				}
-				fmt.Fprintf(stdout, "  commands: %s\n", orNone(in.Commands))
+				fmt.Fprintf(stdout, "  commands: %s\n", host.Shown(orNone(in.Commands)))
 				for _, ks := range in.KeyScopes {
-					fmt.Fprintf(stdout, "  key scope of %s: %s\n", ks.Command, strings.Join(ks.Patterns, " "))
+					fmt.Fprintf(stdout, "  key scope of %s: %s\n", host.Shown(ks.Command), host.Shown(strings.Join(ks.Patterns, " ")))
 				}
-				fmt.Fprintf(stdout, "  functions: %s\n", orNone(in.Functions))
+				fmt.Fprintf(stdout, "  functions: %s\n", host.Shown(orNone(in.Functions)))
 				for _, o := range in.Options {
-					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", o.Name, o.Type, o.Default, o.Description)
+					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", host.Shown(o.Name), host.Shown(string(o.Type)), host.Shown(o.Default), host.Shown(o.Description))
 				}
 			}
 		}

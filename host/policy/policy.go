@@ -64,15 +64,40 @@ type Schedule struct {
 	Batch int `json:"batch"`
 }
 
+// show writes a name, key or pattern the plugin declared so that a line
+// of the policy shows it exactly and on one line: as it is when it is
+// plain printable ASCII without spaces, quotes or backslashes (every
+// bundled plugin's), else Go-quoted in ASCII. The form is one-to-one, so
+// the digest of the lines names the declaration.
+func show(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' {
+			return strconv.QuoteToASCII(s)
+		}
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+func showAll(pats []string) string {
+	out := make([]string, len(pats))
+	for i, p := range pats {
+		out[i] = show(p)
+	}
+	return strings.Join(out, " ")
+}
+
 // SourceLine is a candidate source in canonical form: every field the
 // host reads it by.
 func SourceLine(s scannerapi.CandidateSource) string {
-	line := fmt.Sprintf("%s: %s %s", s.Name, s.Kind, s.Key)
+	line := fmt.Sprintf("%s: %s %s", show(s.Name), show(string(s.Kind)), show(s.Key))
 	if s.ScoreOffset != 0 {
 		line += " offset " + s.ScoreOffset.String()
 	}
 	if s.Backlog != "" {
-		line += " backlog " + string(s.Backlog)
+		line += " backlog " + show(string(s.Backlog))
 	}
 	return line
 }
@@ -189,7 +214,7 @@ func (p Policy) Lines() []string {
 
 // Lines describes the schedule, one line per part.
 func (s *Schedule) Lines() []string {
-	out := []string{"FAMILY " + s.Family}
+	out := []string{"FAMILY " + show(s.Family)}
 	for _, src := range s.Sources {
 		out = append(out, "SOURCE "+src)
 	}
@@ -209,20 +234,20 @@ func (p Policy) grantLines() []string {
 			if callbacks.Writes(c) {
 				what = "(any ff: key: an unscoped write)"
 			}
-			out = append(out, c+" "+what)
+			out = append(out, show(c)+" "+what)
 			continue
 		}
-		out = append(out, c+" "+strings.Join(pats, " "))
+		out = append(out, show(c)+" "+showAll(pats))
 	}
 	for _, f := range p.Functions {
 		pats, scoped := p.FunctionScopes[f]
 		switch {
 		case isPG(f):
-			out = append(out, "FCALL "+f)
+			out = append(out, "FCALL "+show(f))
 		case scoped:
-			out = append(out, "FCALL "+f+" writes "+strings.Join(pats, " "))
+			out = append(out, "FCALL "+show(f)+" writes "+showAll(pats))
 		default:
-			out = append(out, "FCALL "+f+" (any ff: key: an unscoped write)")
+			out = append(out, "FCALL "+show(f)+" (any ff: key: an unscoped write)")
 		}
 	}
 	return out

@@ -318,3 +318,21 @@ func TestApprovalFromBeforeSchedules(t *testing.T) {
 	_, err = s.Admit("lease_expiry", "sha-a", FromInfo(batch))
 	require.ErrorAs(t, err, &we, "from then on the schedule is bound")
 }
+
+// A declaration's text reaches the operator's terminal and the console
+// through the policy's lines: a pattern with a newline, an escape or a
+// space shows quoted on its line, and stays distinct from a plain
+// pattern that reads like its quoted form.
+func TestLinesShowOddPatternsQuoted(t *testing.T) {
+	odd := leaseInfo
+	odd.KeyScopes = []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:x\n[ERROR] forged\x1b[2K"}}}
+	lines := FromInfo(odd).Lines()
+	assert.Contains(t, lines, `ZREM "ff:x\n[ERROR] forged\x1b[2K"`)
+	for _, l := range lines {
+		assert.NotContains(t, l, "\n")
+		assert.NotContains(t, l, "\x1b")
+	}
+	lookalike := leaseInfo
+	lookalike.KeyScopes = []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{`"ff:x\n[ERROR] forged\x1b[2K"`}}}
+	assert.NotEqual(t, FromInfo(odd).Digest(), FromInfo(lookalike).Digest())
+}
