@@ -5,7 +5,8 @@
 //
 // Its scanner, "hostile", reads the attacks to run from the due members
 // of ff:idx:{p}:hostile, one attack per member ("NAME ARG..."), and
-// reports each outcome as a note "NAME ARG...: OUTCOME" (an attack that
+// reports each outcome as a note "NAME ARG...: OUTCOME" (Label: a long
+// attack is shortened; an attack that
 // got through says "ok" or what it reached). With the option
 // "report" set to "list", it also pushes each note on
 // ff:test:hostile:outcomes, for tests whose host runs as a process of
@@ -121,7 +122,7 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		if err := attack(ctx, host, name, arg); err != nil {
 			outcome = err.Error()
 		}
-		note := c.Member + ": " + outcome
+		note := Label(c.Member) + ": " + outcome
 		res.Notes = append(res.Notes, note)
 		cmds := []scannerapi.Command{{"ZREM", c.Key, c.Member}}
 		if h.report == "list" {
@@ -133,6 +134,16 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		res.Processed++
 	}
 	return res, nil
+}
+
+// Label names an attack in its note: the attack itself, or for a long
+// one (a 300 KB key) its first 100 bytes and its length, so that the
+// outcome fits in the note the host keeps (a few hundred bytes).
+func Label(attack string) string {
+	if len(attack) <= 200 {
+		return attack
+	}
+	return fmt.Sprintf("%s…(%d bytes)", attack[:100], len(attack))
 }
 
 // ForgedLine is the host log line the text attacks try to forge.
