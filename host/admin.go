@@ -166,14 +166,15 @@ func (h *Host) override(name string) string {
 }
 
 // ApprovePlugin approves the policy scanner name's binary declares now
-// (as `ffscan plugins approve NAME` does) and relaunches the plugin with
+// (as `ffscan plugins approve NAME` does: read twice, and refused when
+// it is not what the operator reviewed) and relaunches the plugin with
 // it (a forced hot swap, or the restart of a plugin that was refused).
-func (h *Host) ApprovePlugin(ctx context.Context, name string) (httpapi.PluginSwapResult, error) {
+func (h *Host) ApprovePlugin(ctx context.Context, name string, reviewed httpapi.ApprovalReview) (httpapi.PluginSwapResult, error) {
 	cfg := h.config()
 	if _, ok := cfg.Scanners[name]; !ok {
 		return httpapi.PluginSwapResult{}, fmt.Errorf("%w: %q is not a configured scanner", httpapi.ErrNotFound, name)
 	}
-	res, err := ApprovePlugins(ctx, cfg, []string{name}, h.log.Named("approve"))
+	res, err := approvePlugins(ctx, cfg, h.approvals, []string{name}, Reviewed(reviewed), h.log.Named("approve"))
 	if err != nil {
 		return httpapi.PluginSwapResult{}, err
 	}
@@ -181,7 +182,7 @@ func (h *Host) ApprovePlugin(ctx context.Context, name string) (httpapi.PluginSw
 		if r.Err != nil {
 			return httpapi.PluginSwapResult{Scanner: name, Outcome: string(supervisor.SwapFailed), Error: "not approved: " + r.Err.Error()}, nil
 		}
-		h.log.Info("plugin policy approved by an operator", "scanner", name, "policy", r.Digest[:12], "binary", r.Binary)
+		h.log.Info("plugin policy approved by an operator", "scanner", name, "policy", r.Digest, "binary", r.Binary, "sha256", r.SHA256)
 	}
 	if h.units.Get(name) == nil {
 		return httpapi.PluginSwapResult{Scanner: name, Outcome: "approved"}, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/host/lanes"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/policy"
@@ -41,6 +42,9 @@ func BootReadOnly(ctx context.Context, cfg *config.Config, log hclog.Logger) (*H
 }
 
 func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnly bool) (*Host, error) {
+	// Every line the host logs is one line, whatever text (a plugin's
+	// error, a key) it quotes.
+	log = plaintext.Logger(log, plaintext.MaxLog)
 	h := &Host{cfg: cfg, log: log, clk: clock.Real(), met: metrics.New(), epoch: scheduler.NewStoreEpoch(), readOnly: readOnly,
 		launches: supervisor.NewLaunchGate(0)}
 	h.started = h.clk.Now()

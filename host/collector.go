@@ -75,6 +75,9 @@ func b2f(b bool) float64 {
 // operator's approval of its policy: its last launch or swap was refused
 // by the approvals (host/policy's refusals name the command to run).
 func pendingApproval(s httpapi.ScannerStatus) bool {
+	if s.Approval != nil && s.Approval.Pending != nil {
+		return true
+	}
 	const mark = "ffscan plugins approve"
 	if strings.Contains(s.LastError, mark) && s.State != "running" {
 		return true

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -79,14 +81,17 @@ func probeOf(cfg *config.Config) probeOpts {
 }
 
 func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe probeOpts, log hclog.Logger) PluginInfo {
-	pi := PluginInfo{Binary: name}
 	entry, err := cat.Stage(name, pin)
 	if err != nil {
-		pi.Err = err
-		return pi
+		return PluginInfo{Binary: name, Err: err}
 	}
-	pi.Path, pi.SHA256 = entry.Path, entry.SHA256
-	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{Path: entry.ExecPath, Logger: log.Named(name),
+	return inspectEntry(ctx, name, entry, probe, log)
+}
+
+// inspectEntry launches a staged binary long enough to read its Info.
+func inspectEntry(ctx context.Context, name string, entry catalog.Entry, probe probeOpts, log hclog.Logger) PluginInfo {
+	pi := PluginInfo{Binary: name, Path: entry.Path, SHA256: entry.SHA256}
+	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{Path: entry.ExecPath, Logger: plaintext.Logger(log.Named(name), plaintext.Max),
 		StartTimeout: probe.timeout, Isolation: probe.isolation, MemoryLimit: probe.memory})
 	if err != nil {
 		pi.Err = err
@@ -113,9 +118,11 @@ type VerifyResult struct {
 	Binary    string
 	SHA256    string
 	Isolation string // what confined the verifying launch
-	// Policy is what the scanner declares (policy.Policy.Lines), and
-	// Approval how it stands against the recorded approval.
+	// Policy is what the scanner declares (policy.Policy.Lines), Digest
+	// names it (what `ffscan plugins approve --policy` takes), and
+	// Approval says how it stands against the recorded approval.
 	Policy   []string
+	Digest   string
 	Approval string
 	Err      error
 }
@@ -160,7 +167,7 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 			r.Err = checkScanner(n, sc, pi)
 		}
 		if r.Err == nil {
-			r.Policy, r.Approval, r.Err = approvalOf(cfg, n, pi)
+			r.Policy, r.Digest, r.Approval, r.Err = approvalOf(cfg, n, pi)
 		}
 		out = append(out, r)
 	}
@@ -183,26 +190,41 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 
 // approvalOf says how scanner's declared policy stands against the
 // recorded approval: an error when a launch would be refused for it.
-func approvalOf(cfg *config.Config, scanner string, pi PluginInfo) ([]string, string, error) {
+func approvalOf(cfg *config.Config, scanner string, pi PluginInfo) ([]string, string, string, error) {
 	info, _ := scannerInfo(pi, scanner)
 	p := policy.FromInfo(info)
+	lines, digest := p.Lines(), p.Digest()
 	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Mode(cfg.PluginApproval))
 	if err != nil {
-		return p.Lines(), "", err
+		return lines, digest, "", err
 	}
 	rec, ok, err := store.Lookup(scanner)
 	switch {
 	case err != nil:
-		return p.Lines(), "", err
+		return lines, digest, "", err
 	case !ok && store.Mode() == policy.Required:
-		return p.Lines(), "not approved", &policy.NotApprovedError{Scanner: scanner, Policy: p, Path: store.Path()}
+		return lines, digest, "not approved", &policy.NotApprovedError{Scanner: scanner, Policy: p, Path: store.Path()}
 	case !ok:
-		return p.Lines(), "not yet approved: its first launch approves it (plugin_approval: first_use)", nil
+		return lines, digest, "not yet approved: its first launch approves it (plugin_approval: first_use)", nil
 	}
 	if added := policy.Widening(rec.Policy, p); len(added) > 0 {
-		return p.Lines(), "wider than approved", &policy.WideningError{Scanner: scanner, Added: added, Approved: rec, Path: store.Path()}
+		return lines, digest, "wider than approved (" + DescribeRecord(rec) + ")", &policy.WideningError{Scanner: scanner, Added: added, Approved: rec, Path: store.Path()}
 	}
-	return p.Lines(), fmt.Sprintf("approved (%s, by %s on %s)", rec.Digest[:12], rec.ApprovedBy, rec.ApprovedAt.Format(time.DateOnly)), nil
+	return lines, digest, "approved (" + DescribeRecord(rec) + ")", nil
+}
+
+// Shown returns text a plugin wrote (its Info's version, descriptions,
+// sources) as the CLI may print it: one bounded line.
+func Shown(s string) string { return plaintext.Line(s, plaintext.Max) }
+
+// DescribeRecord names an approval for people: its policy's digest, the
+// binary it was given for, who gave it and when.
+func DescribeRecord(rec policy.Record) string {
+	what := "policy " + rec.Digest
+	if rec.ApprovedSHA256 != "" {
+		what += " of binary sha256 " + rec.ApprovedSHA256
+	}
+	return fmt.Sprintf("%s, by %s on %s", what, rec.ApprovedBy, rec.ApprovedAt.Format(time.DateOnly))
 }
 
 func scannerInfo(pi PluginInfo, name string) (scannerapi.Info, bool) {
@@ -227,14 +249,45 @@ type ApproveResult struct {
 	Err    error
 }
 
+// Reviewed is what an operator reviewed before approving (`ffscan
+// plugins verify`, the console): the binary's sha256 and its policy's
+// digest (policy.Policy.Digest; a prefix of at least 12 characters
+// will do). An approval is refused unless the binary and its
+// declaration are still exactly these. Empty fields are not checked.
+type Reviewed struct {
+	SHA256 string
+	Policy string
+}
+
+// check refuses a binary or declaration other than the reviewed one.
+func (rv Reviewed) check(sha string, p policy.Policy) error {
+	if rv.SHA256 != "" && !strings.EqualFold(rv.SHA256, sha) {
+		return fmt.Errorf("the binary is other than the one reviewed: its sha256 is %s, not %s; review it again (`ffscan plugins verify`)", sha, rv.SHA256)
+	}
+	if rv.Policy != "" {
+		d := p.Digest()
+		if len(rv.Policy) < 12 || !strings.HasPrefix(d, strings.ToLower(rv.Policy)) {
+			return fmt.Errorf("the binary declares a policy other than the one reviewed: policy %s, not %s; review it again (`ffscan plugins verify`)", d, rv.Policy)
+		}
+	}
+	return nil
+}
+
 // ApprovePlugins records, as approved by the operator, the policy each
-// named scanner's binary declares now (every configured scanner when
-// names is empty). The binary passes the same checks as a launch first.
-func ApprovePlugins(ctx context.Context, cfg *config.Config, names []string, log hclog.Logger) ([]ApproveResult, error) {
+// named scanner's binary declares (every enabled scanner when names is
+// empty). The binary passes the same checks as a launch first, and its
+// Info is read twice, from two launches of the same staged bytes: a
+// binary whose declaration changes between reads is refused, and so is
+// one that is not what the operator reviewed (rv).
+func ApprovePlugins(ctx context.Context, cfg *config.Config, names []string, rv Reviewed, log hclog.Logger) ([]ApproveResult, error) {
 	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Mode(cfg.PluginApproval))
 	if err != nil {
 		return nil, err
 	}
+	return approvePlugins(ctx, cfg, store, names, rv, log)
+}
+
+func approvePlugins(ctx context.Context, cfg *config.Config, store *policy.Store, names []string, rv Reviewed, log hclog.Logger) ([]ApproveResult, error) {
 	cat, err := catalog.New(cfg.PluginDir)
 	if err != nil {
 		return nil, err
@@ -251,49 +304,75 @@ func ApprovePlugins(ctx context.Context, cfg *config.Config, names []string, log
 			return nil, fmt.Errorf("no scanner is enabled in the configuration; name the scanners to approve")
 		}
 	}
+	if (rv != Reviewed{}) && len(names) != 1 {
+		return nil, fmt.Errorf("a reviewed sha256 or policy names one scanner's binary: approve one scanner at a time")
+	}
 	var res resolver
 	var out []ApproveResult
 	for _, n := range names {
-		sc, ok := cfg.Scanners[n]
-		if !ok {
-			sc = config.Scanner{Enabled: true}
-		}
-		r := ApproveResult{Scanner: n}
-		bin, err := res.pluginFor(ctx, cat, n, sc, probeOf(cfg), log)
-		if err != nil {
-			r.Err = err
-			out = append(out, r)
-			continue
-		}
-		sc.Plugin = bin
-		pi := inspect(ctx, cat, bin, sc.SHA256, probeOf(cfg), log)
-		r.Binary, r.SHA256 = bin, pi.SHA256
+		out = append(out, approveOne(ctx, cfg, cat, store, &res, n, rv, log))
+	}
+	return out, nil
+}
+
+func approveOne(ctx context.Context, cfg *config.Config, cat *catalog.Catalog, store *policy.Store, res *resolver, n string, rv Reviewed, log hclog.Logger) ApproveResult {
+	sc, ok := cfg.Scanners[n]
+	if !ok {
+		sc = config.Scanner{Enabled: true}
+	}
+	r := ApproveResult{Scanner: n}
+	bin, err := res.pluginFor(ctx, cat, n, sc, probeOf(cfg), log)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	sc.Plugin = bin
+	r.Binary = bin
+	// One private copy of the bytes, read twice: what is approved is
+	// what these bytes declare, every time they are asked.
+	entry, err := cat.Stage(bin, sc.SHA256)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	r.SHA256 = entry.SHA256
+	var pols [2]policy.Policy
+	for i := range pols {
+		pi := inspectEntry(ctx, bin, entry, probeOf(cfg), log)
 		if r.Err = pi.Err; r.Err == nil {
 			r.Err = checkScanner(n, sc, pi)
 		}
 		if r.Err != nil {
-			out = append(out, r)
-			continue
+			return r
 		}
 		info, _ := scannerInfo(pi, n)
-		p := policy.FromInfo(info)
-		r.Policy = p.Lines()
-		prev, had, err := store.Lookup(n)
-		if err != nil {
-			r.Err = err
-			out = append(out, r)
-			continue
-		}
-		if had {
-			r.Added = policy.Widening(prev.Policy, p)
-		} else {
-			r.Added = policy.Widening(policy.Policy{}, p)
-		}
-		rec, err := store.Approve(n, pi.SHA256, p)
-		r.Digest, r.Err = rec.Digest, err
-		out = append(out, r)
+		pols[i] = policy.FromInfo(info)
 	}
-	return out, nil
+	if a, b := pols[0], pols[1]; a.Digest() != b.Digest() {
+		diff := append(policy.Widening(a, b), policy.Widening(b, a)...)
+		r.Err = fmt.Errorf("binary %s (sha256 %s) declares a different policy each time it is read (%s, then %s: %s); refusing to approve a declaration that changes",
+			bin, entry.SHA256, a.Digest()[:12], b.Digest()[:12], strings.Join(diff, "; "))
+		return r
+	}
+	p := pols[0]
+	r.Policy, r.Digest = p.Lines(), p.Digest()
+	if r.Err = rv.check(entry.SHA256, p); r.Err != nil {
+		return r
+	}
+	prev, had, err := store.Lookup(n)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	if had {
+		r.Added = policy.Widening(prev.Policy, p)
+	} else {
+		for _, l := range r.Policy {
+			r.Added = append(r.Added, "+ "+l)
+		}
+	}
+	_, r.Err = store.Approve(n, entry.SHA256, p)
+	return r
 }
 
 func checkScanner(name string, sc config.Scanner, pi PluginInfo) error {

@@ -174,6 +174,10 @@ func (s *Session) Cycle(ctx context.Context, partition int) (scheduler.Summary, 
 	return s.run.Cycle(ctx, opts)
 }
 
+// LastScanError is why the last failed scan call of the session's cycles
+// failed, as status shows a scanner's (empty when none failed).
+func (s *Session) LastScanError() string { return s.run.Status().LastError }
+
 // Explain is what the session's scanner does with the execution on its
 // next Cycle, and why (Host.Explain, for this one scanner): the same
 // plugin process, with the memory and backoff its cycles built.

@@ -9,8 +9,10 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/keyless"
+	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
@@ -71,6 +73,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 		}
 	}
 
+	approvals, _ := h.approvals.All() // an unreadable file refuses every launch, which says why
 	running := h.units.Views()
 	names := make([]string, 0, len(cfg.Scanners))
 	for n := range cfg.Scanners {
@@ -84,6 +87,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 			fillStatus(&s, run.Unit)
 			s.NotApplied = run.NotApplied
 		}
+		s.Approval = h.approvalStatus(n, approvals)
 		s.PendingApproval = pendingApproval(s)
 		s.Override = h.override(n)
 		if hist := h.met.History(n); len(hist) > 0 {
@@ -133,7 +137,9 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 	rs := run.Status()
 	s.Path, s.Version, s.APIVersion, s.SHA256, s.Pid = ss.Meta.Path, ss.Meta.Version, ss.Meta.APIVersion, ss.Meta.SHA256, ss.Pid
 	s.Isolation, s.Policy = ss.Meta.Isolation, ss.Meta.Policy
-	s.State, s.Since, s.Restarts, s.Swaps, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.Swaps, ss.LastError
+	// Errors may quote a plugin's text (bounded where it entered): one
+	// line each here.
+	s.State, s.Since, s.Restarts, s.Swaps, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.Swaps, plaintext.Line(ss.LastError, plaintext.MaxLog)
 	if !ss.NextAttempt.IsZero() {
 		t := ss.NextAttempt
 		s.NextAttempt = &t
@@ -141,7 +147,7 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 	if ls := ss.LastSwap; ls != nil {
 		s.LastSwap = &httpapi.SwapInfo{
 			At: ls.At, Outcome: string(ls.Outcome), FromSHA256: ls.From.SHA256, ToSHA256: ls.To.SHA256,
-			FromVersion: ls.From.Version, ToVersion: ls.To.Version, Reason: ls.Reason, Probation: ls.Probation,
+			FromVersion: ls.From.Version, ToVersion: ls.To.Version, Reason: plaintext.Line(ls.Reason, plaintext.MaxLog), Probation: ls.Probation,
 		}
 	}
 	if _, info, err := sup.Current(); err == nil {
@@ -167,7 +173,7 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 		b := rs.Backlog
 		s.Backlog = &b
 	}
-	s.LastScanError = rs.LastError
+	s.LastScanError = plaintext.Line(rs.LastError, plaintext.Max)
 }
 
 // Ready implements httpapi.Source.
@@ -188,4 +194,21 @@ func (h *Host) Ready(ctx context.Context) error {
 		}
 	}
 	return h.units.Ready()
+}
+
+// approvalStatus is scanner name's recorded approval and the declaration
+// a launch refused, if one waits.
+func (h *Host) approvalStatus(name string, recs map[string]policy.Record) *httpapi.ApprovalStatus {
+	var st httpapi.ApprovalStatus
+	if rec, ok := recs[name]; ok {
+		st.Approved = &httpapi.ApprovedPolicy{Digest: rec.Digest, SHA256: rec.ApprovedSHA256, Running: rec.BinarySHA256,
+			By: rec.ApprovedBy, At: rec.ApprovedAt, Lines: rec.Policy.Lines()}
+	}
+	if p, ok := h.approvals.PendingFor(name); ok {
+		st.Pending = &httpapi.PendingPolicy{SHA256: p.SHA256, Digest: p.Digest, Lines: p.Policy.Lines(), Added: p.Added, At: p.At}
+	}
+	if st.Approved == nil && st.Pending == nil {
+		return nil
+	}
+	return &st
 }

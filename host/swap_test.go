@@ -472,5 +472,6 @@ func wideHostworkPolicy() policy.Policy {
 			"SADD": {"ff:test:{*}:done"},
 			"DEL":  nil,
 		},
+		Schedule: &policy.Schedule{Family: "flow", Sources: []string{"work: zset_due ff:idx:{p}:hostwork backlog due"}, Batch: 20},
 	}
 }

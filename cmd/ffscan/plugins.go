@@ -40,7 +40,7 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		for _, in := range pi.Scanners {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pi.Binary, in.Name, in.Version, in.APIVersion, in.Family, pi.SHA256)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pi.Binary, in.Name, host.Shown(in.Version), in.APIVersion, in.Family, pi.SHA256)
 		}
 	}
 	_ = tw.Flush()
@@ -49,19 +49,19 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 			for _, in := range pi.Scanners {
 				fmt.Fprintf(stdout, "\n%s (%s): every %s, batch %d\n", in.Name, pi.Binary, in.DefaultInterval, in.DefaultBatch)
 				for _, src := range in.Sources {
-					fmt.Fprintf(stdout, "  source %s: %s %s", src.Name, src.Kind, src.Key)
+					fmt.Fprintf(stdout, "  source %s: %s %s", host.Shown(src.Name), host.Shown(string(src.Kind)), host.Shown(src.Key))
 					if src.Backlog != "" {
-						fmt.Fprintf(stdout, " (backlog: %s)", src.Backlog)
+						fmt.Fprintf(stdout, " (backlog: %s)", host.Shown(string(src.Backlog)))
 					}
 					fmt.Fprintln(stdout)
 				}
-				fmt.Fprintf(stdout, "  commands: %s\n", orNone(in.Commands))
+				fmt.Fprintf(stdout, "  commands: %s\n", host.Shown(orNone(in.Commands)))
 				for _, ks := range in.KeyScopes {
-					fmt.Fprintf(stdout, "  key scope of %s: %s\n", ks.Command, strings.Join(ks.Patterns, " "))
+					fmt.Fprintf(stdout, "  key scope of %s: %s\n", host.Shown(ks.Command), host.Shown(strings.Join(ks.Patterns, " ")))
 				}
-				fmt.Fprintf(stdout, "  functions: %s\n", orNone(in.Functions))
+				fmt.Fprintf(stdout, "  functions: %s\n", host.Shown(orNone(in.Functions)))
 				for _, o := range in.Options {
-					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", o.Name, o.Type, o.Default, o.Description)
+					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", host.Shown(o.Name), host.Shown(string(o.Type)), host.Shown(o.Default), host.Shown(o.Description))
 				}
 			}
 		}
@@ -95,6 +95,7 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 			failed++
 			fmt.Fprintf(stdout, "FAIL %s: %v\n", who, r.Err)
 			printPolicy(stdout, r.Policy, r.Approval)
+			printDigest(stdout, r)
 			continue
 		}
 		fmt.Fprintf(stdout, "ok   %s sha256 %s\n", who, r.SHA256)
@@ -102,6 +103,7 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "     isolation: %s\n", r.Isolation)
 		}
 		printPolicy(stdout, r.Policy, r.Approval)
+		printDigest(stdout, r)
 	}
 	if err != nil {
 		return err
@@ -216,9 +218,22 @@ func printPolicy(w io.Writer, lines []string, approval string) {
 	}
 }
 
+// printDigest names the declared policy and how to approve exactly it.
+func printDigest(w io.Writer, r host.VerifyResult) {
+	if r.Digest == "" {
+		return
+	}
+	fmt.Fprintf(w, "     declared policy %s\n", r.Digest)
+	if r.SHA256 != "" && !strings.HasPrefix(r.Approval, "approved") {
+		fmt.Fprintf(w, "     to approve exactly this: ffscan plugins approve %s --sha256 %s --policy %s\n", r.Scanner, r.SHA256, r.Digest)
+	}
+}
+
 func cmdPluginsApprove(args []string, stdout, stderr io.Writer) error {
 	fs, c := newFlags("plugins approve", stderr)
 	all := fs.Bool("all", false, "approve every enabled scanner's policy")
+	sha := fs.String("sha256", "", "approve only if the scanner's binary has this sha256 (as `plugins verify` showed it)")
+	digest := fs.String("policy", "", "approve only if the binary declares the policy of this digest (as `plugins verify` showed it; 12 characters or more)")
 	names, err := parseArgs(fs, args, -1)
 	if err != nil {
 		return err
@@ -226,11 +241,15 @@ func cmdPluginsApprove(args []string, stdout, stderr io.Writer) error {
 	if *all == (len(names) > 0) {
 		return usageError{errors.New("name the scanners to approve, or pass --all")}
 	}
+	rv := host.Reviewed{SHA256: *sha, Policy: *digest}
+	if rv != (host.Reviewed{}) && len(names) != 1 {
+		return usageError{errors.New("--sha256 and --policy name one scanner's binary: approve one scanner at a time")}
+	}
 	cfg, err := c.load(fs)
 	if err != nil {
 		return err
 	}
-	res, err := host.ApprovePlugins(context.Background(), cfg, names, quietLogger(cfg, c))
+	res, err := host.ApprovePlugins(context.Background(), cfg, names, rv, quietLogger(cfg, c))
 	if err != nil {
 		return err
 	}
@@ -241,7 +260,7 @@ func cmdPluginsApprove(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "FAIL scanner %s: %v\n", r.Scanner, r.Err)
 			continue
 		}
-		fmt.Fprintf(stdout, "approved scanner %s (%s, sha256 %s): policy %s\n", r.Scanner, r.Binary, r.SHA256, r.Digest[:12])
+		fmt.Fprintf(stdout, "approved scanner %s (%s, sha256 %s): policy %s\n", r.Scanner, r.Binary, r.SHA256, r.Digest)
 		for _, l := range r.Policy {
 			fmt.Fprintf(stdout, "       %s\n", l)
 		}

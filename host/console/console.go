@@ -99,7 +99,7 @@ func Handler(src Source) http.Handler {
 		if !httpapi.HostAllowed(w, r) {
 			return
 		}
-		msg, code := act(r, src)
+		msg, code := act(w, r, src)
 		if code != http.StatusOK {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.WriteHeader(code)
@@ -114,7 +114,7 @@ func Handler(src Source) http.Handler {
 // act runs one action of the form and says what happened, with the HTTP
 // status: 200 done (or done with a refusal the host explains), 403/401
 // refused before anything ran.
-func act(r *http.Request, src Source) (string, int) {
+func act(w http.ResponseWriter, r *http.Request, src Source) (string, int) {
 	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
 		return "refused: the request came from another site (Sec-Fetch-Site: " + site + ")", http.StatusForbidden
 	}
@@ -140,6 +140,9 @@ func act(r *http.Request, src Source) (string, int) {
 	if !admintoken.Equal(got, want) {
 		return "refused: that is not the host's admin token", http.StatusUnauthorized
 	}
+	// Actions wait for plugins (a relaunch): past the server's write
+	// timeout, for the token's holder only.
+	httpapi.LiftWriteDeadline(w)
 	name := r.PostForm.Get("scanner")
 	who := "console (" + r.RemoteAddr + ")"
 	ctx := r.Context()
@@ -157,7 +160,13 @@ func act(r *http.Request, src Source) (string, int) {
 		res, err := src.ReloadPlugin(ctx, name, true, false)
 		return swapMsg("hot swap", name, res, err)
 	case "approve":
-		res, err := src.ApprovePlugin(ctx, name)
+		// The console approves exactly the declaration it showed: the
+		// binary and policy digest travel with the form.
+		rv := httpapi.ApprovalReview{SHA256: r.PostForm.Get("sha256"), Policy: r.PostForm.Get("policy")}
+		if rv.SHA256 == "" || rv.Policy == "" {
+			return fmt.Sprintf("approve of %s refused: the form names no reviewed binary and policy", name), http.StatusBadRequest
+		}
+		res, err := src.ApprovePlugin(ctx, name, rv)
 		return swapMsg("approve", name, res, err)
 	default:
 		return fmt.Sprintf("unknown action %q", a), http.StatusBadRequest

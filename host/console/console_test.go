@@ -56,7 +56,7 @@ func (s *source) SetScannerEnabled(_ context.Context, name string, on bool, _ st
 	s.lastSwitch.Store(name + map[bool]string{true: " on", false: " off"}[on])
 	return httpapi.ReloadResult{Stopped: []string{name}}, nil
 }
-func (s *source) ApprovePlugin(_ context.Context, name string) (httpapi.PluginSwapResult, error) {
+func (s *source) ApprovePlugin(_ context.Context, name string, _ httpapi.ApprovalReview) (httpapi.PluginSwapResult, error) {
 	return httpapi.PluginSwapResult{Scanner: name, Outcome: "approved"}, nil
 }
 

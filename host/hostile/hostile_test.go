@@ -27,7 +27,9 @@ import (
 
 	"github.com/ffscan/ffscan/host"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/httpapi"
 	hostilescanner "github.com/ffscan/ffscan/host/internal/hostile"
+	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
@@ -47,7 +49,7 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, mode := range []string{"plain", "longpattern", "startup"} {
+		for _, mode := range []string{"plain", "longpattern", "startup", "shifty", "bigbatch", "moresource"} {
 			if err := build(mode); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -104,9 +106,15 @@ type attacker struct {
 
 func newAttacker(t *testing.T, mode string) *attacker {
 	t.Helper()
+	return newLoggedAttacker(t, mode, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+}
+
+// newLoggedAttacker is newAttacker with the host logging to log.
+func newLoggedAttacker(t *testing.T, mode string, log hclog.Logger) *attacker {
+	t.Helper()
 	srv := testserver.New(t)
 	cfg := hostConfig(t, srv.Addr, mode)
-	h, err := host.Boot(context.Background(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}))
+	h, err := host.Boot(context.Background(), cfg, log)
 	require.NoError(t, err)
 	t.Cleanup(h.Close)
 	sess, err := h.OpenSession(context.Background(), "hostile", host.SessionOptions{})
@@ -137,10 +145,13 @@ func (a *attacker) run(attacks ...string) map[string]string {
 			out[at] = outcome
 		}
 	}
+	byAttack := map[string]string{}
 	for _, at := range attacks {
-		require.Contains(a.t, out, at, "the plugin reported no outcome for %q (notes: %q)", at, sum.Notes)
+		outcome, ok := out[hostilescanner.Label(at)]
+		require.True(a.t, ok, "the plugin reported no outcome for %.200q (notes: %.2000q)", at, sum.Notes)
+		byAttack[at] = outcome
 	}
-	return out
+	return byAttack
 }
 
 // permissionDenied reports whether an outcome is a refusal by the
@@ -529,18 +540,244 @@ func TestPluginCannotDeclareAHugePattern(t *testing.T) {
 
 // syncBuffer is a log output tests read.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
+	mu      sync.Mutex
+	b       strings.Builder
+	written chan struct{} // closed and replaced at each write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.written != nil {
+		close(s.written)
+		s.written = nil
+	}
 	return s.b.Write(p)
+}
+
+// waitFor waits until the buffer holds text, for at most a minute.
+func (s *syncBuffer) waitFor(t *testing.T, text string) {
+	t.Helper()
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		if strings.Contains(s.b.String(), text) {
+			s.mu.Unlock()
+			return
+		}
+		if s.written == nil {
+			s.written = make(chan struct{})
+		}
+		ch := s.written
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("the log never showed %q", text)
+		}
+	}
 }
 
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// oneBoundedLine asserts text is a single line of at most limit bytes
+// with the mark of what was cut, holding no forged line.
+func oneBoundedLine(t *testing.T, what, text string, limit int) {
+	t.Helper()
+	assert.LessOrEqual(t, len(text), limit, "%s: %d bytes", what, len(text))
+	assert.NotContains(t, text, "\n", what)
+	assert.NotContains(t, text, "\r", what)
+	assert.NotContains(t, text, "\x1b", what)
+	assert.Contains(t, text, "…[cut: ", what)
+}
+
+// A plugin's text reaches the host's status and log as one bounded line:
+// a scan error of 1 MB and a note of 1 MB, each opening with a forged
+// host log line, and a stderr that forges host lines (raw, and inside a
+// JSON log entry the host re-logs), writes a 1 MB line and floods 2000
+// more. Before, each reached status and the log whole, newlines and all:
+// the forged line stood in the log as the host's own.
+func TestPluginTextReachesTheHostAsOneBoundedLine(t *testing.T) {
+	logs := &syncBuffer{}
+	a := newLoggedAttacker(t, "plain", hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: logs}))
+	got := a.run("stderr 1048576 2000")
+	assert.Equal(t, "ok: wrote to stderr", got["stderr 1048576 2000"])
+
+	// The note: its text is cut before it is kept.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.c.Do(ctx, a.c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, "bignote 1048576").Build()).Error())
+	sum, err := a.sess.Cycle(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, sum.Notes, 1)
+	oneBoundedLine(t, "the note", sum.Notes[0], 600)
+
+	// The scan error: status's last scan error.
+	require.NoError(t, a.c.Do(ctx, a.c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, "scanerror 1048576").Build()).Error())
+	sum, err = a.sess.Cycle(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.Failed)
+	scanErr := a.sess.LastScanError()
+	oneBoundedLine(t, "the scan error", scanErr, 512)
+	assert.Contains(t, scanErr, "failed\\n"+hostilescanner.ForgedLine+"\\n\\x1b[2K\\r", "escaped, not dropped")
+
+	// The log: every line the stderr made is one bounded line, none of
+	// them forged.
+	logs.waitFor(t, hostilescanner.StderrDone)
+	text := logs.String()
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	flood := 0
+	for _, l := range lines {
+		assert.LessOrEqual(t, len(l), 4096, "a log line of %d bytes: %.200q", len(l), l)
+		assert.False(t, strings.HasPrefix(l, hostilescanner.ForgedLine), "a forged line in the host's log: %q", l)
+		assert.False(t, strings.HasPrefix(l, "[ERROR] ffscan: forged"), "a forged line in the host's log: %q", l)
+		if strings.Contains(l, ": flood ") {
+			flood++
+		}
+	}
+	assert.Equal(t, 2000, flood, "each flood line relayed once, on a line of its own")
+	assert.Contains(t, text, `x\n`+hostilescanner.ForgedLine+`\n`, "the JSON entry's message, escaped")
+}
+
+// pluginDirWith is a plugin directory of its own holding the hostile
+// build of mode as "hostile"; install replaces it with another mode's.
+func pluginDirWith(t *testing.T, mode string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "plugins")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	install(t, dir, mode)
+	return dir
+}
+
+func install(t *testing.T, dir, mode string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(binDir, mode, "hostile"))
+	require.NoError(t, err)
+	tmp := filepath.Join(dir, ".hostile.new")
+	require.NoError(t, os.WriteFile(tmp, raw, 0o755))
+	require.NoError(t, os.Chmod(tmp, 0o755))
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "hostile")))
+}
+
+// A binary whose declaration changes between two reads (its GET scope
+// names its pid) is refused by `plugins approve`, saying so, and nothing
+// is recorded. Before, the approval recorded whatever the read said,
+// which need not be what the operator had reviewed, nor what the next
+// launch declares.
+func TestApprovalRefusesADeclarationThatChanges(t *testing.T) {
+	srv := testserver.New(t)
+	cfg := hostConfig(t, srv.Addr, "shifty")
+	cfg.PluginApproval = "required"
+	res, err := host.ApprovePlugins(context.Background(), cfg, []string{"hostile"}, host.Reviewed{}, hclog.NewNullLogger())
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Error(t, res[0].Err)
+	assert.Contains(t, res[0].Err.Error(), "declares a different policy each time it is read")
+	assert.Contains(t, res[0].Err.Error(), "+ GET ff:evil:")
+	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Required)
+	require.NoError(t, err)
+	_, ok, err := store.Lookup("hostile")
+	require.NoError(t, err)
+	assert.False(t, ok, "nothing approved")
+}
+
+// An approval names the binary's sha256 and the digest of its whole
+// policy, schedule included; given what the operator reviewed (`plugins
+// verify`), it is refused for another binary or another declaration.
+func TestApprovalBindsToTheReviewedBytes(t *testing.T) {
+	srv := testserver.New(t)
+	cfg := hostConfig(t, srv.Addr, "plain")
+	cfg.PluginApproval = "required"
+	ctx := context.Background()
+	ver, err := host.VerifyPlugins(ctx, cfg, hclog.NewNullLogger())
+	require.NoError(t, err)
+	require.NotEmpty(t, ver)
+	reviewed := ver[0]
+	require.Equal(t, "hostile", reviewed.Scanner)
+	require.Error(t, reviewed.Err, "not approved yet")
+	assert.Contains(t, reviewed.Policy, "BATCH 100")
+	assert.Contains(t, reviewed.Policy, "SOURCE attacks: zset_due ff:idx:{p}:hostile backlog due")
+
+	other := strings.Repeat("0", 64)
+	for _, rv := range []host.Reviewed{{SHA256: other}, {Policy: other[:12]}, {SHA256: reviewed.SHA256, Policy: other}} {
+		res, err := host.ApprovePlugins(ctx, cfg, []string{"hostile"}, rv, hclog.NewNullLogger())
+		require.NoError(t, err)
+		require.Error(t, res[0].Err, "%+v", rv)
+		assert.Contains(t, res[0].Err.Error(), "other than the one reviewed")
+	}
+	res, err := host.ApprovePlugins(ctx, cfg, []string{"hostile"}, host.Reviewed{SHA256: reviewed.SHA256, Policy: reviewed.Digest}, hclog.NewNullLogger())
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Required)
+	require.NoError(t, err)
+	rec, ok, err := store.Lookup("hostile")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, reviewed.SHA256, rec.ApprovedSHA256)
+	assert.Equal(t, reviewed.Digest, rec.Digest)
+	require.NotNil(t, rec.Policy.Schedule)
+	assert.Equal(t, 100, rec.Policy.Schedule.Batch)
+	assert.Equal(t, reviewed.Policy, rec.Policy.Lines())
+}
+
+// A new binary whose sources or batch differ from the approved ones (the
+// host would read other keys, or hand over more per call, on its
+// behalf) waits for the operator, even though it runs no other command;
+// status shows what is approved and what waits, and approving exactly
+// the pending declaration lets it launch. Before, sources and batch were
+// not part of the approval: the swap went through.
+func TestSwapWithAnotherScheduleWaitsForApproval(t *testing.T) {
+	srv := testserver.New(t)
+	for _, tc := range []struct{ mode, added string }{
+		{"bigbatch", "~ BATCH 5000 (approved: 100)"},
+		{"moresource", "+ SOURCE theirs: set_scan ff:theirs:{p}:secrets"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cfg := hostConfig(t, srv.Addr, "plain")
+			cfg.PluginDir = pluginDirWith(t, "plain")
+			ctx := context.Background()
+			h, err := host.Boot(ctx, cfg, hclog.NewNullLogger())
+			require.NoError(t, err)
+			defer h.Close()
+			sess, err := h.OpenSession(ctx, "hostile", host.SessionOptions{})
+			require.NoError(t, err, "approved on first use")
+			sess.Close()
+
+			install(t, cfg.PluginDir, tc.mode)
+			_, err = h.OpenSession(ctx, "hostile", host.SessionOptions{})
+			var we *policy.WideningError
+			require.ErrorAs(t, err, &we)
+			assert.Equal(t, []string{tc.added}, we.Added)
+
+			st := h.Status().Scanners
+			require.Len(t, st, 1)
+			require.True(t, st[0].PendingApproval)
+			require.NotNil(t, st[0].Approval)
+			require.NotNil(t, st[0].Approval.Approved)
+			require.NotNil(t, st[0].Approval.Pending)
+			assert.Equal(t, "first use", st[0].Approval.Approved.By)
+			assert.Contains(t, st[0].Approval.Approved.Lines, "BATCH 100")
+			pend := *st[0].Approval.Pending
+			assert.Equal(t, []string{tc.added}, pend.Added)
+			assert.NotEqual(t, st[0].Approval.Approved.SHA256, pend.SHA256)
+
+			// The operator approves exactly what waits.
+			res, err := h.ApprovePlugin(ctx, "hostile", httpapi.ApprovalReview{SHA256: pend.SHA256, Policy: pend.Digest})
+			require.NoError(t, err)
+			require.Empty(t, res.Error)
+			assert.Equal(t, "approved", res.Outcome)
+			st = h.Status().Scanners
+			assert.False(t, st[0].PendingApproval)
+			assert.Equal(t, pend.Digest, st[0].Approval.Approved.Digest)
+			assert.Equal(t, pend.SHA256, st[0].Approval.Approved.SHA256)
+			sess, err = h.OpenSession(ctx, "hostile", host.SessionOptions{})
+			require.NoError(t, err)
+			sess.Close()
+		})
+	}
 }

@@ -8,6 +8,9 @@
 //	POST /v1/scanners/{name}/reload     hot-swap a scanner's plugin
 //	     ?force=1  swap even if the file is unchanged or was rejected before
 //	     ?wait=0   answer at the switch instead of after the probation
+//	POST /v1/scanners/{name}/approve    approve the policy its binary declares
+//	     ?sha256=S&policy=D  only if the binary and its policy are still
+//	                          the ones reviewed (the pending ones in status)
 //
 // Admin requests must carry the host's admin token (Authorization: Bearer,
 // see host/admintoken): another local user, or a web page the operator
@@ -192,11 +195,53 @@ type ScannerStatus struct {
 	// PendingApproval: the plugin is refused until an operator approves
 	// its policy.
 	PendingApproval bool `json:"pending_approval,omitempty"`
+	// Approval is the scanner's recorded approval and, when a launch was
+	// refused for it, the declaration waiting for the operator.
+	Approval *ApprovalStatus `json:"approval,omitempty"`
 	// Override says an operator enabled or disabled the scanner at run
 	// time (until the host restarts).
 	Override string `json:"override,omitempty"`
 	// Lag is the oldest due entry's lag at the last complete cycle.
 	Lag string `json:"lag,omitempty"`
+}
+
+// ApprovalStatus is what is approved for a scanner and what waits.
+type ApprovalStatus struct {
+	Approved *ApprovedPolicy `json:"approved,omitempty"`
+	Pending  *PendingPolicy  `json:"pending,omitempty"`
+}
+
+// ApprovedPolicy is a recorded approval.
+type ApprovedPolicy struct {
+	// Digest names the policy (sha256 of its lines).
+	Digest string `json:"digest"`
+	// SHA256 is the binary whose declaration was approved (empty in
+	// approvals recorded before it was kept); Running the one last
+	// launched under the approval.
+	SHA256  string    `json:"sha256,omitempty"`
+	Running string    `json:"running_sha256,omitempty"`
+	By      string    `json:"by"`
+	At      time.Time `json:"at"`
+	Lines   []string  `json:"lines"`
+}
+
+// PendingPolicy is a declaration a launch refused: approving it takes
+// its SHA256 and Digest (POST /v1/scanners/{name}/approve?sha256=&policy=).
+type PendingPolicy struct {
+	SHA256 string    `json:"sha256"`
+	Digest string    `json:"digest"`
+	Lines  []string  `json:"lines"`
+	Added  []string  `json:"added"`
+	At     time.Time `json:"at"`
+}
+
+// ApprovalReview is what the operator reviewed before approving: the
+// binary's sha256 and its policy's digest. The approval is refused when
+// the binary or what it declares is not that. Empty fields are not
+// checked.
+type ApprovalReview struct {
+	SHA256 string
+	Policy string
 }
 
 // SwapInfo is a scanner's last hot swap (or attempt).
@@ -241,7 +286,15 @@ type PluginSwapResult struct {
 // (POST /v1/scanners/{name}/enable, /disable, /approve; admin token).
 type Switches interface {
 	SetScannerEnabled(ctx context.Context, name string, enabled bool, who string) (ReloadResult, error)
-	ApprovePlugin(ctx context.Context, name string) (PluginSwapResult, error)
+	ApprovePlugin(ctx context.Context, name string, reviewed ApprovalReview) (PluginSwapResult, error)
+}
+
+// LiftWriteDeadline lifts the server's write timeout for one response:
+// an admin action that waits for plugins (a relaunch, a hot swap's
+// probation) may answer after it. Called only once the request carried
+// the admin token.
+func LiftWriteDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 }
 
 // writeReload answers with a reload's result.
@@ -359,6 +412,7 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 					if !allowed(w, r, admin) {
 						return
 					}
+					LiftWriteDeadline(w)
 					res, err := sw.SetScannerEnabled(r.Context(), r.PathValue("name"), on, "admin request from "+r.RemoteAddr)
 					writeReload(w, res, err)
 				})
@@ -367,7 +421,9 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 				if !allowed(w, r, admin) {
 					return
 				}
-				res, err := sw.ApprovePlugin(r.Context(), r.PathValue("name"))
+				LiftWriteDeadline(w)
+				q := r.URL.Query()
+				res, err := sw.ApprovePlugin(r.Context(), r.PathValue("name"), ApprovalReview{SHA256: q.Get("sha256"), Policy: q.Get("policy")})
 				writeSwap(w, r.PathValue("name"), res, err)
 			})
 		}
@@ -375,6 +431,7 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 			if !allowed(w, r, admin) {
 				return
 			}
+			LiftWriteDeadline(w)
 			res, err := admin.ReloadConfig(r.Context(), "admin request from "+r.RemoteAddr)
 			switch {
 			case err != nil:
@@ -389,6 +446,7 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 			if !allowed(w, r, admin) {
 				return
 			}
+			LiftWriteDeadline(w)
 			q := r.URL.Query()
 			res, err := admin.ReloadPlugin(r.Context(), r.PathValue("name"), q.Get("force") == "1" || q.Get("force") == "true", q.Get("wait") != "0" && q.Get("wait") != "false")
 			switch {

@@ -14,15 +14,34 @@ import (
 	"github.com/ffscan/ffscan/host/service"
 )
 
-// DefaultReadHeaderTimeout bounds a client's request headers (a slow
-// client cannot hold a connection open for free).
-const DefaultReadHeaderTimeout = 5 * time.Second
+// The server's bounds on a client: a slow or idle client cannot hold a
+// connection (and its goroutine and buffers) open for free.
+const (
+	// DefaultReadHeaderTimeout bounds reading a request's headers.
+	DefaultReadHeaderTimeout = 5 * time.Second
+	// DefaultReadTimeout bounds reading a whole request (the bodies are
+	// forms and empty POSTs).
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds writing a response, from the end of the
+	// request's headers. The admin actions that wait for a plugin (a hot
+	// swap's probation, an approval's relaunch) lift it for their own
+	// response: only a holder of the admin token reaches them.
+	DefaultWriteTimeout = 60 * time.Second
+	// DefaultIdleTimeout bounds a kept-alive connection between requests.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxHeaderBytes bounds a request's headers.
+	DefaultMaxHeaderBytes = 64 << 10
+)
 
 // ServerConfig configures a Server. Zero fields take the defaults above.
 type ServerConfig struct {
 	// Listen is host:port ("127.0.0.1:0" picks a free port).
 	Listen            string
 	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
 	Logger            hclog.Logger
 	// Console, when set, serves the web console's pages (GET /, GET
 	// /explain, POST /actions; host/console).
@@ -31,6 +50,10 @@ type ServerConfig struct {
 
 func (c ServerConfig) withDefaults() ServerConfig {
 	service.Default(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	service.Default(&c.ReadTimeout, DefaultReadTimeout)
+	service.Default(&c.WriteTimeout, DefaultWriteTimeout)
+	service.Default(&c.IdleTimeout, DefaultIdleTimeout)
+	service.Default(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -56,7 +79,8 @@ func NewServer(cfg ServerConfig, reg *prometheus.Registry, src Source) *Server {
 		mux.Handle("POST /actions", cfg.Console)
 		h = mux
 	}
-	return &Server{cfg: cfg, srv: &http.Server{Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout}}
+	return &Server{cfg: cfg, srv: &http.Server{Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes}}
 }
 
 // Start listens (an address in use is its error) and serves in the

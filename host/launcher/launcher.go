@@ -26,6 +26,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
@@ -102,8 +103,10 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 	// Info, known only once it answered; until then they are refused.
 	cb := &lateCallbacks{}
 	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{
-		Path:         entry.ExecPath,
-		Logger:       l.log,
+		Path: entry.ExecPath,
+		// The plugin's stderr reaches the host's log through this
+		// logger: one bounded line per line or field it writes.
+		Logger:       plaintext.Logger(l.log, plaintext.Max),
 		Callbacks:    cb,
 		StartTimeout: l.cfg.StartTimeout,
 		Isolation:    l.cfg.Isolation,
@@ -173,7 +176,7 @@ func (l *Launcher) Reconfigure(ctx context.Context, si supervisor.Instance) (boo
 		return false, err
 	}
 	if err := inst.sc.Configure(ctx, opts); err != nil {
-		return false, fmt.Errorf("scanner %s rejected the new options (the old ones stay in force): %w", l.cfg.Scanner, err)
+		return false, fmt.Errorf("scanner %s rejected the new options (the old ones stay in force): %w", l.cfg.Scanner, plaintext.Error(err, plaintext.Max))
 	}
 	inst.mu.Lock()
 	inst.cfg = l.cfg
@@ -191,7 +194,7 @@ func (l *Launcher) prepare(ctx context.Context, p *pluginhost.Plugin, meta *supe
 		return nil, fmt.Errorf("plugin %s serves scanners [%s], not %q (set scanners.%s.plugin to the binary that does)", meta.Path, strings.Join(names, ", "), l.cfg.Scanner, l.cfg.Scanner)
 	}
 	info := sc.Info()
-	meta.Version = info.Version
+	meta.Version = plaintext.Line(info.Version, 64)
 	if err := scheduler.CheckInfo(info); err != nil {
 		return nil, err
 	}
@@ -238,7 +241,7 @@ func (l *Launcher) prepare(ctx context.Context, p *pluginhost.Plugin, meta *supe
 	}
 	cb.set(bound)
 	if err := sc.Configure(ctx, opts); err != nil {
-		return nil, fmt.Errorf("scanner %s rejected its options: %w", l.cfg.Scanner, err)
+		return nil, fmt.Errorf("scanner %s rejected its options: %w", l.cfg.Scanner, plaintext.Error(err, plaintext.Max))
 	}
 	return &Instance{p: p, sc: sc, info: info, host: pluginhost.BindHost(bound, l.cfg.Scanner), apiVersion: p.APIVersion(), cfg: l.cfg}, nil
 }

@@ -7,15 +7,19 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 var leaseInfo = scannerapi.Info{
-	Name:      "lease_expiry",
+	Name:   "lease_expiry",
+	Family: keys.FamilyFlow, DefaultBatch: 50,
+	Sources:   []scannerapi.CandidateSource{{Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry", Backlog: scannerapi.BacklogDue}},
 	Commands:  []string{"HGET", "ZREM", "ZRANGE"},
 	Functions: []string{"ff_mark_lease_expired_if_due"},
 	KeyScopes: []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:idx:{fp:*}:lease_expiry"}}},
@@ -30,6 +34,9 @@ func TestLinesAndDigestAreCanonical(t *testing.T) {
 		"ZRANGE (any ff: key)",
 		"ZREM ff:idx:{fp:*}:lease_expiry",
 		"FCALL ff_mark_lease_expired_if_due writes ff:exec:{fp:*}:*:core ff:idx:{fp:*}:lease_expiry",
+		"FAMILY flow",
+		"SOURCE due: zset_due ff:idx:{p}:lease_expiry backlog due",
+		"BATCH 50",
 	}, p.Lines())
 	reordered := leaseInfo
 	reordered.Commands = []string{"zrange", "ZREM", "HGET", "HGET"}
@@ -238,4 +245,94 @@ func TestApprovalBoundsPatterns(t *testing.T) {
 	require.NoError(t, os.WriteFile(s.Path(), []byte(edited), 0o600))
 	_, _, err = s.Lookup("lease_expiry")
 	require.ErrorContains(t, err, "scanner lease_expiry: ZREM has a key pattern of 603 bytes")
+}
+
+// What the host reads for a scanner is part of its policy: any change of
+// family, sources or batch needs the operator, a narrower one included
+// (there is no "narrower" schedule), and names what changed.
+func TestScheduleChangesNeedApproval(t *testing.T) {
+	approved := FromInfo(leaseInfo)
+	batch := leaseInfo
+	batch.DefaultBatch = 5000
+	assert.Equal(t, []string{"~ BATCH 5000 (approved: 50)"}, Widening(approved, FromInfo(batch)))
+	small := leaseInfo
+	small.DefaultBatch = 10
+	assert.Equal(t, []string{"~ BATCH 10 (approved: 50)"}, Widening(approved, FromInfo(small)))
+	src := leaseInfo
+	src.Sources = []scannerapi.CandidateSource{{Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry", Backlog: scannerapi.BacklogDue},
+		{Name: "more", Kind: scannerapi.SourceSetScan, Key: "ff:idx:{p}:other"}}
+	assert.Equal(t, []string{"+ SOURCE more: set_scan ff:idx:{p}:other"}, Widening(approved, FromInfo(src)))
+	moved := leaseInfo
+	moved.Sources = []scannerapi.CandidateSource{{Name: "due", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:lease_expiry", ScoreOffset: -time.Hour, Backlog: scannerapi.BacklogDue}}
+	assert.Equal(t, []string{"+ SOURCE due: zset_due ff:idx:{p}:lease_expiry offset -1h0m0s backlog due", "- SOURCE due: zset_due ff:idx:{p}:lease_expiry backlog due"},
+		Widening(approved, FromInfo(moved)))
+	fam := leaseInfo
+	fam.Family = keys.FamilyBudget
+	assert.Equal(t, []string{"~ FAMILY budget (approved: flow)"}, Widening(approved, FromInfo(fam)))
+	assert.NotEqual(t, approved.Digest(), FromInfo(batch).Digest(), "the digest covers the schedule")
+
+	s := newStore(t, FirstUse)
+	_, err := s.Admit("lease_expiry", "sha-a", approved)
+	require.NoError(t, err)
+	_, err = s.Admit("lease_expiry", "sha-b", FromInfo(batch))
+	var we *WideningError
+	require.ErrorAs(t, err, &we)
+	assert.Equal(t, []string{"~ BATCH 5000 (approved: 50)"}, we.Added)
+	pend, ok := s.PendingFor("lease_expiry")
+	require.True(t, ok, "the refused declaration waits for the operator")
+	assert.Equal(t, "sha-b", pend.SHA256)
+	assert.Equal(t, FromInfo(batch).Digest(), pend.Digest)
+	assert.Equal(t, we.Added, pend.Added)
+
+	rec, err := s.Approve("lease_expiry", "sha-b", FromInfo(batch))
+	require.NoError(t, err)
+	assert.Equal(t, "sha-b", rec.ApprovedSHA256)
+	_, ok = s.PendingFor("lease_expiry")
+	assert.False(t, ok, "approved: nothing pending")
+	_, err = s.Admit("lease_expiry", "sha-b", FromInfo(batch))
+	require.NoError(t, err)
+}
+
+// An approval recorded before schedules were part of a policy covers the
+// schedule of the binary that last ran under it, and no other binary's.
+func TestApprovalFromBeforeSchedules(t *testing.T) {
+	s := newStore(t, Required)
+	old := FromInfo(leaseInfo)
+	old.Schedule = nil
+	_, err := s.Approve("lease_expiry", "sha-a", old)
+	require.NoError(t, err)
+
+	_, err = s.Admit("lease_expiry", "sha-b", FromInfo(leaseInfo))
+	var we *WideningError
+	require.ErrorAs(t, err, &we, "another binary: its schedule was never approved")
+	assert.Contains(t, we.Added, "+ BATCH 50 (the approval predates sources and batch)")
+
+	dec, err := s.Admit("lease_expiry", "sha-a", FromInfo(leaseInfo))
+	require.NoError(t, err, "the binary that ran under it")
+	assert.Equal(t, FromInfo(leaseInfo).Digest(), dec.Record.Digest)
+	rec, _, err := s.Lookup("lease_expiry")
+	require.NoError(t, err)
+	require.NotNil(t, rec.Policy.Schedule, "recorded")
+	batch := leaseInfo
+	batch.DefaultBatch = 500
+	_, err = s.Admit("lease_expiry", "sha-a", FromInfo(batch))
+	require.ErrorAs(t, err, &we, "from then on the schedule is bound")
+}
+
+// A declaration's text reaches the operator's terminal and the console
+// through the policy's lines: a pattern with a newline, an escape or a
+// space shows quoted on its line, and stays distinct from a plain
+// pattern that reads like its quoted form.
+func TestLinesShowOddPatternsQuoted(t *testing.T) {
+	odd := leaseInfo
+	odd.KeyScopes = []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{"ff:x\n[ERROR] forged\x1b[2K"}}}
+	lines := FromInfo(odd).Lines()
+	assert.Contains(t, lines, `ZREM "ff:x\n[ERROR] forged\x1b[2K"`)
+	for _, l := range lines {
+		assert.NotContains(t, l, "\n")
+		assert.NotContains(t, l, "\x1b")
+	}
+	lookalike := leaseInfo
+	lookalike.KeyScopes = []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{`"ff:x\n[ERROR] forged\x1b[2K"`}}}
+	assert.NotEqual(t, FromInfo(odd).Digest(), FromInfo(lookalike).Digest())
 }

@@ -33,8 +33,12 @@ type Record struct {
 	// Digest names Policy (Policy.Digest), for status and logs.
 	Digest string `json:"digest"`
 	// BinarySHA256 is the binary last launched under this approval.
-	BinarySHA256 string    `json:"binary_sha256"`
-	ApprovedAt   time.Time `json:"approved_at"`
+	BinarySHA256 string `json:"binary_sha256"`
+	// ApprovedSHA256 is the binary whose declaration was approved (the
+	// one the operator reviewed, or the first one launched). Empty in
+	// approvals recorded before it was kept.
+	ApprovedSHA256 string    `json:"approved_sha256,omitempty"`
+	ApprovedAt     time.Time `json:"approved_at"`
 	// ApprovedBy is "first use" or "operator".
 	ApprovedBy string `json:"approved_by"`
 }
@@ -62,6 +66,22 @@ type Store struct {
 	mode Mode
 	now  func() time.Time
 	mu   sync.Mutex
+	// pending is what each scanner's last refused launch declared, for
+	// status and the console (this process's launches only).
+	pending map[string]Pending
+}
+
+// Pending is a declaration a launch refused, waiting for the operator.
+type Pending struct {
+	// SHA256 is the binary that declared it.
+	SHA256 string
+	Policy Policy
+	// Digest names Policy.
+	Digest string
+	// Added is what it asks beyond the approval (Widening), or every
+	// line when nothing was approved.
+	Added []string
+	At    time.Time
 }
 
 // NewStore returns the store at path (DefaultPath when empty).
@@ -77,7 +97,7 @@ func NewStore(path string, mode Mode) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("plugin approval mode %q is not one of first_use, required", mode)
 	}
-	return &Store{path: path, mode: mode, now: clock.Real().Now}, nil
+	return &Store{path: path, mode: mode, now: clock.Real().Now, pending: map[string]Pending{}}, nil
 }
 
 // Path is the approvals file.
@@ -126,6 +146,11 @@ type Decision struct {
 // p: yes when p is within the recorded approval (the record then names
 // the binary); on first use, yes and recorded, in mode FirstUse; else a
 // *NotApprovedError or *WideningError.
+//
+// An approval recorded before schedules were part of a policy covers the
+// schedule of the binary that last ran under it (the same bytes declare
+// the same schedule): Admit records it for that binary, and refuses any
+// other binary until the operator approves.
 func (s *Store) Admit(scanner, binarySHA string, p Policy) (Decision, error) {
 	if err := p.Validate(); err != nil {
 		return Decision{}, fmt.Errorf("scanner %s: its policy cannot be approved: %w", scanner, err)
@@ -135,23 +160,47 @@ func (s *Store) Admit(scanner, binarySHA string, p Policy) (Decision, error) {
 		rec, ok := f.Scanners[scanner]
 		if !ok {
 			if s.mode != FirstUse {
+				s.setPending(scanner, binarySHA, p, p.Lines())
 				return false, &NotApprovedError{Scanner: scanner, Policy: p, Path: s.path}
 			}
-			rec = Record{Policy: p, Digest: p.Digest(), BinarySHA256: binarySHA, ApprovedAt: s.now().UTC(), ApprovedBy: "first use"}
+			rec = Record{Policy: p, Digest: p.Digest(), BinarySHA256: binarySHA, ApprovedSHA256: binarySHA, ApprovedAt: s.now().UTC(), ApprovedBy: "first use"}
 			f.Scanners[scanner] = rec
 			dec = Decision{FirstUse: true, Record: rec}
+			delete(s.pending, scanner)
 			return true, nil
 		}
+		changed := false
+		if rec.Policy.Schedule == nil && p.Schedule != nil && binarySHA == rec.BinarySHA256 && len(grantWidening(rec.Policy, p)) == 0 {
+			rec.Policy.Schedule = p.Schedule
+			rec.Digest = rec.Policy.Digest()
+			changed = true
+		}
 		if added := Widening(rec.Policy, p); len(added) > 0 {
+			s.setPending(scanner, binarySHA, p, added)
 			return false, &WideningError{Scanner: scanner, Added: added, Approved: rec, Path: s.path}
 		}
-		changed := rec.BinarySHA256 != binarySHA
+		changed = changed || rec.BinarySHA256 != binarySHA
 		rec.BinarySHA256 = binarySHA
 		f.Scanners[scanner] = rec
 		dec = Decision{Record: rec}
+		delete(s.pending, scanner)
 		return changed, nil
 	})
 	return dec, err
+}
+
+// setPending records a refused declaration; s.mu is held.
+func (s *Store) setPending(scanner, binarySHA string, p Policy, added []string) {
+	s.pending[scanner] = Pending{SHA256: binarySHA, Policy: p, Digest: p.Digest(), Added: added, At: s.now().UTC()}
+}
+
+// PendingFor returns the declaration scanner's last launch was refused
+// for, if it is still waiting.
+func (s *Store) PendingFor(scanner string) (Pending, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.pending[scanner]
+	return p, ok
 }
 
 // Approve records p as scanner's approved policy (the operator's
@@ -160,9 +209,12 @@ func (s *Store) Approve(scanner, binarySHA string, p Policy) (Record, error) {
 	if err := p.Validate(); err != nil {
 		return Record{}, fmt.Errorf("scanner %s: its policy cannot be approved: %w", scanner, err)
 	}
-	rec := Record{Policy: p, Digest: p.Digest(), BinarySHA256: binarySHA, ApprovedAt: s.now().UTC(), ApprovedBy: "operator"}
+	rec := Record{Policy: p, Digest: p.Digest(), BinarySHA256: binarySHA, ApprovedSHA256: binarySHA, ApprovedAt: s.now().UTC(), ApprovedBy: "operator"}
 	err := s.update(func(f *file) (bool, error) {
 		f.Scanners[scanner] = rec
+		if pend, ok := s.pending[scanner]; ok && len(Widening(p, pend.Policy)) == 0 {
+			delete(s.pending, scanner)
+		}
 		return true, nil
 	})
 	return rec, err
@@ -178,6 +230,17 @@ func (s *Store) Lookup(scanner string) (Record, bool, error) {
 	}
 	rec, ok := f.Scanners[scanner]
 	return rec, ok, nil
+}
+
+// All returns every recorded approval, by scanner.
+func (s *Store) All() (map[string]Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	return f.Scanners, nil
 }
 
 // update runs fn on the file's contents under both locks and writes them

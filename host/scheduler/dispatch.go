@@ -14,6 +14,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -120,7 +121,8 @@ func (sw *sweep) call(st *partState, nowMs int64, out *dispatched) {
 	if err != nil {
 		sum.Failed++
 		sum.addErr(scannerapi.ErrTransport, rpcCode(err), 1)
-		r.setLastError(fmt.Sprintf("%s: %v", st.p.Tag(), err))
+		// The error's text is the plugin's: one bounded line.
+		r.setLastError(plaintext.Line(fmt.Sprintf("%s: %v", st.p.Tag(), err), plaintext.Max))
 		out.mu.Unlock()
 		return
 	}
@@ -145,8 +147,14 @@ func (sw *sweep) record(st *partState, res *scannerapi.ScanResult, out *dispatch
 		}
 		sum.addErr(e.Class, e.Code, e.Count)
 	}
-	for _, n := range res.Notes {
-		sum.Notes = append(sum.Notes, st.p.Tag()+": "+n)
+	// Notes are the plugin's text: each one bounded line, and a bounded
+	// number of them per call.
+	for i, n := range res.Notes {
+		if i == MaxNotes {
+			sum.Notes = append(sum.Notes, fmt.Sprintf("%s: …[%d more notes not kept]", st.p.Tag(), len(res.Notes)-MaxNotes))
+			break
+		}
+		sum.Notes = append(sum.Notes, st.p.Tag()+": "+plaintext.Line(n, plaintext.Max))
 	}
 	if res.More {
 		out.more = append(out.more, st.p)

@@ -79,6 +79,8 @@ const (
 	DefaultConcurrency  = 8
 	DefaultCallTimeout  = 5 * time.Second
 	DefaultMaxFollowUps = 8
+	// MaxNotes bounds the notes kept from one scan call.
+	MaxNotes = 64
 	// DefaultBatch is the batch of a scanner whose Info names none.
 	DefaultBatch = 50
 )

@@ -5,7 +5,8 @@
 //
 // Its scanner, "hostile", reads the attacks to run from the due members
 // of ff:idx:{p}:hostile, one attack per member ("NAME ARG..."), and
-// reports each outcome as a note "NAME ARG...: OUTCOME" (an attack that
+// reports each outcome as a note "NAME ARG...: OUTCOME" (Label: a long
+// attack is shortened; an attack that
 // got through says "ok" or what it reached). With the option
 // "report" set to "list", it also pushes each note on
 // ff:test:hostile:outcomes, for tests whose host runs as a process of
@@ -15,6 +16,10 @@
 //
 //	longpattern  declare a 100 KB key pattern for GET
 //	startup      attack the host's threads at start-up (StartupAttack)
+//	shifty       declare a GET scope that names the process's pid: each
+//	             launch declares a different policy
+//	bigbatch     declare a batch of 5000 instead of 100
+//	moresource   declare a second candidate source
 package hostile
 
 import (
@@ -54,12 +59,25 @@ func (h *Scanner) Info() scannerapi.Info {
 		// quadratic time in a backtracking matcher.
 		getScope = append(getScope, "ff:"+strings.Repeat("*a", 50_000))
 	}
+	if h.mode == "shifty" {
+		// What the operator reviewed is not what the next read says.
+		getScope = append(getScope, fmt.Sprintf("ff:evil:%d:*", os.Getpid()))
+	}
+	batch := 100
+	if h.mode == "bigbatch" {
+		batch = 5000
+	}
+	sources := []scannerapi.CandidateSource{{
+		Name: "attacks", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostile", Backlog: scannerapi.BacklogDue,
+	}}
+	if h.mode == "moresource" {
+		// Makes the host read keys of another application's choosing.
+		sources = append(sources, scannerapi.CandidateSource{Name: "theirs", Kind: scannerapi.SourceSetScan, Key: "ff:theirs:{p}:secrets"})
+	}
 	return scannerapi.Info{
 		Name: "hostile", Version: "6.6.6", APIVersion: scannerapi.APIVersion,
-		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: 100,
-		Sources: []scannerapi.CandidateSource{{
-			Name: "attacks", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:hostile", Backlog: scannerapi.BacklogDue,
-		}},
+		Family: keys.FamilyFlow, DefaultInterval: 200 * time.Millisecond, DefaultBatch: batch,
+		Sources:  sources,
 		Commands: []string{"GET", "SET", "DEL", "ZREM", "LPUSH", "MGET", "HMGET", "SRANDMEMBER"},
 		KeyScopes: []scannerapi.KeyScope{
 			{Command: "GET", Patterns: getScope},
@@ -106,11 +124,19 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 				return nil, err
 			}
 		}
+		if name == "scanerror" {
+			// scanerror N: the scan fails with N bytes of error text
+			// that carry newlines and a forged host log line.
+			if _, err := host.Exec(ctx, []scannerapi.Command{{"ZREM", c.Key, c.Member}}); err != nil {
+				return nil, err
+			}
+			return nil, errors.New(forged(arg))
+		}
 		outcome := "ok"
 		if err := attack(ctx, host, name, arg); err != nil {
 			outcome = err.Error()
 		}
-		note := c.Member + ": " + outcome
+		note := Label(c.Member) + ": " + outcome
 		res.Notes = append(res.Notes, note)
 		cmds := []scannerapi.Command{{"ZREM", c.Key, c.Member}}
 		if h.report == "list" {
@@ -122,6 +148,63 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		res.Processed++
 	}
 	return res, nil
+}
+
+// Label names an attack in its note: the attack itself, or for a long
+// one (a 300 KB key) its first 100 bytes and its length, so that the
+// outcome fits in the note the host keeps (a few hundred bytes).
+func Label(attack string) string {
+	if len(attack) <= 200 {
+		return attack
+	}
+	return fmt.Sprintf("%s…(%d bytes)", attack[:100], len(attack))
+}
+
+// ForgedLine is the host log line the text attacks try to forge.
+const ForgedLine = "2024-01-01T00:00:00.000Z [ERROR] ffscan: forged by a plugin"
+
+// StderrDone is the last line the stderr attack writes.
+const StderrDone = "hostile stderr flood done"
+
+// forged is text of n bytes (n given as a string) that starts with a
+// forged host log line on a line of its own.
+func forged(n string) string {
+	size, err := strconv.Atoi(n)
+	if err != nil {
+		return err.Error()
+	}
+	head := "failed\n" + ForgedLine + "\n\x1b[2K\r"
+	return head + strings.Repeat("e\n", max(0, size-len(head))/2)
+}
+
+// floodStderr writes to file descriptor 2, which the SDK's logger and
+// the Go runtime write to and the host reads (the os.Stderr of a plugin
+// is a pipe to the host's SyncStderr, which discards it).
+func floodStderr(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("stderr N LINES")
+	}
+	size, err := strconv.Atoi(args[0])
+	if err != nil {
+		return err
+	}
+	lines, err := strconv.Atoi(args[1])
+	if err != nil {
+		return err
+	}
+	fd2 := os.NewFile(2, "stderr")
+	var b strings.Builder
+	b.WriteString("[ERROR] ffscan: forged by a plugin\n")
+	b.WriteString(`{"@level":"error","@message":"x\n` + ForgedLine + `\n","@timestamp":"2024-01-01T00:00:00.000000Z","k":"v\n` + ForgedLine + `"}` + "\n")
+	b.WriteString(strings.Repeat("s", size) + "\n")
+	for i := range lines {
+		fmt.Fprintf(&b, "flood %d %s\n", i, strings.Repeat("f", 100))
+	}
+	b.WriteString(StderrDone + "\n")
+	if _, err := fd2.WriteString(b.String()); err != nil {
+		return err
+	}
+	return reached{"wrote to stderr"}
 }
 
 // held is what the alloc attack holds.
@@ -164,6 +247,14 @@ func attack(ctx context.Context, host scannerapi.Host, name, arg string) error {
 		return replyOf(host.Exec(ctx, []scannerapi.Command{args}))
 	case "ping":
 		return reached{"pong"}
+	case "bignote":
+		// bignote N: a note of N bytes with newlines and a forged line.
+		return reached{forged(arg)}
+	case "stderr":
+		// stderr N LINES: write to the stderr the host relays to its
+		// log: forged host lines (raw and as a JSON log entry), one
+		// line of N bytes, LINES more lines, then StderrDone.
+		return floodStderr(args)
 	case "alloc":
 		// alloc MIB: allocate and touch MIB MiB, and hold it.
 		n, err := strconv.Atoi(arg)
