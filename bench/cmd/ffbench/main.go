@@ -53,13 +53,16 @@ type sizes struct {
 	LaneProbes int
 	// PGRows: lapsed leases of the Postgres drain, PGReps its repetitions.
 	PGRows, PGReps int
+	// LaunchReps: host starts with all scanners, per load (idle, two
+	// CPU burners).
+	LaunchReps int
 }
 
 var (
 	fullSizes = sizes{DrainLeases: 100_000, DrainReps: 5, Burst: 10_000, Idle: 20 * time.Second,
-		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5, LaneProbes: 20, PGRows: 20_000, PGReps: 3}
+		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5, LaneProbes: 20, PGRows: 20_000, PGReps: 3, LaunchReps: 3}
 	quickSizes = sizes{DrainLeases: 10_000, DrainReps: 1, Burst: 2_000, Idle: 5 * time.Second,
-		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2, LaneProbes: 5, PGRows: 2_000, PGReps: 1}
+		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2, LaneProbes: 5, PGRows: 2_000, PGReps: 1, LaunchReps: 1}
 )
 
 type bench struct {
@@ -140,7 +143,7 @@ type options struct {
 func parseFlags() options {
 	var o options
 	flag.BoolVar(&o.quick, "quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
-	flag.StringVar(&o.only, "only", "drain,reclaim,idle,dag,idleall,hosts,cluster,lanes,pgdrain,pgidle,pghosts,timing,pgtiming", "comma-separated benchmarks to run")
+	flag.StringVar(&o.only, "only", "drain,reclaim,idle,dag,idleall,launch,hosts,cluster,lanes,pgdrain,pgidle,pghosts,timing,pgtiming", "comma-separated benchmarks to run")
 	flag.StringVar(&o.binDir, "bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
 	flag.IntVar(&o.leases, "leases", 0, "drain: expired leases (default 100000, quick 10000)")
 	flag.IntVar(&o.reps, "reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
@@ -254,6 +257,7 @@ func (b *bench) runAll(ctx context.Context, only []string, sz sizes, rep *report
 		return
 	})
 	step("idleall", func() (err error) { rep.IdleAll, err = b.runIdleAll(ctx, sz.Idle); return })
+	step("launch", func() (err error) { rep.Launch, err = b.runLaunch(ctx, sz.LaunchReps); return })
 	step("hosts", func() (err error) { rep.Hosts, err = b.runHosts(ctx, sz.Burst); return })
 	step("cluster", func() (err error) { rep.Cluster, err = b.runCluster(ctx, sz.DrainLeases/2); return })
 	step("lanes", func() (err error) { rep.Lanes, err = b.runLanes(ctx, sz.Idle, sz.LaneProbes); return })

@@ -22,6 +22,7 @@ type report struct {
 	Idle        *idleResult
 	DAG         *dagResult
 	IdleAll     *idleAllResult
+	Launch      *launchResult
 	Hosts       *hostsResult
 	Cluster     *clusterResult
 	Lanes       *lanesResult
@@ -71,6 +72,10 @@ func (r *report) print(w io.Writer) {
 	if r.IdleAll != nil {
 		p(rule)
 		r.IdleAll.print(w)
+	}
+	if r.Launch != nil {
+		p(rule)
+		r.Launch.print(w)
 	}
 	if r.Hosts != nil {
 		p(rule)
