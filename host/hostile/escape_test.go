@@ -122,13 +122,14 @@ func TestPluginConnectsToNoUnixSocket(t *testing.T) {
 // Syscalls outside the seccomp allow-list are refused with EPERM:
 // ptrace, keyctl, bpf, unshare, userfaultfd, memfd_create (with
 // execveat, a way to run code Landlock never saw) and
-// process_vm_readv. Before, the filter listed what it denied and let
-// these through.
+// process_vm_readv; and a shared mapping (memory the memory limit,
+// RLIMIT_DATA, does not count). Before, the filter listed what it
+// denied and let these through.
 func TestPluginSyscallsOutsideTheAllowListAreRefused(t *testing.T) {
 	requireConfinement(t)
 	a := newAttacker(t, "plain")
 	var attacks []string
-	for _, sc := range []string{"ptrace", "keyctl", "bpf", "unshare", "userfaultfd", "memfd_create", "process_vm_readv"} {
+	for _, sc := range []string{"ptrace", "keyctl", "bpf", "unshare", "userfaultfd", "memfd_create", "sharedmem", "process_vm_readv"} {
 		attacks = append(attacks, "syscall "+sc)
 	}
 	got := a.run(attacks...)

@@ -53,4 +53,6 @@ func (e *MemoryLimitError) Error() string {
 func (e *MemoryLimitError) Unwrap() error { return e.Err }
 
 // memoryDesc is the limit, for Plugin.Isolation.
-func memoryDesc(limit int64) string { return fmt.Sprintf("memory at most %d MiB", limit>>20) }
+func memoryDesc(limit int64) string {
+	return fmt.Sprintf("memory at most %d MiB (RLIMIT_DATA, private mappings; no cgroup)", limit>>20)
+}

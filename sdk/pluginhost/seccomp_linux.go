@@ -40,14 +40,17 @@ import (
 //   - prlimit64 only on itself (pid 0 or its own): another process's
 //     limits are out of reach;
 //   - prctl only the operations the Go runtime and the SDK use, ioctl
-//     only the terminal check.
+//     only the terminal check;
+//   - mmap never MAP_SHARED (MAP_SHARED_VALIDATE has its bit too): the
+//     memory limit (RLIMIT_DATA) counts private mappings only, and
+//     memfd_create is refused, so no memory escapes it.
 //
 // ptrace, process_vm_readv/writev, keyctl, bpf, userfaultfd,
 // perf_event_open, unshare, setns, mount, memfd_create, execveat,
 // io_uring_*, pidfd_*, and everything else not listed are refused.
 
 // seccompDesc is what the filter enforces, for Plugin.Isolation.
-const seccompDesc = "seccomp allow-list: no new processes, no sockets but unix ones (stream, never connected), signals to itself only, every other syscall not listed fails with EPERM"
+const seccompDesc = "seccomp allow-list: no new processes, no sockets but unix ones (stream, never connected), signals to itself only, no shared memory, every other syscall not listed fails with EPERM"
 
 // seccompAvailable reports whether the kernel supports seccomp filters.
 func seccompAvailable() bool {
@@ -62,8 +65,8 @@ func errno(e unix.Errno) seccomp.Action {
 
 // allowedSyscalls are allowed whatever their arguments.
 var allowedSyscalls = []string{
-	// Memory.
-	"brk", "mmap", "munmap", "mprotect", "mremap", "madvise", "mincore", "msync",
+	// Memory (mmap below).
+	"brk", "munmap", "mprotect", "mremap", "madvise", "mincore", "msync",
 	// Files and descriptors: Landlock decides which files.
 	"read", "write", "readv", "writev", "pread64", "pwrite64", "lseek", "openat", "close",
 	"fstat", "newfstatat", "statx", "fstatfs", "faccessat", "faccessat2", "readlinkat", "getdents64",
@@ -109,6 +112,11 @@ func processPolicy(pid int, connect bool) seccomp.Policy {
 	}
 	self := uint64(pid)
 	conds := []seccomp.NameWithConditions{
+		// No shared mapping: RLIMIT_DATA (plugin_memory_limit) counts
+		// private writable memory only, so a shared anonymous mapping, or
+		// one of a file in its directory, would hold memory past the
+		// limit. The Go runtime maps only private memory.
+		{Name: "mmap", Conditions: seccomp.ArgumentConditions{{Argument: 3, Operation: seccomp.BitsNotSet, Value: unix.MAP_SHARED}}},
 		{Name: "clone", Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: unix.CLONE_THREAD}}},
 		{Name: "socketpair", Conditions: seccomp.ArgumentConditions{is(0, unix.AF_UNIX)}},
 		{Name: "kill", Conditions: seccomp.ArgumentConditions{is(0, self)}},

@@ -98,6 +98,9 @@ func TestSeccompFilterVerdicts(t *testing.T) {
 		{"becoming traceable by anyone", "prctl", [6]uint64{unix.PR_SET_PTRACER}, retEPERM},
 		{"a terminal check", "ioctl", [6]uint64{2, unix.TCGETS}, retAllow},
 		{"typing into a terminal", "ioctl", [6]uint64{0, unix.TIOCSTI}, retEPERM},
+		{"private memory", "mmap", [6]uint64{0, 1 << 20, unix.PROT_READ | unix.PROT_WRITE, unix.MAP_PRIVATE | unix.MAP_ANONYMOUS}, retAllow},
+		{"shared memory (past RLIMIT_DATA)", "mmap", [6]uint64{0, 1 << 20, unix.PROT_READ | unix.PROT_WRITE, unix.MAP_SHARED | unix.MAP_ANONYMOUS}, retEPERM},
+		{"shared memory, validated", "mmap", [6]uint64{0, 1 << 20, unix.PROT_READ, unix.MAP_SHARED_VALIDATE}, retEPERM},
 		{"read", "read", [6]uint64{0}, retAllow},
 		{"exec (of what Landlock lets it run)", "execve", [6]uint64{}, retAllow},
 	}
