@@ -58,7 +58,9 @@ func TestPluginBuiltWithTheOldSDKRuns(t *testing.T) {
 
 	srv := testserver.New(t)
 	c := srv.Client(t)
-	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
+	// The old SDK dials the host's broker for its callbacks: the operator
+	// lets it connect (a confined plugin may not by default).
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond, LegacyCallbacks: true})
 	cfg.PluginDir = dir
 	h, _ := running(t, cfg)
 	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == "running" })

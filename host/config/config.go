@@ -272,6 +272,13 @@ type Scanner struct {
 	// Options are passed to Scanner.Configure after checking them against
 	// Info.Options.
 	Options map[string]string
+	// LegacyCallbacks lets the scanner's confined plugin connect() to the
+	// host's go-plugin broker, which a plugin built with an SDK older
+	// than the callback socket pair's "no dial" needs for its commands.
+	// Off by default: a confined plugin may connect to no socket at all
+	// (a pathname unix socket is beyond Landlock's reach), so this is
+	// the operator's choice for a plugin they know to be old.
+	LegacyCallbacks bool
 }
 
 // DefaultShutdownTimeout bounds the whole shutdown by default.

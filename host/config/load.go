@@ -317,12 +317,13 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 		s := Scanner{Enabled: true, Options: map[string]string{}}
 		key := join(path, name)
 		d.fields(key, m[name], map[string]func(string, any){
-			"enabled":  func(k string, v any) { d.boolean(k, v, &s.Enabled) },
-			"plugin":   func(k string, v any) { d.str(k, v, &s.Plugin) },
-			"sha256":   func(k string, v any) { d.str(k, v, &s.SHA256) },
-			"interval": func(k string, v any) { d.duration(k, v, &s.Interval) },
-			"batch":    func(k string, v any) { d.integer(k, v, &s.Batch) },
-			"options":  func(k string, v any) { d.options(k, v, s.Options) },
+			"enabled":          func(k string, v any) { d.boolean(k, v, &s.Enabled) },
+			"plugin":           func(k string, v any) { d.str(k, v, &s.Plugin) },
+			"sha256":           func(k string, v any) { d.str(k, v, &s.SHA256) },
+			"interval":         func(k string, v any) { d.duration(k, v, &s.Interval) },
+			"batch":            func(k string, v any) { d.integer(k, v, &s.Batch) },
+			"options":          func(k string, v any) { d.options(k, v, s.Options) },
+			"legacy_callbacks": func(k string, v any) { d.boolean(k, v, &s.LegacyCallbacks) },
 		})
 		s.SHA256 = strings.ToLower(s.SHA256)
 		out[name] = s

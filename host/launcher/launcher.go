@@ -42,6 +42,9 @@ type Config struct {
 	Binary string
 	// Pin is the optional sha256 pin (hex).
 	Pin string
+	// LegacyCallbacks lets the confined plugin connect() to the host's
+	// broker (config.Scanner.LegacyCallbacks).
+	LegacyCallbacks bool
 	// Options are the operator's scanner options.
 	Options map[string]string
 	// ReadOnly registers a policy that refuses writes and FCALLs (dry
@@ -112,6 +115,7 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		Isolation:    l.cfg.Isolation,
 		MemoryLimit:  l.cfg.MemoryLimit,
 		CallbackPath: l.cfg.CallbackPath,
+		AllowConnect: l.cfg.LegacyCallbacks,
 	})
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
@@ -162,7 +166,8 @@ func (l *Launcher) Reconfigure(ctx context.Context, si supervisor.Instance) (boo
 	inst.mu.Lock()
 	old := inst.cfg
 	inst.mu.Unlock()
-	if old.Scanner != l.cfg.Scanner || old.Binary != l.cfg.Binary || old.Pin != l.cfg.Pin || old.ReadOnly != l.cfg.ReadOnly {
+	if old.Scanner != l.cfg.Scanner || old.Binary != l.cfg.Binary || old.Pin != l.cfg.Pin || old.ReadOnly != l.cfg.ReadOnly ||
+		old.LegacyCallbacks != l.cfg.LegacyCallbacks {
 		return false, nil
 	}
 	if maps.Equal(old.Options, l.cfg.Options) {

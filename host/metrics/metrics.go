@@ -85,8 +85,8 @@ func New() *Metrics {
 		Name: "ffscan_scanner_oldest_due_lag_seconds", Help: "How long the oldest due candidate has been due, at the start of the last complete cycle.",
 	}, s)
 	m.restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ffscan_plugin_restarts_total", Help: "Plugin process restarts after a crash or failed health check.",
-	}, s)
+		Name: "ffscan_plugin_restarts_total", Help: "Plugin process restarts, by reason: exited, memory_limit, health_check, hung_calls, launch_failed (the launch failed or passed the start timeout), other.",
+	}, []string{"scanner", "reason"})
 	m.pluginUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "ffscan_plugin_up", Help: "1 while the scanner's plugin is running and healthy.",
 	}, s)
@@ -134,7 +134,7 @@ func (m *Metrics) Cycle(scanner string, d time.Duration) {
 	// something happens: a dashboard's rate is 0, not "no data".
 	m.processed.WithLabelValues(scanner)
 	m.skipped.WithLabelValues(scanner)
-	m.restarts.WithLabelValues(scanner)
+	m.restarts.WithLabelValues(scanner, supervisor.RestartExited)
 }
 
 // Swap implements supervisor.SwapRecorder.
@@ -186,7 +186,9 @@ func (m *Metrics) Lag(scanner string, d time.Duration) {
 }
 
 // Restart counts a plugin restart.
-func (m *Metrics) Restart(scanner string) { m.restarts.WithLabelValues(scanner).Inc() }
+// Restart counts one restart of scanner's plugin, by class
+// (supervisor.RestartClass).
+func (m *Metrics) Restart(scanner, class string) { m.restarts.WithLabelValues(scanner, class).Inc() }
 
 // Launched observes one successful plugin launch.
 func (m *Metrics) Launched(scanner string, d time.Duration) {

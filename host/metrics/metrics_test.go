@@ -42,7 +42,7 @@ func TestNamesAndUnits(t *testing.T) {
 	m.Items("s", 3, 1)
 	m.Backlog("s", 7)
 	m.Lag("s", 1500*time.Millisecond)
-	m.Restart("s")
+	m.Restart("s", "exited")
 	m.RPC("s", "scan_partition", time.Millisecond)
 	m.CallbackCommands("s", 4)
 	m.CallbackRefused("s", "key_prefix")

@@ -7,6 +7,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -23,6 +24,7 @@ func (s *Supervisor) supervise(ctx context.Context) {
 				return
 			}
 			s.log.Error("plugin launch failed", "error", err)
+			s.rec.Restart(s.cfg.Name, RestartLaunchFailed)
 			if !s.failed(ctx, "launch: "+err.Error()) {
 				return
 			}
@@ -50,7 +52,7 @@ func (s *Supervisor) supervise(ctx context.Context) {
 		if s.since(failed.started) >= s.cfg.StableAfter {
 			s.streak = 0
 		}
-		s.rec.Restart(s.cfg.Name)
+		s.rec.Restart(s.cfg.Name, RestartClass(reason))
 		s.mu.Lock()
 		s.st.Restarts++
 		s.mu.Unlock()
@@ -272,4 +274,30 @@ func exitReason(inst Instance) string {
 		}
 	}
 	return "plugin process exited"
+}
+
+// Restart classes: why a plugin was started again, a label of its
+// restart metric.
+const (
+	RestartExited       = "exited"
+	RestartMemoryLimit  = "memory_limit"
+	RestartHealthCheck  = "health_check"
+	RestartHungCalls    = "hung_calls"
+	RestartLaunchFailed = "launch_failed"
+	RestartOther        = "other"
+)
+
+// RestartClass is the class of a failure reason watch returned.
+func RestartClass(reason string) string {
+	switch {
+	case strings.Contains(reason, "passed its memory limit"):
+		return RestartMemoryLimit
+	case strings.HasPrefix(reason, "plugin process exited"):
+		return RestartExited
+	case strings.HasPrefix(reason, "health check failed"):
+		return RestartHealthCheck
+	case strings.Contains(reason, "ran into their deadline"):
+		return RestartHungCalls
+	}
+	return RestartOther
 }

@@ -105,7 +105,9 @@ type Reconfigurer interface {
 
 // Recorder receives the supervisor's metrics.
 type Recorder interface {
-	Restart(scanner string)
+	// Restart counts a restart after a failure, by its class
+	// (RestartClass).
+	Restart(scanner, class string)
 	PluginUp(scanner string, up bool)
 }
 
@@ -381,5 +383,5 @@ func short(sha string) string {
 
 type nopRecorder struct{}
 
-func (nopRecorder) Restart(string)        {}
+func (nopRecorder) Restart(string, string) {}
 func (nopRecorder) PluginUp(string, bool) {}

@@ -19,7 +19,7 @@ type swapRec struct {
 	outcomes []SwapOutcome
 }
 
-func (r *swapRec) Restart(string)        {}
+func (r *swapRec) Restart(string, string) {}
 func (r *swapRec) PluginUp(string, bool) {}
 func (r *swapRec) Swap(_ string, o SwapOutcome) {
 	r.mu.Lock()

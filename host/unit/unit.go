@@ -95,17 +95,18 @@ func (d Deps) Log(name string) hclog.Logger {
 // refuses its writes (dry runs).
 func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
 	return launcher.New(launcher.Config{
-		Scanner:      name,
-		Binary:       sc.Plugin,
-		Pin:          sc.SHA256,
-		Options:      sc.Options,
-		ReadOnly:     readOnly,
-		StartTimeout: s.Supervisor.StartTimeout,
-		Isolation:    s.Isolation,
-		MemoryLimit:  s.MemoryLimit,
-		Approvals:    d.Approvals,
-		Postgres:     d.Postgres != nil,
-		NoValkey:     d.Client == nil,
+		Scanner:         name,
+		Binary:          sc.Plugin,
+		Pin:             sc.SHA256,
+		LegacyCallbacks: sc.LegacyCallbacks,
+		Options:         sc.Options,
+		ReadOnly:        readOnly,
+		StartTimeout:    s.Supervisor.StartTimeout,
+		Isolation:       s.Isolation,
+		MemoryLimit:     s.MemoryLimit,
+		Approvals:       d.Approvals,
+		Postgres:        d.Postgres != nil,
+		NoValkey:        d.Client == nil,
 	}, d.Catalog, d.Callbacks, d.Log(name))
 }
 

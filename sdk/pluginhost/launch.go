@@ -64,6 +64,12 @@ type LaunchConfig struct {
 	// only its socket directory (also its TMPDIR), and opens no socket
 	// but unix ones.
 	Isolation Isolation
+	// AllowConnect keeps connect() open to a confined plugin, which it is
+	// not by default: a plugin built with an SDK that dials the host's
+	// broker for its callbacks even when it was handed the socket pair
+	// needs it (the operator's choice, for a plugin they know to be old).
+	// The other callback paths imply it.
+	AllowConnect bool
 	// MemoryLimit, if positive, bounds the memory the plugin maps for
 	// its data (RLIMIT_DATA: the Go runtime's heap and stacks), in
 	// bytes; its garbage collector aims below it (GOMEMLIMIT, 90 %). A
@@ -241,7 +247,7 @@ func (l *launch) runner(log hclog.Logger, spec *exec.Cmd, socketDir string) (run
 		return nil, err
 	}
 	r.isolation = l.cfg.Isolation
-	r.connect = l.cfg.CallbackPath != CallbackSocket
+	r.connect = l.cfg.CallbackPath != CallbackSocket || l.cfg.AllowConnect
 	r.memoryLimit = l.cfg.MemoryLimit
 	r.readOnly = append([]string{l.path}, sandboxReadOnly...)
 	r.readWrite = append([]string{socketDir}, sandboxReadWrite...)
