@@ -384,4 +384,4 @@ func short(sha string) string {
 type nopRecorder struct{}
 
 func (nopRecorder) Restart(string, string) {}
-func (nopRecorder) PluginUp(string, bool) {}
+func (nopRecorder) PluginUp(string, bool)  {}

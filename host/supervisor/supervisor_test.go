@@ -143,7 +143,7 @@ func waitExit(t *testing.T, inst *fakeInstance) {
 type countRec struct{ restarts atomic.Int64 }
 
 func (r *countRec) Restart(string, string) { r.restarts.Add(1) }
-func (r *countRec) PluginUp(string, bool) {}
+func (r *countRec) PluginUp(string, bool)  {}
 
 // waitTimer waits for the supervisor to arm a timer on the manual clock
 // (the test's signal that it is waiting) and returns its delay.

@@ -20,7 +20,7 @@ type swapRec struct {
 }
 
 func (r *swapRec) Restart(string, string) {}
-func (r *swapRec) PluginUp(string, bool) {}
+func (r *swapRec) PluginUp(string, bool)  {}
 func (r *swapRec) Swap(_ string, o SwapOutcome) {
 	r.mu.Lock()
 	r.outcomes = append(r.outcomes, o)
