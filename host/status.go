@@ -189,7 +189,7 @@ func (h *Host) Ready(ctx context.Context) error {
 		}
 	}
 	if h.library != nil {
-		if err := h.library.Err(); err != nil {
+		if err := h.library.Verify(ctx); err != nil {
 			return fmt.Errorf("flowfabric library: %w", err)
 		}
 	}

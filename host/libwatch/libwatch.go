@@ -82,6 +82,18 @@ func (w *Watch) Err() error {
 	return w.err
 }
 
+// Verify is Err, except that a failure is checked again first: a check
+// that failed during a failover (a dead seed's ROLE, a master not yet
+// replaced) says nothing about the cluster once the failover is over, and
+// readiness must not depend on when the last check ran. A passing check
+// is trusted until the next one.
+func (w *Watch) Verify(ctx context.Context) error {
+	if w.Err() == nil {
+		return nil
+	}
+	return w.Check(ctx)
+}
+
 func (w *Watch) run(ctx context.Context) {
 	t := w.cfg.Clock.NewTicker(w.cfg.Interval)
 	defer t.Stop()

@@ -76,3 +76,32 @@ func TestWatchReloadsALostLibrary(t *testing.T) {
 	assert.Contains(t, logs.String(), `action=loaded found="no library"`)
 	assert.NoError(t, w.Err())
 }
+
+// A failed check is checked again when readiness asks (Verify), not
+// only at the next interval: once what made it fail is gone, the watch
+// is ready at once, whenever its last check ran.
+func TestVerifyChecksAFailureAgain(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	lib, err := boot.LoadLibrary(ctx, c, false, hclog.NewNullLogger())
+	require.NoError(t, err)
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	w := libwatch.New(lib, libwatch.Config{Clock: clk})
+	require.NoError(t, w.Verify(ctx), "nothing failed yet")
+
+	// Another application's library under our name: refused.
+	foreign := "#!lua name=flowfabric\nredis.register_function('theirs', function() return 1 end)\n"
+	require.NoError(t, c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(foreign).Build()).Error())
+	require.Error(t, w.Check(ctx))
+	require.Error(t, w.Err())
+	require.Error(t, w.Verify(ctx), "still there: still failing")
+
+	// Gone: the next readiness question loads ours, without waiting for
+	// the watch's clock.
+	require.NoError(t, c.Do(ctx, c.B().FunctionDelete().LibraryName("flowfabric").Build()).Error())
+	require.NoError(t, w.Verify(ctx))
+	assert.NoError(t, w.Err())
+	require.NoError(t, c.Do(ctx, c.B().Fcall().Function("ff_version").Numkeys(0).Build()).Error())
+}
