@@ -246,12 +246,17 @@ func TestPostgresPartitionsAreNeverQuiet(t *testing.T) {
 	feed := keyevents.New(client, keyevents.Config{TopologyCheck: time.Hour, ConfigCheck: time.Hour, Changes: feedCh})
 	require.NoError(t, feed.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, feed.Stop(context.Background())) })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	require.NoError(t, feedCh.WaitFor(ctx, func() bool { on, _ := feed.Covered(); return on }), "feed: %+v", feed.State())
+	fctx, fcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer fcancel()
+	require.NoError(t, feedCh.WaitFor(fctx, func() bool { on, _ := feed.Covered(); return on }), "feed: %+v", feed.State())
 
 	pool := postgrestest.SchemaDB(t, 4)
 	r, clk, ch := pgRunner(t, pool, pgreconcilers.NewDelayedPromoter(), false, func(c *Config) { c.Events = feed })
+	// The bound on the runner's events starts once the set-up is done
+	// (a database made from its template took most of a minute on a
+	// busy machine, and left the runner none).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	// The first sweep read every partition empty; now one has work.
 	const eid = "5c5c5c5c-0000-4000-8000-000000000001"
 	pgExec(t, pool, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
@@ -275,8 +280,6 @@ func TestPostgresPartitionsAreNeverQuiet(t *testing.T) {
 // interval sweep is what comes next.
 func TestPostgresWakeupsDroppedWhenAReadFails(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	pool := postgrestest.SchemaDB(t, 2)
 	for _, r := range []struct {
 		pk  int
@@ -288,11 +291,14 @@ func TestPostgresWakeupsDroppedWhenAReadFails(t *testing.T) {
 			'runnable', 'unowned', 'not_eligible_until_time', 'delayed', 'pending_first_attempt', 1, ffscan.now_ms() + $3, '{}')`, r.pk, r.eid, r.in)
 	}
 	// The runner's own pool, which the test closes.
-	own, err := pgxpool.New(ctx, pool.Config().ConnString())
+	own, err := pgxpool.New(context.Background(), pool.Config().ConnString())
 	require.NoError(t, err)
 	defer own.Close()
 	epoch := NewStoreEpoch()
 	r, clk, _ := pgRunner(t, own, pgreconcilers.NewDelayedPromoter(), false, func(c *Config) { c.Epoch = epoch })
+	// The bound on the runner's events starts once the set-up is done.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	require.Equal(t, 2, r.Status().Scheduled)
 	before := epoch.Load()
 
