@@ -88,8 +88,9 @@ type Config struct {
 	// Partitions is the flow partition count (0: FlowFabric's default,
 	// 256): a drain reads those of them this host owns.
 	Partitions uint16
-	// Concurrency bounds dispatches in flight (the configuration's
-	// completions.concurrency, shared with the Valkey listener).
+	// Concurrency bounds dispatches in flight, one per partition at a
+	// time (the configuration's completions.concurrency, shared with the
+	// Valkey listener).
 	Concurrency int
 	// Owns says whether this host dispatches a partition (nil: all).
 	Owns func(keys.Partition) bool
@@ -382,8 +383,12 @@ func (l *Listener) owned() []uint16 {
 
 // drain reads the pending events of the partitions this host owns (the
 // oldest first, with the host's filter: ffscan.completions_pending) and
-// dispatches them, with bounded concurrency, returning once every
-// dispatch returned. more says a partition had more pending events than
+// dispatches them, returning once every dispatch returned. Each
+// partition's events are dispatched one after the other, the partitions
+// side by side (at most Concurrency at once): a dispatch touches its own
+// partition's rows only, so no two of them conflict (under SERIALIZABLE,
+// two dispatches of one partition did, each retried), and two hosts never
+// drain one partition. more says a partition had more pending events than
 // one read takes; an error, that an event read may not be dispatched.
 func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 	parts := l.owned()
@@ -392,18 +397,25 @@ func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("read the pending events: %w", err)
 		}
-		per := map[uint16]int{}
-		var wg sync.WaitGroup
-		var failed atomic.Int64
-		var first atomic.Value
+		var order []uint16
+		per := map[uint16][]int64{}
 		for _, e := range evs {
-			if per[e.Partition]++; per[e.Partition] >= drainPerPartition {
-				more = true
-			}
 			id, err := strconv.ParseInt(e.Member, 10, 64)
 			if err != nil {
 				continue
 			}
+			if per[e.Partition] == nil {
+				order = append(order, e.Partition)
+			}
+			per[e.Partition] = append(per[e.Partition], id)
+			if len(per[e.Partition]) >= drainPerPartition {
+				more = true
+			}
+		}
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		var first atomic.Value
+		for _, pk := range order {
 			select {
 			case l.sem <- struct{}{}:
 			case <-ctx.Done():
@@ -411,15 +423,17 @@ func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 				return more, ctx.Err()
 			}
 			wg.Add(1)
-			go func(pk uint16) {
+			go func(pk uint16, ids []int64) {
 				defer wg.Done()
 				defer func() { <-l.sem }()
-				if err := l.dispatchOne(ctx, id, pk); err != nil && ctx.Err() == nil {
-					failed.Add(1)
-					first.CompareAndSwap(nil, err)
-					l.log.Warn("completion dispatch failed; the drain runs again", "event_id", id, "error", err)
+				for _, id := range ids {
+					if err := l.dispatchOne(ctx, id, pk); err != nil && ctx.Err() == nil {
+						failed.Add(1)
+						first.CompareAndSwap(nil, err)
+						l.log.Warn("completion dispatch failed; the drain runs again", "event_id", id, "error", err)
+					}
 				}
-			}(e.Partition)
+			}(pk, per[pk])
 		}
 		wg.Wait()
 		if n := failed.Load(); n > 0 {

@@ -390,3 +390,55 @@ func TestEventsOfAStalledOwnerAreDispatchedWhenItsViewReturns(t *testing.T) {
 		assert.Zero(t, st.Errors)
 	}
 }
+
+// Completions of one partition committed together, all advancing one
+// edge group (a 24-way fan-in): the drain dispatches them one after the
+// other, so none conflicts with another (under SERIALIZABLE, dispatches
+// of one group side by side fail on each other's update and are rolled
+// back and retried): the database counts no rollback, and the downstream
+// is released once every upstream is.
+func TestDispatchesOfOnePartitionDoNotConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := database(t)
+	const pk, n = 12, 24
+	down := "f0000000-0000-4000-8000-000000000999"
+	var edges [][2]string
+	var ups []string
+	for i := range n {
+		up := fmt.Sprintf("f0000000-0000-4000-8000-%012d", i)
+		ups = append(ups, up)
+		edges = append(edges, [2]string{up, down})
+	}
+	postgrestest.DAG(t, pool, pk, "ff000000-0000-4000-8000-000000000001", nil, edges)
+	l, ch := start(t, pool)
+	rollbacks := func() int64 {
+		// Each of the pool's sessions hands its counts over now (forced),
+		// then they are read.
+		var conns []*pgxpool.Conn
+		for range pool.Config().MaxConns {
+			c, err := pool.Acquire(ctx)
+			require.NoError(t, err)
+			conns = append(conns, c)
+			_, err = c.Exec(ctx, "SELECT pg_stat_force_next_flush()")
+			require.NoError(t, err)
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+		var r int64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&r))
+		return r
+	}
+	before := rollbacks()
+	_, err := pool.Exec(ctx, `WITH d AS (UPDATE ff_exec_core SET lifecycle_phase = 'terminal', public_state = 'completed'
+		WHERE partition_key = $1 AND execution_id = ANY ($2::uuid[]) RETURNING partition_key, execution_id, flow_id)
+		INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms)
+		SELECT partition_key, execution_id, flow_id, 'success', 1 FROM d`, pk, ups)
+	require.NoError(t, err)
+	waitFor(t, ch, "every completion dispatched", func() bool { return l.Stats().Dispatched == n })
+	assert.Equal(t, "runnable/eligible_now/waiting", phase(t, pool, down))
+	assert.Zero(t, rollbacks()-before, "no dispatch was rolled back")
+	assert.Zero(t, l.Stats().AlreadyDone)
+	assert.Zero(t, l.Stats().Errors)
+}
