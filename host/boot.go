@@ -76,7 +76,8 @@ func (h *Host) connect(ctx context.Context, cfg *config.Config) error {
 // connectPostgres opens the FlowFabric database, when there is one:
 // before anything else touches it, a schema this ffscan does not know
 // stops the boot, with what was found; then ffscan's own functions are
-// installed or upgraded in its own schema (a newer one is refused).
+// installed or upgraded in its own schema (a newer one is refused), and
+// the pool is opened again ready (postgres.Options.Ready).
 func (h *Host) connectPostgres(ctx context.Context, cfg *config.Config) error {
 	if cfg.Postgres.DSN == "" {
 		return nil
@@ -96,6 +97,16 @@ func (h *Host) connectPostgres(ctx context.Context, cfg *config.Config) error {
 		}
 		h.pgLibrary = postgres.LibraryVersion
 		h.log.Info("postgres function library", "version", postgres.LibraryVersion, "action", string(action))
+		// The serving pool: every connection open, each having run the
+		// library's functions once, so that no wake-up, read or dispatch
+		// pays a first call's planning.
+		boot := h.pg
+		h.pg, err = postgres.Connect(ctx, postgres.Options{DSN: cfg.Postgres.DSN, PoolSize: cfg.Postgres.PoolSize,
+			Transaction: cfg.Postgres.Pooling == config.PoolingTransaction, Ready: true})
+		boot.Close()
+		if err != nil {
+			return err
+		}
 	}
 	h.log.Info("postgres", "schema", h.pgSchema.String(), "pool_size", h.pg.Config().MaxConns, "filter", cfg.Postgres.Filter().String())
 	return nil

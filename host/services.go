@@ -87,7 +87,7 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 	deps := listeners.Deps{Library: h.lib, Postgres: h.pg, PostgresFilter: cfg.Postgres.Filter(),
 		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}
 	if h.share != nil {
-		deps.Share = h.share.Status().Store
+		deps.Gains = h.share.Gains
 	}
 	if dsn := cfg.Postgres.ListenDSN; dsn != "" && h.pg != nil {
 		lc, err := pgx.ParseConfig(dsn)

@@ -62,8 +62,8 @@ func (h *Host) Status() httpapi.StatusDoc {
 	lc, comp, pgComp := h.listeners.Stats()
 	if pgComp != nil && doc.Postgres != nil {
 		st := pgComp
-		doc.Postgres.Completions = &httpapi.PGCompletionsStatus{Notifications: st.Notifications, Routed: st.Routed, Dispatched: st.Dispatched,
-			AlreadyDone: st.AlreadyDone, NotOwned: st.NotOwned, Filtered: st.Filtered, Errors: st.Errors, Reconnects: st.Reconnects, Listening: st.Listening}
+		doc.Postgres.Completions = &httpapi.PGCompletionsStatus{Notifications: st.Notifications, Drains: st.Drains, Dispatched: st.Dispatched,
+			AlreadyDone: st.AlreadyDone, Filtered: st.Filtered, Errors: st.Errors, Reconnects: st.Reconnects, Listening: st.Listening}
 	}
 	if st := comp; st != nil {
 		doc.Completions = &httpapi.CompletionsStatus{

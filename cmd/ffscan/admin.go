@@ -170,8 +170,8 @@ func printHostLines(w io.Writer, doc httpapi.StatusDoc) {
 			if !c.Listening {
 				listening = "NOT listening (connecting, or reconnecting: see the log)"
 			}
-			fmt.Fprintf(w, "postgres completions: %s, %d notifications (%d routed by this host), %d dispatched (%d already done, %d other hosts', %d filtered), %d errors, %d reconnects\n",
-				listening, c.Notifications, c.Routed, c.Dispatched, c.AlreadyDone, c.NotOwned, c.Filtered, c.Errors, c.Reconnects)
+			fmt.Fprintf(w, "postgres completions: %s, %d notifications, %d drains, %d dispatched (%d already done, %d filtered), %d errors, %d reconnects\n",
+				listening, c.Notifications, c.Drains, c.Dispatched, c.AlreadyDone, c.Filtered, c.Errors, c.Reconnects)
 		}
 	}
 	fmt.Fprintln(w, configLine(doc.Config))

@@ -537,20 +537,18 @@ type PostgresStatus struct {
 }
 
 // PGCompletionsStatus counts what the Postgres completion listener did:
-// notifications received, events it dispatched, events it found already
-// dispatched, events of partitions other hosts own, events of executions
+// notifications received, drains run (each a read of the pending events
+// of the partitions this host owns and their dispatches), events it
+// dispatched, events it found already dispatched, events of executions
 // the host's filter leaves to others, failures and reconnects.
 type PGCompletionsStatus struct {
 	Notifications int64 `json:"notifications"`
-	// Routed counts the events this host passed to their partition's
-	// owner (hosts sharing the partitions route each event once).
-	Routed      int64 `json:"routed"`
-	Dispatched  int64 `json:"dispatched"`
-	AlreadyDone int64 `json:"already_done"`
-	NotOwned    int64 `json:"not_owned"`
-	Filtered    int64 `json:"filtered"`
-	Errors      int64 `json:"errors"`
-	Reconnects  int64 `json:"reconnects"`
+	Drains        int64 `json:"drains"`
+	Dispatched    int64 `json:"dispatched"`
+	AlreadyDone   int64 `json:"already_done"`
+	Filtered      int64 `json:"filtered"`
+	Errors        int64 `json:"errors"`
+	Reconnects    int64 `json:"reconnects"`
 	// Listening is true while the listener's connection listens.
 	Listening bool `json:"listening"`
 }

@@ -34,10 +34,11 @@ type Deps struct {
 	PostgresFilter scannerapi.Filter
 	Partitions     keys.PartitionConfig
 	// Owns is this host's share of the partitions (nil: every one), and
-	// Share names the share (sharing.Status.Store): the Postgres listeners
-	// of its hosts pass each other events on its channel.
+	// Gains counts the times it came to own partitions it could not act on
+	// before (sharing.Coordinator.Gains; nil with Owns nil): the Postgres
+	// listener reads the events left meanwhile at each.
 	Owns    func(keys.Partition) bool
-	Share   string
+	Gains   func() (uint64, <-chan struct{})
 	Metrics completions.Metrics
 	Clock   clock.Clock
 	Logger  hclog.Logger
@@ -83,10 +84,7 @@ func (l *Listeners) startLocked() {
 	}
 	if d.Postgres != nil {
 		pc := pgcompletions.Config{Pool: d.Postgres, Listen: d.PostgresListen, Partitions: d.Partitions.Flow, Concurrency: c.Concurrency,
-			Owns: d.Owns, Filter: d.PostgresFilter, Clock: d.Clock, Logger: d.Logger.Named("pgcompletions"), Changes: d.Changes}
-		if d.Owns != nil {
-			pc.Route = pgcompletions.RouteChannel(d.Share)
-		}
+			Owns: d.Owns, Gains: d.Gains, Filter: d.PostgresFilter, Clock: d.Clock, Logger: d.Logger.Named("pgcompletions"), Changes: d.Changes}
 		pg := pgcompletions.New(pc)
 		if err := pg.Start(l.ctx); err != nil {
 			d.Logger.Error("postgres completion listener did not start; dependency resolution relies on pg_dependency", "error", err)

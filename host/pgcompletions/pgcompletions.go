@@ -1,25 +1,31 @@
 // Package pgcompletions is the push path of DAG dispatch on a FlowFabric
 // Postgres database: a listener on the ff_completion notifications that
 // FlowFabric's completion outbox sends at every commit, which dispatches
-// each event at once through ffscan.dispatch_completion. FlowFabric's
+// the events at once through ffscan.dispatch_completion. FlowFabric's
 // Postgres server has no such path, so each DAG hop waits 15-30 s for its
 // dependency reconciler (PG11); here a hop takes milliseconds, and the
 // reconciler (pg_dependency) stays as the safety net for what the
-// listener misses (a dropped connection, a host restart, a partition
-// being handed over between hosts).
+// listener cannot reach (a host restart, the database unreachable).
 //
-// The notification carries only the event id, and every listening host
-// receives every one. A host alone (Owns nil) finds the event's partition
-// and dispatches it. Hosts that share the partitions act only on their
-// own: one host routes each event (the owner of flow partition event id
-// mod the partition count, so no two hosts look the same event up), which
-// finds its partition and passes it, by a notification on the share's own
-// channel (ffscan.route_completion), to every host of the share; the
-// owner of the event's partition dispatches it, the others drop it
-// without a query. An event then costs one lookup and one dispatch
-// however many hosts share the database. The dispatch re-checks the event
-// under its row lock: a duplicate delivery, or the reconciler racing the
-// listener, dispatches an event exactly once.
+// A notification is a wake-up, not the work: the work is the events that
+// are not dispatched yet, which the database keeps. Each notification
+// (and each (re)connect, and each time this host gains partitions) asks
+// for a drain: one read of the pending events of every partition this
+// host owns (ffscan.completions_pending, on the pending-dispatch index),
+// then their dispatches, each by the owner of its partition. Drains do
+// not overlap, and one asked for while another runs follows it, so every
+// event committed before a notification is read by a drain that starts
+// after it. Nothing is decided from a notification alone, so nothing is
+// lost when a decision would have been wrong: an event whose partition
+// had no valid owner when it was announced (a hand-over, or the owner's
+// view running out during a stall) is read by its owner's drain when it
+// gains the partition (Config.Gains), and a drain that failed is run
+// again, with backoff, until one succeeds. Hosts that share the
+// partitions never look an event up: each reads its own partitions only,
+// so an event costs one dispatch however many hosts share the database,
+// and two hosts never dispatch one event but around a hand-over (the
+// dispatch re-checks the event under its row lock: a duplicate, or the
+// reconciler racing the listener, dispatches an event exactly once).
 //
 // LISTEN needs a session: the listener keeps a connection of its own
 // (Config.Listen; the pool's settings by default), never one of the pool,
@@ -28,8 +34,6 @@ package pgcompletions
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -73,7 +77,7 @@ const (
 
 // Config configures a Listener. Zero fields take the defaults above.
 type Config struct {
-	// Pool runs the lookups, routes and dispatches (it may reach the
+	// Pool runs the drains' reads and the dispatches (it may reach the
 	// database through a transaction pooler).
 	Pool *pgxpool.Pool
 	// Listen is the listening connection's settings (nil: the pool's). It
@@ -81,25 +85,26 @@ type Config struct {
 	// pooler (a transaction pooler drops LISTEN, and the listener's check
 	// says so).
 	Listen *pgx.ConnConfig
-	// Partitions is the flow partition count: the catch-up reads those
-	// partitions, and a host routes the events whose id mod the count is
-	// a flow partition it owns.
+	// Partitions is the flow partition count (0: FlowFabric's default,
+	// 256): a drain reads those of them this host owns.
 	Partitions uint16
-	// Concurrency bounds dispatches in flight (the configuration's
-	// completions.concurrency, shared with the Valkey listener).
+	// Concurrency bounds dispatches in flight, one per partition at a
+	// time (the configuration's completions.concurrency, shared with the
+	// Valkey listener).
 	Concurrency int
-	// Owns says whether this host dispatches a partition (nil: all, and no
-	// routing).
+	// Owns says whether this host dispatches a partition (nil: all).
 	Owns func(keys.Partition) bool
-	// Route is the channel on which the hosts sharing the partitions pass
-	// each other the events they route (RouteChannel of their share);
-	// required with Owns.
-	Route string
+	// Gains, with Owns, counts the times this host came to own partitions
+	// it could not act on before (sharing.Coordinator.Gains); next is
+	// closed at the next one. Each gain asks for a drain, which reads the
+	// events left while Owns was false. Nil: Owns never changes.
+	Gains func() (n uint64, next <-chan struct{})
 	// Filter is the host's namespace / instance-tag filter: events of
 	// executions it does not keep are left to their own hosts.
 	Filter scannerapi.Filter
-	// MinBackoff and MaxBackoff bound the wait between reconnections
-	// (MaxBackoff at least MinBackoff).
+	// MinBackoff and MaxBackoff bound the wait between reconnections, and
+	// between a failed drain and the next (MaxBackoff at least
+	// MinBackoff).
 	MinBackoff, MaxBackoff time.Duration
 	StableAfter            time.Duration
 	CheckTimeout           time.Duration
@@ -112,6 +117,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Partitions == 0 {
+		c.Partitions = keys.DefaultFlowPartitions
+	}
 	service.Default(&c.Concurrency, DefaultConcurrency)
 	service.Default(&c.MinBackoff, DefaultMinBackoff)
 	service.Default(&c.MaxBackoff, DefaultMaxBackoff)
@@ -126,13 +134,15 @@ func (c Config) withDefaults() Config {
 }
 
 // Stats counts what the listener did: the notifications received, the
-// events this host routed to their owner (sharing hosts), dispatched, found
-// dispatched already, left to the host that owns their partition, left to
-// another tenant's host, failed, and the reconnections.
+// drains that ran to their end (each one read of the owned partitions'
+// pending events and their dispatches), the events dispatched, found
+// dispatched already, left to another tenant's host, the failures (a
+// failed drain is run again), and the reconnections.
 type Stats struct {
-	Notifications, Routed, Dispatched, AlreadyDone, NotOwned, Filtered, Errors, Reconnects int64
+	Notifications, Drains, Dispatched, AlreadyDone, Filtered, Errors, Reconnects int64
 	// Listening is true while a connection listens (checked, its catch-up
-	// read): an event committed meanwhile comes by notification.
+	// drain asked for): an event committed meanwhile is read by a drain
+	// that a notification asks for.
 	Listening bool
 }
 
@@ -144,47 +154,37 @@ type Listener struct {
 	log  hclog.Logger
 	work sync.WaitGroup
 	sem  chan struct{}
+	// wake asks for a drain (one pending request at most: a drain that
+	// starts after a request reads everything committed before it).
+	wake chan struct{}
 	// listening is closed once the first LISTEN is in place and checked.
 	listening chan struct{}
 	// id tells this listener's check notification from other listeners'.
 	id   string
 	once sync.Once
 
-	notifications, routed, dispatched, alreadyDone, notOwned, filtered, errs, reconnects atomic.Int64
-	live                                                                                 atomic.Bool // Stats.Listening
+	notifications, drains, dispatched, alreadyDone, filtered, errs, reconnects atomic.Int64
+	live                                                                       atomic.Bool // Stats.Listening
 }
-
-// RouteChannel is the channel of the hosts of one share (share names it:
-// the store and, on Postgres, the filter; see sharing.Status.Store): a
-// valid identifier of PostgreSQL's, the same on every host of the share.
-func RouteChannel(share string) string {
-	sum := sha256.Sum256([]byte(share))
-	return "ffscan_route_" + hex.EncodeToString(sum[:8])
-}
-
-// ErrNoRoute refuses a listener of a sharing host without a route channel.
-var ErrNoRoute = errors.New("pgcompletions: Owns without Route: sharing hosts pass events on their share's channel")
 
 // New returns a listener; Start runs it.
 func New(cfg Config) *Listener {
 	cfg = cfg.withDefaults()
-	return &Listener{o: cfg, clk: cfg.Clock, log: cfg.Logger, sem: make(chan struct{}, cfg.Concurrency), listening: make(chan struct{}),
-		id: keys.NewUUID().String()}
+	return &Listener{o: cfg, clk: cfg.Clock, log: cfg.Logger, sem: make(chan struct{}, cfg.Concurrency), wake: make(chan struct{}, 1),
+		listening: make(chan struct{}), id: keys.NewUUID().String()}
 }
 
 // Start runs the listener until Stop (or until ctx ends). It returns at
 // once: the connection is made in the background, and Listening says when
 // it listens.
 func (l *Listener) Start(ctx context.Context) error {
-	if l.o.Owns != nil && l.o.Route == "" {
-		return ErrNoRoute
-	}
 	return l.loop.Start(ctx, l.run)
 }
 
 // Listening is closed once the listener's first connection listens, has
-// seen its own check notification, and has read the events its catch-up
-// dispatches (an event committed after that comes by notification only).
+// seen its own check notification, and has asked for the drain that
+// catches up on the events committed before (an event committed after
+// that is read by a drain its notification asks for).
 func (l *Listener) Listening() <-chan struct{} { return l.listening }
 
 // Stop stops listening (dispatches in flight are cancelled) and waits for
@@ -203,13 +203,18 @@ func (l *Listener) Stop(ctx context.Context) error {
 
 // Stats returns the counters.
 func (l *Listener) Stats() Stats {
-	return Stats{Notifications: l.notifications.Load(), Routed: l.routed.Load(), Dispatched: l.dispatched.Load(), AlreadyDone: l.alreadyDone.Load(),
-		NotOwned: l.notOwned.Load(), Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load(), Listening: l.live.Load()}
+	return Stats{Notifications: l.notifications.Load(), Drains: l.drains.Load(), Dispatched: l.dispatched.Load(), AlreadyDone: l.alreadyDone.Load(),
+		Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load(), Listening: l.live.Load()}
 }
 
 // run keeps a listening connection, reconnecting with backoff (MinBackoff
-// doubling to MaxBackoff) when it drops.
+// doubling to MaxBackoff) when it drops, and runs the drains beside it.
 func (l *Listener) run(ctx context.Context) {
+	l.work.Add(1)
+	go func() {
+		defer l.work.Done()
+		l.drainLoop(ctx)
+	}()
 	backoff := l.o.MinBackoff
 	for ctx.Err() == nil {
 		start := l.clk.Now()
@@ -230,8 +235,9 @@ func (l *Listener) run(ctx context.Context) {
 	}
 }
 
-// session is one connection's life: LISTEN, the self-check, a catch-up of
-// undispatched events, then acting on notifications until it fails.
+// session is one connection's life: LISTEN, the self-check, a drain asked
+// for (the catch-up of what was committed while nothing listened), then a
+// drain asked for at each notification, until the connection fails.
 func (l *Listener) session(ctx context.Context) error {
 	cfg := l.o.Listen
 	if cfg == nil {
@@ -245,15 +251,10 @@ func (l *Listener) session(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return err
 	}
-	if l.o.Route != "" {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.o.Route}.Sanitize()); err != nil {
-			return err
-		}
-	}
 	if err := l.check(ctx, conn); err != nil {
 		return err
 	}
-	l.catchUp(ctx)
+	l.request()
 	l.live.Store(true)
 	defer l.live.Store(false)
 	l.once.Do(func() { close(l.listening) })
@@ -262,87 +263,27 @@ func (l *Listener) session(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		l.notified(ctx, n)
+		l.notified(n)
 	}
 }
 
-// notified acts on one notification: a completion (dispatched by this
-// host alone, or routed by the one host whose turn it is), or an event
-// routed to the share (dispatched by its partition's owner).
-func (l *Listener) notified(ctx context.Context, n *pgconn.Notification) {
-	if n.Channel == Channel && strings.HasPrefix(n.Payload, checkPayload) {
-		return // this listener's check, or another's
-	}
-	if n.Channel == l.o.Route && l.o.Route != "" {
-		pk, ev, err := parseRouted(n.Payload)
-		if err != nil {
-			l.errs.Add(1)
-			l.log.Warn("routed completion not <partition>/<event id>", "payload", n.Payload)
-			return
-		}
-		if !l.o.Owns(keys.Partition{Family: keys.FamilyFlow, Index: pk}) {
-			l.notOwned.Add(1)
-			l.o.Changes.Notify()
-			return
-		}
-		l.dispatch(ctx, ev, int(pk))
-		return
-	}
-	ev, err := strconv.ParseInt(n.Payload, 10, 64)
-	if err != nil {
-		l.errs.Add(1)
-		l.log.Warn("completion notification without an event id", "payload", n.Payload)
-		return
+// notified asks for a drain at each completion notification (not at the
+// listeners' own checks).
+func (l *Listener) notified(n *pgconn.Notification) {
+	if n.Channel != Channel || strings.HasPrefix(n.Payload, checkPayload) {
+		return // a listener's check (this one's or another's)
 	}
 	l.notifications.Add(1)
-	if l.o.Owns == nil {
-		l.dispatch(ctx, ev, -1)
-		return
-	}
-	if l.routes(ev) {
-		l.route(ctx, ev)
-	}
+	l.request()
+	l.o.Changes.Notify()
 }
 
-// routes says whether this host routes event ev: when it owns flow
-// partition ev mod the partition count (ownership is exclusive, so one
-// host of the share does).
-func (l *Listener) routes(ev int64) bool {
-	count := int64(max(l.o.Partitions, 1))
-	return l.o.Owns(keys.Partition{Family: keys.FamilyFlow, Index: uint16(((ev % count) + count) % count)})
-}
-
-// parseRouted reads route_completion's '<partition>/<event id>'.
-func parseRouted(payload string) (uint16, int64, error) {
-	a, b, ok := strings.Cut(payload, "/")
-	if !ok {
-		return 0, 0, errors.New("no /")
+// request asks for a drain: the next one starts after this call.
+func (l *Listener) request() {
+	select {
+	case l.wake <- struct{}{}:
+	default: // one is asked for already, and has not started
 	}
-	pk, err := strconv.ParseUint(a, 10, 16)
-	if err != nil {
-		return 0, 0, err
-	}
-	ev, err := strconv.ParseInt(b, 10, 64)
-	if err != nil {
-		return 0, 0, err
-	}
-	return uint16(pk), ev, nil
-}
-
-// route passes event ev to its partition's owner (ffscan.route_completion),
-// with bounded concurrency.
-func (l *Listener) route(ctx context.Context, ev int64) {
-	l.async(ctx, func() error {
-		var pk *int16
-		if err := l.o.Pool.QueryRow(ctx, "SELECT ffscan.route_completion($1, $2)", ev, l.o.Route).Scan(&pk); err != nil {
-			return err
-		}
-		if pk == nil {
-			return fmt.Errorf("event %d not found", ev)
-		}
-		l.routed.Add(1)
-		return nil
-	}, ev)
 }
 
 // check notifies the channel from another connection (one of the pool)
@@ -372,88 +313,150 @@ func (l *Listener) check(ctx context.Context, conn *pgx.Conn) error {
 		if n.Channel == Channel && n.Payload == payload {
 			return nil
 		}
-		// A real event arrived first: act on it, keep waiting.
-		l.notified(ctx, n)
+		// A real event arrived first: it asks for a drain.
+		l.notified(n)
 	}
 }
 
-// catchUpPerPartition bounds the events dispatched per partition after
-// each (re)connect; the reconciler covers whatever is left.
-const catchUpPerPartition = 100
+// drainPerPartition bounds the events one drain reads per partition; a
+// partition that filled it is drained again at once.
+const drainPerPartition = 100
 
-// catchUp dispatches the events of this host's partitions committed while
-// no connection listened (the oldest first), read per partition by
-// ffscan.completions_pending (with the host's filter).
-func (l *Listener) catchUp(ctx context.Context) {
+// drainLoop runs a drain whenever one is asked for (a notification, a
+// (re)connect, a gain of partitions), one at a time. A drain that failed
+// is asked for again after a backoff (MinBackoff doubling to MaxBackoff),
+// so the events it did not dispatch are read again however long the
+// failure lasts; one that read a full batch somewhere is asked for again
+// at once.
+func (l *Listener) drainLoop(ctx context.Context) {
+	backoff := l.o.MinBackoff
+	var seen uint64
+	for {
+		var gained <-chan struct{}
+		if l.o.Gains != nil {
+			var n uint64
+			n, gained = l.o.Gains()
+			if n != seen {
+				seen = n
+				l.request()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-gained:
+			continue // counted above, on the next turn
+		case <-l.wake:
+		}
+		more, err := l.drain(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			l.errs.Add(1)
+			l.o.Changes.Notify()
+			l.log.Warn("completion drain failed; running it again", "error", err, "in", backoff)
+			l.request()
+			if !clock.Sleep(ctx, l.clk, backoff) {
+				return
+			}
+			backoff = min(2*backoff, l.o.MaxBackoff)
+			continue
+		}
+		backoff = l.o.MinBackoff
+		if more {
+			l.request()
+		}
+	}
+}
+
+// owned are the flow partitions this host dispatches now.
+func (l *Listener) owned() []uint16 {
 	var parts []uint16
-	for i := range max(l.o.Partitions, 1) {
+	for i := range l.o.Partitions {
 		if l.o.Owns == nil || l.o.Owns(keys.Partition{Family: keys.FamilyFlow, Index: i}) {
 			parts = append(parts, i)
 		}
 	}
-	if len(parts) == 0 {
-		return
-	}
-	evs, err := postgres.ReadCandidates(ctx, l.o.Pool, "completions_pending", parts, max(l.o.Partitions, 1), catchUpPerPartition, l.o.Filter)
-	if err != nil {
-		l.errs.Add(1)
-		l.log.Warn("completion listener catch-up read failed; the dependency reconciler will find those events", "error", err)
-		return
-	}
-	for _, e := range evs {
-		id, err := strconv.ParseInt(e.Member, 10, 64)
+	return parts
+}
+
+// drain reads the pending events of the partitions this host owns (the
+// oldest first, with the host's filter: ffscan.completions_pending) and
+// dispatches them, returning once every dispatch returned. Each
+// partition's events are dispatched one after the other, the partitions
+// side by side (at most Concurrency at once): a dispatch touches its own
+// partition's rows only, so no two of them conflict (under SERIALIZABLE,
+// two dispatches of one partition did, each retried), and two hosts never
+// drain one partition. more says a partition had more pending events than
+// one read takes; an error, that an event read may not be dispatched.
+func (l *Listener) drain(ctx context.Context) (more bool, err error) {
+	parts := l.owned()
+	if len(parts) > 0 {
+		evs, err := postgres.ReadCandidates(ctx, l.o.Pool, "completions_pending", parts, l.o.Partitions, drainPerPartition, l.o.Filter)
 		if err != nil {
-			continue
+			return false, fmt.Errorf("read the pending events: %w", err)
 		}
-		l.dispatch(ctx, id, int(e.Partition))
+		var order []uint16
+		per := map[uint16][]int64{}
+		for _, e := range evs {
+			id, err := strconv.ParseInt(e.Member, 10, 64)
+			if err != nil {
+				continue
+			}
+			if per[e.Partition] == nil {
+				order = append(order, e.Partition)
+			}
+			per[e.Partition] = append(per[e.Partition], id)
+			if len(per[e.Partition]) >= drainPerPartition {
+				more = true
+			}
+		}
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		var first atomic.Value
+		for _, pk := range order {
+			select {
+			case l.sem <- struct{}{}:
+			case <-ctx.Done():
+				wg.Wait()
+				return more, ctx.Err()
+			}
+			wg.Add(1)
+			go func(pk uint16, ids []int64) {
+				defer wg.Done()
+				defer func() { <-l.sem }()
+				for _, id := range ids {
+					if err := l.dispatchOne(ctx, id, pk); err != nil && ctx.Err() == nil {
+						failed.Add(1)
+						first.CompareAndSwap(nil, err)
+						l.log.Warn("completion dispatch failed; the drain runs again", "event_id", id, "error", err)
+					}
+				}
+			}(pk, per[pk])
+		}
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			return more, fmt.Errorf("%d dispatches failed, the first: %w", n, first.Load().(error))
+		}
 	}
+	l.drains.Add(1)
+	l.o.Changes.Notify()
+	return more, nil
 }
 
-// dispatch runs one event's dispatch with bounded concurrency; pk < 0
-// means its partition is looked up first.
-func (l *Listener) dispatch(ctx context.Context, ev int64, pk int) {
-	l.async(ctx, func() error { return l.dispatchOne(ctx, ev, pk) }, ev)
-}
-
-// async runs f with bounded concurrency; a failure is counted and logged
-// (the reconciler retries the event).
-func (l *Listener) async(ctx context.Context, f func() error, ev int64) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-ctx.Done():
-		return
-	}
-	l.work.Add(1)
-	go func() {
-		defer l.work.Done()
-		defer func() { <-l.sem }()
-		defer l.o.Changes.Notify()
-		if err := f(); err != nil && ctx.Err() == nil {
-			l.errs.Add(1)
-			l.log.Warn("completion dispatch failed; the dependency reconciler retries it", "event_id", ev, "error", err)
-		}
-	}()
-}
-
-func (l *Listener) dispatchOne(ctx context.Context, ev int64, pk int) error {
-	if pk < 0 {
-		var p *int16
-		if err := l.o.Pool.QueryRow(ctx, "SELECT ffscan.completion_partition($1)", ev).Scan(&p); err != nil {
-			return err
-		}
-		if p == nil {
-			return fmt.Errorf("event %d not found", ev)
-		}
-		pk = int(*p)
-	}
-	if own := l.o.Owns; own != nil && !own(keys.Partition{Family: keys.FamilyFlow, Index: uint16(pk)}) {
-		l.notOwned.Add(1)
+// dispatchOne dispatches event ev of partition pk, unless this host no
+// longer owns the partition (its owner's next drain, or this host's at
+// its next gain, reads it).
+func (l *Listener) dispatchOne(ctx context.Context, ev int64, pk uint16) error {
+	if own := l.o.Owns; own != nil && !own(keys.Partition{Family: keys.FamilyFlow, Index: pk}) {
 		return nil
 	}
-	out, err := postgres.Call(ctx, l.o.Pool, "dispatch_completion", []string{strconv.Itoa(pk), strconv.FormatInt(ev, 10)}, l.o.Filter)
+	out, err := postgres.Call(ctx, l.o.Pool, "dispatch_completion", []string{strconv.Itoa(int(pk)), strconv.FormatInt(ev, 10)}, l.o.Filter)
 	if err != nil {
 		return err
 	}
+	defer l.o.Changes.Notify()
 	if len(out) < 2 || out[0] == nil || *out[0] != "1" || out[1] == nil {
 		return fmt.Errorf("dispatch_completion answered %v", out)
 	}

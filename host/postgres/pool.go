@@ -3,6 +3,10 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,6 +28,17 @@ type Options struct {
 	// per connection, which the next transaction's server connection would
 	// not know.
 	Transaction bool
+	// Ready makes the pool the host's serving pool, for a database where
+	// ffscan's library is installed: each connection runs every function
+	// of the library once (WarmUp) before the pool hands it out, the pool
+	// keeps all PoolSize connections open (MinConns; unless DSN names
+	// pool_min_conns), a connection is not closed for its age (unless DSN
+	// names pool_max_conn_lifetime), and Connect returns once every
+	// connection is open and ready. A library function's first run on a
+	// connection plans its statements, over every child of the tables
+	// (hundreds of milliseconds for a candidate read): paid here, at
+	// boot, not by a wake-up or a dispatch.
+	Ready bool
 }
 
 // Connect opens the host's pool and checks that the database answers.
@@ -42,6 +57,16 @@ func Connect(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 		}
 	}
+	if o.Ready {
+		named := dsnNames(o.DSN)
+		if !named["pool_min_conns"] {
+			cfg.MinConns = cfg.MaxConns
+		}
+		if !named["pool_max_conn_lifetime"] {
+			cfg.MaxConnLifetime = 0 // never: a new connection plans again
+		}
+		cfg.AfterConnect = WarmUp
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -50,5 +75,124 @@ func Connect(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
 	}
+	if o.Ready {
+		if err := fill(ctx, pool); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: ready the pool's connections: %w", err)
+		}
+	}
 	return pool, nil
+}
+
+// dsnNames are the settings a DSN names (URL query or keyword/value).
+func dsnNames(dsn string) map[string]bool {
+	out := map[string]bool{}
+	if _, q, ok := strings.Cut(dsn, "?"); ok && strings.Contains(dsn, "://") {
+		for _, kv := range strings.Split(q, "&") {
+			k, _, _ := strings.Cut(kv, "=")
+			out[k] = true
+		}
+		return out
+	}
+	for _, f := range strings.Fields(dsn) {
+		if k, _, ok := strings.Cut(f, "="); ok {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// fill holds MinConns connections at once, so that each is open and has
+// run WarmUp, then gives them back.
+func fill(ctx context.Context, pool *pgxpool.Pool) error {
+	n := int(pool.Config().MinConns)
+	conns := make([]*pgxpool.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conns[i], errs[i] = pool.Acquire(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warmNil is an id no row has.
+const warmNil = "'00000000-0000-0000-0000-000000000000'::uuid"
+
+// warmArgs are the arguments each action function is warmed up with: a
+// row that does not exist, so it answers a not-found no-op.
+var warmArgs = map[string]string{
+	"expire_lapsed_lease":       "0::smallint, " + warmNil + ", 0",
+	"release_stale_lease":       "0::smallint, " + warmNil + ", 0",
+	"expire_execution_deadline": "0::smallint, " + warmNil,
+	"promote_delayed":           "0::smallint, " + warmNil,
+	"expire_pending_waitpoint":  "0::smallint, " + warmNil,
+	"expire_suspension":         "0::smallint, " + warmNil + ", " + warmNil,
+	"reset_budget":              "0::smallint, ''",
+	"dispatch_completion":       "0::smallint, 0::bigint",
+	"dispatch_sibling_cancels":  "0::smallint, " + warmNil + ", " + warmNil,
+	"reconcile_sibling_cancels": "0::smallint, " + warmNil + ", " + warmNil,
+	"sweep_worker":              `0::smallint, '0/["", ""]'`,
+}
+
+// warmGroup is the share group the share's functions are warmed up in:
+// one no host uses.
+const warmGroup = "'ffscan warm-up'"
+
+// WarmUpStatements are what WarmUp runs: every function the host calls of
+// ffscan's library, once each, the candidate reads (and their next-due
+// companions) over no partition, the actions on a row that does not
+// exist, the share's functions in a group of their own.
+func WarmUpStatements() []string {
+	var out []string
+	for _, fn := range slices.Sorted(maps.Keys(CandidateFunctions)) {
+		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 1)", fn))
+	}
+	for _, fn := range slices.Sorted(maps.Values(NextDueFunctions)) {
+		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 0)", fn))
+	}
+	for _, fn := range slices.Sorted(maps.Keys(ActionFunctions)) {
+		out = append(out, fmt.Sprintf("SELECT ffscan.%s(%s)", fn, warmArgs[fn]))
+	}
+	return append(out,
+		"SELECT ffscan.now_ms()",
+		"SELECT count(*) FROM ffscan.share_renew("+warmGroup+", '', '', 1)",
+		"SELECT count(*) FROM ffscan.share_hold("+warmGroup+", '', 1, '{}'::text[], '{}'::smallint[])",
+		"SELECT ffscan.share_release("+warmGroup+", '', '{}'::text[], '{}'::smallint[])",
+		"SELECT ffscan.share_leave("+warmGroup+", '')",
+	)
+}
+
+// WarmUp runs WarmUpStatements on conn, in one transaction it rolls back
+// (nothing is written, nothing notified): PL/pgSQL keeps the plans it made
+// for the connection's later calls. Behind a transaction pooler it warms
+// the server connection the pooler gave it.
+func WarmUp(ctx context.Context, conn *pgx.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	b := &pgx.Batch{}
+	for _, s := range WarmUpStatements() {
+		b.Queue(s)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("warm up ffscan's library: %w", err)
+	}
+	return tx.Rollback(ctx)
 }

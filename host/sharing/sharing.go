@@ -108,6 +108,10 @@ type Coordinator struct {
 	changes   uint64
 	failures  uint64
 	lastError string
+	// gains counts the ticks that gave this host partitions it could not
+	// act on before them; gained is told of each (see Gains).
+	gains  uint64
+	gained service.Changes
 }
 
 // New returns a coordinator keeping its share in store; Start keeps it
@@ -126,6 +130,19 @@ func (c *Coordinator) Owns(p keys.Partition) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.owned[p] && c.clk.Now().Before(c.until)
+}
+
+// Gains counts the ticks after which this host owns partitions it could
+// not act on just before: partitions it took, and partitions it kept
+// whose view had run out before the tick confirmed them (a stall, or
+// renewals slower than the view lasts). next is closed at the next such
+// tick. Whoever left work to a partition's owner while Owns was false
+// (the completion listener) takes it up again at each gain: Owns being
+// false says nothing about who, if anyone, acts meanwhile.
+func (c *Coordinator) Gains() (n uint64, next <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gains, c.gained.C()
 }
 
 // Status is a snapshot of the coordinator's view.
@@ -293,6 +310,11 @@ func (c *Coordinator) tick(ctx context.Context) error {
 			gained++
 		}
 	}
+	// Kept partitions whose view ran out before this confirmation were
+	// not this host's to act on meanwhile: they come back as a gain.
+	now := c.clk.Now()
+	regained := len(owned) > gained && !now.Before(c.until)
+	lapsed := now.Sub(c.until)
 	for p := range c.owned {
 		if !owned[p] {
 			lost++
@@ -309,8 +331,19 @@ func (c *Coordinator) tick(ctx context.Context) error {
 	c.members = members
 	c.ticks++
 	c.lastError = ""
+	gain := gained > 0 || regained
+	if gain {
+		c.gains++
+	}
 	c.mu.Unlock()
+	if gain {
+		c.gained.Notify()
+	}
 	c.cfg.Changes.Notify()
+	if regained {
+		c.log.Warn("partition sharing: this host's view ran out before a renewal confirmed it; it did not act on its partitions meanwhile",
+			"for", lapsed, "tick_took", clock.Since(c.clk, sent))
+	}
 	if changed {
 		c.log.Info("partition sharing", "store", c.store.Describe(), "hosts", len(members), "owned", len(owned), "of", len(c.all), "gained", gained, "lost", lost)
 	}

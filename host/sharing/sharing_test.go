@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/host/sharing/pgstore"
@@ -452,4 +453,57 @@ func TestPostgresShares(t *testing.T) {
 	assert.Empty(t, odd.Status().Partitions, "a refused host owns nothing")
 	assert.Equal(t, uint64(1), odd.Status().Failures)
 	require.Error(t, none.Tick(ctx), "and the host already there refuses the newcomer too")
+}
+
+// Gains counts the ticks after which a host owns partitions it could not
+// act on just before: its first take, and a renewal that confirms its
+// partitions again after its view ran out (a stall); a renewal within the
+// view is not one. Each is announced on the channel Gains returned
+// before it.
+func TestGainsCountTakesAndReturnsAfterAStall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewManual(time.Unix(1_000_000, 0))
+			c := sharing.New(b.open(t).store(), sharing.Config{ID: "solo", Partitions: parts, TTL: ttl, Tick: ttl / 3, Clock: clk})
+			n, next := c.Gains()
+			require.Zero(t, n)
+			require.NoError(t, c.Tick(ctx))
+			requireClosed(t, next, "the first take is a gain")
+			n, next = c.Gains()
+			assert.Equal(t, uint64(1), n)
+
+			clk.Advance(ttl / 3)
+			require.NoError(t, c.Tick(ctx))
+			assert.Len(t, c.Status().Partitions, len(all()))
+			n2, _ := c.Gains()
+			assert.Equal(t, n, n2, "a renewal within the view is no gain")
+			select {
+			case <-next:
+				t.Fatal("a renewal within the view announced a gain")
+			default:
+			}
+
+			clk.Advance(ttl) // stalled past the view
+			for _, p := range all() {
+				require.False(t, c.Owns(p))
+			}
+			require.NoError(t, c.Tick(ctx))
+			requireClosed(t, next, "the view returning is a gain")
+			n3, _ := c.Gains()
+			assert.Equal(t, n+1, n3)
+			assert.Len(t, c.Status().Partitions, len(all()))
+		})
+	}
+}
+
+func requireClosed(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	default:
+		t.Fatal(what + ": not announced")
+	}
 }

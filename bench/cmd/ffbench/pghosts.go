@@ -418,7 +418,7 @@ func (r *pgHostsResult) print(w io.Writer) {
 	}
 	for _, run := range r.Runs {
 		ratio := run.perItem() / one
-		p("   %d host(s): %d lapses (each ended with a completion event, routed and dispatched) done %s after the lapse;",
+		p("   %d host(s): %d lapses (each ended with a completion event, dispatched) done %s after the lapse;",
 			run.Hosts, run.Items, run.Took.Round(time.Millisecond))
 		p("     database transactions per item %.3f (%.3f of one host's; target <= 1.10: %s)", run.perItem(), ratio, verdict(ratio <= 1.10))
 		p("     less the hosts' idle %.1f transactions/s over the %s counted: %.3f per item (%.3f of one host's)",
