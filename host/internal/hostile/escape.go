@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,14 +40,14 @@ func hostThreads(ppid int) []int {
 	return out
 }
 
-// tally of one attack over many targets: how many it reached, how many
-// answered what.
-type tally2 struct {
+// threadTally is one attack over many threads: how many it reached, and
+// how many answered what.
+type threadTally struct {
 	reached int
 	errs    map[string]int
 }
 
-func (t *tally2) note(err error) {
+func (t *threadTally) note(err error) {
 	if err == nil {
 		t.reached++
 		return
@@ -57,7 +58,7 @@ func (t *tally2) note(err error) {
 	t.errs[err.Error()]++
 }
 
-func (t *tally2) outcome(what string) error {
+func (t *threadTally) outcome(what string) error {
 	if t.reached > 0 {
 		return reached{fmt.Sprintf("%s reached %d host threads", what, t.reached)}
 	}
@@ -65,24 +66,15 @@ func (t *tally2) outcome(what string) error {
 	for e, n := range t.errs {
 		parts = append(parts, fmt.Sprintf("%d %s", n, e))
 	}
-	// Sorted for a stable outcome.
-	sortStrings(parts)
+	sort.Strings(parts) // a stable outcome
 	return fmt.Errorf("%s reached no host thread: %s", what, strings.Join(parts, ", "))
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // signalHost sends sig to every thread of the host (the plugin's parent)
 // it finds. ESRCH (no such thread in the host) does not count.
 func signalHost(sig unix.Signal) error {
 	ppid := os.Getppid()
-	var t tally2
+	var t threadTally
 	for _, tid := range hostThreads(ppid) {
 		err := unix.Tgkill(ppid, tid, sig)
 		if errors.Is(err, unix.ESRCH) {
@@ -97,7 +89,7 @@ func signalHost(sig unix.Signal) error {
 // seized it lets go at once.
 func ptraceHost() error {
 	ppid := os.Getppid()
-	var t tally2
+	var t threadTally
 	for _, tid := range hostThreads(ppid) {
 		if unix.Tgkill(ppid, tid, 0) == unix.ESRCH {
 			continue // not a thread of the host
