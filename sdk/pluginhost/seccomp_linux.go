@@ -74,7 +74,7 @@ var allowedSyscalls = []string{
 	"brk", "munmap", "mprotect", "mremap", "madvise", "mincore", "msync",
 	// Files and descriptors: Landlock decides which files.
 	"readv", "writev", "pread64", "pwrite64", "lseek", "openat", "close",
-	"fstat", "newfstatat", "statx", "fstatfs", "faccessat", "faccessat2", "readlinkat", "getdents64",
+	"fstat", "statx", "fstatfs", "faccessat", "faccessat2", "readlinkat", "getdents64",
 	"fcntl", "dup", "dup3", "pipe2", "ftruncate", "fsync", "fdatasync", "fadvise64", "unlinkat", "mkdirat",
 	"renameat", "renameat2", "fchmod", "getcwd", "umask", "copy_file_range", "splice", "sendfile", "eventfd2",
 	// Polling and waiting.
