@@ -19,9 +19,16 @@ type ClusterOptions struct {
 	// link without touching any other client (CutReplication).
 	Replicas int
 	// NodeTimeout is cluster-node-timeout: how long a silent master takes
-	// to be declared failed. 0 means 1 s (2 s without replicas).
+	// to be declared failed. 0 means 5 s: with 1 s, a node that a busy
+	// machine left unscheduled for a second (a race-built test binary
+	// and two CPU burners beside six servers on two cores) was declared
+	// failed, and the cluster answered CLUSTERDOWN while a test seeded
+	// it, before anything was killed.
 	NodeTimeout time.Duration
 }
+
+// DefaultNodeTimeout is ClusterOptions.NodeTimeout's default.
+const DefaultNodeTimeout = 5 * time.Second
 
 // The replication user every node knows; a replica logs in to its master
 // with it.
@@ -42,10 +49,7 @@ func StartClusterWith(o ClusterOptions) (*Cluster, error) {
 		return nil, fmt.Errorf("testserver: a cluster needs at least one master")
 	}
 	if o.NodeTimeout == 0 {
-		o.NodeTimeout = 2 * time.Second
-		if o.Replicas > 0 {
-			o.NodeTimeout = time.Second
-		}
+		o.NodeTimeout = DefaultNodeTimeout
 	}
 	c := &Cluster{}
 	fail := func(err error) (*Cluster, error) { c.Stop(); return nil, err }
