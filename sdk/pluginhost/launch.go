@@ -78,6 +78,19 @@ type LaunchConfig struct {
 	// where it confines the plugin, and by the host right after the
 	// start elsewhere on Linux; ignored on other systems.
 	MemoryLimit int64
+	// Cgroups, when set, puts the plugin in a control group of its own
+	// (made before it runs, removed after it exited) bounded by
+	// MemoryLimit (everything it holds in memory, not only its data),
+	// CPULimit and PidsLimit; the trampoline joins it before it confines
+	// and execs the plugin. Nil: RLIMIT_DATA alone, and Plugin.Bounds
+	// says so.
+	Cgroups *Cgroups
+	// CPULimit bounds the plugin's CPU time, in CPUs (0: none); only in
+	// a control group.
+	CPULimit float64
+	// PidsLimit bounds the plugin's tasks, threads included (0: none);
+	// only in a control group.
+	PidsLimit int64
 }
 
 // CallbackPath is how a plugin's callback batches reach the host.
@@ -249,6 +262,8 @@ func (l *launch) runner(log hclog.Logger, spec *exec.Cmd, socketDir string) (run
 	r.isolation = l.cfg.Isolation
 	r.connect = l.cfg.CallbackPath != CallbackSocket || l.cfg.AllowConnect
 	r.memoryLimit = l.cfg.MemoryLimit
+	r.cgroups = l.cfg.Cgroups
+	r.limits = Limits{Memory: l.cfg.MemoryLimit, CPU: l.cfg.CPULimit, Pids: l.cfg.PidsLimit}
 	r.readOnly = append([]string{l.path}, sandboxReadOnly...)
 	r.readWrite = append([]string{socketDir}, sandboxReadWrite...)
 	r.onExit = l.p.exitCancel

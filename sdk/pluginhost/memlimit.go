@@ -44,15 +44,23 @@ func (w *oomWatch) Read(p []byte) (int, error) {
 type MemoryLimitError struct {
 	Limit int64
 	Err   error // the process's exit status
+	// Cgroup says the kernel killed it at its control group's bound
+	// (memory it held outside the Go heap: files in memory, say); else
+	// the Go runtime ran out of memory under RLIMIT_DATA.
+	Cgroup bool
 }
 
 func (e *MemoryLimitError) Error() string {
+	if e.Cgroup {
+		return fmt.Sprintf("%v: the plugin passed its memory limit of %d MiB (killed by the kernel at its control group's memory bound)", e.Err, e.Limit>>20)
+	}
 	return fmt.Sprintf("%v: the plugin passed its memory limit of %d MiB (the Go runtime ran out of memory)", e.Err, e.Limit>>20)
 }
 
 func (e *MemoryLimitError) Unwrap() error { return e.Err }
 
-// memoryDesc is the limit, for Plugin.Isolation.
+// memoryDesc is the limit where no control group applies, for
+// Plugin.Bounds.
 func memoryDesc(limit int64) string {
-	return fmt.Sprintf("memory at most %d MiB (RLIMIT_DATA, private mappings; no cgroup)", limit>>20)
+	return fmt.Sprintf("rlimits: memory at most %d MiB (RLIMIT_DATA, private mappings only)", limit>>20)
 }

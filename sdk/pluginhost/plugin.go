@@ -81,6 +81,38 @@ func (p *Plugin) Isolation() string {
 	return p.runner.isolated
 }
 
+// Bounds describes the kernel's bounds on the process's resources: its
+// control group's (memory, CPU, tasks) or, without one, its rlimits.
+func (p *Plugin) Bounds() string {
+	if p.runner == nil {
+		return ""
+	}
+	p.runner.mu.Lock()
+	defer p.runner.mu.Unlock()
+	return p.runner.bounds
+}
+
+// Usage reads the process's control group: its memory, CPU time,
+// throttling and tasks now. ok is false without a control group, or
+// once the process exited.
+func (p *Plugin) Usage() (u Usage, ok bool) {
+	if p.runner == nil {
+		return Usage{}, false
+	}
+	select {
+	case <-p.runner.exited:
+		return Usage{}, false
+	default:
+	}
+	p.runner.mu.Lock()
+	g := p.runner.group
+	p.runner.mu.Unlock()
+	if g == nil {
+		return Usage{}, false
+	}
+	return g.usage(), true
+}
+
 // ProtectHostProcess makes the calling process non-dumpable on Linux:
 // other processes of its user, plugins among them, can then read neither
 // its memory nor /proc/<pid>/environ (where Valkey credentials given in

@@ -39,9 +39,15 @@ type procRunner struct {
 	// oom watches its stderr for the Go runtime running out of memory.
 	memoryLimit int64
 	oom         *oomWatch
-	exited      chan struct{}
-	once        sync.Once
-	err         error // Wait's result, valid once exited is closed
+	// cgroups, when set, puts the process in a group of its own bounded
+	// by limits (group, from Start until it exited).
+	cgroups *Cgroups
+	limits  Limits
+	group   *cgroup
+	bounds  string
+	exited  chan struct{}
+	once    sync.Once
+	err     error // Wait's result, valid once exited is closed
 }
 
 var _ runner.Runner = (*procRunner)(nil)
@@ -61,11 +67,24 @@ func newProcRunner(logger hclog.Logger, cmd *exec.Cmd) (*procRunner, error) {
 
 func (r *procRunner) Start(context.Context) error {
 	var err error
+	var join []string
+	if r.cgroups != nil {
+		g, err := r.cgroups.newGroup(r.limits)
+		if err != nil {
+			r.markExited(err)
+			return err
+		}
+		r.mu.Lock()
+		r.group = g
+		r.mu.Unlock()
+		join = g.procsFiles()
+	}
 	if r.isolation == IsolationOff {
 		err = r.cmd.Start()
 	} else {
 		var desc string
-		desc, err = startConfined(r.cmd, r.isolation, r.readOnly, r.readWrite, r.memoryLimit, r.connect)
+		desc, err = startConfined(r.cmd, r.isolation, sandboxSpec{ReadOnly: r.readOnly, ReadWrite: r.readWrite,
+			Connect: r.connect, Memory: r.memoryLimit, Cgroups: join})
 		r.mu.Lock()
 		r.isolated = desc
 		r.mu.Unlock()
@@ -73,6 +92,18 @@ func (r *procRunner) Start(context.Context) error {
 	if err != nil {
 		r.markExited(err)
 		return err
+	}
+	if len(join) > 0 && r.cmd.Path != trampolinePath {
+		// Unconfined: the trampoline, which joins the group before it
+		// execs the plugin, did not run; the plugin joins it now, a few
+		// milliseconds into its life.
+		if err := joinCgroups(join, r.cmd.Process.Pid); err != nil {
+			_ = r.Kill(context.Background())
+			go func() { _ = r.cmd.Wait() }()
+			err = fmt.Errorf("plugin: cannot put it in its control group: %w", err)
+			r.markExited(err)
+			return err
+		}
 	}
 	if r.memoryLimit > 0 && r.cmd.Path != trampolinePath {
 		// The trampoline sets it right before it execs the plugin
@@ -89,9 +120,7 @@ func (r *procRunner) Start(context.Context) error {
 	}
 	r.mu.Lock()
 	r.pid = r.cmd.Process.Pid
-	if r.memoryLimit > 0 && r.isolated != "" {
-		r.isolated += "; " + memoryDesc(r.memoryLimit)
-	}
+	r.bounds = r.describeBounds()
 	r.mu.Unlock()
 	r.logger.Debug("plugin started", "path", r.path, "pid", r.pid)
 	return nil
@@ -105,8 +134,23 @@ func (r *procRunner) Wait(context.Context) error {
 	return err
 }
 
+// describeBounds says what bounds the process's resources.
+func (r *procRunner) describeBounds() string {
+	if r.group != nil {
+		return DescribeBounds(r.cgroups, r.limits)
+	}
+	return DescribeBounds(nil, r.limits)
+}
+
 func (r *procRunner) markExited(err error) {
 	r.once.Do(func() {
+		if r.group != nil {
+			// The process was waited for: its group holds no task.
+			if err != nil && r.memoryLimit > 0 && r.group.usage().OOMKills > 0 {
+				err = &MemoryLimitError{Limit: r.memoryLimit, Err: err, Cgroup: true}
+			}
+			r.group.remove()
+		}
 		if err != nil && r.memoryLimit > 0 && r.oom.seen.Load() {
 			err = &MemoryLimitError{Limit: r.memoryLimit, Err: err}
 		}

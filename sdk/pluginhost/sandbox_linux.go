@@ -22,7 +22,10 @@ import (
 // and says why. What the description promises is what the trampoline
 // enforces or it refuses to exec (exit status trampolineExit, the
 // reason on stderr): the ABI is decided here and checked there.
-func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, memoryLimit int64, connect bool) (string, error) {
+//
+// spec carries the rules (paths, connect, memory, control groups to
+// join); Exec, ABI and Seccomp are filled in here.
+func startConfined(cmd *exec.Cmd, mode Isolation, spec sandboxSpec) (string, error) {
 	abi, err := landlockABI()
 	if err != nil || abi < 4 {
 		why := "Landlock is not available"
@@ -39,8 +42,7 @@ func startConfined(cmd *exec.Cmd, mode Isolation, readOnly, readWrite []string, 
 		}
 		return "none (" + why + ")", nil
 	}
-	spec := sandboxSpec{Exec: cmd.Path, ABI: abi, ReadOnly: readOnly, ReadWrite: readWrite,
-		Seccomp: seccompAvailable(), Connect: connect, Memory: memoryLimit}
+	spec.Exec, spec.ABI, spec.Seccomp = cmd.Path, abi, seccompAvailable()
 	env, err := spec.env()
 	if err != nil {
 		return "", err

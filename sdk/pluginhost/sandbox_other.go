@@ -7,7 +7,15 @@ import (
 	"os/exec"
 )
 
-func startConfined(cmd *exec.Cmd, mode Isolation, _, _ []string, _ int64, _ bool) (string, error) {
+// sandboxSpec: nothing is enforced here.
+type sandboxSpec struct {
+	ReadOnly, ReadWrite []string
+	Connect             bool
+	Memory              int64
+	Cgroups             []string
+}
+
+func startConfined(cmd *exec.Cmd, mode Isolation, _ sandboxSpec) (string, error) {
 	if mode == IsolationRequired {
 		return "", errors.New("isolation is required but only Linux (Landlock) offers it")
 	}

@@ -56,6 +56,10 @@ type sandboxSpec struct {
 	Connect bool `json:"connect,omitempty"`
 	// Memory, if positive, is the plugin's RLIMIT_DATA in bytes.
 	Memory int64 `json:"memory,omitempty"`
+	// Cgroups are the cgroup.procs files of the plugin's control group
+	// (one per hierarchy), joined first: the plugin runs no instruction
+	// outside its bounds.
+	Cgroups []string `json:"cgroups,omitempty"`
 }
 
 func (s sandboxSpec) env() (string, error) {
@@ -123,7 +127,9 @@ func init() {
 }
 
 // apply confines the calling thread, in an order where each step still
-// has what it needs: capabilities go first (securebits and the bounding
+// has what it needs: the control group first (joining it writes a file
+// Landlock will not let it reach, and with the capabilities of the
+// host's user), capabilities next (securebits and the bounding
 // set need CAP_SETPCAP), no_new_privs before Landlock (which needs it
 // without CAP_SYS_ADMIN), Landlock before the seccomp filter (whose
 // allow-list has no landlock_* syscall), and the memory limit last
@@ -131,6 +137,9 @@ func init() {
 func (s sandboxSpec) apply() error {
 	if s.Exec == "" || s.ABI < 4 {
 		return errors.New("incomplete sandbox spec")
+	}
+	if err := joinCgroups(s.Cgroups, os.Getpid()); err != nil {
+		return fmt.Errorf("control group: %w", err)
 	}
 	if abi, err := landlockABI(); err != nil || abi < s.ABI {
 		return fmt.Errorf("the host planned Landlock ABI %d, the kernel offers %d (%v)", s.ABI, abi, err)
