@@ -67,6 +67,10 @@ func (h *Host) connect(ctx context.Context, cfg *config.Config) error {
 	if h.approvals, err = policy.NewStore(cfg.PluginApprovalsFile, policy.Mode(cfg.PluginApproval)); err != nil {
 		return err
 	}
+	if h.bounds, err = boot.OpenPluginBounds(cfg); err != nil {
+		return err
+	}
+	h.log.Info("plugin bounds", "applies", h.bounds.Kind)
 	if cfg.HasValkey() {
 		h.client, err = boot.Connect(ctx, cfg.Valkey)
 	}

@@ -21,6 +21,14 @@ var (
 		"1 while the scanner's plugin is refused (a launch, restart or swap) until an operator approves its policy (ffscan plugins approve).", []string{"scanner"}, nil)
 	enabledDesc = prometheus.NewDesc("ffscan_scanner_enabled",
 		"1 for a configured scanner that is enabled (by the configuration or an operator), 0 for one that is disabled.", []string{"scanner"}, nil)
+	memoryDesc = prometheus.NewDesc("ffscan_plugin_memory_bytes",
+		"Memory charged to the scanner's plugin process's control group (files it holds in memory included); absent without one.", []string{"scanner"}, nil)
+	cpuDesc = prometheus.NewDesc("ffscan_plugin_cpu_seconds_total",
+		"CPU time of the scanner's plugin process's control group since the process started; absent without one.", []string{"scanner"}, nil)
+	throttledDesc = prometheus.NewDesc("ffscan_plugin_cpu_throttled_seconds_total",
+		"Time the scanner's plugin process waited at its CPU bound (plugin_cpu_limit) since it started; absent without a control group.", []string{"scanner"}, nil)
+	tasksDesc = prometheus.NewDesc("ffscan_plugin_tasks",
+		"Tasks (threads) in the scanner's plugin process's control group, bounded by plugin_pids_limit; absent without one.", []string{"scanner"}, nil)
 	readyDesc = prometheus.NewDesc("ffscan_ready",
 		"1 while the host is ready (/readyz): its stores answer, the library is loaded, every enabled scanner runs.", nil, nil)
 )
@@ -36,6 +44,10 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- pendingDesc
 	ch <- enabledDesc
 	ch <- readyDesc
+	ch <- memoryDesc
+	ch <- cpuDesc
+	ch <- throttledDesc
+	ch <- tasksDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -58,6 +70,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		var s httpapi.ScannerStatus
 		fillStatus(&s, u)
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, b2f(pendingApproval(s)), n)
+		if r := s.Resources; r != nil {
+			ch <- prometheus.MustNewConstMetric(memoryDesc, prometheus.GaugeValue, float64(r.MemoryBytes), n)
+			ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.CounterValue, r.CPUSeconds, n)
+			ch <- prometheus.MustNewConstMetric(throttledDesc, prometheus.CounterValue, r.ThrottledSeconds, n)
+			ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(r.Tasks), n)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()

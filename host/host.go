@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/boot"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/census"
@@ -99,6 +100,8 @@ type Host struct {
 	// launches bounds the plugin launches under way at once, for every
 	// scanner of this host (supervisor.LaunchGate).
 	launches *supervisor.LaunchGate
+	// bounds are the plugins' control groups (or why there are none).
+	bounds boot.PluginBounds
 	// approvals admits each launch's declared policy (restart keys, so
 	// fixed for the host's life).
 	approvals *policy.Store
@@ -175,5 +178,8 @@ func (h *Host) Close() {
 	}
 	if h.cat != nil {
 		_ = h.cat.Close()
+	}
+	if err := h.bounds.Close(); err != nil {
+		h.log.Warn("plugins' control groups left behind", "error", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/ffscan/ffscan/host/boot"
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/internal/plaintext"
@@ -118,6 +119,9 @@ type VerifyResult struct {
 	Binary    string
 	SHA256    string
 	Isolation string // what confined the verifying launch
+	// Bounds are the kernel's bounds a launch of the scanner gets (its
+	// control group's, or rlimits and why).
+	Bounds string
 	// Policy is what the scanner declares (policy.Policy.Lines), Digest
 	// names it (what `ffscan plugins approve --policy` takes), and
 	// Approval says how it stands against the recorded approval.
@@ -148,6 +152,11 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 	pins := pinsByBinary(cfg)
 	var res resolver
 	var out []VerifyResult
+	bounds, err := boot.OpenPluginBounds(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer bounds.Close()
 	for _, n := range names {
 		sc := cfg.Scanners[n]
 		bin, err := res.pluginFor(ctx, cat, n, sc, probeOf(cfg), log)
@@ -162,7 +171,8 @@ func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([
 			pi = inspect(ctx, cat, sc.Plugin, sc.SHA256, probeOf(cfg), log)
 			infos[sc.Plugin] = pi
 		}
-		r := VerifyResult{Scanner: n, Binary: sc.Plugin, SHA256: pi.SHA256, Isolation: pi.Isolation, Err: pi.Err}
+		r := VerifyResult{Scanner: n, Binary: sc.Plugin, SHA256: pi.SHA256, Isolation: pi.Isolation, Err: pi.Err,
+			Bounds: bounds.Describe(cfg.PluginLimits(sc))}
 		if r.Err == nil {
 			r.Err = checkScanner(n, sc, pi)
 		}

@@ -136,7 +136,11 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 	ss := sup.Status()
 	rs := run.Status()
 	s.Path, s.Version, s.APIVersion, s.SHA256, s.Pid = ss.Meta.Path, ss.Meta.Version, ss.Meta.APIVersion, ss.Meta.SHA256, ss.Pid
-	s.Isolation, s.Policy = ss.Meta.Isolation, ss.Meta.Policy
+	s.Isolation, s.Bounds, s.Policy = ss.Meta.Isolation, ss.Meta.Bounds, ss.Meta.Policy
+	if u, ok := sup.Usage(); ok {
+		s.Resources = &httpapi.Resources{MemoryBytes: u.MemoryBytes, CPUSeconds: u.CPUSeconds, ThrottledSeconds: u.ThrottledSeconds,
+			Tasks: u.Pids, OOMKills: u.OOMKills}
+	}
 	// Errors may quote a plugin's text (bounded where it entered): one
 	// line each here.
 	s.State, s.Since, s.Restarts, s.Swaps, s.LastError = string(ss.State), ss.Since, ss.Restarts, ss.Swaps, plaintext.Line(ss.LastError, plaintext.MaxLog)

@@ -273,6 +273,12 @@ func scannerNotes(s httpapi.ScannerStatus) []string {
 	if s.Isolation != "" {
 		notes = append(notes, "isolation: "+s.Isolation)
 	}
+	if s.Bounds != "" {
+		notes = append(notes, "bounds: "+s.Bounds)
+	}
+	if r := s.Resources; r != nil {
+		notes = append(notes, fmt.Sprintf("using %d MiB, %.1f CPU-s (%.1f s throttled), %d tasks", r.MemoryBytes>>20, r.CPUSeconds, r.ThrottledSeconds, r.Tasks))
+	}
 	if s.Policy != "" {
 		notes = append(notes, "approved policy "+s.Policy[:min(12, len(s.Policy))])
 	}

@@ -102,6 +102,9 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 		if r.Isolation != "" {
 			fmt.Fprintf(stdout, "     isolation: %s\n", r.Isolation)
 		}
+		if r.Bounds != "" {
+			fmt.Fprintf(stdout, "     bounds: %s\n", r.Bounds)
+		}
 		printPolicy(stdout, r.Policy, r.Approval)
 		printDigest(stdout, r)
 	}

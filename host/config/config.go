@@ -60,6 +60,21 @@ type Config struct {
 	// that passes it dies and its supervisor restarts it, saying why. 0:
 	// no bound. Default: DefaultPluginMemoryLimit.
 	PluginMemoryLimit int64
+	// PluginCgroups puts each plugin process in a control group of its
+	// own, bounded by PluginMemoryLimit (everything it holds in memory),
+	// PluginCPULimit and PluginPidsLimit: auto where the host can make
+	// groups (rlimits alone elsewhere, which status says), required
+	// (refuse to start without them) or off.
+	PluginCgroups string
+	// PluginCgroupParent is a delegated cgroup v2 directory for the
+	// plugins' groups (empty: found from the host's own group).
+	PluginCgroupParent string
+	// PluginCPULimit bounds each plugin's CPU time, in CPUs (0: none);
+	// in a control group only. Default: DefaultPluginCPULimit.
+	PluginCPULimit float64
+	// PluginPidsLimit bounds each plugin's tasks, threads included (0:
+	// none); in a control group only. Default: DefaultPluginPidsLimit.
+	PluginPidsLimit int64
 	// PluginApproval is what a launch does for a scanner whose policy
 	// (declared commands, key scopes, functions) was never approved:
 	// first_use records it as approved, required refuses the launch. A
@@ -279,7 +294,48 @@ type Scanner struct {
 	// (a pathname unix socket is beyond Landlock's reach), so this is
 	// the operator's choice for a plugin they know to be old.
 	LegacyCallbacks bool
+	// MemoryLimit, CPULimit and PidsLimit override plugin_memory_limit,
+	// plugin_cpu_limit and plugin_pids_limit for this scanner's plugin
+	// when set.
+	MemoryLimit *int64
+	CPULimit    *float64
+	PidsLimit   *int64
 }
+
+// PluginLimits are the bounds on scanner s's plugin process: its own
+// where it sets them, else the host's.
+func (c *Config) PluginLimits(s Scanner) pluginhost.Limits {
+	return s.Limits(pluginhost.Limits{Memory: c.PluginMemoryLimit, CPU: c.PluginCPULimit, Pids: c.PluginPidsLimit})
+}
+
+// Limits are host's bounds l with the scanner's own where it sets them.
+func (s Scanner) Limits(l pluginhost.Limits) pluginhost.Limits {
+	if s.MemoryLimit != nil {
+		l.Memory = *s.MemoryLimit
+	}
+	if s.CPULimit != nil {
+		l.CPU = *s.CPULimit
+	}
+	if s.PidsLimit != nil {
+		l.Pids = *s.PidsLimit
+	}
+	return l
+}
+
+// DefaultPluginCPULimit bounds a plugin's CPU by default: one CPU, so a
+// plugin spinning on every core leaves the host the others.
+const DefaultPluginCPULimit = 1.0
+
+// DefaultPluginPidsLimit bounds a plugin's tasks by default: a Go
+// plugin runs a few tens of threads.
+const DefaultPluginPidsLimit = 512
+
+// The plugin_cgroups values.
+const (
+	CgroupsAuto     = "auto"
+	CgroupsRequired = "required"
+	CgroupsOff      = "off"
+)
 
 // DefaultShutdownTimeout bounds the whole shutdown by default.
 const DefaultShutdownTimeout = 10 * time.Second
@@ -304,6 +360,9 @@ func Defaults() Config {
 		PluginDir:         DefaultPluginDir(),
 		PluginIsolation:   IsolationAuto,
 		PluginMemoryLimit: DefaultPluginMemoryLimit,
+		PluginCgroups:     CgroupsAuto,
+		PluginCPULimit:    DefaultPluginCPULimit,
+		PluginPidsLimit:   DefaultPluginPidsLimit,
 		PluginApproval:    "first_use",
 		HTTP:              HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:               Log{Level: "info"},
@@ -457,8 +516,16 @@ func (c *Config) validatePostgres(p *problems) {
 func (c *Config) validateHost(p *problems) {
 	p.oneOf("plugin_isolation", string(c.PluginIsolation), string(IsolationAuto), string(IsolationRequired), string(IsolationOff))
 	p.oneOf("plugin_approval", c.PluginApproval, "first_use", "required")
-	if c.PluginMemoryLimit != 0 && c.PluginMemoryLimit < MinPluginMemoryLimit {
-		p.bad("plugin_memory_limit", "%d bytes is too little for a Go plugin to start; at least %d (64 MiB), or 0 for no bound", c.PluginMemoryLimit, MinPluginMemoryLimit)
+	p.oneOf("plugin_cgroups", c.PluginCgroups, CgroupsAuto, CgroupsRequired, CgroupsOff)
+	if c.PluginCgroupParent != "" && !filepath.IsAbs(c.PluginCgroupParent) {
+		p.bad("plugin_cgroup_parent", "%q is not an absolute path (a cgroup v2 directory, e.g. /sys/fs/cgroup/ffscan.service)", c.PluginCgroupParent)
+	}
+	checkLimits(p, "plugin_", pluginhost.Limits{Memory: c.PluginMemoryLimit, CPU: c.PluginCPULimit, Pids: c.PluginPidsLimit})
+	for _, name := range slices.Sorted(maps.Keys(c.Scanners)) {
+		sc := c.Scanners[name]
+		if sc.MemoryLimit != nil || sc.CPULimit != nil || sc.PidsLimit != nil {
+			checkLimits(p, "scanners."+name+".", c.PluginLimits(sc))
+		}
 	}
 	if c.PluginDir == "" {
 		p.bad("plugin_dir", "must not be empty (and the default, the plugins directory beside the ffscan executable, is unknown: the executable's path could not be read)")
@@ -585,6 +652,9 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("plugin_dir", c.PluginDir != n.PluginDir)
 	diff("plugin_isolation", c.PluginIsolation != n.PluginIsolation)
 	diff("plugin_memory_limit", c.PluginMemoryLimit != n.PluginMemoryLimit)
+	diff("plugin_cgroups", c.PluginCgroups != n.PluginCgroups || c.PluginCgroupParent != n.PluginCgroupParent)
+	diff("plugin_cpu_limit", c.PluginCPULimit != n.PluginCPULimit)
+	diff("plugin_pids_limit", c.PluginPidsLimit != n.PluginPidsLimit)
 	diff("plugin_approval", c.PluginApproval != n.PluginApproval)
 	diff("plugin_approvals_file", c.PluginApprovalsFile != n.PluginApprovalsFile)
 	diff("lua.force_replace", c.Lua != n.Lua)
@@ -595,10 +665,28 @@ func (c *Config) RestartKeys(n *Config) []string {
 	return out
 }
 
+// checkLimits checks a plugin's bounds (prefix names their keys).
+func checkLimits(p *problems, prefix string, l pluginhost.Limits) {
+	if l.Memory < 0 || (l.Memory != 0 && l.Memory < MinPluginMemoryLimit) {
+		p.bad(prefix+"memory_limit", "%d bytes is too little for a Go plugin to start; at least %d (64 MiB), or 0 for no bound", l.Memory, MinPluginMemoryLimit)
+	}
+	if l.CPU < 0 || (l.CPU != 0 && l.CPU < 0.01) || l.CPU > 4096 {
+		p.bad(prefix+"cpu_limit", "%g is not a number of CPUs (at least 0.01, e.g. 0.5 for half of one), or 0 for no bound", l.CPU)
+	}
+	if l.Pids < 0 || (l.Pids != 0 && l.Pids < 16) {
+		p.bad(prefix+"pids_limit", "%d tasks are too few for a Go plugin (its runtime starts several threads); at least 16, or 0 for no bound", l.Pids)
+	}
+}
+
 // Equal reports whether two scanner configurations are the same.
 func (s Scanner) Equal(o Scanner) bool {
 	return s.Enabled == o.Enabled && s.Plugin == o.Plugin && s.SHA256 == o.SHA256 &&
-		s.Interval == o.Interval && s.Batch == o.Batch && maps.Equal(s.Options, o.Options)
+		s.Interval == o.Interval && s.Batch == o.Batch && maps.Equal(s.Options, o.Options) &&
+		s.LegacyCallbacks == o.LegacyCallbacks && eqPtr(s.MemoryLimit, o.MemoryLimit) && eqPtr(s.CPULimit, o.CPULimit) && eqPtr(s.PidsLimit, o.PidsLimit)
+}
+
+func eqPtr[T comparable](a, b *T) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // loopbackListen reports whether a listen address (host:port) accepts

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/sdk/pluginhost"
+
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -361,6 +363,46 @@ func TestPluginMemoryLimit(t *testing.T) {
 	assert.Zero(t, cfg.PluginMemoryLimit)
 	_, err = Load(Sources{File: writeFile(t, "plugin_memory_limit: 1000000\n"), Environ: noEnv})
 	require.ErrorContains(t, err, "plugin_memory_limit: 1000000 bytes is too little for a Go plugin to start; at least 67108864 (64 MiB), or 0 for no bound")
+}
+
+// The plugins' kernel bounds: host-wide defaults, a scanner's own where
+// it sets them, and clear refusals of values a plugin cannot run under.
+func TestPluginBounds(t *testing.T) {
+	cfg, err := Load(Sources{Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, CgroupsAuto, cfg.PluginCgroups)
+	assert.Equal(t, pluginhost.Limits{Memory: DefaultPluginMemoryLimit, CPU: DefaultPluginCPULimit, Pids: DefaultPluginPidsLimit},
+		cfg.PluginLimits(Scanner{}))
+
+	cfg, err = Load(Sources{File: writeFile(t, `plugin_cgroups: required
+plugin_cpu_limit: 0.5
+plugin_pids_limit: 64
+scanners:
+  lease_expiry:
+    cpu_limit: "0.25"
+    memory_limit: 134217728
+  retention:
+    pids_limit: 0
+`), Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, CgroupsRequired, cfg.PluginCgroups)
+	assert.Equal(t, pluginhost.Limits{Memory: 128 << 20, CPU: 0.25, Pids: 64}, cfg.PluginLimits(cfg.Scanners["lease_expiry"]))
+	assert.Equal(t, pluginhost.Limits{Memory: DefaultPluginMemoryLimit, CPU: 0.5, Pids: 0}, cfg.PluginLimits(cfg.Scanners["retention"]))
+	assert.False(t, cfg.Scanners["lease_expiry"].Equal(cfg.Scanners["retention"]))
+
+	for file, want := range map[string]string{
+		"plugin_cgroups: maybe\n":                   "plugin_cgroups",
+		"plugin_cgroup_parent: relative/dir\n":      `plugin_cgroup_parent: "relative/dir" is not an absolute path`,
+		"plugin_cpu_limit: -1\n":                    "plugin_cpu_limit: -1 is not a number of CPUs",
+		"plugin_cpu_limit: lots\n":                  `plugin_cpu_limit: "lots" is not a number`,
+		"plugin_pids_limit: 3\n":                    "plugin_pids_limit: 3 tasks are too few for a Go plugin",
+		"scanners:\n  x:\n    memory_limit: 1000\n": "scanners.x.memory_limit: 1000 bytes is too little",
+		"scanners:\n  x:\n    cpu_limit: 0.001\n":   "scanners.x.cpu_limit: 0.001 is not a number of CPUs",
+		"scanners:\n  x:\n    pids_limit: [1]\n":    "scanners.x.pids_limit",
+	} {
+		_, err := Load(Sources{File: writeFile(t, file), Environ: noEnv})
+		require.ErrorContains(t, err, want, file)
+	}
 }
 
 // Behind a transaction pooler (postgres.pooling: transaction) the

@@ -235,6 +235,14 @@ func (d *decoder) pluginFields(c *Config) map[string]func(string, any) {
 				c.PluginMemoryLimit = n
 			}
 		},
+		"plugin_cgroups":       func(k string, v any) { d.str(k, v, &c.PluginCgroups) },
+		"plugin_cgroup_parent": func(k string, v any) { d.str(k, v, &c.PluginCgroupParent) },
+		"plugin_cpu_limit":     func(k string, v any) { d.float(k, v, &c.PluginCPULimit) },
+		"plugin_pids_limit": func(k string, v any) {
+			if n, ok := d.int64(k, v); ok {
+				c.PluginPidsLimit = n
+			}
+		},
 		"plugin_approval":       func(k string, v any) { d.str(k, v, &c.PluginApproval) },
 		"plugin_approvals_file": func(k string, v any) { d.str(k, v, &c.PluginApprovalsFile) },
 		"callbacks": func(key string, v any) {
@@ -324,6 +332,22 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 			"batch":            func(k string, v any) { d.integer(k, v, &s.Batch) },
 			"options":          func(k string, v any) { d.options(k, v, s.Options) },
 			"legacy_callbacks": func(k string, v any) { d.boolean(k, v, &s.LegacyCallbacks) },
+			"memory_limit": func(k string, v any) {
+				if n, ok := d.int64(k, v); ok {
+					s.MemoryLimit = &n
+				}
+			},
+			"cpu_limit": func(k string, v any) {
+				var f float64
+				if d.float(k, v, &f) {
+					s.CPULimit = &f
+				}
+			},
+			"pids_limit": func(k string, v any) {
+				if n, ok := d.int64(k, v); ok {
+					s.PidsLimit = &n
+				}
+			},
 		})
 		s.SHA256 = strings.ToLower(s.SHA256)
 		out[name] = s
@@ -429,6 +453,32 @@ func (d *decoder) int64(key string, v any) (int64, bool) {
 	}
 	d.bad(key, "%s is not an integer", describe(v))
 	return 0, false
+}
+
+// float decodes a number (an integer or a decimal, "0.5" as a string
+// too), reporting whether it did.
+func (d *decoder) float(key string, v any, dst *float64) bool {
+	switch x := v.(type) {
+	case int:
+		*dst = float64(x)
+	case int64:
+		*dst = float64(x)
+	case uint64:
+		*dst = float64(x)
+	case float64:
+		*dst = x
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+		if err != nil {
+			d.bad(key, "%q is not a number", x)
+			return false
+		}
+		*dst = f
+	default:
+		d.bad(key, "%s is not a number", describe(v))
+		return false
+	}
+	return true
 }
 
 func (d *decoder) integer(key string, v any, dst *int) {

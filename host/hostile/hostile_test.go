@@ -289,6 +289,12 @@ func startHost(t *testing.T, addr string, budget int, dataLimit uint64, extra st
 // startHostOf is startHost with the hostile plugin of mode.
 func startHostOf(t *testing.T, mode, addr string, budget int, dataLimit uint64, extra string) *hostProcess {
 	t.Helper()
+	return startHostEnv(t, mode, addr, budget, dataLimit, extra, nil)
+}
+
+// startHostEnv is startHostOf with env added to the host's environment.
+func startHostEnv(t *testing.T, mode, addr string, budget int, dataLimit uint64, extra string, env []string) *hostProcess {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`valkey:
   addrs: [%q]
@@ -312,6 +318,7 @@ scanners:
 	path := filepath.Join(dir, "ffscan.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	cmd := exec.Command(filepath.Join(binDir, "ffscan"), "run", "--config", path)
+	cmd.Env = append(os.Environ(), env...)
 	// A file, not a pipe: what the host logged before an event the test
 	// saw is in it.
 	logs := filepath.Join(dir, "host.log")
@@ -471,7 +478,7 @@ func TestPluginCannotMultiplyAReplyInOneCommand(t *testing.T) {
 // A plugin that allocates past plugin_memory_limit dies, its supervisor
 // restarts it and says why, and the
 // restarted plugin serves again. Before, nothing bounded a plugin but the
-// machine's memory. The limit shows in the plugin's isolation line.
+// machine's memory. The limit shows in the plugin's bounds line.
 func TestPluginMemoryIsBounded(t *testing.T) {
 	requireConfinement(t)
 	srv := testserver.New(t)
@@ -496,7 +503,7 @@ func TestPluginMemoryIsBounded(t *testing.T) {
 	require.NotEmpty(t, res)
 	for _, r := range res {
 		require.NoError(t, r.Err)
-		assert.Contains(t, r.Isolation, "; memory at most 256 MiB", r.Binary)
+		assert.Contains(t, r.Bounds, "memory at most 256 MiB", r.Binary)
 	}
 }
 

@@ -144,6 +144,15 @@ type CompletionsStatus struct {
 	Reconnects  int64 `json:"reconnects"`
 }
 
+// Resources are a plugin's control group counters when status was read.
+type Resources struct {
+	MemoryBytes      int64   `json:"memory_bytes"`
+	CPUSeconds       float64 `json:"cpu_seconds"`
+	ThrottledSeconds float64 `json:"cpu_throttled_seconds"`
+	Tasks            int64   `json:"tasks"`
+	OOMKills         int64   `json:"oom_kills"`
+}
+
 // ScannerStatus is one scanner in /v1/status.
 type ScannerStatus struct {
 	Name       string `json:"name"`
@@ -156,6 +165,12 @@ type ScannerStatus struct {
 	// Isolation: the confinement the plugin process runs under, or
 	// "none (why)" (plugin_isolation).
 	Isolation string `json:"isolation,omitempty"`
+	// Bounds: the kernel's bounds on the plugin process's resources:
+	// its control group's (memory, CPU, tasks) or its rlimits.
+	Bounds string `json:"bounds,omitempty"`
+	// Resources: the plugin's usage, read from its control group (none
+	// without one).
+	Resources *Resources `json:"resources,omitempty"`
 	// Policy: the digest of the approved policy (commands, key scopes,
 	// functions) the plugin runs under; `ffscan plugins verify` lists it.
 	Policy            string     `json:"policy,omitempty"`

@@ -57,6 +57,13 @@ type Config struct {
 	// MemoryLimit bounds the plugin process's memory, in bytes
 	// (plugin_memory_limit; 0: none).
 	MemoryLimit int64
+	// Cgroups puts the plugin in a control group of its own bounded by
+	// MemoryLimit, CPULimit and PidsLimit (nil: rlimits alone).
+	Cgroups   *pluginhost.Cgroups
+	CPULimit  float64
+	PidsLimit int64
+	// NoCgroups says why Cgroups is nil, for status.
+	NoCgroups string
 	// Approvals admits the scanner's declared policy (nil: no approval
 	// is needed, for test kits that build their own plugins).
 	Approvals *policy.Store
@@ -114,6 +121,9 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		StartTimeout: l.cfg.StartTimeout,
 		Isolation:    l.cfg.Isolation,
 		MemoryLimit:  l.cfg.MemoryLimit,
+		Cgroups:      l.cfg.Cgroups,
+		CPULimit:     l.cfg.CPULimit,
+		PidsLimit:    l.cfg.PidsLimit,
 		CallbackPath: l.cfg.CallbackPath,
 		AllowConnect: l.cfg.LegacyCallbacks,
 	})
@@ -127,6 +137,10 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 	}
 	meta.APIVersion = p.APIVersion()
 	meta.Isolation = p.Isolation()
+	meta.Bounds = p.Bounds()
+	if l.cfg.Cgroups == nil && l.cfg.NoCgroups != "" {
+		meta.Bounds += "; " + l.cfg.NoCgroups
+	}
 	if strings.HasPrefix(meta.Isolation, "none") {
 		// Degraded, never silently.
 		l.log.Warn("plugin runs unconfined: it can read what the host's user can read and reach the network", "isolation", meta.Isolation)
@@ -300,6 +314,9 @@ func (i *Instance) ExitError() error { return i.p.ExitError() }
 
 // Pid implements supervisor.Instance.
 func (i *Instance) Pid() int { return i.p.Pid() }
+
+// Usage is the process's control group usage (ok false without one).
+func (i *Instance) Usage() (pluginhost.Usage, bool) { return i.p.Usage() }
 
 // Close implements supervisor.Instance.
 func (i *Instance) Close(ctx context.Context) error { return i.p.Close(ctx) }

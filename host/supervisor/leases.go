@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -70,6 +71,27 @@ func (s *Supervisor) Current() (scannerapi.Scanner, scannerapi.Info, error) {
 		return nil, scannerapi.Info{}, fmt.Errorf("%w (state %s)", ErrUnavailable, s.st.State)
 	}
 	return s.cur.inst.Scanner(), s.cur.info, nil
+}
+
+// UsageReporter is an Instance whose process reports its control
+// group's usage.
+type UsageReporter interface {
+	Usage() (pluginhost.Usage, bool)
+}
+
+// Usage is the running instance's resource usage; ok is false when none
+// runs or it has no control group.
+func (s *Supervisor) Usage() (pluginhost.Usage, bool) {
+	s.mu.Lock()
+	var inst Instance
+	if s.cur != nil && s.st.State == StateRunning {
+		inst = s.cur.inst
+	}
+	s.mu.Unlock()
+	if r, ok := inst.(UsageReporter); ok {
+		return r.Usage()
+	}
+	return pluginhost.Usage{}, false
 }
 
 // Acquire leases the current instance for one call. Calls made under a

@@ -76,6 +76,9 @@ type Meta struct {
 	// Isolation describes the process's confinement
 	// (pluginhost.Plugin.Isolation).
 	Isolation string
+	// Bounds describes the kernel's bounds on its resources: its control
+	// group's, or its rlimits (pluginhost.Plugin.Bounds).
+	Bounds string
 	// Policy is the digest of the approved policy the instance runs
 	// under (host/policy), empty when approvals are off.
 	Policy string

@@ -66,23 +66,29 @@ type Deps struct {
 	// Launches bounds the launches of all the host's scanners at once
 	// (nil: no bound).
 	Launches *supervisor.LaunchGate
+	// Cgroups makes each plugin's control group (nil: rlimits alone).
+	Cgroups *pluginhost.Cgroups
+	// NoCgroups says why there are none, when Cgroups is nil.
+	NoCgroups string
 }
 
 // Settings are the host-wide settings a unit is built with: the
 // configuration's sections that apply to every scanner.
 type Settings struct {
-	Scheduler      config.Scheduler
-	KeyEvents      config.KeyEvents
-	Supervisor     config.Supervisor
-	Isolation      pluginhost.Isolation
-	MemoryLimit    int64
+	Scheduler  config.Scheduler
+	KeyEvents  config.KeyEvents
+	Supervisor config.Supervisor
+	Isolation  pluginhost.Isolation
+	// Limits are the host's bounds on a plugin process (a scanner may
+	// set its own).
+	Limits         pluginhost.Limits
 	PostgresFilter scannerapi.Filter
 }
 
 // SettingsOf are cfg's settings for units.
 func SettingsOf(cfg *config.Config) Settings {
 	return Settings{Scheduler: cfg.Scheduler, KeyEvents: cfg.KeyEvents, Supervisor: cfg.Supervisor, Isolation: cfg.PluginIsolation.Mode(),
-		MemoryLimit: cfg.PluginMemoryLimit, PostgresFilter: cfg.Postgres.Filter()}
+		Limits: cfg.PluginLimits(config.Scanner{}), PostgresFilter: cfg.Postgres.Filter()}
 }
 
 // Log tags every line about a scanner (the plugin's own included) with
@@ -94,6 +100,7 @@ func (d Deps) Log(name string) hclog.Logger {
 // Launcher launches scanner name's plugin as configured in sc; readOnly
 // refuses its writes (dry runs).
 func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
+	lim := sc.Limits(s.Limits)
 	return launcher.New(launcher.Config{
 		Scanner:         name,
 		Binary:          sc.Plugin,
@@ -103,7 +110,11 @@ func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool
 		ReadOnly:        readOnly,
 		StartTimeout:    s.Supervisor.StartTimeout,
 		Isolation:       s.Isolation,
-		MemoryLimit:     s.MemoryLimit,
+		MemoryLimit:     lim.Memory,
+		CPULimit:        lim.CPU,
+		PidsLimit:       lim.Pids,
+		Cgroups:         d.Cgroups,
+		NoCgroups:       d.NoCgroups,
 		Approvals:       d.Approvals,
 		Postgres:        d.Postgres != nil,
 		NoValkey:        d.Client == nil,

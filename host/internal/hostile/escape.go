@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -216,6 +217,54 @@ func escape(name, arg string) (err error, ok bool) {
 		return forbiddenSyscall(arg), true
 	case "startup":
 		return errors.New("at start-up: " + startupText()), true
+	case "spin":
+		// spin N: N goroutines on the CPU for the plugin's lifetime.
+		n, err := strconv.Atoi(arg)
+		if err != nil {
+			return err, true
+		}
+		for range n {
+			go spin()
+		}
+		return reached{fmt.Sprintf("spinning in %d goroutines", n)}, true
+	case "fillmem":
+		// fillmem MIB: a file of MIB MiB in the plugin's TMPDIR (its
+		// socket directory), kept: on a tmpfs that is memory no
+		// RLIMIT_DATA counts.
+		n, err := strconv.Atoi(arg)
+		if err != nil {
+			return err, true
+		}
+		return fillFile(n), true
 	}
 	return nil, false
+}
+
+// spinCount keeps spin's loop from being optimised away.
+var spinCount atomic.Uint64
+
+func spin() {
+	for {
+		spinCount.Add(1)
+	}
+}
+
+// fillFile writes a file of mib MiB in the temporary directory.
+func fillFile(mib int) error {
+	f, err := os.CreateTemp("", "fill-")
+	if err != nil {
+		return err
+	}
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i)
+	}
+	defer f.Close()
+	for i := range mib {
+		if _, err := f.Write(chunk); err != nil {
+			return fmt.Errorf("after %d MiB: %w", i, err)
+		}
+	}
+	// The file stays: its memory stays held.
+	return reached{fmt.Sprintf("holding a file of %d MiB in %s", mib, f.Name())}
 }

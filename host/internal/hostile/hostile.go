@@ -117,7 +117,7 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	res := &scannerapi.ScanResult{}
 	for _, c := range req.Candidates {
 		name, arg, _ := strings.Cut(c.Member, " ")
-		if name == "alloc" {
+		if name == "alloc" || name == "fillmem" {
 			// An attack that kills the plugin is taken off first, so
 			// that the restarted plugin does not run it again.
 			if _, err := host.Exec(ctx, []scannerapi.Command{{"ZREM", c.Key, c.Member}}); err != nil {
