@@ -29,6 +29,8 @@ var (
 		"Time the scanner's plugin process waited at its CPU bound (plugin_cpu_limit) since it started; absent without a control group.", []string{"scanner"}, nil)
 	tasksDesc = prometheus.NewDesc("ffscan_plugin_tasks",
 		"Tasks (threads) in the scanner's plugin process's control group, bounded by plugin_pids_limit; absent without one.", []string{"scanner"}, nil)
+	shadowDesc = prometheus.NewDesc("ffscan_shadow_would_act_total",
+		"Writes a scanner in shadow mode sent and the host held back (what it would have done), by command (FCALL and PGCALL by function).", []string{"scanner", "command"}, nil)
 	readyDesc = prometheus.NewDesc("ffscan_ready",
 		"1 while the host is ready (/readyz): its stores answer, the library is loaded, every enabled scanner runs.", nil, nil)
 )
@@ -48,6 +50,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cpuDesc
 	ch <- throttledDesc
 	ch <- tasksDesc
+	ch <- shadowDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -75,6 +78,13 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.CounterValue, r.CPUSeconds, n)
 			ch <- prometheus.MustNewConstMetric(throttledDesc, prometheus.CounterValue, r.ThrottledSeconds, n)
 			ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(r.Tasks), n)
+		}
+	}
+	for _, n := range h.units.Names() {
+		if l, ok := h.shadows.Lookup(n); ok {
+			for cmd, v := range l.Snapshot(1).ByCommand {
+				ch <- prometheus.MustNewConstMetric(shadowDesc, prometheus.CounterValue, float64(v), n, cmd)
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)

@@ -24,9 +24,12 @@ func (h *Host) Explain(ctx context.Context, id string) (*explain.Report, error) 
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	running := h.units.Views()
 	for _, n := range names {
 		sc := cfg.Scanners[n]
-		t := explain.Target{Name: n, Enabled: sc.Enabled, State: "stopped"}
+		// In shadow by what runs (a relaunch into another mode may have
+		// failed).
+		t := explain.Target{Name: n, Enabled: sc.Enabled, State: "stopped", Shadow: running[n].Scanner.Shadow()}
 		if u := h.units.Get(n); u != nil {
 			sup, run := u.Supervisor(), u.Runner()
 			ss, rs := sup.Status(), run.Status()

@@ -50,6 +50,7 @@ import (
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/shadow"
 	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
@@ -102,6 +103,8 @@ type Host struct {
 	launches *supervisor.LaunchGate
 	// bounds are the plugins' control groups (or why there are none).
 	bounds boot.PluginBounds
+	// shadows record what scanners in shadow mode would have written.
+	shadows *shadow.Logs
 	// approvals admits each launch's declared policy (restart keys, so
 	// fixed for the host's life).
 	approvals *policy.Store

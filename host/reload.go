@@ -254,8 +254,8 @@ func (h *Host) retune(old, n *config.Config) []string {
 
 // applyScanners stops the scanners n disables, retunes those whose
 // interval, batch or scheduler settings changed and starts those it
-// enables; it returns the scanners whose plugin, pin or options changed,
-// which need a relaunch.
+// enables; it returns the scanners whose plugin, pin, options, mode or
+// bounds changed, which need a relaunch.
 func (h *Host) applyScanners(old, n *config.Config, res *httpapi.ReloadResult) []string {
 	tuneAll := old.Scheduler != n.Scheduler
 	var relaunch []string
@@ -272,10 +272,10 @@ func (h *Host) applyScanners(old, n *config.Config, res *httpapi.ReloadResult) [
 			res.Retuned = append(res.Retuned, name)
 		}
 		runs := sc
-		if sc.Plugin != run.Scanner.Plugin || sc.SHA256 != run.Scanner.SHA256 || !maps.Equal(sc.Options, run.Scanner.Options) {
+		if !sc.LaunchEqual(run.Scanner) {
 			relaunch = append(relaunch, name)
 			// What runs until the relaunch succeeds.
-			runs.Plugin, runs.SHA256, runs.Options = run.Scanner.Plugin, run.Scanner.SHA256, run.Scanner.Options
+			runs = sc.LaunchedAs(run.Scanner)
 		}
 		h.units.SetScanner(name, runs)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/host/keyevents"
@@ -87,6 +88,15 @@ func (h *Host) Status() httpapi.StatusDoc {
 			fillStatus(&s, run.Unit)
 			s.NotApplied = run.NotApplied
 		}
+		// The mode of what runs (a relaunch into another may have failed).
+		s.Mode = config.ModeAct
+		if run, ok := running[n]; (ok && run.Scanner.Shadow()) || (!ok && sc.Shadow()) {
+			s.Mode = config.ModeShadow
+		}
+		if l, ok := h.shadows.Lookup(n); ok {
+			snap := l.Snapshot(ShadowShown)
+			s.Shadow = &snap
+		}
 		s.Approval = h.approvalStatus(n, approvals)
 		s.PendingApproval = pendingApproval(s)
 		s.Override = h.override(n)
@@ -130,6 +140,10 @@ func (h *Host) sharingStatus() *httpapi.SharingStatus {
 	}
 	return ss
 }
+
+// ShadowShown is how many of a shadow scanner's latest held-back writes
+// status shows.
+const ShadowShown = 20
 
 func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 	sup, run := u.Supervisor(), u.Runner()

@@ -73,6 +73,19 @@ type Library struct {
 	// served is the union of the functions the nodes' libraries serve,
 	// as of the last Ensure (nil before: ours).
 	served atomic.Pointer[map[string]bool]
+	// noWrites are the functions every primary's library flags
+	// no-writes, as of the last Ensure (nil before: none).
+	noWrites atomic.Pointer[map[string]bool]
+}
+
+// Writes reports whether a call of fn may write, by the library's own
+// flags as the servers list them: every function but one flagged
+// no-writes on every primary (before any Ensure: every function).
+func (l *Library) Writes(fn string) bool {
+	if m := l.noWrites.Load(); m != nil {
+		return !(*m)[fn]
+	}
+	return true
 }
 
 // Serves reports whether fn is a function of the flowfabric library the
@@ -149,6 +162,70 @@ func (l *Library) Ensure(ctx context.Context) ([]NodeResult, error) {
 		}
 	}
 	l.served.Store(&served)
+	noWrites, err := l.readOnlyFunctions(ctx, nodes, out)
+	if err != nil {
+		return out, err
+	}
+	l.noWrites.Store(&noWrites)
+	return out, nil
+}
+
+// readOnlyFunctions are the functions flagged no-writes in the library
+// of every node in out.
+func (l *Library) readOnlyFunctions(ctx context.Context, nodes map[string]valkey.Client, out []NodeResult) (map[string]bool, error) {
+	var common map[string]bool
+	for _, r := range out {
+		flagged, err := noWritesFunctions(ctx, nodes[r.Node])
+		if err != nil {
+			return nil, fmt.Errorf("lua: node %s: FUNCTION LIST: %w", r.Node, err)
+		}
+		if common == nil {
+			common = flagged
+			continue
+		}
+		for f := range common {
+			if !flagged[f] {
+				delete(common, f)
+			}
+		}
+	}
+	if common == nil {
+		common = map[string]bool{}
+	}
+	return common, nil
+}
+
+// noWritesFunctions are the functions of the flowfabric library on node
+// that carry the no-writes flag.
+func noWritesFunctions(ctx context.Context, node valkey.Client) (map[string]bool, error) {
+	libs, err := node.Do(ctx, node.B().FunctionList().Libraryname(LibraryName).Build()).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, lib := range libs {
+		m, err := lib.AsMap()
+		if err != nil {
+			return nil, err
+		}
+		nameMsg, fnsMsg := m["library_name"], m["functions"]
+		if name, _ := nameMsg.ToString(); name != LibraryName {
+			continue
+		}
+		list, _ := fnsMsg.ToArray()
+		for _, f := range list {
+			fm, err := f.AsMap()
+			if err != nil {
+				return nil, err
+			}
+			nMsg, flagsMsg := fm["name"], fm["flags"]
+			n, _ := nMsg.ToString()
+			flags, _ := flagsMsg.AsStrSlice()
+			if slices.Contains(flags, "no-writes") {
+				out[n] = true
+			}
+		}
+	}
 	return out, nil
 }
 

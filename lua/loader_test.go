@@ -95,6 +95,31 @@ func TestEnsureLeavesFlowFabricLibrary(t *testing.T) {
 	}
 }
 
+// Whether a call writes is the library's own flags, as the server lists
+// them: a function flagged no-writes does not, every other one does
+// (and before any Ensure, every one does).
+func TestWritesFollowsTheLibrarysFlags(t *testing.T) {
+	t.Parallel()
+	srv := testenv.New(t)
+	c := srv.Client(t)
+	ff := "#!lua name=flowfabric\nredis.register_function('ff_version', function() return '34' end)\n" +
+		"redis.register_function{function_name='ff_peek', callback=function() return 1 end, flags={'no-writes'}}\n"
+	loadRaw(t, c, ff)
+	lib := New(c, Options{})
+	assert.True(t, lib.Writes("ff_peek"), "before Ensure every function counts as a write")
+	_, err := lib.Ensure(context.Background())
+	require.NoError(t, err)
+	assert.False(t, lib.Writes("ff_peek"))
+	assert.True(t, lib.Writes("ff_version"))
+
+	ours := New(testenv.New(t).Client(t), Options{})
+	_, err = ours.Ensure(context.Background())
+	require.NoError(t, err)
+	for _, fn := range Functions() {
+		assert.True(t, ours.Writes(fn), "%s: the library flags none of its functions no-writes", fn)
+	}
+}
+
 // The functions a Library serves are those of the flowfabric library it
 // loaded, not those of another library loaded on the same server.
 func TestServesOnlyTheFlowFabricLibrary(t *testing.T) {

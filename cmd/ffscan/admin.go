@@ -252,8 +252,12 @@ func printScannerTable(w io.Writer, scanners []httpapi.ScannerStatus) {
 		if version == "" {
 			version = "-"
 		}
+		state := s.State
+		if s.Mode == "shadow" {
+			state += " (shadow)"
+		}
 		fmt.Fprintf(tw, "%s\t%t\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n",
-			s.Name, s.Enabled, s.State, s.Pid, version, api, sha, s.Restarts, s.Swaps, s.Cycle, last, s.Processed, s.Errors, backlog)
+			s.Name, s.Enabled, state, s.Pid, version, api, sha, s.Restarts, s.Swaps, s.Cycle, last, s.Processed, s.Errors, backlog)
 	}
 	_ = tw.Flush()
 }
@@ -275,6 +279,16 @@ func scannerNotes(s httpapi.ScannerStatus) []string {
 	}
 	if s.Bounds != "" {
 		notes = append(notes, "bounds: "+s.Bounds)
+	}
+	if sh := s.Shadow; sh != nil {
+		line := fmt.Sprintf("shadow: %d writes held back", sh.WouldAct)
+		if s.Mode != "shadow" {
+			line += " (while it ran in shadow mode; it acts now)"
+		}
+		if len(sh.Latest) > 0 {
+			line += "; latest: " + oneLine(sh.Latest[0].String())
+		}
+		notes = append(notes, line)
 	}
 	if r := s.Resources; r != nil {
 		notes = append(notes, fmt.Sprintf("using %d MiB, %.1f CPU-s (%.1f s throttled), %d tasks", r.MemoryBytes>>20, r.CPUSeconds, r.ThrottledSeconds, r.Tasks))

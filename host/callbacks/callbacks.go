@@ -26,6 +26,7 @@ import (
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/postgres"
+	"github.com/ffscan/ffscan/host/shadow"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/pluginhost"
@@ -77,6 +78,7 @@ const (
 	ReasonArity              = "arity"
 	ReasonCrossSlot          = "cross_slot"
 	ReasonDryRun             = "dry_run"
+	ReasonShadow             = "shadow"
 	ReasonProtectedKey       = "protected_key"
 	ReasonKeyScope           = "key_scope"
 	ReasonNoDatabase         = "no_database"
@@ -110,6 +112,19 @@ type Policy struct {
 	fscopes map[string]scannerapi.FunctionScope
 	// readOnly refuses writes and FCALLs (dry runs).
 	readOnly bool
+	// shadow, when set, holds back every command that would write (a
+	// scanner in shadow mode) and records it there.
+	shadow *shadow.Log
+}
+
+// WithShadow is p for a scanner in shadow mode: every command that
+// passes the policy and would write (a write command, an FCALL of a
+// function the library does not flag no-writes, a PGCALL) is recorded in
+// log and answered with a "shadow" refusal instead of being run; reads
+// run as usual.
+func (p Policy) WithShadow(log *shadow.Log) Policy {
+	p.shadow = log
+	return p
 }
 
 // PolicyFromInfo builds the policy a scanner declared. Declared commands the
@@ -409,8 +424,46 @@ func (p patterns) String() string {
 	return fmt.Sprintf("%s and %d more", strings.Join(p[:shown], " "), len(p)-shown)
 }
 
-// check validates one command against the policy and builds it.
+// check validates one command against the policy and builds it; in
+// shadow mode a write that passed is held back and recorded.
 func (s *Service) check(pol Policy, c scannerapi.Command) op {
+	o := s.checkCommand(pol, c)
+	if pol.shadow == nil || o.refused != nil || !s.writes(o) {
+		return o
+	}
+	var held op
+	switch {
+	case o.pg != nil:
+		pol.shadow.Record("PGCALL "+o.pg.function, nil, len(o.pg.args))
+		held = refuse(ReasonShadow, "PGCALL %s held back: the scanner runs in shadow mode", o.pg.function)
+	case o.isPlain:
+		pol.shadow.Record(o.name, o.keys, len(o.rest))
+		held = refuse(ReasonShadow, "%s held back: the scanner runs in shadow mode", o.name)
+	default:
+		pol.shadow.Record("FCALL "+o.call.Function, o.call.Keys, len(o.call.Args))
+		held = refuse(ReasonShadow, "FCALL %s held back: the scanner runs in shadow mode", o.call.Function)
+	}
+	// Not the item's failure (the SDK neither backs off nor counts it).
+	held.refused.ErrClass = scannerapi.ErrShadow
+	return held
+}
+
+// writes reports whether a checked command may write: a write command,
+// a PGCALL (every action function may), an FCALL of a function the
+// library does not flag no-writes.
+func (s *Service) writes(o op) bool {
+	switch {
+	case o.pg != nil:
+		return true
+	case o.isPlain:
+		return o.write
+	default:
+		return s.lib == nil || s.lib.Writes(o.call.Function)
+	}
+}
+
+// checkCommand validates one command against the policy and builds it.
+func (s *Service) checkCommand(pol Policy, c scannerapi.Command) op {
 	if len(c) == 0 || c[0] == "" {
 		return refuse(ReasonArity, "empty command")
 	}

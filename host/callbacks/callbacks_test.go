@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/shadow"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/testserver"
@@ -165,6 +166,41 @@ func TestDryRunRefusesWrites(t *testing.T) {
 	assert.Contains(t, replies[1].Err, ReasonDryRun)
 	assert.Contains(t, replies[2].Err, ReasonDryRun)
 	assert.Equal(t, 2, rec.refused[ReasonDryRun])
+}
+
+// In shadow mode every write that passes the policy is held back and
+// recorded, answered with a shadow refusal (not counted as the item's
+// failure); reads run.
+func TestShadowHoldsBackWritesAndRecordsThem(t *testing.T) {
+	svc, client, rec := setup(t, testInfo, false)
+	log := shadow.New(nil)
+	pol, _ := PolicyFromInfo(testInfo, false)
+	svc.Register("t", pol.WithShadow(log))
+	ctx := context.Background()
+	require.NoError(t, client.Do(ctx, client.B().Set().Key("ff:s").Value("v").Build()).Error())
+	replies, err := svc.Exec(ctx, "t", []scannerapi.Command{
+		{"HSET", "ff:h", "a", "1"},
+		{"HGET", "ff:h", "a"},
+		{"GET", "ff:s"},
+		{"FCALL", "ff_version", "0"},
+		{"DEL", "ff:config:x"},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, scannerapi.ErrShadow, replies[0].ErrClass)
+	assert.Contains(t, replies[0].Err, "HSET held back: the scanner runs in shadow mode")
+	assert.Equal(t, scannerapi.KindNil, replies[1].Kind, "the held-back HSET wrote nothing")
+	assert.Equal(t, "v", replies[2].Str)
+	assert.Equal(t, scannerapi.ErrShadow, replies[3].ErrClass, "no function of the library is flagged no-writes")
+	assert.Equal(t, scannerapi.ErrRefused, replies[4].ErrClass, "a refusal stays a refusal: only what would run is held back")
+	n, err := client.Do(ctx, client.B().Exists().Key("ff:h").Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	snap := log.Snapshot(0)
+	assert.Equal(t, uint64(2), snap.WouldAct)
+	require.Len(t, snap.Latest, 2)
+	assert.Equal(t, "FCALL ff_version", snap.Latest[0].String())
+	assert.Equal(t, "HSET ff:h", snap.Latest[1].String())
+	assert.Equal(t, 2, rec.refused[ReasonShadow])
 }
 
 func TestServerErrorsAndTransport(t *testing.T) {

@@ -300,7 +300,37 @@ type Scanner struct {
 	MemoryLimit *int64
 	CPULimit    *float64
 	PidsLimit   *int64
+	// Mode is act (the default) or shadow: the scanner runs every cycle
+	// as usual, but every command of its that would write is held back
+	// and recorded (host/shadow), for an operator to see what it would
+	// do before it acts.
+	Mode string
 }
+
+// The scanner modes.
+const (
+	ModeAct    = "act"
+	ModeShadow = "shadow"
+)
+
+// LaunchEqual reports whether s and o launch the same plugin process
+// the same way: binary, pin, options, callbacks, mode and bounds (a
+// difference needs a relaunch; the rest is tuning).
+func (s Scanner) LaunchEqual(o Scanner) bool {
+	return s.Plugin == o.Plugin && s.SHA256 == o.SHA256 && maps.Equal(s.Options, o.Options) && s.LegacyCallbacks == o.LegacyCallbacks &&
+		s.Mode == o.Mode && eqPtr(s.MemoryLimit, o.MemoryLimit) && eqPtr(s.CPULimit, o.CPULimit) && eqPtr(s.PidsLimit, o.PidsLimit)
+}
+
+// LaunchedAs is s with the launch settings of what runs (until a
+// relaunch as s succeeds).
+func (s Scanner) LaunchedAs(running Scanner) Scanner {
+	s.Plugin, s.SHA256, s.Options, s.LegacyCallbacks = running.Plugin, running.SHA256, running.Options, running.LegacyCallbacks
+	s.Mode, s.MemoryLimit, s.CPULimit, s.PidsLimit = running.Mode, running.MemoryLimit, running.CPULimit, running.PidsLimit
+	return s
+}
+
+// Shadow reports whether the scanner runs in shadow mode.
+func (s Scanner) Shadow() bool { return s.Mode == ModeShadow }
 
 // PluginLimits are the bounds on scanner s's plugin process: its own
 // where it sets them, else the host's.
@@ -523,6 +553,7 @@ func (c *Config) validateHost(p *problems) {
 	checkLimits(p, "plugin_", pluginhost.Limits{Memory: c.PluginMemoryLimit, CPU: c.PluginCPULimit, Pids: c.PluginPidsLimit})
 	for _, name := range slices.Sorted(maps.Keys(c.Scanners)) {
 		sc := c.Scanners[name]
+		p.oneOf("scanners."+name+".mode", sc.Mode, "", ModeAct, ModeShadow)
 		if sc.MemoryLimit != nil || sc.CPULimit != nil || sc.PidsLimit != nil {
 			checkLimits(p, "scanners."+name+".", c.PluginLimits(sc))
 		}
@@ -680,9 +711,7 @@ func checkLimits(p *problems, prefix string, l pluginhost.Limits) {
 
 // Equal reports whether two scanner configurations are the same.
 func (s Scanner) Equal(o Scanner) bool {
-	return s.Enabled == o.Enabled && s.Plugin == o.Plugin && s.SHA256 == o.SHA256 &&
-		s.Interval == o.Interval && s.Batch == o.Batch && maps.Equal(s.Options, o.Options) &&
-		s.LegacyCallbacks == o.LegacyCallbacks && eqPtr(s.MemoryLimit, o.MemoryLimit) && eqPtr(s.CPULimit, o.CPULimit) && eqPtr(s.PidsLimit, o.PidsLimit)
+	return s.Enabled == o.Enabled && s.Interval == o.Interval && s.Batch == o.Batch && s.LaunchEqual(o)
 }
 
 func eqPtr[T comparable](a, b *T) bool {

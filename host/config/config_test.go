@@ -390,7 +390,13 @@ scanners:
 	assert.Equal(t, pluginhost.Limits{Memory: DefaultPluginMemoryLimit, CPU: 0.5, Pids: 0}, cfg.PluginLimits(cfg.Scanners["retention"]))
 	assert.False(t, cfg.Scanners["lease_expiry"].Equal(cfg.Scanners["retention"]))
 
+	cfg, err = Load(Sources{File: writeFile(t, "scanners:\n  a:\n    mode: shadow\n  b: {}\n"), Environ: noEnv})
+	require.NoError(t, err)
+	assert.True(t, cfg.Scanners["a"].Shadow())
+	assert.Equal(t, ModeAct, cfg.Scanners["b"].Mode)
+	assert.False(t, cfg.Scanners["a"].LaunchEqual(cfg.Scanners["b"]), "a mode change needs a relaunch")
 	for file, want := range map[string]string{
+		"scanners:\n  x:\n    mode: loud\n":         `scanners.x.mode: "loud" is not one of`,
 		"plugin_cgroups: maybe\n":                   "plugin_cgroups",
 		"plugin_cgroup_parent: relative/dir\n":      `plugin_cgroup_parent: "relative/dir" is not an absolute path`,
 		"plugin_cpu_limit: -1\n":                    "plugin_cpu_limit: -1 is not a number of CPUs",

@@ -322,7 +322,7 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 		return
 	}
 	for _, name := range sortedKeys(m) {
-		s := Scanner{Enabled: true, Options: map[string]string{}}
+		s := Scanner{Enabled: true, Options: map[string]string{}, Mode: ModeAct}
 		key := join(path, name)
 		d.fields(key, m[name], map[string]func(string, any){
 			"enabled":          func(k string, v any) { d.boolean(k, v, &s.Enabled) },
@@ -332,6 +332,7 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 			"batch":            func(k string, v any) { d.integer(k, v, &s.Batch) },
 			"options":          func(k string, v any) { d.options(k, v, s.Options) },
 			"legacy_callbacks": func(k string, v any) { d.boolean(k, v, &s.LegacyCallbacks) },
+			"mode":             func(k string, v any) { d.str(k, v, &s.Mode) },
 			"memory_limit": func(k string, v any) {
 				if n, ok := d.int64(k, v); ok {
 					s.MemoryLimit = &n

@@ -114,6 +114,10 @@ type Verdict struct {
 	BackoffUntilCycle uint64 `json:"backoff_until_cycle,omitempty"`
 	// From says who decided: "scanner" (its Explain) or "host".
 	From string `json:"from"`
+	// Shadow: the scanner runs in shadow mode, so what it would do is
+	// held back and recorded, not done (Detail begins "would act
+	// (shadow)").
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // Target is one scanner of the host as explain sees it.
@@ -130,6 +134,8 @@ type Target struct {
 	LastCycleAt time.Time
 	Interval    time.Duration
 	Batch       int
+	// Shadow: the scanner runs in shadow mode (its writes held back).
+	Shadow bool
 }
 
 // Instance is a running scanner held for one call.
@@ -297,7 +303,22 @@ func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, 
 		return v
 	}
 	scannerVerdict(ctx, &v, inst, eid, t, rep, &req)
+	shadowed(&v, t)
 	return v
+}
+
+// shadowed marks what a scanner in shadow mode would do: nothing of it
+// is done.
+func shadowed(v *Verdict, t Target) {
+	if !t.Shadow || (v.Verdict != string(scannerapi.VerdictActs) && v.Verdict != string(scannerapi.VerdictWaits)) {
+		return
+	}
+	v.Shadow = true
+	what := "would act (shadow): its writes are held back and recorded, not done"
+	if v.Detail != "" {
+		what += "; " + v.Detail
+	}
+	v.Detail = what
 }
 
 // acquire sets the verdict of a scanner that is not enabled or not running

@@ -32,6 +32,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/explain"
+	"github.com/ffscan/ffscan/host/shadow"
 )
 
 // StatusDoc is the /v1/status document.
@@ -168,6 +169,11 @@ type ScannerStatus struct {
 	// Bounds: the kernel's bounds on the plugin process's resources:
 	// its control group's (memory, CPU, tasks) or its rlimits.
 	Bounds string `json:"bounds,omitempty"`
+	// Mode: act, or shadow (its writes held back and recorded).
+	Mode string `json:"mode,omitempty"`
+	// Shadow: the writes held back while the scanner ran in shadow
+	// mode: counts, and the latest (host/shadow).
+	Shadow *shadow.Snapshot `json:"shadow,omitempty"`
 	// Resources: the plugin's usage, read from its control group (none
 	// without one).
 	Resources *Resources `json:"resources,omitempty"`

@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/host/internal/plaintext"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/shadow"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -64,6 +65,9 @@ type Config struct {
 	PidsLimit int64
 	// NoCgroups says why Cgroups is nil, for status.
 	NoCgroups string
+	// Shadow, when set, runs the scanner in shadow mode: its writes are
+	// held back and recorded there (callbacks.Policy.WithShadow).
+	Shadow *shadow.Log
 	// Approvals admits the scanner's declared policy (nil: no approval
 	// is needed, for test kits that build their own plugins).
 	Approvals *policy.Store
@@ -181,7 +185,8 @@ func (l *Launcher) Reconfigure(ctx context.Context, si supervisor.Instance) (boo
 	old := inst.cfg
 	inst.mu.Unlock()
 	if old.Scanner != l.cfg.Scanner || old.Binary != l.cfg.Binary || old.Pin != l.cfg.Pin || old.ReadOnly != l.cfg.ReadOnly ||
-		old.LegacyCallbacks != l.cfg.LegacyCallbacks {
+		old.LegacyCallbacks != l.cfg.LegacyCallbacks || old.Shadow != l.cfg.Shadow || old.MemoryLimit != l.cfg.MemoryLimit ||
+		old.CPULimit != l.cfg.CPULimit || old.PidsLimit != l.cfg.PidsLimit {
 		return false, nil
 	}
 	if maps.Equal(old.Options, l.cfg.Options) {
@@ -247,6 +252,9 @@ func (l *Launcher) prepare(ctx context.Context, p *pluginhost.Plugin, meta *supe
 		}
 	}
 	pol, _ := callbacks.PolicyFromInfo(info, l.cfg.ReadOnly)
+	if l.cfg.Shadow != nil {
+		pol = pol.WithShadow(l.cfg.Shadow)
+	}
 	bound := l.svc.Bind(l.cfg.Scanner, pol).Callbacks()
 	if obs := l.observe; obs != nil {
 		inner := bound

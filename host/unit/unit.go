@@ -21,6 +21,7 @@ import (
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/shadow"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/pluginhost"
@@ -70,6 +71,8 @@ type Deps struct {
 	Cgroups *pluginhost.Cgroups
 	// NoCgroups says why there are none, when Cgroups is nil.
 	NoCgroups string
+	// Shadows are the scanners' shadow logs (scanners in mode shadow).
+	Shadows *shadow.Logs
 }
 
 // Settings are the host-wide settings a unit is built with: the
@@ -101,6 +104,15 @@ func (d Deps) Log(name string) hclog.Logger {
 // refuses its writes (dry runs).
 func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
 	lim := sc.Limits(s.Limits)
+	var shadowLog *shadow.Log
+	if sc.Shadow() && !readOnly {
+		// Never acting by default: without the host's logs, a log of
+		// its own.
+		shadowLog = shadow.New(d.Clock)
+		if d.Shadows != nil {
+			shadowLog = d.Shadows.For(name)
+		}
+	}
 	return launcher.New(launcher.Config{
 		Scanner:         name,
 		Binary:          sc.Plugin,
@@ -115,6 +127,7 @@ func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool
 		PidsLimit:       lim.Pids,
 		Cgroups:         d.Cgroups,
 		NoCgroups:       d.NoCgroups,
+		Shadow:          shadowLog,
 		Approvals:       d.Approvals,
 		Postgres:        d.Postgres != nil,
 		NoValkey:        d.Client == nil,

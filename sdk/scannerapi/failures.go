@@ -122,9 +122,10 @@ func (t *FailureTracker) Failures(key string) int {
 // a failure of class transport (no reply: a connection, a timeout, or the
 // cluster declining for a moment with TRYAGAIN, MOVED, CLUSTERDOWN,
 // LOADING, READONLY...) says nothing about the item and is not counted;
-// the item is simply tried again next time.
+// the item is simply tried again next time. Nor is a write held back in
+// shadow mode (ErrShadow).
 func (t *FailureTracker) RecordFailureClass(key string, cycle uint64, class ErrorClass) bool {
-	if class == ErrTransport {
+	if class == ErrTransport || class == ErrShadow {
 		return false
 	}
 	return t.RecordFailure(key, cycle)

@@ -224,9 +224,10 @@ func describeReply(r Reply) string {
 }
 
 // AddError adds n failures of a class and code to the result, merging with
-// an existing entry of the same class and code.
+// an existing entry of the same class and code. Writes held back in
+// shadow mode (ErrShadow) are not failures: the host counts them.
 func (r *ScanResult) AddError(class ErrorClass, code string, n int64) {
-	if n == 0 {
+	if n == 0 || class == ErrShadow {
 		return
 	}
 	for i := range r.Errors {
