@@ -104,7 +104,7 @@ func New() *Scanner {
 // Info implements scannerapi.Scanner.
 func (s *Scanner) Info() scannerapi.Info {
 	cmds := depresolve.Commands()
-	for _, c := range append(slices.Clone(scannerapi.FilterCommands), "ZREM") {
+	for _, c := range append(scannerapi.FilterCommands(), "ZREM") {
 		if !slices.Contains(cmds, c) {
 			cmds = append(cmds, c)
 		}
