@@ -20,12 +20,12 @@ import (
 // MinAPIVersion to scannerapi.APIVersion (go-plugin's
 // VersionedPlugins); a plugin answers with the version its scanners
 // declare. A test that fakes a plugin of another version answers it with
-// its own ProtocolVersion.
-var Handshake = func() plugin.HandshakeConfig {
-	hs := wire.Handshake
+// its own ProtocolVersion. Each call returns a new value.
+func Handshake() plugin.HandshakeConfig {
+	hs := wire.Handshake()
 	hs.ProtocolVersion = scannerapi.APIVersion
 	return hs
-}()
+}
 
 // hostPluginSets is the host side's VersionedPlugins: every supported
 // contract version. All versions share one wire protocol (the proto only

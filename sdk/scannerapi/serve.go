@@ -70,7 +70,7 @@ func Serve(scanners ...Scanner) {
 		logger.Error("parent process is gone; exiting", "original_parent", ppid, "parent", os.Getppid())
 		os.Exit(3)
 	})
-	hs := wire.Handshake
+	hs := wire.Handshake()
 	hs.ProtocolVersion = uint(srv.apiVersion)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  hs,
