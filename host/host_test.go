@@ -25,6 +25,7 @@ import (
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
+	"github.com/ffscan/ffscan/host/service/servicetest"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/internal/pgtest"
 	"github.com/ffscan/ffscan/keys"
@@ -167,9 +168,7 @@ func running(t *testing.T, cfg *config.Config, setup ...func(*Host)) (h *Host, s
 // it.
 func waitFor(t *testing.T, h *Host, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	require.NoError(t, h.changes.WaitFor(ctx, cond), what)
+	servicetest.WaitFor(t, &h.changes, timeout, cond, what)
 }
 
 func workKey(p uint16) string { return fmt.Sprintf("ff:idx:{fp:%d}:hostwork", p) }

@@ -28,7 +28,7 @@ func (h *Host) Run(ctx context.Context) error {
 	if err := h.start(ctx, cfg); err != nil {
 		return err
 	}
-	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion))
+	h.log.Info("host running", "scanners", cfg.Enabled(), "version", Version, "scanner_api", fmt.Sprintf("%d..%d", pluginhost.MinAPIVersion, scannerapi.APIVersion))
 	<-ctx.Done()
 	h.shutdown()
 	return nil

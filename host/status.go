@@ -18,6 +18,7 @@ import (
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua/topology"
+	"github.com/ffscan/ffscan/sdk/pluginhost"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
@@ -27,7 +28,7 @@ func (h *Host) Status() httpapi.StatusDoc {
 	cfg := h.config()
 	doc := httpapi.StatusDoc{
 		Version: Version, StartedAt: h.started, Valkey: cfg.Valkey.Addrs, Lanes: h.Lanes(),
-		ScannerAPI: fmt.Sprintf("%d..%d", scannerapi.MinAPIVersion, scannerapi.APIVersion),
+		ScannerAPI: fmt.Sprintf("%d..%d", pluginhost.MinAPIVersion, scannerapi.APIVersion),
 	}
 	if h.census != nil {
 		doc.LaneCensus = h.census.State()

@@ -7,6 +7,7 @@ import (
 )
 
 func TestClassifyExecutionID(t *testing.T) {
+	t.Parallel()
 	const u = "aaaaaaaa-0000-4000-8000-000000000001"
 	id, form := ClassifyExecutionID("{fp:7}:" + u)
 	assert.Equal(t, IDCanonical, form)
@@ -27,6 +28,7 @@ func TestClassifyExecutionID(t *testing.T) {
 }
 
 func TestClassifyExecutionIDIn(t *testing.T) {
+	t.Parallel()
 	const u = "aaaaaaaa-0000-4000-8000-000000000001"
 	p7 := Partition{Family: FamilyFlow, Index: 7}
 	_, form := ClassifyExecutionIDIn("{fp:7}:"+u, p7)
@@ -42,6 +44,7 @@ func TestClassifyExecutionIDIn(t *testing.T) {
 }
 
 func TestClassifyBudgetID(t *testing.T) {
+	t.Parallel()
 	const u = "b0000000-0000-4000-8000-000000000001"
 	id, form := ClassifyBudgetID(u)
 	assert.Equal(t, IDCanonical, form)

@@ -17,6 +17,7 @@ func mustUUID(t *testing.T, s string) UUID {
 
 // Known answers from schema.md 1.3 and the compat README section 7.
 func TestCRC16KnownAnswers(t *testing.T) {
+	t.Parallel()
 	assert.Equal(t, uint16(0x31C3), CRC16([]byte("123456789")))
 	assert.Equal(t, uint16(0xD656), CRC16([]byte("default")))
 	assert.Equal(t, uint16(0x2EC1), CRC16([]byte("workers-a")))
@@ -27,6 +28,7 @@ func TestCRC16KnownAnswers(t *testing.T) {
 }
 
 func TestPartitionKnownAnswers(t *testing.T) {
+	t.Parallel()
 	c := DefaultPartitionConfig()
 	fid, err := ParseFlowID("550e8400-e29b-41d4-a716-446655440000")
 	require.NoError(t, err)
@@ -58,6 +60,7 @@ func TestPartitionKnownAnswers(t *testing.T) {
 }
 
 func TestClusterSlot(t *testing.T) {
+	t.Parallel()
 	assert.Equal(t, uint16(360), ClusterSlot("ff:flow:{fp:24}:x:core"))
 	assert.Equal(t, uint16(14926), ClusterSlot("{fp:0}"))
 	assert.Equal(t, uint16(9214), ClusterSlot("ff:budget:{b:24}:x"))
@@ -66,6 +69,7 @@ func TestClusterSlot(t *testing.T) {
 }
 
 func TestExecutionIDMintAndParse(t *testing.T) {
+	t.Parallel()
 	c := DefaultPartitionConfig()
 	fid, _ := ParseFlowID("550e8400-e29b-41d4-a716-446655440000")
 	u := mustUUID(t, "aaaaaaaa-0000-4000-8000-000000000001")
@@ -88,6 +92,7 @@ func TestExecutionIDMintAndParse(t *testing.T) {
 }
 
 func TestExecutionIDParseErrors(t *testing.T) {
+	t.Parallel()
 	cases := map[string]string{
 		"aaaaaaaa-0000-4000-8000-000000000001":           "must start with",
 		"{fp:24}aaaaaaaa-0000-4000-8000-000000000001":    "missing \"}:\"",
@@ -110,6 +115,7 @@ func TestExecutionIDParseErrors(t *testing.T) {
 }
 
 func TestBareIDsNormalise(t *testing.T) {
+	t.Parallel()
 	f, err := ParseFlowID("550E8400-E29B-41D4-A716-446655440000")
 	require.NoError(t, err)
 	assert.Equal(t, "550e8400-e29b-41d4-a716-446655440000", f.String())
@@ -121,6 +127,7 @@ func TestBareIDsNormalise(t *testing.T) {
 }
 
 func TestParseTag(t *testing.T) {
+	t.Parallel()
 	for _, s := range []string{"{fp:0}", "{fp:255}", "{b:31}", "{q:7}"} {
 		p, err := ParseTag(s)
 		require.NoError(t, err, s)
@@ -137,6 +144,7 @@ func TestParseTag(t *testing.T) {
 
 // Key shapes as they appear in the golden vectors and schema.md section 3.
 func TestKeyShapes(t *testing.T) {
+	t.Parallel()
 	c := DefaultPartitionConfig()
 	eid, err := ParseExecutionID("{fp:86}:e0000000-0000-4000-8000-000000000001")
 	require.NoError(t, err)
@@ -253,6 +261,7 @@ func TestKeyShapes(t *testing.T) {
 }
 
 func TestValidateLane(t *testing.T) {
+	t.Parallel()
 	require.NoError(t, ValidateLane("default"))
 	require.NoError(t, ValidateLane("with space"))
 	assert.ErrorContains(t, ValidateLane(""), "empty")
@@ -262,6 +271,7 @@ func TestValidateLane(t *testing.T) {
 }
 
 func TestPartitionConfig(t *testing.T) {
+	t.Parallel()
 	c := DefaultPartitionConfig()
 	require.NoError(t, c.Validate())
 	assert.Equal(t, []string{"num_flow_partitions", "256", "num_budget_partitions", "32", "num_quota_partitions", "32"}, c.HashFields())
@@ -287,6 +297,7 @@ func TestPartitionConfig(t *testing.T) {
 }
 
 func TestFamilies(t *testing.T) {
+	t.Parallel()
 	for _, f := range []Family{FamilyFlow, FamilyBudget, FamilyQuota} {
 		g, err := ParseFamily(f.String())
 		require.NoError(t, err)

@@ -233,6 +233,7 @@ func without(names, drop []string) []string {
 
 // Only stamps that moved make a vector worth a second replay.
 func TestTimeOnly(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		diffs []string
 		want  bool

@@ -37,6 +37,7 @@ func expireSuspension(c valkey.Client) valkey.ValkeyResult {
 // A suspension without a timeout never times out: not_yet_due, nothing
 // written (FlowFabric fails comparing its empty timeout_at).
 func TestExpireSuspensionWithoutTimeoutIsNeverDue(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	suspendedWithoutTimeout(t, c)
 	before := keyspace(t, c)
@@ -56,6 +57,7 @@ func promoteDelayed(c valkey.Client, nowMs int64) valkey.ValkeyResult {
 // goes by that score (FlowFabric fails comparing the empty delay_until, and
 // the execution would stay delayed for good).
 func TestPromoteDelayedWithoutDelayUntilUsesTheDelayedScore(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	ctx := context.Background()
 	suspendedWithoutTimeout(t, c)
@@ -91,6 +93,7 @@ func TestPromoteDelayedWithoutDelayUntilUsesTheDelayedScore(t *testing.T) {
 // Delayed without delay_until and in no delayed set either: nothing could
 // ever promote it later, so it is promoted now.
 func TestPromoteDelayedWithNoDueTimeAtAllPromotes(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	ctx := context.Background()
 	require.Equal(t, "1", replyOf(t, createExecution(t, c, ""))[0])

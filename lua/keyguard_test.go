@@ -61,6 +61,7 @@ func keyCount(t *testing.T, c valkey.Client) int64 {
 // with the table form of register_function) or runs a command whose key
 // positions it does not know, and letting declared keys through.
 func TestKeyGuardRefusesUndeclaredKeys(t *testing.T) {
+	t.Parallel()
 	srv := testserver.New(t)
 	c := srv.Client(t)
 	loadRaw(t, c, withKeyGuard(probeLibrary))
@@ -84,6 +85,7 @@ func TestKeyGuardRefusesUndeclaredKeys(t *testing.T) {
 
 // TestKeyGuardedLibraryLoads: the whole guarded library loads and answers.
 func TestKeyGuardedLibraryLoads(t *testing.T) {
+	t.Parallel()
 	srv := testserver.New(t)
 	c := srv.Client(t)
 	loadRaw(t, c, guardedLibrary())

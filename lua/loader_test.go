@@ -24,6 +24,7 @@ func ffscanVersion(t *testing.T, c valkey.Client) string {
 }
 
 func TestSourceShape(t *testing.T) {
+	t.Parallel()
 	src := Source()
 	assert.True(t, strings.HasPrefix(src, "#!lua name=flowfabric\n"))
 	assert.Equal(t, 1, strings.Count(src, "#!lua"), "exactly one shebang")
@@ -33,6 +34,7 @@ func TestSourceShape(t *testing.T) {
 }
 
 func TestEnsureOnEmptyServerLoads(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	res, err := New(c, Options{}).Ensure(context.Background())
@@ -46,6 +48,7 @@ func TestEnsureOnEmptyServerLoads(t *testing.T) {
 }
 
 func TestEnsureKeepsCurrentVersion(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	lib := New(c, Options{})
@@ -57,6 +60,7 @@ func TestEnsureKeepsCurrentVersion(t *testing.T) {
 }
 
 func TestEnsureReplacesOlderOwnVersion(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	// An older ffscan build: same shape, other version string.
@@ -75,6 +79,7 @@ func TestEnsureReplacesOlderOwnVersion(t *testing.T) {
 // FlowFabric's own library has ff_version "34" and no ffscan_version: it is
 // compatible and must be left alone, forced or not.
 func TestEnsureLeavesFlowFabricLibrary(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	ff := "#!lua name=flowfabric\nredis.register_function('ff_version', function() return '34' end)\n" +
@@ -123,6 +128,7 @@ func TestWritesFollowsTheLibrarysFlags(t *testing.T) {
 // The functions a Library serves are those of the flowfabric library it
 // loaded, not those of another library loaded on the same server.
 func TestServesOnlyTheFlowFabricLibrary(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	loadRaw(t, c, "#!lua name=otherapp\nredis.register_function('otherapp_write', function() return 1 end)\n")
@@ -140,6 +146,7 @@ func TestServesOnlyTheFlowFabricLibrary(t *testing.T) {
 }
 
 func TestEnsureRefusesForeignLibraryUnlessForced(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	loadRaw(t, c, "#!lua name=flowfabric\nredis.register_function('ff_version', function() return '33' end)\n")
@@ -165,6 +172,7 @@ func TestEnsureRefusesForeignLibraryUnlessForced(t *testing.T) {
 // A foreign library (another name) registering one of our function names
 // makes FUNCTION LOAD fail; the error must surface, not be hidden.
 func TestEnsureReportsFunctionNameClash(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	loadRaw(t, c, "#!lua name=other\nredis.register_function('ff_version', function() return 'x' end)\n")
@@ -174,6 +182,7 @@ func TestEnsureReportsFunctionNameClash(t *testing.T) {
 }
 
 func TestDoReloadsOnceWhenFunctionMissing(t *testing.T) {
+	t.Parallel()
 	srv := testenv.New(t)
 	c := srv.Client(t)
 	lib := New(c, Options{})
@@ -203,6 +212,7 @@ func TestDoReloadsOnceWhenFunctionMissing(t *testing.T) {
 }
 
 func TestEnsureOnCluster(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewCluster(t, 3)
 	c := cl.Client(t)
 	res, err := New(c, Options{}).Ensure(context.Background())

@@ -81,6 +81,7 @@ func createExecution(t *testing.T, c valkey.Client, tagsJSON string) valkey.Valk
 }
 
 func TestRefusesNullTagValueWritingNothing(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	before := keyspace(t, c)
 	got := replyOf(t, createExecution(t, c, `{"app.owner":"alice","app.gone":null}`))
@@ -96,6 +97,7 @@ func TestRefusesNullTagValueWritingNothing(t *testing.T) {
 }
 
 func TestRefusesEmptyBudgetResetIntervalWritingNothing(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	keys := []string{rfBudge, rfBudge + ":limits", rfBudge + ":usage", "ff:idx:{b:3}:budget_resets", "ff:idx:{b:3}:budget_policies"}
 	create := func(interval string) []string {
@@ -110,6 +112,7 @@ func TestRefusesEmptyBudgetResetIntervalWritingNothing(t *testing.T) {
 }
 
 func TestRefusesNonObjectAttemptPolicyWritingNothing(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	require.Equal(t, "1", replyOf(t, createExecution(t, c, ""))[0])
 	grant := replyOf(t, fcallArgs(c, "ff_issue_claim_grant",
@@ -142,6 +145,7 @@ func TestRefusesNonObjectAttemptPolicyWritingNothing(t *testing.T) {
 // FlowFabric's registration at its first write; ours refuses it with
 // nothing written, and a whole positive TTL registers.
 func TestRefusesUnusableWorkerTTLWritingNothing(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	keys := []string{"ff:worker:ns:w-1:alive", "ff:worker:ns:w-1:caps", "ff:idx:ns:workers"}
 	register := func(ttl string) []string {
@@ -158,6 +162,7 @@ func TestRefusesUnusableWorkerTTLWritingNothing(t *testing.T) {
 // ff_set_flow_tags moves tags an older layout kept on the flow core into
 // the flow's tags hash on its first call, once (tags_migrated=1).
 func TestFlowTagsMigrateInlineTagsOnce(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	ctx := context.Background()
 	core, tags := "ff:flow:{fp:5}:f0000000-0000-4000-8000-000000000005:core", "ff:flow:{fp:5}:f0000000-0000-4000-8000-000000000005:tags"
@@ -182,6 +187,7 @@ func TestFlowTagsMigrateInlineTagsOnce(t *testing.T) {
 // FlowFabric's admission fails on it), is refused; the window keeps its
 // admissions.
 func TestRefusesNonNumericJitterAtTheLimit(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	q := "ff:quota:{q:1}:d0000000-0000-4000-8000-000000000001"
 	admit := func(eid, now, jitter string) []string {
@@ -206,6 +212,7 @@ func TestRefusesNonNumericJitterAtTheLimit(t *testing.T) {
 // is refused with invalid_input and nothing written (docs/compat.md,
 // "Deliberate refusals").
 func TestRefusesEdgeNumbersWritingNothing(t *testing.T) {
+	t.Parallel()
 	att := "ff:attempt:{fp:7}:" + rfEID + ":0"
 	lane := func(s string) string { return rfIdx("lane:" + rfLane + ":" + s) }
 	grantKeys := []string{rfCore, rfExecKey("claim_grant"), lane("eligible")}
@@ -305,6 +312,7 @@ func TestRefusesEdgeNumbersWritingNothing(t *testing.T) {
 // A stream range the server cannot read is refused with its error (where
 // FlowFabric raises it as a Lua error).
 func TestRefusesUnreadableStreamRange(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	stream := "ff:stream:{fp:7}:" + rfEID + ":0"
 	got := replyOf(t, fcallArgs(c, "ff_read_attempt_stream", []string{stream, stream + ":meta"}, "soon", "+", "10", ""))
@@ -317,6 +325,7 @@ func TestRefusesUnreadableStreamRange(t *testing.T) {
 // keys the call must carry; without them (where FlowFabric fails before
 // writing) ours refuses.
 func TestRefusesSkippedMemberReplayWithoutDependencyKeys(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	require.Equal(t, "1", replyOf(t, createExecution(t, c, ""))[0])
 	require.NoError(t, c.Do(context.Background(), c.B().Hset().Key(rfCore).FieldValue().
@@ -333,6 +342,7 @@ func TestRefusesSkippedMemberReplayWithoutDependencyKeys(t *testing.T) {
 // A signal stream cap the server cannot take (negative, fractional) is
 // refused before the signal is recorded; FlowFabric fails at its XADD.
 func TestRefusesUnusableSignalStreamCapWritingNothing(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	suspendedWithoutTimeout(t, c)
 	tok := hgetall(t, c, spWPKey(spWP))["waitpoint_token"]

@@ -100,6 +100,7 @@ func exists(t *testing.T, c valkey.Client, key string) bool {
 }
 
 func TestSuspendRefusesMalformedConditionWritingNothing(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
 	// Where FlowFabric raises a Lua error after writing the waitpoint (not
@@ -120,6 +121,7 @@ func TestSuspendRefusesMalformedConditionWritingNothing(t *testing.T) {
 // FlowFabric accepts it: the condition keeps no tree, the operator map is
 // still seeded from the tree as given.
 func TestSuspendKeepsNoTreeForAnotherCompositeVersion(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
 	cond := fmt.Sprintf(`{"composite":true,"v":2,"tree":{"kind":"Single","path":"","waitpoint_key":%q}}`, "wpk:"+spWP)
@@ -133,6 +135,7 @@ func TestSuspendKeepsNoTreeForAnotherCompositeVersion(t *testing.T) {
 }
 
 func TestSuspendRefusesMalformedExtrasWritingNothing(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
 	cond := `{"required_signal_names":[],"signal_match_mode":"any","minimum_signal_count":1}`
@@ -166,6 +169,7 @@ func TestSuspendRefusesMalformedExtrasWritingNothing(t *testing.T) {
 // A negative extras count binds no extras, as in FlowFabric: the
 // suspension goes ahead on its primary waitpoint alone.
 func TestSuspendWithNegativeExtrasCountHasNoExtras(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
 	got := replyOf(t, suspend(c, `{"required_signal_names":["go"]}`, nil, "-1"))
@@ -178,6 +182,7 @@ func TestSuspendWithNegativeExtrasCountHasNoExtras(t *testing.T) {
 // A timeout that is not a number is refused before any write (FlowFabric
 // fails indexing it after writing the suspension).
 func TestSuspendRefusesNonNumericTimeoutWritingNothing(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
 	keys := []string{rfCore, "ff:attempt:{fp:7}:" + rfEID + ":0", rfExecKey("lease:current"),
@@ -198,6 +203,7 @@ func TestSuspendRefusesNonNumericTimeoutWritingNothing(t *testing.T) {
 // waitpoint fills its leaf, the second resumes the execution and every
 // waitpoint of the suspension closes.
 func TestCompositeAllOfAcrossExtraWaitpoint(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
 	keyA, keyB := "wpk:"+spWP, "wpk:"+spWPX
@@ -262,6 +268,7 @@ func TestCompositeAllOfAcrossExtraWaitpoint(t *testing.T) {
 // A Count node of two distinct sources: a second signal from the same
 // source adds nothing, one from another source resumes.
 func TestCompositeCountDistinctSources(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	claimedExecution(t, c, "00112233445566778899aabbccddeeff")
 	cond := fmt.Sprintf(`{"v":1,"composite":true,"tree":{"kind":"Count","path":"","n":2,`+
@@ -279,6 +286,7 @@ func TestCompositeCountDistinctSources(t *testing.T) {
 // Tokens minted with a secret longer than the SHA-1 block (the key is
 // hashed first) agree with Go's HMAC-SHA1, and verify.
 func TestWaitpointTokenWithLongSecretMatchesHMACSHA1(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	secret := strings.Repeat("a1b2c3d4e5", 20) // 100 bytes
 	claimedExecution(t, c, secret)

@@ -11,6 +11,7 @@ import (
 // A dependency resolved after its child vanished is still recorded (dep,
 // counters, group) and answers without a child effect, as FlowFabric does.
 func TestResolveDependencyWithVanishedChild(t *testing.T) {
+	t.Parallel()
 	c := refusalServer(t)
 	ctx := context.Background()
 	const fid = "f0000000-0000-4000-8000-00000000000f"

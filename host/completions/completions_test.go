@@ -14,6 +14,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/service/servicetest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/client"
@@ -53,7 +54,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	})
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
-	waitFor(t, ch, l.Subscribed)
+	servicetest.WaitFor(t, ch, 0, l.Subscribed)
 	assert.Equal(t, 1.0, testutil.ToFloat64(met.Collectors()[4]), "subscribed gauge")
 
 	chain := func(n int) []keys.ExecutionID {
@@ -80,7 +81,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	// released waits for id to leave waiting_children (checked at every
 	// cascade's end) and returns how long it took since t0.
 	released := func(id keys.ExecutionID, want string, t0 time.Time) time.Duration {
-		waitFor(t, ch, func() bool { return state(id) == want }, "%s becomes %s", id, want)
+		servicetest.WaitFor(t, ch, 0, func() bool { return state(id) == want }, "%s becomes %s", id, want)
 		return time.Since(t0)
 	}
 
@@ -97,7 +98,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	killed, err := vk.Do(ctx, vk.B().ClientKill().TypePubsub().Build()).AsInt64()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), killed, "exactly the listener's connection")
-	waitFor(t, ch, func() bool { return l.Stats().Reconnects >= 1 && l.Subscribed() })
+	servicetest.WaitFor(t, ch, 0, func() bool { return l.Stats().Reconnects >= 1 && l.Subscribed() })
 	names, err := vk.Do(ctx, vk.B().ClientList().TypePubsub().Build()).ToString()
 	require.NoError(t, err)
 	assert.Contains(t, names, "name="+completions.ConnectionName)
@@ -121,7 +122,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	} {
 		require.NoError(t, vk.Do(ctx, vk.B().Publish().Channel(keys.DagCompletionsChannel).Message(payload).Build()).Error())
 	}
-	waitFor(t, ch, func() bool { return l.Stats().Malformed == before.Malformed+3 })
+	servicetest.WaitFor(t, ch, 0, func() bool { return l.Stats().Malformed == before.Malformed+3 })
 	assert.Equal(t, before.Accepted, l.Stats().Accepted)
 	assert.Equal(t, float64(l.Stats().Malformed), testutil.ToFloat64(mustVec(t, met, "malformed")))
 
@@ -134,7 +135,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	t.Logf("E and G skipped %s after D failed", took)
 
 	// Counters move when a cascade returns, just after its last write.
-	waitFor(t, ch, func() bool {
+	servicetest.WaitFor(t, ch, 0, func() bool {
 		st := l.Stats()
 		return st.Resolved >= 4 && st.Dispatched == st.Accepted // A->B, B->C, D->E, E->G (+ duplicates from skip messages)
 	})
@@ -148,15 +149,6 @@ func TestListenerEndToEnd(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg)
 	require.NoError(t, err)
 	assert.Positive(t, n)
-}
-
-// waitFor waits until cond holds, re-checking it at every change of the
-// listener's counters (a cascade's end follows its writes).
-func waitFor(t *testing.T, ch *service.Changes, cond func() bool, msgAndArgs ...any) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, ch.WaitFor(ctx, cond), msgAndArgs...)
 }
 
 func mustVec(t *testing.T, m *completions.PrometheusMetrics, outcome string) prometheus.Collector {
@@ -187,7 +179,7 @@ func TestListenerOnACluster(t *testing.T) {
 	l := completions.New(completions.Config{Enabled: true, Concurrency: 4}, lib, completions.Options{Partitions: c.Partitions(), Changes: ch})
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
-	waitFor(t, ch, l.Subscribed)
+	servicetest.WaitFor(t, ch, 0, l.Subscribed)
 
 	var children []keys.ExecutionID
 	for range 12 { // flows spread over the masters
@@ -206,7 +198,7 @@ func TestListenerOnACluster(t *testing.T) {
 		children = append(children, ids[1])
 	}
 	for _, id := range children {
-		waitFor(t, ch, func() bool {
+		servicetest.WaitFor(t, ch, 0, func() bool {
 			core, err := flowtest.Core(ctx, vk, id)
 			return err == nil && core["public_state"] == "waiting"
 		}, "%s released", id)

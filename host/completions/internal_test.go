@@ -14,6 +14,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/service/servicetest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
 	"github.com/ffscan/ffscan/sdk/depresolve"
@@ -94,18 +95,9 @@ type harness struct {
 	ch  *service.Changes
 }
 
-// waitFor waits until cond holds, re-checking it at every change of the
-// listener's counters (and at every Notify of the test's own).
-func waitFor(t *testing.T, ch *service.Changes, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, ch.WaitFor(ctx, cond))
-}
-
 func (h *harness) wait(t *testing.T, cond func() bool) {
 	t.Helper()
-	waitFor(t, h.ch, cond)
+	servicetest.WaitFor(t, h.ch, 0, cond)
 }
 
 func newHarness(t *testing.T, cfg Config, fn func(context.Context, depresolve.Completion) (depresolve.Result, error)) *harness {
@@ -129,7 +121,7 @@ func newOwningHarness(t *testing.T, cfg Config, owns func(keys.Partition) bool, 
 	}
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
-	waitFor(t, ch, l.Subscribed)
+	servicetest.WaitFor(t, ch, 0, l.Subscribed)
 	return &harness{vk: vk, l: l, ctx: ctx, ch: ch}
 }
 
@@ -271,9 +263,9 @@ func TestServerGoneThenStop(t *testing.T) {
 	l := New(Config{Enabled: true, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Clock: clk},
 		lua.New(vk, lua.Options{}), Options{Changes: ch})
 	require.NoError(t, l.Start(context.Background()))
-	waitFor(t, ch, l.Subscribed)
+	servicetest.WaitFor(t, ch, 0, l.Subscribed)
 	srv.Kill()
-	waitFor(t, ch, func() bool { return !l.Subscribed() })
+	servicetest.WaitFor(t, ch, 0, func() bool { return !l.Subscribed() })
 	// Several failed reconnects, each after its backoff on the clock.
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer wcancel()

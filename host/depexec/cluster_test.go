@@ -37,7 +37,7 @@ func TestOnACluster(t *testing.T) {
 	c, err := client.New(ctx, vk, client.Options{Library: lib})
 	require.NoError(t, err)
 	svc := callbacks.New(lib, nil)
-	pol, _ := callbacks.PolicyFromInfo(scannerapi.Info{Name: "deps", Commands: depresolve.Commands, Functions: depresolve.Functions}, false)
+	pol, _ := callbacks.PolicyFromInfo(scannerapi.Info{Name: "deps", Commands: depresolve.Commands(), Functions: depresolve.Functions()}, false)
 	svc.Register("deps", pol)
 	e := &env{vk: vk, lib: lib, c: c, ctx: ctx, direct: depexec.LibraryExecutor(lib), plugin: svc.HostFor("deps")}
 

@@ -50,7 +50,7 @@ func newEnv(t *testing.T) *env {
 
 	svc := callbacks.New(lib, nil)
 	pol, unsupported := callbacks.PolicyFromInfo(scannerapi.Info{
-		Name: "dependency_reconciler", Commands: depresolve.Commands, Functions: depresolve.Functions,
+		Name: "dependency_reconciler", Commands: depresolve.Commands(), Functions: depresolve.Functions(),
 	}, false)
 	require.Empty(t, unsupported)
 	svc.Register("dependency_reconciler", pol)

@@ -18,6 +18,7 @@ import (
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/service/servicetest"
 	"github.com/ffscan/ffscan/host/sharing"
 	"github.com/ffscan/ffscan/host/sharing/pgstore"
 	"github.com/ffscan/ffscan/internal/pgtest"
@@ -92,9 +93,7 @@ func startWith(t *testing.T, o pgcompletions.Config) (*pgcompletions.Listener, *
 func waitFor(t *testing.T, ch *service.Changes, what string, cond func() bool) time.Duration {
 	t.Helper()
 	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, ch.WaitFor(ctx, cond), what)
+	servicetest.WaitFor(t, ch, 30*time.Second, cond, what)
 	return time.Since(t0)
 }
 

@@ -214,7 +214,7 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 		StoreEpoch: r.cfg.Epoch.Load(),
 	}
 	// A scanner linked into the host process keeps its memories here.
-	scannerapi.ObserveStoreEpoch(req.StoreEpoch)
+	pluginhost.ObserveStoreEpoch(req.StoreEpoch)
 	t0 := r.clk.Now()
 	res, err := scanner.ScanPartition(ctx, host, req)
 	r.rec.RPC(r.cfg.Name, "scan_partition", r.since(t0))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/service/servicetest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -115,19 +116,10 @@ func (l *fakeLauncher) launches() []time.Time {
 	return append([]time.Time(nil), l.times...)
 }
 
-// waitFor waits until cond holds, re-checking it at every change of the
-// supervisor's status.
-func waitFor(t *testing.T, ch *service.Changes, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, ch.WaitFor(ctx, cond))
-}
-
 // waitState waits until the supervisor is in state st.
 func waitState(t *testing.T, ch *service.Changes, s *Supervisor, st State) {
 	t.Helper()
-	waitFor(t, ch, func() bool { return s.Status().State == st })
+	servicetest.WaitFor(t, ch, 0, func() bool { return s.Status().State == st })
 }
 
 // waitExit waits until inst's process is gone.
@@ -243,7 +235,7 @@ func TestUnhealthyPluginIsReplaced(t *testing.T) {
 	s := New(Config{Changes: ch, Name: "t", HealthInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond}, l, nil, nil)
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
-	waitFor(t, ch, func() bool { return len(l.launches()) >= 2 && s.Status().State == StateRunning })
+	servicetest.WaitFor(t, ch, 0, func() bool { return len(l.launches()) >= 2 && s.Status().State == StateRunning })
 	assert.Contains(t, s.Status().LastError, "health check failed 2 times")
 	l.mu.Lock()
 	first := l.insts[0]

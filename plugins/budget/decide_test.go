@@ -8,6 +8,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
 func TestClassifyMember(t *testing.T) {
@@ -32,11 +33,12 @@ func TestClassifyMember(t *testing.T) {
 	}
 }
 
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func num(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
-func arr(e ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: e}
-}
+// The kit's reply builders, by the short names the tables use.
+var (
+	str = scannertest.Str
+	num = scannertest.Int
+	arr = scannertest.Array
+)
 
 func TestClassifyReset(t *testing.T) {
 	t.Parallel()

@@ -41,14 +41,11 @@ func pluginBinary(t *testing.T) string {
 // fixture is a server with the library, a client to create budgets, and
 // the host's part: candidate fetch and command execution (counted).
 type fixture struct {
-	*scannertest.World
-	cb    *scannertest.Counter
-	cycle uint64
+	*scannertest.Scenario
 }
 
 func newFixture(t *testing.T) *fixture {
-	w := scannertest.StartWorld(t, client.Options{Partitions: parts})
-	return &fixture{World: w, cb: scannertest.NewCounter(scannertest.Callbacks(w.Valkey))}
+	return &fixture{Scenario: scannertest.StartScenario(t, client.Options{Partitions: parts})}
 }
 
 // idIn mints a budget id homed on p.
@@ -130,8 +127,7 @@ func (f *fixture) resetRequest(batch int) *scannerapi.ScanRequest {
 // resetRequestAt is resetRequest at the server time now.
 func (f *fixture) resetRequestAt(now int64, batch int) *scannerapi.ScanRequest {
 	f.T.Helper()
-	f.cycle++
-	return &scannerapi.ScanRequest{Scanner: budget.ResetName, Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
+	return &scannerapi.ScanRequest{Scanner: budget.ResetName, Partition: part, NowMs: now, Cycle: f.NextCycle(), Batch: batch,
 		Candidates: scannertest.DueCandidates(f.T, f.Valkey, "budget_resets", keys.BudgetPart(part).BudgetResets(), now, batch)}
 }
 
@@ -143,19 +139,11 @@ func (f *fixture) reconcileRequest(batch int) *scannerapi.ScanRequest {
 	e, err := f.Valkey.Do(f.Ctx, f.Valkey.B().Sscan().Key(index).Cursor(0).Count(int64(batch)).Build()).AsScanEntry()
 	require.NoError(f.T, err)
 	require.Zero(f.T, e.Cursor, "one step holds the whole set")
-	f.cycle++
-	req := &scannerapi.ScanRequest{Scanner: budget.ReconcilerName, Partition: part, NowMs: f.NowMs(), Cycle: f.cycle, Batch: batch}
+	req := &scannerapi.ScanRequest{Scanner: budget.ReconcilerName, Partition: part, NowMs: f.NowMs(), Cycle: f.NextCycle(), Batch: batch}
 	for _, m := range e.Elements {
 		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "budget_policies", Key: index, Member: m})
 	}
 	return req
-}
-
-func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
-	f.T.Helper()
-	res, err := s.ScanPartition(f.Ctx, nil, req)
-	require.NoError(f.T, err)
-	return res
 }
 
 // budget_reset (9.1): a due budget is reset and rescheduled, a budget not
@@ -165,7 +153,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 // stays; all in one Exec.
 func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, budget.ResetName)
+	s := m.Scanner(t, f.Counter, budget.ResetName)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	index := keys.BudgetPart(part).BudgetResets()
 
@@ -185,9 +173,9 @@ func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	var o scannertest.Observation
 	req := f.resetRequest(20)
 	require.Len(t, req.Candidates, 6)
-	f.cb.Reset()
-	res := f.scan(s, req)
-	o.Add(f.cb, res)
+	f.Counter.Reset()
+	res := f.Scan(s, req)
+	o.Add(f.Counter, res)
 	assert.Equal(t, int64(2), res.Processed, "%+v", res)
 	assert.ElementsMatch(t, []scannerapi.ErrorCount{
 		{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1},
@@ -225,8 +213,8 @@ func resetScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	// Next cycle, at the same server time: only the poison entry is due
 	// (the reset budget's next reset, 200 ms on, is not, however long
 	// this test took to get here); it fails again.
-	res = f.scan(s, f.resetRequestAt(req.NowMs, 20))
-	o.Add(f.cb, res)
+	res = f.Scan(s, f.resetRequestAt(req.NowMs, 20))
+	o.Add(f.Counter, res)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1}}, res.Errors)
 	return o
@@ -242,7 +230,7 @@ func TestResetLinkedAndPluginAgree(t *testing.T) {
 // look-ahead off (FlowFabric's fixed window) it would wait forever.
 func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, budget.ResetName)
+	s := m.Scanner(t, f.Counter, budget.ResetName)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	index := keys.BudgetPart(part).BudgetResets()
 	var poison []keys.BudgetID
@@ -257,14 +245,14 @@ func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 
 	var o scannertest.Observation
 	for i := 0; i < 3; i++ { // three failures back the head off
-		res := f.scan(s, f.resetRequest(2))
-		o.Add(f.cb, res)
+		res := f.Scan(s, f.resetRequest(2))
+		o.Add(f.Counter, res)
 		assert.Equal(t, int64(0), res.Processed)
 		assert.Equal(t, int64(2), res.ErrorTotal())
 	}
 	assert.Equal(t, "5", f.hget(f.keys(good).Usage(), "tokens"), "hidden behind the window so far")
-	res := f.scan(s, f.resetRequest(2))
-	o.Add(f.cb, res)
+	res := f.Scan(s, f.resetRequest(2))
+	o.Add(f.Counter, res)
 	assert.Equal(t, int64(1), res.Processed, "%+v", res)
 	assert.Equal(t, int64(2), res.Skipped, "the backed-off head")
 	assert.Equal(t, "0", f.hget(f.keys(good).Usage(), "tokens"))
@@ -288,7 +276,7 @@ func TestPoisonHeadLinkedAndPluginAgree(t *testing.T) {
 // All reads in one Exec, the writes in a second.
 func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, budget.ReconcilerName)
+	s := m.Scanner(t, f.Counter, budget.ReconcilerName)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	bp := keys.BudgetPart(part)
 
@@ -309,9 +297,9 @@ func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation
 	var o scannertest.Observation
 	req := f.reconcileRequest(100)
 	require.Len(t, req.Candidates, 7)
-	f.cb.Reset()
-	res := f.scan(s, req)
-	o.Add(f.cb, res)
+	f.Counter.Reset()
+	res := f.Scan(s, req)
+	o.Add(f.Counter, res)
 	assert.Equal(t, int64(3), res.Processed, "mark, clear, prune: %+v", res)
 	assert.Equal(t, int64(1), res.Skipped, "the resetting budget")
 	assert.ElementsMatch(t, []scannerapi.ErrorCount{
@@ -338,16 +326,16 @@ func reconcileScenario(t *testing.T, m scannertest.Mode) scannertest.Observation
 	assert.Equal(t, req.NowMs, snap.BreachedAt.UnixMilli(), "the client sees the marker")
 
 	// A second pass changes nothing: one read Exec, no writes.
-	res = f.scan(s, f.reconcileRequest(100))
-	o.Add(f.cb, res)
+	res = f.Scan(s, f.reconcileRequest(100))
+	o.Add(f.Counter, res)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrServer, Code: "wrongtype", Count: 1}}, res.Errors)
 	assert.Equal(t, 1, o.Execs[1])
 
 	// Back under the limit (e.g. the drift was repaired): the marker goes.
 	f.Do("HSET", f.keys(over).Usage(), "tokens", "90")
-	res = f.scan(s, f.reconcileRequest(100))
-	o.Add(f.cb, res)
+	res = f.Scan(s, f.reconcileRequest(100))
+	o.Add(f.Counter, res)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Equal(t, "", f.hget(f.keys(over).Usage(), budget.BreachedAtField))
 	return o
@@ -362,11 +350,11 @@ func TestReconcileLinkedAndPluginAgree(t *testing.T) {
 func TestReconcilerPruneOff(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(budget.NewReconciler(), f.cb)
+	s := pluginhost.Linked(budget.NewReconciler(), f.Counter)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{budget.OptionPruneOrphans: "false"}))
 	orphan := idIn(part)
 	f.Do("SADD", keys.BudgetPart(part).BudgetPolicies(), orphan.String())
-	res := f.scan(s, f.reconcileRequest(100))
+	res := f.Scan(s, f.reconcileRequest(100))
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, int64(1), res.Skipped)
 	assert.True(t, f.inPolicies(orphan.String()))
@@ -378,19 +366,19 @@ func TestReconcilerPruneOff(t *testing.T) {
 func TestDryRuns(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	reset := pluginhost.Linked(budget.NewReset(), f.cb)
-	rec := pluginhost.Linked(budget.NewReconciler(), f.cb)
+	reset := pluginhost.Linked(budget.NewReset(), f.Counter)
+	rec := pluginhost.Linked(budget.NewReconciler(), f.Counter)
 	due := f.budget(100*time.Millisecond, 0, 4)
 	over := f.budget(0, 10, 10)
 	f.Do("HINCRBY", f.keys(over).Usage(), "tokens", "1")
 	f.Do("ZADD", keys.BudgetPart(part).BudgetResets(), "1", "garbage")
 	f.waitDue(due)
-	f.cb.Reset()
+	f.Counter.Reset()
 
 	req := f.resetRequest(20)
 	req.DryRun = true
-	res := f.scan(reset, req)
-	_, fcalls := f.cb.Reset()
+	res := f.Scan(reset, req)
+	_, fcalls := f.Counter.Reset()
 	assert.Zero(t, fcalls)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Contains(t, res.Notes, "would reset "+due.String()+" and reschedule it in 100ms")
@@ -400,7 +388,7 @@ func TestDryRuns(t *testing.T) {
 
 	req = f.reconcileRequest(100)
 	req.DryRun = true
-	res = f.scan(rec, req)
+	res = f.Scan(rec, req)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Contains(t, res.Notes, "would mark "+over.String()+" breached")
 	assert.Equal(t, "", f.hget(f.keys(over).Usage(), budget.BreachedAtField))

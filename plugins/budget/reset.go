@@ -295,6 +295,6 @@ func (sc *resetScan) absorbPage(r scannerapi.Reply) {
 // index, for any budget.
 func resetKeys() []string {
 	part := keys.Partition{Family: keys.FamilyBudget}
-	bk := keys.BudgetIn(part, keys.BudgetIDFrom(scanutil.AnyUUID))
+	bk := keys.BudgetIn(part, keys.BudgetIDFrom(scanutil.AnyUUID()))
 	return scanutil.ScopePatterns(nil, bk.Definition(), bk.Usage(), keys.BudgetPart(part).BudgetResets())
 }

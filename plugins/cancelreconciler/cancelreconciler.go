@@ -187,7 +187,7 @@ func (s *Scanner) Info() scannerapi.Info {
 			scanutil.CancelScope(),
 			// The flow's pending_cancels and the partition's backlog.
 			{Function: FunctionAck, Patterns: scanutil.ScopePatterns(nil,
-				keys.FlowIn(keys.Partition{Family: keys.FamilyFlow}, keys.FlowIDFrom(scanutil.AnyUUID)).PendingCancels(),
+				keys.FlowIn(keys.Partition{Family: keys.FamilyFlow}, keys.FlowIDFrom(scanutil.AnyUUID())).PendingCancels(),
 				keys.FlowPart(keys.Partition{Family: keys.FamilyFlow}).CancelBacklog())},
 		},
 		Options: append(scannerapi.FilterOptions(),

@@ -8,17 +8,17 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func num(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
-func null() scannerapi.Reply        { return scannerapi.Reply{Kind: scannerapi.KindNil} }
-func arr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
-func fail(class scannerapi.ErrorClass, msg string) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindError, Err: msg, ErrClass: class}
-}
+// The kit's reply builders, by the short names the tables use.
+var (
+	str  = scannertest.Str
+	num  = scannertest.Int
+	null = scannertest.Nil
+	arr  = scannertest.Array
+	fail = scannertest.Failed
+)
 
 const eid = "{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f"
 

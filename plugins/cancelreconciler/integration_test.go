@@ -28,14 +28,11 @@ var part = keys.Partition{Family: keys.FamilyFlow, Index: 3}
 // fixture creates flows through sdk/client on a real server and plays the
 // host's part: the due head of the backlog, and command execution.
 type fixture struct {
-	*scannertest.World
-	cb    *scannertest.Counter
-	cycle uint64
+	*scannertest.Scenario
 }
 
 func newFixture(t *testing.T) *fixture {
-	w := scannertest.StartWorld(t, client.Options{})
-	return &fixture{World: w, cb: scannertest.NewCounter(scannertest.Callbacks(w.Valkey))}
+	return &fixture{Scenario: scannertest.StartScenario(t, client.Options{})}
 }
 
 // flow creates a flow on part (its id is minted until it hashes there).
@@ -116,8 +113,7 @@ func (f *fixture) inBacklog(member string) bool {
 func (f *fixture) request(batch int) *scannerapi.ScanRequest {
 	f.T.Helper()
 	now := scannertest.ServerNowMs(f.T, f.Valkey)
-	f.cycle++
-	return &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
+	return &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.NextCycle(), Batch: batch,
 		Candidates: scannertest.DueCandidates(f.T, f.Valkey, "cancel_backlog", keys.FlowPart(part).CancelBacklog(), now, batch)}
 }
 
@@ -132,10 +128,10 @@ type observed struct {
 
 func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, observed) {
 	f.T.Helper()
-	f.cb.Reset()
+	f.Counter.Reset()
 	res, err := s.ScanPartition(f.Ctx, nil, req)
 	require.NoError(f.T, err)
-	execs, fcalls := f.cb.Reset()
+	execs, fcalls := f.Counter.Reset()
 	errs := append([]scannerapi.ErrorCount(nil), res.Errors...)
 	sort.Slice(errs, func(i, j int) bool {
 		return string(errs[i].Class)+errs[i].Code < string(errs[j].Class)+errs[j].Code
@@ -152,7 +148,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) (*scan
 // costs nothing.
 func basicScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, cancelreconciler.Name)
+	s := m.Scanner(t, f.Counter, cancelreconciler.Name)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 
 	fid := f.flow("tenant-a")
@@ -232,7 +228,7 @@ func TestBasicLinkedAndPluginAgree(t *testing.T) {
 // fixed window) they are not.
 func headOfLineScenario(t *testing.T, m scannertest.Mode) []observed {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, cancelreconciler.Name)
+	s := m.Scanner(t, f.Counter, cancelreconciler.Name)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 	score := 1000
 	var foreign []keys.FlowID
@@ -304,7 +300,7 @@ func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
 func TestLargeFlowDrainsWithMore(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
+	s := pluginhost.Linked(cancelreconciler.New(), f.Counter)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"members_per_flow": "5"}))
 	fid := f.flow("ns")
 	var ids []keys.ExecutionID
@@ -335,7 +331,7 @@ func TestLargeFlowDrainsWithMore(t *testing.T) {
 func TestPoisonAndCorruptMembers(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
+	s := pluginhost.Linked(cancelreconciler.New(), f.Counter)
 	fid := f.flow("ns")
 	good := f.member(fid, "ns")
 	laneless := f.member(fid, "ns")
@@ -381,7 +377,7 @@ func errTotal(es []scannerapi.ErrorCount) int64 {
 func TestDryRun(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
+	s := pluginhost.Linked(cancelreconciler.New(), f.Counter)
 	fid := f.flow("ns")
 	eligible := f.member(fid, "ns")
 	completed := f.member(fid, "ns")
@@ -408,7 +404,7 @@ func TestDryRun(t *testing.T) {
 func TestLookaheadCursorPassesManyStuckFlows(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(cancelreconciler.New(), f.cb)
+	s := pluginhost.Linked(cancelreconciler.New(), f.Counter)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a", "lookahead": "3"}))
 	for i := range 6 {
 		fid := f.flow("tenant-b")

@@ -133,7 +133,7 @@ func (sc *scan) readMembers(ctx context.Context, members []*member) []*member {
 	var toCancel []*member
 	for _, m := range toRead {
 		m := m
-		cmds := append([]scannerapi.Command{append(scannerapi.Command{"HMGET", keys.Exec(m.id).Core()}, scanutil.CancelCoreFields...)},
+		cmds := append([]scannerapi.Command{append(scannerapi.Command{"HMGET", keys.Exec(m.id).Core()}, scanutil.CancelCoreFields()...)},
 			sc.cfg.filter.ReadCommands(m.id)...)
 		b.Add(func(r []scannerapi.Reply) {
 			if sc.absorbCore(m, r) {

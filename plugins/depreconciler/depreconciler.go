@@ -103,8 +103,8 @@ func New() *Scanner {
 
 // Info implements scannerapi.Scanner.
 func (s *Scanner) Info() scannerapi.Info {
-	cmds := slices.Clone(depresolve.Commands)
-	for _, c := range append(slices.Clone(scannerapi.FilterCommands), "ZREM") {
+	cmds := depresolve.Commands()
+	for _, c := range append(scannerapi.FilterCommands(), "ZREM") {
 		if !slices.Contains(cmds, c) {
 			cmds = append(cmds, c)
 		}
@@ -127,8 +127,8 @@ func (s *Scanner) Info() scannerapi.Info {
 		// HGET, ZREM of invalid members.
 		Commands:       cmds,
 		KeyScopes:      []scannerapi.KeyScope{{Command: "ZREM", Patterns: []string{src.KeyPattern()}}},
-		Functions:      slices.Clone(depresolve.Functions),
-		FunctionScopes: slices.Clone(depresolve.FunctionScopes),
+		Functions:      depresolve.Functions(),
+		FunctionScopes: depresolve.FunctionScopes(),
 		Options:        scannerapi.FilterOptions(),
 	}
 }

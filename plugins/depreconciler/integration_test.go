@@ -38,15 +38,12 @@ func TestMain(m *testing.M) {
 // fixture is a server with the library, a client that builds flows, and
 // the host's part: the rotating candidate read and command execution.
 type fixture struct {
-	*scannertest.World
-	cb     *scannertest.Counter
-	cycle  uint64
+	*scannertest.Scenario
 	cursor map[string]int
 }
 
 func newFixture(t *testing.T) *fixture {
-	w := scannertest.StartWorld(t, client.Options{Partitions: parts})
-	return &fixture{World: w, cb: scannertest.NewCounter(scannertest.Callbacks(w.Valkey)), cursor: map[string]int{}}
+	return &fixture{Scenario: scannertest.StartScenario(t, client.Options{Partitions: parts}), cursor: map[string]int{}}
 }
 
 // flowIn creates a flow homed on p (and so are its members).
@@ -139,19 +136,11 @@ func (f *fixture) request(batch int) *scannerapi.ScanRequest {
 	} else {
 		f.cursor[key] = start + batch
 	}
-	f.cycle++
-	req := &scannerapi.ScanRequest{Scanner: depreconciler.Name, Partition: part, NowMs: f.NowMs(), Cycle: f.cycle, Batch: batch, Lanes: []string{lane}}
+	req := &scannerapi.ScanRequest{Scanner: depreconciler.Name, Partition: part, NowMs: f.NowMs(), Cycle: f.NextCycle(), Batch: batch, Lanes: []string{lane}}
 	for _, z := range zs {
 		req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "blocked_dependencies", Key: key, Lane: lane, Member: z.Member, Score: z.Score})
 	}
 	return req
-}
-
-func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
-	f.T.Helper()
-	res, err := s.ScanPartition(f.Ctx, nil, req)
-	require.NoError(f.T, err)
-	return res
 }
 
 // The main scenario of 8.3, with no completion listener running: a child
@@ -161,7 +150,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 // foreign members are handled.
 func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, depreconciler.Name)
+	s := m.Scanner(t, f.Counter, depreconciler.Name)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	ok := f.chain(fid, 3)    // A -> B -> C
@@ -180,9 +169,9 @@ func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	require.Equal(t, "waiting_children", f.state(ok[1]), "no listener: the push never happened")
 
 	var o scannertest.Observation
-	f.cb.Reset()
-	res := f.scan(s, f.request(50))
-	o.Add(f.cb, res)
+	f.Counter.Reset()
+	res := f.Scan(s, f.request(50))
+	o.Add(f.Counter, res)
 	// A->B satisfied, D->E impossible (E skipped) and, cascaded, E->G
 	// impossible (G skipped), H->J satisfied.
 	assert.Equal(t, int64(4), res.Processed, "%+v", res)
@@ -208,8 +197,8 @@ func mainScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 
 	// I finishes: the next pass releases J, nothing else changes.
 	f.succeed(i)
-	res = f.scan(s, f.request(50))
-	o.Add(f.cb, res)
+	res = f.Scan(s, f.request(50))
+	o.Add(f.Counter, res)
 	assert.Equal(t, int64(1), res.Processed, "%+v", res)
 	assert.Equal(t, "waiting", f.state(j))
 	assert.True(t, f.eligible(j))
@@ -225,7 +214,7 @@ func TestMainLinkedAndPluginAgree(t *testing.T) {
 // does not keep a newer resolvable child waiting: the window moves on.
 func rotationScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, depreconciler.Name)
+	s := m.Scanner(t, f.Counter, depreconciler.Name)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	old := f.chain(fid, 2)
@@ -237,8 +226,8 @@ func rotationScenario(t *testing.T, m scannertest.Mode) scannertest.Observation 
 	var o scannertest.Observation
 	scans := 0
 	for ; scans < 3 && !f.eligible(fresh[1]); scans++ {
-		res := f.scan(s, f.request(1))
-		o.Add(f.cb, res)
+		res := f.Scan(s, f.request(1))
+		o.Add(f.Counter, res)
 	}
 	assert.True(t, f.eligible(fresh[1]))
 	assert.LessOrEqual(t, scans, 2)
@@ -256,7 +245,7 @@ func TestRotationLinkedAndPluginAgree(t *testing.T) {
 // batch, and are backed off after three failing scans.
 func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, depreconciler.Name)
+	s := m.Scanner(t, f.Counter, depreconciler.Name)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{}))
 	fid := f.flowIn(part, "")
 	a := f.chain(fid, 2)
@@ -273,8 +262,8 @@ func poisonScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 		if n == 1 {
 			f.succeed(good[0])
 		}
-		res := f.scan(s, f.request(50))
-		o.Add(f.cb, res)
+		res := f.Scan(s, f.request(50))
+		o.Add(f.Counter, res)
 		errs = append(errs, res.ErrorTotal())
 		skipped = append(skipped, res.Skipped)
 	}
@@ -294,7 +283,7 @@ func TestPoisonLinkedAndPluginAgree(t *testing.T) {
 func TestFilterAppliesToDownstream(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(depreconciler.New(), f.cb)
+	s := pluginhost.Linked(depreconciler.New(), f.Counter)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 	mine := f.flowIn(part, "tenant-a")
 	theirs := f.flowIn(part, "tenant-b")
@@ -304,7 +293,7 @@ func TestFilterAppliesToDownstream(t *testing.T) {
 	f.edge(theirs, th[0], th[1])
 	f.succeed(m[0])
 	f.succeed(th[0])
-	res := f.scan(s, f.request(50))
+	res := f.Scan(s, f.request(50))
 	assert.Equal(t, int64(1), res.Processed, "%+v", res)
 	assert.Equal(t, int64(1), res.Skipped)
 	assert.True(t, f.eligible(m[1]))
@@ -315,16 +304,16 @@ func TestFilterAppliesToDownstream(t *testing.T) {
 func TestDryRun(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(depreconciler.New(), f.cb)
+	s := pluginhost.Linked(depreconciler.New(), f.Counter)
 	fid := f.flowIn(part, "")
 	c := f.chain(fid, 2)
 	f.succeed(c[0])
 	f.Do("ZADD", f.blockedKey(), "1", "garbage")
-	f.cb.Reset()
+	f.Counter.Reset()
 	req := f.request(50)
 	req.DryRun = true
-	res := f.scan(s, req)
-	_, fcalls := f.cb.Reset()
+	res := f.Scan(s, req)
+	_, fcalls := f.Counter.Reset()
 	assert.Zero(t, fcalls)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrInvalid, Code: "invalid_member", Count: 1}}, res.Errors)
@@ -340,7 +329,7 @@ func TestDryRun(t *testing.T) {
 func TestFullWindowSaysMore(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(depreconciler.New(), f.cb)
+	s := pluginhost.Linked(depreconciler.New(), f.Counter)
 	fid := f.flowIn(part, "")
 	var kids []keys.ExecutionID
 	for range 3 {
@@ -348,12 +337,12 @@ func TestFullWindowSaysMore(t *testing.T) {
 		f.succeed(c[0])
 		kids = append(kids, c[1])
 	}
-	res := f.scan(s, f.request(2))
+	res := f.Scan(s, f.request(2))
 	assert.Equal(t, int64(2), res.Processed)
 	assert.True(t, res.More)
 	var total int64
 	for n := 0; n < 2; n++ {
-		res = f.scan(s, f.request(2))
+		res = f.Scan(s, f.request(2))
 		total += res.Processed
 		assert.False(t, res.More)
 	}

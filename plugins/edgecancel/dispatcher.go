@@ -165,7 +165,7 @@ func (d *dispatch) readSiblings(ctx context.Context, host scannerapi.Host, group
 				if !sb.core.BadReply && !sb.core.Exists {
 					sb.out = scanutil.CancelResult{Kind: scanutil.CancelNotFound, Code: scanutil.CodeExecutionNotFound}
 				}
-			}, append(scannerapi.Command{"HMGET", keys.Exec(sb.id).Core()}, scanutil.CancelCoreFields...))
+			}, append(scannerapi.Command{"HMGET", keys.Exec(sb.id).Core()}, scanutil.CancelCoreFields()...))
 		}
 	}
 	return b.Exec(ctx, host)

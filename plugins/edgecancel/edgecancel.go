@@ -310,7 +310,7 @@ func functionScopes(functions []string) []scannerapi.FunctionScope {
 			out = append(out, scanutil.CancelScope())
 			continue
 		}
-		t := tuple{flow: keys.FlowIDFrom(scanutil.AnyUUID), downstream: scanutil.AnyExecution()}
+		t := tuple{flow: keys.FlowIDFrom(scanutil.AnyUUID()), downstream: scanutil.AnyExecution()}
 		out = append(out, scannerapi.FunctionScope{Function: fn,
 			Patterns: scanutil.ScopePatterns(nil, groupKeys(keys.Partition{Family: keys.FamilyFlow}, t)...)})
 	}

@@ -7,13 +7,15 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func num(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
-func arr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
+// The kit's reply builders, by the short names the tables use.
+var (
+	str = scannertest.Str
+	num = scannertest.Int
+	arr = scannertest.Array
+)
 
 func TestClassifyMember(t *testing.T) {
 	t.Parallel()

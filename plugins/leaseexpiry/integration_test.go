@@ -29,14 +29,11 @@ const lane = "default"
 // fixture plants executions and leases with the library's own functions,
 // and plays the host's part: candidate fetch and command execution.
 type fixture struct {
-	*scannertest.World
-	cb    *scannertest.Counter
-	cycle uint64
+	*scannertest.Scenario
 }
 
 func newFixture(t *testing.T) *fixture {
-	w := scannertest.StartWorld(t, client.Options{})
-	return &fixture{World: w, cb: scannertest.NewCounter(scannertest.Callbacks(w.Valkey))}
+	return &fixture{Scenario: scannertest.StartScenario(t, client.Options{})}
 }
 
 func (f *fixture) fcall(fn string, ks []string, args ...string) scannerapi.FunctionReply {
@@ -113,16 +110,8 @@ func (f *fixture) inIndex(member string) bool {
 func (f *fixture) request(batch int) *scannerapi.ScanRequest {
 	f.T.Helper()
 	now := scannertest.ServerNowMs(f.T, f.Valkey)
-	f.cycle++
-	return &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.cycle, Batch: batch,
+	return &scannerapi.ScanRequest{Partition: part, NowMs: now, Cycle: f.NextCycle(), Batch: batch,
 		Candidates: scannertest.DueCandidates(f.T, f.Valkey, "lease_expiry", keys.FlowPart(part).LeaseExpiry(), now, batch)}
-}
-
-func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scannerapi.ScanResult {
-	f.T.Helper()
-	res, err := s.ScanPartition(f.Ctx, nil, req)
-	require.NoError(f.T, err)
-	return res
 }
 
 // The main scenario of §7.1: an expired lease is marked, a lease renewed
@@ -131,7 +120,7 @@ func (f *fixture) scan(s scannerapi.Scanner, req *scannerapi.ScanRequest) *scann
 // a marked lease is not re-FCALLed on the next scan.
 func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, leaseexpiry.Name)
+	s := m.Scanner(t, f.Counter, leaseexpiry.Name)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"namespace": "tenant-a"}))
 
 	expired := f.create("tenant-a")
@@ -158,11 +147,11 @@ func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	// the old entry.
 	req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "lease_expiry",
 		Key: keys.FlowPart(part).LeaseExpiry(), Member: renewed.String(), Score: staleScore})
-	f.cb.Reset()
+	f.Counter.Reset()
 
 	var out scannertest.Observation
-	res := f.scan(s, req)
-	execs, fcalls := f.cb.Reset()
+	res := f.Scan(s, req)
+	execs, fcalls := f.Counter.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, timeless(t, res)), append(out.FCalls, fcalls), append(out.Execs, execs)
 
 	assert.Equal(t, int64(1), res.Processed, "%+v", res)
@@ -184,15 +173,15 @@ func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 
 	// Next cycle: the mark is read back (already_expired) with one FCALL,
 	// and only then remembered; a mark is never trusted unread.
-	res = f.scan(s, f.request(50))
-	execs, fcalls = f.cb.Reset()
+	res = f.Scan(s, f.request(50))
+	execs, fcalls = f.Counter.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, timeless(t, res)), append(out.FCalls, fcalls), append(out.Execs, execs)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, 1, fcalls, "%+v", res)
 
 	// The cycle after: the marked lease is known stuck: no FCALL for it.
-	res = f.scan(s, f.request(50))
-	execs, fcalls = f.cb.Reset()
+	res = f.Scan(s, f.request(50))
+	execs, fcalls = f.Counter.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, timeless(t, res)), append(out.FCalls, fcalls), append(out.Execs, execs)
 	assert.Equal(t, int64(0), res.Processed)
 	assert.Equal(t, 0, fcalls, "%+v", res)
@@ -207,14 +196,14 @@ func basicScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 func TestLostMarkIsMarkedAgain(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.Counter)
 	require.NoError(t, s.Configure(f.Ctx, nil))
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
 	f.waitDue()
 	score := f.score(id.String())
 
-	res := f.scan(s, f.request(10))
+	res := f.Scan(s, f.request(10))
 	require.Equal(t, int64(1), res.Processed)
 	require.Equal(t, "lease_expired_reclaimable", f.owner(id))
 
@@ -222,7 +211,7 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 	f.Do("HSET", keys.Exec(id).Core(), "ownership_state", "leased")
 	require.Equal(t, score, f.score(id.String()))
 
-	res = f.scan(s, f.request(10))
+	res = f.Scan(s, f.request(10))
 	assert.Equal(t, int64(1), res.Processed, "marked again: %+v", res)
 	assert.Equal(t, "lease_expired_reclaimable", f.owner(id))
 
@@ -230,11 +219,11 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 	// losing the mark then is found within stuckTTL cycles at worst, and
 	// at once after a failed callback (the memory is dropped). Here: read
 	// back, remembered, then lost again and re-verified after a failure.
-	res = f.scan(s, f.request(10))
+	res = f.Scan(s, f.request(10))
 	assert.Equal(t, int64(0), res.Processed)
-	f.cb.Reset()
-	f.scan(s, f.request(10))
-	_, fcalls := f.cb.Reset()
+	f.Counter.Reset()
+	f.Scan(s, f.request(10))
+	_, fcalls := f.Counter.Reset()
 	assert.Zero(t, fcalls, "remembered after it was read back")
 	f.Do("HSET", keys.Exec(id).Core(), "ownership_state", "leased")
 	failing := scannerapi.HostFunc(func(context.Context, []scannerapi.Command) ([]scannerapi.Reply, error) {
@@ -244,7 +233,7 @@ func TestLostMarkIsMarkedAgain(t *testing.T) {
 	req.Candidates = append(req.Candidates, scannerapi.Candidate{Source: "lease_expiry", Key: keys.FlowPart(part).LeaseExpiry(), Member: "garbage", Score: 1})
 	_, err := s.ScanPartition(f.Ctx, failing, req)
 	require.Error(t, err, "a scan whose only callback failed fails")
-	res = f.scan(s, f.request(10))
+	res = f.Scan(s, f.request(10))
 	assert.Equal(t, int64(1), res.Processed, "the memory was dropped with the failed callback: %+v", res)
 	assert.Equal(t, "lease_expired_reclaimable", f.owner(id))
 }
@@ -264,7 +253,7 @@ func TestBasicLinkedAndPluginAgree(t *testing.T) {
 // off (FlowFabric's behaviour) they are not.
 func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observation {
 	f := newFixture(t)
-	s := m.Scanner(t, f.cb, leaseexpiry.Name)
+	s := m.Scanner(t, f.Counter, leaseexpiry.Name)
 	var stuck []keys.ExecutionID
 	for i := 0; i < 8; i++ {
 		id := f.create("ns")
@@ -273,7 +262,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 	}
 	f.waitDue()
 	for i := 0; i < 3; i++ { // mark them; batch 5 with look-ahead marks all
-		f.scan(s, f.request(5))
+		f.Scan(s, f.request(5))
 	}
 	for _, id := range stuck {
 		require.Equal(t, "lease_expired_reclaimable", f.owner(id))
@@ -285,7 +274,7 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 		fresh = append(fresh, id)
 	}
 	f.waitDue()
-	f.cb.Reset()
+	f.Counter.Reset()
 
 	var out scannertest.Observation
 	req := f.request(5)
@@ -294,8 +283,8 @@ func headOfLineScenario(t *testing.T, m scannertest.Mode) scannertest.Observatio
 			require.NotEqual(t, id.String(), c.Member, "the host's window holds only stuck entries")
 		}
 	}
-	res := f.scan(s, req)
-	execs, fcalls := f.cb.Reset()
+	res := f.Scan(s, req)
+	execs, fcalls := f.Counter.Reset()
 	out.Results, out.FCalls, out.Execs = append(out.Results, timeless(t, res)), append(out.FCalls, fcalls), append(out.Execs, execs)
 	assert.Equal(t, int64(3), res.Processed, "%+v", res)
 	assert.Equal(t, 3, fcalls, "only the fresh leases are FCALLed")
@@ -324,7 +313,7 @@ func TestHeadOfLineLinkedAndPluginAgree(t *testing.T) {
 func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.Counter)
 	require.NoError(t, s.Configure(f.Ctx, map[string]string{"lookahead": "12"}))
 	var ids []keys.ExecutionID
 	for i := 0; i < 30; i++ {
@@ -336,7 +325,7 @@ func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 	total := int64(0)
 	scans := 0
 	for ; scans < 10 && total < 30; scans++ {
-		res := f.scan(s, f.request(3))
+		res := f.Scan(s, f.request(3))
 		total += res.Processed
 		if total < 30 {
 			assert.True(t, res.More, "scan %d: still finding work", scans)
@@ -349,12 +338,12 @@ func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 	}
 	// The marks are read back (already_expired) and remembered within a
 	// few scans; from then on stuck entries cost nothing.
-	f.cb.Reset()
+	f.Counter.Reset()
 	var res *scannerapi.ScanResult
 	fcalls := -1
 	for i := 0; i < 5 && fcalls != 0; i++ {
-		res = f.scan(s, f.request(3))
-		_, fcalls = f.cb.Reset()
+		res = f.Scan(s, f.request(3))
+		_, fcalls = f.Counter.Reset()
 		assert.Zero(t, res.Processed)
 	}
 	assert.False(t, res.More, "only stuck entries left: no rescan")
@@ -365,16 +354,16 @@ func TestDeepBurstDrainsThroughCursor(t *testing.T) {
 func TestDryRun(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.Counter)
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
 	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", "garbage")
 	f.waitDue()
-	f.cb.Reset()
+	f.Counter.Reset()
 	req := f.request(50)
 	req.DryRun = true
-	res := f.scan(s, req)
-	_, fcalls := f.cb.Reset()
+	res := f.Scan(s, req)
+	_, fcalls := f.Counter.Reset()
 	assert.Equal(t, 0, fcalls)
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Contains(t, res.Notes, fmt.Sprintf("would mark %s expired", id))
@@ -388,7 +377,7 @@ func TestDryRun(t *testing.T) {
 func TestPoisonEntryBacksOff(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.Counter)
 	poison, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
 	f.Do("SET", keys.Exec(poison).Core(), "not a hash")
@@ -399,7 +388,7 @@ func TestPoisonEntryBacksOff(t *testing.T) {
 
 	var errs []int64
 	for i := 0; i < 5; i++ {
-		res := f.scan(s, f.request(50))
+		res := f.Scan(s, f.request(50))
 		errs = append(errs, res.ErrorTotal())
 		if i == 0 {
 			assert.Equal(t, int64(1), res.Processed, "the poison entry does not block the good one")
@@ -424,14 +413,14 @@ func modes() []scannertest.Mode {
 func TestForeignMemberRemoved(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.Counter)
 	other := keys.Partition{Family: keys.FamilyFlow, Index: part.Index + 1}
 	foreign, err := keys.ExecutionIDIn(other, keys.NewUUID())
 	require.NoError(t, err)
 	f.Do("ZADD", keys.FlowPart(part).LeaseExpiry(), "1", foreign.String())
-	f.cb.Reset()
-	res := f.scan(s, f.request(50))
-	_, fcalls := f.cb.Reset()
+	f.Counter.Reset()
+	res := f.Scan(s, f.request(50))
+	_, fcalls := f.Counter.Reset()
 	assert.Zero(t, fcalls)
 	assert.Equal(t, []scannerapi.ErrorCount{{Class: scannerapi.ErrInvalid, Code: "foreign_member", Count: 1}}, res.Errors)
 	assert.False(t, f.inIndex(foreign.String()), "foreign member removed")
@@ -456,28 +445,28 @@ func (f *fixture) waitDue() {
 func TestMarkedLeasesAreSettledNotBacklog(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.Counter)
 	require.NoError(t, s.Configure(f.Ctx, nil))
 	for range 5 {
 		f.claim(f.create("ns"), 20*time.Millisecond)
 	}
 	f.waitDue()
 
-	res := f.scan(s, f.request(50))
+	res := f.Scan(s, f.request(50))
 	require.Equal(t, int64(5), res.Processed)
 	assert.Zero(t, res.Settled, "a mark is not settled before it is read back")
 	assert.True(t, res.HasLag)
 	assert.Positive(t, res.Lag, "they were due before they were marked")
 
-	res = f.scan(s, f.request(50))
+	res = f.Scan(s, f.request(50))
 	assert.Zero(t, res.Processed)
 	assert.Equal(t, int64(5), res.Settled, "read back: settled")
 	assert.True(t, res.HasLag)
 	assert.Zero(t, res.Lag, "nothing left to do")
 
-	f.cb.Reset()
-	res = f.scan(s, f.request(50))
-	_, fcalls := f.cb.Reset()
+	f.Counter.Reset()
+	res = f.Scan(s, f.request(50))
+	_, fcalls := f.Counter.Reset()
 	assert.Zero(t, fcalls)
 	assert.Equal(t, int64(5), res.Settled)
 	assert.Zero(t, res.Lag)
@@ -485,7 +474,7 @@ func TestMarkedLeasesAreSettledNotBacklog(t *testing.T) {
 	// A new expiry is work again, and is the lag.
 	f.claim(f.create("ns"), 20*time.Millisecond)
 	f.waitDue()
-	res = f.scan(s, f.request(50))
+	res = f.Scan(s, f.request(50))
 	assert.Equal(t, int64(1), res.Processed)
 	assert.Equal(t, int64(5), res.Settled)
 	assert.Positive(t, res.Lag)
@@ -515,14 +504,14 @@ func timeless(t *testing.T, res *scannerapi.ScanResult) *scannerapi.ScanResult {
 func TestMarkStoppedAtAMigratedKeyIsCountedOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := pluginhost.Linked(leaseexpiry.New(), f.cb)
+	s := pluginhost.Linked(leaseexpiry.New(), f.Counter)
 	require.NoError(t, s.Configure(f.Ctx, nil))
 	id := f.create("ns")
 	f.claim(id, 100*time.Millisecond)
 	f.waitDue()
 
 	stopped := scannerapi.HostFunc(func(ctx context.Context, cmds []scannerapi.Command) ([]scannerapi.Reply, error) {
-		replies, err := f.cb.Exec(ctx, leaseexpiry.Name, cmds)
+		replies, err := f.Counter.Exec(ctx, leaseexpiry.Name, cmds)
 		if err != nil {
 			return nil, err
 		}
@@ -542,9 +531,9 @@ func TestMarkStoppedAtAMigratedKeyIsCountedOnce(t *testing.T) {
 	assert.Equal(t, "non_local_key", res.Errors[0].Code)
 	require.Equal(t, "lease_expired_reclaimable", f.owner(id), "the call marked it before it stopped")
 
-	res = f.scan(s, f.request(10))
+	res = f.Scan(s, f.request(10))
 	assert.Equal(t, int64(1), res.Processed, "already_expired after the stopped call: its mark: %+v", res)
 	assert.Zero(t, res.Skipped)
-	res = f.scan(s, f.request(10))
+	res = f.Scan(s, f.request(10))
 	assert.Zero(t, res.Processed, "counted once: %+v", res)
 }

@@ -14,7 +14,7 @@ import (
 // calls that pass it.
 func functionScope(fn, source string) scannerapi.FunctionScope {
 	ek, pk := keys.Exec(scanutil.AnyExecution()), keys.FlowPart(keys.Partition{Family: keys.FamilyFlow})
-	idx, lane, wp, worker := scanutil.AnyIndex, scanutil.AnyLane, scanutil.AnyUUID, scanutil.AnyName
+	idx, lane, wp, worker := scanutil.AnyIndex, scanutil.AnyLane, scanutil.AnyUUID(), scanutil.AnyName
 	var ks []string
 	withSource := false
 	switch fn {

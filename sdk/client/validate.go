@@ -37,17 +37,21 @@ type Limits struct {
 	MaxReasonBytes         int // cancel/fail reasons; default 4096
 }
 
-// DefaultLimits are the limits used for zero fields of Options.Limits.
-var DefaultLimits = Limits{
-	MaxPayloadBytes:        4 << 20,
-	MaxTags:                256,
-	MaxTagBytes:            64 << 10,
-	MaxIdempotencyKeyBytes: 256,
-	MaxReasonBytes:         4096,
+// DefaultLimits returns the limits used for zero fields of
+// Options.Limits. It is a function, not a variable, so no code linked
+// into the process can change every client's defaults.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxPayloadBytes:        4 << 20,
+		MaxTags:                256,
+		MaxTagBytes:            64 << 10,
+		MaxIdempotencyKeyBytes: 256,
+		MaxReasonBytes:         4096,
+	}
 }
 
 func (l Limits) withDefaults() Limits {
-	d := DefaultLimits
+	d := DefaultLimits()
 	if l.MaxPayloadBytes > 0 {
 		d.MaxPayloadBytes = l.MaxPayloadBytes
 	}

@@ -40,6 +40,7 @@ package depresolve
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -48,10 +49,15 @@ import (
 
 // Commands and Functions are what a Resolver sends. A scanner that uses it
 // declares them in its scannerapi.Info (Commands, Functions) so the host
-// lets them through.
+// lets them through. Each call returns a new slice, the caller's to keep.
+func Commands() []string { return slices.Clone(commands) }
+
+// Functions: see Commands.
+func Functions() []string { return slices.Clone(functions) }
+
 var (
-	Commands  = []string{"TIME", "HGET", "HMGET", "SMEMBERS"}
-	Functions = []string{"ff_resolve_dependency", "ff_promote_blocked_to_eligible"}
+	commands  = []string{"TIME", "HGET", "HMGET", "SMEMBERS"}
+	functions = []string{"ff_resolve_dependency", "ff_promote_blocked_to_eligible"}
 )
 
 // Executor runs commands pipelined and returns one reply per command, in

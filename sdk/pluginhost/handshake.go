@@ -17,15 +17,15 @@ import (
 
 // Handshake is the go-plugin handshake every plugin answers (scannerapi.Serve
 // does), with this SDK's newest contract version. Launch offers
-// scannerapi.MinAPIVersion to scannerapi.APIVersion (go-plugin's
+// MinAPIVersion to scannerapi.APIVersion (go-plugin's
 // VersionedPlugins); a plugin answers with the version its scanners
 // declare. A test that fakes a plugin of another version answers it with
-// its own ProtocolVersion.
-var Handshake = func() plugin.HandshakeConfig {
-	hs := wire.Handshake
+// its own ProtocolVersion. Each call returns a new value.
+func Handshake() plugin.HandshakeConfig {
+	hs := wire.Handshake()
 	hs.ProtocolVersion = scannerapi.APIVersion
 	return hs
-}()
+}
 
 // hostPluginSets is the host side's VersionedPlugins: every supported
 // contract version. All versions share one wire protocol (the proto only
@@ -33,7 +33,7 @@ var Handshake = func() plugin.HandshakeConfig {
 // which the host looks up with the negotiated version (see LiveConfigure).
 func hostPluginSets(p plugin.Plugin) map[int]plugin.PluginSet {
 	out := map[int]plugin.PluginSet{}
-	for v := scannerapi.MinAPIVersion; v <= scannerapi.APIVersion; v++ {
+	for v := MinAPIVersion; v <= scannerapi.APIVersion; v++ {
 		out[v] = plugin.PluginSet{wire.PluginName: p}
 	}
 	return out
@@ -119,5 +119,5 @@ func apiVersionError(path string, err error) error {
 		return nil
 	}
 	v, _ := strconv.Atoi(m[1])
-	return &APIVersionError{Path: path, Plugin: v, Min: scannerapi.MinAPIVersion, Max: scannerapi.APIVersion, Detail: err.Error()}
+	return &APIVersionError{Path: path, Plugin: v, Min: MinAPIVersion, Max: scannerapi.APIVersion, Detail: err.Error()}
 }

@@ -238,7 +238,7 @@ func (l *launch) clientConfig() *plugin.ClientConfig {
 		secure = &plugin.SecureConfig{Checksum: l.cfg.Checksum, Hash: sha256.New()}
 	}
 	return &plugin.ClientConfig{
-		HandshakeConfig:  Handshake,
+		HandshakeConfig:  Handshake(),
 		VersionedPlugins: hostPluginSets(&grpcPlugin{}),
 		RunnerFunc:       l.runner,
 		SecureConfig:     secure,

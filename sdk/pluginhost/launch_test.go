@@ -484,7 +484,7 @@ func runHelper(mode string) {
 	case "exec":
 		cmd := exec.Command(plugin)
 		cmd.Env = []string{
-			pluginhost.Handshake.MagicCookieKey + "=" + pluginhost.Handshake.MagicCookieValue,
+			pluginhost.Handshake().MagicCookieKey + "=" + pluginhost.Handshake().MagicCookieValue,
 			"PLUGIN_PROTOCOL_VERSIONS=" + strconv.Itoa(scannerapi.APIVersion),
 			"PLUGIN_MIN_PORT=10000", "PLUGIN_MAX_PORT=25000",
 			"TMPDIR=" + os.Getenv("TMPDIR"), // its socket goes where the test cleans

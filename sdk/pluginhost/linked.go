@@ -22,7 +22,7 @@ import (
 //     result becomes an empty one, empty slices become nil, and free-text
 //     fields are made valid UTF-8);
 //   - the context carries a logger named after the scanner if it carries
-//     none (see scannerapi.WithLogger).
+//     none (see WithLogger).
 //
 // The host can then drive linked and launched scanners through the same
 // code path, and a benchmark or test compares like with like.

@@ -34,7 +34,7 @@ func launchArgs(t *testing.T, cb pluginhost.Callbacks, args ...string) (*pluginh
 // A plugin whose scanners were written against the oldest supported
 // version negotiates that version and works.
 func TestOlderCompatibleAPIVersionRuns(t *testing.T) {
-	require.Less(t, scannerapi.MinAPIVersion, scannerapi.APIVersion, "this test needs two supported versions")
+	require.Less(t, pluginhost.MinAPIVersion, scannerapi.APIVersion, "this test needs two supported versions")
 	cb := &echoCallbacks{}
 	p, err := launchArgs(t, cb, "-api-version", "1")
 	require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestIncompatibleAPIVersionIsRefused(t *testing.T) {
 	var verr *pluginhost.APIVersionError
 	require.True(t, errors.As(err, &verr), "got %v", err)
 	assert.Equal(t, 99, verr.Plugin)
-	assert.Equal(t, scannerapi.MinAPIVersion, verr.Min)
+	assert.Equal(t, pluginhost.MinAPIVersion, verr.Min)
 	assert.Equal(t, scannerapi.APIVersion, verr.Max)
 	assert.Contains(t, err.Error(), "speaks scanner API version 99; this host runs versions 1 to 2")
 	assert.Contains(t, err.Error(), "upgrade ffscan")

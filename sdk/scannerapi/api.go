@@ -54,12 +54,13 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/internal/wire"
 )
 
 // APIVersion is the newest version of this contract, the one a scanner
 // built with this SDK declares (Info.APIVersion = scannerapi.APIVersion).
 // The go-plugin handshake carries it: the host offers every version from
-// MinAPIVersion to APIVersion, the plugin answers with the version its
+// pluginhost.MinAPIVersion to APIVersion, the plugin answers with the version its
 // scanners declare, and a plugin outside that range is refused with an
 // error that names both sides' versions (pluginhost.APIVersionError).
 //
@@ -77,14 +78,10 @@ import (
 // fields) do not change the version; changes of meaning do.
 const APIVersion = 2
 
-// MinAPIVersion is the oldest contract version this SDK still runs: a host
-// built with it launches plugins built against any version from
-// MinAPIVersion to APIVersion, and Serve serves scanners that declare one
-// of them.
-const MinAPIVersion = 1
-
-// SupportsAPIVersion reports whether v is a contract version this SDK runs.
-func SupportsAPIVersion(v int) bool { return v >= MinAPIVersion && v <= APIVersion }
+// supportsAPIVersion reports whether v is a contract version this SDK
+// runs: from the oldest a host still launches (pluginhost.MinAPIVersion)
+// to APIVersion.
+func supportsAPIVersion(v int) bool { return v >= wire.MinAPIVersion && v <= APIVersion }
 
 // Scanner is what a plugin author implements. Methods may be called
 // concurrently for different partitions; implementations must be safe for
@@ -181,7 +178,7 @@ type KeyScope struct {
 // Allows reports whether key matches one of the scope's patterns.
 func (s KeyScope) Allows(key string) bool {
 	for _, p := range s.Patterns {
-		if MatchKeyPattern(p, key) {
+		if ok, _ := matchKeyPattern(p, key); ok {
 			return true
 		}
 	}
@@ -200,8 +197,10 @@ func (s FunctionScope) Allows(key string) bool {
 	return KeyScope{Patterns: s.Patterns}.Allows(key)
 }
 
-// MatchKeyPattern reports whether key matches pattern, where '*' matches
-// any run of characters and everything else is literal.
+// matchKeyPattern reports whether key matches pattern, where '*' matches
+// any run of characters and everything else is literal, and counts the
+// steps it took (byte comparisons and table entries), which its test
+// bounds.
 //
 // It runs in time linear in the lengths of both: a host matches every key
 // a plugin sends against patterns the plugin declared, and a
@@ -210,13 +209,6 @@ func (s FunctionScope) Allows(key string) bool {
 // found left to right, each at its first occurrence after the previous
 // one (which is where any match can place it), by a Knuth-Morris-Pratt
 // search that never looks at a byte of the key twice.
-func MatchKeyPattern(pattern, key string) bool {
-	ok, _ := matchKeyPattern(pattern, key)
-	return ok
-}
-
-// matchKeyPattern is MatchKeyPattern, also counting the steps it took
-// (byte comparisons and table entries), which its test bounds.
 func matchKeyPattern(pattern, key string) (bool, int) {
 	star := strings.IndexByte(pattern, '*')
 	if star < 0 {

@@ -80,15 +80,3 @@ var ErrNotExplained = errors.New("the scanner does not explain its decisions")
 func Explains(v Verdict, reason, format string, args ...any) *Explanation {
 	return &Explanation{Verdict: v, Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
-
-// ReadOnlyCommands are the commands an explanation may run through its
-// Host: reads only. A host serves an Explain call's batches through a
-// Host that refuses everything else (writes and FCALLs included), so a
-// bug in a scanner's Explain cannot change the store.
-var ReadOnlyCommands = map[string]bool{
-	"GET": true, "MGET": true, "EXISTS": true, "TYPE": true, "TIME": true,
-	"HGET": true, "HMGET": true, "HGETALL": true, "HEXISTS": true, "HLEN": true,
-	"ZSCORE": true, "ZRANGE": true, "ZCOUNT": true, "ZCARD": true, "ZRANK": true,
-	"SISMEMBER": true, "SMEMBERS": true, "SCARD": true, "SRANDMEMBER": true, "SSCAN": true,
-	"LRANGE": true, "LLEN": true, "XLEN": true,
-}

@@ -75,9 +75,9 @@ func (f Filter) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// FilterCommands are the commands a filtering scanner must declare in
-// Info.Commands.
-var FilterCommands = []string{"HGET"}
+// FilterCommands returns the commands a filtering scanner must declare
+// in Info.Commands: a new slice each call, the caller's to keep.
+func FilterCommands() []string { return []string{"HGET"} }
 
 // ReadCommands returns the reads that decide one execution: HGET of the
 // core's namespace and/or HGET of the tag. None for a no-op filter. Pass

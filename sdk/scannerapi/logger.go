@@ -8,11 +8,6 @@ import (
 	"github.com/ffscan/ffscan/sdk/internal/scancall"
 )
 
-// WithLogger returns a context that carries l for Logger.
-func WithLogger(ctx context.Context, l hclog.Logger) context.Context {
-	return scancall.WithLogger(ctx, l)
-}
-
 // Logger returns the logger a scanner method should log through: in a
 // plugin process it writes to stderr, where the host picks the lines up and
 // logs them with the scanner's name; linked in, it is the host's logger. It

@@ -8,13 +8,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func num(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
-func arr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
+// The kit's reply builders, by the short names the tables use.
+var (
+	str = scannertest.Str
+	num = scannertest.Int
+	arr = scannertest.Array
+)
 
 func TestFCall(t *testing.T) {
 	assert.Equal(t, scannerapi.Command{"FCALL", "ff_x", "2", "k1", "k2", "a", "b"},

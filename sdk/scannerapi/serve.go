@@ -18,6 +18,7 @@ import (
 	"github.com/ffscan/ffscan/sdk/internal/codec"
 	"github.com/ffscan/ffscan/sdk/internal/pb"
 	"github.com/ffscan/ffscan/sdk/internal/scancall"
+	"github.com/ffscan/ffscan/sdk/internal/storeepoch"
 	"github.com/ffscan/ffscan/sdk/internal/wire"
 )
 
@@ -69,7 +70,7 @@ func Serve(scanners ...Scanner) {
 		logger.Error("parent process is gone; exiting", "original_parent", ppid, "parent", os.Getppid())
 		os.Exit(3)
 	})
-	hs := wire.Handshake
+	hs := wire.Handshake()
 	hs.ProtocolVersion = uint(srv.apiVersion)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  hs,
@@ -246,7 +247,7 @@ func (s *pluginServer) Configure(ctx context.Context, req *pb.ConfigureRequest) 
 		return nil, err
 	}
 	defer scancall.Recover(req.GetScanner(), "Configure", &err)
-	if err := sc.Configure(WithLogger(ctx, log), req.GetOptions()); err != nil {
+	if err := sc.Configure(scancall.WithLogger(ctx, log), req.GetOptions()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return &pb.ConfigureResponse{}, nil
@@ -269,8 +270,8 @@ func (s *pluginServer) ScanPartition(ctx context.Context, req *pb.ScanPartitionR
 	defer scancall.Recover(name, "ScanPartition", &err) // runs first
 	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
 	sreq := scanRequestFromPB(name, req.GetRequest())
-	ObserveStoreEpoch(sreq.StoreEpoch)
-	res, err := sc.ScanPartition(WithLogger(ctx, log), host, sreq)
+	storeepoch.Observe(sreq.StoreEpoch)
+	res, err := sc.ScanPartition(scancall.WithLogger(ctx, log), host, sreq)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +301,7 @@ func (s *pluginServer) SampleBacklog(ctx context.Context, req *pb.SampleBacklogR
 		return &pb.SampleBacklogResponse{}, nil // not measured
 	}
 	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
-	depths, err := sampler.SampleBacklog(WithLogger(ctx, log), host, parts)
+	depths, err := sampler.SampleBacklog(scancall.WithLogger(ctx, log), host, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +395,7 @@ func (s *pluginServer) Explain(ctx context.Context, req *pb.ExplainRequest) (_ *
 	defer scancall.Recover(name, "Explain", &err) // runs first
 	host := &pluginHost{srv: s, scanner: name, callID: req.GetCallId()}
 	ereq := &ExplainRequest{Scan: *scanRequestFromPB(name, req.GetRequest()), ExecutionID: req.GetExecutionId()}
-	e, err := ex.Explain(WithLogger(ctx, log), host, ereq)
+	e, err := ex.Explain(scancall.WithLogger(ctx, log), host, ereq)
 	if err != nil {
 		return nil, err
 	}

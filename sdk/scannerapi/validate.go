@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/internal/wire"
 )
 
 // Bounds of what an Info declares. A host matches every key a plugin
@@ -21,7 +22,7 @@ const (
 )
 
 // ValidateInfo checks that an Info is complete and self-consistent: a valid
-// name, a supported APIVersion (MinAPIVersion..APIVersion), a known family, a positive interval and
+// name, a supported APIVersion (pluginhost.MinAPIVersion..APIVersion), a known family, a positive interval and
 // batch, well-formed sources (known kinds, keys under "ff:" that contain
 // "{p}"), upper-case command names (FCALL goes through Functions) and
 // unique, typed options. Serve refuses to serve, and a host
@@ -45,8 +46,8 @@ func invalid(name, format string, args ...any) error {
 
 // validateBasics checks the version, family, interval and batch.
 func validateBasics(in Info) error {
-	if !SupportsAPIVersion(in.APIVersion) {
-		return invalid(in.Name, "APIVersion is %d; this SDK supports %d to %d (set Info.APIVersion to scannerapi.APIVersion)", in.APIVersion, MinAPIVersion, APIVersion)
+	if !supportsAPIVersion(in.APIVersion) {
+		return invalid(in.Name, "APIVersion is %d; this SDK supports %d to %d (set Info.APIVersion to scannerapi.APIVersion)", in.APIVersion, wire.MinAPIVersion, APIVersion)
 	}
 	switch in.Family {
 	case keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota:

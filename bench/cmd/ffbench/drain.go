@@ -430,7 +430,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		}
 		pol, _ := callbacks.PolicyFromInfo(info, false)
 		host = svc.Bind(leaseexpiry.Name, pol)
-		if err := sc.Configure(scannerapi.WithLogger(ctx, b.log.Named(leaseexpiry.Name)), opts); err != nil {
+		if err := sc.Configure(pluginhost.WithLogger(ctx, b.log.Named(leaseexpiry.Name)), opts); err != nil {
 			return run, err
 		}
 	}
@@ -440,7 +440,7 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		Lanes:       []string{seed.DefaultLane},
 		Concurrency: b.concurrency,
 		CallTimeout: 30 * time.Second,
-		CallParent:  scannerapi.WithLogger(context.Background(), b.log.Named(leaseexpiry.Name)),
+		CallParent:  pluginhost.WithLogger(context.Background(), b.log.Named(leaseexpiry.Name)),
 		NoJitter:    true,
 	}, b.client, staticTarget{sc}, host, rec, b.log.Named("scheduler"))
 

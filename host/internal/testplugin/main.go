@@ -145,7 +145,7 @@ func main() {
 			os.Exit(3)
 		}()
 	case mode == "raw99":
-		hs := pluginhost.Handshake
+		hs := pluginhost.Handshake()
 		hs.ProtocolVersion = 99
 		plugin.Serve(&plugin.ServeConfig{
 			HandshakeConfig:  hs,

@@ -48,7 +48,7 @@ func (rawPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientCon
 }
 
 func serveRaw(version int) {
-	hs := wire.Handshake
+	hs := wire.Handshake()
 	hs.ProtocolVersion = uint(version)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  hs,

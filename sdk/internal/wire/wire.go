@@ -21,10 +21,13 @@ import (
 // offers every contract version it runs (go-plugin's VersionedPlugins),
 // a plugin answers with the version its scanners declare. The magic
 // cookie only keeps people from running a plugin binary by hand by
-// mistake (it is not a security measure).
-var Handshake = plugin.HandshakeConfig{
-	MagicCookieKey:   "FFSCAN_PLUGIN",
-	MagicCookieValue: "scanner-7c1d0e9a4f3b",
+// mistake (it is not a security measure). Each call returns a new value,
+// the caller's to set the version in.
+func Handshake() plugin.HandshakeConfig {
+	return plugin.HandshakeConfig{
+		MagicCookieKey:   "FFSCAN_PLUGIN",
+		MagicCookieValue: "scanner-7c1d0e9a4f3b",
+	}
 }
 
 // PluginName is the single plugin each binary serves under go-plugin; the

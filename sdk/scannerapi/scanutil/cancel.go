@@ -2,6 +2,7 @@ package scanutil
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 
 	"github.com/ffscan/ffscan/keys"
@@ -16,8 +17,11 @@ import (
 // CancelCoreFields are read (HMGET, in this order) from an execution's
 // core before its cancel: execution_id tells an existing core from a
 // missing one, the next four name the keys ff_cancel_execution needs, and
-// lifecycle_phase lets a dry run predict the outcome.
-var CancelCoreFields = []string{"execution_id", "lane_id", "current_attempt_index",
+// lifecycle_phase lets a dry run predict the outcome. Each call returns a
+// new slice, which the caller may append to.
+func CancelCoreFields() []string { return slices.Clone(cancelCoreFields) }
+
+var cancelCoreFields = []string{"execution_id", "lane_id", "current_attempt_index",
 	"current_waitpoint_id", "current_worker_instance_id", "lifecycle_phase"}
 
 // CancelCore is an execution's core as read with CancelCoreFields.
@@ -34,10 +38,10 @@ type CancelCore struct {
 // ParseCancelCore reads the HMGET reply of CancelCoreFields. A failed
 // command is the caller's business (check Reply.Failed first).
 func ParseCancelCore(r scannerapi.Reply) CancelCore {
-	if r.Kind != scannerapi.KindArray || len(r.Array) != len(CancelCoreFields) {
+	if r.Kind != scannerapi.KindArray || len(r.Array) != len(cancelCoreFields) {
 		return CancelCore{BadReply: true}
 	}
-	f := make([]string, len(CancelCoreFields))
+	f := make([]string, len(cancelCoreFields))
 	exists := false
 	for i, e := range r.Array {
 		s, ok := e.Text()
@@ -112,7 +116,7 @@ func CancelKeys(id keys.ExecutionID, c CancelCore) ([]string, error) {
 // calls it: the keys CancelKeys builds, for any execution of a flow
 // partition. A scanner that cancels declares it in Info.FunctionScopes.
 func CancelScope() scannerapi.FunctionScope {
-	ks, err := CancelKeys(AnyExecution(), CancelCore{Lane: AnyLane, Attempt: itoa(AnyIndex), Waitpoint: AnyUUID.String(), Worker: AnyName})
+	ks, err := CancelKeys(AnyExecution(), CancelCore{Lane: AnyLane, Attempt: itoa(AnyIndex), Waitpoint: AnyUUID().String(), Worker: AnyName})
 	if err != nil {
 		panic(err) // the placeholders are valid values
 	}

@@ -8,18 +8,18 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
-func rstr(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func rnum(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
-func rnull() scannerapi.Reply        { return scannerapi.Reply{Kind: scannerapi.KindNil} }
-func rarr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
-func rfail(class scannerapi.ErrorClass, msg string) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindError, Err: msg, ErrClass: class}
-}
+// The kit's reply builders, by the short names the tables use.
+var (
+	rstr  = scannertest.Str
+	rnum  = scannertest.Int
+	rnull = scannertest.Nil
+	rarr  = scannertest.Array
+	rfail = scannertest.Failed
+)
 
 const cancelEID = "{fp:5}:0b0c6a4e-5b1d-4c3e-9f00-3d2b1a0c9e8f"
 

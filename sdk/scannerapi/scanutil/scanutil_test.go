@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/sdk/internal/storeepoch"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
@@ -355,16 +356,16 @@ func TestZPosFreshSurvivesRemovals(t *testing.T) {
 // one, does not.
 func TestMemoryIsDroppedWhenTheStoreEpochChanges(t *testing.T) {
 	m := scanutil.NewMemory[int](10)
-	scannerapi.ObserveStoreEpoch(1000)
+	storeepoch.Observe(1000)
 	stored, _ := m.Remember(1, "a", 5, 1, 1, 0)
 	require.True(t, stored)
-	scannerapi.ObserveStoreEpoch(1000)
+	storeepoch.Observe(1000)
 	_, ok := m.Recall(1, "a", 5, 2)
 	assert.True(t, ok, "same epoch: kept")
-	scannerapi.ObserveStoreEpoch(1001)
+	storeepoch.Observe(1001)
 	_, ok = m.Recall(1, "a", 5, 2)
 	assert.False(t, ok, "new epoch: dropped")
-	scannerapi.ObserveStoreEpoch(0)
+	storeepoch.Observe(0)
 	m.Remember(1, "b", 5, 1, 2, 0)
 	_, ok = m.Recall(1, "b", 5, 3)
 	assert.True(t, ok, "epoch 0 (not tracked) changes nothing")

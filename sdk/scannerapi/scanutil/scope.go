@@ -11,10 +11,7 @@ import (
 // Placeholder values for ScopePatterns: build a call's keys with them in
 // place of the ids, lanes and indexes a real call takes, and each becomes
 // a '*' in the patterns. They are chosen never to occur in a real key.
-var (
-	// AnyUUID stands for any execution, flow, budget, quota, edge or
-	// waitpoint id.
-	AnyUUID = keys.UUID{0x5c, 0x0f, 0xe5, 0xc0, 0x5c, 0x0f, 0x4e, 0x5c, 0x80, 0x5c, 0x0f, 0xe5, 0xc0, 0x5c, 0x0f, 0xe5}
+const (
 	// AnyLane stands for any lane (it passes keys.ValidateLane).
 	AnyLane = "ffscan-scope-any-lane"
 	// AnyName stands for any other name in a key: a worker instance, a
@@ -24,10 +21,17 @@ var (
 	AnyIndex uint32 = 4294967295
 )
 
+// AnyUUID stands for any execution, flow, budget, quota, edge or
+// waitpoint id. It is a function, not a variable, so no code linked into
+// the process can change the placeholder under everyone's patterns.
+func AnyUUID() keys.UUID {
+	return keys.UUID{0x5c, 0x0f, 0xe5, 0xc0, 0x5c, 0x0f, 0x4e, 0x5c, 0x80, 0x5c, 0x0f, 0xe5, 0xc0, 0x5c, 0x0f, 0xe5}
+}
+
 // AnyExecution is an execution id of partition family flow made of
 // AnyUUID, for building the keys of an execution's calls.
 func AnyExecution() keys.ExecutionID {
-	id, err := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow}, AnyUUID)
+	id, err := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow}, AnyUUID())
 	if err != nil {
 		panic(err) // partition 0 of the flow family is always valid
 	}
@@ -45,7 +49,7 @@ var partitionTag = regexp.MustCompile(`\{(fp|b|q):[0-9]+\}`)
 // they scope, the patterns cannot drift from them. The result is sorted,
 // without repeats.
 func ScopePatterns(placeholders []string, ks ...string) []string {
-	pairs := []string{AnyUUID.String(), "*", AnyLane, "*", AnyName, "*", itoa(AnyIndex), "*"}
+	pairs := []string{AnyUUID().String(), "*", AnyLane, "*", AnyName, "*", itoa(AnyIndex), "*"}
 	for _, p := range placeholders {
 		pairs = append(pairs, p, "*")
 	}

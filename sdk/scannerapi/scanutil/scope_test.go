@@ -16,7 +16,7 @@ func TestScopePatternsFromKeyBuilders(t *testing.T) {
 	got := scanutil.ScopePatterns(nil,
 		ek.Core(), ek.Attempt(scanutil.AnyIndex), pk.LaneEligible(scanutil.AnyLane),
 		pk.WorkerLeases(scanutil.AnyName), pk.LeaseExpiry(), ek.Core(),
-		keys.BudgetIn(keys.Partition{Family: keys.FamilyBudget, Index: 3}, keys.BudgetIDFrom(scanutil.AnyUUID)).Definition())
+		keys.BudgetIn(keys.Partition{Family: keys.FamilyBudget, Index: 3}, keys.BudgetIDFrom(scanutil.AnyUUID())).Definition())
 	assert.Equal(t, []string{
 		"ff:attempt:{fp:*}:{fp:*}:*:*",
 		"ff:budget:{b:*}:*",
