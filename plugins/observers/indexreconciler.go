@@ -109,9 +109,7 @@ func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Hos
 	}
 	var checks []check
 	var reads scanutil.Batch
-	// Detect only: members that are not ids of this partition are counted
-	// and left.
-	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn}.Begin(ctx, req, res)
+	in := indexIntake.Begin(ctx, req, res)
 	for _, c := range req.Candidates {
 		id, v := in.Admit(c)
 		if v != scanutil.Take {
@@ -182,3 +180,8 @@ func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Hos
 	}
 	return res, nil
 }
+
+// indexIntake is the reconciler's rule for candidates, the scan's and
+// Explain's. Detect only: members that are not ids of this partition are
+// counted and left.
+var indexIntake = scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn}

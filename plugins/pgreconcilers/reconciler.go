@@ -115,19 +115,15 @@ func (r *Reconciler) Explain(_ context.Context, _ scannerapi.Host, req *scannera
 		return scannerapi.Explains(scannerapi.VerdictNothing, "not_a_candidate", "%s returns no row for it now", r.sp.candidates), nil
 	}
 	c := req.Scan.Candidates[0]
-	_, v, until := r.intake().Judge(c, req.Scan.Partition, req.Scan.Cycle)
-	switch v {
-	case scanutil.BackedOff:
-		e := scannerapi.Explains(scannerapi.VerdictSkips, "backed_off",
-			"backed off after %d failed calls in a row; tried again at cycle %d (now %d)", r.failures.Failures(c.Member), until, req.Scan.Cycle)
-		e.BackoffUntilCycle, e.DueAtMs = until, int64(c.Score)
-		return e, nil
-	case scanutil.Take:
-		e := scannerapi.Explains(scannerapi.VerdictActs, r.sp.action, "%s returns %s: the next scan calls %s for it", r.sp.candidates, c.Member, r.sp.action)
-		e.DueAtMs = int64(c.Score)
+	if _, e := r.intake().Explain(c, &req.Scan); e != nil {
+		if e.Reason == "backed_off" {
+			e.DueAtMs = int64(c.Score)
+		}
 		return e, nil
 	}
-	return scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "candidate %q has not the form %s expects", c.Member, r.sp.action), nil
+	e := scannerapi.Explains(scannerapi.VerdictActs, r.sp.action, "%s returns %s: the next scan calls %s for it", r.sp.candidates, c.Member, r.sp.action)
+	e.DueAtMs = int64(c.Score)
+	return e, nil
 }
 
 // chunk bounds the PGCALLs of one callback.
