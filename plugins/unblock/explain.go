@@ -2,7 +2,6 @@ package unblock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
@@ -26,16 +25,32 @@ func (s *Scanner) Explain(ctx context.Context, host scannerapi.Host, req *scanne
 	r := req.Scan
 	r.DryRun, r.Candidates = true, []scannerapi.Candidate{c}
 	sc := s.newScan(ctx, &r)
-	sc.ex = &scannerapi.Explanation{}
-	sc.toRead = []*item{{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id}}
-	if err := sc.readPartitions(ctx, host); err != nil {
+	sc.ex = &explaining{}
+	sc.next.read = []*item{{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id}}
+	if err := sc.run(ctx, host, "explain reads"); err != nil {
 		return nil, err
-	}
-	if _, err := scanutil.Waves(ctx, host, 0, sc.build); err != nil {
-		return nil, fmt.Errorf("explain reads: %w", err)
 	}
 	if sc.ex.Verdict == "" {
 		return scannerapi.Explains(scannerapi.VerdictNothing, "undecided", "the scan reached no decision for it"), nil
 	}
-	return sc.ex, nil
+	return &sc.ex.Explanation, nil
+}
+
+// explaining is what a scan run by Explain keeps: the first verdict its
+// decisions reach for the one entry, and what they found inconsistent.
+// Its methods do nothing on nil, in a scan.
+type explaining struct{ scannerapi.Explanation }
+
+// say records the verdict, unless one was reached before.
+func (x *explaining) say(v scannerapi.Verdict, reason, format string, args ...any) {
+	if x != nil && x.Verdict == "" {
+		x.Explanation = *scannerapi.Explains(v, reason, format, args...)
+	}
+}
+
+// inconsistent adds what the scan found inconsistent in the store.
+func (x *explaining) inconsistent(what string) {
+	if x != nil {
+		x.Inconsistent = append(x.Inconsistent, what)
+	}
 }
