@@ -59,7 +59,9 @@ func TestArgs(t *testing.T) {
 func TestClassifyAction(t *testing.T) {
 	t.Parallel()
 	str := func(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-	arr := func(rs ...scannerapi.Reply) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs} }
+	arr := func(rs ...scannerapi.Reply) scannerapi.Reply {
+		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
+	}
 	one := scannerapi.Reply{Kind: scannerapi.KindInt, Int: 1}
 	zero := scannerapi.Reply{Kind: scannerapi.KindInt, Int: 0}
 	done := []string{"retried", "terminal"}
