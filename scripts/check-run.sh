@@ -60,18 +60,22 @@ fail() {
 # start).
 TMPDIR="$tmp/t" BACKEND="$backend" env --default-signal=INT bash scripts/run-demo.sh >"$out" 2>&1 &
 pid=$!
-# Up when a compact status screen shows every scanner running (the view
-# shortens names past 22 columns to 21 and a '~').
+# Up when a compact status screen shows every scanner running: every one
+# the configuration run-demo.sh runs names (it enables them all), so a
+# scanner added there is checked here too. The view shortens names past
+# 22 columns to 21 and a '~'.
 if [ "$backend" = postgres ]; then
-  scanners='pg_attempt_timeout|pg_lease_expiry|pg_suspension_timeout|pg_execution_deadline|pg_delayed_promoter'
-  scanners+='|pg_pending_wp_expiry|pg_budget_reset|pg_dependency|pg_edge_cancel_dispat~|pg_edge_cancel_reconc~|pg_worker_registry_tt~'
-  want=11 first=pg_attempt_timeout what="all eleven Postgres reconcilers"
+  config=configs/demo-postgres.yaml kind="Postgres reconcilers"
 else
-  scanners='lease_expiry|cancel_reconciler|dependency_reconciler|retention_trimmer|budget_reset|budget_reconciler'
-  scanners+='|attempt_timeout|execution_deadline|suspension_timeout|pending_wp_expiry|delayed_promoter'
-  scanners+='|edge_cancel_dispatcher|edge_cancel_reconciler|unblock|quota_reconciler|flow_projector|index_reconciler'
-  want=17 first=lease_expiry what="all seventeen scanners"
+  config=configs/demo.yaml kind="scanners"
 fi
+shown_names=$(awk '/^scanners:/ { on = 1; next } /^[^ #]/ { on = 0 }
+  on && /^  [a-z0-9_]+:/ { sub(/^  /, ""); sub(/:.*/, ""); if (length($0) > 22) $0 = substr($0, 1, 21) "~"; print }' "$config")
+[ -n "$shown_names" ] || { echo "check-run: no scanners found in $config" >&2; exit 1; }
+scanners=$(paste -sd'|' <<<"$shown_names")
+want=$(wc -l <<<"$shown_names")
+first=$(head -1 <<<"$shown_names")
+what="all $want $kind of $config"
 for _ in $(seq 1200); do
   n=$(grep -scE "^($scanners) +running" "$out" || true)  # no output file yet: 0
   if [ "${n:-0}" -ge "$want" ]; then

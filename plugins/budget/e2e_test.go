@@ -2,177 +2,144 @@ package budget_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
 
-	"github.com/ffscan/ffscan/host"
-	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/hosttest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/budget"
 	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
-	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
-// runHost boots a host on addr running both budget scanners from the real
-// plugin binary (two processes of it), and stops it when the test ends.
-func runHost(t *testing.T, addr string, interval time.Duration) *host.Host {
-	t.Helper()
-	bin := pluginBinary(t)
-	cfg := config.Defaults()
-	cfg.Valkey.Addrs = []string{addr}
-	cfg.Partitions = parts
-	cfg.PluginDir = filepath.Dir(bin)
-	cfg.HTTP.Listen = ""
-	cfg.PluginApprovalsFile = filepath.Join(t.TempDir(), "plugin-approvals.json")
-	cfg.Supervisor.HealthInterval = 500 * time.Millisecond
-	cfg.Scanners = map[string]config.Scanner{
-		budget.ResetName:      {Enabled: true, Plugin: filepath.Base(bin), Interval: interval, Options: map[string]string{}},
-		budget.ReconcilerName: {Enabled: true, Plugin: filepath.Base(bin), Interval: interval, Options: map[string]string{}},
+// e2eBudgets mints n fixed budget ids (the linked and the plugin run place
+// them on the same partitions), spread over the budget partitions.
+func e2eBudgets(t testing.TB, kind, n int) []keys.BudgetID {
+	ids := make([]keys.BudgetID, n)
+	for i := range ids {
+		id, err := keys.ParseBudgetID(fmt.Sprintf("b%07d-0000-4000-8000-%012d", kind, i+1))
+		require.NoError(t, err)
+		ids[i] = id
 	}
-	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr})
-	h, err := host.Boot(context.Background(), &cfg, log)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		assert.NoError(t, h.Run(ctx))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(cfg.ShutdownTimeout + 5*time.Second):
-			t.Error("host did not stop")
-		}
-		h.Close()
-	})
-	return h
+	return ids
 }
 
-// errorCount reads ffscan_scanner_errors_total for a scanner, class and
-// code from the host's registry.
-func errorCount(t *testing.T, reg *prometheus.Registry, scanner, class, code string) float64 {
+// e2eBudget creates budget id with one "tokens" dimension through the
+// client and reports used tokens.
+func e2eBudget(t testing.TB, w *scannertest.World, id keys.BudgetID, every time.Duration, hard, used int64) {
 	t.Helper()
-	mfs, err := reg.Gather()
+	_, err := w.Client.CreateBudget(w.Ctx, client.CreateBudgetRequest{ID: id, ResetInterval: every,
+		Dimensions: []client.BudgetDimension{{Name: "tokens", Hard: hard}}})
 	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "ffscan_scanner_errors_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			if l["scanner"] == scanner && l["class"] == class && l["code"] == code {
-				return m.GetCounter().GetValue()
-			}
-		}
+	if used > 0 {
+		_, err = w.Client.ReportUsage(w.Ctx, client.UsageReport{Budget: id, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: used}}})
+		require.NoError(t, err)
 	}
-	return 0
 }
 
-// The budget plugin run by the host as real subprocesses, on budgets
-// created through sdk/client on every budget partition: a due budget is
-// reset and a budget not yet due is untouched (budget_reset); a lifetime
-// budget over its hard limit gets breached_at and loses it once under, an
-// orphan id is pruned and a wrong-type usage key is counted as an error and
-// left (budget_reconciler).
-func TestHostRunsBudgetPlugin(t *testing.T) {
+// budget_reset run by the host, linked and as the plugin's subprocess, on
+// budgets created through sdk/client on every budget partition: a due
+// budget is reset, one not yet due is untouched.
+func TestHostRunsBudgetReset(t *testing.T) {
 	t.Parallel()
-	srv := testserver.New(t)
-	vk := srv.Client(t)
-	h := runHost(t, srv.Addr, 200*time.Millisecond)
-	// RequireStoredPartitions: the host recorded the partition counts.
-	w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts, RequireStoredPartitions: true})
-	ctx, c := w.Ctx, w.Client
+	due, notDue := e2eBudgets(t, 1, 4), e2eBudgets(t, 2, 4)
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
+		New: func() scannerapi.Scanner { return budget.NewReset() },
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
+			for i := range due {
+				e2eBudget(t, w, due[i], 300*time.Millisecond, 0, 9)
+				e2eBudget(t, w, notDue[i], time.Hour, 0, 9)
+			}
+			// Every due budget's first reset is at most 300 ms after now.
+			w.WaitPast(w.NowMs() + 300)
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(len(due)), r.Processed, "the due budgets reset: %v", r)
+			assert.Empty(t, r.Errors)
+			assert.Empty(t, r.Refused)
+			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
+			for _, id := range due {
+				s, err := w.Client.ReadBudget(w.Ctx, id)
+				require.NoError(t, err)
+				u, _ := s.Dimension("tokens")
+				assert.Zero(t, u.Used, "due budget %s reset", id)
+				assert.Equal(t, int64(1), s.ResetCount)
+			}
+			for _, id := range notDue {
+				s, err := w.Client.ReadBudget(w.Ctx, id)
+				require.NoError(t, err)
+				u, _ := s.Dimension("tokens")
+				assert.Equal(t, int64(9), u.Used, "not due: untouched")
+				assert.Zero(t, s.ResetCount)
+			}
+		},
+	})
+	scannertest.Same(t, linked, plugin)
+}
 
-	mk := func(every time.Duration, hard, used int64) keys.BudgetID {
-		r, err := c.CreateBudget(ctx, client.CreateBudgetRequest{ResetInterval: every,
-			Dimensions: []client.BudgetDimension{{Name: "tokens", Hard: hard}}})
-		require.NoError(t, err)
-		if used > 0 {
-			_, err = c.ReportUsage(ctx, client.UsageReport{Budget: r.ID, Deltas: []client.UsageDelta{{Dimension: "tokens", Delta: used}}})
-			require.NoError(t, err)
-		}
-		return r.ID
-	}
+// budget_reconciler run by the host, linked and as the plugin's
+// subprocess, on budgets created through sdk/client on every budget
+// partition: a lifetime budget over its hard limit gets breached_at, a
+// marked one back under loses it, an orphan id is pruned and a wrong-type
+// usage key is counted as an error and left.
+func TestHostRunsBudgetReconciler(t *testing.T) {
+	t.Parallel()
+	over, under, wrong := e2eBudgets(t, 3, 4), e2eBudgets(t, 4, 4), e2eBudgets(t, 5, 4)
+	orphan := e2eBudgets(t, 6, 1)[0]
 	bk := func(id keys.BudgetID) keys.BudgetKeys { return keys.Budget(parts, id) }
-
-	var due, notDue, over, wrong []keys.BudgetID
-	for range 4 { // spread over the partitions
-		due = append(due, mk(300*time.Millisecond, 0, 9))
-		notDue = append(notDue, mk(time.Hour, 0, 9))
-		id := mk(0, 100, 100)
-		w.Do("HINCRBY", bk(id).Usage(), "tokens", "1")
-		over = append(over, id)
-		id = mk(0, 100, 0)
-		w.Do("SET", bk(id).Usage(), "not a hash")
-		wrong = append(wrong, id)
-	}
-	orphan := keys.NewBudgetID()
-	w.Do("SADD", bk(orphan).Partition().BudgetPolicies(), orphan.String())
-
-	deadline := 20 * time.Second
-	for _, id := range due {
-		require.Eventually(t, func() bool {
-			s, err := c.ReadBudget(ctx, id)
-			u, _ := s.Dimension("tokens")
-			return err == nil && s.ResetCount >= 1 && u.Used == 0
-		}, deadline, 20*time.Millisecond, "due budget %s reset", id)
-	}
-	for _, id := range over {
-		require.Eventually(t, func() bool {
-			s, err := c.ReadBudget(ctx, id)
-			return err == nil && !s.BreachedAt.IsZero()
-		}, deadline, 20*time.Millisecond, "budget %s over its hard limit marked", id)
-	}
-	require.Eventually(t, func() bool {
-		ok, err := vk.Do(ctx, vk.B().Sismember().Key(bk(orphan).Partition().BudgetPolicies()).Member(orphan.String()).Build()).AsBool()
-		return err == nil && !ok
-	}, deadline, 20*time.Millisecond, "orphan pruned")
-	require.Eventually(t, func() bool {
-		return errorCount(t, h.Metrics().Registry, budget.ReconcilerName, "server", "wrongtype") >= float64(len(wrong))
-	}, deadline, 20*time.Millisecond, "wrong-type usage keys counted")
-
-	// Back under the limit: the marker goes.
-	for _, id := range over {
-		w.Do("HSET", bk(id).Usage(), "tokens", "50")
-	}
-	for _, id := range over {
-		require.Eventually(t, func() bool {
-			s, err := c.ReadBudget(ctx, id)
-			return err == nil && s.BreachedAt.IsZero()
-		}, deadline, 20*time.Millisecond, "marker of %s cleared", id)
-	}
-
-	for _, id := range notDue {
-		s, err := c.ReadBudget(ctx, id)
-		require.NoError(t, err)
-		u, _ := s.Dimension("tokens")
-		assert.Equal(t, int64(9), u.Used, "not due: untouched")
-		assert.Zero(t, s.ResetCount)
-	}
-	for _, id := range wrong {
-		typ, err := vk.Do(ctx, vk.B().Type().Key(bk(id).Usage()).Build()).ToString()
-		require.NoError(t, err)
-		assert.Equal(t, "string", typ, "wrong-type key left as it is")
-		ok, err := vk.Do(ctx, vk.B().Sismember().Key(bk(id).Partition().BudgetPolicies()).Member(id.String()).Build()).AsBool()
-		require.NoError(t, err)
-		assert.True(t, ok)
-	}
-	for _, s := range h.Status().Scanners {
-		assert.Equal(t, "running", s.State, s.Name)
-		assert.Zero(t, s.Restarts, s.Name)
-		assert.Equal(t, filepath.Base(pluginBinary(t)), s.Plugin)
-	}
+	var nowMs int64
+	linked, plugin := scannertest.Run(t, scannertest.Case{
+		Runner: hosttest.Runner{}, Binary: scannertest.PluginBinary(t, pluginPkg), Partitions: parts,
+		New: func() scannerapi.Scanner { return budget.NewReconciler() },
+		Setup: func(t testing.TB, vk valkey.Client) {
+			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
+			for i := range over {
+				e2eBudget(t, w, over[i], 0, 100, 100)
+				w.Do("HINCRBY", bk(over[i]).Usage(), "tokens", "1")
+				e2eBudget(t, w, under[i], 0, 100, 50)
+				w.Do("HSET", bk(under[i]).Usage(), budget.BreachedAtField, "1")
+				e2eBudget(t, w, wrong[i], 0, 100, 0)
+				w.Do("SET", bk(wrong[i]).Usage(), "not a hash")
+			}
+			w.Do("SADD", bk(orphan).Partition().BudgetPolicies(), orphan.String())
+			nowMs = w.NowMs()
+		},
+		Check: func(t testing.TB, r scannertest.Report, vk valkey.Client) {
+			assert.Equal(t, int64(len(over)+len(under)+1), r.Processed, "marked, cleared, pruned: %v", r)
+			assert.Equal(t, map[string]int64{"server/wrongtype": int64(len(wrong))}, r.Errors)
+			assert.Empty(t, r.Refused)
+			w := scannertest.NewWorld(t, vk, client.Options{Partitions: parts})
+			ctx := context.Background()
+			for _, id := range over {
+				s, err := w.Client.ReadBudget(ctx, id)
+				require.NoError(t, err)
+				assert.GreaterOrEqual(t, s.BreachedAt.UnixMilli(), nowMs, "budget %s over its hard limit marked", id)
+			}
+			for _, id := range under {
+				s, err := w.Client.ReadBudget(ctx, id)
+				require.NoError(t, err)
+				assert.True(t, s.BreachedAt.IsZero(), "marker of %s cleared", id)
+			}
+			is, err := vk.Do(ctx, vk.B().Sismember().Key(bk(orphan).Partition().BudgetPolicies()).Member(orphan.String()).Build()).AsBool()
+			require.NoError(t, err)
+			assert.False(t, is, "orphan pruned")
+			for _, id := range wrong {
+				typ, err := vk.Do(ctx, vk.B().Type().Key(bk(id).Usage()).Build()).ToString()
+				require.NoError(t, err)
+				assert.Equal(t, "string", typ, "wrong-type key left as it is")
+				is, err := vk.Do(ctx, vk.B().Sismember().Key(bk(id).Partition().BudgetPolicies()).Member(id.String()).Build()).AsBool()
+				require.NoError(t, err)
+				assert.True(t, is)
+			}
+		},
+	})
+	scannertest.Same(t, linked, plugin)
 }

@@ -32,12 +32,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// pluginBinary is the plugin, installed as "budget" in a plugin directory of
-// its own (the host's catalog checks the directory).
-func pluginBinary(t *testing.T) string {
-	return scannertest.InstallPlugin(t, pluginPkg, t.TempDir(), "budget")
-}
-
 // fixture is a server with the library, a client to create budgets, and
 // the host's part: candidate fetch and command execution (counted).
 type fixture struct {

@@ -181,13 +181,20 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	return sc.res, nil
 }
 
+// intake is the scanner's rule for candidates, the scan's and Explain's:
+// its blocked:dependencies sets only; garbage is removed, an id of
+// another partition or spelling left.
+func (s *Scanner) intake() scanutil.Intake[keys.ExecutionID] {
+	return scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Sources: []string{sourceName},
+		Remove: []keys.IDForm{keys.IDInvalid}, Failures: s.failures}
+}
+
 // admit classifies the members of every lane's window (steps 1-2): the
 // children to reconcile; the removal of invalid members rides along with
 // the scan's first batch.
 func (sc *scan) admit(ctx context.Context) []keys.ExecutionID {
 	var ids []keys.ExecutionID
-	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Sources: []string{sourceName},
-		Remove: []keys.IDForm{keys.IDInvalid}, Failures: sc.s.failures}.Begin(ctx, sc.req, sc.res)
+	in := sc.s.intake().Begin(ctx, sc.req, sc.res)
 	for _, c := range sc.req.Candidates {
 		id, v := in.Admit(c)
 		if v != scanutil.OtherSource {

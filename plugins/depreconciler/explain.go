@@ -15,30 +15,16 @@ import (
 // (the failure tracker is only read, nothing is removed). Its verdict is
 // what the dry run would have called, or why it called nothing.
 func (s *Scanner) Explain(ctx context.Context, host scannerapi.Host, req *scannerapi.ExplainRequest) (*scannerapi.Explanation, error) {
-	var c *scannerapi.Candidate
-	for i := range req.Scan.Candidates {
-		if req.Scan.Candidates[i].Source == sourceName && req.Scan.Candidates[i].Member == req.ExecutionID {
-			c = &req.Scan.Candidates[i]
-		}
-	}
-	if c == nil {
+	c, ok := scanutil.ExplainCandidate(req, sourceName)
+	if !ok {
 		return scannerapi.Explains(scannerapi.VerdictNothing, "not_blocked_by_dependencies", "in no lane's blocked:dependencies set"), nil
 	}
-	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Sources: []string{sourceName},
-		Remove: []keys.IDForm{keys.IDInvalid}, Failures: s.failures}
-	id, v, until := in.Judge(*c, req.Scan.Partition, req.Scan.Cycle)
-	switch v {
-	case scanutil.BackedOff:
-		e := scannerapi.Explains(scannerapi.VerdictSkips, "backed_off",
-			"backed off after %d failed attempts in a row; tried again at cycle %d (now %d)", s.failures.Failures(c.Member), until, req.Scan.Cycle)
-		e.BackoffUntilCycle = until
+	id, e := s.intake().Explain(c, &req.Scan)
+	if e != nil {
 		return e, nil
-	case scanutil.Take:
-	default:
-		return scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "the member %q of %s is not an execution id of this partition", c.Member, c.Key), nil
 	}
 	r := req.Scan
-	r.DryRun, r.Candidates = true, []scannerapi.Candidate{*c}
+	r.DryRun, r.Candidates = true, []scannerapi.Candidate{c}
 	sc := &scan{s: s, req: &r, res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx), x: newScanExec(host, true), window: map[string]int{}}
 	ids, err := sc.keep(ctx, []keys.ExecutionID{id})
 	if err != nil {

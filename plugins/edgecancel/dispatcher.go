@@ -3,7 +3,6 @@ package edgecancel
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -114,23 +113,14 @@ func (d *dispatch) readGroups(ctx context.Context, host scannerapi.Host, ts []tu
 // plan turns a group's fields into its siblings. A group with neither flag
 // nor members goes straight to the drain.
 func (d *dispatch) plan(t tuple, gr group) *pendingGroup {
-	g := &pendingGroup{t: t, reason: gr.reason}
-	if g.reason == "" {
-		g.reason = DefaultReason
+	g := &pendingGroup{t: t, reason: cancelReason(gr)}
+	raws, more := siblingsOf(gr)
+	if more {
+		// The rest wait for the next cycle: no drain yet.
+		g.blocked = true
+		d.res.More = true
 	}
-	if gr.flag == "" && gr.members == "" {
-		return g
-	}
-	for _, raw := range strings.Split(gr.members, "|") {
-		if raw == "" {
-			continue
-		}
-		if len(g.siblings) == MaxSiblings {
-			// The rest wait for the next cycle: no drain yet.
-			g.blocked = true
-			d.res.More = true
-			break
-		}
+	for _, raw := range raws {
 		sb := &sibling{g: g, raw: raw}
 		id, form := keys.ClassifyExecutionID(raw)
 		if form != keys.IDCanonical {
@@ -225,14 +215,9 @@ func (d *dispatch) drain(ctx context.Context, host scannerapi.Host, groups []*pe
 		}
 		g := g
 		b.Add(func(r []scannerapi.Reply) {
-			fr, err := scannerapi.ParseFunctionReply(r[0])
-			switch {
-			case err != nil:
-				class, code := scanutil.Classify(err)
-				d.s.failed(d.res, d.log, d.req.Cycle, g.t, class, code)
-			case !fr.Success:
-				d.s.failed(d.res, d.log, d.req.Cycle, g.t, scannerapi.ErrLua, fr.Code)
-			default:
+			if o := classifyDrain(r[0]); o.kind == outFailed {
+				d.s.failed(d.res, d.log, d.req.Cycle, g.t, o.class, o.code)
+			} else {
 				d.s.failures.RecordSuccess(g.t.raw)
 				d.res.Processed++
 			}

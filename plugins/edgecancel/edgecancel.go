@@ -34,7 +34,6 @@ package edgecancel
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -61,35 +60,6 @@ const (
 	source      = "pending_cancel_groups"
 	sourceKey   = "ff:idx:{p}:pending_cancel_groups"
 )
-
-// groupFields are read from an edge group, in this order.
-var groupFields = []string{"cancel_siblings_reason", "cancel_siblings_pending_members", "cancel_siblings_pending_flag"}
-
-// tuple is one pending_cancel_groups member, parsed.
-type tuple struct {
-	raw        string
-	flow       keys.FlowID
-	downstream keys.ExecutionID
-}
-
-// parseTuple splits "<fid>|<eid>". It returns the form of the weaker part:
-// invalid tuples can never name a group and are removed; non-canonical
-// spellings are left and counted.
-func parseTuple(s string) (tuple, keys.IDForm) {
-	f, e, ok := strings.Cut(s, "|")
-	if !ok || f == "" || e == "" {
-		return tuple{}, keys.IDInvalid
-	}
-	fid, ff := keys.ClassifyFlowID(f)
-	eid, ef := keys.ClassifyExecutionID(e)
-	switch {
-	case ff == keys.IDInvalid || ef == keys.IDInvalid:
-		return tuple{}, keys.IDInvalid
-	case ff != keys.IDCanonical || ef != keys.IDCanonical:
-		return tuple{}, keys.IDNonCanonical
-	}
-	return tuple{raw: s, flow: fid, downstream: eid}, keys.IDCanonical
-}
 
 // base is what both scanners share: the source, the filter, the failure
 // tracker and the handling of tuples that are not ids.
@@ -137,14 +107,6 @@ func (b *base) tuples(ctx context.Context, req *scannerapi.ScanRequest, res *sca
 	return ts, in
 }
 
-// parseMember is parseTuple as the intake's parser.
-func parseMember(s string, _ keys.Partition) (tuple, keys.IDForm) { return parseTuple(s) }
-
-// groupKeys are the drain and reconcile functions' KEYS.
-func groupKeys(part keys.Partition, t tuple) []string {
-	return []string{keys.FlowPart(part).PendingCancelGroups(), keys.FlowIn(part, t.flow).EdgeGroup(t.downstream)}
-}
-
 // failed counts a tuple's failure and feeds the failure tracker.
 func (b *base) failed(res *scannerapi.ScanResult, log hclog.Logger, cycle uint64, t tuple, class scannerapi.ErrorClass, code string) {
 	res.AddError(class, code, 1)
@@ -160,119 +122,6 @@ func partitionCheck(req *scannerapi.ScanRequest) error {
 		return fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
 	return nil
-}
-
-// Reconciler is edge_cancel_reconciler.
-type Reconciler struct{ base }
-
-// NewReconciler returns edge_cancel_reconciler with default options.
-func NewReconciler() *Reconciler {
-	return &Reconciler{base{name: ReconcilerName, interval: 10 * time.Second, function: FunctionReconcile,
-		functions: []string{FunctionReconcile},
-		// HGET: the filter. HMGET: dry-run reads. SREM: invalid tuples.
-		commands: []string{"HGET", "HMGET", "SREM"}, failures: scannerapi.NewFailureTracker()}}
-}
-
-// ScanPartition implements scannerapi.Scanner: one Exec of filter reads,
-// one of reconcile calls.
-func (s *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
-	if err := partitionCheck(req); err != nil {
-		return nil, err
-	}
-	res, log := &scannerapi.ScanResult{}, scannerapi.Logger(ctx)
-	ts, in := s.tuples(ctx, req, res)
-	filter := s.filter.Get()
-	kept, err := keepByFilter(ctx, host, filter, ts, res)
-	if err != nil {
-		return nil, err
-	}
-	var b scanutil.Batch
-	in.QueueRemovals(&b)
-	for _, t := range kept {
-		t := t
-		if req.DryRun {
-			b.Add(func(r []scannerapi.Reply) { s.predict(res, t, r[0]) },
-				append(scannerapi.Command{"HMGET", groupKeys(req.Partition, t)[1]}, groupFields...))
-			continue
-		}
-		b.Add(func(r []scannerapi.Reply) { s.record(res, log, req.Cycle, t, r[0]) },
-			scannerapi.FCall(FunctionReconcile, groupKeys(req.Partition, t), t.flow.String(), t.downstream.String()))
-	}
-	if err := b.Exec(ctx, host); err != nil {
-		return nil, fmt.Errorf("exec: %w", err)
-	}
-	return res, nil
-}
-
-// record reads one reconcile reply: sremmed_stale and completed_drain are
-// work done, no_op is not (the dispatcher owns a running group).
-func (s *Reconciler) record(res *scannerapi.ScanResult, log hclog.Logger, cycle uint64, t tuple, r scannerapi.Reply) {
-	fr, err := scannerapi.ParseFunctionReply(r)
-	if err != nil {
-		class, code := scanutil.Classify(err)
-		s.failed(res, log, cycle, t, class, code)
-		return
-	}
-	if !fr.Success {
-		s.failed(res, log, cycle, t, scannerapi.ErrLua, fr.Code)
-		return
-	}
-	s.failures.RecordSuccess(t.raw)
-	switch fr.Field(0) {
-	case "sremmed_stale", "completed_drain":
-		res.Processed++
-	case "no_op":
-		res.Skipped++
-	default:
-		s.failed(res, log, cycle, t, scannerapi.ErrServer, "unexpected_status")
-	}
-}
-
-// predict is the dry-run view of one group from its fields.
-func (s *Reconciler) predict(res *scannerapi.ScanResult, t tuple, r scannerapi.Reply) {
-	if r.Failed() {
-		class, code := scanutil.ClassifyReply(r)
-		res.AddError(class, code, 1)
-		return
-	}
-	g := groupOf(r)
-	switch {
-	case !g.exists:
-		res.Processed++
-		res.Note("%s: would drop (edge group missing)", t.raw)
-	case g.flag != "true":
-		res.Processed++
-		res.Note("%s: would drop (flag cleared)", t.raw)
-	default:
-		res.Skipped++
-		res.Note("%s: the library decides from the siblings' states", t.raw)
-	}
-}
-
-// group is an edge group's pending-cancel fields.
-type group struct {
-	exists        bool
-	reason        string
-	members, flag string
-}
-
-func groupOf(r scannerapi.Reply) group {
-	var g group
-	for i, e := range r.Array {
-		v, _ := e.Text()
-		if !e.IsNil() {
-			g.exists = true
-		}
-		switch i {
-		case 0:
-			g.reason = v
-		case 1:
-			g.members = v
-		case 2:
-			g.flag = v
-		}
-	}
-	return g
 }
 
 // keepByFilter applies the filter to the tuples' downstream executions in

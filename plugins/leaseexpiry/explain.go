@@ -18,26 +18,18 @@ import (
 // core fields (the live scan leaves that decision to the function, which
 // re-validates in Valkey; the tests hold predict to what it answers).
 func (s *Scanner) Explain(ctx context.Context, host scannerapi.Host, req *scannerapi.ExplainRequest) (*scannerapi.Explanation, error) {
-	var c *scannerapi.Candidate
-	for i := range req.Scan.Candidates {
-		if req.Scan.Candidates[i].Source == "lease_expiry" && req.Scan.Candidates[i].Member == req.ExecutionID {
-			c = &req.Scan.Candidates[i]
-		}
-	}
-	if c == nil {
+	c, ok := scanutil.ExplainCandidate(req, "lease_expiry")
+	if !ok {
 		return scannerapi.Explains(scannerapi.VerdictNothing, "no_due_entry", "no due entry in %s", keys.FlowPart(req.Scan.Partition).LeaseExpiry()), nil
 	}
 	scan := &req.Scan
 	due := int64(c.Score)
-	id, v, until := s.intake().Judge(*c, scan.Partition, scan.Cycle)
-	switch v {
-	case scanutil.BackedOff:
-		e := scannerapi.Explains(scannerapi.VerdictSkips, "backed_off",
-			"backed off after %d failed attempts in a row; tried again at cycle %d (now %d)", s.failures.Failures(c.Member), until, scan.Cycle)
-		e.BackoffUntilCycle, e.DueAtMs = until, due
+	id, e := s.intake().Explain(c, scan)
+	if e != nil {
+		if e.Reason == "backed_off" {
+			e.DueAtMs = due
+		}
 		return e, nil
-	case scanutil.Remove, scanutil.Leave:
-		return scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "the index member %q is not an execution id of this partition", c.Member), nil
 	}
 	if _, stuck := s.stuck.Peek(scan.Partition.Index, id.String(), c.Score, scan.Cycle); stuck {
 		e := scannerapi.Explains(scannerapi.VerdictSkips, "left_in_place",
@@ -59,7 +51,6 @@ func (s *Scanner) Explain(ctx context.Context, host scannerapi.Host, req *scanne
 		return e, nil
 	}
 	o := predict(rs[0], scan.NowMs)
-	var e *scannerapi.Explanation
 	switch o.kind {
 	case outMarked:
 		e = scannerapi.Explains(scannerapi.VerdictActs, detailMarked, "the lease expired at %d ms: the next scan marks it expired (reclaimable)", due)

@@ -15,20 +15,14 @@ import (
 // functions: the core's state fields and the filter, ExpectedIndex, the
 // ZSCORE of that index, and sameState on the core read again after it.
 func (s *IndexReconciler) Explain(ctx context.Context, host scannerapi.Host, req *scannerapi.ExplainRequest) (*scannerapi.Explanation, error) {
-	var c *scannerapi.Candidate
-	for i := range req.Scan.Candidates {
-		if req.Scan.Candidates[i].Member == req.ExecutionID {
-			c = &req.Scan.Candidates[i]
-		}
-	}
-	if c == nil {
+	c, ok := scanutil.ExplainCandidate(req)
+	if !ok {
 		return scannerapi.Explains(scannerapi.VerdictNothing, "not_in_all_executions", "not a member of %s: the reconciler never visits it",
 			keys.FlowPart(req.Scan.Partition).AllExecutions()), nil
 	}
-	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn}
-	id, v, _ := in.Judge(*c, req.Scan.Partition, req.Scan.Cycle)
-	if v != scanutil.Take {
-		return scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "the member %q is not an execution id of this partition", c.Member), nil
+	id, e := indexIntake.Explain(c, &req.Scan)
+	if e != nil {
+		return e, nil
 	}
 	filter := s.filter.Get()
 	pk := keys.FlowPart(req.Scan.Partition)

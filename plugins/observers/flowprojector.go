@@ -17,7 +17,6 @@ package observers
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -128,22 +127,18 @@ func (sc *projectScan) build(b *scanutil.Batch) {
 	}
 	for _, p := range members {
 		p := p
-		cmd := scannerapi.Command{"SMEMBERS", p.fk.Members()}
-		if p.total > MaxReadMembers {
-			cmd = scannerapi.Command{"SRANDMEMBER", p.fk.Members(), strconv.Itoa(SampleMembers)}
-		}
-		b.Add(func(r []scannerapi.Reply) { sc.memberList(p, r[0]) }, cmd)
+		b.Add(func(r []scannerapi.Reply) { sc.memberList(p, r[0]) }, membersRead(p.fk, p.total))
 	}
 	for _, p := range states {
 		p := p
 		var cmds []scannerapi.Command
 		for _, m := range p.members {
-			id, err := keys.ParseExecutionID(m)
-			if err != nil {
+			cmd := stateRead(m)
+			if cmd == nil {
 				sc.res.AddError(scannerapi.ErrInvalid, "invalid_flow_member", 1)
 				continue
 			}
-			cmds = append(cmds, scannerapi.Command{"HGET", keys.Exec(id).Core(), "public_state"})
+			cmds = append(cmds, cmd)
 		}
 		if len(cmds) == 0 {
 			sc.toWrite = append(sc.toWrite, p)
@@ -214,51 +209,15 @@ func (sc *projectScan) memberStates(p *projection, rs []scannerapi.Reply) {
 	sc.toWrite = append(sc.toWrite, p)
 }
 
-// terminalStates are the public states of an ended execution.
-var terminalStates = []string{"completed", "skipped", "failed", "cancelled", "expired"}
-
-// flowState derives the flow's state from its member counts. A purged
-// member (core gone) ended: retention purges only ended executions.
-func flowState(counts map[string]int64, sampled, purged int64) string {
-	var ended int64 = purged
-	for _, s := range terminalStates {
-		ended += counts[s]
-	}
-	switch {
-	case sampled > 0 && ended == sampled:
-		if counts["failed"]+counts["cancelled"]+counts["expired"] > 0 {
-			return "failed"
-		}
-		return "completed"
-	case counts["active"] > 0:
-		return "running"
-	case counts["suspended"]+counts["delayed"]+counts["rate_limited"]+counts["waiting_children"] > 0:
-		return "blocked"
-	}
-	return "open"
-}
-
-// summaryStates are the per-state counts the summary carries.
-var summaryStates = []string{"completed", "failed", "cancelled", "expired", "skipped", "active", "suspended",
-	"waiting", "delayed", "rate_limited", "waiting_children"}
-
 func (sc *projectScan) write(b *scanutil.Batch, p *projection) {
 	state := flowState(p.counts, p.sampled, p.purged)
-	done := state == "failed" || state == "completed"
-	retire := done && p.sampled == p.total
 	if sc.req.DryRun {
 		sc.res.Processed++
 		sc.res.Note("flow %s: %s (%d of %d members read)", p.raw, state, p.sampled, p.total)
 		return
 	}
-	hset := scannerapi.Command{"HSET", p.fk.Summary(), "total_members", strconv.FormatInt(p.total, 10),
-		"sampled_members", strconv.FormatInt(p.sampled, 10)}
-	for _, s := range summaryStates {
-		hset = append(hset, "members_"+s, strconv.FormatInt(p.counts[s], 10))
-	}
-	hset = append(hset, "public_flow_state", state, "last_summary_update_at", strconv.FormatInt(sc.req.NowMs, 10))
-	cmds := []scannerapi.Command{hset}
-	if retire {
+	cmds := []scannerapi.Command{summaryCommand(p.fk, p.total, p.sampled, p.counts, state, sc.req.NowMs)}
+	if retired(state, p.sampled, p.total) {
 		cmds = append(cmds, scannerapi.Command{"SREM", keys.FlowPart(sc.req.Partition).FlowIndex(), p.raw})
 	}
 	b.Add(func(r []scannerapi.Reply) {

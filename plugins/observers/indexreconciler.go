@@ -42,57 +42,6 @@ func (s *IndexReconciler) Configure(ctx context.Context, options map[string]stri
 	return s.filter.Configure(ctx, s.Info().Options, options)
 }
 
-var stateFields = []string{"execution_id", "lifecycle_phase", "eligibility_state", "ownership_state", "lane_id"}
-
-// ExpectedIndex names the lane index an execution in this state belongs
-// to ("" when its state names none, e.g. an active execution whose lease
-// expired or was revoked).
-func ExpectedIndex(pk keys.FlowPartKeys, phase, eligibility, ownership, lane string) string {
-	switch phase {
-	case "active":
-		if ownership == "leased" {
-			return pk.LaneActive(lane)
-		}
-	case "runnable":
-		switch eligibility {
-		case "eligible_now":
-			return pk.LaneEligible(lane)
-		case "not_eligible_until_time":
-			return pk.LaneDelayed(lane)
-		case "blocked_by_dependencies":
-			return pk.LaneBlockedDependencies(lane)
-		case "blocked_by_budget":
-			return pk.LaneBlockedBudget(lane)
-		case "blocked_by_quota":
-			return pk.LaneBlockedQuota(lane)
-		case "blocked_by_route":
-			return pk.LaneBlockedRoute(lane)
-		case "blocked_by_operator":
-			return pk.LaneBlockedOperator(lane)
-		}
-	case "suspended":
-		return pk.LaneSuspended(lane)
-	case "terminal":
-		return pk.LaneTerminal(lane)
-	}
-	return ""
-}
-
-// sameState reports whether an HMGET of stateFields still shows state
-// (stateFields without execution_id).
-func sameState(r scannerapi.Reply, state []string) bool {
-	if r.Failed() || len(r.Array) != len(stateFields) {
-		return false
-	}
-	for i, want := range state {
-		got, _ := r.Array[i+1].Text()
-		if got != want {
-			return false
-		}
-	}
-	return true
-}
-
 // ScanPartition implements scannerapi.Scanner: one Exec of core (and
 // filter) reads, one of index checks with a second core read.
 func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest) (*scannerapi.ScanResult, error) {
@@ -109,9 +58,7 @@ func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Hos
 	}
 	var checks []check
 	var reads scanutil.Batch
-	// Detect only: members that are not ids of this partition are counted
-	// and left.
-	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn}.Begin(ctx, req, res)
+	in := indexIntake.Begin(ctx, req, res)
 	for _, c := range req.Candidates {
 		id, v := in.Admit(c)
 		if v != scanutil.Take {
@@ -182,3 +129,8 @@ func (s *IndexReconciler) ScanPartition(ctx context.Context, host scannerapi.Hos
 	}
 	return res, nil
 }
+
+// indexIntake is the reconciler's rule for candidates, the scan's and
+// Explain's. Detect only: members that are not ids of this partition are
+// counted and left.
+var indexIntake = scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn}

@@ -104,32 +104,6 @@ func (r *Reconciler) intake() scanutil.Intake[[]string] {
 	return scanutil.Intake[[]string]{Parse: r.parse, Failures: r.failures}
 }
 
-// Explain implements scannerapi.Explainer. The decision what is due is
-// the host's library's candidate function, which the host ran for the
-// execution's partition exactly as for a scan: the candidates are the
-// rows of it that name the execution. The reconciler adds its intake's
-// rule (the member's form, the failure backoff); the action function
-// re-checks under its row locks when it is called.
-func (r *Reconciler) Explain(_ context.Context, _ scannerapi.Host, req *scannerapi.ExplainRequest) (*scannerapi.Explanation, error) {
-	if len(req.Scan.Candidates) == 0 {
-		return scannerapi.Explains(scannerapi.VerdictNothing, "not_a_candidate", "%s returns no row for it now", r.sp.candidates), nil
-	}
-	c := req.Scan.Candidates[0]
-	_, v, until := r.intake().Judge(c, req.Scan.Partition, req.Scan.Cycle)
-	switch v {
-	case scanutil.BackedOff:
-		e := scannerapi.Explains(scannerapi.VerdictSkips, "backed_off",
-			"backed off after %d failed calls in a row; tried again at cycle %d (now %d)", r.failures.Failures(c.Member), until, req.Scan.Cycle)
-		e.BackoffUntilCycle, e.DueAtMs = until, int64(c.Score)
-		return e, nil
-	case scanutil.Take:
-		e := scannerapi.Explains(scannerapi.VerdictActs, r.sp.action, "%s returns %s: the next scan calls %s for it", r.sp.candidates, c.Member, r.sp.action)
-		e.DueAtMs = int64(c.Score)
-		return e, nil
-	}
-	return scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "candidate %q has not the form %s expects", c.Member, r.sp.action), nil
-}
-
 // chunk bounds the PGCALLs of one callback.
 const chunk = 500
 
@@ -174,29 +148,23 @@ func (r *Reconciler) ScanPartition(ctx context.Context, host scannerapi.Host, re
 func (r *Reconciler) record(res *scannerapi.ScanResult, cycle uint64, item string, reply scannerapi.Reply, log interface {
 	Error(string, ...any)
 }) {
-	fr, err := scannerapi.ParseFunctionReply(reply)
-	if err != nil {
-		class, code := scanutil.Classify(err)
-		res.AddError(class, code, 1)
-		if r.failures.RecordFailureClass(item, cycle, class) {
+	switch o := classifyAction(reply, r.sp.done); o.kind {
+	case outFailed:
+		res.AddError(o.class, o.code, 1)
+		if r.failures.RecordFailureClass(item, cycle, o.class) {
 			log.Error("persistent failure; skipping the item for a while", "item", item, "function", r.sp.action,
-				"class", class, "code", code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
+				"class", o.class, "code", o.code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
 		}
-		return
+	case outRefused:
+		res.AddError(o.class, o.code, 1)
+		r.failures.RecordFailureClass(item, cycle, o.class)
+	case outDone:
+		r.failures.RecordSuccess(item)
+		res.Processed++
+	case outLeft:
+		// Renewed, released, replaced or no longer due since the read:
+		// the function re-checked and left it.
+		r.failures.RecordSuccess(item)
+		res.Skipped++
 	}
-	if !fr.Success {
-		res.AddError(scannerapi.ErrLua, fr.Code, 1)
-		r.failures.RecordFailureClass(item, cycle, scannerapi.ErrLua)
-		return
-	}
-	r.failures.RecordSuccess(item)
-	for _, d := range r.sp.done {
-		if fr.Status == d {
-			res.Processed++
-			return
-		}
-	}
-	// Renewed, released, replaced or no longer due since the read: the
-	// function re-checked and left it.
-	res.Skipped++
 }

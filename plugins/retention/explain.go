@@ -14,27 +14,13 @@ import (
 // the execution, from the scan's own reads (examineCommands, readExamined)
 // and its one purge decision (decide), with the scanner's options.
 func (s *Scanner) Explain(ctx context.Context, host scannerapi.Host, req *scannerapi.ExplainRequest) (*scannerapi.Explanation, error) {
-	var c *scannerapi.Candidate
-	for i := range req.Scan.Candidates {
-		if req.Scan.Candidates[i].Source == sourceName && req.Scan.Candidates[i].Member == req.ExecutionID {
-			c = &req.Scan.Candidates[i]
-		}
-	}
-	if c == nil {
+	c, ok := scanutil.ExplainCandidate(req, sourceName)
+	if !ok {
 		return scannerapi.Explains(scannerapi.VerdictNothing, "not_terminal", "in no lane's terminal index"), nil
 	}
-	in := scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
-		Failures: s.failures}
-	id, v, until := in.Judge(*c, req.Scan.Partition, req.Scan.Cycle)
-	switch v {
-	case scanutil.BackedOff:
-		e := scannerapi.Explains(scannerapi.VerdictSkips, "backed_off",
-			"backed off after %d failed attempts in a row; tried again at cycle %d (now %d)", s.failures.Failures(c.Member), until, req.Scan.Cycle)
-		e.BackoffUntilCycle = until
+	id, e := s.intake().Explain(c, &req.Scan)
+	if e != nil {
 		return e, nil
-	case scanutil.Take:
-	default:
-		return scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "the member %q of %s is not an execution id of this partition", c.Member, c.Key), nil
 	}
 	s.mu.Lock()
 	cfg := s.cfg

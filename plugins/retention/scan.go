@@ -76,10 +76,7 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 		cutDef: req.NowMs - cfg.ret.def.Milliseconds(),
 		cutMin: req.NowMs - cfg.ret.min.Milliseconds(),
 	}
-	// Members that are not execution ids of this partition are removed; a
-	// non-canonical spelling is left.
-	sc.in = scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
-		Failures: s.failures}.Begin(ctx, req, sc.res)
+	sc.in = s.intake().Begin(ctx, req, sc.res)
 	if sc.batch <= 0 {
 		sc.batch = DefaultBatch
 	}
@@ -392,4 +389,12 @@ func (sc *scan) finish() {
 	// while this scan made progress (never for a partition whose due
 	// entries are all left in place), or a walk that is not done.
 	sc.res.More = sc.progress && (sc.more || sc.stageErr) || sc.walkLeft
+}
+
+// intake is the scanner's rule for candidates, the scan's and Explain's:
+// members that are not execution ids of this partition are removed; a
+// non-canonical spelling is left.
+func (s *Scanner) intake() scanutil.Intake[keys.ExecutionID] {
+	return scanutil.Intake[keys.ExecutionID]{Parse: scanutil.ExecutionIDsIn, Remove: []keys.IDForm{keys.IDInvalid, keys.IDForeign},
+		Failures: s.failures}
 }

@@ -37,15 +37,9 @@ func (s *Timer) Explain(ctx context.Context, host scannerapi.Host, req *scannera
 func (s *Timer) explainOne(ctx context.Context, host scannerapi.Host, req *scannerapi.ScanRequest, c scannerapi.Candidate) (*scannerapi.Explanation, error) {
 	due := int64(c.Score)
 	with := func(e *scannerapi.Explanation) *scannerapi.Explanation { e.DueAtMs = due; return e }
-	id, v, until := s.intake().Judge(c, req.Partition, req.Cycle)
-	switch v {
-	case scanutil.BackedOff:
-		e := with(scannerapi.Explains(scannerapi.VerdictSkips, "backed_off",
-			"backed off after %d failed attempts in a row; tried again at cycle %d (now %d)", s.failures.Failures(c.Member), until, req.Cycle))
-		e.BackoffUntilCycle = until
-		return e, nil
-	case scanutil.Remove, scanutil.Leave:
-		return with(scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "the index member %q is not usable", c.Member)), nil
+	id, e := s.intake().Explain(c, req)
+	if e != nil {
+		return with(e), nil
 	}
 	if _, stuck := s.stuck.Peek(req.Partition.Index, c.Key+"\x00"+c.Member, c.Score, req.Cycle); stuck {
 		return with(scannerapi.Explains(scannerapi.VerdictSkips, "left_in_place",
@@ -111,7 +105,7 @@ func (s *Timer) explainOne(ctx context.Context, host scannerapi.Host, req *scann
 		e.Inconsistent = append(e.Inconsistent, fmt.Sprintf("%s entry %s: %s", s.sp.source, c.Member, why))
 		return e, nil
 	}
-	e := with(scannerapi.Explains(scannerapi.VerdictActs, cmd[1], "due at %d ms: the next scan calls %s to %s it", due, cmd[1], s.sp.verb))
+	e = with(scannerapi.Explains(scannerapi.VerdictActs, cmd[1], "due at %d ms: the next scan calls %s to %s it", due, cmd[1], s.sp.verb))
 	if it.retry != "" {
 		e.Detail += " (a retry is left: the attempt fails and the next one is scheduled)"
 	}

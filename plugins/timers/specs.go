@@ -1,14 +1,11 @@
 package timers
 
 import (
-	"encoding/json"
-	"errors"
 	"strconv"
 	"time"
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
-	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
 )
 
 // Scanner names (FlowFabric's: operators read them in metrics and config).
@@ -76,31 +73,6 @@ func NewAttemptTimeout() *Timer {
 		return outcome{kind: outFailed, class: scannerapi.ErrServer, code: "unexpected_status"}
 	}
 	return newTimer(sp)
-}
-
-// leaseMovedOn are the fail refusals that mean the attempt's lease is no
-// longer the one read.
-var leaseMovedOn = map[string]bool{"lease_expired": true, "lease_revoked": true, "stale_lease": true,
-	"execution_not_active": true, "no_active_lease": true}
-
-// retriesLeft reads an execution policy (JSON) and its retry count: the
-// retry policy to fail with, and whether it allows another attempt
-// (retry_count < max_retries, the library's rule).
-func retriesLeft(policy, retryCount string) (string, bool) {
-	var p struct {
-		Retry json.RawMessage `json:"retry_policy"`
-	}
-	if policy == "" || json.Unmarshal([]byte(policy), &p) != nil || len(p.Retry) == 0 || string(p.Retry) == "null" {
-		return "", false
-	}
-	var r struct {
-		MaxRetries float64 `json:"max_retries"`
-	}
-	if json.Unmarshal(p.Retry, &r) != nil {
-		return "", false
-	}
-	n, _ := strconv.ParseFloat(retryCount, 64)
-	return string(p.Retry), n < r.MaxRetries
 }
 
 // NewExecutionDeadline returns execution_deadline (§7.3): executions past
@@ -247,74 +219,4 @@ func NewDelayedPromoter() *Timer {
 			"not_delayed_cleaned": outCleaned, "not_yet_due": outStuck,
 		}),
 	})
-}
-
-// suspensionReads are the suspension fields suspension_timeout reads.
-var suspensionReads = []string{"suspension_id", "waitpoint_id", "closed_at"}
-
-// coreLane is the lane for the call's lane keys. A missing core gets a
-// placeholder (the function answers before it uses them); a core without
-// a lane is not guessed at.
-func coreLane(it *item) (string, string) {
-	if it.core["execution_id"] == "" {
-		return "default", ""
-	}
-	if it.core["lane_id"] == "" {
-		return "", "core_without_lane"
-	}
-	return it.core["lane_id"], ""
-}
-
-// attemptIndex reads current_attempt_index; "" (never claimed) names a
-// placeholder attempt the function does not touch.
-func attemptIndex(s string) uint32 {
-	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil {
-		return 0
-	}
-	return uint32(n)
-}
-
-// outKind is what one library call did to its entry.
-type outKind int
-
-const (
-	outActed    outKind = iota // the timer fired
-	outCleaned                 // a stale entry; the library removed it
-	outStuck                   // the library left a due entry in place
-	outRemove                  // the entry points at nothing; remove it
-	outLuaError                // {0, code}
-	outFailed                  // no usable reply
-)
-
-// outcome is one call's reply, classified.
-type outcome struct {
-	kind  outKind
-	class scannerapi.ErrorClass
-	code  string
-}
-
-// statusClassifier reads {1, "OK", status, ...} replies by their status.
-func statusClassifier(statuses map[string]outKind) func(*item, scannerapi.Reply) outcome {
-	return func(_ *item, r scannerapi.Reply) outcome {
-		fr, err := scannerapi.ParseFunctionReply(r)
-		if err != nil {
-			return failedOutcome(err)
-		}
-		if !fr.Success {
-			return outcome{kind: outLuaError, class: scannerapi.ErrLua, code: fr.Code}
-		}
-		if k, ok := statuses[fr.Field(0)]; ok && fr.Status == scannerapi.StatusOK {
-			return outcome{kind: k, code: fr.Field(0)}
-		}
-		return outcome{kind: outFailed, class: scannerapi.ErrServer, code: "unexpected_status"}
-	}
-}
-
-func failedOutcome(err error) outcome {
-	if errors.Is(err, scannerapi.ErrMalformedReply) {
-		return outcome{kind: outFailed, class: scannerapi.ErrServer, code: "malformed_reply"}
-	}
-	class, code := scanutil.Classify(err)
-	return outcome{kind: outFailed, class: class, code: code}
 }

@@ -34,7 +34,6 @@ package timers
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -348,59 +347,6 @@ func (sc *scan) located(it *item, wp, score scannerapi.Reply) {
 	}
 }
 
-// step is what an item's reads decide, before the call: the one decision
-// the scan and Explain both take (judgeLocated, judgeRead).
-type step int
-
-const (
-	stepAct      step = iota // go on to the call
-	stepRead                 // read the execution first (a located waitpoint, with a filter)
-	stepFailed               // a read failed (reply)
-	stepGone                 // no longer due, or gone: nothing to do (P5)
-	stepFiltered             // outside the filter
-	stepRecord               // settled without a call: record o
-)
-
-type judged struct {
-	step   step
-	reply  scannerapi.Reply // stepFailed
-	o      outcome          // stepRecord
-	detail string
-}
-
-// judgeLocated decides a pending waitpoint from its HMGET (execution_id,
-// state) and its index score re-read; it sets it.eid.
-func judgeLocated(it *item, wp, score scannerapi.Reply, now int64, filter scannerapi.Filter) judged {
-	for _, r := range []scannerapi.Reply{wp, score} {
-		if r.Failed() {
-			return judged{step: stepFailed, reply: r}
-		}
-	}
-	f := fields([]string{"execution_id", "state"}, wp)
-	if !stillDue(score, now) {
-		return judged{step: stepGone}
-	}
-	if f["execution_id"] == "" && f["state"] == "" {
-		// The waitpoint is gone: the call answers waitpoint_not_found
-		// and the entry is removed.
-		return judged{step: stepAct, detail: "waitpoint_gone"}
-	}
-	if f["state"] == "active" {
-		// Activated by a suspension (which normally removes the entry):
-		// the suspension's timeout owns it now.
-		return judged{step: stepRecord, o: outcome{kind: outStuck, code: "active"}}
-	}
-	id, kind := keys.ClassifyExecutionID(f["execution_id"])
-	if kind != keys.IDCanonical {
-		return judged{step: stepRecord, o: outcome{kind: outFailed, class: scannerapi.ErrInvalid, code: "invalid_execution_id"}, detail: f["execution_id"]}
-	}
-	it.eid = id
-	if filter.IsNoop() {
-		return judged{step: stepAct}
-	}
-	return judged{step: stepRead}
-}
-
 // read takes an item's reads and decides whether to act.
 func (sc *scan) read(it *item, rs, filterReplies []scannerapi.Reply) {
 	st := sc.s.judgeRead(it, rs, filterReplies, sc.req.NowMs, sc.filter)
@@ -416,70 +362,6 @@ func (sc *scan) read(it *item, rs, filterReplies []scannerapi.Reply) {
 	default:
 		sc.toAct = append(sc.toAct, it)
 	}
-}
-
-// judgeRead decides an item from its reads (readCommands' replies, the
-// filter's apart) and fills it.core and it.extra for the call.
-func (s *Timer) judgeRead(it *item, rs, filterReplies []scannerapi.Reply, now int64, filter scannerapi.Filter) judged {
-	for _, r := range rs {
-		if r.Failed() {
-			return judged{step: stepFailed, reply: r}
-		}
-	}
-	if !filter.IsNoop() && !filter.Decide(filterReplies) {
-		return judged{step: stepFiltered}
-	}
-	i := 0
-	if len(s.sp.coreReads) > 0 {
-		it.core = fields(s.sp.coreReads, rs[i])
-		i++
-	}
-	if s.sp.name == SuspensionTimeoutName {
-		it.extra = fields(suspensionReads, rs[i])
-		i++
-	}
-	if s.sp.name == AttemptTimeoutName {
-		policy, _ := rs[i].Text()
-		it.extra = map[string]string{"policy": policy}
-		i++
-	}
-	if s.sp.recheckScore && !stillDue(rs[i], now) {
-		return judged{step: stepGone}
-	}
-	return judged{step: stepAct}
-}
-
-// fields maps an HMGET reply onto its field names ("" for nil).
-func fields(names []string, r scannerapi.Reply) map[string]string {
-	m := make(map[string]string, len(names))
-	for i, n := range names {
-		if i < len(r.Array) {
-			m[n], _ = r.Array[i].Text()
-		}
-	}
-	return m
-}
-
-// stillDue reads a ZSCORE re-check: present and at most now.
-func stillDue(r scannerapi.Reply, now int64) bool {
-	if r.Kind == scannerapi.KindNil {
-		return false
-	}
-	var score float64
-	switch r.Kind {
-	case scannerapi.KindFloat:
-		score = r.Float
-	case scannerapi.KindInt:
-		score = float64(r.Int)
-	default:
-		s, _ := r.Text()
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return false
-		}
-		score = f
-	}
-	return score <= float64(now)
 }
 
 // failed accounts for a read or call that got no usable reply.

@@ -2,7 +2,6 @@ package unblock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
@@ -15,40 +14,43 @@ import (
 // effects on the scanner are held back: no failure is recorded, nothing
 // is removed.
 func (s *Scanner) Explain(ctx context.Context, host scannerapi.Host, req *scannerapi.ExplainRequest) (*scannerapi.Explanation, error) {
-	var c *scannerapi.Candidate
-	for i := range req.Scan.Candidates {
-		if req.Scan.Candidates[i].Member == req.ExecutionID {
-			c = &req.Scan.Candidates[i]
-			break
-		}
-	}
-	if c == nil {
+	c, ok := scanutil.ExplainCandidate(req)
+	if !ok {
 		return scannerapi.Explains(scannerapi.VerdictNothing, "not_blocked", "not in a lane's blocked:budget, blocked:quota or blocked:route set"), nil
 	}
-	id, v, until := s.intake().Judge(*c, req.Scan.Partition, req.Scan.Cycle)
-	switch v {
-	case scanutil.BackedOff:
-		e := scannerapi.Explains(scannerapi.VerdictSkips, "backed_off",
-			"backed off after %d failed checks in a row; tried again at cycle %d (now %d)", s.failures.Failures(c.Member), until, req.Scan.Cycle)
-		e.BackoffUntilCycle = until
+	id, e := s.intake().Explain(c, &req.Scan)
+	if e != nil {
 		return e, nil
-	case scanutil.Take:
-	default:
-		return scannerapi.Explains(scannerapi.VerdictSkips, "invalid_member", "the member %q of %s is not an execution id", c.Member, c.Key), nil
 	}
 	r := req.Scan
-	r.DryRun, r.Candidates = true, []scannerapi.Candidate{*c}
+	r.DryRun, r.Candidates = true, []scannerapi.Candidate{c}
 	sc := s.newScan(ctx, &r)
-	sc.ex = &scannerapi.Explanation{}
-	sc.toRead = []*item{{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id}}
-	if err := sc.readPartitions(ctx, host); err != nil {
+	sc.ex = &explaining{}
+	sc.next.read = []*item{{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id}}
+	if err := sc.run(ctx, host, "explain reads"); err != nil {
 		return nil, err
-	}
-	if _, err := scanutil.Waves(ctx, host, 0, sc.build); err != nil {
-		return nil, fmt.Errorf("explain reads: %w", err)
 	}
 	if sc.ex.Verdict == "" {
 		return scannerapi.Explains(scannerapi.VerdictNothing, "undecided", "the scan reached no decision for it"), nil
 	}
-	return sc.ex, nil
+	return &sc.ex.Explanation, nil
+}
+
+// explaining is what a scan run by Explain keeps: the first verdict its
+// decisions reach for the one entry, and what they found inconsistent.
+// Its methods do nothing on nil, in a scan.
+type explaining struct{ scannerapi.Explanation }
+
+// say records the verdict, unless one was reached before.
+func (x *explaining) say(v scannerapi.Verdict, reason, format string, args ...any) {
+	if x != nil && x.Verdict == "" {
+		x.Explanation = *scannerapi.Explains(v, reason, format, args...)
+	}
+}
+
+// inconsistent adds what the scan found inconsistent in the store.
+func (x *explaining) inconsistent(what string) {
+	if x != nil {
+		x.Inconsistent = append(x.Inconsistent, what)
+	}
 }

@@ -17,7 +17,8 @@ import (
 // FlowFabric on an idle deployment (scanners.md §15, P20): its default
 // interval, its partition family and the commands it sends per empty
 // partition per cycle (TIME plus its range reads; per lane where the
-// scanner is lane scoped).
+// scanner is lane scoped). The set is the one every shipped Valkey
+// configuration enables (TestIdleAllRunsTheConfiguredScanners).
 type ffScanner struct {
 	name       string
 	interval   time.Duration
