@@ -87,7 +87,9 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 	if err != nil {
 		return nil, err
 	}
-	run := scheduler.New(h.sessionRunner(cfg, name, sc), h.client, staticTarget{scanner}, host, h.met, h.units.Deps().Log(name))
+	rc := h.sessionRunner(cfg, name, sc)
+	rc.Target, rc.Host = staticTarget{scanner}, host
+	run := scheduler.New(rc)
 	return &Session{h: h, name: name, scanner: scanner, host: host, run: run, dryRun: opts.DryRun, close: closeFn}, nil
 }
 
