@@ -198,8 +198,11 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	relaunch := h.applyScanners(old, n, &res)
 	if old.Completions != n.Completions {
 		cctx, cancel := context.WithTimeout(context.Background(), n.ShutdownTimeout/2)
-		h.listeners.Restart(cctx, n.Completions)
+		err := h.listeners.Restart(cctx, completionSettings(n.Completions))
 		cancel()
+		if err != nil {
+			res.Notes = append(res.Notes, "completion listener: "+err.Error())
+		}
 		res.Notes = append(res.Notes, fmt.Sprintf("completion listener restarted (enabled %t, concurrency %d)", n.Completions.Enabled, n.Completions.Concurrency))
 	}
 	res.Plugins = h.relaunch(ctx, n, relaunch)
