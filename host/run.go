@@ -80,7 +80,9 @@ func (h *Host) start(ctx context.Context, cfg *config.Config) (err error) {
 		}
 	}()
 	if h.share != nil {
-		_ = h.share.Start(context.WithoutCancel(ctx))
+		if err := h.share.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
 	}
 	if err := h.units.Start(ctx); err != nil {
 		return err
