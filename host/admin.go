@@ -11,6 +11,7 @@ import (
 	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/host/supervisor"
 )
 
@@ -120,7 +121,7 @@ func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool,
 	n.Scanners = maps.Clone(cur.Scanners)
 	sc.Enabled = enabled
 	n.Scanners[name] = sc
-	resolved, err := h.res.resolveAll(ctx, &n, h.cat, h.log)
+	resolved, err := h.res.ResolveAll(ctx, &n, h.cat, h.log)
 	if err == nil {
 		err = h.check(resolved)
 	}
@@ -174,7 +175,7 @@ func (h *Host) ApprovePlugin(ctx context.Context, name string, reviewed httpapi.
 	if _, ok := cfg.Scanners[name]; !ok {
 		return httpapi.PluginSwapResult{}, fmt.Errorf("%w: %q is not a configured scanner", httpapi.ErrNotFound, name)
 	}
-	res, err := approvePlugins(ctx, cfg, h.approvals, []string{name}, Reviewed(reviewed), h.log.Named("approve"))
+	res, err := plugindir.ApproveIn(ctx, cfg, h.approvals, []string{name}, plugindir.Reviewed(reviewed), h.log.Named("approve"))
 	if err != nil {
 		return httpapi.PluginSwapResult{}, err
 	}

@@ -18,8 +18,9 @@
 //   - sessions.go: scanners run on demand (scan-once, the test kits).
 //   - status.go: the status and readiness views.
 //   - watch.go: what the file watch follows.
-//   - plugins.go, resolve.go: the operator commands on the plugin
-//     directory, and finding the binary that serves a scanner.
+//
+// The operator commands on the plugin directory, and finding the binary
+// that serves a scanner, are host/plugindir's.
 package host
 
 import (
@@ -45,6 +46,7 @@ import (
 	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/listeners"
 	"github.com/ffscan/ffscan/host/metrics"
+	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -104,7 +106,7 @@ type Host struct {
 	approvals *policy.Store
 	svc       *callbacks.Service
 	compMet   *completions.PrometheusMetrics
-	res       resolver
+	res       plugindir.Resolver
 	started   time.Time
 
 	// The configuration in force and its reloads (reload.go).

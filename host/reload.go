@@ -85,7 +85,7 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 	cfg, err := src.Load()
 	if err == nil {
 		h.applyOverrides(cfg)
-		cfg, err = h.res.resolveAll(ctx, cfg, h.cat, h.log)
+		cfg, err = h.res.ResolveAll(ctx, cfg, h.cat, h.log)
 	}
 	if err == nil {
 		err = h.check(cfg)
@@ -115,7 +115,7 @@ func (h *Host) Reload(ctx context.Context, cfg *config.Config, reason string) (h
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
 	h.applyOverrides(cfg)
-	cfg, err := h.res.resolveAll(ctx, cfg, h.cat, h.log)
+	cfg, err := h.res.ResolveAll(ctx, cfg, h.cat, h.log)
 	if err == nil {
 		err = h.check(cfg)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/launcher"
+	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
@@ -227,7 +228,7 @@ func (h *Host) scannerConfig(ctx context.Context, cfg *config.Config, name strin
 	if !ok {
 		sc = config.Scanner{Enabled: true, Options: map[string]string{}}
 	}
-	bin, err := h.res.pluginFor(ctx, h.cat, name, sc, probeOf(cfg), h.log)
+	bin, err := h.res.PluginFor(ctx, h.cat, name, sc, plugindir.ProbeOf(cfg), h.log)
 	if err != nil {
 		return sc, err
 	}
