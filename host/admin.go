@@ -1,32 +1,18 @@
 package host
 
-// The admin endpoints' actions (httpapi.Admin): the token, and a plugin's
-// hot swap on request.
+// The admin endpoints' actions (httpapi.Admin): the token, a plugin's hot
+// swap or approval on request, a scanner enabled or disabled by an
+// operator (applied as a reload is, reload.go).
 
 import (
 	"context"
 	"fmt"
 	"maps"
 
-	"github.com/ffscan/ffscan/host/admintoken"
-	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/host/supervisor"
 )
-
-func swapResult(name string, r supervisor.SwapResult, err error) httpapi.PluginSwapResult {
-	out := httpapi.PluginSwapResult{
-		Scanner: name, Outcome: string(r.Outcome),
-		FromSHA256: r.From.SHA256, ToSHA256: r.To.SHA256, FromVersion: r.From.Version, ToVersion: r.To.Version,
-	}
-	switch {
-	case err != nil:
-		out.Outcome, out.Error = string(supervisor.SwapFailed), err.Error()
-	case r.Err != nil:
-		out.Error = r.Err.Error()
-	}
-	return out
-}
 
 // AdminEnabled implements httpapi.Admin.
 func (h *Host) AdminEnabled() bool { return h.config().HTTP.Admin }
@@ -36,21 +22,6 @@ func (h *Host) AdminEnabled() bool { return h.config().HTTP.Admin }
 // without a restart; a missing file is created.
 func (h *Host) AdminToken() (string, error) {
 	return h.ensureAdminToken(h.config().HTTP)
-}
-
-func (h *Host) ensureAdminToken(c config.HTTP) (string, error) {
-	path, err := admintoken.Resolve(c.AdminTokenFile)
-	if err != nil {
-		return "", err
-	}
-	tok, created, err := admintoken.Ensure(path)
-	if err != nil {
-		return "", err
-	}
-	if created {
-		h.log.Info("admin token created; ffscan reload and ffscan plugins reload read it from there", "file", path)
-	}
-	return tok, nil
 }
 
 // ReloadPlugin hot-swaps a running scanner's plugin from the file in the
@@ -89,12 +60,6 @@ func (h *Host) ReloadPlugin(ctx context.Context, name string, force, wait bool) 
 	return out, nil
 }
 
-// Operator overrides: a scanner enabled or disabled from the console or
-// the admin API, on top of the configuration. They last until the host
-// restarts (or the operator turns them back), and every configuration
-// reload keeps them: a reload applies the file as it is, then them. To
-// make one permanent, write it in the configuration.
-
 // SetScannerEnabled enables or disables a configured scanner now (the
 // admin action behind POST /v1/scanners/{name}/enable and /disable): the
 // configuration in force with the scanner's enabled flag changed is
@@ -120,7 +85,7 @@ func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool,
 	n.Scanners = maps.Clone(cur.Scanners)
 	sc.Enabled = enabled
 	n.Scanners[name] = sc
-	resolved, err := h.res.resolveAll(ctx, &n, h.cat, h.log)
+	resolved, err := h.res.ResolveAll(ctx, &n, h.cat, h.log)
 	if err == nil {
 		err = h.check(resolved)
 	}
@@ -134,37 +99,6 @@ func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool,
 	return h.apply(ctx, who, resolved), nil
 }
 
-func onOff(enabled bool) string {
-	if enabled {
-		return "enabled"
-	}
-	return "disabled"
-}
-
-// applyOverrides sets the operator overrides on a configuration just
-// loaded (a reload's).
-func (h *Host) applyOverrides(cfg *config.Config) {
-	h.relMu.Lock()
-	defer h.relMu.Unlock()
-	for name, on := range h.overrides {
-		if sc, ok := cfg.Scanners[name]; ok && sc.Enabled != on {
-			sc.Enabled = on
-			cfg.Scanners[name] = sc
-		}
-	}
-}
-
-// override says whether an operator turned a scanner on or off ("" when
-// not).
-func (h *Host) override(name string) string {
-	h.relMu.Lock()
-	defer h.relMu.Unlock()
-	if on, ok := h.overrides[name]; ok {
-		return onOff(on) + " by an operator until the host restarts"
-	}
-	return ""
-}
-
 // ApprovePlugin approves the policy scanner name's binary declares now
 // (as `ffscan plugins approve NAME` does: read twice, and refused when
 // it is not what the operator reviewed) and relaunches the plugin with
@@ -174,7 +108,7 @@ func (h *Host) ApprovePlugin(ctx context.Context, name string, reviewed httpapi.
 	if _, ok := cfg.Scanners[name]; !ok {
 		return httpapi.PluginSwapResult{}, fmt.Errorf("%w: %q is not a configured scanner", httpapi.ErrNotFound, name)
 	}
-	res, err := approvePlugins(ctx, cfg, h.approvals, []string{name}, Reviewed(reviewed), h.log.Named("approve"))
+	res, err := plugindir.ApproveIn(ctx, cfg, h.approvals, []string{name}, plugindir.Reviewed(reviewed), h.log.Named("approve"))
 	if err != nil {
 		return httpapi.PluginSwapResult{}, err
 	}

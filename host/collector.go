@@ -6,7 +6,6 @@ package host
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,18 +96,4 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// pendingApproval says whether a scanner's plugin waits for an
-// operator's approval of its policy: its last launch or swap was refused
-// by the approvals (host/policy's refusals name the command to run).
-func pendingApproval(s httpapi.ScannerStatus) bool {
-	if s.Approval != nil && s.Approval.Pending != nil {
-		return true
-	}
-	const mark = "ffscan plugins approve"
-	if strings.Contains(s.LastError, mark) && s.State != "running" {
-		return true
-	}
-	return s.LastSwap != nil && s.LastSwap.Outcome == "failed" && strings.Contains(s.LastSwap.Reason, mark)
 }

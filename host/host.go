@@ -4,22 +4,29 @@
 // their commands -> metrics and the HTTP endpoints report it. Each step
 // lives in its own package, and every service has one shape (see
 // host/service): this package only builds, starts and stops them. Its
-// files are its table of contents:
+// files are its table of contents, and each calls only into the files
+// listed after it (host/internal/rootgraph checks it):
 //
-//   - host.go: the Host and what it holds.
 //   - boot.go: Boot, which connects to the stores and prepares them.
-//   - services.go: every service built from the configuration;
-//     settings.go: a configuration section as a service's settings.
 //   - run.go: Run, which starts the services and waits.
 //   - shutdown.go: the shutdown, phase by phase, within its budget.
-//   - reload.go: configuration reloads (SIGHUP, the admin call, the file
-//     watch).
-//   - admin.go: the admin endpoints' actions (plugin reload, the token).
 //   - sessions.go: scanners run on demand (scan-once, the test kits).
+//   - explainer.go: the explain view, the host's facts per scanner for
+//     host/explain.
+//   - collector.go: gauges computed at scrape time (interval, enabled,
+//     pending approval, readiness).
 //   - status.go: the status and readiness views.
+//   - admin.go: the admin endpoints' actions (plugin reload and approval,
+//     the token, a scanner enabled or disabled by an operator).
+//   - services.go: every service built from the configuration.
 //   - watch.go: what the file watch follows.
-//   - plugins.go, resolve.go: the operator commands on the plugin
-//     directory, and finding the binary that serves a scanner.
+//   - reload.go: configuration reloads (SIGHUP, the admin call, the file
+//     watch), and the operator overrides they keep.
+//   - settings.go: a configuration section as a service's settings.
+//   - host.go: the Host and what it holds.
+//
+// The operator commands on the plugin directory, and finding the binary
+// that serves a scanner, are host/plugindir's.
 package host
 
 import (
@@ -46,6 +53,7 @@ import (
 	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/listeners"
 	"github.com/ffscan/ffscan/host/metrics"
+	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -110,7 +118,7 @@ type Host struct {
 	approvals *policy.Store
 	svc       *callbacks.Service
 	compMet   *completions.PrometheusMetrics
-	res       resolver
+	res       plugindir.Resolver
 	started   time.Time
 
 	// The configuration in force and its reloads (reload.go).

@@ -15,12 +15,14 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/scheduler"
+	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
 )
 
@@ -85,7 +87,7 @@ func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadR
 	cfg, err := src.Load()
 	if err == nil {
 		h.applyOverrides(cfg)
-		cfg, err = h.res.resolveAll(ctx, cfg, h.cat, h.log)
+		cfg, err = h.res.ResolveAll(ctx, cfg, h.cat, h.log)
 	}
 	if err == nil {
 		err = h.check(cfg)
@@ -115,7 +117,7 @@ func (h *Host) Reload(ctx context.Context, cfg *config.Config, reason string) (h
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
 	h.applyOverrides(cfg)
-	cfg, err := h.res.resolveAll(ctx, cfg, h.cat, h.log)
+	cfg, err := h.res.ResolveAll(ctx, cfg, h.cat, h.log)
 	if err == nil {
 		err = h.check(cfg)
 	}
@@ -198,8 +200,11 @@ func (h *Host) apply(ctx context.Context, reason string, n *config.Config) httpa
 	relaunch := h.applyScanners(old, n, &res)
 	if old.Completions != n.Completions {
 		cctx, cancel := context.WithTimeout(context.Background(), n.ShutdownTimeout/2)
-		h.listeners.Restart(cctx, n.Completions)
+		err := h.listeners.Restart(cctx, completionSettings(n.Completions))
 		cancel()
+		if err != nil {
+			res.Notes = append(res.Notes, "completion listener: "+err.Error())
+		}
 		res.Notes = append(res.Notes, fmt.Sprintf("completion listener restarted (enabled %t, concurrency %d)", n.Completions.Enabled, n.Completions.Concurrency))
 	}
 	res.Plugins = h.relaunch(ctx, n, relaunch)
@@ -313,5 +318,76 @@ func (h *Host) relaunch(ctx context.Context, n *config.Config, names []string) [
 	}
 	wg.Wait()
 	sort.Slice(out, func(i, j int) bool { return out[i].Scanner < out[j].Scanner })
+	return out
+}
+
+// Operator overrides: a scanner enabled or disabled from the console or
+// the admin API, on top of the configuration. They last until the host
+// restarts (or the operator turns them back), and every configuration
+// reload keeps them: a reload applies the file as it is, then them. To
+// make one permanent, write it in the configuration.
+
+func onOff(enabled bool) string {
+	if enabled {
+		return "enabled"
+	}
+	return "disabled"
+}
+
+// applyOverrides sets the operator overrides on a configuration just
+// loaded (a reload's).
+func (h *Host) applyOverrides(cfg *config.Config) {
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
+	for name, on := range h.overrides {
+		if sc, ok := cfg.Scanners[name]; ok && sc.Enabled != on {
+			sc.Enabled = on
+			cfg.Scanners[name] = sc
+		}
+	}
+}
+
+// override says whether an operator turned a scanner on or off ("" when
+// not).
+func (h *Host) override(name string) string {
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
+	if on, ok := h.overrides[name]; ok {
+		return onOff(on) + " by an operator until the host restarts"
+	}
+	return ""
+}
+
+// ensureAdminToken makes sure the admin token file c names exists (a
+// configuration with http.admin on passes only if it can, at Run and at
+// every reload; admin.go reads it at each request).
+func (h *Host) ensureAdminToken(c config.HTTP) (string, error) {
+	path, err := admintoken.Resolve(c.AdminTokenFile)
+	if err != nil {
+		return "", err
+	}
+	tok, created, err := admintoken.Ensure(path)
+	if err != nil {
+		return "", err
+	}
+	if created {
+		h.log.Info("admin token created; ffscan reload and ffscan plugins reload read it from there", "file", path)
+	}
+	return tok, nil
+}
+
+// swapResult is a hot swap's outcome as the admin endpoints report it
+// (a reload's relaunches, an admin plugin reload).
+func swapResult(name string, r supervisor.SwapResult, err error) httpapi.PluginSwapResult {
+	out := httpapi.PluginSwapResult{
+		Scanner: name, Outcome: string(r.Outcome),
+		FromSHA256: r.From.SHA256, ToSHA256: r.To.SHA256, FromVersion: r.From.Version, ToVersion: r.To.Version,
+	}
+	switch {
+	case err != nil:
+		out.Outcome, out.Error = string(supervisor.SwapFailed), err.Error()
+	case r.Err != nil:
+		out.Error = r.Err.Error()
+	}
 	return out
 }

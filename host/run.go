@@ -38,7 +38,7 @@ func (h *Host) Run(ctx context.Context) error {
 // scanner's binary, and readies the process for plugins and the admin
 // endpoints.
 func (h *Host) prepareRun(ctx context.Context) (*config.Config, error) {
-	cfg, err := h.res.resolveAll(ctx, h.config(), h.cat, h.log)
+	cfg, err := h.res.ResolveAll(ctx, h.config(), h.cat, h.log)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,9 @@ func (h *Host) start(ctx context.Context, cfg *config.Config) (err error) {
 		}
 	}()
 	if h.share != nil {
-		_ = h.share.Start(context.WithoutCancel(ctx))
+		if err := h.share.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
 	}
 	if err := h.units.Start(ctx); err != nil {
 		return err

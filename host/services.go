@@ -83,11 +83,11 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 			h.library = libwatch.New(h.lib, libwatch.Config{Clock: h.clk, Logger: h.log})
 		}
 	}
-	h.units = unit.NewSet(h.unitDeps())
-	deps := listeners.Deps{Library: h.lib, Postgres: h.pg, PostgresFilter: cfg.Postgres.Filter(),
+	h.units = unit.NewSet(unit.Config{Deps: h.unitDeps()})
+	comp := listeners.Config{Settings: completionSettings(cfg.Completions), Library: h.lib, Postgres: h.pg, PostgresFilter: cfg.Postgres.Filter(),
 		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}
 	if h.share != nil {
-		deps.Gains = h.share.Gains
+		comp.Gains = h.share.Gains
 	}
 	if dsn := cfg.Postgres.ListenDSN; dsn != "" && h.pg != nil {
 		lc, err := pgx.ParseConfig(dsn)
@@ -95,12 +95,12 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 			// pgx's message may quote the DSN, password included.
 			return errors.New("postgres.listen_dsn is not a valid connection string")
 		}
-		deps.PostgresListen = lc
+		comp.PostgresListen = lc
 	}
-	h.listeners = listeners.New(deps, cfg.Completions)
+	h.listeners = listeners.New(comp)
 	h.files = h.newFileWatch(cfg.Watch)
 	if cfg.HTTP.Listen != "" {
-		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Logger: h.log, Console: console.Handler(h)}, h.met.Registry, h)
+		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Clock: h.clk, Logger: h.log, Console: console.Handler(h)}, h.met.Registry, h)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/launcher"
+	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
@@ -87,7 +88,9 @@ func (h *Host) OpenSession(ctx context.Context, name string, opts SessionOptions
 	if err != nil {
 		return nil, err
 	}
-	run := scheduler.New(h.sessionRunner(cfg, name, sc), h.client, staticTarget{scanner}, host, h.met, h.units.Deps().Log(name))
+	rc := h.sessionRunner(cfg, name, sc)
+	rc.Target, rc.Host = staticTarget{scanner}, host
+	run := scheduler.New(rc)
 	return &Session{h: h, name: name, scanner: scanner, host: host, run: run, dryRun: opts.DryRun, close: closeFn}, nil
 }
 
@@ -225,7 +228,7 @@ func (h *Host) scannerConfig(ctx context.Context, cfg *config.Config, name strin
 	if !ok {
 		sc = config.Scanner{Enabled: true, Options: map[string]string{}}
 	}
-	bin, err := h.res.pluginFor(ctx, h.cat, name, sc, probeOf(cfg), h.log)
+	bin, err := h.res.PluginFor(ctx, h.cat, name, sc, plugindir.ProbeOf(cfg), h.log)
 	if err != nil {
 		return sc, err
 	}

@@ -8,11 +8,18 @@ import (
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/filewatch"
+	"github.com/ffscan/ffscan/host/listeners"
 )
 
 // budgetOf is the callbacks budget the configuration sets.
 func budgetOf(c config.Callbacks) callbacks.Budget {
 	return callbacks.Budget{MaxInFlight: c.MaxInFlight, CommandsPerSecond: float64(c.CommandsPerSecond), MaxReplyBytes: int64(c.MaxReplyBytes)}
+}
+
+// completionSettings are what the configuration says the completion
+// listeners run with.
+func completionSettings(c config.Completions) listeners.Settings {
+	return listeners.Settings{Enabled: c.Enabled, Concurrency: c.Concurrency}
 }
 
 // watchSettings are what the configuration says the file watch follows.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -230,4 +231,18 @@ func (h *Host) approvalStatus(name string, recs map[string]policy.Record) *httpa
 		return nil
 	}
 	return &st
+}
+
+// pendingApproval says whether a scanner's plugin waits for an
+// operator's approval of its policy: its last launch or swap was refused
+// by the approvals (host/policy's refusals name the command to run).
+func pendingApproval(s httpapi.ScannerStatus) bool {
+	if s.Approval != nil && s.Approval.Pending != nil {
+		return true
+	}
+	const mark = "ffscan plugins approve"
+	if strings.Contains(s.LastError, mark) && s.State != "running" {
+		return true
+	}
+	return s.LastSwap != nil && s.LastSwap.Outcome == "failed" && strings.Contains(s.LastSwap.Reason, mark)
 }

@@ -11,9 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ffscan/ffscan/host"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/plugindir"
 )
 
 func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
@@ -26,7 +26,7 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	infos, err := host.ListPlugins(context.Background(), cfg, quietLogger(cfg, c))
+	infos, err := plugindir.List(context.Background(), cfg, quietLogger(cfg, c))
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		for _, in := range pi.Scanners {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pi.Binary, in.Name, host.Shown(in.Version), in.APIVersion, in.Family, pi.SHA256)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pi.Binary, in.Name, plugindir.Shown(in.Version), in.APIVersion, in.Family, pi.SHA256)
 		}
 	}
 	_ = tw.Flush()
@@ -49,19 +49,19 @@ func cmdPluginsList(args []string, stdout, stderr io.Writer) error {
 			for _, in := range pi.Scanners {
 				fmt.Fprintf(stdout, "\n%s (%s): every %s, batch %d\n", in.Name, pi.Binary, in.DefaultInterval, in.DefaultBatch)
 				for _, src := range in.Sources {
-					fmt.Fprintf(stdout, "  source %s: %s %s", host.Shown(src.Name), host.Shown(string(src.Kind)), host.Shown(src.Key))
+					fmt.Fprintf(stdout, "  source %s: %s %s", plugindir.Shown(src.Name), plugindir.Shown(string(src.Kind)), plugindir.Shown(src.Key))
 					if src.Backlog != "" {
-						fmt.Fprintf(stdout, " (backlog: %s)", host.Shown(string(src.Backlog)))
+						fmt.Fprintf(stdout, " (backlog: %s)", plugindir.Shown(string(src.Backlog)))
 					}
 					fmt.Fprintln(stdout)
 				}
-				fmt.Fprintf(stdout, "  commands: %s\n", host.Shown(orNone(in.Commands)))
+				fmt.Fprintf(stdout, "  commands: %s\n", plugindir.Shown(orNone(in.Commands)))
 				for _, ks := range in.KeyScopes {
-					fmt.Fprintf(stdout, "  key scope of %s: %s\n", host.Shown(ks.Command), host.Shown(strings.Join(ks.Patterns, " ")))
+					fmt.Fprintf(stdout, "  key scope of %s: %s\n", plugindir.Shown(ks.Command), plugindir.Shown(strings.Join(ks.Patterns, " ")))
 				}
-				fmt.Fprintf(stdout, "  functions: %s\n", host.Shown(orNone(in.Functions)))
+				fmt.Fprintf(stdout, "  functions: %s\n", plugindir.Shown(orNone(in.Functions)))
 				for _, o := range in.Options {
-					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", host.Shown(o.Name), host.Shown(string(o.Type)), host.Shown(o.Default), host.Shown(o.Description))
+					fmt.Fprintf(stdout, "  option %s (%s, default %q): %s\n", plugindir.Shown(o.Name), plugindir.Shown(string(o.Type)), plugindir.Shown(o.Default), plugindir.Shown(o.Description))
 				}
 			}
 		}
@@ -81,7 +81,7 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res, err := host.VerifyPlugins(context.Background(), cfg, quietLogger(cfg, c))
+	res, err := plugindir.Verify(context.Background(), cfg, quietLogger(cfg, c))
 	failed := 0
 	for _, r := range res {
 		who := "scanner " + r.Scanner + " (" + r.Binary + ")"
@@ -190,7 +190,7 @@ func cmdPluginsPin(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pi, err := host.PinScanner(context.Background(), cfg, name, quietLogger(cfg, c))
+	pi, err := plugindir.Pin(context.Background(), cfg, name, quietLogger(cfg, c))
 	if err != nil {
 		return fmt.Errorf("not pinning %s: %w", name, err)
 	}
@@ -222,7 +222,7 @@ func printPolicy(w io.Writer, lines []string, approval string) {
 }
 
 // printDigest names the declared policy and how to approve exactly it.
-func printDigest(w io.Writer, r host.VerifyResult) {
+func printDigest(w io.Writer, r plugindir.VerifyResult) {
 	if r.Digest == "" {
 		return
 	}
@@ -244,15 +244,15 @@ func cmdPluginsApprove(args []string, stdout, stderr io.Writer) error {
 	if *all == (len(names) > 0) {
 		return usageError{errors.New("name the scanners to approve, or pass --all")}
 	}
-	rv := host.Reviewed{SHA256: *sha, Policy: *digest}
-	if rv != (host.Reviewed{}) && len(names) != 1 {
+	rv := plugindir.Reviewed{SHA256: *sha, Policy: *digest}
+	if rv != (plugindir.Reviewed{}) && len(names) != 1 {
 		return usageError{errors.New("--sha256 and --policy name one scanner's binary: approve one scanner at a time")}
 	}
 	cfg, err := c.load(fs)
 	if err != nil {
 		return err
 	}
-	res, err := host.ApprovePlugins(context.Background(), cfg, names, rv, quietLogger(cfg, c))
+	res, err := plugindir.Approve(context.Background(), cfg, names, rv, quietLogger(cfg, c))
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,6 @@ package completions
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
@@ -104,6 +103,26 @@ type Config struct {
 	// Clock is the time source of the backoff, the dispatch timings and
 	// the log throttle (the system clock).
 	Clock clock.Clock
+
+	// Library runs the cascades (its client is the host's) and its client
+	// gives the subscription its dedicated connection. Required.
+	Library *lua.Library
+	// Logger receives the listener's logs. Default: none.
+	Logger hclog.Logger
+	// Metrics receives counters and latencies. Default: none.
+	Metrics Metrics
+	// Partitions, when set, lets the parser check that a message's
+	// execution lives in its flow's partition.
+	Partitions keys.PartitionConfig
+	// Resolver tunes the cascade (depth limit, batch bound, logger: the
+	// listener's by default).
+	Resolver depresolve.Options
+	// Owns, when set, says which flow partitions this host handles (hosts
+	// sharing a keyspace): a completion of another host's partition is
+	// left to that host (counted "elsewhere"). Nil: every partition.
+	Owns func(keys.Partition) bool
+	// Changes, when set, is told of every change of the Stats.
+	Changes *service.Changes
 }
 
 func (c Config) withDefaults() Config {
@@ -114,26 +133,16 @@ func (c Config) withDefaults() Config {
 	service.Default(&c.MaxBackoff, DefaultMaxBackoff)
 	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
 	c.Clock = clock.Or(c.Clock)
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
+	}
+	if c.Resolver.Logger == nil {
+		c.Resolver.Logger = c.Logger
+	}
 	return c
-}
-
-// Options are the listener's collaborators. All are optional.
-type Options struct {
-	// Logger receives the listener's logs. Default: none.
-	Logger hclog.Logger
-	// Metrics receives counters and latencies. Default: none.
-	Metrics Metrics
-	// Partitions, when set, lets the parser check that a message's
-	// execution lives in its flow's partition.
-	Partitions keys.PartitionConfig
-	// Resolver tunes the cascade (depth limit, batch bound, logger).
-	Resolver depresolve.Options
-	// Owns, when set, says which flow partitions this host handles (hosts
-	// sharing a keyspace): a completion of another host's partition is
-	// left to that host (counted "elsewhere"). Nil: every partition.
-	Owns func(keys.Partition) bool
-	// Changes, when set, is told of every change of the Stats.
-	Changes *service.Changes
 }
 
 // Message outcomes (the "outcome" label of the messages counter).
@@ -179,15 +188,16 @@ type Listener struct {
 
 	queue chan depresolve.Completion
 
-	startOnce sync.Once
-	stopOnce  sync.Once
-	started   atomic.Bool
-	stopRecv  context.CancelFunc // stops the receiver
-	abort     context.CancelFunc // cancels dispatches
-	dispatch  context.Context    // parent of every dispatch
-	recvDone  chan struct{}
-	workers   sync.WaitGroup
-	stopErr   error
+	// loop runs the receiver, then drains the queue through the workers.
+	loop service.Loop
+	// abort cancels the dispatches (their parent, dispatch, does not end
+	// with Start's context: Stop cuts them at its deadline). Set by the
+	// loop; nil before.
+	mu       sync.Mutex
+	abort    context.CancelFunc
+	dispatch context.Context
+	stopErr  error // a Stop's cut drain, returned by every later Stop
+	workers  sync.WaitGroup
 
 	subscribed atomic.Bool
 	subs       atomic.Int64 // successful subscriptions
@@ -197,30 +207,21 @@ type Listener struct {
 	dispatched, failed, panics, resolved   atomic.Int64
 }
 
-// New returns a listener that runs cascades through lib (its client is the
-// host's) and subscribes on a dedicated connection of lib's client.
-func New(cfg Config, lib *lua.Library, opts Options) *Listener {
+// New returns a listener that runs cascades through cfg.Library and
+// subscribes on a dedicated connection of its client.
+func New(cfg Config) *Listener {
+	cfg = cfg.withDefaults()
 	l := &Listener{
-		cfg:     cfg.withDefaults(),
-		client:  lib.Client(),
-		log:     opts.Logger,
-		met:     opts.Metrics,
-		parts:   opts.Partitions,
-		owns:    opts.Owns,
-		changes: opts.Changes,
+		cfg:     cfg,
+		clk:     cfg.Clock,
+		client:  cfg.Library.Client(),
+		log:     cfg.Logger,
+		met:     cfg.Metrics,
+		parts:   cfg.Partitions,
+		owns:    cfg.Owns,
+		changes: cfg.Changes,
 	}
-	l.clk = l.cfg.Clock
-	if l.log == nil {
-		l.log = hclog.NewNullLogger()
-	}
-	if l.met == nil {
-		l.met = nopMetrics{}
-	}
-	ropts := opts.Resolver
-	if ropts.Logger == nil {
-		ropts.Logger = l.log
-	}
-	r := depresolve.New(depexec.LibraryExecutor(lib), ropts)
+	r := depresolve.New(depexec.LibraryExecutor(cfg.Library), cfg.Resolver)
 	l.cascade = r.Cascade
 	l.queue = make(chan depresolve.Completion, l.cfg.QueueSize)
 	return l
@@ -246,29 +247,53 @@ func (l *Listener) Stats() Stats {
 // Start starts the receiver and the workers and returns at once. The
 // listener runs until Stop (or until ctx ends, which stops receiving; call
 // Stop anyway to drain and wait). It does nothing when the listener is
-// disabled; a second Start is an error.
+// disabled; a second Start returns service.ErrStarted.
 func (l *Listener) Start(ctx context.Context) error {
 	if !l.cfg.Enabled {
 		l.log.Info("completion listener disabled; dependency_reconciler alone resolves dependencies")
 		return nil
 	}
-	err := errors.New("completions: listener already started")
-	l.startOnce.Do(func() {
-		err = nil
-		recvCtx, stopRecv := context.WithCancel(ctx)
-		dispatch, abort := context.WithCancel(context.WithoutCancel(ctx))
-		l.stopRecv, l.abort, l.dispatch = stopRecv, abort, dispatch
-		l.recvDone = make(chan struct{})
-		for range l.cfg.Concurrency {
-			l.workers.Add(1)
-			go l.work()
-		}
-		go l.receive(recvCtx)
-		l.started.Store(true)
-		l.log.Info("completion listener started", "channel", keys.DagCompletionsChannel,
-			"concurrency", l.cfg.Concurrency, "queue", l.cfg.QueueSize)
+	// The dispatches outlive ctx (Stop cuts them at its deadline).
+	dispatch, abort := context.WithCancel(context.WithoutCancel(ctx))
+	err := l.loop.Start(ctx, func(ctx context.Context) {
+		l.mu.Lock()
+		l.dispatch, l.abort = dispatch, abort
+		l.mu.Unlock()
+		l.listen(ctx)
 	})
-	return err
+	if err != nil {
+		abort()
+		return err
+	}
+	l.log.Info("completion listener started", "channel", keys.DagCompletionsChannel,
+		"concurrency", l.cfg.Concurrency, "queue", l.cfg.QueueSize)
+	return nil
+}
+
+// listen receives until ctx ends, then lets the workers drain the queue.
+func (l *Listener) listen(ctx context.Context) {
+	for range l.cfg.Concurrency {
+		l.workers.Add(1)
+		go l.work()
+	}
+	// The receiver returns promptly once ctx ends: its blocking calls (the
+	// subscription, a send on a full queue) all watch it.
+	l.receive(ctx)
+	// Nothing sends any more: close the queue so the workers drain it and
+	// return.
+	close(l.queue)
+	l.workers.Wait()
+	l.cancelDispatches()
+	l.log.Info("completion listener stopped", "stats", fmt.Sprintf("%+v", l.Stats()))
+}
+
+func (l *Listener) cancelDispatches() {
+	l.mu.Lock()
+	abort := l.abort
+	l.mu.Unlock()
+	if abort != nil {
+		abort()
+	}
 }
 
 // Stop stops receiving, lets queued and in-flight dispatches finish until
@@ -276,35 +301,23 @@ func (l *Listener) Start(ctx context.Context) error {
 // workers to return. It returns ctx's error if the drain was cut short.
 // Stop is safe to call more than once and before Start.
 func (l *Listener) Stop(ctx context.Context) error {
-	if !l.started.Load() {
-		return nil
-	}
-	l.stopOnce.Do(func() {
-		// The receiver returns promptly: its blocking calls (the
-		// subscription, a send on a full queue) all watch its context.
-		l.stopRecv()
-		<-l.recvDone
-		// Nothing sends any more: close the queue so the workers drain it
-		// and return.
-		close(l.queue)
-		drained := service.Drained(&l.workers)
-		select {
-		case <-drained:
-		case <-ctx.Done():
-			l.stopErr = fmt.Errorf("completions: stop: %w", ctx.Err())
-			l.log.Warn("completion listener: cascades still running at the deadline were cancelled; the dependency_reconciler resolves what they left", "error", ctx.Err())
-			l.abort()
-			<-drained
+	if err := l.loop.Stop(ctx); err != nil {
+		l.log.Warn("completion listener: cascades still running at the deadline were cancelled; the dependency_reconciler resolves what they left", "error", err)
+		l.cancelDispatches()
+		<-l.loop.Done()
+		l.mu.Lock()
+		if l.stopErr == nil {
+			l.stopErr = fmt.Errorf("completions: stop: %w", err)
 		}
-		l.abort()
-		l.log.Info("completion listener stopped", "stats", fmt.Sprintf("%+v", l.Stats()))
-	})
+		l.mu.Unlock()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.stopErr
 }
 
 // receive keeps a subscription alive until ctx ends.
 func (l *Listener) receive(ctx context.Context) {
-	defer close(l.recvDone)
 	backoff := l.cfg.MinBackoff
 	for ctx.Err() == nil {
 		subscribedOnce := l.receiveOnce(ctx)
@@ -442,22 +455,25 @@ func (l *Listener) warnMalformed(m valkey.PubSubMessage, err error) {
 // work dispatches queued completions until the queue is closed.
 func (l *Listener) work() {
 	defer l.workers.Done()
+	l.mu.Lock()
+	dispatch := l.dispatch
+	l.mu.Unlock()
 	for c := range l.queue {
-		if l.dispatch.Err() != nil {
+		if dispatch.Err() != nil {
 			// Stop's deadline passed: leave the rest to the reconciler.
 			l.dropped.Add(1)
 			l.met.Message(OutcomeDropped)
 			l.changes.Notify()
 			continue
 		}
-		l.run(c)
+		l.run(dispatch, c)
 	}
 }
 
 // run performs one cascade, supervised: a panic is recovered and counted.
-func (l *Listener) run(c depresolve.Completion) {
+func (l *Listener) run(dispatch context.Context, c depresolve.Completion) {
 	defer l.changes.Notify() // after the panic's count, if any
-	ctx, cancel := context.WithTimeout(l.dispatch, l.cfg.DispatchTimeout)
+	ctx, cancel := context.WithTimeout(dispatch, l.cfg.DispatchTimeout)
 	defer cancel()
 	start := l.clk.Now()
 	defer func() {

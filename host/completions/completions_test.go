@@ -48,7 +48,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	require.NoError(t, met.Register(reg))
 	ch := &service.Changes{}
-	l := completions.New(completions.Config{Enabled: true}, lib, completions.Options{
+	l := completions.New(completions.Config{Enabled: true, Library: lib,
 		Metrics: met, Partitions: parts, Changes: ch,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "completions", Level: hclog.Warn, Output: os.Stderr}),
 	})
@@ -176,7 +176,7 @@ func TestListenerOnACluster(t *testing.T) {
 	c, err := client.New(ctx, vk, client.Options{Library: lib})
 	require.NoError(t, err)
 	ch := &service.Changes{}
-	l := completions.New(completions.Config{Enabled: true, Concurrency: 4}, lib, completions.Options{Partitions: c.Partitions(), Changes: ch})
+	l := completions.New(completions.Config{Enabled: true, Concurrency: 4, Library: lib, Partitions: c.Partitions(), Changes: ch})
 	require.NoError(t, l.Start(ctx))
 	t.Cleanup(func() { _ = l.Stop(context.Background()) })
 	servicetest.WaitFor(t, ch, 0, l.Subscribed)

@@ -114,7 +114,8 @@ func newOwningHarness(t *testing.T, cfg Config, owns func(keys.Partition) bool, 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	cfg.Enabled = true
-	l := New(cfg, lua.New(vk, lua.Options{}), Options{Partitions: parts, Owns: owns, Changes: ch})
+	cfg.Library, cfg.Partitions, cfg.Owns, cfg.Changes = lua.New(vk, lua.Options{}), parts, owns, ch
+	l := New(cfg)
 	l.cascade = func(ctx context.Context, c depresolve.Completion) (depresolve.Result, error) {
 		defer ch.Notify() // the test's own counters change in fn
 		return fn(ctx, c)
@@ -233,7 +234,7 @@ func TestDisabled(t *testing.T) {
 	t.Parallel()
 	srv := testserver.New(t)
 	vk := srv.Client(t)
-	l := New(Config{Enabled: false}, lua.New(vk, lua.Options{}), Options{})
+	l := New(Config{Enabled: false, Library: lua.New(vk, lua.Options{})})
 	require.NoError(t, l.Start(context.Background()))
 	assert.False(t, l.Enabled())
 	assert.False(t, l.Subscribed())
@@ -249,7 +250,7 @@ func TestStartTwice(t *testing.T) {
 	h := newHarness(t, Config{}, func(context.Context, depresolve.Completion) (depresolve.Result, error) {
 		return depresolve.Result{}, nil
 	})
-	assert.Error(t, h.l.Start(h.ctx))
+	assert.ErrorIs(t, h.l.Start(h.ctx), service.ErrStarted)
 }
 
 // With the server gone the receiver keeps retrying (with backoff, on its
@@ -260,8 +261,8 @@ func TestServerGoneThenStop(t *testing.T) {
 	vk := srv.Client(t)
 	ch := &service.Changes{}
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-	l := New(Config{Enabled: true, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Clock: clk},
-		lua.New(vk, lua.Options{}), Options{Changes: ch})
+	l := New(Config{Enabled: true, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Clock: clk,
+		Library: lua.New(vk, lua.Options{}), Changes: ch})
 	require.NoError(t, l.Start(context.Background()))
 	servicetest.WaitFor(t, ch, 0, l.Subscribed)
 	srv.Kill()

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ffscan/ffscan/host"
+	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -56,7 +56,7 @@ func TestPluginCannotSignalOrTraceTheHost(t *testing.T) {
 
 	// The CLI's commands that read a plugin's Info (in this process).
 	cfg := hostConfig(t, srv.Addr, "startup")
-	list, err := host.ListPlugins(context.Background(), cfg, hclog.NewNullLogger())
+	list, err := plugindir.List(context.Background(), cfg, hclog.NewNullLogger())
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.NoError(t, list[0].Err)
@@ -70,7 +70,7 @@ func TestPluginCannotSignalOrTraceTheHost(t *testing.T) {
 	for _, what := range []string{"signal 0", "signal 19", "PTRACE_SEIZE"} {
 		refusedOnHostThreads(t, what, startupOpt)
 	}
-	res, err := host.VerifyPlugins(context.Background(), cfg, hclog.NewNullLogger())
+	res, err := plugindir.Verify(context.Background(), cfg, hclog.NewNullLogger())
 	require.NoError(t, err)
 	for _, r := range res {
 		require.NoError(t, r.Err)

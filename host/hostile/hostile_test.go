@@ -29,6 +29,7 @@ import (
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 	hostilescanner "github.com/ffscan/ffscan/host/internal/hostile"
+	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/host/policy"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/testserver"
@@ -206,7 +207,7 @@ func TestPluginHasNoCapabilities(t *testing.T) {
 	assert.True(t, permissionDenied(got["setuid 65534"]), "setuid: want a permission error, got %q", got["setuid 65534"])
 
 	// `ffscan plugins verify` says what is denied.
-	res, err := host.VerifyPlugins(context.Background(), hostConfig(t, a.srv.Addr, "plain"), hclog.NewNullLogger())
+	res, err := plugindir.Verify(context.Background(), hostConfig(t, a.srv.Addr, "plain"), hclog.NewNullLogger())
 	require.NoError(t, err)
 	require.NotEmpty(t, res)
 	for _, r := range res {
@@ -498,7 +499,7 @@ func TestPluginMemoryIsBounded(t *testing.T) {
 
 	cfg := hostConfig(t, srv.Addr, "plain")
 	cfg.PluginMemoryLimit = limit
-	res, err := host.VerifyPlugins(context.Background(), cfg, hclog.NewNullLogger())
+	res, err := plugindir.Verify(context.Background(), cfg, hclog.NewNullLogger())
 	require.NoError(t, err)
 	require.NotEmpty(t, res)
 	for _, r := range res {
@@ -685,7 +686,7 @@ func TestApprovalRefusesADeclarationThatChanges(t *testing.T) {
 	srv := testserver.New(t)
 	cfg := hostConfig(t, srv.Addr, "shifty")
 	cfg.PluginApproval = "required"
-	res, err := host.ApprovePlugins(context.Background(), cfg, []string{"hostile"}, host.Reviewed{}, hclog.NewNullLogger())
+	res, err := plugindir.Approve(context.Background(), cfg, []string{"hostile"}, plugindir.Reviewed{}, hclog.NewNullLogger())
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.Error(t, res[0].Err)
@@ -706,7 +707,7 @@ func TestApprovalBindsToTheReviewedBytes(t *testing.T) {
 	cfg := hostConfig(t, srv.Addr, "plain")
 	cfg.PluginApproval = "required"
 	ctx := context.Background()
-	ver, err := host.VerifyPlugins(ctx, cfg, hclog.NewNullLogger())
+	ver, err := plugindir.Verify(ctx, cfg, hclog.NewNullLogger())
 	require.NoError(t, err)
 	require.NotEmpty(t, ver)
 	reviewed := ver[0]
@@ -716,13 +717,13 @@ func TestApprovalBindsToTheReviewedBytes(t *testing.T) {
 	assert.Contains(t, reviewed.Policy, "SOURCE attacks: zset_due ff:idx:{p}:hostile backlog due")
 
 	other := strings.Repeat("0", 64)
-	for _, rv := range []host.Reviewed{{SHA256: other}, {Policy: other[:12]}, {SHA256: reviewed.SHA256, Policy: other}} {
-		res, err := host.ApprovePlugins(ctx, cfg, []string{"hostile"}, rv, hclog.NewNullLogger())
+	for _, rv := range []plugindir.Reviewed{{SHA256: other}, {Policy: other[:12]}, {SHA256: reviewed.SHA256, Policy: other}} {
+		res, err := plugindir.Approve(ctx, cfg, []string{"hostile"}, rv, hclog.NewNullLogger())
 		require.NoError(t, err)
 		require.Error(t, res[0].Err, "%+v", rv)
 		assert.Contains(t, res[0].Err.Error(), "other than the one reviewed")
 	}
-	res, err := host.ApprovePlugins(ctx, cfg, []string{"hostile"}, host.Reviewed{SHA256: reviewed.SHA256, Policy: reviewed.Digest}, hclog.NewNullLogger())
+	res, err := plugindir.Approve(ctx, cfg, []string{"hostile"}, plugindir.Reviewed{SHA256: reviewed.SHA256, Policy: reviewed.Digest}, hclog.NewNullLogger())
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Required)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/service"
 )
 
@@ -42,7 +44,11 @@ type ServerConfig struct {
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	MaxHeaderBytes    int
-	Logger            hclog.Logger
+	// Clock times the server's stop (the system clock). The client
+	// timeouts above are the connections' deadlines, which net/http sets
+	// on the operating system's clock.
+	Clock  clock.Clock
+	Logger hclog.Logger
 	// Console, when set, serves the web console's pages (GET /, GET
 	// /explain, POST /actions; host/console).
 	Console http.Handler
@@ -54,6 +60,7 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	service.Default(&c.WriteTimeout, DefaultWriteTimeout)
 	service.Default(&c.IdleTimeout, DefaultIdleTimeout)
 	service.Default(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -62,9 +69,12 @@ func (c ServerConfig) withDefaults() ServerConfig {
 
 // Server serves Handler's endpoints on one listener.
 type Server struct {
-	cfg ServerConfig
-	srv *http.Server
-	ln  net.Listener
+	cfg  ServerConfig
+	srv  *http.Server
+	loop service.Loop // runs Serve
+
+	mu sync.Mutex
+	ln net.Listener // Start's; nil before
 }
 
 // NewServer returns a server of reg and src's endpoints; Start listens.
@@ -85,23 +95,37 @@ func NewServer(cfg ServerConfig, reg *prometheus.Registry, src Source) *Server {
 
 // Start listens (an address in use is its error) and serves in the
 // background until Stop. The server outlives ctx: /readyz reports a
-// shutdown until Stop.
+// shutdown until Stop. A second Start returns service.ErrStarted.
 func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return service.ErrStarted
+	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", s.cfg.Listen, err)
 	}
+	// Serve ends at Stop (srv.Shutdown), not with ctx: the loop's context
+	// is not Serve's.
+	if err := s.loop.Start(context.WithoutCancel(ctx), func(context.Context) { s.serve(ln) }); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	s.ln = ln
-	go func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.cfg.Logger.Error("http server failed", "error", err)
-		}
-	}()
 	return nil
+}
+
+func (s *Server) serve(ln net.Listener) {
+	if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.cfg.Logger.Error("http server failed", "error", err)
+	}
 }
 
 // Addr is the address Start listens on.
 func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.ln == nil {
 		return ""
 	}
@@ -109,14 +133,20 @@ func (s *Server) Addr() string {
 }
 
 // Stop stops accepting and waits for the requests in flight until ctx
-// ends (then they are cut).
+// ends (then they are cut), and for Serve to return.
 func (s *Server) Stop(ctx context.Context) error {
-	if s.ln == nil {
+	s.mu.Lock()
+	started := s.ln != nil
+	s.mu.Unlock()
+	if !started {
 		return nil
 	}
+	start := s.cfg.Clock.Now()
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
 		_ = s.srv.Close()
 	}
+	err = errors.Join(err, s.loop.Stop(ctx))
+	s.cfg.Logger.Debug("http server stopped", "took", clock.Since(s.cfg.Clock, start))
 	return err
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/service"
 )
 
 func TestServerServesUntilStop(t *testing.T) {
@@ -23,6 +25,9 @@ func TestServerServesUntilStop(t *testing.T) {
 	assert.Empty(t, s.Addr(), "nothing listens before Start")
 	require.NoError(t, s.Stop(context.Background()), "stop before start")
 	require.NoError(t, s.Start(context.Background()))
+	addr := s.Addr()
+	require.ErrorIs(t, s.Start(context.Background()), service.ErrStarted, "a second Start")
+	assert.Equal(t, addr, s.Addr(), "a second Start leaves the first listener")
 	resp, err := http.Get("http://" + s.Addr() + "/healthz")
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
@@ -36,6 +41,7 @@ func TestServerServesUntilStop(t *testing.T) {
 	require.NoError(t, s.Stop(context.Background()))
 	_, err = net.Dial("tcp", s.Addr())
 	assert.Error(t, err, "nothing listens after Stop")
+	require.NoError(t, s.Stop(context.Background()), "a second Stop")
 }
 
 // closedByServer waits until the server closes conn (a read ends without

@@ -73,7 +73,7 @@ func TestLeasePerCallSwitchesMidCycle(t *testing.T) {
 		return &scannerapi.ScanResult{Processed: 1}, err
 	}
 	tgt := &swapTarget{scanners: []*testScanner{oldS, newS}, switchAfter: 3, hosts: []scannerapi.Host{nil, newHost}}
-	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, Concurrency: 1, NoJitter: true}, e.client, tgt, nil, nil, nil)
+	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, Concurrency: 1, NoJitter: true, Client: e.client, Target: tgt})
 	for p := range uint16(8) {
 		e.do(t, "ZADD", leaseKey(p), "1000", "m")
 	}
@@ -99,7 +99,7 @@ func TestLeaseWithOtherSourcesDefers(t *testing.T) {
 	ni.Sources = append(ni.Sources, scannerapi.CandidateSource{Name: "extra", Kind: scannerapi.SourceZSetDue, Key: "ff:idx:{p}:extra"})
 	newS := &testScanner{info: ni}
 	tgt := &swapTarget{scanners: []*testScanner{oldS, newS}, switchAfter: 2}
-	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, Concurrency: 1, NoJitter: true}, e.client, tgt, nil, nil, nil)
+	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, Concurrency: 1, NoJitter: true, Client: e.client, Target: tgt})
 	for p := range uint16(5) {
 		e.do(t, "ZADD", leaseKey(p), "1000", "m")
 	}
@@ -122,7 +122,7 @@ func TestLeaseUnavailableCountsAsFailed(t *testing.T) {
 	e := newEnv(t)
 	s := &testScanner{info: leaseInfo()}
 	tgt := &swapTarget{scanners: []*testScanner{s}, fail: errors.New("plugin is not running")}
-	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, NoJitter: true}, e.client, tgt, nil, nil, nil)
+	r := New(Config{Name: "lease", Partitions: keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}, NoJitter: true, Client: e.client, Target: tgt})
 	e.do(t, "ZADD", leaseKey(1), "1000", "m")
 	sum, err := r.Cycle(context.Background(), CycleOptions{})
 	require.NoError(t, err)

@@ -55,7 +55,8 @@ func pgRunner(t *testing.T, pool *pgxpool.Pool, s scannerapi.Scanner, pollOnly b
 	for _, o := range opts {
 		o(&cfg)
 	}
-	r := New(cfg, nil, linked{s}, svc.HostFor(info.Name), nil, nil)
+	cfg.Target, cfg.Host = linked{s}, svc.HostFor(info.Name)
+	r := New(cfg)
 	rctx, cancel := context.WithCancel(ctx)
 	require.NoError(t, r.Start(rctx))
 	t.Cleanup(func() {

@@ -96,10 +96,22 @@ const (
 	MaxBatch = 10000
 )
 
-// Config tunes one scanner's runner. Zero fields take the defaults above.
+// Config tunes one scanner's runner and names its collaborators. Zero
+// fields take the defaults above.
 type Config struct {
 	// Name is the scanner name (metric label, request field).
 	Name string
+	// Client is the host's Valkey (nil: it serves Postgres alone).
+	Client valkey.Client
+	// Target is the scanner the runner dispatches to.
+	Target Target
+	// Host is passed to ScanPartition (a linked scanner uses it; a plugin
+	// client ignores it and calls back through the broker). Nil: none.
+	Host scannerapi.Host
+	// Recorder receives the runner's metrics (nil: none).
+	Recorder Recorder
+	// Logger receives the runner's logs (nil: none).
+	Logger hclog.Logger
 	// Interval overrides Info.DefaultInterval when non-zero.
 	Interval time.Duration
 	// Batch overrides Info.DefaultBatch when non-zero.
@@ -176,6 +188,12 @@ func (c Config) withDefaults() Config {
 		c.CallParent = context.Background()
 	}
 	c.Clock = clock.Or(c.Clock)
+	if c.Recorder == nil {
+		c.Recorder = nopRecorder{}
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
 	t := c.tuning().withDefaults()
 	c.Concurrency, c.CallTimeout = t.Concurrency, t.CallTimeout
 	return c
@@ -306,18 +324,11 @@ type Status struct {
 	Late int64
 }
 
-// New returns a runner. host is passed to ScanPartition (a linked scanner
-// uses it; a plugin client ignores it and calls back through the broker).
-func New(cfg Config, client valkey.Client, target Target, host scannerapi.Host, rec Recorder, log hclog.Logger) *Runner {
+// New returns a runner over cfg.Target; Start runs it.
+func New(cfg Config) *Runner {
 	cfg = cfg.withDefaults()
-	if rec == nil {
-		rec = nopRecorder{}
-	}
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
 	r := &Runner{
-		cfg: cfg, client: client, target: target, host: host, rec: rec, log: log, clk: cfg.Clock,
+		cfg: cfg, client: cfg.Client, target: cfg.Target, host: cfg.Host, rec: cfg.Recorder, log: cfg.Logger, clk: cfg.Clock,
 		cursors: map[string]uint64{},
 		tun:     cfg.tuning(),
 		retune:  make(chan struct{}, 1),
@@ -325,7 +336,7 @@ func New(cfg Config, client valkey.Client, target Target, host scannerapi.Host, 
 	r.calls, r.abortCalls = context.WithCancel(cfg.CallParent)
 	r.nodes = cfg.Nodes
 	if r.nodes == nil {
-		r.nodes = NewNodeMap(client, cfg.Clock, cfg.Epoch)
+		r.nodes = NewNodeMap(cfg.Client, cfg.Clock, cfg.Epoch)
 	}
 	return r
 }

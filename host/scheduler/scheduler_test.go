@@ -116,7 +116,8 @@ func (e *env) runner(t *testing.T, s *testScanner, cfg Config, rec Recorder) *Ru
 		cfg.Lanes = []string{"default"}
 	}
 	cfg.NoJitter = true
-	return New(cfg, e.client, s, e.svc.HostFor(s.info.Name), rec, nil)
+	cfg.Client, cfg.Target, cfg.Host, cfg.Recorder = e.client, s, e.svc.HostFor(s.info.Name), rec
+	return New(cfg)
 }
 
 func (e *env) do(t *testing.T, args ...string) {

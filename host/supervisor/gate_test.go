@@ -58,7 +58,7 @@ func TestLaunchGateRunsLaunchesOneAtATime(t *testing.T) {
 		l := &gatedLauncher{entered: make(chan struct{}, 1), finish: make(chan struct{}), c: c}
 		ch := &service.Changes{}
 		s := New(Config{Name: name, Changes: ch, StartTimeout: time.Hour, HealthInterval: time.Hour, Launches: gate,
-			Clock: clock.NewManual(time.Unix(1_700_000_000, 0))}, l, &countRec{}, nil)
+			Clock: clock.NewManual(time.Unix(1_700_000_000, 0)), Launcher: l, Recorder: &countRec{}})
 		return s, l, ch
 	}
 	a, la, cha := newSup("a")

@@ -21,7 +21,7 @@ func TestHungCallsRestartThePlugin(t *testing.T) {
 	rec := &countRec{}
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	ch := &service.Changes{}
-	s := New(Config{Changes: ch, Name: "t", BackoffMin: time.Second, CrashLoopCount: 100, HealthInterval: time.Hour, HungCalls: 3, Clock: clk}, l, rec, nil)
+	s := New(Config{Changes: ch, Name: "t", BackoffMin: time.Second, CrashLoopCount: 100, HealthInterval: time.Hour, HungCalls: 3, Clock: clk, Launcher: l, Recorder: rec})
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	require.Equal(t, 1, <-l.started)

@@ -147,11 +147,18 @@ const (
 // old process kept longer holds memory and a process slot for little.
 const MaxSwapProbation = 10 * time.Minute
 
-// Config tunes a supervisor. Zero fields take the defaults above, except
-// SwapProbation, whose zero means none (the operator's convention; the
-// host's configuration defaults it to DefaultSwapProbation).
+// Config tunes a supervisor and names its collaborators. Zero fields take
+// the defaults above, except SwapProbation, whose zero means none (the
+// operator's convention; the host's configuration defaults it to
+// DefaultSwapProbation).
 type Config struct {
 	Name string
+	// Launcher launches the plugin's instances.
+	Launcher Launcher
+	// Recorder receives the supervisor's metrics (nil: none).
+	Recorder Recorder
+	// Logger receives the supervisor's logs (nil: none).
+	Logger hclog.Logger
 	// HealthInterval between pings.
 	HealthInterval time.Duration
 	// PingTimeout per ping (min(HealthInterval, DefaultPingTimeout)).
@@ -217,6 +224,12 @@ func (c Config) withDefaults() Config {
 	c.SwapProbation = max(c.SwapProbation, 0)
 	def(&c.DrainTimeout, DefaultDrainTimeout)
 	c.Clock = clock.Or(c.Clock)
+	if c.Recorder == nil {
+		c.Recorder = nopRecorder{}
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
 	return c
 }
 
@@ -279,18 +292,12 @@ type TestSignals struct {
 	Draining testsignal.Signal[int]
 }
 
-// New returns a supervisor; call Start.
-func New(cfg Config, l Launcher, rec Recorder, log hclog.Logger) *Supervisor {
+// New returns a supervisor of cfg.Launcher's plugin; call Start.
+func New(cfg Config) *Supervisor {
 	cfg = cfg.withDefaults()
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
-	if rec == nil {
-		rec = nopRecorder{}
-	}
 	clk := cfg.Clock
 	return &Supervisor{
-		cfg: cfg, launch: l, rec: rec, log: log, clk: clk,
+		cfg: cfg, launch: cfg.Launcher, rec: cfg.Recorder, log: cfg.Logger, clk: clk,
 		reqs:     make(chan *request),
 		hung:     make(chan *slot, 1),
 		st:       Status{State: StateStopped, Since: clk.Now()},

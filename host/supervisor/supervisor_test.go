@@ -160,7 +160,7 @@ func TestCrashedPluginRestartsWithBackoff(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	ch := &service.Changes{}
 	s := New(Config{Changes: ch, Name: "t", BackoffMin: 40 * time.Millisecond, BackoffMax: 10 * time.Second, CrashLoopCount: 100,
-		HealthInterval: time.Hour, Clock: clk}, l, rec, nil)
+		HealthInterval: time.Hour, Clock: clk, Launcher: l, Recorder: rec})
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 
@@ -193,7 +193,7 @@ func TestCrashLoopMarksBroken(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	ch := &service.Changes{}
 	s := New(Config{Changes: ch, Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, CrashLoopWindow: time.Minute,
-		BrokenCooldown: time.Hour, HealthInterval: time.Hour, Clock: clk}, l, nil, nil)
+		BrokenCooldown: time.Hour, HealthInterval: time.Hour, Clock: clk, Launcher: l})
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 
@@ -221,7 +221,7 @@ func TestLaunchFailuresBreakWithTheReason(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{fail: errors.New("plugin /p/t: sha256 mismatch: the file's sha256 is aa but the configured pin is bb")}
 	ch := &service.Changes{}
-	s := New(Config{Changes: ch, Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, BrokenCooldown: time.Hour}, l, nil, nil)
+	s := New(Config{Changes: ch, Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 3, BrokenCooldown: time.Hour, Launcher: l})
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	waitState(t, ch, s, StateBroken)
@@ -232,7 +232,7 @@ func TestUnhealthyPluginIsReplaced(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{behave: func(n int, inst *fakeInstance) { inst.pingFail.Store(n == 1) }}
 	ch := &service.Changes{}
-	s := New(Config{Changes: ch, Name: "t", HealthInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond}, l, nil, nil)
+	s := New(Config{Changes: ch, Name: "t", HealthInterval: 20 * time.Millisecond, BackoffMin: 10 * time.Millisecond, Launcher: l})
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	servicetest.WaitFor(t, ch, 0, func() bool { return len(l.launches()) >= 2 && s.Status().State == StateRunning })
@@ -251,7 +251,7 @@ func TestStopClosesThePlugin(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
 	ch := &service.Changes{}
-	s := New(Config{Changes: ch, Name: "t", HealthInterval: time.Hour}, l, nil, nil)
+	s := New(Config{Changes: ch, Name: "t", HealthInterval: time.Hour, Launcher: l})
 	require.NoError(t, s.Start(context.Background()))
 	waitState(t, ch, s, StateRunning)
 	s.Stop(context.Background())

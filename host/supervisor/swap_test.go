@@ -44,7 +44,8 @@ func running(t *testing.T, cfg Config, l *fakeLauncher, rec Recorder) *Superviso
 	}
 	ch := &service.Changes{}
 	cfg.Changes = ch
-	s := New(cfg, l, rec, nil)
+	cfg.Launcher, cfg.Recorder = l, rec
+	s := New(cfg)
 	s.TestSignals.Draining.Init()
 	require.NoError(t, s.Start(context.Background()))
 	t.Cleanup(func() { s.Stop(context.Background()) })
@@ -285,7 +286,7 @@ func TestSwapOfABrokenScannerLaunchesNow(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{fail: errors.New("bad binary")}
 	ch := &service.Changes{}
-	s := New(Config{Changes: ch, Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 2, BrokenCooldown: time.Hour, HealthInterval: time.Hour}, l, nil, nil)
+	s := New(Config{Changes: ch, Name: "t", BackoffMin: 10 * time.Millisecond, CrashLoopCount: 2, BrokenCooldown: time.Hour, HealthInterval: time.Hour, Launcher: l})
 	require.NoError(t, s.Start(context.Background()))
 	defer s.Stop(context.Background())
 	waitState(t, ch, s, StateBroken)
@@ -303,7 +304,7 @@ func TestStopDuringProbationStopsBoth(t *testing.T) {
 	t.Parallel()
 	l := &fakeLauncher{}
 	ch := &service.Changes{}
-	s := New(Config{Changes: ch, Name: "t", SwapProbation: time.Hour, HealthInterval: time.Hour, SwapCheck: time.Millisecond}, l, nil, nil)
+	s := New(Config{Changes: ch, Name: "t", SwapProbation: time.Hour, HealthInterval: time.Hour, SwapCheck: time.Millisecond, Launcher: l})
 	require.NoError(t, s.Start(context.Background()))
 	waitState(t, ch, s, StateRunning)
 	l.setSHA("def")

@@ -9,77 +9,125 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/ffscan/ffscan/host/census"
+	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/supervisor"
 )
 
-// stopTimeout bounds the graceful stop of a plugin a reload disabled.
-const stopTimeout = 10 * time.Second
+// DefaultStopTimeout bounds the graceful stop of a plugin a reload
+// disabled.
+const DefaultStopTimeout = 10 * time.Second
 
 // ErrNotRunning is returned for a request to a Set that is not running
 // (not started yet, or stopping).
 var ErrNotRunning = errors.New("the host's scanners are not running")
 
+// Config configures a Set: what its units are built from (Deps, with the
+// clock, logger and Changes of the set itself) and its own bounds. Zero
+// fields take the defaults.
+type Config struct {
+	Deps
+	// StopTimeout bounds the graceful stop of a plugin a reload disabled
+	// (DefaultStopTimeout).
+	StopTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	service.Default(&c.StopTimeout, DefaultStopTimeout)
+	c.Clock = clock.Or(c.Clock)
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
 // Set is the running units. Start runs it; units added later run under
-// the context Start was given.
+// the context Start was given, which only the set's loop holds.
 type Set struct {
-	deps Deps
+	cfg  Config
+	loop service.Loop
+	// reqs are run by the loop, under Start's context (Add).
+	reqs chan func(ctx context.Context)
 
 	mu    sync.Mutex
-	ctx   context.Context // Start's; nil before
 	units map[string]*Unit
 	// removing are the units a reload removed, still stopping.
 	removing sync.WaitGroup
 }
 
 // NewSet returns an empty set.
-func NewSet(d Deps) *Set {
-	return &Set{deps: d, units: map[string]*Unit{}}
+func NewSet(cfg Config) *Set {
+	return &Set{cfg: cfg.withDefaults(), reqs: make(chan func(context.Context)), units: map[string]*Unit{}}
 }
 
 // Deps are what the set's units are built from.
-func (s *Set) Deps() Deps { return s.deps }
+func (s *Set) Deps() Deps { return s.cfg.Deps }
 
 // Start runs the set: Add starts units from now on, under ctx (their
-// dispatch stops when it ends; their plugins serve until Stop).
+// dispatch stops when it ends; their plugins serve until Stop). A second
+// Start returns service.ErrStarted.
 func (s *Set) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctx != nil {
-		return service.ErrStarted
-	}
-	s.ctx = ctx
-	return nil
+	return s.loop.Start(ctx, s.serve)
 }
 
-// Running reports whether the set runs: started, and its context alive.
+// serve runs the requests that need Start's context until it ends (or
+// until Stop).
+func (s *Set) serve(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-s.reqs:
+			f(ctx)
+		}
+	}
+}
+
+// under runs f in the loop, with Start's context; ErrNotRunning when the
+// set does not run.
+func (s *Set) under(f func(ctx context.Context) error) error {
+	done := make(chan error, 1)
+	select {
+	case s.reqs <- func(ctx context.Context) { done <- f(ctx) }:
+		return <-done
+	case <-s.loop.Done():
+		return ErrNotRunning
+	}
+}
+
+// Running reports whether the set runs: started, and neither its context
+// ended nor Stop called.
 func (s *Set) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ctx != nil && s.ctx.Err() == nil
+	select {
+	case <-s.loop.Done():
+		return false
+	default:
+		return true
+	}
 }
 
 // Add starts scanner name's unit. The set must be running.
 func (s *Set) Add(st Settings, name string, sc config.Scanner) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctx == nil {
-		return ErrNotRunning
-	}
-	u := s.deps.newUnit(st, name, sc)
-	// The plugin outlives the run context: it serves the calls in flight
-	// until Stop closes it.
-	if err := u.sup.Start(context.WithoutCancel(s.ctx)); err != nil {
-		return err
-	}
-	if err := u.run.Start(s.ctx); err != nil {
-		return err
-	}
-	s.units[name] = u
-	s.deps.Changes.Notify()
-	return nil
+	return s.under(func(ctx context.Context) error {
+		u := s.cfg.newUnit(st, name, sc)
+		// The plugin outlives the run context: it serves the calls in
+		// flight until Stop closes it.
+		if err := u.sup.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		if err := u.run.Start(ctx); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.units[name] = u
+		s.mu.Unlock()
+		s.cfg.Changes.Notify()
+		return nil
+	})
 }
 
 // Remove stops a unit a reload disabled, in the background: dispatch
@@ -93,7 +141,7 @@ func (s *Set) Remove(name string, callTimeout time.Duration) {
 		s.removing.Add(1)
 	}
 	s.mu.Unlock()
-	s.deps.Changes.Notify()
+	s.cfg.Changes.Notify()
 	if u == nil {
 		return
 	}
@@ -101,13 +149,13 @@ func (s *Set) Remove(name string, callTimeout time.Duration) {
 		defer s.removing.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout+drainMargin)
 		if err := u.run.Stop(ctx); err != nil {
-			s.deps.Logger.Warn("scanner still busy after its call timeout; its calls were cancelled, stopping its plugin", "scanner", name)
+			s.cfg.Logger.Warn("scanner still busy after its call timeout; its calls were cancelled, stopping its plugin", "scanner", name)
 		}
 		cancel()
-		ctx, cancel = context.WithTimeout(context.Background(), stopTimeout)
+		ctx, cancel = context.WithTimeout(context.Background(), s.cfg.StopTimeout)
 		defer cancel()
 		_ = u.sup.Stop(ctx)
-		s.deps.Logger.Info("scanner stopped", "scanner", name)
+		s.cfg.Logger.Info("scanner stopped", "scanner", name)
 	}()
 }
 
@@ -161,16 +209,20 @@ func (s *Set) SetScanner(name string, sc config.Scanner) {
 // that sc is not what runs (so the next reload tries it again). A stop of
 // the set cuts the update short.
 func (s *Set) Update(ctx context.Context, st Settings, name string, sc config.Scanner) (supervisor.SwapResult, error) {
-	s.mu.Lock()
-	u, run := s.units[name], s.ctx
-	s.mu.Unlock()
-	if u == nil || run == nil {
+	u := s.Get(name)
+	if u == nil || !s.Running() {
 		return supervisor.SwapResult{}, fmt.Errorf("scanner %s: %w", name, ErrNotRunning)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(run, cancel)()
-	r, err := u.sup.Update(ctx, s.deps.Launcher(st, name, sc, false), "configuration reload", nil)
+	go func() {
+		select {
+		case <-s.loop.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	r, err := u.sup.Update(ctx, s.cfg.Launcher(st, name, sc, false), "configuration reload", nil)
 	failure := ""
 	switch {
 	case err != nil:
@@ -183,9 +235,9 @@ func (s *Set) Update(ctx context.Context, st Settings, name string, sc config.Sc
 	if failure == "" {
 		u.sc, u.notApplied = sc, ""
 	} else {
-		u.notApplied = fmt.Sprintf("%s: the configuration's plugin, pin or options are not running: %s", s.deps.Clock.Now().UTC().Format(time.RFC3339), failure)
+		u.notApplied = fmt.Sprintf("%s: the configuration's plugin, pin or options are not running: %s", s.cfg.Clock.Now().UTC().Format(time.RFC3339), failure)
 	}
-	s.deps.Changes.Notify()
+	s.cfg.Changes.Notify()
 	return r, err
 }
 
@@ -233,7 +285,9 @@ func (s *Set) StopDispatch(ctx context.Context) error {
 // gracefully, all at once, killed when ctx ends; units a reload was
 // removing stop under the same deadline.
 func (s *Set) Stop(ctx context.Context) error {
-	err := s.StopDispatch(ctx)
+	// No unit is added from now on.
+	err := s.loop.Stop(ctx)
+	err = errors.Join(err, s.StopDispatch(ctx))
 	var sups []service.Service
 	for _, v := range s.Views() {
 		sups = append(sups, v.Unit.sup)

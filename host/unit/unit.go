@@ -134,12 +134,15 @@ func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool
 	}, d.Catalog, d.Callbacks, d.Log(name))
 }
 
-// RunnerConfig is the scheduler configuration of scanner name: a unit's
-// (shared partitions, the lane census); a session's takes neither and
-// starts its cycles when asked.
+// RunnerConfig is the scheduler configuration of scanner name (its
+// Target left to the caller): a unit's (shared partitions, the lane
+// census); a session's takes neither and starts its cycles when asked.
 func (d Deps) RunnerConfig(s Settings, name string, sc config.Scanner) scheduler.Config {
 	return scheduler.Config{
 		Name:           name,
+		Client:         d.Client,
+		Recorder:       d.Metrics,
+		Logger:         d.Log(name),
 		Interval:       sc.Interval,
 		Batch:          sc.Batch,
 		Partitions:     d.Partitions,
@@ -184,8 +187,13 @@ func (d Deps) newUnit(s Settings, name string, sc config.Scanner) *Unit {
 		DrainTimeout:   s.Scheduler.CallTimeout + drainMargin,
 		Clock:          d.Clock,
 		Changes:        d.Changes,
-	}, d.Launcher(s, name, sc, false), d.Metrics, log)
-	run := scheduler.New(d.RunnerConfig(s, name, sc), d.Client, supTarget{sup}, nil, d.Metrics, log)
+		Launcher:       d.Launcher(s, name, sc, false),
+		Recorder:       d.Metrics,
+		Logger:         log,
+	})
+	rc := d.RunnerConfig(s, name, sc)
+	rc.Target = supTarget{sup}
+	run := scheduler.New(rc)
 	return &Unit{name: name, sup: sup, run: run, sc: sc}
 }
 

@@ -442,7 +442,12 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		CallTimeout: 30 * time.Second,
 		CallParent:  pluginhost.WithLogger(context.Background(), b.log.Named(leaseexpiry.Name)),
 		NoJitter:    true,
-	}, b.client, staticTarget{sc}, host, rec, b.log.Named("scheduler"))
+		Client:      b.client,
+		Target:      staticTarget{sc},
+		Host:        host,
+		Recorder:    rec,
+		Logger:      b.log.Named("scheduler"),
+	})
 
 	if err := b.warmUp(ctx, r, n); err != nil {
 		return run, fmt.Errorf("warm-up: %w", err)

@@ -230,7 +230,8 @@ func (b *bench) pgDrainOnce(ctx context.Context, pool *pgxpool.Pool, pgPid int, 
 			host = svc.Bind(pgreconcilers.AttemptTimeoutName, pol)
 		}
 		r := scheduler.New(scheduler.Config{Name: pgreconcilers.AttemptTimeoutName, Partitions: b.parts, Concurrency: b.concurrency,
-			CallTimeout: 60 * time.Second, NoJitter: true, Postgres: pool}, b.client, staticTarget{sc}, host, metrics.New(), b.log.Named("scheduler"))
+			CallTimeout: 60 * time.Second, NoJitter: true, Postgres: pool,
+			Client: b.client, Target: staticTarget{sc}, Host: host, Recorder: metrics.New(), Logger: b.log.Named("scheduler")})
 		cycle = func() (int64, error) {
 			sum, err := r.Cycle(ctx, scheduler.CycleOptions{})
 			if err == nil && sum.ErrorTotal() > 0 {

@@ -1,8 +1,10 @@
-package host
+package plugindir
 
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -35,25 +37,96 @@ type PluginInfo struct {
 	Err error
 }
 
-// ListPlugins launches every binary in the plugin directory long enough to
-// read its scanners' Info. Pins configured for a binary are checked.
-func ListPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]PluginInfo, error) {
+// session is one operator command's look at the plugin directory.
+type session struct {
+	cfg   *config.Config
+	cat   *catalog.Catalog
+	res   Resolver
+	probe Probe
+	log   hclog.Logger
+	// infos, when set, keeps what each binary declared for the scanners
+	// after the first that use it unpinned (Verify).
+	infos map[string]PluginInfo
+}
+
+func open(cfg *config.Config, log hclog.Logger) (*session, error) {
 	cat, err := catalog.New(cfg.PluginDir)
 	if err != nil {
 		return nil, err
 	}
-	defer cat.Close()
-	names, err := cat.List()
+	return &session{cfg: cfg, cat: cat, probe: ProbeOf(cfg), log: log}, nil
+}
+
+func (s *session) close() { _ = s.cat.Close() }
+
+// binaries lists the directory's binaries; none is an error.
+func (s *session) binaries() ([]string, error) {
+	names, err := s.cat.List()
 	if err != nil {
 		return nil, err
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("%w in plugin_dir %s (`make build` puts ffscan's own in bin/plugins, the default for bin/ffscan)", ErrNoPlugins, cat.Dir())
+		return nil, fmt.Errorf("%w in plugin_dir %s (`make build` puts ffscan's own in bin/plugins, the default for bin/ffscan)", ErrNoPlugins, s.cat.Dir())
+	}
+	return names, nil
+}
+
+// check takes scanner name through what its launch checks: the binary
+// that serves it (configured, or found by what the plugins declare),
+// staged (its pin checked when pinned), launched to read its Info, and
+// that Info checked for the scanner (served, usable, its commands
+// allowed, the configured options accepted). An unconfigured scanner is
+// checked as enabled with the defaults. err is the resolution's failure
+// (sc names the binary otherwise); a later step's is pi.Err. entry is
+// zero when the binary was not staged.
+func (s *session) check(ctx context.Context, name string, pinned bool) (sc config.Scanner, entry catalog.Entry, pi PluginInfo, err error) {
+	sc, ok := s.cfg.Scanners[name]
+	if !ok {
+		sc = config.Scanner{Enabled: true}
+	}
+	bin, err := s.res.PluginFor(ctx, s.cat, name, sc, s.probe, s.log)
+	if err != nil {
+		return sc, entry, pi, err
+	}
+	sc.Plugin = bin
+	pin := ""
+	if pinned {
+		pin = sc.SHA256
+	}
+	if cached, ok := s.infos[bin]; ok && pin == "" {
+		pi = cached
+	} else {
+		if entry, err = s.cat.Stage(bin, pin); err != nil {
+			entry, pi = catalog.Entry{}, PluginInfo{Binary: bin, Err: err}
+		} else {
+			pi = inspectEntry(ctx, bin, entry, s.probe, s.log)
+		}
+		if s.infos != nil {
+			s.infos[bin] = pi
+		}
+	}
+	if pi.Err == nil {
+		pi.Err = checkScanner(name, sc, pi)
+	}
+	return sc, entry, pi, nil
+}
+
+// List launches every binary in the plugin directory long enough to read
+// its scanners' Info. Pins configured for a binary are checked.
+func List(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]PluginInfo, error) {
+	s, err := open(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	names, err := s.binaries()
+	if err != nil {
+		return nil, err
 	}
 	pins := pinsByBinary(cfg)
 	var out []PluginInfo
 	for _, name := range names {
-		out = append(out, inspect(ctx, cat, name, pins[name], probeOf(cfg), log))
+		out = append(out, inspect(ctx, s.cat, name, pins[name], s.probe, log))
 	}
 	return out, nil
 }
@@ -68,20 +141,21 @@ func pinsByBinary(cfg *config.Config) map[string]string {
 	return pins
 }
 
-// probeOpts is how a plugin is started to read its Info (list, verify,
-// pin, finding the binary that serves a scanner): under the same
-// isolation as a scanner's launch, since its code runs all the same.
-type probeOpts struct {
+// Probe is how a plugin is started to read its Info (list, verify, pin,
+// finding the binary that serves a scanner): under the same isolation as
+// a scanner's launch, since its code runs all the same.
+type Probe struct {
 	timeout   time.Duration
 	isolation pluginhost.Isolation
 	memory    int64
 }
 
-func probeOf(cfg *config.Config) probeOpts {
-	return probeOpts{timeout: cfg.Supervisor.StartTimeout, isolation: cfg.PluginIsolation.Mode(), memory: cfg.PluginMemoryLimit}
+// ProbeOf is the probe cfg sets.
+func ProbeOf(cfg *config.Config) Probe {
+	return Probe{timeout: cfg.Supervisor.StartTimeout, isolation: cfg.PluginIsolation.Mode(), memory: cfg.PluginMemoryLimit}
 }
 
-func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe probeOpts, log hclog.Logger) PluginInfo {
+func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe Probe, log hclog.Logger) PluginInfo {
 	entry, err := cat.Stage(name, pin)
 	if err != nil {
 		return PluginInfo{Binary: name, Err: err}
@@ -90,7 +164,7 @@ func inspect(ctx context.Context, cat *catalog.Catalog, name, pin string, probe 
 }
 
 // inspectEntry launches a staged binary long enough to read its Info.
-func inspectEntry(ctx context.Context, name string, entry catalog.Entry, probe probeOpts, log hclog.Logger) PluginInfo {
+func inspectEntry(ctx context.Context, name string, entry catalog.Entry, probe Probe, log hclog.Logger) PluginInfo {
 	pi := PluginInfo{Binary: name, Path: entry.Path, SHA256: entry.SHA256}
 	p, err := pluginhost.Launch(ctx, pluginhost.LaunchConfig{Path: entry.ExecPath, Logger: plaintext.Logger(log.Named(name), plaintext.Max),
 		StartTimeout: probe.timeout, Isolation: probe.isolation, MemoryLimit: probe.memory})
@@ -131,68 +205,49 @@ type VerifyResult struct {
 	Err      error
 }
 
-// VerifyPlugins checks every configured scanner: the binary passes the
-// catalog checks (permissions, no symlink, sha256 pin), completes the
-// handshake, serves the named scanner with a usable Info, and accepts the
-// configured options by schema. Binaries in the directory that no scanner
-// uses get the catalog checks and the handshake too.
-func VerifyPlugins(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]VerifyResult, error) {
-	cat, err := catalog.New(cfg.PluginDir)
+// Verify checks every configured scanner: the binary passes the catalog
+// checks (permissions, no symlink, sha256 pin), completes the handshake,
+// serves the named scanner with a usable Info, and accepts the configured
+// options by schema. Binaries in the directory that no scanner uses get
+// the catalog checks and the handshake too.
+func Verify(ctx context.Context, cfg *config.Config, log hclog.Logger) ([]VerifyResult, error) {
+	s, err := open(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	defer cat.Close()
-	var names []string
-	for n := range cfg.Scanners {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	defer s.close()
+	s.infos = map[string]PluginInfo{}
 	used := map[string]bool{}
-	infos := map[string]PluginInfo{}
-	pins := pinsByBinary(cfg)
-	var res resolver
 	var out []VerifyResult
 	bounds, err := boot.OpenPluginBounds(cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer bounds.Close()
-	for _, n := range names {
-		sc := cfg.Scanners[n]
-		bin, err := res.pluginFor(ctx, cat, n, sc, probeOf(cfg), log)
+	for _, n := range slices.Sorted(maps.Keys(cfg.Scanners)) {
+		sc, _, pi, err := s.check(ctx, n, true)
 		if err != nil {
 			out = append(out, VerifyResult{Scanner: n, Err: err})
 			continue
 		}
-		sc.Plugin = bin
 		used[sc.Plugin] = true
-		pi, ok := infos[sc.Plugin]
-		if !ok || sc.SHA256 != "" {
-			pi = inspect(ctx, cat, sc.Plugin, sc.SHA256, probeOf(cfg), log)
-			infos[sc.Plugin] = pi
-		}
 		r := VerifyResult{Scanner: n, Binary: sc.Plugin, SHA256: pi.SHA256, Isolation: pi.Isolation, Err: pi.Err,
 			Bounds: bounds.Describe(cfg.PluginLimits(sc))}
-		if r.Err == nil {
-			r.Err = checkScanner(n, sc, pi)
-		}
 		if r.Err == nil {
 			r.Policy, r.Digest, r.Approval, r.Err = approvalOf(cfg, n, pi)
 		}
 		out = append(out, r)
 	}
-	all, err := cat.List()
+	all, err := s.binaries()
 	if err != nil {
 		return out, err
 	}
-	if len(all) == 0 {
-		return out, fmt.Errorf("%w in plugin_dir %s (`make build` puts ffscan's own in bin/plugins, the default for bin/ffscan)", ErrNoPlugins, cat.Dir())
-	}
+	pins := pinsByBinary(cfg)
 	for _, b := range all {
 		if used[b] {
 			continue
 		}
-		pi := inspect(ctx, cat, b, pins[b], probeOf(cfg), log)
+		pi := inspect(ctx, s.cat, b, pins[b], s.probe, log)
 		out = append(out, VerifyResult{Binary: b, SHA256: pi.SHA256, Isolation: pi.Isolation, Err: pi.Err})
 	}
 	return out, nil
@@ -283,26 +338,27 @@ func (rv Reviewed) check(sha string, p policy.Policy) error {
 	return nil
 }
 
-// ApprovePlugins records, as approved by the operator, the policy each
-// named scanner's binary declares (every enabled scanner when names is
-// empty). The binary passes the same checks as a launch first, and its
-// Info is read twice, from two launches of the same staged bytes: a
-// binary whose declaration changes between reads is refused, and so is
-// one that is not what the operator reviewed (rv).
-func ApprovePlugins(ctx context.Context, cfg *config.Config, names []string, rv Reviewed, log hclog.Logger) ([]ApproveResult, error) {
+// Approve records, as approved by the operator, the policy each named
+// scanner's binary declares (every enabled scanner when names is empty).
+// The binary passes the same checks as a launch first, and its Info is
+// read twice, from two launches of the same staged bytes: a binary whose
+// declaration changes between reads is refused, and so is one that is not
+// what the operator reviewed (rv).
+func Approve(ctx context.Context, cfg *config.Config, names []string, rv Reviewed, log hclog.Logger) ([]ApproveResult, error) {
 	store, err := policy.NewStore(cfg.PluginApprovalsFile, policy.Mode(cfg.PluginApproval))
 	if err != nil {
 		return nil, err
 	}
-	return approvePlugins(ctx, cfg, store, names, rv, log)
+	return ApproveIn(ctx, cfg, store, names, rv, log)
 }
 
-func approvePlugins(ctx context.Context, cfg *config.Config, store *policy.Store, names []string, rv Reviewed, log hclog.Logger) ([]ApproveResult, error) {
-	cat, err := catalog.New(cfg.PluginDir)
+// ApproveIn is Approve, recording in store (the running host's).
+func ApproveIn(ctx context.Context, cfg *config.Config, store *policy.Store, names []string, rv Reviewed, log hclog.Logger) ([]ApproveResult, error) {
+	s, err := open(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	defer cat.Close()
+	defer s.close()
 	if len(names) == 0 {
 		for n, sc := range cfg.Scanners {
 			if sc.Enabled {
@@ -317,42 +373,31 @@ func approvePlugins(ctx context.Context, cfg *config.Config, store *policy.Store
 	if (rv != Reviewed{}) && len(names) != 1 {
 		return nil, fmt.Errorf("a reviewed sha256 or policy names one scanner's binary: approve one scanner at a time")
 	}
-	var res resolver
 	var out []ApproveResult
 	for _, n := range names {
-		out = append(out, approveOne(ctx, cfg, cat, store, &res, n, rv, log))
+		out = append(out, s.approve(ctx, store, n, rv))
 	}
 	return out, nil
 }
 
-func approveOne(ctx context.Context, cfg *config.Config, cat *catalog.Catalog, store *policy.Store, res *resolver, n string, rv Reviewed, log hclog.Logger) ApproveResult {
-	sc, ok := cfg.Scanners[n]
-	if !ok {
-		sc = config.Scanner{Enabled: true}
-	}
+func (s *session) approve(ctx context.Context, store *policy.Store, n string, rv Reviewed) ApproveResult {
 	r := ApproveResult{Scanner: n}
-	bin, err := res.pluginFor(ctx, cat, n, sc, probeOf(cfg), log)
+	sc, entry, pi, err := s.check(ctx, n, true)
 	if err != nil {
 		r.Err = err
 		return r
 	}
-	sc.Plugin = bin
-	r.Binary = bin
+	r.Binary, r.SHA256 = sc.Plugin, entry.SHA256
 	// One private copy of the bytes, read twice: what is approved is
 	// what these bytes declare, every time they are asked.
-	entry, err := cat.Stage(bin, sc.SHA256)
-	if err != nil {
-		r.Err = err
-		return r
-	}
-	r.SHA256 = entry.SHA256
 	var pols [2]policy.Policy
 	for i := range pols {
-		pi := inspectEntry(ctx, bin, entry, probeOf(cfg), log)
-		if r.Err = pi.Err; r.Err == nil {
-			r.Err = checkScanner(n, sc, pi)
+		if i > 0 {
+			if pi = inspectEntry(ctx, sc.Plugin, entry, s.probe, s.log); pi.Err == nil {
+				pi.Err = checkScanner(n, sc, pi)
+			}
 		}
-		if r.Err != nil {
+		if r.Err = pi.Err; r.Err != nil {
 			return r
 		}
 		info, _ := scannerInfo(pi, n)
@@ -361,7 +406,7 @@ func approveOne(ctx context.Context, cfg *config.Config, cat *catalog.Catalog, s
 	if a, b := pols[0], pols[1]; a.Digest() != b.Digest() {
 		diff := append(policy.Widening(a, b), policy.Widening(b, a)...)
 		r.Err = fmt.Errorf("binary %s (sha256 %s) declares a different policy each time it is read (%s, then %s: %s); refusing to approve a declaration that changes",
-			bin, entry.SHA256, a.Digest()[:12], b.Digest()[:12], strings.Join(diff, "; "))
+			sc.Plugin, entry.SHA256, a.Digest()[:12], b.Digest()[:12], strings.Join(diff, "; "))
 		return r
 	}
 	p := pols[0]
@@ -416,34 +461,23 @@ type PinInfo struct {
 	APIVersion int
 }
 
-// PinScanner checks the binary that serves scanner name (configured, or
-// found by what the plugins declare) the way a launch would,
-// except for the pin itself: catalog checks, handshake, the scanner served
-// with a usable Info, the configured options accepted. It returns the
-// sha256 to pin.
-func PinScanner(ctx context.Context, cfg *config.Config, name string, log hclog.Logger) (PinInfo, error) {
-	cat, err := catalog.New(cfg.PluginDir)
+// Pin checks the binary that serves scanner name (configured, or found by
+// what the plugins declare) the way a launch would, except for the pin
+// itself: catalog checks, handshake, the scanner served with a usable
+// Info, the configured options accepted. It returns the sha256 to pin.
+func Pin(ctx context.Context, cfg *config.Config, name string, log hclog.Logger) (PinInfo, error) {
+	s, err := open(cfg, log)
 	if err != nil {
 		return PinInfo{}, err
 	}
-	defer cat.Close()
-	sc, ok := cfg.Scanners[name]
-	if !ok {
-		sc = config.Scanner{Enabled: true}
-	}
-	var res resolver
-	bin, err := res.pluginFor(ctx, cat, name, sc, probeOf(cfg), log)
+	defer s.close()
+	sc, _, pi, err := s.check(ctx, name, false)
 	if err != nil {
 		return PinInfo{Scanner: name}, err
 	}
-	sc.Plugin = bin
-	pi := inspect(ctx, cat, sc.Plugin, "", probeOf(cfg), log)
 	out := PinInfo{Scanner: name, Binary: sc.Plugin, Path: pi.Path, SHA256: pi.SHA256, APIVersion: pi.APIVersion}
 	if pi.Err != nil {
 		return out, pi.Err
-	}
-	if err := checkScanner(name, sc, pi); err != nil {
-		return out, err
 	}
 	for _, in := range pi.Scanners {
 		if in.Name == name {

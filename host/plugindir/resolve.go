@@ -1,4 +1,8 @@
-package host
+// Package plugindir reads the plugin directory as a launch would: which
+// binary serves a scanner (Resolver, for the host at run time), and the
+// operator commands on the directory (List, Verify, Approve, Pin), which
+// need no store and no running host.
+package plugindir
 
 import (
 	"context"
@@ -22,12 +26,12 @@ import (
 // here instead of as one launch failure per scanner.
 var ErrNoPlugins = errors.New("no plugin binaries")
 
-// resolver finds the binary that serves a scanner whose configuration names
+// Resolver finds the binary that serves a scanner whose configuration names
 // none: the binary in the plugin directory that declares the scanner in its
 // Info. A binary's declarations are read by launching it briefly and kept
 // per file name and sha256, so later resolutions (reloads) launch only the
 // binaries that changed.
-type resolver struct {
+type Resolver struct {
 	mu    sync.Mutex
 	known map[string]declared // by binary name
 }
@@ -41,7 +45,7 @@ type declared struct {
 
 // declarations returns, for every binary in the directory, what it
 // declares, launching those not seen before at their current contents.
-func (r *resolver) declarations(ctx context.Context, cat *catalog.Catalog, probe probeOpts, log hclog.Logger) (map[string]declared, error) {
+func (r *Resolver) declarations(ctx context.Context, cat *catalog.Catalog, probe Probe, log hclog.Logger) (map[string]declared, error) {
 	names, err := cat.List()
 	if err != nil {
 		return nil, err
@@ -73,10 +77,10 @@ func (r *resolver) declarations(ctx context.Context, cat *catalog.Catalog, probe
 	return out, nil
 }
 
-// pluginFor returns the binary that serves scanner name: sc.Plugin when
+// PluginFor returns the binary that serves scanner name: sc.Plugin when
 // the configuration names one, else the one binary that declares name (a
 // binary of that very name wins when several do).
-func (r *resolver) pluginFor(ctx context.Context, cat *catalog.Catalog, name string, sc config.Scanner, probe probeOpts, log hclog.Logger) (string, error) {
+func (r *Resolver) PluginFor(ctx context.Context, cat *catalog.Catalog, name string, sc config.Scanner, probe Probe, log hclog.Logger) (string, error) {
 	if sc.Plugin != "" {
 		return sc.Plugin, nil
 	}
@@ -128,17 +132,17 @@ func chooseBinary(dir, name string, decls map[string]declared) (string, error) {
 	return "", fmt.Errorf("%w: %s", config.ErrInvalid, msg)
 }
 
-// resolveAll returns a copy of cfg in which every enabled scanner names the
+// ResolveAll returns a copy of cfg in which every enabled scanner names the
 // binary that serves it; a disabled one does where it can be resolved, and
 // is resolved again when a reload enables it. Every enabled scanner that
 // cannot be resolved is reported, each by its key.
-func (r *resolver) resolveAll(ctx context.Context, cfg *config.Config, cat *catalog.Catalog, log hclog.Logger) (*config.Config, error) {
+func (r *Resolver) ResolveAll(ctx context.Context, cfg *config.Config, cat *catalog.Catalog, log hclog.Logger) (*config.Config, error) {
 	out := *cfg
 	out.Scanners = maps.Clone(cfg.Scanners)
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(cfg.Scanners)) {
 		sc := cfg.Scanners[name]
-		bin, err := r.pluginFor(ctx, cat, name, sc, probeOf(cfg), log)
+		bin, err := r.PluginFor(ctx, cat, name, sc, ProbeOf(cfg), log)
 		if err != nil {
 			if sc.Enabled {
 				errs = append(errs, err)
