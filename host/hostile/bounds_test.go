@@ -32,15 +32,15 @@ func requireCgroups(t *testing.T) {
 
 // pluginCgroupFile is file in the control group of the plugin running
 // under the host with pid hostPid (the plugin-N group under
-// ffscan-<hostPid> that holds a process and has that file), or "".
+// ffscan-<hostPid>-<n> that holds a process and has that file), or "".
 func pluginCgroupFile(hostPid int, file string) string {
 	var found string
-	hostGroup := "ffscan-" + strconv.Itoa(hostPid)
+	hostGroup := "ffscan-" + strconv.Itoa(hostPid) + "-"
 	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() || found != "" {
 			return nil
 		}
-		if filepath.Base(filepath.Dir(p)) != hostGroup || !strings.HasPrefix(d.Name(), "plugin-") {
+		if !strings.HasPrefix(filepath.Base(filepath.Dir(p)), hostGroup) || !strings.HasPrefix(d.Name(), "plugin-") {
 			return nil
 		}
 		procs, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))

@@ -25,8 +25,8 @@ import (
 // (systemd's Delegate=yes with DelegateSubgroup= puts a service there).
 // cgroup v1 (a hierarchy per controller) has no such rule: the plugins'
 // groups go under the host's own group in each hierarchy. Either way the
-// host makes a group of its own there, ffscan-<pid>, holding one group
-// per plugin process, plugin-<n>; a group left behind by a host that
+// host makes a group of its own there, ffscan-<pid>-<n>, holding one
+// group per plugin process, plugin-<n>; a group left behind by a host that
 // died is removed by the next host that opens the same parent.
 
 // cgroupControllers are the controllers the bounds use, by hierarchy
@@ -165,7 +165,7 @@ func openV2(mnt, own, parent string) (*Cgroups, error) {
 	if err := enableControllers(parent); err != nil {
 		return nil, err
 	}
-	dir, err := makeHostGroup(parent)
+	dir, err := makeHostGroup(parent, hostGroupName())
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +191,7 @@ func enableControllers(dir string) error {
 
 func openV1(mounts, own map[string]string) (*Cgroups, error) {
 	cg := &Cgroups{root: map[string]string{}}
+	name := hostGroupName()
 	var missing []string
 	for _, c := range cgroupV1Controllers {
 		mnt, ok := mounts[c]
@@ -199,7 +200,12 @@ func openV1(mounts, own map[string]string) (*Cgroups, error) {
 			continue
 		}
 		parent := filepath.Join(mnt, own[c])
-		dir, err := makeHostGroup(parent)
+		if slices.Contains(slices.Collect(maps.Values(cg.root)), filepath.Join(parent, name)) {
+			// A hierarchy of several controllers (cpu,cpuacct): made.
+			cg.root[c] = filepath.Join(parent, name)
+			continue
+		}
+		dir, err := makeHostGroup(parent, name)
 		if err != nil {
 			cg.Close()
 			return nil, err
@@ -214,15 +220,25 @@ func openV1(mounts, own map[string]string) (*Cgroups, error) {
 	return cg, nil
 }
 
+// hostGroups numbers the hosts of this process (tests run several): each
+// has a group of its own, ffscan-<pid>-<n>.
+var hostGroups atomic.Uint64
+
 // makeHostGroup removes what dead hosts left in parent and makes this
-// host's group there.
-func makeHostGroup(parent string) (string, error) {
+// host's group there (name: the same for every hierarchy of one
+// Cgroups).
+func makeHostGroup(parent, name string) (string, error) {
 	removeStaleGroups(parent)
-	dir := filepath.Join(parent, "ffscan-"+strconv.Itoa(os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cgroups: make %s: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// hostGroupName is a new name for a host's group.
+func hostGroupName() string {
+	return fmt.Sprintf("ffscan-%d-%d", os.Getpid(), hostGroups.Add(1))
 }
 
 // removeStaleGroups removes the groups of hosts that no longer run
@@ -233,7 +249,8 @@ func removeStaleGroups(parent string) {
 		return
 	}
 	for _, e := range entries {
-		pid, ok := strings.CutPrefix(e.Name(), "ffscan-")
+		rest, ok := strings.CutPrefix(e.Name(), "ffscan-")
+		pid, _, _ := strings.Cut(rest, "-")
 		n, err := strconv.Atoi(pid)
 		if !ok || err != nil || !e.IsDir() || n == os.Getpid() {
 			continue
