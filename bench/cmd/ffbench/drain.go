@@ -20,6 +20,7 @@ import (
 	"github.com/ffscan/ffscan/bench/seed"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
+	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/scheduler"
@@ -31,15 +32,19 @@ import (
 
 // Drain modes.
 const (
-	modePlugin       = "plugin"
-	modePluginStream = "plugin-grpcstream" // callback batches on a gRPC stream through the broker
+	// The plugin confined as a host confines it by default (Landlock,
+	// the seccomp allow-list, its memory limit and, where the machine
+	// lets the bench make one, a control group).
+	modePlugin           = "plugin"
+	modePluginUnconfined = "plugin-unconfined" // the same plugin, not confined: the confinement's cost side by side
+	modePluginStream     = "plugin-grpcstream" // callback batches on a gRPC stream through the broker
 	modePluginUnary  = "plugin-unary"      // one unary call per batch, as plugins built before the batch stream send them
 	modeLinked       = "in-process"
 	modeRaw          = "raw"
 )
 
 // drainModes are the known modes, in report order.
-var drainModes = []string{modePlugin, modePluginStream, modePluginUnary, modeLinked, modeRaw}
+var drainModes = []string{modePlugin, modePluginUnconfined, modePluginStream, modePluginUnary, modeLinked, modeRaw}
 
 // drainRun is one timed drain of the seeded state.
 type drainRun struct {
@@ -372,6 +377,24 @@ type launched struct {
 
 // launchPlugin starts the plugin cfg names from the bench's plugin
 // directory, its callbacks served by svc, as the host's launcher does.
+// confined is cfg with the confinement a host gives a plugin by default
+// (config.Defaults: plugin_isolation auto, plugin_memory_limit,
+// plugin_cgroups auto with plugin_cpu_limit and plugin_pids_limit).
+func (b *bench) confined(cfg launcher.Config) launcher.Config {
+	d := config.Defaults()
+	lim := d.PluginLimits(config.Scanner{})
+	cfg.Isolation, cfg.MemoryLimit, cfg.CPULimit, cfg.PidsLimit = d.PluginIsolation.Mode(), lim.Memory, lim.CPU, lim.Pids
+	b.cgroupsOnce.Do(func() {
+		if cg, err := pluginhost.OpenCgroups(pluginhost.CgroupOptions{}); err == nil {
+			b.cgroups = cg
+		} else {
+			b.log.Info("the confined plugin runs without a control group", "why", err)
+		}
+	})
+	cfg.Cgroups = b.cgroups
+	return cfg
+}
+
 func (b *bench) launchPlugin(ctx context.Context, cfg launcher.Config, svc *callbacks.Service) (*launched, error) {
 	cat, err := catalog.New(b.pluginDir)
 	if err != nil {
@@ -410,9 +433,13 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		pluginPid int
 	)
 	switch mode {
-	case modePlugin, modePluginStream, modePluginUnary:
-		p, err := b.launchPlugin(ctx, launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry",
-			CallbackPath: map[string]pluginhost.CallbackPath{modePluginStream: pluginhost.CallbackStream, modePluginUnary: pluginhost.CallbackUnary}[mode]}, svc)
+	case modePlugin, modePluginUnconfined, modePluginStream, modePluginUnary:
+		cfg := launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry",
+			CallbackPath: map[string]pluginhost.CallbackPath{modePluginStream: pluginhost.CallbackStream, modePluginUnary: pluginhost.CallbackUnary}[mode]}
+		if mode == modePlugin {
+			cfg = b.confined(cfg)
+		}
+		p, err := b.launchPlugin(ctx, cfg, svc)
 		if err != nil {
 			return run, err
 		}

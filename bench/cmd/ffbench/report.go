@@ -171,7 +171,7 @@ func (d *drainResult) print(w io.Writer, conc int) {
 	// CPU per item: what a busy host pays for running the scanner as a
 	// plugin rather than linked in.
 	lc, okl := d.medianHostCPU(modeLinked)
-	for _, m := range []string{modePlugin, modePluginStream, modePluginUnary, modeRaw} {
+	for _, m := range []string{modePlugin, modePluginUnconfined, modePluginStream, modePluginUnary, modeRaw} {
 		c, ok := d.medianHostCPU(m)
 		if !ok || !okl || lc == 0 {
 			continue
