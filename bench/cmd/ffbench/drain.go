@@ -38,9 +38,9 @@ const (
 	modePlugin           = "plugin"
 	modePluginUnconfined = "plugin-unconfined" // the same plugin, not confined: the confinement's cost side by side
 	modePluginStream     = "plugin-grpcstream" // callback batches on a gRPC stream through the broker
-	modePluginUnary  = "plugin-unary"      // one unary call per batch, as plugins built before the batch stream send them
-	modeLinked       = "in-process"
-	modeRaw          = "raw"
+	modePluginUnary      = "plugin-unary"      // one unary call per batch, as plugins built before the batch stream send them
+	modeLinked           = "in-process"
+	modeRaw              = "raw"
 )
 
 // drainModes are the known modes, in report order.
