@@ -1184,6 +1184,37 @@ BEGIN
 END
 $fn$;
 
+-- dispatch_completions dispatches a batch of completion events of one
+-- partition, in the order given, in the caller's transaction: each one
+-- exactly as dispatch_completion does it (the same rows written, the same
+-- reply), one row (event_id, reply) per event. It is the host's, not a
+-- plugin's (a plugin's PGCALL is one action per transaction): the
+-- completion listener's drain dispatches a partition's pending events in
+-- one statement, one transaction, instead of one transaction per event.
+-- The host runs it, and dispatch_completion, at READ COMMITTED, where
+-- neither needs more: each reads the rows it counts from under their row
+-- locks (the event, then its edge groups in downstream order, FOR UPDATE:
+-- the newest version, a concurrent dispatch of the same rows waits), and
+-- the rows it changes without a lock (the downstream executions) are
+-- changed by statements that re-check their conditions on the newest
+-- version. So no dispatch fails on a serialization failure, and none has
+-- to be run again.
+CREATE OR REPLACE FUNCTION ffscan.dispatch_completions(pk smallint, evs bigint[],
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (event_id bigint, reply text[])
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	ev bigint;
+BEGIN
+	FOREACH ev IN ARRAY coalesce(evs, '{}'::bigint[]) LOOP
+		event_id := ev;
+		reply := ffscan.dispatch_completion(pk, ev, filter_namespace, filter_tag_key, filter_tag_value);
+		RETURN NEXT;
+	END LOOP;
+END
+$fn$;
+
 -- completion_partition finds the partition of a completion event from its
 -- id alone (a NOTIFY carries only the id): one probe of the event-id index
 -- per partition.
