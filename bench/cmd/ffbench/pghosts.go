@@ -384,11 +384,12 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 }
 
 // pgHostsReset empties the tables the benchmark fills, and the share (no
-// host runs).
+// host runs). It vacuums and analyses them too, so that autovacuum does
+// not do it (its transactions are the database's) in the next count.
 func pgHostsReset(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, sql := range []string{"DELETE FROM ffscan.share_owner", "DELETE FROM ffscan.share_member",
 		"DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event", "DELETE FROM ff_lease_event",
-		"VACUUM ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"} {
+		"VACUUM ANALYZE ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("reset: %w", err)
 		}
