@@ -245,16 +245,25 @@ func pgChildScans(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return n, err
 }
 
-// pgStatsSettle waits for the backends to report their counts:
-// PostgreSQL 15 flushes a backend's statistics at most once a second.
-func pgStatsSettle(ctx context.Context) error {
+// pgStatsSettle waits d for the backends to report their counts.
+// PostgreSQL 15 flushes a backend's statistics at most once a second, and
+// those of a backend that went idle within a second of its last flush
+// only 10 s later (PGSTAT_IDLE_INTERVAL): a count's end waits
+// pgStatsIdleFlush (with 2 s, a count of one host read 0.886 calls of
+// expire_lapsed_lease per item where every item was ended once); its
+// start, before the leases lapse, 2 s (what comes late then is a few of
+// the seeding's and the idle hosts' transactions).
+func pgStatsSettle(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(2 * time.Second):
+	case <-time.After(d):
 		return nil
 	}
 }
+
+// pgStatsIdleFlush is how long an idle backend may keep its counts.
+const pgStatsIdleFlush = 11 * time.Second
 
 // pgHostsIdleOnce measures the idle cost of the running hosts over window.
 func (b *bench) pgHostsIdleOnce(ctx context.Context, pool, stats *pgxpool.Pool, pgPid, hosts int, window time.Duration) (pgHostsIdle, error) {
@@ -308,7 +317,7 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 		return run, err
 	}
 	due := time.Now().Add(pgHostsLead)
-	if err := pgStatsSettle(ctx); err != nil { // the seeding's own transactions
+	if err := pgStatsSettle(ctx, 2*time.Second); err != nil { // the seeding's own transactions
 		return run, err
 	}
 	c0, err := pgCalls(ctx, pool)
@@ -357,7 +366,7 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	run.Took = time.Since(due)
 	stopSampling()
 	<-sampled
-	if err := pgStatsSettle(ctx); err != nil {
+	if err := pgStatsSettle(ctx, pgStatsIdleFlush); err != nil {
 		return run, err
 	}
 	x1, err := pgXacts(ctx, stats)
