@@ -1,9 +1,10 @@
 // Package pgcompletions is the push path of DAG dispatch on a FlowFabric
 // Postgres database: a listener on the ff_completion notifications that
 // FlowFabric's completion outbox sends at every commit, which dispatches
-// the events at once through ffscan.dispatch_completion. FlowFabric's
-// Postgres server has no such path, so each DAG hop waits 15-30 s for its
-// dependency reconciler (PG11); here a hop takes milliseconds, and the
+// the events at once through ffscan.dispatch_completions (a partition's
+// events in one transaction). FlowFabric's Postgres server has no such
+// path, so each DAG hop waits 15-30 s for its dependency reconciler
+// (PG11); here a hop takes milliseconds, and the
 // reconciler (pg_dependency) stays as the safety net for what the
 // listener cannot reach (a host restart, the database unreachable).
 //
@@ -384,11 +385,12 @@ func (l *Listener) owned() []uint16 {
 // drain reads the pending events of the partitions this host owns (the
 // oldest first, with the host's filter: ffscan.completions_pending) and
 // dispatches them, returning once every dispatch returned. Each
-// partition's events are dispatched one after the other, the partitions
-// side by side (at most Concurrency at once): a dispatch touches its own
-// partition's rows only, so no two of them conflict (under SERIALIZABLE,
-// two dispatches of one partition did, each retried), and two hosts never
-// drain one partition. more says a partition had more pending events than
+// partition's events are dispatched in one transaction, one after the
+// other (ffscan.dispatch_completions), the partitions side by side (at
+// most Concurrency at once): a dispatch touches its own partition's rows
+// only, so no two of them wait on each other (under SERIALIZABLE, two
+// dispatches of one partition side by side failed on each other and were
+// retried), and two hosts never drain one partition. more says a partition had more pending events than
 // one read takes; an error, that an event read may not be dispatched.
 func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 	parts := l.owned()
@@ -426,12 +428,10 @@ func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 			go func(pk uint16, ids []int64) {
 				defer wg.Done()
 				defer func() { <-l.sem }()
-				for _, id := range ids {
-					if err := l.dispatchOne(ctx, id, pk); err != nil && ctx.Err() == nil {
-						failed.Add(1)
-						first.CompareAndSwap(nil, err)
-						l.log.Warn("completion dispatch failed; the drain runs again", "event_id", id, "error", err)
-					}
+				if err := l.dispatch(ctx, pk, ids); err != nil && ctx.Err() == nil {
+					failed.Add(1)
+					first.CompareAndSwap(nil, err)
+					l.log.Warn("completion dispatch failed; the drain runs again", "partition", pk, "events", len(ids), "error", err)
 				}
 			}(pk, per[pk])
 		}
@@ -445,28 +445,32 @@ func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 	return more, nil
 }
 
-// dispatchOne dispatches event ev of partition pk, unless this host no
-// longer owns the partition (its owner's next drain, or this host's at
-// its next gain, reads it).
-func (l *Listener) dispatchOne(ctx context.Context, ev int64, pk uint16) error {
+// dispatch dispatches events evs of partition pk, in their order, in one
+// transaction (postgres.DispatchCompletions), unless this host no longer
+// owns the partition (its owner's next drain, or this host's at its next
+// gain, reads them).
+func (l *Listener) dispatch(ctx context.Context, pk uint16, evs []int64) error {
 	if own := l.o.Owns; own != nil && !own(keys.Partition{Family: keys.FamilyFlow, Index: pk}) {
 		return nil
 	}
-	out, err := postgres.Call(ctx, l.o.Pool, "dispatch_completion", []string{strconv.Itoa(int(pk)), strconv.FormatInt(ev, 10)}, l.o.Filter)
+	out, err := postgres.DispatchCompletions(ctx, l.o.Pool, pk, evs, l.o.Filter)
 	if err != nil {
 		return err
 	}
 	defer l.o.Changes.Notify()
-	if len(out) < 2 || out[0] == nil || *out[0] != "1" || out[1] == nil {
-		return fmt.Errorf("dispatch_completion answered %v", out)
-	}
-	switch *out[1] {
-	case "dispatched":
-		l.dispatched.Add(1)
-	case "filtered":
-		l.filtered.Add(1)
-	default:
-		l.alreadyDone.Add(1)
+	for _, d := range out {
+		r := d.Reply
+		if len(r) < 2 || r[0] == nil || *r[0] != "1" || r[1] == nil {
+			return fmt.Errorf("dispatch_completion of event %d answered %v", d.Event, r)
+		}
+		switch *r[1] {
+		case "dispatched":
+			l.dispatched.Add(1)
+		case "filtered":
+			l.filtered.Add(1)
+		default:
+			l.alreadyDone.Add(1)
+		}
 	}
 	return nil
 }

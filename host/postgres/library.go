@@ -26,7 +26,7 @@ var librarySQL string
 // LibraryVersion is the version of librarySQL. It goes up with every
 // change of the file; a database holding a newer version is refused (an
 // older host must not replace what a newer one installed).
-const LibraryVersion = 4
+const LibraryVersion = 5
 
 // dropLibrarySQL drops every function of the schema "ffscan" (nothing of
 // FlowFabric's depends on them).
@@ -135,7 +135,9 @@ type Action struct {
 	// Args is how many arguments it takes.
 	Args int
 	// Serializable runs it in a SERIALIZABLE transaction (FlowFabric's
-	// budget reset is), retried on a serialization failure.
+	// budget reset is), retried on a serialization failure. The others run
+	// as one statement at READ COMMITTED: each reads what it decides on
+	// under the row locks it takes (FOR UPDATE), which is all they need.
 	Serializable bool
 }
 
@@ -152,7 +154,7 @@ var ActionFunctions = map[string]Action{
 	"expire_pending_waitpoint":  {Args: 2},                     // partition_key, waitpoint uuid
 	"expire_suspension":         {Args: 3},                     // partition_key, execution uuid, suspension uuid
 	"reset_budget":              {Args: 2, Serializable: true}, // partition_key, budget id
-	"dispatch_completion":       {Args: 2, Serializable: true}, // partition_key, completion event id
+	"dispatch_completion":       {Args: 2},                     // partition_key, completion event id (READ COMMITTED: see dispatch_completions in library.sql)
 	"dispatch_sibling_cancels":  {Args: 3},                     // partition_key, flow uuid, downstream uuid
 	"reconcile_sibling_cancels": {Args: 3},                     // partition_key, flow uuid, downstream uuid
 	"sweep_worker":              {Args: 2},                     // flow partition_key, '<registry partition>/[namespace, instance]'
@@ -369,11 +371,9 @@ func CountCandidates(ctx context.Context, db querier, fn string, parts []uint16,
 // serializationTries bounds the runs of an action that keeps failing on a
 // serialization failure or a deadlock (SQLSTATE 40001, 40P01): each such
 // failure means another transaction committed first, so the action is run
-// again at once. Completions dispatched side by side conflict often (the
-// Postgres hosts benchmark rolls back 0.5-0.7 transactions per item);
-// with 3 tries a dispatch could fail on every one, leaving the event to
-// pg_dependency's sweep, a 15 s hop (a test dispatching 64 completions
-// through two hosts on a loaded machine ended with one undispatched).
+// again at once. (Completions dispatched side by side under SERIALIZABLE
+// failed so, 0.5-0.7 times per item in the Postgres hosts benchmark; they
+// run at READ COMMITTED now, where only a deadlock can roll one back.)
 const serializationTries = 10
 
 // Call runs action function fn with args (text, converted by the server to
@@ -419,10 +419,61 @@ func Call(ctx context.Context, db *pgxpool.Pool, fn string, args []string, f sca
 		if err == nil {
 			return out, nil
 		}
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") {
+		if !retryable(err) {
 			break
 		}
 	}
 	return nil, err
+}
+
+// Dispatched is the reply to one event of DispatchCompletions.
+type Dispatched struct {
+	Event int64
+	Reply []*string
+}
+
+// DispatchCompletions dispatches completion events evs of partition pk,
+// in that order, in one statement and so one transaction
+// (ffscan.dispatch_completions: each event exactly as dispatch_completion
+// does it, with its reply), at READ COMMITTED. A deadlock (another
+// transaction locking the same rows in another order: the dependency
+// reconciler's dispatch of one of them) rolls the batch back, and it is
+// run again, up to serializationTries times in all.
+func DispatchCompletions(ctx context.Context, db *pgxpool.Pool, pk uint16, evs []int64, f scannerapi.Filter) ([]Dispatched, error) {
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	args := append([]any{int16(pk), evs}, filterArgs(f)...)
+	var err error
+	for try := 1; try <= serializationTries; try++ {
+		var out []Dispatched
+		var rows pgx.Rows
+		rows, err = db.Query(ctx, "SELECT event_id, reply FROM ffscan.dispatch_completions($1, $2, $3, $4, $5)", args...)
+		if err == nil {
+			for rows.Next() {
+				var d Dispatched
+				if err = rows.Scan(&d.Event, &d.Reply); err != nil {
+					break
+				}
+				out = append(out, d)
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err == nil {
+			return out, nil
+		}
+		if !retryable(err) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("postgres: dispatch_completions: %w", err)
+}
+
+// retryable says whether err is a serialization failure or a deadlock.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }

@@ -194,7 +194,7 @@ func TestInstallLibrary(t *testing.T) {
 		assert.Equal(t, postgres.LibraryUpgraded, action)
 		var v int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT version FROM ffscan.library").Scan(&v))
-		assert.Equal(t, 4, v)
+		assert.Equal(t, postgres.LibraryVersion, v, "upgraded to this version")
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "+
 			"WHERE s.nspname = 'ffscan' AND proname LIKE '%\\_next'").Scan(&n))
 		assert.Equal(t, len(postgres.NextDueFunctions), n)

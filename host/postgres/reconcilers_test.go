@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -358,6 +360,40 @@ func TestDependencyFunctions(t *testing.T) {
 			VALUES (20, gen_random_uuid(), 'success', 1) RETURNING event_id::text`)
 		assert.Equal(t, []string{"1", "dispatched", "0"}, call(t, pool, "dispatch_completion", "20", ev))
 		assert.Equal(t, []string{"1", "event_not_found"}, call(t, pool, "dispatch_completion", "21", ev), "another partition")
+	})
+
+	t.Run("a batch of one partition's events in one transaction, each as dispatch_completion does it", func(t *testing.T) {
+		flow := "f0000000-0000-4000-8000-000000000006"
+		a, b, c, down := id(51), id(52), id(53), id(54)
+		postgrestest.DAG(t, pool, pk, flow, nil, [][2]string{{a, down}, {b, down}, {c, down}})
+		evA := postgrestest.Complete(t, pool, pk, a, "success")
+		evB := postgrestest.Complete(t, pool, pk, b, "success")
+		evC := postgrestest.Complete(t, pool, pk, c, "success")
+		parse := func(s string) int64 {
+			n, err := strconv.ParseInt(s, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+		assert.Equal(t, []string{"1", "dispatched", "1"}, call(t, pool, "dispatch_completion", "20", evA))
+		got, err := postgres.DispatchCompletions(context.Background(), pool, pk, []int64{parse(evB), parse(evA), parse(evC), 1 << 40}, scannerapi.Filter{})
+		require.NoError(t, err)
+		var replies []string
+		for _, d := range got {
+			var r []string
+			for _, v := range d.Reply {
+				r = append(r, *v)
+			}
+			replies = append(replies, strconv.FormatInt(d.Event, 10)+":"+strings.Join(r, ","))
+		}
+		assert.Equal(t, []string{evB + ":1,dispatched,1", evA + ":1,already_dispatched", evC + ":1,dispatched,1", "1099511627776:1,event_not_found"},
+			replies, "in the order asked, each with dispatch_completion's reply")
+		assert.Equal(t, "runnable/eligible_now/waiting", state(down), "counted once per upstream")
+		assert.Equal(t, "3/0", one[string](t, pool, "SELECT success_count || '/' || running_count FROM ff_edge_group WHERE downstream_eid = $1", down))
+		assert.Equal(t, "1", one[string](t, pool, `SELECT count(DISTINCT xmin::text)::text FROM ff_completion_event
+			WHERE partition_key = 20 AND event_id = ANY ($1::bigint[])`, []int64{parse(evB), parse(evC)}), "both written by one transaction")
+		empty, err := postgres.DispatchCompletions(context.Background(), pool, pk, nil, scannerapi.Filter{})
+		require.NoError(t, err)
+		assert.Empty(t, empty)
 	})
 
 	t.Run("the safety net reads events left undispatched for 15 s", func(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -54,10 +56,24 @@ type pgHostsRun struct {
 	Counted time.Duration
 	Idle    float64
 	// Calls are the calls of the library's functions over the same time,
-	// by name (pg_stat_user_functions), Rollbacks the transactions rolled
-	// back (serialization failures among them).
-	Calls     map[string]int64
+	// by name (pg_stat_user_functions: with the time spent in each, its
+	// callees included), Rollbacks the transactions rolled back
+	// (serialization failures among them).
+	Calls     map[string]pgFuncStat
 	Rollbacks int64
+	// Waits profile the database's sessions over the drain: every
+	// pgSamplePeriod, each session of the bench database that is not idle
+	// is counted under what it waits on (CPU: nothing) and the library
+	// function its statement calls; Samples is the number of samples.
+	Waits   map[string]int
+	Samples int
+}
+
+// pgFuncStat is a library function's calls and time (ms, callees
+// included) over a count.
+type pgFuncStat struct {
+	Calls   int64
+	TotalMs float64
 }
 
 func (r pgHostsRun) perItem() float64 { return float64(r.Xacts) / float64(r.Items) }
@@ -76,6 +92,11 @@ type pgHostsIdle struct {
 }
 
 type pgHostsResult struct {
+	// Raw is the raw loop of section 9 (one candidate read, then
+	// expire_lapsed_lease per row from pgPool goroutines, no host) over the
+	// same number of lapses, on the same database: the time the items'
+	// expiry alone takes, completions written and not dispatched.
+	Raw           time.Duration
 	Scanners      int
 	Runs          []pgHostsRun
 	Idle          []pgHostsIdle
@@ -149,24 +170,70 @@ func pgRollbacks(ctx context.Context, stats *pgxpool.Pool) (int64, error) {
 	return n, err
 }
 
-// pgCalls reads the calls of the library's functions (one transaction of
-// the bench database; track_functions is on there).
-func pgCalls(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
-	rows, err := pool.Query(ctx, "SELECT funcname, sum(calls)::bigint FROM pg_stat_user_functions WHERE schemaname = 'ffscan' GROUP BY funcname")
+// pgCalls reads the calls of the library's functions and their time (one
+// transaction of the bench database; track_functions is on there).
+func pgCalls(ctx context.Context, pool *pgxpool.Pool) (map[string]pgFuncStat, error) {
+	rows, err := pool.Query(ctx, `SELECT funcname, sum(calls)::bigint, sum(total_time)::float8 FROM pg_stat_user_functions
+		WHERE schemaname = 'ffscan' GROUP BY funcname`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]int64{}
+	out := map[string]pgFuncStat{}
 	for rows.Next() {
 		var fn string
-		var n int64
-		if err := rows.Scan(&fn, &n); err != nil {
+		var f pgFuncStat
+		if err := rows.Scan(&fn, &f.Calls, &f.TotalMs); err != nil {
 			return nil, err
 		}
-		out[fn] = n
+		out[fn] = f
 	}
 	return out, rows.Err()
+}
+
+// pgSamplePeriod is the period of the sessions' profile (pgSample).
+const pgSamplePeriod = 20 * time.Millisecond
+
+// pgFunctionRe finds the library function a statement calls.
+var pgFunctionRe = regexp.MustCompile(`ffscan\.(\w+)`)
+
+// pgSample profiles the bench database's sessions until ctx ends (from
+// the "postgres" database, so that the samples are not counted): every
+// pgSamplePeriod, each session that is not idle counts once under
+// "<wait event or CPU> <state> <function>". It returns the counts and the
+// number of samples.
+func pgSample(ctx context.Context, stats *pgxpool.Pool) (map[string]int, int) {
+	waits := map[string]int{}
+	n := 0
+	t := time.NewTicker(pgSamplePeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return waits, n
+		case <-t.C:
+		}
+		rows, err := stats.Query(ctx, `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), state, query FROM pg_stat_activity
+			WHERE datname = 'bench' AND state <> 'idle' AND backend_type = 'client backend'`)
+		if err != nil {
+			continue
+		}
+		for rows.Next() {
+			var wait, state, query string
+			if rows.Scan(&wait, &state, &query) != nil {
+				continue
+			}
+			fn := "-"
+			if m := pgFunctionRe.FindStringSubmatch(query); m != nil {
+				fn = m[1]
+			} else if f := strings.Fields(query); len(f) > 0 {
+				fn = strings.ToUpper(f[0])
+			}
+			waits[wait+" "+state+" "+fn]++
+		}
+		rows.Close()
+		n++
+	}
 }
 
 // pgChildScans reads the scans of the partitioned tables' children (one
@@ -178,16 +245,25 @@ func pgChildScans(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return n, err
 }
 
-// pgStatsSettle waits for the backends to report their counts:
-// PostgreSQL 15 flushes a backend's statistics at most once a second.
-func pgStatsSettle(ctx context.Context) error {
+// pgStatsSettle waits d for the backends to report their counts.
+// PostgreSQL 15 flushes a backend's statistics at most once a second, and
+// those of a backend that went idle within a second of its last flush
+// only 10 s later (PGSTAT_IDLE_INTERVAL): a count's end waits
+// pgStatsIdleFlush (with 2 s, a count of one host read 0.886 calls of
+// expire_lapsed_lease per item where every item was ended once); its
+// start, before the leases lapse, 2 s (what comes late then is a few of
+// the seeding's and the idle hosts' transactions).
+func pgStatsSettle(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(2 * time.Second):
+	case <-time.After(d):
 		return nil
 	}
 }
+
+// pgStatsIdleFlush is how long an idle backend may keep its counts.
+const pgStatsIdleFlush = 11 * time.Second
 
 // pgHostsIdleOnce measures the idle cost of the running hosts over window.
 func (b *bench) pgHostsIdleOnce(ctx context.Context, pool, stats *pgxpool.Pool, pgPid, hosts int, window time.Duration) (pgHostsIdle, error) {
@@ -241,7 +317,7 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 		return run, err
 	}
 	due := time.Now().Add(pgHostsLead)
-	if err := pgStatsSettle(ctx); err != nil { // the seeding's own transactions
+	if err := pgStatsSettle(ctx, 2*time.Second); err != nil { // the seeding's own transactions
 		return run, err
 	}
 	c0, err := pgCalls(ctx, pool)
@@ -257,6 +333,16 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 		return run, err
 	}
 	t0 := time.Now()
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		run.Waits, run.Samples = pgSample(sctx, stats)
+	}()
+	defer func() {
+		stopSampling()
+		<-sampled
+	}()
 	var polls int64
 	limit := time.Duration(max(n, 1000)/1000) * pgHostsDrainLimitPer1000
 	deadline := due.Add(limit)
@@ -278,7 +364,9 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 		}
 	}
 	run.Took = time.Since(due)
-	if err := pgStatsSettle(ctx); err != nil {
+	stopSampling()
+	<-sampled
+	if err := pgStatsSettle(ctx, pgStatsIdleFlush); err != nil {
 		return run, err
 	}
 	x1, err := pgXacts(ctx, stats)
@@ -295,21 +383,22 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	}
 	// The second read of the calls is not in the count; the first is.
 	run.Xacts, run.Counted, run.Rollbacks = x1-x0-polls-1, time.Since(t0), r1-r0
-	run.Calls = map[string]int64{}
-	for fn, n := range c1 {
-		if d := n - c0[fn]; d > 0 {
-			run.Calls[fn] = d
+	run.Calls = map[string]pgFuncStat{}
+	for fn, f := range c1 {
+		if d := f.Calls - c0[fn].Calls; d > 0 {
+			run.Calls[fn] = pgFuncStat{Calls: d, TotalMs: f.TotalMs - c0[fn].TotalMs}
 		}
 	}
 	return run, nil
 }
 
 // pgHostsReset empties the tables the benchmark fills, and the share (no
-// host runs).
+// host runs). It vacuums and analyses them too, so that autovacuum does
+// not do it (its transactions are the database's) in the next count.
 func pgHostsReset(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, sql := range []string{"DELETE FROM ffscan.share_owner", "DELETE FROM ffscan.share_member",
 		"DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event", "DELETE FROM ff_lease_event",
-		"VACUUM ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"} {
+		"VACUUM ANALYZE ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("reset: %w", err)
 		}
@@ -340,6 +429,29 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 		return nil, err
 	}
 	res := &pgHostsResult{Scanners: len(pgIdleScanners), Window: window, Load: measure.Load()}
+	// The reference: the same lapses ended by the raw loop, no host
+	// running (the median of three).
+	var raws []time.Duration
+	for range 3 {
+		if err := seedLapses(ctx, pool, n); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		for done := int64(0); done < int64(n); {
+			d, err := rawExpire(ctx, pool)
+			if err != nil {
+				return nil, fmt.Errorf("raw loop: %w", err)
+			}
+			if d == 0 {
+				return nil, fmt.Errorf("raw loop: ended nothing with %d of %d done", done, n)
+			}
+			done += d
+		}
+		raws = append(raws, time.Since(t0))
+	}
+	slices.Sort(raws)
+	res.Raw = raws[1]
+	b.logf("pghosts: raw loop: %d lapses ended in %s (median of %s)", n, res.Raw.Round(time.Millisecond), raws)
 	for k := 1; k <= 3; k++ {
 		if err := pgHostsReset(ctx, pool); err != nil {
 			return nil, err
@@ -411,11 +523,13 @@ func (r *pgHostsResult) print(w io.Writer) {
 	p("12. POSTGRES HOSTS: 1, 2 and 3 host processes without Valkey on one database, sharing its partitions through it,")
 	p("   the %d Postgres reconcilers at their defaults and the completion listener on each; load %s", r.Scanners, r.Load)
 	var one, oneNet float64
+	var first pgHostsRun
 	for _, run := range r.Runs {
 		if run.Hosts == 1 {
-			one, oneNet = run.perItem(), run.perItemNet()
+			one, oneNet, first = run.perItem(), run.perItemNet(), run
 		}
 	}
+	p("   raw loop (section 9's, no host, completions written and not dispatched): %d lapses in %s", first.Items, r.Raw.Round(time.Millisecond))
 	for _, run := range r.Runs {
 		ratio := run.perItem() / one
 		p("   %d host(s): %d lapses (each ended with a completion event, dispatched) done %s after the lapse;",
@@ -423,7 +537,25 @@ func (r *pgHostsResult) print(w io.Writer) {
 		p("     database transactions per item %.3f (%.3f of one host's; target <= 1.10: %s)", run.perItem(), ratio, verdict(ratio <= 1.10))
 		p("     less the hosts' idle %.1f transactions/s over the %s counted: %.3f per item (%.3f of one host's)",
 			run.Idle, run.Counted.Round(time.Second), run.perItemNet(), run.perItemNet()/oneNet)
-		p("     rolled back: %.3f per item; calls per item: %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
+		p("     rolled back: %.3f per item; calls per item (ms per call, callees included): %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
+		p("     sessions over the drain (%d samples, %s apart; mean sessions busy %.2f): %s", run.Samples, pgSamplePeriod, run.busy(), run.waitsLine())
+	}
+	if first.Items > 0 {
+		p("   targets, side by side:")
+		p("     1 host: %s = %.2f x the raw loop's %s (target <= 3: %s)", first.Took.Round(time.Millisecond),
+			first.Took.Seconds()/r.Raw.Seconds(), r.Raw.Round(time.Millisecond), verdict(first.Took <= 3*r.Raw))
+		for _, run := range r.Runs {
+			if run.Hosts == 1 {
+				continue
+			}
+			t := run.Took.Seconds() / first.Took.Seconds()
+			x := run.perItem() / one
+			rb := float64(run.Rollbacks) / float64(run.Items)
+			p("     %d hosts / 1: time %.3f (target <= 1.10: %s), transactions per item %.3f (target <= 1.10: %s), rolled back per item %.3f (target < 0.05: %s)",
+				run.Hosts, t, verdict(t <= 1.10), x, verdict(x <= 1.10), rb, verdict(rb < 0.05))
+		}
+		p("     1 host: rolled back per item %.3f (target < 0.05: %s)", float64(first.Rollbacks)/float64(first.Items),
+			verdict(float64(first.Rollbacks)/float64(first.Items) < 0.05))
 	}
 	var idle1 pgHostsIdle
 	for _, i := range r.Idle {
@@ -444,16 +576,54 @@ func (r *pgHostsResult) print(w io.Writer) {
 func (r pgHostsRun) callsLine() string {
 	type fc struct {
 		fn string
-		n  int64
+		f  pgFuncStat
 	}
 	var fs []fc
-	for fn, n := range r.Calls {
-		fs = append(fs, fc{fn, n})
+	for fn, f := range r.Calls {
+		fs = append(fs, fc{fn, f})
 	}
-	sort.Slice(fs, func(i, j int) bool { return fs[i].n > fs[j].n || fs[i].n == fs[j].n && fs[i].fn < fs[j].fn })
+	sort.Slice(fs, func(i, j int) bool {
+		return fs[i].f.Calls > fs[j].f.Calls || fs[i].f.Calls == fs[j].f.Calls && fs[i].fn < fs[j].fn
+	})
 	var parts []string
 	for _, f := range fs {
-		parts = append(parts, fmt.Sprintf("%s %.3f", f.fn, float64(f.n)/float64(r.Items)))
+		parts = append(parts, fmt.Sprintf("%s %.3f (%.2f ms)", f.fn, float64(f.f.Calls)/float64(r.Items), f.f.TotalMs/float64(f.f.Calls)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// busy is the mean number of sessions not idle in a sample.
+func (r pgHostsRun) busy() float64 {
+	if r.Samples == 0 {
+		return 0
+	}
+	n := 0
+	for _, c := range r.Waits {
+		n += c
+	}
+	return float64(n) / float64(r.Samples)
+}
+
+// waitsLine lists the profile's ten largest entries, as shares of the
+// busy session samples.
+func (r pgHostsRun) waitsLine() string {
+	type wc struct {
+		w string
+		n int
+	}
+	var ws []wc
+	total := 0
+	for w, n := range r.Waits {
+		ws = append(ws, wc{w, n})
+		total += n
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i].n > ws[j].n || ws[i].n == ws[j].n && ws[i].w < ws[j].w })
+	var parts []string
+	for i, w := range ws {
+		if i == 10 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", w.w, 100*float64(w.n)/float64(total)))
 	}
 	return strings.Join(parts, ", ")
 }
