@@ -98,8 +98,7 @@ func (r *procRunner) Start(context.Context) error {
 		// execs the plugin, did not run; the plugin joins it now, a few
 		// milliseconds into its life.
 		if err := joinCgroups(join, r.cmd.Process.Pid); err != nil {
-			_ = r.Kill(context.Background())
-			go func() { _ = r.cmd.Wait() }()
+			r.killStarted()
 			err = fmt.Errorf("plugin: cannot put it in its control group: %w", err)
 			r.markExited(err)
 			return err
@@ -111,8 +110,7 @@ func (r *procRunner) Start(context.Context) error {
 		// more); without it this bounds the plugin from its first
 		// milliseconds on.
 		if err := setMemoryLimit(r.cmd.Process.Pid, r.memoryLimit); err != nil {
-			_ = r.Kill(context.Background())
-			go func() { _ = r.cmd.Wait() }()
+			r.killStarted()
 			err = fmt.Errorf("plugin: cannot set its memory limit: %w", err)
 			r.markExited(err)
 			return err
@@ -124,6 +122,15 @@ func (r *procRunner) Start(context.Context) error {
 	r.mu.Unlock()
 	r.logger.Debug("plugin started", "path", r.path, "pid", r.pid)
 	return nil
+}
+
+// killStarted kills a process Start started but will not hand over
+// (r.pid is not set yet, so Kill would not reach it) and reaps it.
+func (r *procRunner) killStarted() {
+	pid := r.cmd.Process.Pid
+	_ = killGroup(pid)
+	_ = r.cmd.Process.Kill()
+	go func() { _ = r.cmd.Wait() }()
 }
 
 // Wait is called exactly once by go-plugin, after the stdout and stderr
