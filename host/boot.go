@@ -48,7 +48,7 @@ func bootHost(ctx context.Context, cfg *config.Config, log hclog.Logger, readOnl
 	log = plaintext.Logger(log, plaintext.MaxLog)
 	h := &Host{cfg: cfg, log: log, clk: clock.Real(), met: metrics.New(), epoch: scheduler.NewStoreEpoch(), readOnly: readOnly,
 		launches: supervisor.NewLaunchGate(0)}
-	h.shadows = shadow.NewLogs(h.clk)
+	h.shadows = shadow.NewLogs(h.clk, cfg.DecisionRecords.Shadow)
 	h.started = h.clk.Now()
 	h.reloads.loadedAt = h.started
 	for _, step := range []func(context.Context, *config.Config) error{h.connect, h.connectPostgres, h.prepareKeyspace, h.build} {

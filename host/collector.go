@@ -30,6 +30,14 @@ var (
 		"Tasks (threads) in the scanner's plugin process's control group, bounded by plugin_pids_limit; absent without one.", []string{"scanner"}, nil)
 	shadowDesc = prometheus.NewDesc("ffscan_shadow_would_act_total",
 		"Writes a scanner in shadow mode sent and the host held back (what it would have done), by command (FCALL and PGCALL by function).", []string{"scanner", "command"}, nil)
+	canaryDesc = prometheus.NewDesc("ffscan_canary_running",
+		"1 while a canary of the scanner (a new binary in shadow beside the running one) is compared with it or being promoted.", []string{"scanner"}, nil)
+	canaryCyclesDesc = prometheus.NewDesc("ffscan_canary_cycles",
+		"Cycles the running canary was compared in, by outcome: clean (no difference), differed, not_compared (a canary call failed).", []string{"scanner", "outcome"}, nil)
+	canaryItemsDesc = prometheus.NewDesc("ffscan_canary_items",
+		"Items the running canary's decisions were compared on, by outcome: same, only_new (the canary would act, the running version does not), only_old, differ.", []string{"scanner", "outcome"}, nil)
+	canaryDiffDesc = prometheus.NewDesc("ffscan_canary_differences",
+		"Items the running canary decided differently from the running version (only_new + only_old + differ); a canary with differences is never promoted on its own.", []string{"scanner"}, nil)
 	readyDesc = prometheus.NewDesc("ffscan_ready",
 		"1 while the host is ready (/readyz): its stores answer, the library is loaded, every enabled scanner runs.", nil, nil)
 )
@@ -50,6 +58,10 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- throttledDesc
 	ch <- tasksDesc
 	ch <- shadowDesc
+	ch <- canaryDesc
+	ch <- canaryCyclesDesc
+	ch <- canaryItemsDesc
+	ch <- canaryDiffDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -80,6 +92,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, n := range h.units.Names() {
+		collectCanary(ch, h, n)
 		if l, ok := h.shadows.Lookup(n); ok {
 			for cmd, v := range l.Snapshot(1).ByCommand {
 				ch <- prometheus.MustNewConstMetric(shadowDesc, prometheus.CounterValue, float64(v), n, cmd)
@@ -89,6 +102,25 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, b2f(h.Ready(ctx) == nil))
+}
+
+// collectCanary is scanner n's canary gauges: running or not, and the
+// running one's counts (none once it ended).
+func collectCanary(ch chan<- prometheus.Metric, h *Host, n string) {
+	cs, ok := h.units.CanaryStatus(n, 1)
+	active := ok && cs.Active()
+	ch <- prometheus.MustNewConstMetric(canaryDesc, prometheus.GaugeValue, b2f(active), n)
+	if !active {
+		return
+	}
+	clean := cs.Cycles - cs.WithDifference - cs.Unsure
+	for outcome, v := range map[string]uint64{"clean": clean, "differed": cs.WithDifference, "not_compared": cs.Unsure} {
+		ch <- prometheus.MustNewConstMetric(canaryCyclesDesc, prometheus.GaugeValue, float64(v), n, outcome)
+	}
+	for outcome, v := range cs.Items {
+		ch <- prometheus.MustNewConstMetric(canaryItemsDesc, prometheus.GaugeValue, float64(v), n, outcome)
+	}
+	ch <- prometheus.MustNewConstMetric(canaryDiffDesc, prometheus.GaugeValue, float64(cs.Differences()), n)
 }
 
 func b2f(b bool) float64 {

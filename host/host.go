@@ -40,6 +40,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/boot"
 	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/clock"
@@ -113,6 +114,8 @@ type Host struct {
 	bounds boot.PluginBounds
 	// shadows record what scanners in shadow mode would have written.
 	shadows *shadow.Logs
+	// taps link each scanner's launches to its canary (unit/canary.go).
+	taps canary.Taps
 	// approvals admits each launch's declared policy (restart keys, so
 	// fixed for the host's life).
 	approvals *policy.Store

@@ -127,7 +127,10 @@ func (h *Host) unitDeps() unit.Deps {
 		Catalog: h.cat, Callbacks: h.svc, Approvals: h.approvals, Client: h.client, Postgres: h.pg,
 		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Nodes: h.nodes, Metrics: h.met, Clock: h.clk, Logger: h.log,
 		Changes: &h.changes, Launches: h.launches, Cgroups: h.bounds.Cgroups,
-		NoCgroups: h.bounds.Kind, Shadows: h.shadows,
+		NoCgroups: h.bounds.Kind, Shadows: h.shadows, CanaryRecords: h.cfg.DecisionRecords.Canary,
+	}
+	if !h.readOnly {
+		d.Taps = &h.taps
 	}
 	// A nil pointer in an interface would be called.
 	if h.census != nil {

@@ -99,6 +99,13 @@ func (h *Host) Status() httpapi.StatusDoc {
 			snap := l.Snapshot(ShadowShown)
 			s.Shadow = &snap
 		}
+		s.Swap = config.SwapDirect
+		if run, ok := running[n]; (ok && run.Scanner.Swap == config.SwapCanary) || (!ok && sc.Swap == config.SwapCanary) {
+			s.Swap = config.SwapCanary
+		}
+		if cs, ok := h.units.CanaryStatus(n, CanaryShown); ok {
+			s.Canary = &cs
+		}
 		s.Approval = h.approvalStatus(n, approvals)
 		s.PendingApproval = pendingApproval(s)
 		s.Override = h.override(n)

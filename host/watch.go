@@ -55,6 +55,16 @@ func (h *Host) watchedPlugins() []filewatch.Plugin {
 // swapChanged hot-swaps a scanner whose binary changed on disk and logs
 // how it went.
 func (h *Host) swapChanged(ctx context.Context, name string, sup *supervisor.Supervisor) {
+	if h.swapsByCanary(name) {
+		if sha, err := filewatch.Hash(filepath.Join(h.cat.Dir(), h.units.Views()[name].Scanner.Plugin)); err == nil {
+			if why, rejected := h.units.CanaryRejected(name, sha); rejected {
+				h.log.Info("plugin binary changed to a canary that was aborted; not started again (replace the file, or start a canary by hand)", "scanner", name, "sha256", sha, "aborted", why)
+				return
+			}
+		}
+		h.canaryChanged(ctx, name)
+		return
+	}
 	res, err := sup.Swap(ctx, false, "binary changed on disk", nil)
 	switch {
 	case err != nil:

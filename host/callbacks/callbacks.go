@@ -115,6 +115,9 @@ type Policy struct {
 	// shadow, when set, holds back every command that would write (a
 	// scanner in shadow mode) and records it there.
 	shadow *shadow.Log
+	// tap, when set, hears of every write that passed the policy, run or
+	// held back (a canary comparison, host/canary).
+	tap func(shadow.Decision)
 }
 
 // WithShadow is p for a scanner in shadow mode: every command that
@@ -124,6 +127,14 @@ type Policy struct {
 // run as usual.
 func (p Policy) WithShadow(log *shadow.Log) Policy {
 	p.shadow = log
+	return p
+}
+
+// WithTap is p with tap told of every write that passes the policy,
+// whether it runs or is held back in shadow mode; it runs on the
+// plugin's callback path, so it must be quick.
+func (p Policy) WithTap(tap func(shadow.Decision)) Policy {
+	p.tap = tap
 	return p
 }
 
@@ -424,28 +435,39 @@ func (p patterns) String() string {
 	return fmt.Sprintf("%s and %d more", strings.Join(p[:shown], " "), len(p)-shown)
 }
 
-// check validates one command against the policy and builds it; in
-// shadow mode a write that passed is held back and recorded.
+// check validates one command against the policy and builds it; a
+// write that passed is told to the tap, and in shadow mode held back and
+// recorded.
 func (s *Service) check(pol Policy, c scannerapi.Command) op {
 	o := s.checkCommand(pol, c)
-	if pol.shadow == nil || o.refused != nil || !s.writes(o) {
+	if (pol.shadow == nil && pol.tap == nil) || o.refused != nil || !s.writes(o) {
 		return o
 	}
-	var held op
-	switch {
-	case o.pg != nil:
-		pol.shadow.Record("PGCALL "+o.pg.function, nil, len(o.pg.args))
-		held = refuse(ReasonShadow, "PGCALL %s held back: the scanner runs in shadow mode", o.pg.function)
-	case o.isPlain:
-		pol.shadow.Record(o.name, o.keys, len(o.rest))
-		held = refuse(ReasonShadow, "%s held back: the scanner runs in shadow mode", o.name)
-	default:
-		pol.shadow.Record("FCALL "+o.call.Function, o.call.Keys, len(o.call.Args))
-		held = refuse(ReasonShadow, "FCALL %s held back: the scanner runs in shadow mode", o.call.Function)
+	d := decision(o)
+	if pol.tap != nil {
+		pol.tap(d)
 	}
+	if pol.shadow == nil {
+		return o
+	}
+	pol.shadow.Record(d)
+	held := refuse(ReasonShadow, "%s held back: the scanner runs in shadow mode", d.Command)
 	// Not the item's failure (the SDK neither backs off nor counts it).
 	held.refused.ErrClass = scannerapi.ErrShadow
 	return held
+}
+
+// decision is a checked write as a decision record: the command (FCALL
+// and PGCALL with their function), keys and arguments.
+func decision(o op) shadow.Decision {
+	switch {
+	case o.pg != nil:
+		return shadow.Decision{Command: "PGCALL " + o.pg.function, Args: o.pg.args}
+	case o.isPlain:
+		return shadow.Decision{Command: o.name, Keys: o.keys, Args: o.rest}
+	default:
+		return shadow.Decision{Command: "FCALL " + o.call.Function, Keys: o.call.Keys, Args: o.call.Args}
+	}
 }
 
 // writes reports whether a checked command may write: a write command,

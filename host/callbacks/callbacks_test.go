@@ -173,7 +173,7 @@ func TestDryRunRefusesWrites(t *testing.T) {
 // failure); reads run.
 func TestShadowHoldsBackWritesAndRecordsThem(t *testing.T) {
 	svc, client, rec := setup(t, testInfo, false)
-	log := shadow.New(nil)
+	log := shadow.New(nil, 0)
 	pol, _ := PolicyFromInfo(testInfo, false)
 	svc.Register("t", pol.WithShadow(log))
 	ctx := context.Background()
@@ -201,6 +201,34 @@ func TestShadowHoldsBackWritesAndRecordsThem(t *testing.T) {
 	assert.Equal(t, "FCALL ff_version", snap.Latest[0].String())
 	assert.Equal(t, "HSET ff:h", snap.Latest[1].String())
 	assert.Equal(t, 2, rec.refused[ReasonShadow])
+}
+
+// A tap hears of every write that passed the policy with its keys and
+// arguments, whether it ran (act) or was held back (shadow); reads and
+// refusals are not decisions.
+func TestTapHearsEveryWriteDecision(t *testing.T) {
+	svc, client, _ := setup(t, testInfo, false)
+	var heard []shadow.Decision
+	var mu sync.Mutex
+	tap := func(d shadow.Decision) {
+		mu.Lock()
+		heard = append(heard, d)
+		mu.Unlock()
+	}
+	pol, _ := PolicyFromInfo(testInfo, false)
+	svc.Register("t", pol.WithTap(tap))
+	ctx := context.Background()
+	_, err := svc.Exec(ctx, "t", []scannerapi.Command{{"HSET", "ff:h", "a", "1"}, {"HGET", "ff:h", "a"}, {"DEL", "ff:config:x"}})
+	require.NoError(t, err)
+	v, err := client.Do(ctx, client.B().Hget().Key("ff:h").Field("a").Build()).ToString()
+	require.NoError(t, err)
+	assert.Equal(t, "1", v, "the write ran")
+	svc.Register("s", pol.WithTap(tap).WithShadow(shadow.New(nil, 0)))
+	_, err = svc.Exec(ctx, "s", []scannerapi.Command{{"FCALL", "ff_version", "0"}})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []shadow.Decision{{Command: "HSET", Keys: []string{"ff:h"}, Args: []string{"a", "1"}}, {Command: "FCALL ff_version", Keys: []string{}, Args: []string{}}}, heard)
 }
 
 func TestServerErrorsAndTransport(t *testing.T) {

@@ -174,6 +174,38 @@ func (c *Catalog) Stage(name, pin string) (Entry, error) {
 	return Entry{Name: name, Path: path, SHA256: sum, ExecPath: exec}, nil
 }
 
+// StageExact is Stage for a launch that must run the bytes whose sha256
+// is exact (a scanner held at the version it runs while a canary of the
+// file now in plugin_dir is compared with it): the private copy made when
+// those bytes were staged, if it is still there and still hashes to
+// exact, else the file in plugin_dir if it holds them. Anything else is
+// refused: the bytes asked for are no longer available.
+func (c *Catalog) StageExact(name, pin, exact string) (Entry, error) {
+	path, err := c.check(name)
+	if err != nil {
+		return Entry{}, err
+	}
+	if len(exact) == 64 {
+		if dir, err := c.stageDir(); err == nil {
+			staged := filepath.Join(dir, exact[:16]+"-"+name)
+			if have, err := hashFile(staged); err == nil && have == exact {
+				if err := checkPin(path, pin, exact); err != nil {
+					return Entry{}, err
+				}
+				return Entry{Name: name, Path: path, SHA256: exact, ExecPath: staged}, nil
+			}
+		}
+	}
+	e, err := c.Stage(name, pin)
+	if err != nil {
+		return Entry{}, err
+	}
+	if e.SHA256 != exact {
+		return Entry{}, fmt.Errorf("plugin %s: it now holds sha256 %.12s, not %.12s, which this scanner is held at (a canary of the file was compared with it), and no private copy of those bytes is left", path, e.SHA256, exact)
+	}
+	return e, nil
+}
+
 // writeStaged puts body at path unless a copy with the same contents is
 // already there; it replaces the file atomically so a running plugin's
 // executable is never written to.

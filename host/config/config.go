@@ -92,6 +92,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	Scheduler       Scheduler
 	Callbacks       Callbacks
+	// DecisionRecords sizes the shadow and canary rings.
+	DecisionRecords DecisionRecords
 	Supervisor      Supervisor
 	Watch           Watch
 	Completions     Completions
@@ -305,7 +307,34 @@ type Scanner struct {
 	// and recorded (host/shadow), for an operator to see what it would
 	// do before it acts.
 	Mode string
+	// Swap is direct (the default: a changed binary is hot-swapped in
+	// after its health check) or canary: a changed binary first runs in
+	// shadow beside the running one, its decisions compared item by item
+	// (host/canary), until an operator promotes or aborts it, or it is
+	// promoted after CanaryPromoteAfter cycles without a difference.
+	Swap string
+	// CanaryPromoteAfter is how many cycles in a row without a
+	// difference promote a canary on their own; 0: only an operator
+	// promotes.
+	CanaryPromoteAfter int
 }
+
+// The swap modes.
+const (
+	SwapDirect = "direct"
+	SwapCanary = "canary"
+)
+
+// DecisionRecords sizes the rings of decision records the host keeps
+// per scanner: a shadow scanner's held-back writes, a canary's
+// differences.
+type DecisionRecords struct {
+	Shadow int
+	Canary int
+}
+
+// MaxDecisionRecords bounds each ring (host/shadow.MaxKeep).
+const MaxDecisionRecords = 10000
 
 // The scanner modes.
 const (
@@ -394,6 +423,7 @@ func Defaults() Config {
 		PluginCPULimit:    DefaultPluginCPULimit,
 		PluginPidsLimit:   DefaultPluginPidsLimit,
 		PluginApproval:    "first_use",
+		DecisionRecords:   DecisionRecords{Shadow: 100, Canary: 100},
 		HTTP:              HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:               Log{Level: "info"},
 		ShutdownTimeout:   DefaultShutdownTimeout,
@@ -551,9 +581,21 @@ func (c *Config) validateHost(p *problems) {
 		p.bad("plugin_cgroup_parent", "%q is not an absolute path (a cgroup v2 directory, e.g. /sys/fs/cgroup/ffscan.service)", c.PluginCgroupParent)
 	}
 	checkLimits(p, "plugin_", pluginhost.Limits{Memory: c.PluginMemoryLimit, CPU: c.PluginCPULimit, Pids: c.PluginPidsLimit})
+	for _, r := range []struct {
+		key string
+		n   int
+	}{{"decision_records.shadow", c.DecisionRecords.Shadow}, {"decision_records.canary", c.DecisionRecords.Canary}} {
+		if r.n < 1 || r.n > MaxDecisionRecords {
+			p.bad(r.key, "%d is not in 1..%d", r.n, MaxDecisionRecords)
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.Scanners)) {
 		sc := c.Scanners[name]
 		p.oneOf("scanners."+name+".mode", sc.Mode, "", ModeAct, ModeShadow)
+		p.oneOf("scanners."+name+".swap", sc.Swap, "", SwapDirect, SwapCanary)
+		if sc.CanaryPromoteAfter < 0 {
+			p.bad("scanners."+name+".canary_promote_after", "%d is negative (0: only an operator promotes a canary)", sc.CanaryPromoteAfter)
+		}
 		if sc.MemoryLimit != nil || sc.CPULimit != nil || sc.PidsLimit != nil {
 			checkLimits(p, "scanners."+name+".", c.PluginLimits(sc))
 		}
@@ -693,6 +735,7 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("http.admin_token_file", c.HTTP.AdminTokenFile != n.HTTP.AdminTokenFile)
 	diff("log.json", c.Log.JSON != n.Log.JSON)
 	diff("key_events", c.KeyEvents != n.KeyEvents)
+	diff("decision_records", c.DecisionRecords != n.DecisionRecords)
 	return out
 }
 

@@ -260,6 +260,12 @@ func (d *decoder) pluginFields(c *Config) map[string]func(string, any) {
 			})
 		},
 		"scanners": func(key string, v any) { d.scanners(key, v, c.Scanners) },
+		"decision_records": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"shadow": func(k string, v any) { d.integer(k, v, &c.DecisionRecords.Shadow) },
+				"canary": func(k string, v any) { d.integer(k, v, &c.DecisionRecords.Canary) },
+			})
+		},
 	}
 }
 
@@ -322,7 +328,7 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 		return
 	}
 	for _, name := range sortedKeys(m) {
-		s := Scanner{Enabled: true, Options: map[string]string{}, Mode: ModeAct}
+		s := Scanner{Enabled: true, Options: map[string]string{}, Mode: ModeAct, Swap: SwapDirect}
 		key := join(path, name)
 		d.fields(key, m[name], map[string]func(string, any){
 			"enabled":          func(k string, v any) { d.boolean(k, v, &s.Enabled) },
@@ -333,6 +339,10 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 			"options":          func(k string, v any) { d.options(k, v, s.Options) },
 			"legacy_callbacks": func(k string, v any) { d.boolean(k, v, &s.LegacyCallbacks) },
 			"mode":             func(k string, v any) { d.str(k, v, &s.Mode) },
+			"swap":             func(k string, v any) { d.str(k, v, &s.Swap) },
+			"canary_promote_after": func(k string, v any) {
+				d.integer(k, v, &s.CanaryPromoteAfter)
+			},
 			"memory_limit": func(k string, v any) {
 				if n, ok := d.int64(k, v); ok {
 					s.MemoryLimit = &n

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/shadow"
 )
@@ -174,6 +175,11 @@ type ScannerStatus struct {
 	// Shadow: the writes held back while the scanner ran in shadow
 	// mode: counts, and the latest (host/shadow).
 	Shadow *shadow.Snapshot `json:"shadow,omitempty"`
+	// Swap: direct, or canary (a changed binary runs as a canary first).
+	Swap string `json:"swap,omitempty"`
+	// Canary: the canary running beside the scanner, or the latest that
+	// ended: its state, counts and latest differences (host/canary).
+	Canary *canary.Status `json:"canary,omitempty"`
 	// Resources: the plugin's usage, read from its control group (none
 	// without one).
 	Resources *Resources `json:"resources,omitempty"`
@@ -310,6 +316,33 @@ type Switches interface {
 	ApprovePlugin(ctx context.Context, name string, reviewed ApprovalReview) (PluginSwapResult, error)
 }
 
+// Canaries is implemented by sources that run canary swaps: a scanner's
+// new binary in shadow beside the running one, compared decision by
+// decision, then promoted or aborted (POST /v1/scanners/{name}/canary,
+// /canary/promote, /canary/abort; admin token).
+type Canaries interface {
+	Canary(ctx context.Context, name, action, who string) (CanaryResult, error)
+}
+
+// The canary actions.
+const (
+	CanaryStart   = "start"
+	CanaryPromote = "promote"
+	CanaryAbort   = "abort"
+)
+
+// CanaryResult reports a canary action: the canary as it stands after
+// it, and why the action was refused or failed.
+type CanaryResult struct {
+	Scanner string         `json:"scanner"`
+	Action  string         `json:"action"`
+	Canary  *canary.Status `json:"canary,omitempty"`
+	Error   string         `json:"error,omitempty"`
+}
+
+// ErrBadRequest is returned for a request that makes no sense (HTTP 400).
+var ErrBadRequest = errors.New("bad request")
+
 // LiftWriteDeadline lifts the server's write timeout for one response:
 // an admin action that waits for plugins (a relaunch, a hot swap's
 // probation) may answer after it. Called only once the request carried
@@ -339,6 +372,26 @@ func writeSwap(w http.ResponseWriter, name string, res PluginSwapResult, err err
 		writeJSON(w, http.StatusNotFound, PluginSwapResult{Scanner: name, Error: err.Error()})
 	case err != nil:
 		writeJSON(w, http.StatusInternalServerError, PluginSwapResult{Scanner: name, Error: err.Error()})
+	case res.Error != "":
+		writeJSON(w, http.StatusConflict, res)
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// writeCanary answers with a canary action's result.
+func writeCanary(w http.ResponseWriter, name, action string, res CanaryResult, err error) {
+	res.Scanner, res.Action = name, action
+	switch {
+	case errors.Is(err, ErrNotFound):
+		res.Error = err.Error()
+		writeJSON(w, http.StatusNotFound, res)
+	case errors.Is(err, ErrBadRequest):
+		res.Error = err.Error()
+		writeJSON(w, http.StatusBadRequest, res)
+	case err != nil:
+		res.Error = err.Error()
+		writeJSON(w, http.StatusInternalServerError, res)
 	case res.Error != "":
 		writeJSON(w, http.StatusConflict, res)
 	default:
@@ -447,6 +500,18 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 				res, err := sw.ApprovePlugin(r.Context(), r.PathValue("name"), ApprovalReview{SHA256: q.Get("sha256"), Policy: q.Get("policy")})
 				writeSwap(w, r.PathValue("name"), res, err)
 			})
+		}
+		if cs, ok := src.(Canaries); ok {
+			for _, act := range []struct{ path, action string }{{"canary", CanaryStart}, {"canary/promote", CanaryPromote}, {"canary/abort", CanaryAbort}} {
+				mux.HandleFunc("POST /v1/scanners/{name}/"+act.path, func(w http.ResponseWriter, r *http.Request) {
+					if !allowed(w, r, admin) {
+						return
+					}
+					LiftWriteDeadline(w)
+					res, err := cs.Canary(r.Context(), r.PathValue("name"), act.action, "admin request from "+r.RemoteAddr)
+					writeCanary(w, r.PathValue("name"), act.action, res, err)
+				})
+			}
 		}
 		mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
 			if !allowed(w, r, admin) {

@@ -68,6 +68,14 @@ type Config struct {
 	// Shadow, when set, runs the scanner in shadow mode: its writes are
 	// held back and recorded there (callbacks.Policy.WithShadow).
 	Shadow *shadow.Log
+	// Tap, when set, hears of every write the scanner decides on (a
+	// canary comparison's side, host/canary).
+	Tap func(shadow.Decision)
+	// Exact, when set, is the sha256 every launch must start: the
+	// private copy of those bytes, or the file if it still holds them
+	// (catalog.StageExact). It holds a scanner at the version it runs
+	// while a canary of the file in plugin_dir runs beside it.
+	Exact string
 	// Approvals admits the scanner's declared policy (nil: no approval
 	// is needed, for test kits that build their own plugins).
 	Approvals *policy.Store
@@ -108,7 +116,11 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 	// The process runs a private copy of exactly the bytes that were
 	// checked (and pinned), so replacing the file in plugin_dir between
 	// the check and the exec cannot slip other code in.
-	entry, err := l.catalog.Stage(l.cfg.Binary, l.cfg.Pin)
+	stage := l.catalog.Stage
+	if l.cfg.Exact != "" {
+		stage = func(name, pin string) (catalog.Entry, error) { return l.catalog.StageExact(name, pin, l.cfg.Exact) }
+	}
+	entry, err := stage(l.cfg.Binary, l.cfg.Pin)
 	if err != nil {
 		return nil, supervisor.Meta{}, err
 	}
@@ -170,6 +182,25 @@ func (l *Launcher) Check() (supervisor.Meta, error) {
 // Config returns the launcher's configuration.
 func (l *Launcher) Config() Config { return l.cfg }
 
+// With returns a launcher like l with configuration cfg (same catalog,
+// callbacks, log and observer).
+func (l *Launcher) With(cfg Config) *Launcher {
+	n := *l
+	n.cfg = cfg
+	return &n
+}
+
+// Fresh implements supervisor.Freshener: a swap takes the file in
+// plugin_dir, not the bytes a launcher was held at.
+func (l *Launcher) Fresh() supervisor.Launcher {
+	if l.cfg.Exact == "" {
+		return l
+	}
+	cfg := l.cfg
+	cfg.Exact = ""
+	return l.With(cfg)
+}
+
 // Reconfigure implements supervisor.Reconfigurer. A running instance takes
 // new options in place when only the options changed and its scanner
 // accepts Configure while it runs (API version 2 and later): they are
@@ -186,7 +217,7 @@ func (l *Launcher) Reconfigure(ctx context.Context, si supervisor.Instance) (boo
 	inst.mu.Unlock()
 	if old.Scanner != l.cfg.Scanner || old.Binary != l.cfg.Binary || old.Pin != l.cfg.Pin || old.ReadOnly != l.cfg.ReadOnly ||
 		old.LegacyCallbacks != l.cfg.LegacyCallbacks || old.Shadow != l.cfg.Shadow || old.MemoryLimit != l.cfg.MemoryLimit ||
-		old.CPULimit != l.cfg.CPULimit || old.PidsLimit != l.cfg.PidsLimit {
+		old.CPULimit != l.cfg.CPULimit || old.PidsLimit != l.cfg.PidsLimit || (l.cfg.Exact != "" && l.cfg.Exact != inst.sha256) {
 		return false, nil
 	}
 	if maps.Equal(old.Options, l.cfg.Options) {
@@ -255,6 +286,9 @@ func (l *Launcher) prepare(ctx context.Context, p *pluginhost.Plugin, meta *supe
 	if l.cfg.Shadow != nil {
 		pol = pol.WithShadow(l.cfg.Shadow)
 	}
+	if l.cfg.Tap != nil {
+		pol = pol.WithTap(l.cfg.Tap)
+	}
 	bound := l.svc.Bind(l.cfg.Scanner, pol).Callbacks()
 	if obs := l.observe; obs != nil {
 		inner := bound
@@ -270,7 +304,7 @@ func (l *Launcher) prepare(ctx context.Context, p *pluginhost.Plugin, meta *supe
 	if err := sc.Configure(ctx, opts); err != nil {
 		return nil, fmt.Errorf("scanner %s rejected its options: %w", l.cfg.Scanner, plaintext.Error(err, plaintext.Max))
 	}
-	return &Instance{p: p, sc: sc, info: info, host: pluginhost.BindHost(bound, l.cfg.Scanner), apiVersion: p.APIVersion(), cfg: l.cfg}, nil
+	return &Instance{p: p, sc: sc, info: info, host: pluginhost.BindHost(bound, l.cfg.Scanner), apiVersion: p.APIVersion(), cfg: l.cfg, sha256: meta.SHA256}, nil
 }
 
 // lateCallbacks forwards to callbacks set once the policy is known.
@@ -295,6 +329,8 @@ type Instance struct {
 	info       scannerapi.Info
 	host       scannerapi.Host
 	apiVersion int
+	// sha256 is the digest of the bytes it runs.
+	sha256 string
 
 	mu  sync.Mutex
 	cfg Config // the configuration it runs with

@@ -107,6 +107,9 @@ func (sw *sweep) call(st *partState, nowMs int64, out *dispatched) {
 	}
 	var res *scannerapi.ScanResult
 	if err == nil {
+		// The canary first: the running version's writes would change
+		// what it sees.
+		sw.canaryCall(st, nowMs)
 		r.inFlight(1)
 		res, err = sw.scanOne(lease, st, nowMs)
 		r.inFlight(-1)
@@ -202,7 +205,22 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 	}
 	ctx, cancel := context.WithTimeout(r.calls, r.Tuning().CallTimeout)
 	defer cancel()
-	req := &scannerapi.ScanRequest{
+	req := sw.request(st, nowMs)
+	// A scanner linked into the host process keeps its memories here.
+	pluginhost.ObserveStoreEpoch(req.StoreEpoch)
+	t0 := r.clk.Now()
+	res, err := scanner.ScanPartition(ctx, host, req)
+	r.rec.RPC(r.cfg.Name, "scan_partition", r.since(t0))
+	if err == nil && res == nil {
+		err = errors.New("scanner returned no result")
+	}
+	return res, err
+}
+
+// request is a partition's ScanPartition request in this sweep.
+func (sw *sweep) request(st *partState, nowMs int64) *scannerapi.ScanRequest {
+	r := sw.r
+	return &scannerapi.ScanRequest{
 		Scanner:    r.cfg.Name,
 		Partition:  st.p,
 		NowMs:      nowMs,
@@ -213,15 +231,6 @@ func (sw *sweep) scanOne(lease Lease, st *partState, nowMs int64) (*scannerapi.S
 		DryRun:     sw.dryRun,
 		StoreEpoch: r.cfg.Epoch.Load(),
 	}
-	// A scanner linked into the host process keeps its memories here.
-	pluginhost.ObserveStoreEpoch(req.StoreEpoch)
-	t0 := r.clk.Now()
-	res, err := scanner.ScanPartition(ctx, host, req)
-	r.rec.RPC(r.cfg.Name, "scan_partition", r.since(t0))
-	if err == nil && res == nil {
-		err = errors.New("scanner returned no result")
-	}
-	return res, err
 }
 
 // classify maps a valkey-go error to an error class.

@@ -48,7 +48,9 @@ func (r *Runner) serverTime(ctx context.Context) (int64, error) {
 // its lanes and batch, whether it is a dry run) and its running summary,
 // shared by the cycle's steps: fetch, dispatch and backlog.
 type sweep struct {
-	r       *Runner
+	r *Runner
+	// canary, when set, gets every partition first (canary.go).
+	canary  Canary
 	scanner scannerapi.Scanner
 	info    scannerapi.Info
 	lanes   []string

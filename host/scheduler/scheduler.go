@@ -226,6 +226,8 @@ func (t Tuning) withDefaults() Tuning {
 // and Cycle must not overlap.
 type Runner struct {
 	loop service.Loop
+	// canary is a new version compared with the running one (canary.go).
+	canary atomic.Pointer[canaryBox]
 	// calls is the parent of every call's context: Stop cancels it
 	// (abortCalls) when its deadline passes with calls still in flight.
 	calls      context.Context
@@ -647,6 +649,10 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
 		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info)}
+	if !opts.DryRun {
+		sw.canary = r.canaryNow()
+		sw.startCanary()
+	}
 	var qr *quietRead
 	if opts.Partitions == nil && !opts.DryRun && r.watching.Load() {
 		parts, qr = sw.skipQuiet(parts)
@@ -704,6 +710,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	sum.BacklogKnown = complete && hasBacklog(info)
 
 	sw.followUps(ctx, more)
+	sw.endCanary()
 
 	r.finish(&sum, start, opts.Partitions == nil)
 	if sum.BacklogKnown {

@@ -157,7 +157,8 @@ func (r *Runner) Wake(ctx context.Context, parts []keys.Partition) (Summary, err
 	parts = r.skipBusy(parts, &sum)
 	sum.Partitions = len(parts)
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: r.lanes(), batch: r.batch(info), sum: &sum,
-		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info), dueOnly: true}
+		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info), dueOnly: true, canary: r.canaryNow()}
+	sw.startCanary()
 	nowMs, err := sw.now(ctx)
 	if err != nil {
 		r.noteErr(&sum, classify(err), "time", 1)
@@ -167,6 +168,7 @@ func (r *Runner) Wake(ctx context.Context, parts []keys.Partition) (Summary, err
 	sum.NowMs = nowMs
 	res := sw.readAndScan(ctx, parts, nowMs, false)
 	sw.followUps(ctx, res.more)
+	sw.endCanary()
 	r.finishWake(&sum, start)
 	return sum, nil
 }

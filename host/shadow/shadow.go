@@ -18,11 +18,55 @@ import (
 	"github.com/ffscan/ffscan/host/internal/plaintext"
 )
 
-// Keep is how many of the latest held-back commands a log keeps.
+// Keep is how many of the latest held-back commands a log keeps unless
+// configured otherwise (decision_records.shadow).
 const Keep = 100
 
-// maxKeys bounds the keys an item keeps (the rest are counted).
-const maxKeys = 8
+// MaxKeep bounds a configured ring: the records are for an operator to
+// read, and each costs up to a few KiB.
+const MaxKeep = 10000
+
+// Bounds of one recorded decision: the keys it keeps (the rest are
+// counted), the arguments it keeps, and the bytes of each.
+const (
+	maxKeys    = 8
+	maxArgs    = 16
+	maxKeyLen  = 256
+	maxArgLen  = 128
+	maxCommand = 128
+)
+
+// Decision is one write a scanner decided on: the command (FCALL and
+// PGCALL with the function), its keys and its arguments after the keys,
+// as the plugin sent them. The canary comparison (host/canary) compares
+// two versions' decisions; the shadow log keeps the latest of them.
+type Decision struct {
+	Command string
+	Keys    []string
+	Args    []string
+}
+
+// Bounded is d cut to what a record keeps: the command, at most maxKeys
+// keys and maxArgs arguments, each one bounded line of the plugin's
+// text, and how many of each were left out.
+func (d Decision) Bounded() (cmd string, keys []string, moreKeys int, args []string, moreArgs int) {
+	cmd = plaintext.Line(d.Command, maxCommand)
+	for i, k := range d.Keys {
+		if i == maxKeys {
+			moreKeys = len(d.Keys) - maxKeys
+			break
+		}
+		keys = append(keys, plaintext.Line(k, maxKeyLen))
+	}
+	for i, a := range d.Args {
+		if i == maxArgs {
+			moreArgs = len(d.Args) - maxArgs
+			break
+		}
+		args = append(args, plaintext.Line(a, maxArgLen))
+	}
+	return cmd, keys, moreKeys, args, moreArgs
+}
 
 // Item is one command held back: what the scanner would have done.
 type Item struct {
@@ -32,8 +76,10 @@ type Item struct {
 	// Keys are the keys it names (at most 8; MoreKeys counts the rest).
 	Keys     []string `json:"keys,omitempty"`
 	MoreKeys int      `json:"more_keys,omitempty"`
-	// Args is how many arguments followed the keys.
-	Args int `json:"args"`
+	// Args is how many arguments followed the keys; Values are the
+	// first of them (at most 16, each cut to 128 bytes).
+	Args   int      `json:"args"`
+	Values []string `json:"values,omitempty"`
 }
 
 // String is the item on one line, for logs and the CLI.
@@ -52,7 +98,8 @@ func (i Item) String() string {
 // the scanner's unit (restarts and hot swaps keep it). Safe for
 // concurrent use.
 type Log struct {
-	clk clock.Clock
+	clk  clock.Clock
+	keep int
 
 	mu     sync.Mutex
 	total  uint64
@@ -61,32 +108,34 @@ type Log struct {
 	counts map[string]uint64
 }
 
-// New returns an empty log timed by clk (nil: the system clock).
-func New(clk clock.Clock) *Log {
-	return &Log{clk: clock.Or(clk), counts: map[string]uint64{}}
+// New returns an empty log timed by clk (nil: the system clock) that
+// keeps the latest keep items (<= 0: Keep; at most MaxKeep).
+func New(clk clock.Clock, keep int) *Log {
+	return &Log{clk: clock.Or(clk), keep: keepOf(keep), counts: map[string]uint64{}}
 }
 
-// Record notes one held-back command. Keys and names are the plugin's
-// text: each is kept as one bounded line.
-func (l *Log) Record(command string, keys []string, args int) {
-	it := Item{At: l.clk.Now(), Command: plaintext.Line(command, 128), Args: args}
-	for i, k := range keys {
-		if i == maxKeys {
-			it.MoreKeys = len(keys) - maxKeys
-			break
-		}
-		it.Keys = append(it.Keys, plaintext.Line(k, 256))
+func keepOf(n int) int {
+	if n <= 0 {
+		return Keep
 	}
+	return min(n, MaxKeep)
+}
+
+// Record notes one held-back command. Keys, arguments and names are the
+// plugin's text: each is kept as one bounded line.
+func (l *Log) Record(d Decision) {
+	it := Item{At: l.clk.Now(), Args: len(d.Args)}
+	it.Command, it.Keys, it.MoreKeys, it.Values, _ = d.Bounded()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.total++
 	l.counts[it.Command]++
-	if len(l.ring) < Keep {
+	if len(l.ring) < l.keep {
 		l.ring = append(l.ring, it)
 		return
 	}
 	l.ring[l.next] = it
-	l.next = (l.next + 1) % Keep
+	l.next = (l.next + 1) % l.keep
 }
 
 // Snapshot is the log as status shows it.
@@ -113,8 +162,8 @@ func (l *Log) Snapshot(n int) Snapshot {
 	// Newest first. Until the ring is full the newest is the last
 	// appended; then it is the one before next (the oldest).
 	newest := len(l.ring) - 1
-	if len(l.ring) == Keep {
-		newest = (l.next - 1 + Keep) % Keep
+	if len(l.ring) == l.keep {
+		newest = (l.next - 1 + l.keep) % l.keep
 	}
 	for i := range n {
 		s.Latest = append(s.Latest, l.ring[(newest-i+len(l.ring))%len(l.ring)])
@@ -125,13 +174,17 @@ func (l *Log) Snapshot(n int) Snapshot {
 // Logs are a host's shadow logs, one per scanner name, kept for the
 // host's life (a scanner switched to act and back keeps its counts).
 type Logs struct {
-	clk clock.Clock
-	mu  sync.Mutex
-	m   map[string]*Log
+	clk  clock.Clock
+	keep int
+	mu   sync.Mutex
+	m    map[string]*Log
 }
 
-// NewLogs returns an empty set timed by clk.
-func NewLogs(clk clock.Clock) *Logs { return &Logs{clk: clk, m: map[string]*Log{}} }
+// NewLogs returns an empty set timed by clk whose logs keep keep items
+// each (see New).
+func NewLogs(clk clock.Clock, keep int) *Logs {
+	return &Logs{clk: clk, keep: keep, m: map[string]*Log{}}
+}
 
 // For returns scanner name's log, made on first use.
 func (ls *Logs) For(name string) *Log {
@@ -139,7 +192,7 @@ func (ls *Logs) For(name string) *Log {
 	defer ls.mu.Unlock()
 	l := ls.m[name]
 	if l == nil {
-		l = New(ls.clk)
+		l = New(ls.clk, ls.keep)
 		ls.m[name] = l
 	}
 	return l

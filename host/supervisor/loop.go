@@ -252,11 +252,13 @@ func (s *Supervisor) failed(ctx context.Context, reason string) bool {
 	case <-t.C():
 		return true
 	case r := <-s.reqs:
+		s.mu.Lock()
 		if r.kind == reqUpdate {
-			s.mu.Lock()
 			s.launch = r.launcher
-			s.mu.Unlock()
+		} else if f, ok := s.launch.(Freshener); ok {
+			s.launch = f.Fresh()
 		}
+		s.mu.Unlock()
 		// An operator acted: start afresh.
 		s.crashes, s.streak = nil, 0
 		s.log.Info("plugin not running; launching it now on request", "reason", r.reason)

@@ -98,6 +98,13 @@ type Checker interface {
 	Check() (Meta, error)
 }
 
+// Freshener is implemented by launchers held at the bytes they first
+// launched (a scanner held while a canary runs): a swap, which takes the
+// file as it is now, uses Fresh's launcher instead, and keeps it.
+type Freshener interface {
+	Fresh() Launcher
+}
+
 // Reconfigurer is implemented by launchers that can apply their
 // configuration to an instance an earlier launcher started, without a new
 // process (e.g. new options for a scanner that takes Configure while it
@@ -377,6 +384,10 @@ func (s *Supervisor) setState(st State, lastErr string) {
 	}
 	s.cfg.Changes.Notify()
 }
+
+// Launcher is the launcher of the next launch (the one the running
+// instance was started by, unless a swap or update is under way).
+func (s *Supervisor) Launcher() Launcher { return s.launcher() }
 
 func (s *Supervisor) launcher() Launcher {
 	s.mu.Lock()

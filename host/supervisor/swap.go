@@ -140,6 +140,9 @@ func (s *Supervisor) handle(ctx context.Context, r *request) {
 			}
 		}
 	}
+	if f, ok := l.(Freshener); ok && r.kind == reqSwap {
+		l = f.Fresh()
+	}
 	if r.kind == reqSwap && !r.force {
 		if ck, ok := l.(Checker); ok {
 			m, err := ck.Check()

@@ -11,9 +11,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/supervisor"
 )
@@ -147,6 +149,12 @@ func (s *Set) Remove(name string, callTimeout time.Duration) {
 	}
 	go func() {
 		defer s.removing.Done()
+		s.mu.Lock()
+		run := u.canary
+		s.mu.Unlock()
+		if run != nil {
+			s.endCanary(u, run, canary.Aborted, "the scanner was disabled")
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout+drainMargin)
 		if err := u.run.Stop(ctx); err != nil {
 			s.cfg.Logger.Warn("scanner still busy after its call timeout; its calls were cancelled, stopping its plugin", "scanner", name)
@@ -222,7 +230,22 @@ func (s *Set) Update(ctx context.Context, st Settings, name string, sc config.Sc
 		case <-ctx.Done():
 		}
 	}()
-	r, err := u.sup.Update(ctx, s.cfg.Launcher(st, name, sc, false), "configuration reload", nil)
+	l := s.cfg.Launcher(st, name, sc, false)
+	s.mu.Lock()
+	run, was := u.canary, u.sc
+	s.mu.Unlock()
+	if run != nil {
+		// The canary was started from the configuration that changed.
+		s.endCanary(u, run, canary.Aborted, "a configuration reload relaunched the scanner")
+	}
+	if held, ok := u.sup.Launcher().(*launcher.Launcher); ok && held.Config().Exact != "" && was.Plugin == sc.Plugin && was.SHA256 == sc.SHA256 {
+		// The running version stays held at its bytes (the file holds a
+		// canary that was not promoted): only a swap takes the file.
+		cfg := l.Config()
+		cfg.Exact = held.Config().Exact
+		l = l.With(cfg)
+	}
+	r, err := u.sup.Update(ctx, l, "configuration reload", nil)
 	failure := ""
 	switch {
 	case err != nil:
@@ -289,9 +312,14 @@ func (s *Set) Stop(ctx context.Context) error {
 	err := s.loop.Stop(ctx)
 	err = errors.Join(err, s.StopDispatch(ctx))
 	var sups []service.Service
-	for _, v := range s.Views() {
-		sups = append(sups, v.Unit.sup)
+	s.mu.Lock()
+	for _, u := range s.units {
+		sups = append(sups, u.sup)
+		if u.canary != nil {
+			sups = append(sups, u.canary.sup)
+		}
 	}
+	s.mu.Unlock()
 	err = errors.Join(err, service.StopAll(ctx, sups...))
 	return errors.Join(err, service.Wait(ctx, service.Drained(&s.removing)))
 }

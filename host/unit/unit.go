@@ -13,6 +13,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/callbacks"
+	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/config"
@@ -73,6 +74,11 @@ type Deps struct {
 	NoCgroups string
 	// Shadows are the scanners' shadow logs (scanners in mode shadow).
 	Shadows *shadow.Logs
+	// Taps link each scanner's launches to its canary comparison (nil:
+	// no canary can be started).
+	Taps *canary.Taps
+	// CanaryRecords is how many differences a canary keeps.
+	CanaryRecords int
 }
 
 // Settings are the host-wide settings a unit is built with: the
@@ -103,17 +109,34 @@ func (d Deps) Log(name string) hclog.Logger {
 // Launcher launches scanner name's plugin as configured in sc; readOnly
 // refuses its writes (dry runs).
 func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
-	lim := sc.Limits(s.Limits)
-	var shadowLog *shadow.Log
+	cfg := d.LaunchConfig(s, name, sc, readOnly)
 	if sc.Shadow() && !readOnly {
 		// Never acting by default: without the host's logs, a log of
 		// its own.
-		shadowLog = shadow.New(d.Clock)
+		cfg.Shadow = shadow.New(d.Clock, 0)
 		if d.Shadows != nil {
-			shadowLog = d.Shadows.For(name)
+			cfg.Shadow = d.Shadows.For(name)
 		}
 	}
-	return launcher.New(launcher.Config{
+	if !readOnly && d.Taps != nil {
+		// Every launch of the scanner tells its decisions to the tap, so
+		// that a canary started later is compared with a process
+		// launched before it.
+		cfg.Tap = d.Taps.For(name).Running
+	}
+	return d.NewLauncher(name, cfg)
+}
+
+// NewLauncher is a launcher of scanner name's plugin with cfg.
+func (d Deps) NewLauncher(name string, cfg launcher.Config) *launcher.Launcher {
+	return launcher.New(cfg, d.Catalog, d.Callbacks, d.Log(name))
+}
+
+// LaunchConfig is how scanner name's plugin is launched as configured
+// in sc, before its shadow log and tap are chosen.
+func (d Deps) LaunchConfig(s Settings, name string, sc config.Scanner, readOnly bool) launcher.Config {
+	lim := sc.Limits(s.Limits)
+	return launcher.Config{
 		Scanner:         name,
 		Binary:          sc.Plugin,
 		Pin:             sc.SHA256,
@@ -127,11 +150,10 @@ func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool
 		PidsLimit:       lim.Pids,
 		Cgroups:         d.Cgroups,
 		NoCgroups:       d.NoCgroups,
-		Shadow:          shadowLog,
 		Approvals:       d.Approvals,
 		Postgres:        d.Postgres != nil,
 		NoValkey:        d.Client == nil,
-	}, d.Catalog, d.Callbacks, d.Log(name))
+	}
 }
 
 // RunnerConfig is the scheduler configuration of scanner name (its
@@ -174,6 +196,13 @@ type Unit struct {
 	// this scanner are not what runs (a reload's update failed); empty
 	// when they are. Guarded by the Set's mu.
 	notApplied string
+	// canary is the new version running beside this one, if any; last
+	// the latest canary that ended; rejected the digests of aborted
+	// canaries, which a file watch does not start again (all guarded by
+	// the Set's mu).
+	canary   *canaryRun
+	last     *canary.Comparison
+	rejected map[string]string
 }
 
 func (d Deps) newUnit(s Settings, name string, sc config.Scanner) *Unit {
@@ -194,7 +223,7 @@ func (d Deps) newUnit(s Settings, name string, sc config.Scanner) *Unit {
 	rc := d.RunnerConfig(s, name, sc)
 	rc.Target = supTarget{sup}
 	run := scheduler.New(rc)
-	return &Unit{name: name, sup: sup, run: run, sc: sc}
+	return &Unit{name: name, sup: sup, run: run, sc: sc, rejected: map[string]string{}}
 }
 
 // Supervisor is the unit's plugin supervisor.
