@@ -72,6 +72,8 @@ func TestMain(m *testing.M) {
 		{filepath.Join(variantDir, "greedy"), testplugin, "-X main.mode=greedy"},
 		{filepath.Join(variantDir, "wide"), testplugin, "-X main.version=1.1.0-wide -X main.mode=wide"},
 		{filepath.Join(variantDir, "lanes"), testplugin, "-X main.mode=lanes"},
+		{filepath.Join(variantDir, "retention-1h"), "github.com/ffscan/ffscan/host/internal/retentionbuild", "-X main.age=1h"},
+		{filepath.Join(variantDir, "retention-same"), "github.com/ffscan/ffscan/host/internal/retentionbuild", ""},
 	}
 	errs := make(chan error, len(builds))
 	for _, b := range builds {

@@ -451,10 +451,41 @@ func (s *Service) check(pol Policy, c scannerapi.Command) op {
 		return o
 	}
 	pol.shadow.Record(d)
+	if o.isPlain {
+		// Answered as if it ran, so that the scanner goes on to the
+		// writes that follow it (an execution's keys, then its index
+		// entries): shadow mode records every write of a decision.
+		return op{reason: ReasonShadow, refused: heldReply(o)}
+	}
+	// A function's reply is its own: the scanner hears that it was held
+	// back, which is not the item's failure (the SDK neither backs off
+	// nor counts it).
 	held := refuse(ReasonShadow, "%s held back: the scanner runs in shadow mode", d.Command)
-	// Not the item's failure (the SDK neither backs off nor counts it).
 	held.refused.ErrClass = scannerapi.ErrShadow
 	return held
+}
+
+// heldReply is the reply to a plain write held back in shadow mode,
+// shaped as the command's own: OK for SET and LTRIM, an ID for XADD, a
+// score for ZINCRBY, else an integer (the keys named for DEL and UNLINK,
+// the members named for the commands that take them, else 1). Nothing
+// ran: the values are the plausible ones, not the store's.
+func heldReply(o op) *scannerapi.Reply {
+	switch o.name {
+	case "SET", "LTRIM":
+		return &scannerapi.Reply{Kind: scannerapi.KindString, Str: "OK"}
+	case "XADD":
+		return &scannerapi.Reply{Kind: scannerapi.KindString, Str: "0-0"}
+	case "ZINCRBY":
+		return &scannerapi.Reply{Kind: scannerapi.KindString, Str: "0"}
+	case "DEL", "UNLINK":
+		return &scannerapi.Reply{Kind: scannerapi.KindInt, Int: int64(len(o.keys))}
+	case "SADD", "SREM", "ZREM", "HDEL", "LPUSH", "RPUSH":
+		return &scannerapi.Reply{Kind: scannerapi.KindInt, Int: int64(max(len(o.rest), 1))}
+	case "HSET", "ZADD":
+		return &scannerapi.Reply{Kind: scannerapi.KindInt, Int: int64(max(len(o.rest)/2, 1))}
+	}
+	return &scannerapi.Reply{Kind: scannerapi.KindInt, Int: 1}
 }
 
 // decision is a checked write as a decision record: the command (FCALL

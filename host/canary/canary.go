@@ -70,6 +70,9 @@ type Diff struct {
 	// arguments), empty on the side that makes none.
 	Old []string `json:"old,omitempty"`
 	New []string `json:"new,omitempty"`
+	// Seen counts the cycles it differed in (At and Cycle are the
+	// latest).
+	Seen uint64 `json:"seen"`
 }
 
 // Status is a canary as status, the console and the CLI show it.
@@ -119,8 +122,10 @@ type Comparison struct {
 	overflow  bool
 	canaryBad bool
 	st        Status
-	ring      []Diff
-	next      int
+	// ring holds the latest differences, one per item and kind; index
+	// finds an item's.
+	ring  []Diff
+	index map[string]int
 }
 
 // New starts a comparison of to against from; it keeps the latest keep
@@ -130,7 +135,7 @@ func New(clk clock.Clock, from, to Version, keep, promoteAfter int) *Comparison 
 	if keep <= 0 {
 		keep = shadow.Keep
 	}
-	c := &Comparison{clk: clock.Or(clk), keep: min(keep, shadow.MaxKeep), old: map[string][]string{}, new: map[string][]string{}}
+	c := &Comparison{clk: clock.Or(clk), keep: min(keep, shadow.MaxKeep), old: map[string][]string{}, new: map[string][]string{}, index: map[string]int{}}
 	c.st = Status{State: Comparing, From: from, To: to, Started: c.clk.Now(), PromoteAfter: max(promoteAfter, 0),
 		Items: map[string]uint64{"same": 0, OnlyNew: 0, OnlyOld: 0, Differ: 0}}
 	return c
@@ -139,6 +144,11 @@ func New(clk clock.Clock, from, to Version, keep, promoteAfter int) *Comparison 
 // item is a decision's item and its entry (what is done to the item).
 func item(d shadow.Decision) (string, string) {
 	cmd, keys, moreKeys, args, moreArgs := d.Bounded()
+	if memberCommands[cmd] && len(keys) == 1 && len(args) > 0 {
+		// A member of a shared collection (an index, a set of
+		// executions) is the item, not the collection.
+		return keys[0] + " " + strings.Join(args, " "), cmd
+	}
 	entry := strings.Join(append([]string{cmd}, args...), " ")
 	if moreArgs > 0 {
 		entry += " …"
@@ -152,6 +162,9 @@ func item(d shadow.Decision) (string, string) {
 	}
 	return it, entry
 }
+
+// memberCommands name their items by members of a collection.
+var memberCommands = map[string]bool{"ZREM": true, "SREM": true, "HDEL": true, "SADD": true}
 
 func (c *Comparison) add(side map[string][]string, d shadow.Decision) {
 	it, entry := item(d)
@@ -255,13 +268,31 @@ func (c *Comparison) EndCycle(cycle uint64) (promote bool) {
 	return false
 }
 
+// remember keeps d among the latest differences: one entry per item and
+// kind, its Seen counting the cycles it came back in, the least recently
+// seen dropped past keep.
 func (c *Comparison) remember(d Diff) {
+	k := d.Kind + "\x00" + d.Item
+	if i, ok := c.index[k]; ok {
+		d.Seen = c.ring[i].Seen + 1
+		c.ring[i] = d
+		return
+	}
+	d.Seen = 1
 	if len(c.ring) < c.keep {
+		c.index[k] = len(c.ring)
 		c.ring = append(c.ring, d)
 		return
 	}
-	c.ring[c.next] = d
-	c.next = (c.next + 1) % c.keep
+	oldest := 0
+	for i := range c.ring {
+		if c.ring[i].At.Before(c.ring[oldest].At) || (c.ring[i].At.Equal(c.ring[oldest].At) && c.ring[i].Cycle < c.ring[oldest].Cycle) {
+			oldest = i
+		}
+	}
+	delete(c.index, c.ring[oldest].Kind+"\x00"+c.ring[oldest].Item)
+	c.index[k] = oldest
+	c.ring[oldest] = d
 }
 
 // Begin marks an operator's promotion; it fails (false) unless the canary
@@ -296,15 +327,25 @@ func (c *Comparison) Status(n int) Status {
 	if n <= 0 || n > len(c.ring) {
 		n = len(c.ring)
 	}
-	newest := len(c.ring) - 1
-	if len(c.ring) == c.keep {
-		newest = (c.next - 1 + c.keep) % c.keep
-	}
-	s.Latest = nil
-	for i := range n {
-		s.Latest = append(s.Latest, c.ring[(newest-i+len(c.ring))%len(c.ring)])
-	}
+	latest := slices.Clone(c.ring)
+	slices.SortStableFunc(latest, func(a, b Diff) int {
+		if a.Cycle != b.Cycle {
+			return cmpDesc(a.Cycle, b.Cycle)
+		}
+		return strings.Compare(a.Item, b.Item)
+	})
+	s.Latest = latest[:n]
 	return s
+}
+
+func cmpDesc(a, b uint64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
 }
 
 func union(a, b map[string][]string) []string {

@@ -44,8 +44,8 @@ func TestComparisonFindsEachKindOfDifference(t *testing.T) {
 	for _, d := range s.Latest {
 		byItem[d.Item] = d
 	}
-	assert.Equal(t, Diff{At: clk.Now(), Cycle: 7, Kind: Differ, Item: x[0], Old: []string{"FCALL ff_purge 1"}, New: []string{"FCALL ff_purge 2"}}, byItem[x[0]])
-	assert.Equal(t, Diff{At: clk.Now(), Cycle: 7, Kind: OnlyNew, Item: y[0], New: []string{"FCALL ff_purge 1"}}, byItem[y[0]])
+	assert.Equal(t, Diff{At: clk.Now(), Cycle: 7, Kind: Differ, Item: x[0], Old: []string{"FCALL ff_purge 1"}, New: []string{"FCALL ff_purge 2"}, Seen: 1}, byItem[x[0]])
+	assert.Equal(t, Diff{At: clk.Now(), Cycle: 7, Kind: OnlyNew, Item: y[0], New: []string{"FCALL ff_purge 1"}, Seen: 1}, byItem[y[0]])
 
 	// The next cycle starts empty: only what the running version does is
 	// only_old.
@@ -100,6 +100,26 @@ func TestComparisonIsBounded(t *testing.T) {
 	s := c.Status(0)
 	assert.Len(t, s.Latest, 5)
 	assert.Equal(t, uint64(20), s.Items[OnlyNew])
+
+	// The same item differing again is one entry, seen again.
+	for range 3 {
+		c.Canary(fcall("ff_purge", []string{"19"}))
+		c.EndCycle(2)
+	}
+	s = c.Status(0)
+	assert.Len(t, s.Latest, 5)
+	assert.Equal(t, "19", s.Latest[0].Item)
+	assert.GreaterOrEqual(t, s.Latest[0].Seen, uint64(3))
+
+	// A member of a shared index is the item, not the index.
+	m := New(nil, Version{}, Version{}, 0, 0)
+	m.Running(shadow.Decision{Command: "ZREM", Keys: []string{"idx"}, Args: []string{"a"}})
+	m.Canary(shadow.Decision{Command: "ZREM", Keys: []string{"idx"}, Args: []string{"a"}})
+	m.Canary(shadow.Decision{Command: "ZREM", Keys: []string{"idx"}, Args: []string{"b"}})
+	m.EndCycle(1)
+	s = m.Status(0)
+	assert.Equal(t, map[string]uint64{"same": 1, OnlyNew: 1, OnlyOld: 0, Differ: 0}, s.Items)
+	assert.Equal(t, "idx b", s.Latest[0].Item)
 
 	big := New(nil, Version{}, Version{}, 1, 0)
 	for i := range MaxItems + 10 {

@@ -168,13 +168,22 @@ func (s *Set) StartCanary(ctx context.Context, st Settings, name, reason string)
 	if err := run.sup.Start(context.WithoutCancel(ctx)); err != nil {
 		return canary.Status{}, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 2*st.Supervisor.StartTimeout+drainMargin)
+	startWait := 2*st.Supervisor.StartTimeout + drainMargin
+	wctx, cancel := context.WithTimeout(ctx, startWait)
 	defer cancel()
-	_ = changes.WaitFor(wctx, func() bool { return run.sup.Status().State != supervisor.StateStarting })
+	// Running, or its first launch failed (a restart's backoff, or
+	// broken): the canary is not retried the way a scanner is.
+	_ = changes.WaitFor(wctx, func() bool {
+		switch run.sup.Status().State {
+		case supervisor.StateRunning, supervisor.StateRestarting, supervisor.StateBroken:
+			return true
+		}
+		return false
+	})
 	if cs := run.sup.Status(); cs.State != supervisor.StateRunning {
 		why := cs.LastError
 		if why == "" {
-			why = fmt.Sprintf("still %s after %s", cs.State, 2*st.Supervisor.StartTimeout+drainMargin)
+			why = fmt.Sprintf("still %s after %s", cs.State, startWait)
 		}
 		s.stopCanary(run)
 		run.cmp.End(canary.Failed, "the canary did not start: "+why)
