@@ -7,6 +7,7 @@
 //	ffscan plugins approve NAME...  approve the policy a scanner's binary declares
 //	ffscan plugins pin NAME         print (or --write) the sha256 pin of a scanner's binary
 //	ffscan plugins reload NAME      hot-swap a scanner's plugin in a running host
+//	ffscan plugins canary NAME      run the new binary in shadow beside the running one; promote or abort it
 //	ffscan scan-once --scanner N    one cycle of one scanner, then a summary
 //	ffscan status                   the /v1/status of a running host
 //	ffscan explain ID               what each scanner does with one execution, and why
@@ -58,6 +59,12 @@ commands:
                                (after checking it), or write it into --config
   plugins reload NAME          hot-swap scanner NAME's plugin in a running host
             [--addr host:port] [--force] [--no-wait]
+  plugins canary NAME          start the binary now in scanner NAME's plugin file as a
+            [--promote | --abort | --status]
+                               canary: it runs in shadow beside the running version and
+                               their decisions are compared item by item; --promote
+                               swaps it in, --abort stops it (the running version is
+                               untouched), --status shows it and its differences
   scan-once --scanner NAME     run one cycle of one scanner and print a summary
             [--partition N] [--dry-run]
   status [--addr host:port] [--json | --watch 3s]
@@ -103,8 +110,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := args[0], args[1:]
 	if cmd == "plugins" {
-		if len(rest) == 0 || !slices.Contains([]string{"list", "verify", "approve", "pin", "reload"}, rest[0]) {
-			fmt.Fprint(stderr, "ffscan plugins: want list, verify, approve, pin or reload\n\n"+usage)
+		if len(rest) == 0 || !slices.Contains([]string{"list", "verify", "approve", "pin", "reload", "canary"}, rest[0]) {
+			fmt.Fprint(stderr, "ffscan plugins: want list, verify, approve, pin, reload or canary\n\n"+usage)
 			return exitUsage
 		}
 		cmd, rest = "plugins "+rest[0], rest[1:]
@@ -130,6 +137,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdPluginsPin(rest, stdout, stderr)
 	case "plugins reload":
 		err = cmdPluginsReload(rest, stdout, stderr)
+	case "plugins canary":
+		err = cmdPluginsCanary(rest, stdout, stderr)
 	case "reload":
 		err = cmdReload(rest, stdout, stderr)
 	case "scan-once":
