@@ -100,19 +100,27 @@ func (d Deps) Log(name string) hclog.Logger {
 	return d.Logger.Named(name).With("scanner", name)
 }
 
+// ShadowLog is where scanner name, configured as sc, records the writes
+// it holds back in shadow mode: nil when it acts, or when readOnly
+// refuses its writes anyway (dry runs). Every way of running a scanner
+// (a unit's plugin, a session's plugin or linked scanner) takes its
+// callback policy's shadow from here.
+func (d Deps) ShadowLog(name string, sc config.Scanner, readOnly bool) *shadow.Log {
+	if !sc.Shadow() || readOnly {
+		return nil
+	}
+	if d.Shadows == nil {
+		// Never acting by default: without the host's logs, a log of
+		// its own.
+		return shadow.New(d.Clock)
+	}
+	return d.Shadows.For(name)
+}
+
 // Launcher launches scanner name's plugin as configured in sc; readOnly
 // refuses its writes (dry runs).
 func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
 	lim := sc.Limits(s.Limits)
-	var shadowLog *shadow.Log
-	if sc.Shadow() && !readOnly {
-		// Never acting by default: without the host's logs, a log of
-		// its own.
-		shadowLog = shadow.New(d.Clock)
-		if d.Shadows != nil {
-			shadowLog = d.Shadows.For(name)
-		}
-	}
 	return launcher.New(launcher.Config{
 		Scanner:         name,
 		Binary:          sc.Plugin,
@@ -127,7 +135,7 @@ func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool
 		PidsLimit:       lim.Pids,
 		Cgroups:         d.Cgroups,
 		NoCgroups:       d.NoCgroups,
-		Shadow:          shadowLog,
+		Shadow:          d.ShadowLog(name, sc, readOnly),
 		Approvals:       d.Approvals,
 		Postgres:        d.Postgres != nil,
 		NoValkey:        d.Client == nil,
