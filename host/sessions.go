@@ -119,6 +119,10 @@ func (h *Host) linkScanner(ctx context.Context, name string, sc config.Scanner, 
 		return nil, nil, err
 	}
 	pol, _ := callbacks.PolicyFromInfo(info, opts.DryRun)
+	// In shadow mode as a plugin of the scanner would be.
+	if l := h.units.Deps().ShadowLog(name, sc, opts.DryRun); l != nil {
+		pol = pol.WithShadow(l)
+	}
 	cb := observed(h.svc.Bind(name, pol).Callbacks(), opts.Observe)
 	scanner := pluginhost.Linked(opts.Linked, cb)
 	if err := scanner.Configure(ctx, resolved); err != nil {

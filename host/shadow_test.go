@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -66,4 +69,44 @@ func TestShadowScannerActsOnNothingAndSaysWhatItWouldDo(t *testing.T) {
 	waitFor(t, h, time.Minute, "the scanner in act mode never marked the lease", func() bool { return ownership(c, id) == "lease_expired_reclaimable" })
 	t.Logf("status: %+v", h.Status().Scanners[0])
 	assert.Equal(t, config.ModeAct, h.Status().Scanners[0].Mode)
+}
+
+// A session of a scanner configured in shadow mode runs in shadow mode
+// whether its scanner is a plugin process or linked into the host (the
+// test kits' way): a linked pg_delayed_promoter finds a due delay, its
+// PGCALL is held back and recorded, and the execution stays delayed.
+// Before, a linked session took the scanner's declared policy without
+// the shadow and acted.
+func TestShadowLinkedSessionActsOnNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := postgrestest.SchemaDB(t, 2)
+	const eid = "de000000-0000-4000-8000-0000000000aa"
+	_, err := db.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+		eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields)
+		VALUES (3, $1, 'default', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed', 'pending', 1, ffscan.now_ms() - 500, '{}')`, eid)
+	require.NoError(t, err)
+	cfg := testConfig(t, "", config.Scanner{})
+	cfg.Valkey.Addrs = nil
+	cfg.Postgres.DSN = db.Config().ConnString()
+	cfg.Scanners = map[string]config.Scanner{pgreconcilers.DelayedPromoterName: {Enabled: true, Mode: config.ModeShadow, Options: map[string]string{}}}
+	h, err := Boot(ctx, cfg, hclog.NewNullLogger())
+	require.NoError(t, err)
+	defer h.Close()
+	s, err := h.OpenSession(ctx, pgreconcilers.DelayedPromoterName, SessionOptions{Linked: pgreconcilers.NewDelayedPromoter()})
+	require.NoError(t, err)
+	defer s.Close()
+
+	sum, err := s.Cycle(ctx, -1)
+	require.NoError(t, err)
+	assert.Equal(t, 1, sum.Scanned, "the due delay was handed to the scanner")
+	assert.Equal(t, int64(0), sum.Processed, "a held-back call is not work done")
+	var state string
+	require.NoError(t, db.QueryRow(ctx, "SELECT eligibility_state || ' ' || (deadline_at_ms IS NOT NULL) FROM ff_exec_core WHERE execution_id = $1", eid).Scan(&state))
+	assert.Equal(t, "not_eligible_until_time true", state, "still delayed")
+	l, ok := h.shadows.Lookup(pgreconcilers.DelayedPromoterName)
+	require.True(t, ok, "the session recorded what it held back in the host's shadow log")
+	snap := l.Snapshot(0)
+	assert.Equal(t, uint64(1), snap.WouldAct)
+	assert.Equal(t, map[string]uint64{"PGCALL promote_delayed": 1}, snap.ByCommand)
 }

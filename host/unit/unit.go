@@ -106,18 +106,28 @@ func (d Deps) Log(name string) hclog.Logger {
 	return d.Logger.Named(name).With("scanner", name)
 }
 
+// ShadowLog is where scanner name, configured as sc, records the writes
+// it holds back in shadow mode: nil when it acts, or when readOnly
+// refuses its writes anyway (dry runs). Every way of running a scanner
+// (a unit's plugin, a session's plugin or linked scanner) takes its
+// callback policy's shadow from here.
+func (d Deps) ShadowLog(name string, sc config.Scanner, readOnly bool) *shadow.Log {
+	if !sc.Shadow() || readOnly {
+		return nil
+	}
+	if d.Shadows == nil {
+		// Never acting by default: without the host's logs, a log of
+		// its own.
+		return shadow.New(d.Clock, 0)
+	}
+	return d.Shadows.For(name)
+}
+
 // Launcher launches scanner name's plugin as configured in sc; readOnly
 // refuses its writes (dry runs).
 func (d Deps) Launcher(s Settings, name string, sc config.Scanner, readOnly bool) *launcher.Launcher {
 	cfg := d.LaunchConfig(s, name, sc, readOnly)
-	if sc.Shadow() && !readOnly {
-		// Never acting by default: without the host's logs, a log of
-		// its own.
-		cfg.Shadow = shadow.New(d.Clock, 0)
-		if d.Shadows != nil {
-			cfg.Shadow = d.Shadows.For(name)
-		}
-	}
+	cfg.Shadow = d.ShadowLog(name, sc, readOnly)
 	if !readOnly && d.Taps != nil {
 		// Every launch of the scanner tells its decisions to the tap, so
 		// that a canary started later is compared with a process
