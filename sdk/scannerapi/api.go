@@ -464,8 +464,10 @@ const (
 	// ErrInvalid: data that can never be processed as it is, such as an
 	// index member that is not a valid id. Retrying does not help.
 	ErrInvalid ErrorClass = "invalid"
-	// ErrShadow: the host held a write back because the scanner runs in
-	// shadow mode (it records what the scanner would have done). Not the
+	// ErrShadow: the host held a function call (FCALL, PGCALL) back
+	// because the scanner runs in shadow mode (it records what the
+	// scanner would have done; a held-back plain write is answered as if
+	// it ran, so that the writes after it are recorded too). Not the
 	// item's failure: FailureTracker does not count it and
 	// ScanResult.AddError drops it, so a shadow scanner keeps trying its
 	// items as it would act on them.
