@@ -290,6 +290,15 @@ func scannerNotes(s httpapi.ScannerStatus) []string {
 		}
 		notes = append(notes, line)
 	}
+	if cs := s.Canary; cs != nil {
+		line := fmt.Sprintf("canary %s: sha256 %s, %d cycles compared, %d items differed", cs.State, short(cs.To.SHA256), cs.Cycles, cs.Differences())
+		if cs.Active() {
+			line += fmt.Sprintf(" (ffscan plugins canary %s --status | --promote | --abort)", s.Name)
+		} else if cs.Reason != "" {
+			line += ": " + oneLine(cs.Reason)
+		}
+		notes = append(notes, line)
+	}
 	if r := s.Resources; r != nil {
 		notes = append(notes, fmt.Sprintf("using %d MiB, %.1f CPU-s (%.1f s throttled), %d tasks", r.MemoryBytes>>20, r.CPUSeconds, r.ThrottledSeconds, r.Tasks))
 	}
