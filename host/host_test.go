@@ -58,6 +58,7 @@ func TestMain(m *testing.M) {
 		{filepath.Join(pluginDir, "customscanner"), "github.com/ffscan/ffscan/examples/customscanner", ""},
 		{filepath.Join(pluginDir, "timers"), "github.com/ffscan/ffscan/plugins/timers/cmd/timers", ""},
 		{filepath.Join(variantDir, "pgreconcilers"), "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers", ""},
+		{filepath.Join(variantDir, "pgreconcilers-stripped"), "github.com/ffscan/ffscan/plugins/pgreconcilers/cmd/pgreconcilers", "-s -w"},
 		{filepath.Join(variantDir, "demo"), "github.com/ffscan/ffscan/examples/demo", ""},
 		{filepath.Join(variantDir, "unblock"), "github.com/ffscan/ffscan/plugins/unblock/cmd/unblock", ""},
 		{filepath.Join(variantDir, "observers"), "github.com/ffscan/ffscan/plugins/observers/cmd/observers", ""},
