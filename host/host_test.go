@@ -30,6 +30,7 @@ import (
 	"github.com/ffscan/ffscan/internal/pgtest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -98,6 +99,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	scannertest.Cleanup() // the plugins a test built with scannertest.InstallPlugin
 	os.Exit(code)
 }
 
