@@ -276,6 +276,12 @@ func (h *Host) applyScanners(old, n *config.Config, res *httpapi.ReloadResult) [
 				PollOnly: !n.Scheduler.Wakeups})
 			res.Retuned = append(res.Retuned, name)
 		}
+		if b := sc.Budget(name); b != run.Unit.Runner().ActionBudget() {
+			run.Unit.Runner().SetActionBudget(b)
+			if !slices.Contains(res.Retuned, name) {
+				res.Retuned = append(res.Retuned, name)
+			}
+		}
 		runs := sc
 		if !sc.LaunchEqual(run.Scanner) {
 			relaunch = append(relaunch, name)

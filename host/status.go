@@ -15,6 +15,7 @@ import (
 	"github.com/ffscan/ffscan/host/keyevents"
 	"github.com/ffscan/ffscan/host/keyless"
 	"github.com/ffscan/ffscan/host/policy"
+	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/host/unit"
 	"github.com/ffscan/ffscan/keys"
@@ -154,6 +155,39 @@ func (h *Host) sharingStatus() *httpapi.SharingStatus {
 // status shows.
 const ShadowShown = 20
 
+// budgetText says an action budget in one line.
+func budgetText(b scheduler.ActionBudget) string {
+	if b.Off() {
+		return "off"
+	}
+	var parts []string
+	if b.Max > 0 {
+		parts = append(parts, fmt.Sprintf("%d per %s", b.Max, b.Window))
+	}
+	if b.MaxFraction > 0 {
+		parts = append(parts, fmt.Sprintf("%g%% of those examined per %s once %d were", 100*b.MaxFraction, b.Window, b.MinExamined))
+	}
+	s := strings.Join(parts, ", ")
+	if b.CoolDown > 0 {
+		s += fmt.Sprintf(", cool-down %s", b.CoolDown)
+	}
+	return s
+}
+
+// pauseStatus is a runner's pause as status shows it (nil: none).
+func pauseStatus(p *scheduler.Pause) *httpapi.PauseStatus {
+	if p == nil {
+		return nil
+	}
+	ps := &httpapi.PauseStatus{Since: p.At, Reason: p.Reason, Acted: p.Acted, Examined: p.Examined, Window: p.Budget.Window.String(),
+		Max: p.Budget.Max, MaxFraction: p.Budget.MaxFraction, MinExamined: p.Budget.MinExamined}
+	if !p.Until.IsZero() {
+		u := p.Until
+		ps.Until = &u
+	}
+	return ps
+}
+
 func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 	sup, run := u.Supervisor(), u.Runner()
 	ss := sup.Status()
@@ -190,6 +224,8 @@ func fillStatus(s *httpapi.ScannerStatus, u *unit.Unit) {
 		}
 	}
 	s.Cycle, s.Processed, s.Skipped, s.Errors, s.FailedPartitions = rs.Cycle, rs.Processed, rs.Skipped, rs.Errors, rs.Failed
+	s.ActionBudget = budgetText(run.ActionBudget())
+	s.Paused = pauseStatus(run.Paused())
 	s.Wakeups, s.Scheduled, s.Quiet = rs.Wakeups, rs.Scheduled, rs.Quiet
 	if !rs.LastCycleAt.IsZero() {
 		t := rs.LastCycleAt

@@ -317,6 +317,42 @@ type Scanner struct {
 	// difference promote a canary on their own; 0: only an operator
 	// promotes.
 	CanaryPromoteAfter int
+	// ActionBudget bounds the items the scanner acts on per window;
+	// past it the scanner pauses itself until an operator resumes it.
+	// nil: the default for the scanner's name (DefaultActionBudget).
+	ActionBudget *ActionBudget
+}
+
+// ActionBudget is a scanner's action budget (host/scheduler).
+type ActionBudget = scheduler.ActionBudget
+
+// destructive are the scanners whose actions end or delete work: each
+// has an action budget unless its configuration says otherwise.
+var destructive = map[string]bool{
+	"lease_expiry": true, "retention_trimmer": true, "cancel_reconciler": true, "attempt_timeout": true, "execution_deadline": true,
+	"pg_lease_expiry": true, "pg_retention_trimmer": true, "pg_cancel_reconciler": true, "pg_attempt_timeout": true, "pg_execution_deadline": true,
+}
+
+// DefaultActionBudget is scanner name's budget when its configuration
+// sets none: for the destructive ones 50,000 items a minute (far above
+// what a healthy deployment ends or deletes in a minute, far below what
+// a clock step or a wrong partition count would make them act on), for
+// the others none. The fraction of items examined stays off by default:
+// these scanners read due items only, so nearly all they examine they act
+// on.
+func DefaultActionBudget(name string) ActionBudget {
+	if destructive[name] {
+		return ActionBudget{Window: time.Minute, Max: 50000}
+	}
+	return ActionBudget{}
+}
+
+// Budget is the action budget of scanner name configured as s.
+func (s Scanner) Budget(name string) ActionBudget {
+	if s.ActionBudget != nil {
+		return *s.ActionBudget
+	}
+	return DefaultActionBudget(name)
 }
 
 // The swap modes.
@@ -593,6 +629,9 @@ func (c *Config) validateHost(p *problems) {
 		sc := c.Scanners[name]
 		p.oneOf("scanners."+name+".mode", sc.Mode, "", ModeAct, ModeShadow)
 		p.oneOf("scanners."+name+".swap", sc.Swap, "", SwapDirect, SwapCanary)
+		if b := sc.ActionBudget; b != nil {
+			checkBudget(p, "scanners."+name+".action_budget.", *b)
+		}
 		if sc.CanaryPromoteAfter < 0 {
 			p.bad("scanners."+name+".canary_promote_after", "%d is negative (0: only an operator promotes a canary)", sc.CanaryPromoteAfter)
 		}
@@ -739,6 +778,25 @@ func (c *Config) RestartKeys(n *Config) []string {
 	return out
 }
 
+// checkBudget checks an action budget (prefix names its keys).
+func checkBudget(p *problems, prefix string, b ActionBudget) {
+	if !b.Off() && (b.Window < time.Second || b.Window > 24*time.Hour) {
+		p.bad(prefix+"window", "%s is not between 1s and 24h", b.Window)
+	}
+	if b.Max < 0 {
+		p.bad(prefix+"max", "%d is negative (0: no absolute bound)", b.Max)
+	}
+	if b.MaxFraction < 0 || b.MaxFraction > 1 {
+		p.bad(prefix+"max_fraction", "%g is not in 0..1 (0: no bound)", b.MaxFraction)
+	}
+	if b.MinExamined < 0 {
+		p.bad(prefix+"min_examined", "%d is negative", b.MinExamined)
+	}
+	if b.CoolDown < 0 {
+		p.bad(prefix+"cool_down", "%s is negative (0: only an operator resumes)", b.CoolDown)
+	}
+}
+
 // checkLimits checks a plugin's bounds (prefix names their keys).
 func checkLimits(p *problems, prefix string, l pluginhost.Limits) {
 	if l.Memory < 0 || (l.Memory != 0 && l.Memory < MinPluginMemoryLimit) {
@@ -754,7 +812,8 @@ func checkLimits(p *problems, prefix string, l pluginhost.Limits) {
 
 // Equal reports whether two scanner configurations are the same.
 func (s Scanner) Equal(o Scanner) bool {
-	return s.Enabled == o.Enabled && s.Interval == o.Interval && s.Batch == o.Batch && s.LaunchEqual(o)
+	return s.Enabled == o.Enabled && s.Interval == o.Interval && s.Batch == o.Batch && s.LaunchEqual(o) &&
+		s.Swap == o.Swap && s.CanaryPromoteAfter == o.CanaryPromoteAfter && eqPtr(s.ActionBudget, o.ActionBudget)
 }
 
 func eqPtr[T comparable](a, b *T) bool {

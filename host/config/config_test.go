@@ -454,3 +454,47 @@ func TestPostgresPooling(t *testing.T) {
 	require.NoError(t, err, "a listener connection of its own is allowed without a pooler too")
 	assert.Equal(t, PoolingSession, cfg.Postgres.Pooling)
 }
+
+// Action budgets: the destructive scanners have one by default, the
+// others none; a scanner's own overrides the default key by key, or
+// turns it off; canary settings parse and are checked.
+func TestActionBudgetsAndCanarySettings(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load(Sources{File: writeFile(t, `
+decision_records: {shadow: 5, canary: 7}
+scanners:
+  lease_expiry: {}
+  retention_trimmer:
+    action_budget: {max: 10, max_fraction: 0.5, min_examined: 100, cool_down: 10m}
+    swap: canary
+    canary_promote_after: 4
+  cancel_reconciler:
+    action_budget: off
+  flow_projector: {}
+`), Environ: noEnv})
+	require.NoError(t, err)
+	assert.Equal(t, ActionBudget{Window: time.Minute, Max: 50000}, cfg.Scanners["lease_expiry"].Budget("lease_expiry"))
+	assert.Equal(t, ActionBudget{Window: time.Minute, Max: 10, MaxFraction: 0.5, MinExamined: 100, CoolDown: 10 * time.Minute},
+		cfg.Scanners["retention_trimmer"].Budget("retention_trimmer"))
+	assert.True(t, cfg.Scanners["cancel_reconciler"].Budget("cancel_reconciler").Off())
+	assert.True(t, cfg.Scanners["flow_projector"].Budget("flow_projector").Off())
+	assert.Equal(t, SwapCanary, cfg.Scanners["retention_trimmer"].Swap)
+	assert.Equal(t, 4, cfg.Scanners["retention_trimmer"].CanaryPromoteAfter)
+	assert.Equal(t, SwapDirect, cfg.Scanners["lease_expiry"].Swap)
+	assert.Equal(t, DecisionRecords{Shadow: 5, Canary: 7}, cfg.DecisionRecords)
+	b := cfg.Scanners["retention_trimmer"]
+	b.CanaryPromoteAfter = 5
+	assert.False(t, b.Equal(cfg.Scanners["retention_trimmer"]), "a reload sees the change")
+	for file, want := range map[string]string{
+		"scanners:\n  x:\n    action_budget: loose\n":                 `scanners.x.action_budget: must be off or a mapping`,
+		"scanners:\n  x:\n    action_budget: {max: 5, window: 10ms}\n": "scanners.x.action_budget.window: 10ms is not between 1s and 24h",
+		"scanners:\n  x:\n    action_budget: {max_fraction: 2}\n":     "scanners.x.action_budget.max_fraction: 2 is not in 0..1",
+		"scanners:\n  x:\n    action_budget: {max: -1}\n":             "scanners.x.action_budget.max",
+		"scanners:\n  x:\n    swap: sideways\n":                       `scanners.x.swap: "sideways" is not one of`,
+		"scanners:\n  x:\n    canary_promote_after: -2\n":             "scanners.x.canary_promote_after: -2 is negative",
+		"decision_records: {shadow: 0}\n":                              "decision_records.shadow: 0 is not in 1..10000",
+	} {
+		_, err := Load(Sources{File: writeFile(t, file), Environ: noEnv})
+		require.ErrorContains(t, err, want, file)
+	}
+}

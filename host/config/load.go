@@ -343,6 +343,7 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 			"canary_promote_after": func(k string, v any) {
 				d.integer(k, v, &s.CanaryPromoteAfter)
 			},
+			"action_budget": func(k string, v any) { s.ActionBudget = d.actionBudget(k, v, name) },
 			"memory_limit": func(k string, v any) {
 				if n, ok := d.int64(k, v); ok {
 					s.MemoryLimit = &n
@@ -363,6 +364,37 @@ func (d *decoder) scanners(path string, v any, out map[string]Scanner) {
 		s.SHA256 = strings.ToLower(s.SHA256)
 		out[name] = s
 	}
+}
+
+// actionBudget decodes a scanner's action_budget: "off", or a mapping
+// whose keys override the scanner's default budget.
+func (d *decoder) actionBudget(key string, v any, name string) *ActionBudget {
+	if str, ok := v.(string); ok {
+		if str != "off" {
+			d.bad(key, "must be off or a mapping (window, max, max_fraction, min_examined, cool_down), not %q", str)
+		}
+		return &ActionBudget{}
+	}
+	b := DefaultActionBudget(name)
+	if b.Window == 0 {
+		b.Window = time.Minute
+	}
+	d.fields(key, v, map[string]func(string, any){
+		"window": func(k string, v any) { d.duration(k, v, &b.Window) },
+		"max": func(k string, v any) {
+			if n, ok := d.int64(k, v); ok {
+				b.Max = n
+			}
+		},
+		"max_fraction": func(k string, v any) { d.float(k, v, &b.MaxFraction) },
+		"min_examined": func(k string, v any) {
+			if n, ok := d.int64(k, v); ok {
+				b.MinExamined = n
+			}
+		},
+		"cool_down": func(k string, v any) { d.duration(k, v, &b.CoolDown) },
+	})
+	return &b
 }
 
 func (d *decoder) options(path string, v any, out map[string]string) {

@@ -175,6 +175,13 @@ type ScannerStatus struct {
 	// Shadow: the writes held back while the scanner ran in shadow
 	// mode: counts, and the latest (host/shadow).
 	Shadow *shadow.Snapshot `json:"shadow,omitempty"`
+	// ActionBudget: the items the scanner may act on per window
+	// ("50000 per 1m0s"), or "off".
+	ActionBudget string `json:"action_budget,omitempty"`
+	// Paused: the scanner paused itself at its action budget: why, the
+	// figures, and until when (a cool-down), or until an operator
+	// resumes it.
+	Paused *PauseStatus `json:"paused,omitempty"`
 	// Swap: direct, or canary (a changed binary runs as a canary first).
 	Swap string `json:"swap,omitempty"`
 	// Canary: the canary running beside the scanner, or the latest that
@@ -314,6 +321,36 @@ type PluginSwapResult struct {
 type Switches interface {
 	SetScannerEnabled(ctx context.Context, name string, enabled bool, who string) (ReloadResult, error)
 	ApprovePlugin(ctx context.Context, name string, reviewed ApprovalReview) (PluginSwapResult, error)
+}
+
+// PauseStatus is a scanner's pause at its action budget.
+type PauseStatus struct {
+	Since    time.Time `json:"since"`
+	Reason   string    `json:"reason"`
+	Acted    int64     `json:"acted"`
+	Examined int64     `json:"examined"`
+	Window   string    `json:"window"`
+	Max      int64     `json:"max,omitempty"`
+	// MaxFraction bounds acted/examined once MinExamined were examined.
+	MaxFraction float64 `json:"max_fraction,omitempty"`
+	MinExamined int64   `json:"min_examined,omitempty"`
+	// Until: the cool-down's end (absent: an operator resumes it).
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// Resumer is implemented by sources whose paused scanners an operator
+// may resume (POST /v1/scanners/{name}/resume; admin token).
+type Resumer interface {
+	ResumeScanner(ctx context.Context, name, who string) (ResumeResult, error)
+}
+
+// ResumeResult reports a resume: whether the scanner was paused, and
+// the pause it ended.
+type ResumeResult struct {
+	Scanner string       `json:"scanner"`
+	Resumed bool         `json:"resumed"`
+	Pause   *PauseStatus `json:"pause,omitempty"`
+	Error   string       `json:"error,omitempty"`
 }
 
 // Canaries is implemented by sources that run canary swaps: a scanner's
@@ -499,6 +536,25 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 				q := r.URL.Query()
 				res, err := sw.ApprovePlugin(r.Context(), r.PathValue("name"), ApprovalReview{SHA256: q.Get("sha256"), Policy: q.Get("policy")})
 				writeSwap(w, r.PathValue("name"), res, err)
+			})
+		}
+		if rs, ok := src.(Resumer); ok {
+			mux.HandleFunc("POST /v1/scanners/{name}/resume", func(w http.ResponseWriter, r *http.Request) {
+				if !allowed(w, r, admin) {
+					return
+				}
+				res, err := rs.ResumeScanner(r.Context(), r.PathValue("name"), "admin request from "+r.RemoteAddr)
+				res.Scanner = r.PathValue("name")
+				switch {
+				case errors.Is(err, ErrNotFound):
+					res.Error = err.Error()
+					writeJSON(w, http.StatusNotFound, res)
+				case err != nil:
+					res.Error = err.Error()
+					writeJSON(w, http.StatusInternalServerError, res)
+				default:
+					writeJSON(w, http.StatusOK, res)
+				}
 			})
 		}
 		if cs, ok := src.(Canaries); ok {

@@ -97,6 +97,14 @@ type dispatched struct {
 // result.
 func (sw *sweep) call(st *partState, nowMs int64, out *dispatched) {
 	r, sum := sw.r, sw.sum
+	if !sw.dryRun && r.pausedNow() {
+		// Paused at its action budget: the partition's items stay in
+		// the store for after the resume (its cursors do not move).
+		out.mu.Lock()
+		sum.Paused++
+		out.mu.Unlock()
+		return
+	}
 	lease, err := r.lease(sw.scanner, sw.info)
 	if err == nil && !sameSchedule(sw.info, lease.Info) {
 		release(lease)
@@ -131,6 +139,9 @@ func (sw *sweep) call(st *partState, nowMs int64, out *dispatched) {
 	}
 	sw.record(st, res, out)
 	out.mu.Unlock()
+	if !sw.dryRun {
+		r.noteActions(res.Processed, max(int64(len(st.cands)), res.Processed+res.Skipped))
+	}
 	if !st.fetchError {
 		r.commitCursors(st)
 	}

@@ -99,6 +99,9 @@ const (
 // Config tunes one scanner's runner and names its collaborators. Zero
 // fields take the defaults above.
 type Config struct {
+	// ActionBudget bounds the items the scanner acts on per window; past
+	// it the runner pauses itself (budget.go). Zero: none.
+	ActionBudget ActionBudget
 	// Name is the scanner name (metric label, request field).
 	Name string
 	// Client is the host's Valkey (nil: it serves Postgres alone).
@@ -228,6 +231,8 @@ type Runner struct {
 	loop service.Loop
 	// canary is a new version compared with the running one (canary.go).
 	canary atomic.Pointer[canaryBox]
+	// budget is the action budget and its pause (budget.go).
+	budget budget
 	// calls is the parent of every call's context: Stop cancels it
 	// (abortCalls) when its deadline passes with calls still in flight.
 	calls      context.Context
@@ -336,6 +341,7 @@ func New(cfg Config) *Runner {
 		retune:  make(chan struct{}, 1),
 	}
 	r.calls, r.abortCalls = context.WithCancel(cfg.CallParent)
+	r.budget.cfg = cfg.ActionBudget
 	r.nodes = cfg.Nodes
 	if r.nodes == nil {
 		r.nodes = NewNodeMap(cfg.Client, cfg.Clock, cfg.Epoch)
@@ -457,6 +463,9 @@ func (r *Runner) run(ctx context.Context) {
 	}
 	jittered := r.cfg.NoJitter
 	for ctx.Err() == nil {
+		if !r.waitWhilePaused(ctx) {
+			return
+		}
 		_, info, err := r.target.Current()
 		if err != nil {
 			r.log.Debug("scanner unavailable, waiting", "error", err)
@@ -567,7 +576,10 @@ type Summary struct {
 	// Deferred counts partitions left for the next cycle because a hot
 	// swap switched to a scanner whose sources or family differ from
 	// those the cycle fetched with.
-	Deferred     int
+	Deferred int
+	// Paused counts partitions not called because the scanner paused
+	// itself at its action budget (their items stay in the store).
+	Paused       int
 	FollowUps    int // prompt rescans of partitions that said More
 	Processed    int64
 	Skipped      int64

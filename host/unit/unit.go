@@ -171,6 +171,7 @@ func (d Deps) LaunchConfig(s Settings, name string, sc config.Scanner, readOnly 
 // census); a session's takes neither and starts its cycles when asked.
 func (d Deps) RunnerConfig(s Settings, name string, sc config.Scanner) scheduler.Config {
 	return scheduler.Config{
+		ActionBudget:   sc.Budget(name),
 		Name:           name,
 		Client:         d.Client,
 		Recorder:       d.Metrics,
