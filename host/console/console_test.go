@@ -178,7 +178,7 @@ func TestOverviewShowsShadowAndCanaries(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `data-mode="shadow"`)
 	assert.Contains(t, body, `<tr class="shadow" data-shadow="retention_trimmer">`)
-	assert.Contains(t, body, "<b>9</b> writes held back")
+	assert.Contains(t, body, "<b>9</b> writes held back <span class=\"dim\">by command: FCALL ff_purge_execution <b>9</b></span>")
 	assert.Contains(t, body, "ff:exec:{fp:3}:aaaa:core")
 	assert.NotContains(t, body, `data-shadow="lease_expiry"`, "a scanner without shadow writes has no shadow row")
 
