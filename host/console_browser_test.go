@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/client"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -37,6 +41,25 @@ func browser(t *testing.T) string {
 	}
 	t.Skip("no chromium on PATH (apt-get install -y chromium); the console's browser test is skipped")
 	return ""
+}
+
+// browse starts the headless Chromium at bin, with a profile of its own,
+// for at most timeout; it ends with the test.
+func browse(t *testing.T, bin string, timeout time.Duration) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelT := context.WithTimeout(ctx, timeout)
+	t.Cleanup(cancelT)
+	return ctx
 }
 
 // The console in a real headless Chromium, on a real host with real
@@ -76,18 +99,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// the test looks.
 	lease := leaseFor(t, c, keys.Partition{Family: keys.FamilyFlow, Index: 9}, time.Hour)
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelT()
+	ctx := browse(t, bin, 60*time.Second)
 	base := "http://" + h.http.Addr()
 
 	// The page shows each scanner.
@@ -153,4 +165,112 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "stopped", state.Value)
 	assert.False(t, strings.Contains(msg, "refused"), msg)
+}
+
+// A canary from the console, in a real Chromium, on a real host running
+// retention_trimmer (3 h retention): a build with 1 h retention is put in
+// place by hand (the file watch off), a click on "start canary" runs it
+// beside the running version, the page shows the ended executions only it
+// would purge, and a click on "abort" stops it: the running process is
+// the one from before, and nothing was purged.
+func TestConsoleCanaryInABrowser(t *testing.T) {
+	t.Parallel()
+	bin := browser(t)
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{})
+	cfg.HTTP.Listen = freeAddr(t)
+	cfg.PluginDir = ownPluginDir(t)
+	copyFile(t, variant("retention"), filepath.Join(cfg.PluginDir, "retention"))
+	cfg.Scanners = map[string]config.Scanner{"retention_trimmer": {Enabled: true, Plugin: "retention", Interval: 200 * time.Millisecond,
+		Options: map[string]string{"default_retention": "3h", "min_retention": "1h"}, Mode: config.ModeAct}}
+	cfg.Watch.Plugins = false
+	cfg.Supervisor.HealthInterval = 3 * time.Second
+	cfg.Supervisor.SwapProbation = 0
+	cfg.Completions.Enabled = false
+	h, _ := running(t, cfg)
+	w := scannertest.NewWorld(t, c, client.Options{Partitions: h.parts, Namespace: "ns"})
+	waitFor(t, h, time.Minute, "no cycle", func() bool { return retentionStatus(h).Cycle >= 2 })
+	before := retentionStatus(h)
+	planted := endedAgo(t, w, 3, 2*time.Hour) // due under 1 h, not under 3 h
+	install(t, cfg.PluginDir, "retention", variant("retention-1h"))
+	newSHA := fileSHA(t, variant("retention-1h"))
+	tokPath, err := admintoken.Resolve(cfg.HTTP.AdminTokenFile)
+	require.NoError(t, err)
+	token, _, err := admintoken.Ensure(tokPath)
+	require.NoError(t, err)
+
+	ctx := browse(t, bin, 2*time.Minute)
+	base := "http://" + h.http.Addr()
+	message := func() string {
+		t.Helper()
+		msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#message`)))
+		require.NoError(t, err)
+		return msg
+	}
+
+	// The token, then "start canary".
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/?refresh=0"),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), token),
+		chromedp.Click(chromedp.CSS(`#tokenform button[type=submit]`)),
+		chromedp.Click(chromedp.CSS(`tr[data-scanner="retention_trimmer"] button[data-action=canary-start]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#message`))))
+	msg := message()
+	require.Contains(t, msg, "canary of retention_trimmer started: sha256 "+newSHA[:12], msg)
+
+	// The page, reloaded as the canary's cycles go by, comes to name
+	// every planted execution as one only the canary would purge.
+	canaryRow := `tr[data-canary="retention_trimmer"]`
+	var onlyNew []string
+	waitFor(t, h, time.Minute, "the page never showed the planted executions as only_new", func() bool {
+		if chromedp.Do(ctx, chromedp.Navigate(base+"/?refresh=0")) != nil {
+			return false
+		}
+		onlyNew, err = chromedp.Run(ctx, chromedp.Evaluate[[]string](
+			`Array.from(document.querySelectorAll('`+canaryRow+` tr[data-kind="only_new"]')).map(r => r.textContent)`))
+		if err != nil {
+			return false
+		}
+		for _, id := range planted {
+			if !slices.ContainsFunc(onlyNew, func(d string) bool { return strings.Contains(d, id.String()) }) {
+				return false
+			}
+		}
+		return true
+	})
+	row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(canaryRow)))
+	require.NoError(t, err)
+	t.Logf("canary row: %s", row)
+	state, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(canaryRow), "data-canary-state"))
+	require.NoError(t, err)
+	assert.Equal(t, canary.Comparing, state.Value)
+	assert.Contains(t, row, before.SHA256[:12], "from: the running version")
+	assert.Contains(t, row, newSHA[:12], "to: the file put in place")
+	assert.Contains(t, row, "cycles compared")
+	assert.Contains(t, row, "only_new")
+	for _, d := range onlyNew {
+		assert.Contains(t, d, "nothing", "the running version decides nothing on it: %s", d)
+	}
+
+	// Abort.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(canaryRow+` button[data-action=canary-abort]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#message`))))
+	msg = message()
+	assert.Contains(t, msg, "canary of retention_trimmer aborted", msg)
+	assert.NotContains(t, msg, "refused")
+	state, err = chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(canaryRow), "data-canary-state"))
+	require.NoError(t, err)
+	assert.Equal(t, canary.Aborted, state.Value, "the page shows the canary aborted")
+
+	st := retentionStatus(h)
+	require.NotNil(t, st.Canary)
+	assert.Equal(t, canary.Aborted, st.Canary.State)
+	assert.Equal(t, before.Pid, st.Pid, "the running process is the one from before the canary")
+	assert.Equal(t, before.SHA256, st.SHA256)
+	for _, id := range planted {
+		assert.True(t, exists(w, id), "nothing was purged: %s", id)
+	}
 }

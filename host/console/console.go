@@ -10,7 +10,7 @@
 //
 // Safety: every page answers only requests addressed to an IP address or
 // localhost (the admin endpoints' DNS-rebinding rule). An action (enable,
-// disable, hot-swap, approve) is a form POST that carries the admin token
+// disable, hot-swap, approve, start, promote or abort a canary) is a form POST that carries the admin token
 // in a form field: a page of another site can make a browser send the
 // POST, but cannot know the token, and nothing is kept in a cookie. An
 // action whose Origin or Sec-Fetch-Site says another site sent it is
@@ -32,9 +32,11 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/metrics"
+	"github.com/ffscan/ffscan/host/shadow"
 )
 
 // Source is what the console reads and acts on (the host implements it).
@@ -44,6 +46,9 @@ type Source interface {
 	Explain(ctx context.Context, id string) (*explain.Report, error)
 	httpapi.Admin
 	httpapi.Switches
+	// Canary starts, promotes or aborts scanner name's canary
+	// (httpapi.Canaries).
+	Canary(ctx context.Context, name, action, who string) (httpapi.CanaryResult, error)
 }
 
 //go:embed templates/*.html
@@ -168,6 +173,10 @@ func act(w http.ResponseWriter, r *http.Request, src Source) (string, int) {
 		}
 		res, err := src.ApprovePlugin(ctx, name, rv)
 		return swapMsg("approve", name, res, err)
+	case "canary-start", "canary-promote", "canary-abort":
+		action := map[string]string{"canary-start": httpapi.CanaryStart, "canary-promote": httpapi.CanaryPromote, "canary-abort": httpapi.CanaryAbort}[a]
+		res, err := src.Canary(ctx, name, action, who)
+		return canaryMsg(action, name, res, err)
 	default:
 		return fmt.Sprintf("unknown action %q", a), http.StatusBadRequest
 	}
@@ -183,9 +192,44 @@ func swapMsg(what, name string, res httpapi.PluginSwapResult, err error) (string
 	return fmt.Sprintf("%s of %s: %s (pid %d)", what, name, res.Outcome, res.Pid), http.StatusOK
 }
 
+// canaryMsg says what a canary action did: started beside the running
+// version, promoted (a hot swap to the bytes compared), or aborted (the
+// running version untouched); a refusal the host explains is shown as
+// the message, as the other actions' are.
+func canaryMsg(action, name string, res httpapi.CanaryResult, err error) (string, int) {
+	if err != nil {
+		return fmt.Sprintf("canary %s of %s failed: %v", action, name, err), codeOf(err)
+	}
+	if res.Error != "" {
+		return fmt.Sprintf("canary %s of %s refused: %s", action, name, res.Error), http.StatusOK
+	}
+	cs := res.Canary
+	if cs == nil {
+		return fmt.Sprintf("canary %s of %s: done", action, name), http.StatusOK
+	}
+	to := "sha256 " + short(cs.To.SHA256)
+	if cs.To.Version != "" {
+		to += " (" + cs.To.Version + ")"
+	}
+	switch action {
+	case httpapi.CanaryStart:
+		return fmt.Sprintf("canary of %s started: %s runs in shadow beside sha256 %s; its decisions are compared below until you promote or abort it",
+			name, to, short(cs.From.SHA256)), http.StatusOK
+	case httpapi.CanaryPromote:
+		return fmt.Sprintf("canary of %s %s: %s serves now, after %d cycles compared (%d items differed)",
+			name, cs.State, to, cs.Cycles, cs.Differences()), http.StatusOK
+	default:
+		return fmt.Sprintf("canary of %s %s: %s stopped after %d cycles compared (%d items differed); the running version never changed",
+			name, cs.State, to, cs.Cycles, cs.Differences()), http.StatusOK
+	}
+}
+
 func codeOf(err error) int {
-	if errors.Is(err, httpapi.ErrNotFound) {
+	switch {
+	case errors.Is(err, httpapi.ErrNotFound):
 		return http.StatusNotFound
+	case errors.Is(err, httpapi.ErrBadRequest):
+		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError
 }
@@ -218,7 +262,22 @@ type overviewView struct {
 type scannerView struct {
 	httpapi.ScannerStatus
 	History []metrics.Sample
+	// ShadowLatest are the latest writes the scanner held back (shadow
+	// mode), CanaryLatest its canary's latest differences: the few the
+	// page shows.
+	ShadowLatest []shadow.Item
+	CanaryLatest []canary.Diff
 }
+
+// CanaryActive says a canary runs beside the scanner (comparing or being
+// promoted).
+func (s scannerView) CanaryActive() bool { return s.Canary != nil && s.Canary.Active() }
+
+// How many held-back writes and canary differences a scanner's rows show.
+const (
+	shadowShown = 5
+	canaryShown = 10
+)
 
 type pluginView struct {
 	Binary, Path, SHA256, Version, Isolation, Policy string
@@ -236,7 +295,14 @@ func overview(doc httpapi.StatusDoc, hist func(string) []metrics.Sample, q url.V
 	}
 	byBinary := map[string]*pluginView{}
 	for _, s := range doc.Scanners {
-		v.Scanners = append(v.Scanners, scannerView{ScannerStatus: s, History: hist(s.Name)})
+		sv := scannerView{ScannerStatus: s, History: hist(s.Name)}
+		if s.Shadow != nil {
+			sv.ShadowLatest = s.Shadow.Latest[:min(len(s.Shadow.Latest), shadowShown)]
+		}
+		if s.Canary != nil {
+			sv.CanaryLatest = s.Canary.Latest[:min(len(s.Canary.Latest), canaryShown)]
+		}
+		v.Scanners = append(v.Scanners, sv)
 		if s.State == "running" {
 			v.Running++
 		}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,16 +15,20 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/metrics"
+	"github.com/ffscan/ffscan/host/shadow"
 )
 
 // source records what the console asks of the host; the host's own
 // console is exercised end to end by the browser test (cmd/ffscan).
 type source struct {
-	status, history, explains, switches atomic.Int32
-	lastSwitch                          atomic.Value
+	status, history, explains, switches, canaries atomic.Int32
+	lastSwitch, lastCanary                        atomic.Value
+	// canaryRefusal, if set, is the host's answer to every canary action.
+	canaryRefusal string
 }
 
 func (s *source) Status() httpapi.StatusDoc {
@@ -33,6 +38,15 @@ func (s *source) Status() httpapi.StatusDoc {
 	return httpapi.StatusDoc{Version: "t", Scanners: []httpapi.ScannerStatus{
 		{Name: "lease_expiry", Enabled: true, State: "running", Plugin: "leaseexpiry", Backlog: &b, LastCycleAt: &at, Cycle: 3},
 		{Name: "unblock", Enabled: false, State: "stopped", Plugin: "unblock"},
+		{Name: "retention_trimmer", Enabled: true, State: "running", Plugin: "retention", Mode: "shadow", Swap: "canary",
+			Shadow: &shadow.Snapshot{WouldAct: 9, ByCommand: map[string]uint64{"FCALL ff_purge_execution": 9},
+				Latest: []shadow.Item{{At: at, Command: "FCALL ff_purge_execution", Keys: []string{"ff:exec:{fp:3}:aaaa:core"}, Args: 1, Values: []string{"3h"}}}},
+			Canary: &canary.Status{State: canary.Comparing, From: canary.Version{SHA256: strings.Repeat("a", 64), Version: "1.0.0"},
+				To: canary.Version{SHA256: strings.Repeat("b", 64), Version: "1.0.1"}, Cycles: 12, Clean: 0, WithDifference: 4,
+				Items:  map[string]uint64{"same": 5, canary.OnlyNew: 3, canary.OnlyOld: 0, canary.Differ: 0},
+				Latest: []canary.Diff{{At: at, Cycle: 12, Kind: canary.OnlyNew, Item: "{fp:3}:bbbb", New: []string{"FCALL ff_purge_execution {fp:3}:bbbb"}, Seen: 4}}}},
+		{Name: "lease_expiry_old", Enabled: true, State: "running", Plugin: "leaseexpiry",
+			Canary: &canary.Status{State: canary.Aborted, To: canary.Version{SHA256: strings.Repeat("c", 64)}, Cycles: 2, Reason: "aborted by console"}},
 	}}
 }
 func (s *source) History(string) []metrics.Sample {
@@ -56,6 +70,20 @@ func (s *source) SetScannerEnabled(_ context.Context, name string, on bool, _ st
 	s.lastSwitch.Store(name + map[bool]string{true: " on", false: " off"}[on])
 	return httpapi.ReloadResult{Stopped: []string{name}}, nil
 }
+func (s *source) Canary(_ context.Context, name, action, _ string) (httpapi.CanaryResult, error) {
+	s.canaries.Add(1)
+	s.lastCanary.Store(name + " " + action)
+	res := httpapi.CanaryResult{Scanner: name, Action: action, Error: s.canaryRefusal}
+	if name == "nope" {
+		return res, fmt.Errorf("%w: %q is not an enabled scanner of this host", httpapi.ErrNotFound, name)
+	}
+	if res.Error == "" {
+		st := map[string]string{httpapi.CanaryStart: canary.Comparing, httpapi.CanaryPromote: canary.Promoted, httpapi.CanaryAbort: canary.Aborted}[action]
+		res.Canary = &canary.Status{State: st, From: canary.Version{SHA256: strings.Repeat("a", 64)}, To: canary.Version{SHA256: strings.Repeat("b", 64), Version: "1.0.1"},
+			Cycles: 12, Items: map[string]uint64{canary.OnlyNew: 3}}
+	}
+	return res, nil
+}
 func (s *source) ApprovePlugin(_ context.Context, name string, _ httpapi.ApprovalReview) (httpapi.PluginSwapResult, error) {
 	return httpapi.PluginSwapResult{Scanner: name, Outcome: "approved"}, nil
 }
@@ -76,11 +104,11 @@ func TestOverviewCostsOneStatusCall(t *testing.T) {
 	code, body, _ := do(t, h, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9464/", nil))
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Equal(t, int32(1), src.status.Load())
-	assert.Equal(t, int32(2), src.history.Load(), "one history read per scanner, in memory")
+	assert.Equal(t, int32(4), src.history.Load(), "one history read per scanner, in memory")
 	assert.Zero(t, src.explains.Load())
 	assert.Contains(t, body, `data-scanner="lease_expiry"`)
 	assert.Contains(t, body, `<svg class="chart"`)
-	assert.Contains(t, body, "1 of 2 running")
+	assert.Contains(t, body, "3 of 4 running")
 }
 
 // Pages follow the admin endpoints' Host rule (no DNS names but
@@ -140,4 +168,77 @@ func TestExplainPage(t *testing.T) {
 	assert.Equal(t, int32(1), src.explains.Load())
 	assert.Contains(t, body, `data-verdict="acts"`)
 	assert.Contains(t, body, "marked_expired")
+}
+
+// A scanner in shadow shows a pill and a row of what it held back; one
+// with a canary shows it beside it (versions, counts, the latest
+// differences) with promote and abort; a canary that ended is one line.
+func TestOverviewShowsShadowAndCanaries(t *testing.T) {
+	code, body, _ := do(t, Handler(&source{}), httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9464/", nil))
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `data-mode="shadow"`)
+	assert.Contains(t, body, `<tr class="shadow" data-shadow="retention_trimmer">`)
+	assert.Contains(t, body, "<b>9</b> writes held back <span class=\"dim\">by command: FCALL ff_purge_execution <b>9</b></span>")
+	assert.Contains(t, body, "ff:exec:{fp:3}:aaaa:core")
+	assert.NotContains(t, body, `data-shadow="lease_expiry"`, "a scanner without shadow writes has no shadow row")
+
+	assert.Contains(t, body, `data-canary="retention_trimmer" data-canary-state="comparing"`)
+	assert.Contains(t, body, "aaaaaaaaaaaa</code>")
+	assert.Contains(t, body, "bbbbbbbbbbbb</code>")
+	assert.Contains(t, body, `<b class="cycles">12</b> cycles compared`)
+	assert.Contains(t, body, "only_new <b>3</b>")
+	assert.Contains(t, body, `<tr data-kind="only_new">`)
+	assert.Contains(t, body, "FCALL ff_purge_execution {fp:3}:bbbb")
+	assert.Contains(t, body, "4 cycles")
+	for _, a := range []string{"canary-promote", "canary-abort"} {
+		assert.Equal(t, 1, strings.Count(body, `value="`+a+`"`), a)
+	}
+	// Start: offered for enabled scanners without an active canary.
+	assert.Equal(t, 2, strings.Count(body, `value="canary-start"`))
+	assert.Contains(t, body, `<tr class="canary ended" data-canary="lease_expiry_old" data-canary-state="aborted">`)
+	assert.Contains(t, body, "canary aborted: sha256 <code")
+	assert.Contains(t, body, "aborted by console")
+}
+
+func canaryAction(token, action, scanner string) *http.Request {
+	form := url.Values{"action": {action}, "scanner": {scanner}, "token": {token}}
+	r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:9464/actions", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("Origin", "http://127.0.0.1:9464")
+	return r
+}
+
+// The canary's buttons act as the others do: the admin token, then the
+// host's Canary with its action, and a message of the outcome; a refusal
+// the host explains is the message, shown as a refusal.
+func TestCanaryActions(t *testing.T) {
+	src := &source{}
+	h := Handler(src)
+	code, _, _ := do(t, h, canaryAction("", "canary-start", "retention_trimmer"))
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.Zero(t, src.canaries.Load(), "no canary action without the token")
+
+	for _, c := range []struct{ form, action, says string }{
+		{"canary-start", httpapi.CanaryStart, "canary of retention_trimmer started: sha256 bbbbbbbbbbbb (1.0.1) runs in shadow beside sha256 aaaaaaaaaaaa; its decisions are compared below until you promote or abort it"},
+		{"canary-promote", httpapi.CanaryPromote, "canary of retention_trimmer promoted: sha256 bbbbbbbbbbbb (1.0.1) serves now, after 12 cycles compared (3 items differed)"},
+		{"canary-abort", httpapi.CanaryAbort, "canary of retention_trimmer aborted: sha256 bbbbbbbbbbbb (1.0.1) stopped after 12 cycles compared (3 items differed); the running version never changed"},
+	} {
+		code, _, hdr := do(t, h, canaryAction("sekrit", c.form, "retention_trimmer"))
+		require.Equal(t, http.StatusSeeOther, code, c.form)
+		assert.Equal(t, "retention_trimmer "+c.action, src.lastCanary.Load())
+		loc, err := url.Parse(hdr.Get("Location"))
+		require.NoError(t, err)
+		assert.Equal(t, c.says, loc.Query().Get("msg"))
+	}
+
+	src.canaryRefusal = "canary request refused: scanner retention_trimmer already has a canary (sha256 bbbbbbbbbbbb); promote or abort it first"
+	code, _, hdr := do(t, h, canaryAction("sekrit", "canary-start", "retention_trimmer"))
+	require.Equal(t, http.StatusSeeOther, code)
+	code, body, _ := do(t, h, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9464"+hdr.Get("Location"), nil))
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `<div class="msg bad" id="message">canary start of retention_trimmer refused: canary request refused: scanner retention_trimmer already has a canary`)
+
+	code, body, _ = do(t, h, canaryAction("sekrit", "canary-abort", "nope"))
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, body, "canary abort of nope failed")
 }
