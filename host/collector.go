@@ -30,6 +30,10 @@ var (
 		"Tasks (threads) in the scanner's plugin process's control group, bounded by plugin_pids_limit; absent without one.", []string{"scanner"}, nil)
 	shadowDesc = prometheus.NewDesc("ffscan_shadow_would_act_total",
 		"Writes a scanner in shadow mode sent and the host held back (what it would have done), by command (FCALL and PGCALL by function).", []string{"scanner", "command"}, nil)
+	pausedDesc = prometheus.NewDesc("ffscan_scanner_paused",
+		"1 while the scanner is paused at its action budget (it acted on more items per window than scanners.NAME.action_budget allows) until an operator resumes it or its cool-down passes.", []string{"scanner"}, nil)
+	pausesDesc = prometheus.NewDesc("ffscan_scanner_budget_pauses_total",
+		"Times the scanner paused itself at its action budget since it started.", []string{"scanner"}, nil)
 	canaryDesc = prometheus.NewDesc("ffscan_canary_running",
 		"1 while a canary of the scanner (a new binary in shadow beside the running one) is compared with it or being promoted.", []string{"scanner"}, nil)
 	canaryCyclesDesc = prometheus.NewDesc("ffscan_canary_cycles",
@@ -58,6 +62,8 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- throttledDesc
 	ch <- tasksDesc
 	ch <- shadowDesc
+	ch <- pausedDesc
+	ch <- pausesDesc
 	ch <- canaryDesc
 	ch <- canaryCyclesDesc
 	ch <- canaryItemsDesc
@@ -84,6 +90,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		var s httpapi.ScannerStatus
 		fillStatus(&s, u)
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, b2f(pendingApproval(s)), n)
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, b2f(s.Paused != nil), n)
+		ch <- prometheus.MustNewConstMetric(pausesDesc, prometheus.CounterValue, float64(u.Runner().Pauses()), n)
 		if r := s.Resources; r != nil {
 			ch <- prometheus.MustNewConstMetric(memoryDesc, prometheus.GaugeValue, float64(r.MemoryBytes), n)
 			ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.CounterValue, r.CPUSeconds, n)

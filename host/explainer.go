@@ -35,6 +35,9 @@ func (h *Host) Explain(ctx context.Context, id string) (*explain.Report, error) 
 			ss, rs := sup.Status(), run.Status()
 			t.State, t.StateReason = string(ss.State), ss.LastError
 			t.Cycle, t.LastCycleAt = rs.Cycle, rs.LastCycleAt
+			if p := run.Paused(); p != nil {
+				t.Paused = p.Reason
+			}
 			if _, info, err := sup.Current(); err == nil {
 				tun := run.Tuning()
 				t.Interval, t.Batch = tun.Interval, tun.Batch

@@ -61,6 +61,54 @@ func promQuery(addr, q string) ([]json.RawMessage, error) {
 	return body.Data.Result, nil
 }
 
+// startPrometheus runs Debian's prometheus scraping target every second
+// with the alert rules loaded, and returns its address and a poll of its
+// API (Prometheus is another process with no event to wait on: it is
+// asked every 500 ms until ok says yes, or the deadline).
+func startPrometheus(t *testing.T, prom, target string) (string, func(what string, timeout time.Duration, ok func() (bool, string))) {
+	t.Helper()
+	dir := t.TempDir()
+	rules, err := filepath.Abs("../configs/prometheus/alerts.yaml")
+	require.NoError(t, err)
+	promAddr := freeAddr(t)
+	pcfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: ffscan
+    static_configs: [{targets: [%q]}]
+`, rules, target)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(pcfg), 0o644))
+	p := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+promAddr, "--log.level=warn")
+	p.Stderr = os.Stderr
+	require.NoError(t, p.Start())
+	t.Cleanup(func() {
+		_ = p.Process.Signal(syscall.SIGTERM)
+		_ = p.Wait()
+	})
+	poll := func(what string, timeout time.Duration, ok func() (bool, string)) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		last := ""
+		for {
+			done, why := ok()
+			if done {
+				return
+			}
+			last = why
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: %s", what, last)
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	return promAddr, poll
+}
+
 // dashboardQueries are the expressions of every panel of the dashboard,
 // with Grafana's variables as a dashboard showing every scanner sets
 // them.
@@ -155,48 +203,7 @@ func TestDashboardAndAlertsAgainstAPrometheus(t *testing.T) {
 		_ = demo.Wait()
 	})
 
-	dir := t.TempDir()
-	rules, err := filepath.Abs("../configs/prometheus/alerts.yaml")
-	require.NoError(t, err)
-	promAddr := freeAddr(t)
-	pcfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-scrape_configs:
-  - job_name: ffscan
-    static_configs: [{targets: [%q]}]
-`, rules, h.http.Addr())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(pcfg), 0o644))
-	p := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+promAddr, "--log.level=warn")
-	p.Stderr = os.Stderr
-	require.NoError(t, p.Start())
-	t.Cleanup(func() {
-		_ = p.Process.Signal(syscall.SIGTERM)
-		_ = p.Wait()
-	})
-
-	// Prometheus is another process with no event to wait on: its API is
-	// polled, every 500 ms, until each query has data (or the deadline).
-	poll := func(what string, timeout time.Duration, ok func() (bool, string)) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		last := ""
-		for {
-			done, why := ok()
-			if done {
-				return
-			}
-			last = why
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s: %s", what, last)
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	}
+	promAddr, poll := startPrometheus(t, prom, h.http.Addr())
 	queries := dashboardQueries(t)
 	pending := map[string]string{}
 	for k, v := range queries {

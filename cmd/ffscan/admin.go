@@ -256,6 +256,9 @@ func printScannerTable(w io.Writer, scanners []httpapi.ScannerStatus) {
 		if s.Mode == "shadow" {
 			state += " (shadow)"
 		}
+		if s.Paused != nil {
+			state = "paused: action budget"
+		}
 		fmt.Fprintf(tw, "%s\t%t\t%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n",
 			s.Name, s.Enabled, state, s.Pid, version, api, sha, s.Restarts, s.Swaps, s.Cycle, last, s.Processed, s.Errors, backlog)
 	}
@@ -287,6 +290,13 @@ func scannerNotes(s httpapi.ScannerStatus) []string {
 		}
 		if len(sh.Latest) > 0 {
 			line += "; latest: " + oneLine(sh.Latest[0].String())
+		}
+		notes = append(notes, line)
+	}
+	if p := s.Paused; p != nil {
+		line := fmt.Sprintf("PAUSED since %s: %s (ffscan scanners resume %s)", p.Since.UTC().Format("15:04:05"), oneLine(p.Reason), s.Name)
+		if p.Until != nil {
+			line = fmt.Sprintf("PAUSED since %s until %s: %s", p.Since.UTC().Format("15:04:05"), p.Until.UTC().Format("15:04:05"), oneLine(p.Reason))
 		}
 		notes = append(notes, line)
 	}

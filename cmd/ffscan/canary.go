@@ -115,3 +115,31 @@ func short(sha string) string {
 	}
 	return sha
 }
+
+// cmdScannersResume resumes a scanner paused at its action budget.
+func cmdScannersResume(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("scanners resume", stderr)
+	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
+	tokenFile := fs.String("token-file", "", tokenFileUsage)
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	cl, err := adminClient(fs, c, *addr, *tokenFile)
+	if err != nil {
+		return err
+	}
+	var res httpapi.ResumeResult
+	if _, err := cl.Post("/v1/scanners/"+pos[0]+"/resume", time.Minute, &res); err != nil {
+		return err
+	}
+	if res.Error != "" {
+		return errors.New(res.Error)
+	}
+	if !res.Resumed {
+		fmt.Fprintf(stdout, "scanner %s was not paused\n", pos[0])
+		return nil
+	}
+	fmt.Fprintf(stdout, "scanner %s resumed: it acts again from its next cycle (it had paused: %s)\n", pos[0], oneLine(res.Pause.Reason))
+	return nil
+}

@@ -8,6 +8,7 @@
 //	ffscan plugins pin NAME         print (or --write) the sha256 pin of a scanner's binary
 //	ffscan plugins reload NAME      hot-swap a scanner's plugin in a running host
 //	ffscan plugins canary NAME      run the new binary in shadow beside the running one; promote or abort it
+//	ffscan scanners resume NAME     resume a scanner paused at its action budget
 //	ffscan scan-once --scanner N    one cycle of one scanner, then a summary
 //	ffscan status                   the /v1/status of a running host
 //	ffscan explain ID               what each scanner does with one execution, and why
@@ -65,6 +66,8 @@ commands:
                                their decisions are compared item by item; --promote
                                swaps it in, --abort stops it (the running version is
                                untouched), --status shows it and its differences
+  scanners resume NAME         resume scanner NAME, paused at its action budget, in a
+            [--addr host:port] running host (it acts again from its next cycle)
   scan-once --scanner NAME     run one cycle of one scanner and print a summary
             [--partition N] [--dry-run]
   status [--addr host:port] [--json | --watch 3s]
@@ -116,6 +119,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		cmd, rest = "plugins "+rest[0], rest[1:]
 	}
+	if cmd == "scanners" {
+		if len(rest) == 0 || rest[0] != "resume" {
+			fmt.Fprint(stderr, "ffscan scanners: want resume\n\n"+usage)
+			return exitUsage
+		}
+		cmd, rest = "scanners "+rest[0], rest[1:]
+	}
 	if cmd == "postgres" {
 		if len(rest) == 0 || rest[0] != "create-schema" {
 			fmt.Fprint(stderr, "ffscan postgres: want create-schema\n\n"+usage)
@@ -139,6 +149,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdPluginsReload(rest, stdout, stderr)
 	case "plugins canary":
 		err = cmdPluginsCanary(rest, stdout, stderr)
+	case "scanners resume":
+		err = cmdScannersResume(rest, stdout, stderr)
 	case "reload":
 		err = cmdReload(rest, stdout, stderr)
 	case "scan-once":

@@ -486,12 +486,12 @@ scanners:
 	b.CanaryPromoteAfter = 5
 	assert.False(t, b.Equal(cfg.Scanners["retention_trimmer"]), "a reload sees the change")
 	for file, want := range map[string]string{
-		"scanners:\n  x:\n    action_budget: loose\n":                 `scanners.x.action_budget: must be off or a mapping`,
+		"scanners:\n  x:\n    action_budget: loose\n":                  `scanners.x.action_budget: must be off or a mapping`,
 		"scanners:\n  x:\n    action_budget: {max: 5, window: 10ms}\n": "scanners.x.action_budget.window: 10ms is not between 1s and 24h",
-		"scanners:\n  x:\n    action_budget: {max_fraction: 2}\n":     "scanners.x.action_budget.max_fraction: 2 is not in 0..1",
-		"scanners:\n  x:\n    action_budget: {max: -1}\n":             "scanners.x.action_budget.max",
-		"scanners:\n  x:\n    swap: sideways\n":                       `scanners.x.swap: "sideways" is not one of`,
-		"scanners:\n  x:\n    canary_promote_after: -2\n":             "scanners.x.canary_promote_after: -2 is negative",
+		"scanners:\n  x:\n    action_budget: {max_fraction: 2}\n":      "scanners.x.action_budget.max_fraction: 2 is not in 0..1",
+		"scanners:\n  x:\n    action_budget: {max: -1}\n":              "scanners.x.action_budget.max",
+		"scanners:\n  x:\n    swap: sideways\n":                        `scanners.x.swap: "sideways" is not one of`,
+		"scanners:\n  x:\n    canary_promote_after: -2\n":              "scanners.x.canary_promote_after: -2 is negative",
 		"decision_records: {shadow: 0}\n":                              "decision_records.shadow: 0 is not in 1..10000",
 	} {
 		_, err := Load(Sources{File: writeFile(t, file), Environ: noEnv})

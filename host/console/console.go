@@ -49,6 +49,9 @@ type Source interface {
 	// Canary starts, promotes or aborts scanner name's canary
 	// (httpapi.Canaries).
 	Canary(ctx context.Context, name, action, who string) (httpapi.CanaryResult, error)
+	// ResumeScanner resumes a scanner paused at its action budget
+	// (httpapi.Resumer).
+	ResumeScanner(ctx context.Context, name, who string) (httpapi.ResumeResult, error)
 }
 
 //go:embed templates/*.html
@@ -177,6 +180,15 @@ func act(w http.ResponseWriter, r *http.Request, src Source) (string, int) {
 		action := map[string]string{"canary-start": httpapi.CanaryStart, "canary-promote": httpapi.CanaryPromote, "canary-abort": httpapi.CanaryAbort}[a]
 		res, err := src.Canary(ctx, name, action, who)
 		return canaryMsg(action, name, res, err)
+	case "resume":
+		res, err := src.ResumeScanner(ctx, name, who)
+		switch {
+		case err != nil:
+			return fmt.Sprintf("resume of %s failed: %v", name, err), codeOf(err)
+		case !res.Resumed:
+			return fmt.Sprintf("scanner %s was not paused", name), http.StatusOK
+		}
+		return fmt.Sprintf("scanner %s resumed: it acts again from its next cycle (it had paused after acting on %d items in %s)", name, res.Pause.Acted, res.Pause.Window), http.StatusOK
 	default:
 		return fmt.Sprintf("unknown action %q", a), http.StatusBadRequest
 	}

@@ -25,8 +25,8 @@ import (
 // source records what the console asks of the host; the host's own
 // console is exercised end to end by the browser test (cmd/ffscan).
 type source struct {
-	status, history, explains, switches, canaries atomic.Int32
-	lastSwitch, lastCanary                        atomic.Value
+	status, history, explains, switches, canaries, resumes atomic.Int32
+	lastSwitch, lastCanary                                 atomic.Value
 	// canaryRefusal, if set, is the host's answer to every canary action.
 	canaryRefusal string
 }
@@ -36,7 +36,9 @@ func (s *source) Status() httpapi.StatusDoc {
 	b := int64(7)
 	at := time.Unix(1700000000, 0)
 	return httpapi.StatusDoc{Version: "t", Scanners: []httpapi.ScannerStatus{
-		{Name: "lease_expiry", Enabled: true, State: "running", Plugin: "leaseexpiry", Backlog: &b, LastCycleAt: &at, Cycle: 3},
+		{Name: "lease_expiry", Enabled: true, State: "running", Plugin: "leaseexpiry", Backlog: &b, LastCycleAt: &at, Cycle: 3,
+			ActionBudget: "20 per 1m0s", Paused: &httpapi.PauseStatus{Since: at, Reason: "action budget: acted on 24 items in 1m0s, over its budget of 20",
+				Acted: 24, Examined: 30, Window: "1m0s", Max: 20}},
 		{Name: "unblock", Enabled: false, State: "stopped", Plugin: "unblock"},
 		{Name: "retention_trimmer", Enabled: true, State: "running", Plugin: "retention", Mode: "shadow", Swap: "canary",
 			Shadow: &shadow.Snapshot{WouldAct: 9, ByCommand: map[string]uint64{"FCALL ff_purge_execution": 9},
@@ -83,6 +85,16 @@ func (s *source) Canary(_ context.Context, name, action, _ string) (httpapi.Cana
 			Cycles: 12, Items: map[string]uint64{canary.OnlyNew: 3}}
 	}
 	return res, nil
+}
+func (s *source) ResumeScanner(_ context.Context, name, _ string) (httpapi.ResumeResult, error) {
+	s.resumes.Add(1)
+	if name == "nope" {
+		return httpapi.ResumeResult{}, fmt.Errorf("%w: %q is not an enabled scanner of this host", httpapi.ErrNotFound, name)
+	}
+	if name != "lease_expiry" {
+		return httpapi.ResumeResult{Scanner: name}, nil
+	}
+	return httpapi.ResumeResult{Scanner: name, Resumed: true, Pause: &httpapi.PauseStatus{Acted: 24, Window: "1m0s"}}, nil
 }
 func (s *source) ApprovePlugin(_ context.Context, name string, _ httpapi.ApprovalReview) (httpapi.PluginSwapResult, error) {
 	return httpapi.PluginSwapResult{Scanner: name, Outcome: "approved"}, nil
@@ -241,4 +253,32 @@ func TestCanaryActions(t *testing.T) {
 	code, body, _ = do(t, h, canaryAction("sekrit", "canary-abort", "nope"))
 	assert.Equal(t, http.StatusNotFound, code)
 	assert.Contains(t, body, "canary abort of nope failed")
+}
+
+// A scanner paused at its action budget shows the pause and its figures,
+// and a resume button that needs the token.
+func TestPauseShownAndResumed(t *testing.T) {
+	src := &source{}
+	h := Handler(src)
+	code, body, _ := do(t, h, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9464/", nil))
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `<span class="pill bad" data-paused="lease_expiry" title="action budget: acted on 24 items in 1m0s, over its budget of 20">paused: action budget</span>`)
+	assert.Contains(t, body, `acted on <b>24</b> of <b>30</b> examined in 1m0s; budget 20; until an operator resumes it`)
+	assert.Contains(t, body, `data-action="resume"`)
+	assert.Equal(t, 1, strings.Count(body, `data-action="resume"`), "only the paused scanner has one")
+
+	code, _, _ = do(t, h, canaryAction("", "resume", "lease_expiry"))
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.Zero(t, src.resumes.Load())
+	code, _, hdr := do(t, h, canaryAction("sekrit", "resume", "lease_expiry"))
+	require.Equal(t, http.StatusSeeOther, code)
+	loc, err := url.Parse(hdr.Get("Location"))
+	require.NoError(t, err)
+	assert.Equal(t, "scanner lease_expiry resumed: it acts again from its next cycle (it had paused after acting on 24 items in 1m0s)", loc.Query().Get("msg"))
+	code, _, hdr = do(t, h, canaryAction("sekrit", "resume", "unblock"))
+	require.Equal(t, http.StatusSeeOther, code)
+	loc, _ = url.Parse(hdr.Get("Location"))
+	assert.Equal(t, "scanner unblock was not paused", loc.Query().Get("msg"))
+	code, _, _ = do(t, h, canaryAction("sekrit", "resume", "nope"))
+	assert.Equal(t, http.StatusNotFound, code)
 }

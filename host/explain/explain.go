@@ -118,6 +118,9 @@ type Verdict struct {
 	// held back and recorded, not done (Detail begins "would act
 	// (shadow)").
 	Shadow bool `json:"shadow,omitempty"`
+	// Paused: the scanner paused itself at its action budget, so what it
+	// would do waits for a resume (Detail says so).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Target is one scanner of the host as explain sees it.
@@ -136,6 +139,9 @@ type Target struct {
 	Batch       int
 	// Shadow: the scanner runs in shadow mode (its writes held back).
 	Shadow bool
+	// Paused says why the scanner paused itself at its action budget
+	// (empty: it did not).
+	Paused string
 }
 
 // Instance is a running scanner held for one call.
@@ -304,7 +310,22 @@ func verdictOf(ctx context.Context, env Env, rep *Report, eid keys.ExecutionID, 
 	}
 	scannerVerdict(ctx, &v, inst, eid, t, rep, &req)
 	shadowed(&v, t)
+	paused(&v, t)
 	return v
+}
+
+// paused marks what a scanner paused at its action budget would do: it
+// does nothing until an operator resumes it.
+func paused(v *Verdict, t Target) {
+	if t.Paused == "" || v.Verdict != string(scannerapi.VerdictActs) {
+		return
+	}
+	v.Paused = true
+	what := "would act once resumed (paused: " + t.Paused + ")"
+	if v.Detail != "" {
+		what += "; " + v.Detail
+	}
+	v.Detail = what
 }
 
 // shadowed marks what a scanner in shadow mode would do: nothing of it
