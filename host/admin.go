@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/plugindir"
 	"github.com/ffscan/ffscan/host/supervisor"
@@ -96,6 +97,55 @@ func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool,
 		return h.refuse(who, err), nil
 	}
 	h.log.Info("scanner "+onOff(enabled)+" by an operator (until the host restarts)", "scanner", name, "by", who)
+	return h.apply(ctx, who, resolved), nil
+}
+
+// SetScannerMode puts a configured scanner in shadow mode or back to act
+// now (the admin action behind POST /v1/scanners/{name}/shadow and /act,
+// `ffscan scanners shadow|act NAME` and the console): the configuration
+// in force with the scanner's mode changed is checked and applied as a
+// reload is (a relaunch of its plugin), and remembered as an override
+// until the host restarts.
+func (h *Host) SetScannerMode(ctx context.Context, name, mode, who string) (httpapi.ReloadResult, error) {
+	if mode != config.ModeAct && mode != config.ModeShadow {
+		return httpapi.ReloadResult{}, fmt.Errorf("%w: mode %q is not act or shadow", httpapi.ErrBadRequest, mode)
+	}
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	cur := h.config()
+	sc, ok := cur.Scanners[name]
+	if !ok {
+		return httpapi.ReloadResult{}, fmt.Errorf("%w: %q is not a configured scanner", httpapi.ErrNotFound, name)
+	}
+	h.relMu.Lock()
+	prev, had := h.modeOverrides[name]
+	if h.modeOverrides == nil {
+		h.modeOverrides = map[string]string{}
+	}
+	h.modeOverrides[name] = mode
+	h.relMu.Unlock()
+	if sc.Mode == mode || (sc.Mode == "" && mode == config.ModeAct) {
+		return httpapi.ReloadResult{Notes: []string{fmt.Sprintf("scanner %s already runs in mode %s", name, mode)}}, nil
+	}
+	n := *cur
+	n.Scanners = maps.Clone(cur.Scanners)
+	sc.Mode = mode
+	n.Scanners[name] = sc
+	resolved, err := h.res.ResolveAll(ctx, &n, h.cat, h.log)
+	if err == nil {
+		err = h.check(resolved)
+	}
+	if err != nil {
+		h.relMu.Lock()
+		if had {
+			h.modeOverrides[name] = prev
+		} else {
+			delete(h.modeOverrides, name)
+		}
+		h.relMu.Unlock()
+		return h.refuse(who, err), nil
+	}
+	h.log.Info("scanner switched to mode "+mode+" by an operator (until the host restarts)", "scanner", name, "by", who)
 	return h.apply(ctx, who, resolved), nil
 }
 

@@ -134,6 +134,9 @@ type Host struct {
 	// overrides are the scanners an operator enabled (true) or disabled
 	// (false) at run time (admin.go); guarded by relMu.
 	overrides map[string]bool
+	// modeOverrides are the scanners an operator switched to shadow or
+	// act (guarded by relMu).
+	modeOverrides map[string]string
 
 	// The services (services.go), in the order Run starts them;
 	// shutdown.go stops them. Nil where the host has no use for one

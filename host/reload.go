@@ -351,6 +351,12 @@ func (h *Host) applyOverrides(cfg *config.Config) {
 			cfg.Scanners[name] = sc
 		}
 	}
+	for name, mode := range h.modeOverrides {
+		if sc, ok := cfg.Scanners[name]; ok && sc.Mode != mode {
+			sc.Mode = mode
+			cfg.Scanners[name] = sc
+		}
+	}
 }
 
 // override says whether an operator turned a scanner on or off ("" when
@@ -358,10 +364,17 @@ func (h *Host) applyOverrides(cfg *config.Config) {
 func (h *Host) override(name string) string {
 	h.relMu.Lock()
 	defer h.relMu.Unlock()
+	var parts []string
 	if on, ok := h.overrides[name]; ok {
-		return onOff(on) + " by an operator until the host restarts"
+		parts = append(parts, onOff(on))
 	}
-	return ""
+	if mode, ok := h.modeOverrides[name]; ok {
+		parts = append(parts, "in mode "+mode)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, ", ") + " by an operator until the host restarts"
 }
 
 // ensureAdminToken makes sure the admin token file c names exists (a

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
@@ -109,4 +110,41 @@ func TestShadowLinkedSessionActsOnNothing(t *testing.T) {
 	snap := l.Snapshot(0)
 	assert.Equal(t, uint64(1), snap.WouldAct)
 	assert.Equal(t, map[string]uint64{"PGCALL promote_delayed": 1}, snap.ByCommand)
+}
+
+// An operator switches an acting scanner to shadow and back at run time
+// (the console's and `ffscan scanners shadow|act`'s action): in shadow
+// its writes are held back, and status says who switched it.
+func TestOperatorSwitchesAScannerToShadowAndBack(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Plugin: "leaseexpiry", Interval: 200 * time.Millisecond})
+	cfg.Scanners = map[string]config.Scanner{"lease_expiry": cfg.Scanners["hostwork"]}
+	h, _ := running(t, cfg)
+	ctx := context.Background()
+	st := func() httpapi.ScannerStatus { return h.Status().Scanners[0] }
+	waitFor(t, h, time.Minute, "lease_expiry never ran", func() bool { return st().Cycle >= 1 })
+
+	res, err := h.SetScannerMode(ctx, "lease_expiry", config.ModeShadow, "test")
+	require.NoError(t, err)
+	require.Empty(t, res.Error)
+	waitFor(t, h, time.Minute, "never in shadow", func() bool { return st().Mode == config.ModeShadow && st().State == "running" })
+	assert.Contains(t, st().Override, "in mode shadow by an operator")
+	id := leaseFor(t, c, keys.Partition{Family: keys.FamilyFlow, Index: 5}, 50*time.Millisecond)
+	waitFor(t, h, time.Minute, "the write was never held back", func() bool { s := st().Shadow; return s != nil && s.WouldAct >= 1 })
+	cycle := st().Cycle
+	waitFor(t, h, time.Minute, "no more cycles", func() bool { return st().Cycle >= cycle+2 })
+	assert.Equal(t, "leased", ownership(c, id), "in shadow it acts on nothing")
+
+	_, err = h.SetScannerMode(ctx, "lease_expiry", "loud", "test")
+	assert.ErrorIs(t, err, httpapi.ErrBadRequest)
+	_, err = h.SetScannerMode(ctx, "nope", config.ModeAct, "test")
+	assert.ErrorIs(t, err, httpapi.ErrNotFound)
+
+	res, err = h.SetScannerMode(ctx, "lease_expiry", config.ModeAct, "test")
+	require.NoError(t, err)
+	require.Empty(t, res.Error)
+	waitFor(t, h, time.Minute, "never marked once acting", func() bool { return ownership(c, id) == "lease_expired_reclaimable" })
+	assert.Equal(t, config.ModeAct, st().Mode)
 }

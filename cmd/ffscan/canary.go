@@ -143,3 +143,30 @@ func cmdScannersResume(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "scanner %s resumed: it acts again from its next cycle (it had paused: %s)\n", pos[0], oneLine(res.Pause.Reason))
 	return nil
 }
+
+// cmdScannersMode switches a scanner of a running host to shadow or act.
+func cmdScannersMode(mode string, args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("scanners "+mode, stderr)
+	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
+	tokenFile := fs.String("token-file", "", tokenFileUsage)
+	pos, err := parseArgs(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	cl, err := adminClient(fs, c, *addr, *tokenFile)
+	if err != nil {
+		return err
+	}
+	var res httpapi.ReloadResult
+	if _, err := cl.Post("/v1/scanners/"+pos[0]+"/"+mode, 3*time.Minute, &res); err != nil {
+		return err
+	}
+	if res.Error != "" {
+		return errors.New(res.Error)
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintln(stdout, n)
+	}
+	fmt.Fprintf(stdout, "scanner %s: mode %s (until the host restarts; scanners.%s.mode makes it last)\n", pos[0], mode, pos[0])
+	return nil
+}

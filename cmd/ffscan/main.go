@@ -9,6 +9,7 @@
 //	ffscan plugins reload NAME      hot-swap a scanner's plugin in a running host
 //	ffscan plugins canary NAME      run the new binary in shadow beside the running one; promote or abort it
 //	ffscan scanners resume NAME     resume a scanner paused at its action budget
+//	ffscan scanners shadow|act NAME switch a scanner to shadow mode or back to act
 //	ffscan scan-once --scanner N    one cycle of one scanner, then a summary
 //	ffscan status                   the /v1/status of a running host
 //	ffscan explain ID               what each scanner does with one execution, and why
@@ -68,6 +69,9 @@ commands:
                                untouched), --status shows it and its differences
   scanners resume NAME         resume scanner NAME, paused at its action budget, in a
             [--addr host:port] running host (it acts again from its next cycle)
+  scanners shadow|act NAME     switch scanner NAME of a running host to shadow mode (its
+            [--addr host:port] writes held back and recorded) or back to act, until the
+                               host restarts (scanners.NAME.mode makes it last)
   scan-once --scanner NAME     run one cycle of one scanner and print a summary
             [--partition N] [--dry-run]
   status [--addr host:port] [--json | --watch 3s]
@@ -120,8 +124,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cmd, rest = "plugins "+rest[0], rest[1:]
 	}
 	if cmd == "scanners" {
-		if len(rest) == 0 || rest[0] != "resume" {
-			fmt.Fprint(stderr, "ffscan scanners: want resume\n\n"+usage)
+		if len(rest) == 0 || !slices.Contains([]string{"resume", "shadow", "act"}, rest[0]) {
+			fmt.Fprint(stderr, "ffscan scanners: want resume, shadow or act\n\n"+usage)
 			return exitUsage
 		}
 		cmd, rest = "scanners "+rest[0], rest[1:]
@@ -151,6 +155,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdPluginsCanary(rest, stdout, stderr)
 	case "scanners resume":
 		err = cmdScannersResume(rest, stdout, stderr)
+	case "scanners shadow", "scanners act":
+		err = cmdScannersMode(strings.TrimPrefix(cmd, "scanners "), rest, stdout, stderr)
 	case "reload":
 		err = cmdReload(rest, stdout, stderr)
 	case "scan-once":

@@ -180,6 +180,17 @@ func act(w http.ResponseWriter, r *http.Request, src Source) (string, int) {
 		action := map[string]string{"canary-start": httpapi.CanaryStart, "canary-promote": httpapi.CanaryPromote, "canary-abort": httpapi.CanaryAbort}[a]
 		res, err := src.Canary(ctx, name, action, who)
 		return canaryMsg(action, name, res, err)
+	case "shadow", "act":
+		res, err := src.SetScannerMode(ctx, name, a, who)
+		switch {
+		case err != nil:
+			return fmt.Sprintf("mode %s for %s failed: %v", a, name, err), codeOf(err)
+		case res.Error != "":
+			return fmt.Sprintf("mode %s for %s refused: %s", a, name, res.Error), http.StatusOK
+		case a == "shadow":
+			return fmt.Sprintf("scanner %s runs in shadow now: its writes are held back and recorded, not run (until the host restarts)", name), http.StatusOK
+		}
+		return fmt.Sprintf("scanner %s acts now (until the host restarts)", name), http.StatusOK
 	case "resume":
 		res, err := src.ResumeScanner(ctx, name, who)
 		switch {

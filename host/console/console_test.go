@@ -86,6 +86,11 @@ func (s *source) Canary(_ context.Context, name, action, _ string) (httpapi.Cana
 	}
 	return res, nil
 }
+func (s *source) SetScannerMode(_ context.Context, name, mode, _ string) (httpapi.ReloadResult, error) {
+	s.switches.Add(1)
+	s.lastSwitch.Store(name + " " + mode)
+	return httpapi.ReloadResult{Started: []string{name}}, nil
+}
 func (s *source) ResumeScanner(_ context.Context, name, _ string) (httpapi.ResumeResult, error) {
 	s.resumes.Add(1)
 	if name == "nope" {
@@ -281,4 +286,27 @@ func TestPauseShownAndResumed(t *testing.T) {
 	assert.Equal(t, "scanner unblock was not paused", loc.Query().Get("msg"))
 	code, _, _ = do(t, h, canaryAction("sekrit", "resume", "nope"))
 	assert.Equal(t, http.StatusNotFound, code)
+}
+
+// An operator switches a scanner to shadow and back from the console.
+func TestModeActions(t *testing.T) {
+	src := &source{}
+	h := Handler(src)
+	code, body, _ := do(t, h, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9464/", nil))
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `data-action="act"`, "the shadow scanner can be switched to act")
+	assert.Contains(t, body, `data-action="shadow"`, "the others to shadow")
+	code, _, _ = do(t, h, canaryAction("", "shadow", "lease_expiry"))
+	assert.Equal(t, http.StatusUnauthorized, code)
+	for _, c := range []struct{ mode, says string }{
+		{"shadow", "scanner lease_expiry runs in shadow now: its writes are held back and recorded, not run (until the host restarts)"},
+		{"act", "scanner lease_expiry acts now (until the host restarts)"},
+	} {
+		code, _, hdr := do(t, h, canaryAction("sekrit", c.mode, "lease_expiry"))
+		require.Equal(t, http.StatusSeeOther, code)
+		assert.Equal(t, "lease_expiry "+c.mode, src.lastSwitch.Load())
+		loc, err := url.Parse(hdr.Get("Location"))
+		require.NoError(t, err)
+		assert.Equal(t, c.says, loc.Query().Get("msg"))
+	}
 }

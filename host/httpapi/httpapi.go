@@ -320,6 +320,9 @@ type PluginSwapResult struct {
 // (POST /v1/scanners/{name}/enable, /disable, /approve; admin token).
 type Switches interface {
 	SetScannerEnabled(ctx context.Context, name string, enabled bool, who string) (ReloadResult, error)
+	// SetScannerMode switches a scanner to shadow or act (POST
+	// /v1/scanners/{name}/shadow, /act).
+	SetScannerMode(ctx context.Context, name, mode, who string) (ReloadResult, error)
 	ApprovePlugin(ctx context.Context, name string, reviewed ApprovalReview) (PluginSwapResult, error)
 }
 
@@ -525,6 +528,20 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 					}
 					LiftWriteDeadline(w)
 					res, err := sw.SetScannerEnabled(r.Context(), r.PathValue("name"), on, "admin request from "+r.RemoteAddr)
+					writeReload(w, res, err)
+				})
+			}
+			for _, mode := range []string{"shadow", "act"} {
+				mux.HandleFunc("POST /v1/scanners/{name}/"+mode, func(w http.ResponseWriter, r *http.Request) {
+					if !allowed(w, r, admin) {
+						return
+					}
+					LiftWriteDeadline(w)
+					res, err := sw.SetScannerMode(r.Context(), r.PathValue("name"), mode, "admin request from "+r.RemoteAddr)
+					if errors.Is(err, ErrBadRequest) {
+						writeJSON(w, http.StatusBadRequest, ReloadResult{Error: err.Error()})
+						return
+					}
 					writeReload(w, res, err)
 				})
 			}
