@@ -31,7 +31,8 @@ func (h *Host) AdminToken() (string, error) {
 // takes over between two calls. Unless force, nothing happens when the
 // file is what already runs, or was already tried and rejected. With wait,
 // it returns once probation is over (kept or rolled back).
-func (h *Host) ReloadPlugin(ctx context.Context, name string, force, wait bool) (httpapi.PluginSwapResult, error) {
+func (h *Host) ReloadPlugin(ctx context.Context, name string, force, wait bool) (out httpapi.PluginSwapResult, err error) {
+	defer func() { h.auditOperator(ctx, "swap", name, swapDetail(out, err)) }()
 	u := h.units.Get(name)
 	if u == nil {
 		return httpapi.PluginSwapResult{}, fmt.Errorf("%w: %q is not an enabled scanner of this host", httpapi.ErrNotFound, name)
@@ -42,7 +43,7 @@ func (h *Host) ReloadPlugin(ctx context.Context, name string, force, wait bool) 
 	}
 	sup := u.Supervisor()
 	r, err := sup.Swap(ctx, force, "reload requested", settled)
-	out := swapResult(name, r, err)
+	out = swapResult(name, r, err)
 	if err == nil && r.Outcome == supervisor.SwapDone {
 		h.testSignals.pluginSwitched.Signal(sup.Status().Pid)
 	}
@@ -65,7 +66,10 @@ func (h *Host) ReloadPlugin(ctx context.Context, name string, force, wait bool) 
 // admin action behind POST /v1/scanners/{name}/enable and /disable): the
 // configuration in force with the scanner's enabled flag changed is
 // checked and applied as a reload is, and remembered as an override.
-func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool, who string) (httpapi.ReloadResult, error) {
+func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool, who string) (res httpapi.ReloadResult, err error) {
+	defer func() {
+		h.auditOperator(ctx, map[bool]string{true: "enable", false: "disable"}[enabled], name, reloadDetail(who, res, err))
+	}()
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
 	cur := h.config()
@@ -106,7 +110,8 @@ func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool,
 // in force with the scanner's mode changed is checked and applied as a
 // reload is (a relaunch of its plugin), and remembered as an override
 // until the host restarts.
-func (h *Host) SetScannerMode(ctx context.Context, name, mode, who string) (httpapi.ReloadResult, error) {
+func (h *Host) SetScannerMode(ctx context.Context, name, mode, who string) (res httpapi.ReloadResult, err error) {
+	defer func() { h.auditOperator(ctx, "mode "+mode, name, reloadDetail(who, res, err)) }()
 	if mode != config.ModeAct && mode != config.ModeShadow {
 		return httpapi.ReloadResult{}, fmt.Errorf("%w: mode %q is not act or shadow", httpapi.ErrBadRequest, mode)
 	}
@@ -153,7 +158,10 @@ func (h *Host) SetScannerMode(ctx context.Context, name, mode, who string) (http
 // (as `ffscan plugins approve NAME` does: read twice, and refused when
 // it is not what the operator reviewed) and relaunches the plugin with
 // it (a forced hot swap, or the restart of a plugin that was refused).
-func (h *Host) ApprovePlugin(ctx context.Context, name string, reviewed httpapi.ApprovalReview) (httpapi.PluginSwapResult, error) {
+func (h *Host) ApprovePlugin(ctx context.Context, name string, reviewed httpapi.ApprovalReview) (out httpapi.PluginSwapResult, err error) {
+	defer func() {
+		h.auditOperator(ctx, "approve", name, fmt.Sprintf("binary sha256 %.12s, policy %.12s: %s", reviewed.SHA256, reviewed.Policy, swapDetail(out, err)))
+	}()
 	cfg := h.config()
 	if _, ok := cfg.Scanners[name]; !ok {
 		return httpapi.PluginSwapResult{}, fmt.Errorf("%w: %q is not a configured scanner", httpapi.ErrNotFound, name)

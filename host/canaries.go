@@ -21,13 +21,13 @@ const CanaryShown = 20
 
 // Canary implements httpapi.Canaries: action start, promote or abort on
 // scanner name's canary, on behalf of who (logged).
-func (h *Host) Canary(ctx context.Context, name, action, who string) (httpapi.CanaryResult, error) {
+func (h *Host) Canary(ctx context.Context, name, action, who string) (out httpapi.CanaryResult, err error) {
+	defer func() { h.auditOperator(ctx, "canary "+action, name, canaryDetail(out, err)) }()
 	if h.readOnly {
 		return httpapi.CanaryResult{}, errors.New("a read-only host runs no canaries")
 	}
 	settings := unit.SettingsOf(h.config())
 	var st canary.Status
-	var err error
 	switch action {
 	case httpapi.CanaryStart:
 		st, err = h.units.StartCanary(ctx, settings, name, who)
@@ -65,7 +65,13 @@ func (h *Host) canaryChanged(ctx context.Context, name string) {
 		h.log.Info("the plugin binary changed again; its earlier canary gives way", "scanner", name, "canary_sha256", cur.To.SHA256)
 		_, _ = h.units.AbortCanary(name, "the binary changed again")
 	}
-	if _, err := h.units.StartCanary(ctx, settings, name, "binary changed on disk"); err != nil {
+	st, err := h.units.StartCanary(ctx, settings, name, "binary changed on disk")
+	res := httpapi.CanaryResult{Scanner: name, Action: httpapi.CanaryStart}
+	if st.State != "" {
+		res.Canary = &st
+	}
+	h.auditOperator(ctx, "canary start", name, canaryDetail(res, err))
+	if err != nil {
 		if ctx.Err() == nil {
 			h.log.Error("canary not started; the running plugin keeps serving", "scanner", name, "error", err)
 		}

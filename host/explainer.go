@@ -5,6 +5,7 @@ package host
 
 import (
 	"context"
+	"github.com/ffscan/ffscan/host/audit"
 	"sort"
 	"strings"
 
@@ -58,8 +59,23 @@ func (h *Host) Explain(ctx context.Context, id string) (*explain.Report, error) 
 		}
 		env.Targets = append(env.Targets, t)
 	}
-	return explain.Explain(ctx, env, id)
+	rep, err := explain.Explain(ctx, env, id)
+	if err != nil || h.audit == nil {
+		return rep, err
+	}
+	// What happened beside what will happen: the execution's latest
+	// entries in the trail.
+	hist, herr := h.audit.Query(ctx, audit.Filter{Execution: id, Limit: HistoryShown})
+	if herr != nil {
+		rep.HistoryError = herr.Error()
+	}
+	rep.History = hist
+	return rep, nil
 }
+
+// HistoryShown is how many of an execution's latest audit entries
+// explain shows.
+const HistoryShown = 20
 
 // History implements console.Source: the scanner's last cycles.
 func (h *Host) History(scanner string) []metrics.Sample { return h.met.History(scanner) }

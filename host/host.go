@@ -14,14 +14,18 @@
 //   - explainer.go: the explain view, the host's facts per scanner for
 //     host/explain.
 //   - collector.go: gauges computed at scrape time (interval, enabled,
-//     pending approval, readiness).
+//     pending approval, readiness, pauses, canaries).
+//   - pauses.go: resuming a scanner paused at its action budget.
 //   - status.go: the status and readiness views.
 //   - admin.go: the admin endpoints' actions (plugin reload and approval,
 //     the token, a scanner enabled or disabled by an operator).
 //   - services.go: every service built from the configuration.
 //   - watch.go: what the file watch follows.
+//   - canaries.go: canary swaps on request and from the file watch.
 //   - reload.go: configuration reloads (SIGHUP, the admin call, the file
 //     watch), and the operator overrides they keep.
+//   - auditing.go: the audit trail's recorder, the operator actions it
+//     records, and the trail read back.
 //   - settings.go: a configuration section as a service's settings.
 //   - host.go: the Host and what it holds.
 //
@@ -38,6 +42,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/boot"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/canary"
@@ -116,6 +121,8 @@ type Host struct {
 	shadows *shadow.Logs
 	// taps link each scanner's launches to its canary (unit/canary.go).
 	taps canary.Taps
+	// audit records what scanners and operators did (nil: no trail).
+	audit *audit.Recorder
 	// approvals admits each launch's declared policy (restart keys, so
 	// fixed for the host's life).
 	approvals *policy.Store

@@ -69,7 +69,8 @@ var ErrReloadRefused = errors.New("configuration reload refused; the running con
 // applies it (see Reload). A configuration that does not load or validate
 // is refused as a whole, with the reason logged and returned in the
 // result's Error.
-func (h *Host) ReloadConfig(ctx context.Context, reason string) (httpapi.ReloadResult, error) {
+func (h *Host) ReloadConfig(ctx context.Context, reason string) (res httpapi.ReloadResult, err error) {
+	defer func() { h.auditOperator(ctx, "reload", "", reloadDetail(reason, res, err)) }()
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
 	h.relMu.Lock()

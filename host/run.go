@@ -84,6 +84,12 @@ func (h *Host) start(ctx context.Context, cfg *config.Config) (err error) {
 			return err
 		}
 	}
+	if h.audit != nil {
+		// Stopped after the scanners, so their last actions are written.
+		if err := h.audit.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+	}
 	if err := h.units.Start(ctx); err != nil {
 		return err
 	}

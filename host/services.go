@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/census"
 	"github.com/ffscan/ffscan/host/completions"
@@ -47,6 +48,7 @@ var (
 	_ service.Service = (*libwatch.Watch)(nil)
 	_ service.Service = (*filewatch.Watcher)(nil)
 	_ service.Service = (*httpapi.Server)(nil)
+	_ service.Service = (*audit.Recorder)(nil)
 )
 
 // build makes every service of the host from cfg.
@@ -59,8 +61,10 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 	if err := h.compMet.Register(h.met.Registry); err != nil {
 		return fmt.Errorf("register completion metrics: %w", err)
 	}
+	id := hostID()
+	h.audit = h.newAudit(cfg, id)
 	if store := h.shareStore(cfg); store != nil {
-		h.share = sharing.New(store, sharing.Config{ID: hostID(), Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
+		h.share = sharing.New(store, sharing.Config{ID: id, Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("sharing"), Changes: &h.changes})
 		if err := h.met.Registry.Register(sharing.NewCollector(h.share)); err != nil {
 			return fmt.Errorf("register sharing metrics: %w", err)
 		}
@@ -128,6 +132,9 @@ func (h *Host) unitDeps() unit.Deps {
 		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Nodes: h.nodes, Metrics: h.met, Clock: h.clk, Logger: h.log,
 		Changes: &h.changes, Launches: h.launches, Cgroups: h.bounds.Cgroups,
 		NoCgroups: h.bounds.Kind, Shadows: h.shadows, CanaryRecords: h.cfg.DecisionRecords.Canary,
+	}
+	if h.audit != nil {
+		d.Audit = h.audit
 	}
 	if !h.readOnly {
 		d.Taps = &h.taps

@@ -69,6 +69,10 @@ func (h *Host) shutdownPhases() []phase {
 	if h.http != nil {
 		endpoints = append(endpoints, h.http)
 	}
+	if h.audit != nil {
+		// After the scanners: their last actions are written.
+		endpoints = append(endpoints, h.audit)
+	}
 	if h.share != nil {
 		share = append(share, h.share)
 	}

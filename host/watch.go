@@ -7,6 +7,7 @@ import (
 	"context"
 	"path/filepath"
 
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/supervisor"
@@ -19,7 +20,7 @@ func (h *Host) newFileWatch(c config.Watch) *filewatch.Watcher {
 		Settings:   watchSettings(c),
 		ConfigFile: h.loadedConfigFile,
 		Reload: func(ctx context.Context) {
-			if _, err := h.ReloadConfig(ctx, "config file changed"); err != nil {
+			if _, err := h.ReloadConfig(audit.WithActor(ctx, audit.Actor{Channel: audit.ChannelFileWatch}), "config file changed"); err != nil {
 				h.log.Error("configuration reload failed", "error", err)
 			}
 		},
@@ -43,7 +44,9 @@ func (h *Host) watchedPlugins() []filewatch.Plugin {
 	out := make([]filewatch.Plugin, 0, len(running))
 	for name, run := range running {
 		sup := run.Unit.Supervisor()
-		p := filewatch.Plugin{Name: name, Path: filepath.Join(h.cat.Dir(), run.Scanner.Plugin), Swap: func(ctx context.Context) { h.swapChanged(ctx, name, sup) }}
+		p := filewatch.Plugin{Name: name, Path: filepath.Join(h.cat.Dir(), run.Scanner.Plugin), Swap: func(ctx context.Context) {
+			h.swapChanged(audit.WithActor(ctx, audit.Actor{Channel: audit.ChannelFileWatch}), name, sup)
+		}}
 		if st := sup.Status(); st.State == supervisor.StateRunning {
 			p.Running = st.Meta.SHA256
 		}
@@ -66,6 +69,7 @@ func (h *Host) swapChanged(ctx context.Context, name string, sup *supervisor.Sup
 		return
 	}
 	res, err := sup.Swap(ctx, false, "binary changed on disk", nil)
+	h.auditSwap(ctx, name, res, err)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {

@@ -93,6 +93,13 @@ func printExplain(w io.Writer, r *explain.Report) {
 		}
 	}
 	_ = tw.Flush()
+	if len(r.History) > 0 || r.HistoryError != "" {
+		fmt.Fprintln(w, "\nwhat happened (the audit trail, newest first):")
+		if r.HistoryError != "" {
+			fmt.Fprintf(w, "  (not read: %s)\n", oneLine(r.HistoryError))
+		}
+		printAudit(w, r.History)
+	}
 }
 
 // when says when a verdict applies: the due time, the next cycle, the

@@ -13,6 +13,7 @@
 //	ffscan scan-once --scanner N    one cycle of one scanner, then a summary
 //	ffscan status                   the /v1/status of a running host
 //	ffscan explain ID               what each scanner does with one execution, and why
+//	ffscan audit                    what scanners and operators did (the audit trail)
 //	ffscan version
 //
 // Every command accepts --config FILE (default $FFSCAN_CONFIG) and
@@ -79,7 +80,12 @@ commands:
                                compact view with rates, refreshed until Ctrl-C)
   explain ID [--addr host:port] [--json]
                                what every scanner of a running host does with
-                               execution ID on its next cycle, and why
+                               execution ID on its next cycle, and why, beside what
+                               was done to it (its latest audit entries)
+  audit [--execution ID] [--scanner NAME] [--kind scanner|operator]
+        [--since 1h] [--limit 100] [--json] [--addr host:port]
+                               what scanners and operators did, newest first (the
+                               audit trail a running host keeps in Valkey)
   postgres create-schema       create FlowFabric's Postgres tables in an empty database
                                (postgres.dsn), recorded as ffscan's; for tests, the demo
                                and users without FlowFabric
@@ -163,6 +169,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdScanOnce(rest, stdout, stderr)
 	case "status":
 		err = cmdStatus(rest, stdout, stderr)
+	case "audit":
+		err = cmdAudit(rest, stdout, stderr)
 	case "explain":
 		err = cmdExplain(rest, stdout, stderr)
 	case "version":

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/ffscan/ffscan/host/audit"
 	"io"
 	"os"
 	"os/signal"
@@ -53,7 +54,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 				return
 			case <-hup:
 				log.Info("SIGHUP: reloading the configuration")
-				if _, err := h.ReloadConfig(ctx, "SIGHUP"); err != nil {
+				if _, err := h.ReloadConfig(audit.WithActor(ctx, audit.Actor{Channel: audit.ChannelSIGHUP}), "SIGHUP"); err != nil {
 					log.Error("configuration reload failed", "error", err)
 				}
 			}

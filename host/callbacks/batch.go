@@ -199,6 +199,7 @@ func (s *Service) run(ctx context.Context, scanner string, pol Policy, cmds []sc
 			s.rec.CallbackRefused(scanner, ops[i].reason)
 		}
 	}
+	out = s.audited(out, pol, ops)
 	b := &batch{s: s, scanner: scanner, clk: clk, out: out, budget: budget.MaxReplyBytes,
 		acct: account{limit: budget.MaxReplyBytes, pool: &sp.replies}}
 	defer b.acct.release()

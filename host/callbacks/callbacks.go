@@ -118,6 +118,9 @@ type Policy struct {
 	// tap, when set, hears of every write that passed the policy, run or
 	// held back (a canary comparison, host/canary).
 	tap func(shadow.Decision)
+	// audit, when set, hears of every write that ran, with its outcome
+	// (audit.go).
+	audit func(shadow.Decision, string)
 }
 
 // WithShadow is p for a scanner in shadow mode: every command that

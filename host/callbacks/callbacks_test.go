@@ -2,6 +2,7 @@ package callbacks
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -232,6 +233,40 @@ func TestTapHearsEveryWriteDecision(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, []shadow.Decision{{Command: "HSET", Keys: []string{"ff:h"}, Args: []string{"a", "1"}}, {Command: "FCALL ff_version", Keys: []string{}, Args: []string{}}}, heard)
+}
+
+// Every write that runs is audited with its outcome read from its
+// reply; reads, refusals and held-back writes are not actions.
+func TestAuditHearsEveryWriteThatRan(t *testing.T) {
+	svc, _, _ := setup(t, testInfo, false)
+	type heard struct {
+		cmd, outcome string
+	}
+	var got []heard
+	var mu sync.Mutex
+	fn := func(d shadow.Decision, outcome string) {
+		mu.Lock()
+		got = append(got, heard{d.Command + " " + strings.Join(d.Keys, " "), outcome})
+		mu.Unlock()
+	}
+	pol, _ := PolicyFromInfo(testInfo, false)
+	svc.Register("t", pol.WithAudit(fn))
+	ctx := context.Background()
+	_, err := svc.Exec(ctx, "t", []scannerapi.Command{
+		{"HSET", "ff:a", "f", "1"},   // a new field: acted
+		{"HGET", "ff:a", "f"},        // a read
+		{"HSET", "ff:a", "f", "1"},   // no new field: already done
+		{"DEL", "ff:config:x"},       // refused by the policy
+		{"DEL", "ff:gone"},           // nothing to delete: already done
+		{"FCALL", "ff_version", "0"}, // a function's reply
+	})
+	require.NoError(t, err)
+	svc.Register("s", pol.WithAudit(fn).WithShadow(shadow.New(nil, 0)))
+	_, err = svc.Exec(ctx, "s", []scannerapi.Command{{"HSET", "ff:b", "f", "1"}})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []heard{{"HSET ff:a", "acted"}, {"HSET ff:a", "already_done"}, {"DEL ff:gone", "already_done"}, {"FCALL ff_version ", "acted"}}, got)
 }
 
 func TestServerErrorsAndTransport(t *testing.T) {

@@ -94,10 +94,12 @@ type Config struct {
 	Callbacks       Callbacks
 	// DecisionRecords sizes the shadow and canary rings.
 	DecisionRecords DecisionRecords
-	Supervisor      Supervisor
-	Watch           Watch
-	Completions     Completions
-	KeyEvents       KeyEvents
+	// Audit keeps the trail of what scanners and operators did.
+	Audit       Audit
+	Supervisor  Supervisor
+	Watch       Watch
+	Completions Completions
+	KeyEvents   KeyEvents
 	// Scanners is keyed by scanner name (Info.Name).
 	Scanners map[string]Scanner
 }
@@ -361,6 +363,18 @@ const (
 	SwapCanary = "canary"
 )
 
+// Audit configures the audit trail (host/audit): kept in Valkey, a
+// stream per partition, bounded by entries and by age.
+type Audit struct {
+	Enabled bool
+	// MaxEntries bounds each partition's stream; MaxAge every entry's
+	// age; Queue the entries waiting to be written (past it they are
+	// dropped and counted).
+	MaxEntries int64
+	MaxAge     time.Duration
+	Queue      int
+}
+
 // DecisionRecords sizes the rings of decision records the host keeps
 // per scanner: a shadow scanner's held-back writes, a canary's
 // differences.
@@ -460,6 +474,7 @@ func Defaults() Config {
 		PluginPidsLimit:   DefaultPluginPidsLimit,
 		PluginApproval:    "first_use",
 		DecisionRecords:   DecisionRecords{Shadow: 100, Canary: 100},
+		Audit:             Audit{Enabled: true, MaxEntries: 100_000, MaxAge: 7 * 24 * time.Hour, Queue: 65_536},
 		HTTP:              HTTP{Listen: "127.0.0.1:9464", Admin: true},
 		Log:               Log{Level: "info"},
 		ShutdownTimeout:   DefaultShutdownTimeout,
@@ -617,6 +632,15 @@ func (c *Config) validateHost(p *problems) {
 		p.bad("plugin_cgroup_parent", "%q is not an absolute path (a cgroup v2 directory, e.g. /sys/fs/cgroup/ffscan.service)", c.PluginCgroupParent)
 	}
 	checkLimits(p, "plugin_", pluginhost.Limits{Memory: c.PluginMemoryLimit, CPU: c.PluginCPULimit, Pids: c.PluginPidsLimit})
+	if c.Audit.MaxEntries < 100 || c.Audit.MaxEntries > 100_000_000 {
+		p.bad("audit.max_entries", "%d is not in 100..100000000", c.Audit.MaxEntries)
+	}
+	if c.Audit.MaxAge < time.Minute {
+		p.bad("audit.max_age", "%s is shorter than a minute", c.Audit.MaxAge)
+	}
+	if c.Audit.Queue < 1 || c.Audit.Queue > 10_000_000 {
+		p.bad("audit.queue", "%d is not in 1..10000000", c.Audit.Queue)
+	}
 	for _, r := range []struct {
 		key string
 		n   int
@@ -775,6 +799,7 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("log.json", c.Log.JSON != n.Log.JSON)
 	diff("key_events", c.KeyEvents != n.KeyEvents)
 	diff("decision_records", c.DecisionRecords != n.DecisionRecords)
+	diff("audit", c.Audit != n.Audit)
 	return out
 }
 

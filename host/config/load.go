@@ -260,6 +260,18 @@ func (d *decoder) pluginFields(c *Config) map[string]func(string, any) {
 			})
 		},
 		"scanners": func(key string, v any) { d.scanners(key, v, c.Scanners) },
+		"audit": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"enabled": func(k string, v any) { d.boolean(k, v, &c.Audit.Enabled) },
+				"max_entries": func(k string, v any) {
+					if n, ok := d.int64(k, v); ok {
+						c.Audit.MaxEntries = n
+					}
+				},
+				"max_age": func(k string, v any) { d.duration(k, v, &c.Audit.MaxAge) },
+				"queue":   func(k string, v any) { d.integer(k, v, &c.Audit.Queue) },
+			})
+		},
 		"decision_records": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"shadow": func(k string, v any) { d.integer(k, v, &c.DecisionRecords.Shadow) },

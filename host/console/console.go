@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/httpapi"
@@ -153,7 +154,7 @@ func act(w http.ResponseWriter, r *http.Request, src Source) (string, int) {
 	httpapi.LiftWriteDeadline(w)
 	name := r.PostForm.Get("scanner")
 	who := "console (" + r.RemoteAddr + ")"
-	ctx := r.Context()
+	ctx := audit.WithActor(r.Context(), audit.Actor{Channel: audit.ChannelConsole, Who: audit.TokenIdentity(got) + " from " + r.RemoteAddr})
 	switch a := r.PostForm.Get("action"); a {
 	case "enable", "disable":
 		res, err := src.SetScannerEnabled(ctx, name, a == "enable", who)

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ffscan/ffscan/host/audit"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,6 +81,11 @@ type Report struct {
 	Scanners []Verdict `json:"scanners"`
 	// Inconsistent lists what disagrees in the store about the execution.
 	Inconsistent []string `json:"inconsistent,omitempty"`
+	// History is what was done to the execution, newest first: the
+	// audit trail's latest entries about it (host/audit); HistoryError
+	// says why it could not be read.
+	History      []audit.Entry `json:"history,omitempty"`
+	HistoryError string        `json:"history_error,omitempty"`
 }
 
 // Entry is one entry of the execution in a scanner's source.

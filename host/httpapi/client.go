@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/explain"
 )
 
@@ -33,6 +34,7 @@ func (c Client) Post(path string, timeout time.Duration, out any) (int, error) {
 		return 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set(ClientHeader, "cli")
 	resp, err := (&http.Client{Timeout: timeout}).Do(req)
 	if err != nil {
 		return 0, err
@@ -107,4 +109,33 @@ func (c Client) Explain(id string, timeout time.Duration) ([]byte, *explain.Repo
 		return nil, nil, fmt.Errorf("decode explain: %w", err)
 	}
 	return body, &rep, nil
+}
+
+// Audit reads GET /v1/audit with query q.
+func (c Client) Audit(q url.Values, timeout time.Duration) ([]audit.Entry, error) {
+	resp, err := (&http.Client{Timeout: timeout}).Get("http://" + c.Addr + "/v1/audit?" + q.Encode())
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("GET /v1/audit: %s: %s", resp.Status, e.Error)
+		}
+		return nil, fmt.Errorf("GET /v1/audit: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	var out struct {
+		Entries []audit.Entry `json:"entries"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("GET /v1/audit: %w", err)
+	}
+	return out.Entries, nil
 }

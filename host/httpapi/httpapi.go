@@ -24,6 +24,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ffscan/ffscan/host/admintoken"
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/shadow"
@@ -458,6 +461,38 @@ type Admin interface {
 	ReloadPlugin(ctx context.Context, scanner string, force, wait bool) (PluginSwapResult, error)
 }
 
+// Auditor is implemented by sources that keep an audit trail (GET
+// /v1/audit?execution=&scanner=&kind=&since=1h&limit=100).
+type Auditor interface {
+	Audit(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
+}
+
+// MaxAuditLimit bounds the entries one request returns.
+const MaxAuditLimit = 10_000
+
+// auditFilter reads a trail query's parameters.
+func auditFilter(q url.Values) (audit.Filter, error) {
+	f := audit.Filter{Execution: q.Get("execution"), Scanner: q.Get("scanner"), Kind: q.Get("kind"), Limit: 100}
+	if f.Kind != "" && f.Kind != audit.KindScanner && f.Kind != audit.KindOperator {
+		return f, fmt.Errorf("kind %q: want scanner or operator", f.Kind)
+	}
+	if s := q.Get("since"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return f, fmt.Errorf("since %q: want a positive duration such as 1h", s)
+		}
+		f.Since = time.Now().Add(-d)
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxAuditLimit {
+			return f, fmt.Errorf("limit %q: want 1..%d", s, MaxAuditLimit)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
+
 // Explainer is implemented by sources that explain an execution
 // (GET /v1/explain/{id}).
 type Explainer interface {
@@ -500,6 +535,26 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, src.Status())
 	})
+	if at, ok := src.(Auditor); ok {
+		mux.HandleFunc("GET /v1/audit", func(w http.ResponseWriter, r *http.Request) {
+			if !hostAllowed(w, r) {
+				return
+			}
+			f, err := auditFilter(r.URL.Query())
+			if err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+				return
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+			defer cancel()
+			entries, err := at.Audit(ctx, f)
+			if err != nil {
+				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
+		})
+	}
 	if ex, ok := src.(Explainer); ok {
 		mux.HandleFunc("GET /v1/explain/{id}", func(w http.ResponseWriter, r *http.Request) {
 			if !hostAllowed(w, r) {
@@ -523,7 +578,8 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 			for _, act := range []string{"enable", "disable"} {
 				on := act == "enable"
 				mux.HandleFunc("POST /v1/scanners/{name}/"+act, func(w http.ResponseWriter, r *http.Request) {
-					if !allowed(w, r, admin) {
+					r, ok := authorized(w, r, admin)
+					if !ok {
 						return
 					}
 					LiftWriteDeadline(w)
@@ -533,7 +589,8 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 			}
 			for _, mode := range []string{"shadow", "act"} {
 				mux.HandleFunc("POST /v1/scanners/{name}/"+mode, func(w http.ResponseWriter, r *http.Request) {
-					if !allowed(w, r, admin) {
+					r, ok := authorized(w, r, admin)
+					if !ok {
 						return
 					}
 					LiftWriteDeadline(w)
@@ -546,7 +603,8 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 				})
 			}
 			mux.HandleFunc("POST /v1/scanners/{name}/approve", func(w http.ResponseWriter, r *http.Request) {
-				if !allowed(w, r, admin) {
+				r, ok := authorized(w, r, admin)
+				if !ok {
 					return
 				}
 				LiftWriteDeadline(w)
@@ -557,7 +615,8 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 		}
 		if rs, ok := src.(Resumer); ok {
 			mux.HandleFunc("POST /v1/scanners/{name}/resume", func(w http.ResponseWriter, r *http.Request) {
-				if !allowed(w, r, admin) {
+				r, ok := authorized(w, r, admin)
+				if !ok {
 					return
 				}
 				res, err := rs.ResumeScanner(r.Context(), r.PathValue("name"), "admin request from "+r.RemoteAddr)
@@ -577,7 +636,8 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 		if cs, ok := src.(Canaries); ok {
 			for _, act := range []struct{ path, action string }{{"canary", CanaryStart}, {"canary/promote", CanaryPromote}, {"canary/abort", CanaryAbort}} {
 				mux.HandleFunc("POST /v1/scanners/{name}/"+act.path, func(w http.ResponseWriter, r *http.Request) {
-					if !allowed(w, r, admin) {
+					r, ok := authorized(w, r, admin)
+					if !ok {
 						return
 					}
 					LiftWriteDeadline(w)
@@ -587,7 +647,8 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 			}
 		}
 		mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
-			if !allowed(w, r, admin) {
+			r, ok := authorized(w, r, admin)
+			if !ok {
 				return
 			}
 			LiftWriteDeadline(w)
@@ -602,7 +663,8 @@ func Handler(reg *prometheus.Registry, src Source) http.Handler {
 			}
 		})
 		mux.HandleFunc("POST /v1/scanners/{name}/reload", func(w http.ResponseWriter, r *http.Request) {
-			if !allowed(w, r, admin) {
+			r, ok := authorized(w, r, admin)
+			if !ok {
 				return
 			}
 			LiftWriteDeadline(w)
@@ -645,6 +707,25 @@ func HostAllowed(w http.ResponseWriter, r *http.Request) bool {
 	http.Error(w, fmt.Sprintf("Host %q refused: the API answers requests addressed to an IP address or localhost only", r.Host), http.StatusForbidden)
 	return false
 }
+
+// authorized is allowed, with the request's context carrying the actor
+// for the audit trail: the channel (the ffscan CLI says it is one) and
+// the token's identity and the peer.
+func authorized(w http.ResponseWriter, r *http.Request, admin Admin) (*http.Request, bool) {
+	if !allowed(w, r, admin) {
+		return r, false
+	}
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	ch := audit.ChannelAPI
+	if r.Header.Get(ClientHeader) == "cli" {
+		ch = audit.ChannelCLI
+	}
+	return r.WithContext(audit.WithActor(r.Context(), audit.Actor{Channel: ch, Who: audit.TokenIdentity(strings.TrimSpace(got)) + " from " + r.RemoteAddr})), true
+}
+
+// ClientHeader names the client of an admin request ("cli": the ffscan
+// command), for the audit trail's channel.
+const ClientHeader = "X-FFScan-Client"
 
 func allowed(w http.ResponseWriter, r *http.Request, admin Admin) bool {
 	if !hostAllowed(w, r) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/internal/plaintext"
@@ -76,6 +77,9 @@ type Config struct {
 	// (catalog.StageExact). It holds a scanner at the version it runs
 	// while a canary of the file in plugin_dir runs beside it.
 	Exact string
+	// Audit, when set, records every write the scanner runs (not in
+	// shadow or read-only), with the plugin's digest.
+	Audit *audit.Recorder
 	// Approvals admits the scanner's declared policy (nil: no approval
 	// is needed, for test kits that build their own plugins).
 	Approvals *policy.Store
@@ -288,6 +292,12 @@ func (l *Launcher) prepare(ctx context.Context, p *pluginhost.Plugin, meta *supe
 	}
 	if l.cfg.Tap != nil {
 		pol = pol.WithTap(l.cfg.Tap)
+	}
+	if rec := l.cfg.Audit; rec != nil && l.cfg.Shadow == nil && !l.cfg.ReadOnly {
+		scanner, digest := l.cfg.Scanner, meta.SHA256
+		pol = pol.WithAudit(func(d shadow.Decision, outcome string) {
+			rec.Record(audit.ScannerEntry(time.Time{}, scanner, digest, d, outcome))
+		})
 	}
 	bound := l.svc.Bind(l.cfg.Scanner, pol).Callbacks()
 	if obs := l.observe; obs != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/census"
@@ -59,6 +60,7 @@ var services = []shape{
 	{"../libwatch", "Watch", "Config"},
 	{"../filewatch", "Watcher", "Config"},
 	{"../httpapi", "Server", "ServerConfig"},
+	{"../audit", "Recorder", "Config"},
 }
 
 // Every service has the one shape, as its source declares it: a Config
@@ -116,6 +118,7 @@ func TestEveryServiceStartsOnceAndStops(t *testing.T) {
 		"libwatch":    libwatch.New(lib, libwatch.Config{Clock: clk}),
 		"filewatch":   filewatch.New(filewatch.Config{Clock: clk}),
 		"httpapi":     httpapi.NewServer(httpapi.ServerConfig{Listen: "127.0.0.1:0", Clock: clk}, prometheus.NewRegistry(), nil),
+		"audit":       audit.New(client, audit.Config{Partitions: parts, Clock: clk}),
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		require.NoError(t, svc.Stop(ctx), "%s: Stop before Start", name)

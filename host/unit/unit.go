@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/catalog"
@@ -79,6 +80,8 @@ type Deps struct {
 	Taps *canary.Taps
 	// CanaryRecords is how many differences a canary keeps.
 	CanaryRecords int
+	// Audit records every write a scanner runs (nil: no trail).
+	Audit *audit.Recorder
 }
 
 // Settings are the host-wide settings a unit is built with: the
@@ -161,6 +164,7 @@ func (d Deps) LaunchConfig(s Settings, name string, sc config.Scanner, readOnly 
 		Cgroups:         d.Cgroups,
 		NoCgroups:       d.NoCgroups,
 		Approvals:       d.Approvals,
+		Audit:           d.Audit,
 		Postgres:        d.Postgres != nil,
 		NoValkey:        d.Client == nil,
 	}

@@ -1,0 +1,81 @@
+package main
+
+// ffscan audit: the trail of what scanners and operators did, read from
+// a running host (GET /v1/audit).
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ffscan/ffscan/host/audit"
+	"github.com/ffscan/ffscan/host/httpapi"
+)
+
+func cmdAudit(args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("audit", stderr)
+	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
+	execution := fs.String("execution", "", "only the entries about this execution ({fp:N}:uuid)")
+	scanner := fs.String("scanner", "", "only this scanner's entries (and operator actions on it)")
+	kind := fs.String("kind", "", "only scanner or operator entries")
+	since := fs.Duration("since", 0, "only entries of the last DURATION (e.g. 1h; 0: any)")
+	limit := fs.Int("limit", 100, "at most this many entries, newest first")
+	asJSON := fs.Bool("json", false, "print the entries as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *kind != "" && *kind != audit.KindScanner && *kind != audit.KindOperator {
+		return usageError{fmt.Errorf("--kind %q: want scanner or operator", *kind)}
+	}
+	a, err := hostAddr(fs, c, *addr)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	for k, v := range map[string]string{"execution": *execution, "scanner": *scanner, "kind": *kind} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if *since > 0 {
+		q.Set("since", since.String())
+	}
+	q.Set("limit", strconv.Itoa(*limit))
+	entries, err := (httpapi.Client{Addr: a}).Audit(q, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(entries)
+	}
+	if len(entries) == 0 {
+		fmt.Fprintln(stdout, "no entries")
+		return nil
+	}
+	printAudit(stdout, entries)
+	return nil
+}
+
+// printAudit shows entries one per line.
+func printAudit(w io.Writer, entries []audit.Entry) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, e := range entries {
+		at := e.At.UTC().Format("2006-01-02 15:04:05.000")
+		if e.Kind == audit.KindOperator {
+			fmt.Fprintf(tw, "  %s\toperator\t%s\t%s\tvia %s\t%s\t%s\n", at, oneLine(e.Action), oneLine(e.Scanner), oneLine(e.Channel), oneLine(e.Who), oneLine(e.Detail))
+			continue
+		}
+		what := e.Execution
+		if what == "" {
+			what = e.Key
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\tplugin %s\n", at, oneLine(e.Scanner), oneLine(e.Command), oneLine(what), oneLine(e.Outcome), short(e.Digest))
+	}
+	_ = tw.Flush()
+}
