@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -100,6 +101,19 @@ func TestAuditTrailRecordsScannerAndOperatorActions(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, rep.History)
 	assert.Equal(t, "FCALL ff_mark_lease_expired_if_due", rep.History[0].Command)
+
+	// The console's activity page shows both.
+	page, err := http.Get("http://" + cfg.HTTP.Listen + "/activity?execution=" + url.QueryEscape(id.String()))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	assert.Contains(t, string(body), "FCALL ff_mark_lease_expired_if_due")
+	page, err = http.Get("http://" + cfg.HTTP.Listen + "/activity?kind=operator")
+	require.NoError(t, err)
+	body, _ = io.ReadAll(page.Body)
+	page.Body.Close()
+	assert.Contains(t, string(body), "<b>mode shadow</b>")
+	assert.Contains(t, string(body), identity)
 
 	// Bad queries are refused with the reason.
 	_, err = cl.Audit(url.Values{"since": {"yesterday"}}, 10*time.Second)

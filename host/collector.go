@@ -30,6 +30,8 @@ var (
 		"Tasks (threads) in the scanner's plugin process's control group, bounded by plugin_pids_limit; absent without one.", []string{"scanner"}, nil)
 	shadowDesc = prometheus.NewDesc("ffscan_shadow_would_act_total",
 		"Writes a scanner in shadow mode sent and the host held back (what it would have done), by command (FCALL and PGCALL by function).", []string{"scanner", "command"}, nil)
+	auditDesc = prometheus.NewDesc("ffscan_audit_entries_total",
+		"Entries of the audit trail by fate: written, dropped (its queue was full), failed (the write to Valkey failed).", []string{"fate"}, nil)
 	pausedDesc = prometheus.NewDesc("ffscan_scanner_paused",
 		"1 while the scanner is paused at its action budget (it acted on more items per window than scanners.NAME.action_budget allows) until an operator resumes it or its cool-down passes.", []string{"scanner"}, nil)
 	pausesDesc = prometheus.NewDesc("ffscan_scanner_budget_pauses_total",
@@ -64,6 +66,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- shadowDesc
 	ch <- pausedDesc
 	ch <- pausesDesc
+	ch <- auditDesc
 	ch <- canaryDesc
 	ch <- canaryCyclesDesc
 	ch <- canaryItemsDesc
@@ -105,6 +108,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			for cmd, v := range l.Snapshot(1).ByCommand {
 				ch <- prometheus.MustNewConstMetric(shadowDesc, prometheus.CounterValue, float64(v), n, cmd)
 			}
+		}
+	}
+	if h.audit != nil {
+		st := h.audit.Stats()
+		for fate, v := range map[string]uint64{"written": st.Written, "dropped": st.Dropped, "failed": st.Failed} {
+			ch <- prometheus.MustNewConstMetric(auditDesc, prometheus.CounterValue, float64(v), fate)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)

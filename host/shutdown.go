@@ -59,7 +59,8 @@ type phase struct {
 //     get up to half the budget, then they are cancelled.
 //  2. The plugins are closed gracefully, all at once, and killed at 90%
 //     of the budget.
-//  3. HTTP last, so /readyz reports the shutdown until the end.
+//  3. HTTP last, so /readyz reports the shutdown until the end; the
+//     audit trail with it, once the scanners' last actions are queued.
 //  4. This host gives up its share of the partitions, for the others to
 //     take at once, in what is left of the budget (the entries lapse on
 //     their own when it runs out).

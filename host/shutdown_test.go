@@ -55,7 +55,7 @@ func TestShutdownPhasesStopEveryServiceWithinTheBudget(t *testing.T) {
 		assert.True(t, stopped[s], "the shutdown stops the host's %s (%s)", f.Name, f.Type)
 	}
 	// The services a host with Valkey and HTTP holds.
-	assert.ElementsMatch(t, []string{"share", "events", "lanes", "censusCtl", "library", "units", "listeners", "files", "http"}, held)
+	assert.ElementsMatch(t, []string{"share", "events", "lanes", "censusCtl", "library", "units", "listeners", "files", "http", "audit"}, held)
 }
 
 // A running host's shutdown returns within its budget and leaves nothing

@@ -63,6 +63,10 @@ func (h *Host) Status() httpapi.StatusDoc {
 	h.relMu.Unlock()
 
 	doc.Sharing = h.sharingStatus()
+	if h.audit != nil {
+		st := h.audit.Stats()
+		doc.Audit = &st
+	}
 	lc, comp, pgComp := h.listeners.Stats()
 	if pgComp != nil && doc.Postgres != nil {
 		st := pgComp

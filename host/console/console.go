@@ -53,6 +53,15 @@ type Source interface {
 	// ResumeScanner resumes a scanner paused at its action budget
 	// (httpapi.Resumer).
 	ResumeScanner(ctx context.Context, name, who string) (httpapi.ResumeResult, error)
+	// Audit reads the audit trail (httpapi.Auditor).
+	Audit(ctx context.Context, f audit.Filter) ([]audit.Entry, error)
+}
+
+// activityView is the activity page: the trail, as filtered.
+type activityView struct {
+	Filter  audit.Filter
+	Entries []audit.Entry
+	Error   string
 }
 
 //go:embed templates/*.html
@@ -71,6 +80,9 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 
 // refreshMs is how often the overview reloads itself while nobody types.
 const refreshMs = 5000
+
+// activityShown is how many entries the activity page shows.
+const activityShown = 200
 
 // explainTimeout bounds the explain page's questions to the scanners.
 const explainTimeout = 10 * time.Second
@@ -103,6 +115,21 @@ func Handler(src Source) http.Handler {
 			}
 		}
 		render(w, "explain.html", v)
+	})
+	mux.HandleFunc("GET /activity", func(w http.ResponseWriter, r *http.Request) {
+		if !httpapi.HostAllowed(w, r) {
+			return
+		}
+		q := r.URL.Query()
+		v := activityView{Filter: audit.Filter{Execution: strings.TrimSpace(q.Get("execution")), Scanner: strings.TrimSpace(q.Get("scanner")), Kind: q.Get("kind"), Limit: activityShown}}
+		ctx, cancel := context.WithTimeout(r.Context(), explainTimeout)
+		defer cancel()
+		entries, err := src.Audit(ctx, v.Filter)
+		if err != nil {
+			v.Error = err.Error()
+		}
+		v.Entries = entries
+		render(w, "activity.html", v)
 	})
 	mux.HandleFunc("POST /actions", func(w http.ResponseWriter, r *http.Request) {
 		if !httpapi.HostAllowed(w, r) {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/explain"
 	"github.com/ffscan/ffscan/host/httpapi"
@@ -85,6 +86,20 @@ func (s *source) Canary(_ context.Context, name, action, _ string) (httpapi.Cana
 			Cycles: 12, Items: map[string]uint64{canary.OnlyNew: 3}}
 	}
 	return res, nil
+}
+func (s *source) Audit(_ context.Context, f audit.Filter) ([]audit.Entry, error) {
+	at := time.Unix(1700000000, 0)
+	all := []audit.Entry{
+		{At: at, Kind: audit.KindOperator, Action: "mode shadow", Scanner: "lease_expiry", Channel: "console", Who: "token sha256:abcdef012345 from 127.0.0.1:5", Detail: "applied"},
+		{At: at, Kind: audit.KindScanner, Scanner: "lease_expiry", Command: "FCALL ff_mark_lease_expired_if_due", Execution: "{fp:1}:x", Outcome: "acted", Digest: strings.Repeat("d", 64)},
+	}
+	var out []audit.Entry
+	for _, e := range all {
+		if (f.Kind == "" || e.Kind == f.Kind) && (f.Execution == "" || e.Execution == f.Execution) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 func (s *source) SetScannerMode(_ context.Context, name, mode, _ string) (httpapi.ReloadResult, error) {
 	s.switches.Add(1)
@@ -309,4 +324,18 @@ func TestModeActions(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, c.says, loc.Query().Get("msg"))
 	}
+}
+
+// The activity page shows the trail, filtered.
+func TestActivityPage(t *testing.T) {
+	h := Handler(&source{})
+	code, body, _ := do(t, h, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9464/activity", nil))
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `<td><b>mode shadow</b></td>`)
+	assert.Contains(t, body, `<a href="/explain?id=%7bfp%3a1%7d%3ax">{fp:1}:x</a>`)
+	assert.Contains(t, body, "token sha256:abcdef012345 from 127.0.0.1:5")
+	code, body, _ = do(t, h, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9464/activity?kind=operator", nil))
+	require.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, body, "ff_mark_lease_expired_if_due")
+	assert.Contains(t, body, `<option value="operator" selected>`)
 }

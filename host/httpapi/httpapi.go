@@ -61,7 +61,9 @@ type StatusDoc struct {
 	Config      ConfigStatus       `json:"config"`
 	Completions *CompletionsStatus `json:"completions"`
 	Sharing     *SharingStatus     `json:"sharing,omitempty"`
-	Scanners    []ScannerStatus    `json:"scanners"`
+	// Audit: the trail's counts (absent without a trail).
+	Audit    *audit.Stats    `json:"audit,omitempty"`
+	Scanners []ScannerStatus `json:"scanners"`
 }
 
 // KeyEventsStatus is the new-key event feed's state (host/keyevents).

@@ -86,6 +86,7 @@ func NewServer(cfg ServerConfig, reg *prometheus.Registry, src Source) *Server {
 		mux.Handle("/", h)
 		mux.Handle("GET /{$}", cfg.Console)
 		mux.Handle("GET /explain", cfg.Console)
+		mux.Handle("GET /activity", cfg.Console)
 		mux.Handle("POST /actions", cfg.Console)
 		h = mux
 	}
