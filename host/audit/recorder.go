@@ -170,7 +170,8 @@ func (r *Recorder) write(ctx context.Context, batch []Entry) {
 	for _, e := range batch {
 		cmds = append(cmds, r.client.B().Arbitrary("XADD").Keys(streamOf(e)).Args(append([]string{"MAXLEN", "~", maxLen, "*"}, e.fields()...)...).Build())
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// A batch taken is written even when a stop cancels the loop.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	for _, res := range r.client.DoMulti(wctx, cmds...) {
 		if err := res.Error(); err != nil {

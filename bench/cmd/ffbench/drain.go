@@ -18,6 +18,7 @@ import (
 
 	"github.com/ffscan/ffscan/bench/measure"
 	"github.com/ffscan/ffscan/bench/seed"
+	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/catalog"
 	"github.com/ffscan/ffscan/host/config"
@@ -37,6 +38,7 @@ const (
 	// lets the bench make one, a control group).
 	modePlugin           = "plugin"
 	modePluginUnconfined = "plugin-unconfined" // the same plugin, not confined: the confinement's cost side by side
+	modePluginAudited    = "plugin-audited"    // the confined plugin with the audit trail on: the trail's cost side by side
 	modePluginStream     = "plugin-grpcstream" // callback batches on a gRPC stream through the broker
 	modePluginUnary      = "plugin-unary"      // one unary call per batch, as plugins built before the batch stream send them
 	modeLinked           = "in-process"
@@ -44,7 +46,7 @@ const (
 )
 
 // drainModes are the known modes, in report order.
-var drainModes = []string{modePlugin, modePluginUnconfined, modePluginStream, modePluginUnary, modeLinked, modeRaw}
+var drainModes = []string{modePlugin, modePluginAudited, modePluginUnconfined, modePluginStream, modePluginUnary, modeLinked, modeRaw}
 
 // drainRun is one timed drain of the seeded state.
 type drainRun struct {
@@ -54,11 +56,16 @@ type drainRun struct {
 	Marked   int64 // leases the mode reports it marked
 	Verified int   // cores found lease_expired_reclaimable afterwards
 	Cycles   int   // scheduler cycles (raw: passes)
-	RPCs     int64 // ScanPartition/SampleBacklog calls (scheduler modes)
-	Execs    int64 // callback batches (scheduler modes)
-	Commands int64 // commands in those batches
-	FCalls   int64 // FCALLs sent (raw)
-	Errors   int64
+	// Audited and AuditDropped count the trail's entries written and
+	// lost (plugin-audited).
+	Audited, AuditDropped int64
+	// AuditBytes is the memory of the trail's streams after the run.
+	AuditBytes int64
+	RPCs       int64 // ScanPartition/SampleBacklog calls (scheduler modes)
+	Execs      int64 // callback batches (scheduler modes)
+	Commands   int64 // commands in those batches
+	FCalls     int64 // FCALLs sent (raw)
+	Errors     int64
 	// CPU used during the run: this process (host side: scheduler,
 	// callbacks, linked scanner or raw loop), the plugin process, the server.
 	BenchCPU, PluginCPU, ServerCPU time.Duration
@@ -431,13 +438,25 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 		sc        scannerapi.Scanner
 		host      scannerapi.Host
 		pluginPid int
+		trail     *audit.Recorder
 	)
 	switch mode {
-	case modePlugin, modePluginUnconfined, modePluginStream, modePluginUnary:
+	case modePlugin, modePluginAudited, modePluginUnconfined, modePluginStream, modePluginUnary:
 		cfg := launcher.Config{Scanner: leaseexpiry.Name, Binary: "leaseexpiry",
 			CallbackPath: map[string]pluginhost.CallbackPath{modePluginStream: pluginhost.CallbackStream, modePluginUnary: pluginhost.CallbackUnary}[mode]}
-		if mode == modePlugin {
+		if mode == modePlugin || mode == modePluginAudited {
 			cfg = b.confined(cfg)
+		}
+		if mode == modePluginAudited {
+			// As a host keeps it: every marking written to the trail, off
+			// the scanner's path. Its last entries are written before the
+			// run's time stops (trail.Stop below).
+			trail = audit.New(b.client, audit.Config{Host: "bench", Partitions: b.parts, Logger: b.log.Named("audit")})
+			if err := trail.Start(ctx); err != nil {
+				return run, err
+			}
+			defer trail.Stop(context.Background())
+			cfg.Audit = trail
 		}
 		p, err := b.launchPlugin(ctx, cfg, svc)
 		if err != nil {
@@ -500,7 +519,24 @@ func (b *bench) drainScheduler(ctx context.Context, mode string, n int) (drainRu
 			return run, fmt.Errorf("cycle %d marked nothing with %d of %d leases marked", run.Cycles, run.Marked, n)
 		}
 	}
+	if trail != nil {
+		// The trail's queue written out: part of the run's cost.
+		if err := trail.Stop(ctx); err != nil {
+			return run, err
+		}
+		st := trail.Stats()
+		run.Audited, run.AuditDropped = int64(st.Written), int64(st.Dropped+st.Failed)
+	}
 	run.Elapsed = time.Since(t0)
+	if trail != nil {
+		// What the trail costs the store: its streams' memory, all of it.
+		for _, p := range b.parts.Partitions(keys.FamilyFlow) {
+			n, err := b.client.Do(ctx, b.client.B().MemoryUsage().Key("ffscan:audit:"+p.Tag()).Samples(0).Build()).AsInt64()
+			if err == nil {
+				run.AuditBytes += n
+			}
+		}
+	}
 	cpu.stop(ctx, &run)
 	run.RPCs, run.Execs, run.Commands = rec.rpcs.Load(), rec.execs.Load(), rec.cmds.Load()
 	return run, nil

@@ -160,7 +160,7 @@ func parseFlags() options {
 	flag.Float64Var(&o.maxLoad, "max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	flag.BoolVar(&o.verbose, "v", false, "host and plugin logs at info level")
 	flag.IntVar(&o.rawChunk, "raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
-	flag.StringVar(&o.drainModes, "drain-modes", "plugin,plugin-unconfined,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin: confined as a host confines it by default; plugin-unconfined: not confined; plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
+	flag.StringVar(&o.drainModes, "drain-modes", "plugin,plugin-audited,plugin-unconfined,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin: confined as a host confines it by default; plugin-audited: the same with the audit trail on; plugin-unconfined: not confined; plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
 	flag.StringVar(&o.timingParts, "timing", "reclaim,promote,deadline,attempt,drain,idle", "timing: measures to run")
 	flag.StringVar(&o.timingModes, "timing-modes", "polling,due-time", "timing: host modes to run, side by side (also wakeups-only, events-only)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "drain: write a CPU profile of this process (host side) during each run to PATH.MODE.N")

@@ -168,10 +168,24 @@ func (d *drainResult) print(w io.Writer, conc int) {
 	if ok2 && ok3 {
 		p("   in-process/raw    = %.3f; by server busy time %.3f", li.rate()/raw.rate(), d.medianBusy(modeLinked)/d.medianBusy(modeRaw))
 	}
+	if au, ok := d.median(modePluginAudited); ok && ok1 {
+		r := au.rate() / pl.rate()
+		p("   throughput plugin-audited / plugin = %.3f (target >= 0.95: %s); trail entries written %d, lost %d in its median run",
+			r, verdict(r >= 0.95), au.Audited, au.AuditDropped)
+		if au.Audited > 0 {
+			p("   the trail's store memory: %d bytes for %d entries, %.0f MiB per million recorded actions",
+				au.AuditBytes, au.Audited, float64(au.AuditBytes)/float64(au.Audited)*1e6/(1<<20))
+		}
+		if ac, ok := d.medianHostCPU(modePluginAudited); ok {
+			if pc, ok := d.medianHostCPU(modePlugin); ok && pc > 0 {
+				p("   CPU per item plugin-audited / plugin = %.2f", ac.Seconds()/pc.Seconds())
+			}
+		}
+	}
 	// CPU per item: what a busy host pays for running the scanner as a
 	// plugin rather than linked in.
 	lc, okl := d.medianHostCPU(modeLinked)
-	for _, m := range []string{modePlugin, modePluginUnconfined, modePluginStream, modePluginUnary, modeRaw} {
+	for _, m := range []string{modePlugin, modePluginAudited, modePluginUnconfined, modePluginStream, modePluginUnary, modeRaw} {
 		c, ok := d.medianHostCPU(m)
 		if !ok || !okl || lc == 0 {
 			continue

@@ -1,0 +1,83 @@
+package audit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ffscan/ffscan/host/shadow"
+	"github.com/ffscan/ffscan/keys"
+	"github.com/ffscan/ffscan/sdk/testserver"
+)
+
+// A write names its execution by its keys, or by an index member among
+// its arguments; its entry goes to that partition's stream, and an
+// operator's to the host-wide one.
+func TestEntriesFindTheirExecutionAndStream(t *testing.T) {
+	t.Parallel()
+	id, err := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 6}, keys.NewUUID())
+	require.NoError(t, err)
+	fcall := shadow.Decision{Command: "FCALL ff_mark_lease_expired_if_due", Keys: []string{keys.Exec(id).Core(), "x"}, Args: []string{id.String()}}
+	e := ScannerEntry(time.Time{}, "lease_expiry", "abc", fcall, Acted)
+	assert.Equal(t, id.String(), e.Execution)
+	assert.Equal(t, "ffscan:audit:{fp:6}", streamOf(e))
+	zrem := shadow.Decision{Command: "ZREM", Keys: []string{keys.FlowPart(id.Partition()).LaneTerminal("default")}, Args: []string{id.String()}}
+	assert.Equal(t, id.String(), ScannerEntry(time.Time{}, "r", "", zrem, Acted).Execution)
+	budget := shadow.Decision{Command: "FCALL ff_reset_budget", Keys: []string{"ff:budget:{b:3}:x"}}
+	e = ScannerEntry(time.Time{}, "budget_reset", "", budget, Acted)
+	assert.Empty(t, e.Execution)
+	assert.Equal(t, "ffscan:audit:{b:3}", streamOf(e))
+	assert.Equal(t, OperatorStream, streamOf(Operator(context.Background(), "reload", "", "")))
+	assert.Equal(t, Actor{Channel: ChannelHost}, ActorFrom(context.Background()))
+	assert.Equal(t, "", hashTag("ff:{fp:x}:y"))
+	assert.Equal(t, "", hashTag("{other:1}"))
+}
+
+// What the recorder writes it reads back, newest first, filtered; a full
+// queue drops (and counts) instead of blocking; the text of an entry is
+// bounded.
+func TestRecorderWritesAndQueries(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	parts := keys.PartitionConfig{Flow: 4, Budget: 2, Quota: 2}
+	r := New(c, Config{Host: "h1", Partitions: parts, Queue: 4})
+	id, err := keys.ExecutionIDIn(keys.Partition{Family: keys.FamilyFlow, Index: 2}, keys.NewUUID())
+	require.NoError(t, err)
+	d := shadow.Decision{Command: "FCALL f", Keys: []string{keys.Exec(id).Core()}}
+	// Not started: the queue of 4 fills, the rest is dropped and counted.
+	for range 6 {
+		r.Record(ScannerEntry(time.Time{}, "s", "0123456789abcdef0123", d, Acted))
+	}
+	assert.Equal(t, uint64(2), r.Stats().Dropped)
+	ctx := context.Background()
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Stop(ctx), "a stop writes what is queued")
+	assert.Equal(t, uint64(4), r.Stats().Written)
+	ops := New(c, Config{Host: "h1", Partitions: parts})
+	ops.Record(Operator(WithActor(ctx, Actor{Channel: ChannelCLI, Who: TokenIdentity("t")}), "enable", "s", string(make([]byte, 5000))))
+	require.NoError(t, ops.Start(ctx))
+	require.NoError(t, ops.Stop(ctx))
+
+	got, err := r.Query(ctx, Filter{Execution: id.String()})
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	assert.Equal(t, "0123456789abcdef", got[0].Digest)
+	assert.Equal(t, "h1", got[0].Host)
+	assert.Empty(t, got[0].Key, "the execution names it")
+	assert.False(t, got[0].At.IsZero())
+	all, err := r.Query(ctx, Filter{Kind: KindOperator})
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	assert.Equal(t, ChannelCLI, all[0].Channel)
+	assert.Less(t, len(all[0].Detail), 600, "bounded")
+	limited, err := r.Query(ctx, Filter{Limit: 2})
+	require.NoError(t, err)
+	assert.Len(t, limited, 2)
+	assert.False(t, idLess(limited[0].ID, limited[1].ID), "newest first")
+	_, err = r.Query(ctx, Filter{Execution: "nope"})
+	assert.Error(t, err)
+}
