@@ -83,6 +83,9 @@ func TestAuditTrailRecordsScannerAndOperatorActions(t *testing.T) {
 		ops, err = cl.Audit(url.Values{"kind": {"operator"}}, 10*time.Second)
 		return err == nil && len(ops) >= 3
 	})
+	recent, err := cl.Audit(url.Values{"kind": {"operator"}, "since": {"1h"}}, 10*time.Second)
+	require.NoError(t, err)
+	assert.Len(t, recent, len(ops), "all of them within the hour")
 	byAction := map[string]audit.Entry{}
 	for _, o := range ops {
 		byAction[o.Action] = o

@@ -219,8 +219,10 @@ type Filter struct {
 	Execution string
 	// Scanner, Kind: only these.
 	Scanner, Kind string
-	// Since: only entries at or after it (zero: any).
-	Since time.Time
+	// Since: only entries at or after it (zero: any); Within: only the
+	// last Within's (read with the recorder's clock; zero: any).
+	Since  time.Time
+	Within time.Duration
 	// Limit bounds the entries returned (newest first; 0: 100).
 	Limit int
 }
@@ -239,6 +241,11 @@ func (r *Recorder) Query(ctx context.Context, f Filter) ([]Entry, error) {
 		}
 		f.Execution = id.String()
 		streams = []string{"ffscan:audit:" + id.Partition().Tag()}
+	}
+	if f.Within > 0 {
+		if t := r.cfg.Clock.Now().Add(-f.Within); t.After(f.Since) {
+			f.Since = t
+		}
 	}
 	start := "-"
 	if !f.Since.IsZero() {

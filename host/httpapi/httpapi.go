@@ -483,7 +483,7 @@ func auditFilter(q url.Values) (audit.Filter, error) {
 		if err != nil || d <= 0 {
 			return f, fmt.Errorf("since %q: want a positive duration such as 1h", s)
 		}
-		f.Since = time.Now().Add(-d)
+		f.Within = d
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
