@@ -86,9 +86,19 @@ func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool,
 	if sc.Enabled == enabled {
 		return httpapi.ReloadResult{Notes: []string{fmt.Sprintf("scanner %s was already %s", name, onOff(enabled))}}, nil
 	}
-	n := *cur
-	n.Scanners = maps.Clone(cur.Scanners)
 	sc.Enabled = enabled
+	return h.applyScanner(ctx, who, name, sc, "scanner "+onOff(enabled)+" by an operator (until the host restarts)", func() {
+		delete(h.overrides, name)
+	})
+}
+
+// applyScanner checks and applies, as a reload is, the configuration in
+// force with scanner name configured as sc (an operator's override), and
+// logs what; a refused one calls undo (under relMu) to forget the
+// override. reloadMu must be held.
+func (h *Host) applyScanner(ctx context.Context, who, name string, sc config.Scanner, what string, undo func()) (httpapi.ReloadResult, error) {
+	n := *h.config()
+	n.Scanners = maps.Clone(n.Scanners)
 	n.Scanners[name] = sc
 	resolved, err := h.res.ResolveAll(ctx, &n, h.cat, h.log)
 	if err == nil {
@@ -96,11 +106,11 @@ func (h *Host) SetScannerEnabled(ctx context.Context, name string, enabled bool,
 	}
 	if err != nil {
 		h.relMu.Lock()
-		delete(h.overrides, name)
+		undo()
 		h.relMu.Unlock()
 		return h.refuse(who, err), nil
 	}
-	h.log.Info("scanner "+onOff(enabled)+" by an operator (until the host restarts)", "scanner", name, "by", who)
+	h.log.Info(what, "scanner", name, "by", who)
 	return h.apply(ctx, who, resolved), nil
 }
 
@@ -132,26 +142,14 @@ func (h *Host) SetScannerMode(ctx context.Context, name, mode, who string) (res 
 	if sc.Mode == mode || (sc.Mode == "" && mode == config.ModeAct) {
 		return httpapi.ReloadResult{Notes: []string{fmt.Sprintf("scanner %s already runs in mode %s", name, mode)}}, nil
 	}
-	n := *cur
-	n.Scanners = maps.Clone(cur.Scanners)
 	sc.Mode = mode
-	n.Scanners[name] = sc
-	resolved, err := h.res.ResolveAll(ctx, &n, h.cat, h.log)
-	if err == nil {
-		err = h.check(resolved)
-	}
-	if err != nil {
-		h.relMu.Lock()
+	return h.applyScanner(ctx, who, name, sc, "scanner switched to mode "+mode+" by an operator (until the host restarts)", func() {
 		if had {
 			h.modeOverrides[name] = prev
 		} else {
 			delete(h.modeOverrides, name)
 		}
-		h.relMu.Unlock()
-		return h.refuse(who, err), nil
-	}
-	h.log.Info("scanner switched to mode "+mode+" by an operator (until the host restarts)", "scanner", name, "by", who)
-	return h.apply(ctx, who, resolved), nil
+	})
 }
 
 // ApprovePlugin approves the policy scanner name's binary declares now

@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
-	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 )
 
@@ -31,7 +29,6 @@ func TestPostgresReconcilerPausesAtItsActionBudget(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Now()
-	db := postgrestest.SchemaDB(t, 4)
 	const (
 		leases = pgreconcilers.LeaseExpiryName
 		delays = pgreconcilers.DelayedPromoterName
@@ -39,40 +36,14 @@ func TestPostgresReconcilerPausesAtItsActionBudget(t *testing.T) {
 		batch  = 2
 		n      = 10
 	)
-	cfg := testConfig(t, "", config.Scanner{})
-	cfg.Valkey.Addrs = nil
-	cfg.Postgres.DSN = db.Config().ConnString()
-	cfg.PluginDir = ownPluginDir(t)
-	cfg.Watch.Plugins = false
-	cfg.Scheduler.Concurrency = 1
-	copyFile(t, variant("pgreconcilers"), filepath.Join(cfg.PluginDir, "pgreconcilers"))
-	sc := config.Scanner{Enabled: true, Plugin: "pgreconcilers", Interval: 250 * time.Millisecond, Mode: config.ModeAct, Options: map[string]string{}}
-	lsc := sc
+	lsc := pgScanner()
 	lsc.Batch = batch
 	lsc.ActionBudget = &config.ActionBudget{Window: time.Hour, Max: budget}
-	cfg.Scanners = map[string]config.Scanner{leases: lsc, delays: sc}
-	h, _ := running(t, cfg)
-
-	status := func(name string) httpapi.ScannerStatus {
-		for _, s := range h.Status().Scanners {
-			if s.Name == name {
-				return s
-			}
-		}
-		return httpapi.ScannerStatus{}
-	}
-	waitFor(t, h, 3*time.Minute, "both reconcilers running, every flow partition owned", func() bool {
-		sh := h.Status().Sharing
-		if sh == nil || sh.Owned["flow"] != 16 {
-			return false
-		}
-		for _, name := range []string{leases, delays} {
-			if st := status(name); st.State != "running" || st.Cycle < 1 {
-				return false
-			}
-		}
-		return true
+	h, _, db := pgReconcilerHost(t, lsc, pgScanner(), func(c *config.Config) {
+		c.Watch.Plugins = false
+		c.Scheduler.Concurrency = 1
 	})
+	status := func(name string) httpapi.ScannerStatus { return statusOf(h, name) }
 	t.Logf("%v: both running, every flow partition owned", time.Since(t0))
 	assert.Equal(t, "3 per 1h0m0s", status(leases).ActionBudget)
 	assert.Equal(t, "off", status(delays).ActionBudget, "no budget for the delayed promoter")

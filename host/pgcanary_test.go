@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
-	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 )
 
@@ -30,43 +28,17 @@ func TestCanaryOnPostgresReconcilers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t0 := time.Now()
-	db := postgrestest.SchemaDB(t, 4)
 	const (
 		leases = pgreconcilers.LeaseExpiryName
 		delays = pgreconcilers.DelayedPromoterName
 	)
-	cfg := testConfig(t, "", config.Scanner{})
-	cfg.Valkey.Addrs = nil
-	cfg.Postgres.DSN = db.Config().ConnString()
-	cfg.PluginDir = ownPluginDir(t)
-	cfg.Watch.Plugins = false // canaries started by hand: both scanners share one file
-	cfg.Supervisor.SwapProbation = 0
-	copyFile(t, variant("pgreconcilers"), filepath.Join(cfg.PluginDir, "pgreconcilers"))
-	sc := config.Scanner{Enabled: true, Plugin: "pgreconcilers", Interval: 250 * time.Millisecond, Mode: config.ModeAct,
-		Options: map[string]string{}, Swap: config.SwapCanary}
-	cfg.Scanners = map[string]config.Scanner{leases: sc, delays: sc}
-	h, _ := running(t, cfg)
-
-	status := func(name string) httpapi.ScannerStatus {
-		for _, s := range h.Status().Scanners {
-			if s.Name == name {
-				return s
-			}
-		}
-		return httpapi.ScannerStatus{}
-	}
-	waitFor(t, h, 3*time.Minute, "both reconcilers running, every flow partition owned", func() bool {
-		sh := h.Status().Sharing
-		if sh == nil || sh.Owned["flow"] != 16 {
-			return false
-		}
-		for _, n := range []string{leases, delays} {
-			if st := status(n); st.State != "running" || st.Cycle < 1 {
-				return false
-			}
-		}
-		return true
+	sc := pgScanner()
+	sc.Swap = config.SwapCanary
+	h, cfg, db := pgReconcilerHost(t, sc, sc, func(c *config.Config) {
+		c.Watch.Plugins = false // canaries started by hand: both scanners share one file
+		c.Supervisor.SwapProbation = 0
 	})
+	status := func(name string) httpapi.ScannerStatus { return statusOf(h, name) }
 	t.Logf("%v: both running, every flow partition owned", time.Since(t0))
 	oldSHA := fileSHA(t, variant("pgreconcilers"))
 	newSHA := fileSHA(t, variant("pgreconcilers-stripped"))

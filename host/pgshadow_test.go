@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/explain"
-	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/host/shadow"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
@@ -40,53 +38,28 @@ import (
 func TestShadowPostgresReconcilersWriteNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := postgrestest.SchemaDB(t, 4)
-
 	const (
 		leases  = pgreconcilers.LeaseExpiryName
 		delays  = pgreconcilers.DelayedPromoterName
 		release = "release_stale_lease"
 		promote = "promote_delayed"
 	)
-	cfg := testConfig(t, "", config.Scanner{})
-	cfg.Valkey.Addrs = nil
-	cfg.Postgres.DSN = db.Config().ConnString()
-	cfg.PluginDir = ownPluginDir(t)
-	copyFile(t, variant("pgreconcilers"), filepath.Join(cfg.PluginDir, "pgreconcilers"))
 	scanners := func(mode string) map[string]config.Scanner {
-		sc := config.Scanner{Enabled: true, Plugin: "pgreconcilers", Interval: 250 * time.Millisecond, Mode: mode, Options: map[string]string{}}
+		sc := pgScanner()
+		sc.Mode = mode
 		return map[string]config.Scanner{leases: sc, delays: sc}
 	}
-	cfg.Scanners = scanners(config.ModeShadow)
-	h, _ := running(t, cfg)
+	shadowed := scanners(config.ModeShadow)
+	h, cfg, db := pgReconcilerHost(t, shadowed[leases], shadowed[delays], nil)
 
 	status := func(name string) (st scannerView) {
-		for _, s := range h.Status().Scanners {
-			if s.Name != name {
-				continue
-			}
-			st.mode, st.cycle, st.processed, st.running = s.Mode, s.Cycle, s.Processed, s.State == "running"
-			if s.Shadow != nil {
-				st.shadow, st.wouldAct, st.byCommand = true, s.Shadow.WouldAct, s.Shadow.ByCommand
-			}
+		s := statusOf(h, name)
+		st.mode, st.cycle, st.processed, st.running = s.Mode, s.Cycle, s.Processed, s.State == "running"
+		if s.Shadow != nil {
+			st.shadow, st.wouldAct, st.byCommand = true, s.Shadow.WouldAct, s.Shadow.ByCommand
 		}
 		return st
 	}
-	// Both scanners cycling over every flow partition (a host alone
-	// owns them all once its sharing entries are in) before anything is
-	// planted, so that every cycle counted below reads every partition.
-	waitFor(t, h, 3*time.Minute, "both reconcilers running in shadow, every flow partition owned", func() bool {
-		sh := h.Status().Sharing
-		if sh == nil || sh.Owned["flow"] != 16 {
-			return false
-		}
-		for _, n := range []string{leases, delays} {
-			if st := status(n); !st.running || st.cycle < 1 || st.mode != config.ModeShadow {
-				return false
-			}
-		}
-		return true
-	})
 	// The planting, in one transaction: N lapsed leases on executions
 	// that are not active (one whose execution is gone) and M due
 	// delays, spread over partitions, with decoys beside them that
