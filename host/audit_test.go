@@ -67,21 +67,38 @@ func TestAuditTrailRecordsScannerAndOperatorActions(t *testing.T) {
 	_, err = cl.Post("/v1/scanners/lease_expiry/shadow", time.Minute, &res)
 	require.NoError(t, err)
 	require.Empty(t, res.Error)
-	form := url.Values{"token": {token}, "scanner": {"lease_expiry"}, "action": {"act"}}
-	req, err := http.NewRequest(http.MethodPost, "http://"+cfg.HTTP.Listen+"/actions", strings.NewReader(form.Encode()))
+	console := func(action string) {
+		t.Helper()
+		form := url.Values{"token": {token}, "scanner": {"lease_expiry"}, "action": {action}}
+		req, err := http.NewRequest(http.MethodPost, "http://"+cfg.HTTP.Listen+"/actions", strings.NewReader(form.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, action)
+	}
+	console("act")
+	console("disable")
+	console("enable")
+	waitFor(t, h, time.Minute, "lease_expiry never came back", func() bool { return st().State == "running" })
+	var swap httpapi.PluginSwapResult
+	_, err = cl.Post("/v1/scanners/lease_expiry/reload?force=1", time.Minute, &swap)
 	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	var resumed httpapi.ResumeResult
+	_, err = cl.Post("/v1/scanners/lease_expiry/resume", time.Minute, &resumed)
 	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	var can httpapi.CanaryResult
+	_, err = cl.Post("/v1/scanners/lease_expiry/canary", time.Minute, &can)
+	require.NoError(t, err)
+	assert.Contains(t, can.Error, "holds the bytes that run now")
 	_, err = h.ReloadConfig(audit.WithActor(ctx, audit.Actor{Channel: audit.ChannelSIGHUP}), "SIGHUP")
 	require.NoError(t, err)
 
 	var ops []audit.Entry
 	waitFor(t, h, time.Minute, "the operator actions never reached the trail", func() bool {
 		ops, err = cl.Audit(url.Values{"kind": {"operator"}}, 10*time.Second)
-		return err == nil && len(ops) >= 3
+		return err == nil && len(ops) >= 8
 	})
 	recent, err := cl.Audit(url.Values{"kind": {"operator"}, "since": {"1h"}}, 10*time.Second)
 	require.NoError(t, err)
@@ -97,6 +114,14 @@ func TestAuditTrailRecordsScannerAndOperatorActions(t *testing.T) {
 	assert.Equal(t, audit.ChannelConsole, byAction["mode act"].Channel)
 	assert.Contains(t, byAction["mode act"].Who, identity)
 	assert.Equal(t, audit.ChannelSIGHUP, byAction["reload"].Channel)
+	for action, channel := range map[string]string{"disable": audit.ChannelConsole, "enable": audit.ChannelConsole, "swap": audit.ChannelCLI,
+		"resume": audit.ChannelCLI, "canary start": audit.ChannelCLI} {
+		assert.Equal(t, channel, byAction[action].Channel, action)
+		assert.Contains(t, byAction[action].Who, identity, action)
+	}
+	assert.Contains(t, byAction["canary start"].Detail, "refused: ")
+	assert.Contains(t, byAction["resume"].Detail, "not paused")
+	assert.Contains(t, byAction["swap"].Detail, "sha256")
 	assert.NotContains(t, identity, token, "the token itself is never written")
 
 	// Explain: what will happen, and what happened.
