@@ -151,12 +151,17 @@ func (r *Recorder) take(e Entry) []Entry {
 	return batch
 }
 
-// drain writes the queue's entries at a stop.
+// drain writes the queue's entries at a stop, until ctx ends (what is
+// left then is counted as dropped).
 func (r *Recorder) drain(ctx context.Context) {
 	for {
+		if ctx.Err() != nil {
+			r.dropped.Add(uint64(len(r.queue)))
+			return
+		}
 		select {
 		case e := <-r.queue:
-			r.write(context.WithoutCancel(ctx), r.take(e))
+			r.write(ctx, r.take(e))
 		default:
 			return
 		}

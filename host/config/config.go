@@ -349,8 +349,13 @@ func DefaultActionBudget(name string) ActionBudget {
 	return ActionBudget{}
 }
 
-// Budget is the action budget of scanner name configured as s.
+// Budget is the action budget of scanner name configured as s. A
+// scanner in shadow mode acts on nothing, so it has none (what it
+// reports processed there is what it would have done).
 func (s Scanner) Budget(name string) ActionBudget {
+	if s.Shadow() {
+		return ActionBudget{}
+	}
 	if s.ActionBudget != nil {
 		return *s.ActionBudget
 	}

@@ -478,6 +478,9 @@ scanners:
 		cfg.Scanners["retention_trimmer"].Budget("retention_trimmer"))
 	assert.True(t, cfg.Scanners["cancel_reconciler"].Budget("cancel_reconciler").Off())
 	assert.True(t, cfg.Scanners["flow_projector"].Budget("flow_projector").Off())
+	shadowed := cfg.Scanners["lease_expiry"]
+	shadowed.Mode = ModeShadow
+	assert.True(t, shadowed.Budget("lease_expiry").Off(), "a scanner in shadow acts on nothing")
 	assert.Equal(t, SwapCanary, cfg.Scanners["retention_trimmer"].Swap)
 	assert.Equal(t, 4, cfg.Scanners["retention_trimmer"].CanaryPromoteAfter)
 	assert.Equal(t, SwapDirect, cfg.Scanners["lease_expiry"].Swap)
