@@ -1,18 +1,24 @@
 package main
 
 // ffscan audit: the trail of what scanners and operators did, read from
-// a running host (GET /v1/audit).
+// a running host (GET /v1/audit); and the record of the operator actions
+// the CLI takes without a host.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"os/user"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ffscan/ffscan/host/audit"
+	"github.com/ffscan/ffscan/host/boot"
+	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
 )
 
@@ -78,4 +84,46 @@ func printAudit(w io.Writer, entries []audit.Entry) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\tplugin %s\n", at, oneLine(e.Scanner), oneLine(e.Command), oneLine(what), oneLine(e.Outcome), short(e.Digest))
 	}
 	_ = tw.Flush()
+}
+
+// recordAction writes an operator action taken by a command that runs no
+// host (an approval, a pin written into the configuration) to the audit
+// trail, as the running hosts' own actions are: in the store the
+// configuration names, with channel cli and the operating-system user.
+// The action itself is done when this runs; a trail that cannot be
+// written is said on stderr (and the command still reports success:
+// undoing an approval for want of its record would surprise more).
+func recordAction(cfg *config.Config, action, scanner, detail string, stderr io.Writer) {
+	if !cfg.Audit.Enabled {
+		return
+	}
+	if len(cfg.Valkey.Addrs) == 0 {
+		fmt.Fprintf(stderr, "note: %s of %s not recorded in the audit trail: no Valkey is configured\n", action, scanner)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := boot.Connect(ctx, cfg.Valkey)
+	if err == nil {
+		defer client.Close()
+		err = audit.Append(ctx, client, cfg.Audit.MaxEntries, audit.Entry{Kind: audit.KindOperator, Host: "cli on " + hostName(),
+			Action: action, Channel: audit.ChannelCLI, Who: "user " + userName(), Scanner: scanner, Detail: detail})
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "warning: %s of %s done, but not recorded in the audit trail: %v\n", action, scanner, err)
+	}
+}
+
+func hostName() string {
+	if n, err := os.Hostname(); err == nil {
+		return n
+	}
+	return "unknown host"
+}
+
+func userName() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(os.Getuid())
 }

@@ -144,9 +144,11 @@ func cmdScannersResume(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// cmdScannersMode switches a scanner of a running host to shadow or act.
-func cmdScannersMode(mode string, args []string, stdout, stderr io.Writer) error {
-	fs, c := newFlags("scanners "+mode, stderr)
+// cmdScannersSwitch switches a scanner of a running host: to shadow or
+// act mode, or enabled or disabled; until the host restarts (its
+// configuration makes it last).
+func cmdScannersSwitch(what string, args []string, stdout, stderr io.Writer) error {
+	fs, c := newFlags("scanners "+what, stderr)
 	addr := fs.String("addr", "", "host:port of the running host's HTTP listener (default: http.listen)")
 	tokenFile := fs.String("token-file", "", tokenFileUsage)
 	pos, err := parseArgs(fs, args, 1)
@@ -158,7 +160,7 @@ func cmdScannersMode(mode string, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	var res httpapi.ReloadResult
-	if _, err := cl.Post("/v1/scanners/"+pos[0]+"/"+mode, 3*time.Minute, &res); err != nil {
+	if _, err := cl.Post("/v1/scanners/"+pos[0]+"/"+what, 3*time.Minute, &res); err != nil {
 		return err
 	}
 	if res.Error != "" {
@@ -167,6 +169,11 @@ func cmdScannersMode(mode string, args []string, stdout, stderr io.Writer) error
 	for _, n := range res.Notes {
 		fmt.Fprintln(stdout, n)
 	}
-	fmt.Fprintf(stdout, "scanner %s: mode %s (until the host restarts; scanners.%s.mode makes it last)\n", pos[0], mode, pos[0])
+	switch what {
+	case "enable", "disable":
+		fmt.Fprintf(stdout, "scanner %s: %sd (until the host restarts; scanners.%s.enabled makes it last)\n", pos[0], what, pos[0])
+	default:
+		fmt.Fprintf(stdout, "scanner %s: mode %s (until the host restarts; scanners.%s.mode makes it last)\n", pos[0], what, pos[0])
+	}
 	return nil
 }

@@ -10,6 +10,7 @@
 //	ffscan plugins canary NAME      run the new binary in shadow beside the running one; promote or abort it
 //	ffscan scanners resume NAME     resume a scanner paused at its action budget
 //	ffscan scanners shadow|act NAME switch a scanner to shadow mode or back to act
+//	ffscan scanners enable|disable NAME  enable or disable a scanner of a running host
 //	ffscan scan-once --scanner N    one cycle of one scanner, then a summary
 //	ffscan status                   the /v1/status of a running host
 //	ffscan explain ID               what each scanner does with one execution, and why
@@ -73,6 +74,8 @@ commands:
   scanners shadow|act NAME     switch scanner NAME of a running host to shadow mode (its
             [--addr host:port] writes held back and recorded) or back to act, until the
                                host restarts (scanners.NAME.mode makes it last)
+  scanners enable|disable NAME enable or disable scanner NAME of a running host, until
+            [--addr host:port] it restarts (scanners.NAME.enabled makes it last)
   scan-once --scanner NAME     run one cycle of one scanner and print a summary
             [--partition N] [--dry-run]
   status [--addr host:port] [--json | --watch 3s]
@@ -130,8 +133,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cmd, rest = "plugins "+rest[0], rest[1:]
 	}
 	if cmd == "scanners" {
-		if len(rest) == 0 || !slices.Contains([]string{"resume", "shadow", "act"}, rest[0]) {
-			fmt.Fprint(stderr, "ffscan scanners: want resume, shadow or act\n\n"+usage)
+		if len(rest) == 0 || !slices.Contains([]string{"resume", "shadow", "act", "enable", "disable"}, rest[0]) {
+			fmt.Fprint(stderr, "ffscan scanners: want resume, shadow, act, enable or disable\n\n"+usage)
 			return exitUsage
 		}
 		cmd, rest = "scanners "+rest[0], rest[1:]
@@ -161,8 +164,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdPluginsCanary(rest, stdout, stderr)
 	case "scanners resume":
 		err = cmdScannersResume(rest, stdout, stderr)
-	case "scanners shadow", "scanners act":
-		err = cmdScannersMode(strings.TrimPrefix(cmd, "scanners "), rest, stdout, stderr)
+	case "scanners shadow", "scanners act", "scanners enable", "scanners disable":
+		err = cmdScannersSwitch(strings.TrimPrefix(cmd, "scanners "), rest, stdout, stderr)
 	case "reload":
 		err = cmdReload(rest, stdout, stderr)
 	case "scan-once":

@@ -168,14 +168,20 @@ func (s *syncBuffer) String() string {
 // status shows the scanner running.
 func startHost(t *testing.T, cfgBody string, extra ...string) *hostProc {
 	t.Helper()
+	return startHostWith(t, writeConfig(t, cfgBody), nil, append([]string{"--plugin-dir", pluginDir}, extra...)...)
+}
+
+// startHostWith is startHost with the configuration file cfg and env
+// added to the clean environment.
+func startHostWith(t *testing.T, cfg string, env []string, extra ...string) *hostProc {
+	t.Helper()
 	hp := &hostProc{addr: freeAddr(t), logs: &syncBuffer{}, exited: make(chan struct{})}
-	cfg := writeConfig(t, cfgBody)
-	args := append([]string{"run", "--config", cfg, "--http-listen", hp.addr, "--plugin-dir", pluginDir}, extra...)
+	args := append([]string{"run", "--config", cfg, "--http-listen", hp.addr}, extra...)
 	hp.cmd = exec.Command(ffscanBin, args...)
 	// The host is killed at the end, so nothing it made in the temporary
 	// directory (go-plugin's socket directories) is cleaned by it: give
 	// it one the test removes.
-	hp.cmd.Env = append(cleanEnv(), "TMPDIR="+t.TempDir())
+	hp.cmd.Env = append(append(cleanEnv(), env...), "TMPDIR="+t.TempDir())
 	hp.cmd.Stdout, hp.cmd.Stderr = hp.logs, hp.logs
 	require.NoError(t, hp.cmd.Start())
 	go func() { _ = hp.cmd.Wait(); close(hp.exited) }()

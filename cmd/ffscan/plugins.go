@@ -202,6 +202,7 @@ func cmdPluginsPin(args []string, stdout, stderr io.Writer) error {
 	if err := config.WritePin(c.configFile, name, pi.SHA256); err != nil {
 		return err
 	}
+	recordAction(cfg, "pin", name, fmt.Sprintf("scanners.%s.sha256 pinned to %.12s in %s", name, pi.SHA256, c.configFile), stderr)
 	fmt.Fprintf(stdout, "pinned scanners.%s.sha256 to %s in %s (version %s); a running host picks it up on reload\n", name, pi.SHA256, c.configFile, pi.Version)
 	return nil
 }
@@ -261,9 +262,11 @@ func cmdPluginsApprove(args []string, stdout, stderr io.Writer) error {
 		if r.Err != nil {
 			failed++
 			fmt.Fprintf(stdout, "FAIL scanner %s: %v\n", r.Scanner, r.Err)
+			recordAction(cfg, "approve", r.Scanner, "not approved: "+r.Err.Error(), stderr)
 			continue
 		}
 		fmt.Fprintf(stdout, "approved scanner %s (%s, sha256 %s): policy %s\n", r.Scanner, r.Binary, r.SHA256, r.Digest)
+		recordAction(cfg, "approve", r.Scanner, fmt.Sprintf("binary sha256 %.12s, policy %.12s: approved", r.SHA256, r.Digest), stderr)
 		for _, l := range r.Policy {
 			fmt.Fprintf(stdout, "       %s\n", l)
 		}
