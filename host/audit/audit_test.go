@@ -81,3 +81,66 @@ func TestRecorderWritesAndQueries(t *testing.T) {
 	_, err = r.Query(ctx, Filter{Execution: "nope"})
 	assert.Error(t, err)
 }
+
+// One call's actions on a partition share a stream entry (one append,
+// the shared fields once); each reads back as its own entry with its own
+// item and outcome, whatever text the item holds.
+func TestOneCallsActionsShareAStreamEntry(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	parts := keys.PartitionConfig{Flow: 4, Budget: 2, Quota: 2}
+	r := New(c, Config{Host: "h1", Partitions: parts})
+	part := keys.Partition{Family: keys.FamilyFlow, Index: 1}
+	var ids []keys.ExecutionID
+	outcomes := []string{Acted, AlreadyDone, Refused, Failed}
+	const n = maxItems + 3 // two stream entries
+	for i := range n {
+		id, err := keys.ExecutionIDIn(part, keys.NewUUID())
+		require.NoError(t, err)
+		ids = append(ids, id)
+		d := shadow.Decision{Command: "FCALL ff_mark_lease_expired_if_due", Keys: []string{keys.Exec(id).Core()}}
+		r.Record(ScannerEntry(time.Time{}, "lease_expiry", "0123456789abcdef", d, outcomes[i%len(outcomes)]))
+	}
+	// A key with no execution, with a space and a line break in it; and
+	// another scanner's action on the same partition.
+	odd := "ff:idx:{fp:1}:odd key\nsecond line"
+	r.Record(ScannerEntry(time.Time{}, "lease_expiry", "0123456789abcdef", shadow.Decision{Command: "FCALL ff_mark_lease_expired_if_due", Keys: []string{odd}}, Acted))
+	r.Record(ScannerEntry(time.Time{}, "attempt_timeout", "fedcba9876543210", shadow.Decision{Command: "FCALL ff_expire_execution", Keys: []string{keys.Exec(ids[0]).Core()}}, Acted))
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Stop(ctx))
+	assert.Equal(t, uint64(n+2), r.Stats().Written)
+
+	streamLen, err := c.Do(ctx, c.B().Xlen().Key("ffscan:audit:"+part.Tag()).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), streamLen, "lease_expiry's %d actions in two entries, attempt_timeout's in one", n+1)
+
+	got, err := r.Query(ctx, Filter{Scanner: "lease_expiry", Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, got, n+1)
+	byExec := map[string]Entry{}
+	var keyed []Entry
+	for _, e := range got {
+		assert.Equal(t, "h1", e.Host)
+		assert.Equal(t, "0123456789abcdef", e.Digest)
+		assert.Equal(t, "FCALL ff_mark_lease_expired_if_due", e.Command)
+		assert.False(t, e.At.IsZero())
+		if e.Execution == "" {
+			keyed = append(keyed, e)
+			continue
+		}
+		byExec[e.Execution] = e
+	}
+	for i, id := range ids {
+		assert.Equal(t, outcomes[i%len(outcomes)], byExec[id.String()].Outcome, "item %d", i)
+	}
+	require.Len(t, keyed, 1)
+	assert.Contains(t, keyed[0].Key, "odd key")
+	assert.NotContains(t, keyed[0].Key, "\n")
+
+	one, err := r.Query(ctx, Filter{Execution: ids[0].String()})
+	require.NoError(t, err)
+	require.Len(t, one, 2, "lease_expiry's and attempt_timeout's")
+	assert.Equal(t, "attempt_timeout", one[0].Scanner, "newest first")
+}

@@ -170,22 +170,24 @@ func (r *Recorder) drain(ctx context.Context) {
 
 // write appends a batch in one pipeline.
 func (r *Recorder) write(ctx context.Context, batch []Entry) {
-	cmds := make(valkey.Commands, 0, len(batch))
+	gs := groups(batch)
+	cmds := make(valkey.Commands, 0, len(gs))
 	maxLen := strconv.FormatInt(r.cfg.MaxEntries, 10)
-	for _, e := range batch {
-		cmds = append(cmds, r.client.B().Arbitrary("XADD").Keys(streamOf(e)).Args(append([]string{"MAXLEN", "~", maxLen, "*"}, e.fields()...)...).Build())
+	for _, g := range gs {
+		cmds = append(cmds, r.client.B().Arbitrary("XADD").Keys(g.stream).Args(append([]string{"MAXLEN", "~", maxLen, "*"}, g.fields()...)...).Build())
 	}
 	// A batch taken is written even when a stop cancels the loop.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	for _, res := range r.client.DoMulti(wctx, cmds...) {
+	for i, res := range r.client.DoMulti(wctx, cmds...) {
+		n := uint64(len(gs[i].items))
 		if err := res.Error(); err != nil {
-			if r.failed.Add(1) == 1 {
+			if r.failed.Add(n) == n {
 				r.cfg.Logger.Warn("audit trail: entries not written", "error", err)
 			}
 			continue
 		}
-		r.written.Add(1)
+		r.written.Add(n)
 	}
 }
 
@@ -271,11 +273,12 @@ func (r *Recorder) Query(ctx context.Context, f Filter) ([]Entry, error) {
 			return nil, fmt.Errorf("read %s: %w", streams[i], err)
 		}
 		for _, x := range entries {
-			e := entryOf(x.ID, x.FieldValues)
-			if (f.Execution != "" && e.Execution != f.Execution) || (f.Scanner != "" && e.Scanner != f.Scanner) || (f.Kind != "" && e.Kind != f.Kind) {
-				continue
+			for _, e := range entriesOf(x.ID, x.FieldValues) {
+				if (f.Execution != "" && e.Execution != f.Execution) || (f.Scanner != "" && e.Scanner != f.Scanner) || (f.Kind != "" && e.Kind != f.Kind) {
+					continue
+				}
+				out = append(out, e)
 			}
-			out = append(out, e)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return idLess(out[j].ID, out[i].ID) })
