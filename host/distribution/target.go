@@ -1,0 +1,122 @@
+package distribution
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content/oci"
+	"oras.land/oras-go/v2/registry"
+	"oras.land/oras-go/v2/registry/remote"
+)
+
+// Target is where plugin artifacts are read and pushed: an OCI layout
+// directory or a registry repository.
+type Target = oras.GraphTarget
+
+// Ref is a parsed plugin reference.
+type Ref struct {
+	// Raw is the reference as given.
+	Raw string
+	// Layout is the OCI layout directory (oci:DIR:TAG, oci:DIR@DIGEST);
+	// empty for a registry.
+	Layout string
+	// Repo names the repository (registry/repo, or the layout's path):
+	// the identity signatures name.
+	Repo string
+	// Tag or Digest is what resolves (one of them).
+	Tag, Digest string
+}
+
+// Reference is the tag or digest to resolve.
+func (r Ref) Reference() string {
+	if r.Digest != "" {
+		return r.Digest
+	}
+	return r.Tag
+}
+
+// WithReference is r naming another tag or digest of its repository.
+func (r Ref) WithReference(ref string) Ref {
+	n := r
+	n.Tag, n.Digest = "", ""
+	if strings.HasPrefix(ref, "sha256:") {
+		n.Digest = ref
+	} else {
+		n.Tag = ref
+	}
+	if r.Layout != "" {
+		n.Raw = "oci:" + r.Layout + sep(ref) + ref
+	} else {
+		n.Raw = r.Repo + sep(ref) + ref
+	}
+	return n
+}
+
+func sep(ref string) string {
+	if strings.HasPrefix(ref, "sha256:") {
+		return "@"
+	}
+	return ":"
+}
+
+// ParseRef reads REF: oci:DIR[:TAG|@DIGEST] for an OCI layout directory,
+// else REGISTRY/REPO[:TAG|@DIGEST]. A reference without a tag or digest
+// means the tag "latest".
+func ParseRef(s string) (Ref, error) {
+	r := Ref{Raw: s}
+	if rest, ok := strings.CutPrefix(s, "oci:"); ok {
+		if i := strings.LastIndex(rest, "@"); i >= 0 {
+			r.Layout, r.Digest = rest[:i], rest[i+1:]
+		} else if i := strings.LastIndex(rest, ":"); i >= 0 && !strings.Contains(rest[i:], "/") {
+			r.Layout, r.Tag = rest[:i], rest[i+1:]
+		} else {
+			r.Layout, r.Tag = rest, "latest"
+		}
+		if r.Layout == "" {
+			return r, fmt.Errorf("reference %q: no directory after oci:", s)
+		}
+		r.Repo = r.Layout
+		if r.Digest != "" {
+			if _, err := sha256Hex(r.Digest); err != nil {
+				return r, fmt.Errorf("reference %q: %w", s, err)
+			}
+		}
+		return r, nil
+	}
+	pr, err := registry.ParseReference(s)
+	if err != nil {
+		return r, fmt.Errorf("reference %q: %w (a registry reference is host[:port]/repo:tag; an OCI layout directory is oci:DIR:tag)", s, err)
+	}
+	r.Repo = pr.Registry + "/" + pr.Repository
+	switch {
+	case pr.Reference == "":
+		r.Tag = "latest"
+	case strings.HasPrefix(pr.Reference, "sha256:"):
+		r.Digest = pr.Reference
+	default:
+		r.Tag = pr.Reference
+	}
+	return r, nil
+}
+
+// Open returns the target of r; a registry on a loopback address is
+// spoken to over plain HTTP, any other when plainHTTP is set.
+func (r Ref) Open(plainHTTP bool) (Target, error) {
+	if r.Layout != "" {
+		return oci.New(r.Layout)
+	}
+	repo, err := remote.NewRepository(r.Repo)
+	if err != nil {
+		return nil, err
+	}
+	host := repo.Reference.Registry
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if ip := net.ParseIP(host); plainHTTP || host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		repo.PlainHTTP = true
+	}
+	return repo, nil
+}
