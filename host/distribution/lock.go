@@ -130,3 +130,16 @@ func syncDir(dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// LockChecker is the check plugin_signature: required makes before every
+// launch: the lock at path, read each time (an install rewrites it),
+// must record sha256 for binary on this platform.
+func LockChecker(path string) func(binary, sha256 string) error {
+	return func(binary, sha string) error {
+		l, err := ReadLock(path)
+		if err != nil {
+			return err
+		}
+		return l.CheckBinary(binary, sha)
+	}
+}
