@@ -96,8 +96,8 @@ type Config struct {
 	// installs, and what they may declare.
 	PluginTrust PluginTrust
 	Lua         Lua
-	HTTP                HTTP
-	Log                 Log
+	HTTP        HTTP
+	Log         Log
 	// ShutdownTimeout bounds the whole shutdown: stop dispatching, let
 	// in-flight scans finish, close and kill plugins.
 	ShutdownTimeout time.Duration
