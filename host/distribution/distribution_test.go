@@ -127,6 +127,20 @@ func TestInstallFromLayout(t *testing.T) {
 	require.Equal(t, "acme", lp.Signer.Key)
 	require.Equal(t, distribution.Fingerprint(&f.key.PublicKey), lp.Signer.Fingerprint)
 	require.Equal(t, declared("1.0.0").PolicyDigests(), lp.Policies)
+	// The lock alone re-verifies: signature, index, manifests, binaries.
+	signer, err := lp.VerifyOffline(f.opts().Keys)
+	require.NoError(t, err)
+	require.Equal(t, lp.Signer, signer)
+	_, err = lp.VerifyOffline([]distribution.TrustedKey{trusted("other", newKey(t))})
+	require.ErrorIs(t, err, distribution.ErrUntrusted)
+	forged := lp
+	forged.Platforms = map[string]distribution.LockedPlatform{}
+	for p, pl := range lp.Platforms {
+		pl.SHA256 = strings.Repeat("0", 64)
+		forged.Platforms[p] = pl
+	}
+	_, err = forged.VerifyOffline(f.opts().Keys)
+	require.ErrorContains(t, err, "is not the locked sha256")
 	// Nothing else was left in plugin_dir (no temporary file).
 	ents, _ := os.ReadDir(f.pluginDir)
 	require.Len(t, ents, 1)
@@ -160,6 +174,8 @@ func TestInstallFromRegistry(t *testing.T) {
 			res, err := distribution.Install(context.Background(), ref, f.opts())
 			require.NoError(t, err)
 			require.Equal(t, tc.via, res.Locked.Signer.Via)
+			_, err = res.Locked.VerifyOffline(f.opts().Keys)
+			require.NoError(t, err)
 			body, err := os.ReadFile(filepath.Join(f.pluginDir, "acme"))
 			require.NoError(t, err)
 			require.Contains(t, string(body), tc.name+" for "+distribution.Platform())

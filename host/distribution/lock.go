@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // Lock is the lock file: what each installed plugin was installed from
@@ -39,6 +44,22 @@ type LockedPlugin struct {
 	Policies map[string]string `json:"policies"`
 	// Platforms maps GOOS/GOARCH to that platform's manifest and binary.
 	Platforms map[string]LockedPlatform `json:"platforms"`
+	// Evidence is what `ffscan plugins verify` re-checks offline: the
+	// signed index, each platform's manifest and the signature.
+	Evidence *Evidence `json:"evidence,omitempty"`
+}
+
+// Evidence links a locked binary to a trusted signature without the
+// registry: the signature covers Index's digest, the index lists each
+// manifest's digest, each manifest names its binary's digest.
+type Evidence struct {
+	Index     []byte            `json:"index"`
+	Manifests map[string][]byte `json:"manifests"`
+	// Bundle is a Sigstore bundle (via "referrer"); Payload and
+	// Signature a cosign simple signing (via "sig-tag").
+	Bundle    []byte `json:"bundle,omitempty"`
+	Payload   []byte `json:"payload,omitempty"`
+	Signature []byte `json:"signature,omitempty"`
 }
 
 // LockedPlatform is one platform's manifest digest and binary sha256.
@@ -142,4 +163,50 @@ func LockChecker(path string) func(binary, sha256 string) error {
 		}
 		return l.CheckBinary(binary, sha)
 	}
+}
+
+// VerifyOffline re-checks lp's chain from a trusted key's signature to
+// every locked binary digest, with nothing but the lock and keys.
+func (lp LockedPlugin) VerifyOffline(keys []TrustedKey) (Signer, error) {
+	ev := lp.Evidence
+	if ev == nil {
+		return Signer{}, errors.New("the lock holds no evidence to check (written by an older ffscan?): install it again")
+	}
+	if d := "sha256:" + SHA256Hex(ev.Index); d != lp.Digest {
+		return Signer{}, fmt.Errorf("the locked index hashes to %s, not the locked digest %s", d, lp.Digest)
+	}
+	c := candidate{via: lp.Signer.Via, bundle: ev.Bundle, payload: ev.Payload, sig: ev.Signature}
+	s, _, err := verifyCandidates([]candidate{c}, ocispec.Descriptor{Digest: digest.Digest(lp.Digest)}, keys)
+	if err != nil {
+		return s, err
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(ev.Index, &idx); err != nil {
+		return s, fmt.Errorf("locked index: %w", err)
+	}
+	for _, p := range slices.Sorted(maps.Keys(lp.Platforms)) {
+		pl := lp.Platforms[p]
+		if !slices.ContainsFunc(idx.Manifests, func(d ocispec.Descriptor) bool {
+			return d.Platform != nil && platformOf(d.Platform) == p && d.Digest.String() == pl.Manifest
+		}) {
+			return s, fmt.Errorf("%s: the signed index does not list manifest %s", p, pl.Manifest)
+		}
+		raw := ev.Manifests[p]
+		if d := "sha256:" + SHA256Hex(raw); d != pl.Manifest {
+			return s, fmt.Errorf("%s: the locked manifest hashes to %s, not %s", p, d, pl.Manifest)
+		}
+		var m ocispec.Manifest
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return s, fmt.Errorf("%s manifest: %w", p, err)
+		}
+		if !slices.ContainsFunc(m.Layers, func(l ocispec.Descriptor) bool {
+			return l.MediaType == BinaryMediaType && l.Digest.String() == "sha256:"+pl.SHA256
+		}) {
+			return s, fmt.Errorf("%s: the signed manifest's binary is not the locked sha256 %s", p, pl.SHA256)
+		}
+	}
+	if s.Fingerprint != lp.Signer.Fingerprint {
+		return s, fmt.Errorf("signed by %s (%s), the lock says %s (%s)", s.Key, s.Fingerprint, lp.Signer.Key, lp.Signer.Fingerprint)
+	}
+	return s, nil
 }

@@ -17,11 +17,13 @@ type Artifact struct {
 	Ref    Ref
 	Target Target
 	// Index is the signed image index, Desc its descriptor.
-	Desc    ocispec.Descriptor
-	Index   ocispec.Index
-	Signer  Signer
-	Version string
-	Created time.Time
+	Desc   ocispec.Descriptor
+	Index  ocispec.Index
+	Signer Signer
+	// Evidence is what an offline check of the lock re-verifies.
+	Evidence *Evidence
+	Version  string
+	Created  time.Time
 	// Platforms are the index's platforms ("linux/amd64"), sorted.
 	Platforms []string
 }
@@ -33,6 +35,8 @@ type PlatformArtifact struct {
 	Declared Declared
 	// Binary is the executable layer.
 	Binary ocispec.Descriptor
+	// Raw is the manifest as fetched (its digest verified).
+	Raw []byte
 }
 
 // ErrNoPlatform: the index has no manifest for the platform asked for.
@@ -64,14 +68,16 @@ func Resolve(ctx context.Context, ref string, plainHTTP bool, keys []TrustedKey)
 		return nil, fmt.Errorf("fetch %s: %w", ref, err)
 	}
 	a := &Artifact{Ref: r, Target: t, Desc: desc}
+
 	if err := json.Unmarshal(b, &a.Index); err != nil {
 		return nil, fmt.Errorf("%s: index: %w", ref, err)
 	}
 	// The signature covers the index's digest, which covers every
 	// platform's manifest, which covers its config and binary.
-	if a.Signer, err = VerifySignature(ctx, t, desc, keys); err != nil {
+	if a.Signer, a.Evidence, err = verifySignature(ctx, t, desc, keys); err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
+	a.Evidence.Index = b
 	a.Version = a.Index.Annotations[VersionAnnotation]
 	if c := a.Index.Annotations[CreatedAnnotation]; c != "" {
 		a.Created, _ = time.Parse(time.RFC3339, c)
@@ -105,8 +111,13 @@ func (a *Artifact) For(ctx context.Context, platform string) (PlatformArtifact, 
 	if pa.Manifest.Digest == "" {
 		return pa, fmt.Errorf("%s: %w (%s); it has %s", a.Ref.Raw, ErrNoPlatform, platform, orNone(a.Platforms))
 	}
-	m, err := fetchManifest(ctx, a.Target, pa.Manifest)
+	raw, err := fetchLimited(ctx, a.Target, pa.Manifest, 4<<20)
 	if err != nil {
+		return pa, fmt.Errorf("%s: %s manifest: %w", a.Ref.Raw, platform, err)
+	}
+	pa.Raw = raw
+	var m ocispec.Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
 		return pa, fmt.Errorf("%s: %s manifest: %w", a.Ref.Raw, platform, err)
 	}
 	if m.ArtifactType != ArtifactType && m.Config.MediaType != ConfigMediaType {
@@ -147,6 +158,11 @@ func (a *Artifact) LockEntry(ctx context.Context, main PlatformArtifact) (Locked
 		Signer: a.Signer, Scanners: main.Declared.ScannerNames(), Policies: main.Declared.PolicyDigests(),
 		Platforms: map[string]LockedPlatform{},
 	}
+	if a.Evidence != nil {
+		ev := *a.Evidence
+		ev.Manifests = map[string][]byte{}
+		lp.Evidence = &ev
+	}
 	if !a.Created.IsZero() {
 		lp.Created = a.Created.UTC().Format(time.RFC3339)
 	}
@@ -163,6 +179,9 @@ func (a *Artifact) LockEntry(ctx context.Context, main PlatformArtifact) (Locked
 		}
 		hex, _ := sha256Hex(pa.Binary.Digest.String())
 		lp.Platforms[p] = LockedPlatform{Manifest: pa.Manifest.Digest.String(), SHA256: hex}
+		if lp.Evidence != nil {
+			lp.Evidence.Manifests[p] = pa.Raw
+		}
 	}
 	return lp, nil
 }

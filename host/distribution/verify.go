@@ -52,27 +52,40 @@ type candidate struct {
 // verifies with. now is the time key validity is judged at (zero: the
 // current time).
 func VerifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, keys []TrustedKey) (Signer, error) {
+	s, _, err := verifySignature(ctx, repo, desc, keys)
+	return s, err
+}
+
+func verifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, keys []TrustedKey) (Signer, *Evidence, error) {
 	if len(keys) == 0 {
-		return Signer{}, errors.New("no trusted keys are configured (plugin_trust.keys)")
+		return Signer{}, nil, errors.New("no trusted keys are configured (plugin_trust.keys)")
 	}
 	cands, err := findSignatures(ctx, repo, desc)
 	if err != nil {
-		return Signer{}, err
+		return Signer{}, nil, err
 	}
 	if len(cands) == 0 {
-		return Signer{}, fmt.Errorf("%s: %w", desc.Digest, ErrUnsigned)
+		return Signer{}, nil, fmt.Errorf("%s: %w", desc.Digest, ErrUnsigned)
 	}
+	s, c, err := verifyCandidates(cands, desc, keys)
+	if err != nil {
+		return s, nil, err
+	}
+	return s, &Evidence{Bundle: c.bundle, Payload: c.payload, Signature: c.sig}, nil
+}
+
+func verifyCandidates(cands []candidate, desc ocispec.Descriptor, keys []TrustedKey) (Signer, candidate, error) {
 	var why []string
 	for _, c := range cands {
 		for _, k := range keys {
 			err := verifyOne(c, desc, k)
 			if err == nil {
-				return Signer{Key: k.Name, Fingerprint: Fingerprint(k.Key), Via: c.via}, nil
+				return Signer{Key: k.Name, Fingerprint: Fingerprint(k.Key), Via: c.via}, c, nil
 			}
 			why = append(why, fmt.Sprintf("%s signature with key %s: %v", c.via, k.Name, err))
 		}
 	}
-	return Signer{}, fmt.Errorf("%s: %w:\n  %s", desc.Digest, ErrUntrusted, strings.Join(why, "\n  "))
+	return Signer{}, candidate{}, fmt.Errorf("%s: %w:\n  %s", desc.Digest, ErrUntrusted, strings.Join(why, "\n  "))
 }
 
 func findSignatures(ctx context.Context, repo Target, desc ocispec.Descriptor) ([]candidate, error) {
