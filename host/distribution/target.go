@@ -75,7 +75,7 @@ func ParseRef(s string) (Ref, error) {
 			r.Layout, r.Tag = rest, "latest"
 		}
 		if r.Layout == "" {
-			return r, fmt.Errorf("reference %q: no directory after oci:", s)
+			return r, fmt.Errorf("reference %q: no directory after \"oci:\"", s)
 		}
 		r.Repo = r.Layout
 		if r.Digest != "" {
