@@ -15,8 +15,8 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/distribution"
-	"github.com/ffscan/ffscan/host/distribution/registrytest"
 	"github.com/ffscan/ffscan/host/plugindir"
+	"github.com/ffscan/ffscan/internal/registrytest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/distribution"
@@ -332,7 +333,7 @@ func verifyLock(w io.Writer, cfg *config.Config) (int, error) {
 	failed := 0
 	for _, name := range slices.Sorted(maps.Keys(lock.Plugins)) {
 		lp := lock.Plugins[name]
-		signer, err := lp.VerifyOffline(o.Keys)
+		signer, err := lp.VerifyOffline(o.Keys, time.Now())
 		if err == nil {
 			var sum string
 			sum, err = fileSHA256(filepath.Join(cfg.PluginDir, name))

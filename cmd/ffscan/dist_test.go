@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/distribution"
-	"github.com/ffscan/ffscan/host/distribution/registrytest"
+	"github.com/ffscan/ffscan/internal/registrytest"
 )
 
 // The whole path through the CLI against a real registry: a publisher's

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/distribution"
-	"github.com/ffscan/ffscan/host/distribution/registrytest"
 	"github.com/ffscan/ffscan/host/policy"
+	"github.com/ffscan/ffscan/internal/registrytest"
 )
 
 func newKey(t *testing.T) *ecdsa.PrivateKey {
@@ -128,10 +128,10 @@ func TestInstallFromLayout(t *testing.T) {
 	require.Equal(t, distribution.Fingerprint(&f.key.PublicKey), lp.Signer.Fingerprint)
 	require.Equal(t, declared("1.0.0").PolicyDigests(), lp.Policies)
 	// The lock alone re-verifies: signature, index, manifests, binaries.
-	signer, err := lp.VerifyOffline(f.opts().Keys)
+	signer, err := lp.VerifyOffline(f.opts().Keys, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, lp.Signer, signer)
-	_, err = lp.VerifyOffline([]distribution.TrustedKey{trusted("other", newKey(t))})
+	_, err = lp.VerifyOffline([]distribution.TrustedKey{trusted("other", newKey(t))}, time.Now())
 	require.ErrorIs(t, err, distribution.ErrUntrusted)
 	forged := lp
 	forged.Platforms = map[string]distribution.LockedPlatform{}
@@ -139,7 +139,7 @@ func TestInstallFromLayout(t *testing.T) {
 		pl.SHA256 = strings.Repeat("0", 64)
 		forged.Platforms[p] = pl
 	}
-	_, err = forged.VerifyOffline(f.opts().Keys)
+	_, err = forged.VerifyOffline(f.opts().Keys, time.Now())
 	require.ErrorContains(t, err, "is not the locked sha256")
 	// Nothing else was left in plugin_dir (no temporary file).
 	ents, _ := os.ReadDir(f.pluginDir)
@@ -174,7 +174,7 @@ func TestInstallFromRegistry(t *testing.T) {
 			res, err := distribution.Install(context.Background(), ref, f.opts())
 			require.NoError(t, err)
 			require.Equal(t, tc.via, res.Locked.Signer.Via)
-			_, err = res.Locked.VerifyOffline(f.opts().Keys)
+			_, err = res.Locked.VerifyOffline(f.opts().Keys, time.Now())
 			require.NoError(t, err)
 			body, err := os.ReadFile(filepath.Join(f.pluginDir, "acme"))
 			require.NoError(t, err)

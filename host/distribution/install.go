@@ -13,6 +13,8 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/ffscan/ffscan/host/clock"
 )
 
 // Options are an install's settings (from host/config and flags).
@@ -34,6 +36,8 @@ type Options struct {
 	Platform string
 	// Plugin, when set, is the name the artifact must declare (upgrade).
 	Plugin string
+	// Clock judges the keys' validity (nil: clock.Real()).
+	Clock clock.Clock
 }
 
 // ErrDowngrade: the artifact is older than the locked one.
@@ -64,7 +68,10 @@ func Install(ctx context.Context, ref string, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	a, err := Resolve(ctx, ref, o.PlainHTTP, o.Keys)
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+	a, err := Resolve(ctx, ref, o.PlainHTTP, o.Keys, o.Clock.Now())
 	if err != nil {
 		return Result{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -166,8 +167,9 @@ func LockChecker(path string) func(binary, sha256 string) error {
 }
 
 // VerifyOffline re-checks lp's chain from a trusted key's signature to
-// every locked binary digest, with nothing but the lock and keys.
-func (lp LockedPlugin) VerifyOffline(keys []TrustedKey) (Signer, error) {
+// every locked binary digest, with nothing but the lock and keys (their
+// validity judged at now).
+func (lp LockedPlugin) VerifyOffline(keys []TrustedKey, now time.Time) (Signer, error) {
 	ev := lp.Evidence
 	if ev == nil {
 		return Signer{}, errors.New("the lock holds no evidence to check (written by an older ffscan?): install it again")
@@ -176,7 +178,7 @@ func (lp LockedPlugin) VerifyOffline(keys []TrustedKey) (Signer, error) {
 		return Signer{}, fmt.Errorf("the locked index hashes to %s, not the locked digest %s", d, lp.Digest)
 	}
 	c := candidate{via: lp.Signer.Via, bundle: ev.Bundle, payload: ev.Payload, sig: ev.Signature}
-	s, _, err := verifyCandidates([]candidate{c}, ocispec.Descriptor{Digest: digest.Digest(lp.Digest)}, keys)
+	s, _, err := verifyCandidates([]candidate{c}, ocispec.Descriptor{Digest: digest.Digest(lp.Digest)}, keys, now)
 	if err != nil {
 		return s, err
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
+
+	"github.com/ffscan/ffscan/host/clock"
 )
 
 // PublishOptions are what `ffscan plugins publish` pushes.
@@ -27,8 +29,10 @@ type PublishOptions struct {
 	Declared Declared
 	// Key signs the index (nil: unsigned, for tests of refusals).
 	Key *ecdsa.PrivateKey
-	// Created is the index's creation time (zero: now).
-	Created   time.Time
+	// Created is the index's creation time (zero: Clock's now).
+	Created time.Time
+	// Clock is the publisher's (nil: clock.Real()).
+	Clock     clock.Clock
 	PlainHTTP bool
 	// NoReferrer and NoSigTag leave out one of the two signature forms.
 	NoReferrer, NoSigTag bool
@@ -60,7 +64,10 @@ func Publish(ctx context.Context, ref string, o PublishOptions) (ocispec.Descrip
 	}
 	created := o.Created
 	if created.IsZero() {
-		created = time.Now()
+		if o.Clock == nil {
+			o.Clock = clock.Real()
+		}
+		created = o.Clock.Now()
 	}
 	createdS := created.UTC().Format(time.RFC3339)
 	cfg, err := json.Marshal(o.Declared)

@@ -43,8 +43,9 @@ type PlatformArtifact struct {
 var ErrNoPlatform = errors.New("no artifact for this platform")
 
 // Resolve resolves ref, fetches its index (its digest verified) and
-// verifies a signature of the index by one of keys. Nothing is written.
-func Resolve(ctx context.Context, ref string, plainHTTP bool, keys []TrustedKey) (*Artifact, error) {
+// verifies a signature of the index by one of keys valid at now.
+// Nothing is written.
+func Resolve(ctx context.Context, ref string, plainHTTP bool, keys []TrustedKey, now time.Time) (*Artifact, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
 		return nil, err
@@ -74,7 +75,7 @@ func Resolve(ctx context.Context, ref string, plainHTTP bool, keys []TrustedKey)
 	}
 	// The signature covers the index's digest, which covers every
 	// platform's manifest, which covers its config and binary.
-	if a.Signer, a.Evidence, err = verifySignature(ctx, t, desc, keys); err != nil {
+	if a.Signer, a.Evidence, err = verifySignature(ctx, t, desc, keys, now); err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
 	a.Evidence.Index = b

@@ -49,14 +49,13 @@ type candidate struct {
 // VerifySignature finds the signatures of desc in repo (the OCI referrers
 // of artifact type BundleMediaType, and the cosign tag
 // sha256-<hex>.sig) and returns the first trusted key one of them
-// verifies with. now is the time key validity is judged at (zero: the
-// current time).
-func VerifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, keys []TrustedKey) (Signer, error) {
-	s, _, err := verifySignature(ctx, repo, desc, keys)
+// verifies with. now is the time key validity is judged at.
+func VerifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, error) {
+	s, _, err := verifySignature(ctx, repo, desc, keys, now)
 	return s, err
 }
 
-func verifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, keys []TrustedKey) (Signer, *Evidence, error) {
+func verifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, *Evidence, error) {
 	if len(keys) == 0 {
 		return Signer{}, nil, errors.New("no trusted keys are configured (plugin_trust.keys)")
 	}
@@ -67,18 +66,18 @@ func verifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, 
 	if len(cands) == 0 {
 		return Signer{}, nil, fmt.Errorf("%s: %w", desc.Digest, ErrUnsigned)
 	}
-	s, c, err := verifyCandidates(cands, desc, keys)
+	s, c, err := verifyCandidates(cands, desc, keys, now)
 	if err != nil {
 		return s, nil, err
 	}
 	return s, &Evidence{Bundle: c.bundle, Payload: c.payload, Signature: c.sig}, nil
 }
 
-func verifyCandidates(cands []candidate, desc ocispec.Descriptor, keys []TrustedKey) (Signer, candidate, error) {
+func verifyCandidates(cands []candidate, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, candidate, error) {
 	var why []string
 	for _, c := range cands {
 		for _, k := range keys {
-			err := verifyOne(c, desc, k)
+			err := verifyOne(c, desc, k, now)
 			if err == nil {
 				return Signer{Key: k.Name, Fingerprint: Fingerprint(k.Key), Via: c.via}, c, nil
 			}
@@ -147,7 +146,7 @@ func isNotFound(err error) bool {
 // bundle must be a DSSE in-toto statement whose subject is desc's
 // digest; a simple-signing signature must verify over its payload, and
 // the payload must name desc's digest.
-func verifyOne(c candidate, desc ocispec.Descriptor, k TrustedKey) error {
+func verifyOne(c candidate, desc ocispec.Descriptor, k TrustedKey, now time.Time) error {
 	sv, err := signature.LoadECDSAVerifier(k.Key, cryptoSHA256)
 	if err != nil {
 		return err
@@ -156,10 +155,10 @@ func verifyOne(c candidate, desc ocispec.Descriptor, k TrustedKey) error {
 	if notAfter.IsZero() {
 		notAfter = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
-	if !k.NotAfter.IsZero() && time.Now().After(k.NotAfter) {
+	if !k.NotAfter.IsZero() && now.After(k.NotAfter) {
 		return fmt.Errorf("key expired at %s", k.NotAfter.UTC().Format(time.RFC3339))
 	}
-	if !k.NotBefore.IsZero() && time.Now().Before(k.NotBefore) {
+	if !k.NotBefore.IsZero() && now.Before(k.NotBefore) {
 		return fmt.Errorf("key is not valid before %s", k.NotBefore.UTC().Format(time.RFC3339))
 	}
 	ek := root.NewExpiringKey(sv, k.NotBefore, notAfter)
