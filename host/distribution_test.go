@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 )
 
 // A plugin installed from a real registry into the plugin_dir of a
-// running host is hot-swapped in by its file watch; with
+// running host is hot-swapped in by its file watch, and the example
+// third-party scanner installed from an OCI layout directory (no
+// registry) runs confined beside it; with
 // plugin_signature: required, a binary the lock does not record is
 // refused at the swap and at a launch, and the running one keeps serving.
 func TestInstalledPluginHotSwapsAndUnlockedIsRefused(t *testing.T) {
@@ -34,6 +37,7 @@ func TestInstalledPluginHotSwapsAndUnlockedIsRefused(t *testing.T) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
+	cfg.Scanners["delayed_watchdog"] = config.Scanner{Enabled: true, Interval: 200 * time.Millisecond, Options: map[string]string{"max_age": "1h"}}
 	cfg.PluginDir = ownPluginDir(t)
 	cfg.Watch.Interval = 100 * time.Millisecond
 	cfg.Supervisor.HealthInterval = 3 * time.Second
@@ -55,11 +59,30 @@ func TestInstalledPluginHotSwapsAndUnlockedIsRefused(t *testing.T) {
 	publish("1.0.0", filepath.Join(pluginDir, "hostwork"), "1.0.0")
 	publish("1.0.1", variant("v2"), "1.0.1")
 
+	// The example scanner, published by its author to an OCI layout.
+	example := filepath.Join(pluginDir, "customscanner")
+	epi := plugindir.InspectFile(ctx, cfg, example, hclog.NewNullLogger())
+	require.NoError(t, epi.Err)
+	layout := "oci:" + filepath.Join(t.TempDir(), "layout") + ":1.0.0"
+	_, err = distribution.Publish(ctx, layout, distribution.PublishOptions{
+		Binaries: map[string]string{distribution.Platform(): example, "linux/riscv64": example},
+		Declared: distribution.DeclaredFromInfo("customscanner", "1.0.0", epi.Scanners), Key: key,
+	})
+	require.NoError(t, err)
+
 	_, err = distribution.Install(ctx, reg+"/acme/hostwork:1.0.0", opts)
 	require.NoError(t, err)
+	_, err = distribution.Install(ctx, layout, opts)
+	require.NoError(t, err)
 	h, _ := running(t, cfg)
-	waitFor(t, h, 30*time.Second, "the installed plugin runs", func() bool { return scannerStatus(h).State == "running" })
+	waitFor(t, h, 30*time.Second, "the installed plugins run", func() bool {
+		return scannerStatus(h).State == "running" && statusOf(h, "delayed_watchdog").State == "running"
+	})
 	assert.Equal(t, fileSHA(t, filepath.Join(pluginDir, "hostwork")), scannerStatus(h).SHA256)
+	ex := statusOf(h, "delayed_watchdog")
+	assert.Equal(t, fileSHA(t, example), ex.SHA256)
+	assert.Equal(t, "customscanner", ex.Plugin)
+	assert.True(t, strings.HasPrefix(ex.Isolation, "confined"), "the installed plugin runs confined: %s", ex.Isolation)
 
 	// The upgrade: installed while the host runs, swapped in by the watch.
 	_, err = distribution.Install(ctx, reg+"/acme/hostwork:1.0.1", opts)
@@ -87,6 +110,7 @@ func TestInstalledPluginHotSwapsAndUnlockedIsRefused(t *testing.T) {
 
 	// A host started on the unlocked binary refuses to launch it.
 	cfg2 := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
+	cfg2.PluginApprovalsFile = cfg.PluginApprovalsFile
 	cfg2.PluginDir = cfg.PluginDir
 	cfg2.PluginSignature = config.SignatureRequired
 	h2, _ := running(t, cfg2)
