@@ -24,15 +24,19 @@ import (
 	"github.com/ffscan/ffscan/host/plugindir"
 )
 
+const registryConfigUsage = "a Docker-style config.json with the registry's credentials (default: $DOCKER_CONFIG/config.json or ~/.docker/config.json, when present)"
+
 // installFlags are the flags install, upgrade and lock share.
 type installFlags struct {
 	dryRun, allowDowngrade, plainHTTP *bool
+	authFile                          *string
 }
 
 func addInstallFlags(fs *flag.FlagSet, dry bool) installFlags {
 	f := installFlags{
 		allowDowngrade: fs.Bool("allow-downgrade", false, "install an artifact older than the locked one"),
 		plainHTTP:      fs.Bool("plain-http", false, "speak HTTP to a registry that is not on loopback (loopback always is)"),
+		authFile:       fs.String("registry-config", "", registryConfigUsage),
 	}
 	if dry {
 		f.dryRun = fs.Bool("dry-run", false, "verify and check everything, print what would change, change nothing")
@@ -47,7 +51,8 @@ func (f installFlags) options(cfg *config.Config) (distribution.Options, error) 
 	if err != nil {
 		return o, err
 	}
-	o.DryRun, o.AllowDowngrade, o.PlainHTTP = *f.dryRun, *f.allowDowngrade, *f.plainHTTP
+	o.DryRun, o.AllowDowngrade = *f.dryRun, *f.allowDowngrade
+	o.Access = distribution.Access{PlainHTTP: *f.plainHTTP, AuthFile: *f.authFile}
 	return o, nil
 }
 
@@ -218,6 +223,7 @@ func cmdPluginsPublish(args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "the binary's file name in plugin_dir (default: this platform's binary's name)")
 	declaredFile := fs.String("declared", "", "the declared manifest (JSON); default: read from this platform's binary by launching it")
 	plainHTTP := fs.Bool("plain-http", false, "speak HTTP to a registry that is not on loopback")
+	authFile := fs.String("registry-config", "", registryConfigUsage)
 	pos, err := parseArgs(fs, args, 1)
 	if err != nil {
 		return err
@@ -268,7 +274,7 @@ func cmdPluginsPublish(args []string, stdout, stderr io.Writer) error {
 		d.Version = *version
 	}
 	desc, err := distribution.Publish(context.Background(), pos[0], distribution.PublishOptions{
-		Binaries: bins, Declared: d, Key: key, PlainHTTP: *plainHTTP,
+		Binaries: bins, Declared: d, Key: key, Access: distribution.Access{PlainHTTP: *plainHTTP, AuthFile: *authFile},
 	})
 	if err != nil {
 		return fmt.Errorf("not published: %w", err)

@@ -216,7 +216,7 @@ func swapBundle(t *testing.T, repo string, key *ecdsa.PrivateKey, target ocispec
 	ctx := context.Background()
 	r, err := distribution.ParseRef(repo + ":1.0.0")
 	require.NoError(t, err)
-	tg, err := r.Open(false)
+	tg, err := r.Open(distribution.Access{})
 	require.NoError(t, err)
 	src, err := tg.Resolve(ctx, "1.0.0")
 	require.NoError(t, err)
@@ -367,4 +367,27 @@ func TestRefusals(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, lock.Plugins["acme"].Platforms, 2)
 	})
+}
+
+// A registry that wants credentials: without them the install is refused
+// (nothing changed), with the operator's Docker-style config it works.
+func TestInstallFromRegistryWithCredentials(t *testing.T) {
+	t.Parallel()
+	addr := registrytest.Start(t, registrytest.WithAuth())
+	creds := distribution.Access{AuthFile: registrytest.DockerConfig(t, addr)}
+	f := newFixture(t, "auth")
+	ref := addr + "/acme/private:1.0.0"
+	_, err := distribution.Publish(context.Background(), ref, distribution.PublishOptions{
+		Binaries: f.bins, Declared: declared("1.0.0"), Key: f.key, Access: distribution.Access{AuthFile: filepath.Join(t.TempDir(), "none.json")},
+	})
+	require.ErrorContains(t, err, "none.json")
+	f.publish(t, ref, distribution.PublishOptions{Access: creds})
+
+	o := f.opts()
+	o.Access = distribution.Access{AuthFile: registrytest.DockerConfig(t, "127.0.0.1:1")}
+	f.refused(t, ref, o, "credential")
+	o.Access = creds
+	res, err := distribution.Install(context.Background(), ref, o)
+	require.NoError(t, err)
+	require.Equal(t, "acme", res.Plugin)
 }

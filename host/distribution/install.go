@@ -26,8 +26,8 @@ type Options struct {
 	Keys []TrustedKey
 	// Allowed bounds the declared policy (plugin_trust.allow_*).
 	Allowed Allowed
-	// PlainHTTP speaks HTTP to a registry that is not on loopback.
-	PlainHTTP bool
+	// Access is how registries are reached (HTTP, credentials).
+	Access Access
 	// DryRun checks everything and changes nothing.
 	DryRun bool
 	// AllowDowngrade installs an artifact older than the locked one.
@@ -71,7 +71,7 @@ func Install(ctx context.Context, ref string, o Options) (Result, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real()
 	}
-	a, err := Resolve(ctx, ref, o.PlainHTTP, o.Keys, o.Clock.Now())
+	a, err := Resolve(ctx, ref, o.Access, o.Keys, o.Clock.Now())
 	if err != nil {
 		return Result{}, err
 	}

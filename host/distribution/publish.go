@@ -32,8 +32,9 @@ type PublishOptions struct {
 	// Created is the index's creation time (zero: Clock's now).
 	Created time.Time
 	// Clock is the publisher's (nil: clock.Real()).
-	Clock     clock.Clock
-	PlainHTTP bool
+	Clock clock.Clock
+	// Access is how the registry is reached (HTTP, credentials).
+	Access Access
 	// NoReferrer and NoSigTag leave out one of the two signature forms.
 	NoReferrer, NoSigTag bool
 }
@@ -55,7 +56,7 @@ func Publish(ctx context.Context, ref string, o PublishOptions) (ocispec.Descrip
 			return ocispec.Descriptor{}, err
 		}
 	}
-	t, err := r.Open(o.PlainHTTP)
+	t, err := r.Open(o.Access)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}

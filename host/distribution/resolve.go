@@ -45,12 +45,12 @@ var ErrNoPlatform = errors.New("no artifact for this platform")
 // Resolve resolves ref, fetches its index (its digest verified) and
 // verifies a signature of the index by one of keys valid at now.
 // Nothing is written.
-func Resolve(ctx context.Context, ref string, plainHTTP bool, keys []TrustedKey, now time.Time) (*Artifact, error) {
+func Resolve(ctx context.Context, ref string, access Access, keys []TrustedKey, now time.Time) (*Artifact, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
 		return nil, err
 	}
-	t, err := r.Open(plainHTTP)
+	t, err := r.Open(access)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}

@@ -3,12 +3,16 @@ package distribution
 import (
 	"fmt"
 	"net"
+	"os"
 	"strings"
 
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content/oci"
 	"oras.land/oras-go/v2/registry"
 	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/auth"
+	"oras.land/oras-go/v2/registry/remote/credentials"
+	"oras.land/oras-go/v2/registry/remote/retry"
 )
 
 // Target is where plugin artifacts are read and pushed: an OCI layout
@@ -101,9 +105,20 @@ func ParseRef(s string) (Ref, error) {
 	return r, nil
 }
 
+// Access is how registries are reached.
+type Access struct {
+	// PlainHTTP speaks HTTP to a registry that is not on loopback.
+	PlainHTTP bool
+	// AuthFile is a Docker-style config.json holding the registries'
+	// credentials (empty: Docker's own, $DOCKER_CONFIG or
+	// ~/.docker/config.json, when there is one).
+	AuthFile string
+}
+
 // Open returns the target of r; a registry on a loopback address is
-// spoken to over plain HTTP, any other when plainHTTP is set.
-func (r Ref) Open(plainHTTP bool) (Target, error) {
+// spoken to over plain HTTP, any other when a.PlainHTTP is set, with the
+// credentials a.AuthFile holds for it.
+func (r Ref) Open(a Access) (Target, error) {
 	if r.Layout != "" {
 		return oci.New(r.Layout)
 	}
@@ -111,11 +126,27 @@ func (r Ref) Open(plainHTTP bool) (Target, error) {
 	if err != nil {
 		return nil, err
 	}
+	var store credentials.Store
+	if a.AuthFile != "" {
+		if _, err := os.Stat(a.AuthFile); err != nil {
+			return nil, fmt.Errorf("registry credentials: %w", err)
+		}
+		if store, err = credentials.NewStore(a.AuthFile, credentials.StoreOptions{}); err != nil {
+			return nil, fmt.Errorf("registry credentials %s: %w", a.AuthFile, err)
+		}
+	} else if ds, err := credentials.NewStoreFromDocker(credentials.StoreOptions{}); err == nil {
+		store = ds
+	}
+	cl := &auth.Client{Client: retry.DefaultClient, Cache: auth.NewCache()}
+	if store != nil {
+		cl.Credential = credentials.Credential(store)
+	}
+	repo.Client = cl
 	host := repo.Reference.Registry
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if ip := net.ParseIP(host); plainHTTP || host == "localhost" || (ip != nil && ip.IsLoopback()) {
+	if ip := net.ParseIP(host); a.PlainHTTP || host == "localhost" || (ip != nil && ip.IsLoopback()) {
 		repo.PlainHTTP = true
 	}
 	return repo, nil

@@ -5,6 +5,8 @@
 package registrytest
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,8 +36,42 @@ func Binary() string {
 	return ""
 }
 
+// User and Password are the credentials a registry started WithAuth
+// accepts (htpasswd takes bcrypt: passwordHash is Password's, at the
+// lowest cost, since the registry checks it on every request).
+const (
+	User         = "publisher"
+	Password     = "plugin-s3cret"
+	passwordHash = "$2a$04$lu3YBCCDA3zIrnyIxuOiGeIELN6LvOawSVYCo55O6lgQFq7Ts2o1K"
+)
+
+// Option changes the registry Start runs.
+type Option func(*options)
+
+type options struct{ auth bool }
+
+// WithAuth makes the registry require User and Password (HTTP basic
+// authentication against an htpasswd file).
+func WithAuth() Option { return func(o *options) { o.auth = true } }
+
+// DockerConfig writes a Docker-style config.json holding User and
+// Password for addr, and returns its path.
+func DockerConfig(t testing.TB, addr string) string {
+	t.Helper()
+	cred := base64.StdEncoding.EncodeToString([]byte(User + ":" + Password))
+	b, err := json.Marshal(map[string]any{"auths": map[string]any{addr: map[string]string{"auth": cred}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // Start runs a registry for t and returns its host:port.
-func Start(t testing.TB) string {
+func Start(t testing.TB, opts ...Option) string {
 	t.Helper()
 	bin := Binary()
 	if bin == "" {
@@ -44,7 +80,19 @@ func Start(t testing.TB) string {
 		}
 		t.Skip("no docker-registry on PATH (apt-get install docker-registry)")
 	}
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	dir := t.TempDir()
+	authConf := ""
+	if o.auth {
+		hp := filepath.Join(dir, "htpasswd")
+		if err := os.WriteFile(hp, []byte(User+":"+passwordHash+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		authConf = fmt.Sprintf("auth:\n  htpasswd:\n    realm: ffscan-test\n    path: %s\n", hp)
+	}
 	for attempt := 0; ; attempt++ {
 		addr := freeAddr(t)
 		cfg := filepath.Join(dir, "config.yml")
@@ -60,7 +108,7 @@ storage:
     enabled: true
 http:
   addr: %s
-`, filepath.Join(dir, "storage"), addr)
+%s`, filepath.Join(dir, "storage"), addr, authConf)
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +151,8 @@ func waitReady(addr string, done <-chan struct{}) bool {
 		}
 		if resp, err := cl.Get("http://" + addr + "/v2/"); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			// 401: up, and asking for the credentials (WithAuth).
+			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
 				return true
 			}
 		}
