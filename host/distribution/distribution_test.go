@@ -1,11 +1,13 @@
 package distribution_test
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -390,4 +392,59 @@ func TestInstallFromRegistryWithCredentials(t *testing.T) {
 	res, err := distribution.Install(context.Background(), ref, o)
 	require.NoError(t, err)
 	require.Equal(t, "acme", res.Plugin)
+}
+
+// An OCI layout archive (a tar of the layout directory), for hosts
+// without a network: installed from in place, read-only.
+func TestInstallFromLayoutArchive(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "tar")
+	dir := filepath.Join(t.TempDir(), "layout")
+	desc := f.publish(t, "oci:"+dir+":1.0.0", distribution.PublishOptions{})
+	archive := filepath.Join(t.TempDir(), "stalescan.tar")
+	tarDir(t, dir, archive)
+	res, err := distribution.Install(context.Background(), "oci-archive:"+archive+":1.0.0", f.opts())
+	require.NoError(t, err)
+	require.Equal(t, desc.Digest.String(), res.Locked.Digest)
+	body, err := os.ReadFile(filepath.Join(f.pluginDir, "acme"))
+	require.NoError(t, err)
+	require.Contains(t, string(body), "tar for "+distribution.Platform())
+	_, err = distribution.Publish(context.Background(), "oci-archive:"+archive+":2", distribution.PublishOptions{Binaries: f.bins, Declared: declared("2.0.0"), Key: f.key})
+	require.ErrorContains(t, err, "read-only")
+}
+
+func tarDir(t *testing.T, dir, out string) {
+	t.Helper()
+	f, err := os.Create(out)
+	require.NoError(t, err)
+	tw := tar.NewWriter(f)
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		hdr, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		_, err = tw.Write(b)
+		return err
+	}))
+	require.NoError(t, tw.Close())
+	require.NoError(t, f.Close())
 }

@@ -169,7 +169,7 @@ func checkDowngrade(prev, next LockedPlugin) error {
 
 // fetchBinary streams the binary into a hidden temporary file in dir,
 // checking its size and sha256 against the descriptor, synced, mode 0755.
-func fetchBinary(ctx context.Context, t Target, desc ocispec.Descriptor, dir, name string) (string, error) {
+func fetchBinary(ctx context.Context, t Source, desc ocispec.Descriptor, dir, name string) (string, error) {
 	want, err := sha256Hex(desc.Digest.String())
 	if err != nil {
 		return "", err

@@ -51,7 +51,7 @@ func Publish(ctx context.Context, ref string, o PublishOptions) (ocispec.Descrip
 	if r.Tag == "" {
 		return ocispec.Descriptor{}, fmt.Errorf("publish %s: a tag is needed", ref)
 	}
-	if r.Layout != "" {
+	if r.Layout != "" && !r.Archive {
 		if err := os.MkdirAll(r.Layout, 0o755); err != nil {
 			return ocispec.Descriptor{}, err
 		}

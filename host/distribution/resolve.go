@@ -15,7 +15,7 @@ import (
 // Artifact is a resolved, signature-verified plugin index.
 type Artifact struct {
 	Ref    Ref
-	Target Target
+	Target Source
 	// Index is the signed image index, Desc its descriptor.
 	Desc   ocispec.Descriptor
 	Index  ocispec.Index
@@ -50,7 +50,7 @@ func Resolve(ctx context.Context, ref string, access Access, keys []TrustedKey, 
 	if err != nil {
 		return nil, err
 	}
-	t, err := r.Open(access)
+	t, err := r.OpenSource(ctx, access)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}

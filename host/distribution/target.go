@@ -1,6 +1,7 @@
 package distribution
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -15,17 +16,23 @@ import (
 	"oras.land/oras-go/v2/registry/remote/retry"
 )
 
-// Target is where plugin artifacts are read and pushed: an OCI layout
-// directory or a registry repository.
+// Source is where plugin artifacts are read: a registry repository, an
+// OCI layout directory or an OCI layout archive (tar).
+type Source = oras.ReadOnlyGraphTarget
+
+// Target is where plugin artifacts are pushed: a registry repository or
+// an OCI layout directory.
 type Target = oras.GraphTarget
 
 // Ref is a parsed plugin reference.
 type Ref struct {
 	// Raw is the reference as given.
 	Raw string
-	// Layout is the OCI layout directory (oci:DIR:TAG, oci:DIR@DIGEST);
-	// empty for a registry.
+	// Layout is the OCI layout directory (oci:DIR:TAG, oci:DIR@DIGEST),
+	// or the archive (oci-archive:FILE.tar:TAG); empty for a registry.
 	Layout string
+	// Archive says Layout is a tar archive of an OCI layout (read-only).
+	Archive bool
 	// Repo names the repository (registry/repo, or the layout's path):
 	// the identity signatures name.
 	Repo string
@@ -51,7 +58,11 @@ func (r Ref) WithReference(ref string) Ref {
 		n.Tag = ref
 	}
 	if r.Layout != "" {
-		n.Raw = "oci:" + r.Layout + sep(ref) + ref
+		scheme := "oci:"
+		if r.Archive {
+			scheme = "oci-archive:"
+		}
+		n.Raw = scheme + r.Layout + sep(ref) + ref
 	} else {
 		n.Raw = r.Repo + sep(ref) + ref
 	}
@@ -70,7 +81,11 @@ func sep(ref string) string {
 // means the tag "latest".
 func ParseRef(s string) (Ref, error) {
 	r := Ref{Raw: s}
-	if rest, ok := strings.CutPrefix(s, "oci:"); ok {
+	rest, archive := strings.CutPrefix(s, "oci-archive:")
+	if !archive {
+		rest, _ = strings.CutPrefix(s, "oci:")
+	}
+	if r.Archive = archive; archive || strings.HasPrefix(s, "oci:") {
 		if i := strings.LastIndex(rest, "@"); i >= 0 {
 			r.Layout, r.Digest = rest[:i], rest[i+1:]
 		} else if i := strings.LastIndex(rest, ":"); i >= 0 && !strings.Contains(rest[i:], "/") {
@@ -79,7 +94,7 @@ func ParseRef(s string) (Ref, error) {
 			r.Layout, r.Tag = rest, "latest"
 		}
 		if r.Layout == "" {
-			return r, fmt.Errorf("reference %q: no directory after \"oci:\"", s)
+			return r, fmt.Errorf("reference %q: no directory or archive after the scheme", s)
 		}
 		r.Repo = r.Layout
 		if r.Digest != "" {
@@ -115,10 +130,22 @@ type Access struct {
 	AuthFile string
 }
 
+// OpenSource returns what r names, to read from: an archive is read in
+// place (oras reads the tar's entries, bounded by their sizes).
+func (r Ref) OpenSource(ctx context.Context, a Access) (Source, error) {
+	if r.Archive {
+		return oci.NewFromTar(ctx, r.Layout)
+	}
+	return r.Open(a)
+}
+
 // Open returns the target of r; a registry on a loopback address is
 // spoken to over plain HTTP, any other when a.PlainHTTP is set, with the
 // credentials a.AuthFile holds for it.
 func (r Ref) Open(a Access) (Target, error) {
+	if r.Archive {
+		return nil, fmt.Errorf("%s: an archive is read-only: publish to oci:DIR:TAG and tar the directory", r.Raw)
+	}
 	if r.Layout != "" {
 		return oci.New(r.Layout)
 	}

@@ -50,12 +50,12 @@ type candidate struct {
 // of artifact type BundleMediaType, and the cosign tag
 // sha256-<hex>.sig) and returns the first trusted key one of them
 // verifies with. now is the time key validity is judged at.
-func VerifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, error) {
+func VerifySignature(ctx context.Context, repo Source, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, error) {
 	s, _, err := verifySignature(ctx, repo, desc, keys, now)
 	return s, err
 }
 
-func verifySignature(ctx context.Context, repo Target, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, *Evidence, error) {
+func verifySignature(ctx context.Context, repo Source, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, *Evidence, error) {
 	if len(keys) == 0 {
 		return Signer{}, nil, errors.New("no trusted keys are configured (plugin_trust.keys)")
 	}
@@ -87,7 +87,7 @@ func verifyCandidates(cands []candidate, desc ocispec.Descriptor, keys []Trusted
 	return Signer{}, candidate{}, fmt.Errorf("%s: %w:\n  %s", desc.Digest, ErrUntrusted, strings.Join(why, "\n  "))
 }
 
-func findSignatures(ctx context.Context, repo Target, desc ocispec.Descriptor) ([]candidate, error) {
+func findSignatures(ctx context.Context, repo Source, desc ocispec.Descriptor) ([]candidate, error) {
 	var out []candidate
 	refs, err := registry.Referrers(ctx, repo, desc, BundleMediaType)
 	if err != nil && !isNotFound(err) {
@@ -212,7 +212,7 @@ func verifyOne(c candidate, desc ocispec.Descriptor, k TrustedKey, now time.Time
 	}
 }
 
-func fetchManifest(ctx context.Context, repo Target, d ocispec.Descriptor) (ocispec.Manifest, error) {
+func fetchManifest(ctx context.Context, repo Source, d ocispec.Descriptor) (ocispec.Manifest, error) {
 	var m ocispec.Manifest
 	b, err := fetchLimited(ctx, repo, d, 4<<20)
 	if err != nil {
@@ -223,7 +223,7 @@ func fetchManifest(ctx context.Context, repo Target, d ocispec.Descriptor) (ocis
 
 // fetchLimited fetches a small blob or manifest, verifying its digest
 // and size.
-func fetchLimited(ctx context.Context, repo Target, d ocispec.Descriptor, max int64) ([]byte, error) {
+func fetchLimited(ctx context.Context, repo Source, d ocispec.Descriptor, max int64) ([]byte, error) {
 	if d.Size > max || d.Size < 0 {
 		return nil, fmt.Errorf("%s: %d bytes is more than the %d expected", d.Digest, d.Size, max)
 	}
