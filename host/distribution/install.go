@@ -167,12 +167,20 @@ func checkDowngrade(prev, next LockedPlugin) error {
 	return nil
 }
 
+// MaxBinarySize bounds a plugin binary an install fetches: the signed
+// manifest states the size, but a signer's mistake (or a key's misuse)
+// must not fill plugin_dir's disk.
+const MaxBinarySize = 512 << 20
+
 // fetchBinary streams the binary into a hidden temporary file in dir,
 // checking its size and sha256 against the descriptor, synced, mode 0755.
 func fetchBinary(ctx context.Context, t Source, desc ocispec.Descriptor, dir, name string) (string, error) {
 	want, err := sha256Hex(desc.Digest.String())
 	if err != nil {
 		return "", err
+	}
+	if desc.Size <= 0 || desc.Size > MaxBinarySize {
+		return "", fmt.Errorf("binary %s: %d bytes is not in 1..%d", desc.Digest, desc.Size, MaxBinarySize)
 	}
 	rc, err := t.Fetch(ctx, desc)
 	if err != nil {

@@ -21,6 +21,10 @@ import (
 	"oras.land/oras-go/v2/registry"
 )
 
+// maxSignatures bounds the signatures of each form an install fetches and
+// tries.
+const maxSignatures = 16
+
 // ErrUnsigned: no signature of the artifact was found at all.
 var ErrUnsigned = errors.New("no signature found (neither a Sigstore bundle referrer nor a cosign .sig tag)")
 
@@ -93,13 +97,18 @@ func findSignatures(ctx context.Context, repo Source, desc ocispec.Descriptor) (
 	if err != nil && !isNotFound(err) {
 		return nil, fmt.Errorf("referrers of %s: %w", desc.Digest, err)
 	}
+	if len(refs) > maxSignatures {
+		// Each is fetched and tried with every key: bound the work an
+		// artifact's referrers can make.
+		refs = refs[:maxSignatures]
+	}
 	for _, r := range refs {
 		m, err := fetchManifest(ctx, repo, r)
 		if err != nil {
 			return nil, fmt.Errorf("signature referrer %s: %w", r.Digest, err)
 		}
 		for _, l := range m.Layers {
-			if l.MediaType != BundleMediaType {
+			if l.MediaType != BundleMediaType || len(out) >= maxSignatures {
 				continue
 			}
 			b, err := fetchLimited(ctx, repo, l, 1<<20)
@@ -121,8 +130,8 @@ func findSignatures(ctx context.Context, repo Source, desc ocispec.Descriptor) (
 	if err != nil {
 		return nil, fmt.Errorf("cosign signature tag %s: %w", tag, err)
 	}
-	for _, l := range m.Layers {
-		if l.MediaType != SimpleSigningMediaType {
+	for i, l := range m.Layers {
+		if l.MediaType != SimpleSigningMediaType || i >= maxSignatures {
 			continue
 		}
 		sig, err := base64.StdEncoding.DecodeString(l.Annotations[CosignSignatureAnnotation])
