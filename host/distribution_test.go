@@ -119,3 +119,48 @@ func TestInstalledPluginHotSwapsAndUnlockedIsRefused(t *testing.T) {
 	assert.NotEqual(t, "running", st2.State)
 	assert.Contains(t, st2.LastError, "is not the locked")
 }
+
+// An installed artifact whose binary declares more than the approved
+// policy is placed (its signature and declaration check out), but the
+// host's swap still waits for the operator's approval: installing is not
+// approving.
+func TestInstalledWiderPolicyWaitsForApproval(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	ctx := context.Background()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
+	cfg.PluginDir = ownPluginDir(t)
+	cfg.Watch.Interval = 100 * time.Millisecond
+	cfg.Supervisor.HealthInterval = 3 * time.Second
+	opts := distribution.Options{PluginDir: cfg.PluginDir, LockFile: cfg.LockFile(),
+		Keys: []distribution.TrustedKey{{Name: "publisher", Key: &key.PublicKey}}}
+	layout := filepath.Join(t.TempDir(), "layout")
+	for _, v := range []struct{ tag, bin string }{{"1.0.0", filepath.Join(pluginDir, "hostwork")}, {"1.1.0", variant("wide")}} {
+		pi := plugindir.InspectFile(ctx, cfg, v.bin, hclog.NewNullLogger())
+		require.NoError(t, pi.Err)
+		_, err := distribution.Publish(ctx, "oci:"+layout+":"+v.tag, distribution.PublishOptions{
+			Binaries: map[string]string{distribution.Platform(): v.bin},
+			Declared: distribution.DeclaredFromInfo("hostwork", v.tag, pi.Scanners), Key: key,
+		})
+		require.NoError(t, err)
+	}
+	_, err = distribution.Install(ctx, "oci:"+layout+":1.0.0", opts)
+	require.NoError(t, err)
+	h, _ := running(t, cfg)
+	waitFor(t, h, 30*time.Second, "the installed plugin runs", func() bool { return scannerStatus(h).State == "running" })
+	before := scannerStatus(h)
+
+	res, err := distribution.Install(ctx, "oci:"+layout+":1.1.0", opts)
+	require.NoError(t, err)
+	assert.Equal(t, wideHostworkPolicy().Digest(), res.Locked.Policies["hostwork"], "the lock records the declared policy")
+	waitFor(t, h, 30*time.Second, "the swap waits for approval", func() bool {
+		st := scannerStatus(h)
+		return st.LastSwap != nil && st.LastSwap.Outcome == "failed"
+	})
+	st := scannerStatus(h)
+	assert.Contains(t, st.LastSwap.Reason, "declares more than its approved policy")
+	assert.Equal(t, before.Pid, st.Pid)
+	assert.Equal(t, before.SHA256, st.SHA256)
+}
