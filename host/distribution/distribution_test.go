@@ -448,3 +448,30 @@ func tarDir(t *testing.T, dir, out string) {
 	require.NoError(t, tw.Close())
 	require.NoError(t, f.Close())
 }
+
+// Installs of two plugins at once both end up in the lock.
+func TestConcurrentInstallsKeepBothLockEntries(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "x")
+	ctx := context.Background()
+	refs := make([]string, 2)
+	for i, name := range []string{"alpha", "beta"} {
+		d := declared("1.0.0")
+		d.Plugin, d.Scanners[0].Name = name, name
+		refs[i] = "oci:" + filepath.Join(t.TempDir(), "layout") + ":1"
+		f.publish(t, refs[i], distribution.PublishOptions{Declared: d})
+	}
+	errs := make(chan error, len(refs))
+	for _, ref := range refs {
+		go func() {
+			_, err := distribution.Install(ctx, ref, f.opts())
+			errs <- err
+		}()
+	}
+	for range refs {
+		require.NoError(t, <-errs)
+	}
+	lock, err := distribution.ReadLock(f.lockFile)
+	require.NoError(t, err)
+	require.Len(t, lock.Plugins, 2)
+}

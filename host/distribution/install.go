@@ -64,6 +64,13 @@ func Install(ctx context.Context, ref string, o Options) (Result, error) {
 	if o.Platform == "" {
 		o.Platform = Platform()
 	}
+	if !o.DryRun {
+		unlock, err := lockDir(filepath.Dir(o.LockFile))
+		if err != nil {
+			return Result{}, fmt.Errorf("plugin lock: %w", err)
+		}
+		defer unlock()
+	}
 	lock, err := ReadLock(o.LockFile)
 	if err != nil {
 		return Result{}, err
@@ -229,6 +236,11 @@ func hashPath(path string) (string, error) {
 // LockOnly resolves and verifies ref and records it in the lock for
 // every platform without placing anything (`ffscan plugins lock`).
 func LockOnly(ctx context.Context, ref string, o Options) (Result, error) {
+	unlock, err := lockDir(filepath.Dir(o.LockFile))
+	if err != nil {
+		return Result{}, fmt.Errorf("plugin lock: %w", err)
+	}
+	defer unlock()
 	o.DryRun = true
 	res, err := Install(ctx, ref, o)
 	if err != nil || res.Unchanged {
