@@ -343,7 +343,9 @@ func verifyLock(w io.Writer, cfg *config.Config) (int, error) {
 		if err == nil {
 			var sum string
 			sum, err = fileSHA256(filepath.Join(cfg.PluginDir, name))
-			if err == nil {
+			if errors.Is(err, os.ErrNotExist) {
+				err = fmt.Errorf("locked but not installed (ffscan plugins install %s)", lp.Reference)
+			} else if err == nil {
 				err = lock.CheckBinary(name, sum)
 			}
 		}
@@ -355,6 +357,28 @@ func verifyLock(w io.Writer, cfg *config.Config) (int, error) {
 		fmt.Fprintf(w, "ok   locked plugin %s: %s, version %s, signed by %s (%s), binary as locked\n", name, lp.Digest, shownVersion(lp.Version), signer.Key, signer.Via)
 	}
 	return failed, nil
+}
+
+// checkLockedPolicies fails each verified scanner of a locked plugin whose
+// binary declares another policy than its signed declaration (the lock's
+// policy digest): the publisher signed a declaration the binary does not
+// keep.
+func checkLockedPolicies(cfg *config.Config, res []plugindir.VerifyResult) {
+	lock, err := distribution.ReadLock(cfg.LockFile())
+	if err != nil {
+		return // verifyLock reports it
+	}
+	for i, r := range res {
+		lp, ok := lock.Plugins[r.Binary]
+		if !ok || r.Err != nil || r.Scanner == "" || r.Digest == "" {
+			continue
+		}
+		if want, ok := lp.Policies[r.Scanner]; !ok {
+			res[i].Err = fmt.Errorf("the signed declaration of %s (%s) has no scanner %s", r.Binary, lp.Reference, r.Scanner)
+		} else if want != r.Digest {
+			res[i].Err = fmt.Errorf("the binary declares policy %s, its signed declaration (%s) policy %s", r.Digest, lp.Reference, want)
+		}
+	}
 }
 
 func fileSHA256(path string) (string, error) {

@@ -84,4 +84,22 @@ func TestPluginsPublishInstallUpgradeVerify(t *testing.T) {
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "FAIL locked plugin hostwork")
 	assert.Contains(t, out, "is not the locked")
+
+	// A signed declaration the binary does not keep (here: it declares
+	// no commands at all) installs, and verify says so.
+	v3 := filepath.Join(dir, "build3", "hostwork")
+	require.NoError(t, os.Mkdir(filepath.Dir(v3), 0o755))
+	require.NoError(t, os.WriteFile(v3, append(b, "v3"...), 0o755))
+	decl := filepath.Join(dir, "declared.json")
+	require.NoError(t, os.WriteFile(decl, []byte(`{"schema":1,"plugin":"hostwork","version":"1.2.0","scanners":[{"name":"hostwork","api_min":2,"api_max":2,"policy":{"commands":{},"functions":[]}}]}`), 0o644))
+	code, out = ffscan(t, "plugins", "publish", reg+"/acme/hostwork:1.2.0", "--key", filepath.Join(dir, "acme.key"), "--declared", decl, "--binary", plat+"="+v3)
+	require.Equal(t, 0, code, out)
+	withScanner := writeConfig(t, "plugin_dir: "+plugins+"\nplugin_trust:\n  keys:\n    acme: {file: "+filepath.Join(dir, "acme.pub")+"}\nscanners:\n  hostwork: {}\n")
+	code, out = ffscan(t, "plugins", "install", "--config", withScanner, reg+"/acme/hostwork:1.2.0")
+	require.Equal(t, 0, code, out)
+	code, out = ffscan(t, "plugins", "verify", "--config", withScanner)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "ok   locked plugin hostwork")
+	assert.Contains(t, out, "FAIL scanner hostwork (hostwork)")
+	assert.Contains(t, out, "its signed declaration")
 }

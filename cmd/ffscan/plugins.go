@@ -82,6 +82,7 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	res, err := plugindir.Verify(context.Background(), cfg, quietLogger(cfg, c))
+	checkLockedPolicies(cfg, res)
 	failed, lerr := verifyLock(stdout, cfg)
 	err = errors.Join(err, lerr)
 	for _, r := range res {
