@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,7 +133,7 @@ func Install(ctx context.Context, ref string, o Options) (Result, error) {
 	// The lock first: a host with plugin_signature: required that sees
 	// the new file must find it locked.
 	old := *lock
-	old.Plugins = maps_clone(lock.Plugins)
+	old.Plugins = maps.Clone(lock.Plugins)
 	lock.Plugins[d.Plugin] = entry
 	if err := lock.Write(o.LockFile); err != nil {
 		return res, fmt.Errorf("write plugin lock: %w", err)
@@ -145,14 +146,6 @@ func Install(ctx context.Context, ref string, o Options) (Result, error) {
 		return res, fmt.Errorf("sync %s: %w", o.PluginDir, err)
 	}
 	return res, nil
-}
-
-func maps_clone(m map[string]LockedPlugin) map[string]LockedPlugin {
-	out := make(map[string]LockedPlugin, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // checkDowngrade refuses an artifact older than the locked one: a lower
