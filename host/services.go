@@ -17,6 +17,7 @@ import (
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/console"
+	"github.com/ffscan/ffscan/host/distribution"
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/keyevents"
@@ -135,6 +136,9 @@ func (h *Host) unitDeps() unit.Deps {
 	}
 	if h.audit != nil {
 		d.Audit = h.audit
+	}
+	if h.cfg.PluginSignature == config.SignatureRequired {
+		d.Locked = distribution.LockChecker(h.cfg.LockFile())
 	}
 	if !h.readOnly {
 		d.Taps = &h.taps

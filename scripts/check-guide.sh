@@ -3,8 +3,10 @@
 # outside this repository's modules: the setup commands of the block marked
 # <!-- guide: setup --> (with this checkout standing in for the git clone),
 # then the files of the blocks marked <!-- guide: PATH -->, go mod tidy,
-# vet, build, and the guide's own test (a real server and host). Used by
-# `make test`.
+# vet, build, and the guide's own test (a real server and host), then the
+# commands of the block marked <!-- guide: ship --> (publish a signed
+# plugin to an OCI layout, install it as an operator; offline) with this
+# checkout's ffscan on PATH. Used by `make test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 guide="$root/docs/plugin-authoring.md"
@@ -30,7 +32,7 @@ export GOWORK=off GOFLAGS=-mod=mod
 echo "check-guide: setup (in $tmp)"
 bash -euo pipefail -c "$setup"
 cd stalescan
-files=$(grep -o '<!-- guide: [^ ]* -->' "$guide" | awk '{print $3}' | grep -v '^setup$')
+files=$(grep -o '<!-- guide: [^ ]* -->' "$guide" | awk '{print $3}' | grep -v -e '^setup$' -e '^ship$')
 [ -n "$files" ] || { echo "check-guide: no file blocks in $guide" >&2; exit 1; }
 for f in $files; do
   mkdir -p "$(dirname "$f")"
@@ -41,4 +43,9 @@ go mod tidy
 go vet ./...
 go build -o /dev/null ./cmd/stalescan
 go test -count=1 ./...
-echo "check-guide: the plugin guide's module, scanner, plugin and test work as written"
+ship=$(block ship)
+[ -n "$ship" ] || { echo "check-guide: no ship block in $guide" >&2; exit 1; }
+echo "check-guide: ship (publish and install)"
+(cd "$root" && GOWORK= GOFLAGS= go build -o "$tmp/bin/ffscan" ./cmd/ffscan)
+PATH="$tmp/bin:$PATH" bash -euo pipefail -c "$ship"
+echo "check-guide: the plugin guide's module, scanner, plugin, test, publish and install work as written"

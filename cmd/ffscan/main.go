@@ -8,6 +8,11 @@
 //	ffscan plugins pin NAME         print (or --write) the sha256 pin of a scanner's binary
 //	ffscan plugins reload NAME      hot-swap a scanner's plugin in a running host
 //	ffscan plugins canary NAME      run the new binary in shadow beside the running one; promote or abort it
+//	ffscan plugins install REF      install a signed plugin from a registry or OCI layout
+//	ffscan plugins upgrade NAME     install the newer artifact of an installed plugin
+//	ffscan plugins lock REF         record a signed plugin in the lock without placing it
+//	ffscan plugins publish REF      push a plugin's binaries, declaration and signatures
+//	ffscan plugins keygen           make a publisher's signing key pair
 //	ffscan scanners resume NAME     resume a scanner paused at its action budget
 //	ffscan scanners shadow|act NAME switch a scanner to shadow mode or back to act
 //	ffscan scanners enable|disable NAME  enable or disable a scanner of a running host
@@ -69,6 +74,20 @@ commands:
                                their decisions are compared item by item; --promote
                                swaps it in, --abort stops it (the running version is
                                untouched), --status shows it and its differences
+  plugins install REF          install a signed plugin from a registry (host:port/repo:tag)
+            [--dry-run]        or an OCI layout (oci:DIR:tag): verify its signature by a
+            [--allow-downgrade] key in plugin_trust.keys, check what it declares against
+            [--plain-http]     this host, record it in the plugin lock, place this
+                               platform's binary in plugin_dir (hot-swapped by a running host)
+  plugins upgrade NAME         install again from the tag plugin (or scanner) NAME was
+            [--to TAG|DIGEST]  installed from, or from --to; never older unless
+            [--dry-run]        --allow-downgrade
+  plugins lock REF             verify REF and record every platform in the plugin lock;
+                               place nothing
+  plugins publish REF          push one binary per platform, the declaration (read from
+            --binary GOOS/GOARCH=PATH... --key FILE [--version V] [--name N] [--declared FILE]
+                               this platform's binary) and the signatures
+  plugins keygen --out PREFIX  write a publisher's key pair: PREFIX.key and PREFIX.pub
   scanners resume NAME         resume scanner NAME, paused at its action budget, in a
             [--addr host:port] running host (it acts again from its next cycle)
   scanners shadow|act NAME     switch scanner NAME of a running host to shadow mode (its
@@ -126,8 +145,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := args[0], args[1:]
 	if cmd == "plugins" {
-		if len(rest) == 0 || !slices.Contains([]string{"list", "verify", "approve", "pin", "reload", "canary"}, rest[0]) {
-			fmt.Fprint(stderr, "ffscan plugins: want list, verify, approve, pin, reload or canary\n\n"+usage)
+		if len(rest) == 0 || !slices.Contains([]string{"list", "verify", "approve", "pin", "reload", "canary", "install", "upgrade", "lock", "publish", "keygen"}, rest[0]) {
+			fmt.Fprint(stderr, "ffscan plugins: want list, verify, approve, pin, reload, canary, install, upgrade, lock, publish or keygen\n\n"+usage)
 			return exitUsage
 		}
 		cmd, rest = "plugins "+rest[0], rest[1:]
@@ -162,6 +181,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdPluginsReload(rest, stdout, stderr)
 	case "plugins canary":
 		err = cmdPluginsCanary(rest, stdout, stderr)
+	case "plugins install":
+		err = cmdPluginsInstall(rest, stdout, stderr)
+	case "plugins upgrade":
+		err = cmdPluginsUpgrade(rest, stdout, stderr)
+	case "plugins lock":
+		err = cmdPluginsLock(rest, stdout, stderr)
+	case "plugins publish":
+		err = cmdPluginsPublish(rest, stdout, stderr)
+	case "plugins keygen":
+		err = cmdPluginsKeygen(rest, stdout, stderr)
 	case "scanners resume":
 		err = cmdScannersResume(rest, stdout, stderr)
 	case "scanners shadow", "scanners act", "scanners enable", "scanners disable":

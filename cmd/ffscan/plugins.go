@@ -82,7 +82,9 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	res, err := plugindir.Verify(context.Background(), cfg, quietLogger(cfg, c))
-	failed := 0
+	checkLockedPolicies(cfg, res)
+	failed, lerr := verifyLock(stdout, cfg)
+	err = errors.Join(err, lerr)
 	for _, r := range res {
 		who := "scanner " + r.Scanner + " (" + r.Binary + ")"
 		if r.Binary == "" {
@@ -112,7 +114,7 @@ func cmdPluginsVerify(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d failed verification", failed, len(res))
+		return fmt.Errorf("%d check(s) failed verification", failed)
 	}
 	return nil
 }

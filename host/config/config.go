@@ -84,9 +84,20 @@ type Config struct {
 	// Empty: ffscan/plugin-approvals.json in the user's configuration
 	// directory.
 	PluginApprovalsFile string
-	Lua                 Lua
-	HTTP                HTTP
-	Log                 Log
+	// PluginSignature is off (the default) or required: every launch
+	// and hot swap of a plugin then needs its binary to be the one the
+	// plugin lock records for this platform, which only `ffscan plugins
+	// install` (a signature by a trusted key verified) writes.
+	PluginSignature string
+	// PluginLockFile is the plugin lock (host/distribution). Empty:
+	// .ffscan-plugins.lock in PluginDir (LockFile).
+	PluginLockFile string
+	// PluginTrust is who may sign the plugins `ffscan plugins install`
+	// installs, and what they may declare.
+	PluginTrust PluginTrust
+	Lua         Lua
+	HTTP        HTTP
+	Log         Log
 	// ShutdownTimeout bounds the whole shutdown: stop dispatching, let
 	// in-flight scans finish, close and kill plugins.
 	ShutdownTimeout time.Duration
@@ -103,6 +114,39 @@ type Config struct {
 	// Scanners is keyed by scanner name (Info.Name).
 	Scanners map[string]Scanner
 }
+
+// PluginTrust is the operator's trust in plugin publishers.
+type PluginTrust struct {
+	// Keys are the trusted signing keys by name: PEM ECDSA P-256 public
+	// keys (cosign.pub's format).
+	Keys map[string]TrustedKey
+	// AllowCommands and AllowFunctions bound what an installed plugin's
+	// scanners may declare (empty: no bound beyond the approvals).
+	AllowCommands  []string
+	AllowFunctions []string
+}
+
+// TrustedKey is one trusted signing key.
+type TrustedKey struct {
+	// File is the PEM public key.
+	File string
+	// NotBefore and NotAfter bound when it verifies (zero: unbounded).
+	NotBefore, NotAfter time.Time
+}
+
+// LockFile is the plugin lock's path (plugin_lock_file or its default).
+func (c *Config) LockFile() string {
+	if c.PluginLockFile != "" {
+		return c.PluginLockFile
+	}
+	return filepath.Join(c.PluginDir, ".ffscan-plugins.lock")
+}
+
+// Signature values of plugin_signature.
+const (
+	SignatureOff      = "off"
+	SignatureRequired = "required"
+)
 
 // KeyEvents configures the use of the servers' new-key events
 // (host/keyevents): with them, partitions read empty are not read again
@@ -478,6 +522,7 @@ func Defaults() Config {
 		PluginCPULimit:    DefaultPluginCPULimit,
 		PluginPidsLimit:   DefaultPluginPidsLimit,
 		PluginApproval:    "first_use",
+		PluginSignature:   SignatureOff,
 		DecisionRecords:   DecisionRecords{Shadow: 100, Canary: 100},
 		Audit:             Audit{Enabled: true, MaxEntries: 100_000, MaxAge: 7 * 24 * time.Hour, Queue: 65_536},
 		HTTP:              HTTP{Listen: "127.0.0.1:9464", Admin: true},
@@ -633,6 +678,7 @@ func (c *Config) validateHost(p *problems) {
 	p.oneOf("plugin_isolation", string(c.PluginIsolation), string(IsolationAuto), string(IsolationRequired), string(IsolationOff))
 	p.oneOf("plugin_approval", c.PluginApproval, "first_use", "required")
 	p.oneOf("plugin_cgroups", c.PluginCgroups, CgroupsAuto, CgroupsRequired, CgroupsOff)
+	c.validateTrust(p)
 	if c.PluginCgroupParent != "" && !filepath.IsAbs(c.PluginCgroupParent) {
 		p.bad("plugin_cgroup_parent", "%q is not an absolute path (a cgroup v2 directory, e.g. /sys/fs/cgroup/ffscan.service)", c.PluginCgroupParent)
 	}
@@ -684,6 +730,38 @@ func (c *Config) validateHost(p *problems) {
 	p.oneOf("log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
 	if c.ShutdownTimeout < time.Second {
 		p.bad("shutdown_timeout", "%s is shorter than 1s", c.ShutdownTimeout)
+	}
+}
+
+// validateTrust checks plugin_signature, plugin_lock_file and
+// plugin_trust (the keys' files are read when an install uses them).
+func (c *Config) validateTrust(p *problems) {
+	p.oneOf("plugin_signature", c.PluginSignature, SignatureOff, SignatureRequired)
+	if c.PluginLockFile != "" && !filepath.IsAbs(c.PluginLockFile) {
+		p.bad("plugin_lock_file", "%q is not an absolute path", c.PluginLockFile)
+	}
+	if c.PluginSignature == SignatureRequired && len(c.PluginTrust.Keys) == 0 {
+		p.bad("plugin_signature", "required, but plugin_trust.keys lists no key: nothing could be installed (add the publishers' public keys)")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.PluginTrust.Keys)) {
+		k := c.PluginTrust.Keys[name]
+		key := "plugin_trust.keys." + name
+		if !pluginNameRE.MatchString(name) {
+			p.bad(key, "key name %q must be 1-128 of A-Z, a-z, 0-9, '.', '_' and '-'", name)
+		}
+		if k.File == "" {
+			p.bad(key+".file", "must name the key's PEM public key file")
+		} else if !filepath.IsAbs(k.File) {
+			p.bad(key+".file", "%q is not an absolute path", k.File)
+		}
+		if !k.NotBefore.IsZero() && !k.NotAfter.IsZero() && !k.NotAfter.After(k.NotBefore) {
+			p.bad(key+".not_after", "%s is not after not_before (%s)", k.NotAfter.Format(time.RFC3339), k.NotBefore.Format(time.RFC3339))
+		}
+	}
+	for i, cmd := range c.PluginTrust.AllowCommands {
+		if cmd == "" || strings.ContainsAny(cmd, " \t") {
+			p.bad(fmt.Sprintf("plugin_trust.allow_commands[%d]", i), "%q is not a command name", cmd)
+		}
 	}
 }
 
@@ -798,6 +876,8 @@ func (c *Config) RestartKeys(n *Config) []string {
 	diff("plugin_pids_limit", c.PluginPidsLimit != n.PluginPidsLimit)
 	diff("plugin_approval", c.PluginApproval != n.PluginApproval)
 	diff("plugin_approvals_file", c.PluginApprovalsFile != n.PluginApprovalsFile)
+	diff("plugin_signature", c.PluginSignature != n.PluginSignature)
+	diff("plugin_lock_file", c.LockFile() != n.LockFile())
 	diff("lua.force_replace", c.Lua != n.Lua)
 	diff("http.listen", c.HTTP.Listen != n.HTTP.Listen)
 	diff("http.admin_token_file", c.HTTP.AdminTokenFile != n.HTTP.AdminTokenFile)

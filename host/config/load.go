@@ -245,6 +245,15 @@ func (d *decoder) pluginFields(c *Config) map[string]func(string, any) {
 		},
 		"plugin_approval":       func(k string, v any) { d.str(k, v, &c.PluginApproval) },
 		"plugin_approvals_file": func(k string, v any) { d.str(k, v, &c.PluginApprovalsFile) },
+		"plugin_signature":      func(k string, v any) { d.str(k, v, &c.PluginSignature) },
+		"plugin_lock_file":      func(k string, v any) { d.str(k, v, &c.PluginLockFile) },
+		"plugin_trust": func(key string, v any) {
+			d.fields(key, v, map[string]func(string, any){
+				"keys":            func(k string, v any) { d.trustedKeys(k, v, c) },
+				"allow_commands":  func(k string, v any) { d.strList(k, v, &c.PluginTrust.AllowCommands) },
+				"allow_functions": func(k string, v any) { d.strList(k, v, &c.PluginTrust.AllowFunctions) },
+			})
+		},
 		"callbacks": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"max_in_flight":       func(k string, v any) { d.integer(k, v, &c.Callbacks.MaxInFlight) },
@@ -428,6 +437,47 @@ func (d *decoder) options(path string, v any, out map[string]string) {
 		default:
 			d.bad(join(path, k), "must be a scalar value, not %s", describe(x))
 		}
+	}
+}
+
+// trustedKeys decodes plugin_trust.keys: name -> {file, not_before,
+// not_after}.
+func (d *decoder) trustedKeys(path string, v any, c *Config) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		if v != nil {
+			d.bad(path, "must be a mapping of key names to {file, not_before, not_after}, not %s", describe(v))
+		}
+		return
+	}
+	if c.PluginTrust.Keys == nil {
+		c.PluginTrust.Keys = map[string]TrustedKey{}
+	}
+	for _, name := range sortedKeys(m) {
+		var k TrustedKey
+		d.fields(join(path, name), m[name], map[string]func(string, any){
+			"file":       func(k2 string, v any) { d.str(k2, v, &k.File) },
+			"not_before": func(k2 string, v any) { d.timestamp(k2, v, &k.NotBefore) },
+			"not_after":  func(k2 string, v any) { d.timestamp(k2, v, &k.NotAfter) },
+		})
+		c.PluginTrust.Keys[name] = k
+	}
+}
+
+// timestamp decodes an RFC 3339 time (YAML may have parsed it already).
+func (d *decoder) timestamp(key string, v any, dst *time.Time) {
+	switch x := v.(type) {
+	case time.Time:
+		*dst = x
+	case string:
+		t, err := time.Parse(time.RFC3339, x)
+		if err != nil {
+			d.bad(key, "%q is not an RFC 3339 time (2027-01-31T00:00:00Z)", x)
+			return
+		}
+		*dst = t
+	default:
+		d.bad(key, "%s is not an RFC 3339 time", describe(v))
 	}
 }
 

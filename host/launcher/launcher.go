@@ -77,6 +77,10 @@ type Config struct {
 	// (catalog.StageExact). It holds a scanner at the version it runs
 	// while a canary of the file in plugin_dir runs beside it.
 	Exact string
+	// Locked, when set, must accept the binary's name and sha256 before
+	// every launch (and every swap's check): plugin_signature: required,
+	// the binary locked by `ffscan plugins install`.
+	Locked func(binary, sha256 string) error
 	// Audit, when set, records every write the scanner runs (not in
 	// shadow or read-only), with the plugin's digest.
 	Audit *audit.Recorder
@@ -129,6 +133,11 @@ func (l *Launcher) Launch(ctx context.Context) (supervisor.Instance, supervisor.
 		return nil, supervisor.Meta{}, err
 	}
 	meta := supervisor.Meta{Path: entry.Path, SHA256: entry.SHA256}
+	if l.cfg.Locked != nil {
+		if err := l.cfg.Locked(entry.Name, entry.SHA256); err != nil {
+			return nil, meta, err
+		}
+	}
 	// The plugin's callbacks run under the policy of this instance's own
 	// Info, known only once it answered; until then they are refused.
 	cb := &lateCallbacks{}
@@ -180,7 +189,13 @@ func (l *Launcher) Check() (supervisor.Meta, error) {
 	if err != nil {
 		return supervisor.Meta{}, err
 	}
-	return supervisor.Meta{Path: entry.Path, SHA256: entry.SHA256}, nil
+	meta := supervisor.Meta{Path: entry.Path, SHA256: entry.SHA256}
+	if l.cfg.Locked != nil {
+		if err := l.cfg.Locked(entry.Name, entry.SHA256); err != nil {
+			return meta, err
+		}
+	}
+	return meta, nil
 }
 
 // Config returns the launcher's configuration.

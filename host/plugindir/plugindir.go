@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -485,4 +486,17 @@ func Pin(ctx context.Context, cfg *config.Config, name string, log hclog.Logger)
 		}
 	}
 	return out, nil
+}
+
+// InspectFile launches the binary at path (outside plugin_dir, e.g. a
+// publisher's build output) long enough to read its scanners' Info,
+// under cfg's probe: what `ffscan plugins publish` declares.
+func InspectFile(ctx context.Context, cfg *config.Config, path string, log hclog.Logger) PluginInfo {
+	name := filepath.Base(path)
+	cat, err := catalog.New(filepath.Dir(path))
+	if err != nil {
+		return PluginInfo{Binary: name, Err: err}
+	}
+	defer cat.Close()
+	return inspect(ctx, cat, name, "", ProbeOf(cfg), log)
 }

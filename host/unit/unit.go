@@ -42,6 +42,9 @@ type Deps struct {
 	Callbacks *callbacks.Service
 	// Approvals admits each launch's declared policy.
 	Approvals *policy.Store
+	// Locked, when set, accepts only the binaries the plugin lock
+	// records (plugin_signature: required).
+	Locked func(binary, sha256 string) error
 	// Client is the host's Valkey (nil: it serves Postgres alone).
 	Client valkey.Client
 	// Postgres is the host's FlowFabric database (nil: none).
@@ -164,6 +167,7 @@ func (d Deps) LaunchConfig(s Settings, name string, sc config.Scanner, readOnly 
 		Cgroups:         d.Cgroups,
 		NoCgroups:       d.NoCgroups,
 		Approvals:       d.Approvals,
+		Locked:          d.Locked,
 		Audit:           d.Audit,
 		Postgres:        d.Postgres != nil,
 		NoValkey:        d.Client == nil,
