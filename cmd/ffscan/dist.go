@@ -76,7 +76,22 @@ func cmdPluginsInstall(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("not installed: %w", err)
 	}
 	reportInstall(stdout, cfg, res)
+	recordInstall(cfg, "install", res, stderr)
 	return nil
+}
+
+// recordInstall writes an install or upgrade that placed a binary to the
+// audit trail (the hot swap it causes is the host's own entry).
+func recordInstall(cfg *config.Config, action string, res distribution.Result, stderr io.Writer) {
+	if res.DryRun || res.Unchanged {
+		return
+	}
+	l := res.Locked
+	detail := fmt.Sprintf("%s (%s, version %s) signed by %s: placed sha256 %.12s", l.Reference, l.Digest, shownVersion(l.Version), l.Signer.Key,
+		l.Platforms[distribution.Platform()].SHA256)
+	for _, s := range l.Scanners {
+		recordAction(cfg, action, s, detail, stderr)
+	}
 }
 
 func cmdPluginsUpgrade(args []string, stdout, stderr io.Writer) error {
@@ -119,6 +134,7 @@ func cmdPluginsUpgrade(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("not upgraded: %w", err)
 	}
 	reportInstall(stdout, cfg, res)
+	recordInstall(cfg, "upgrade", res, stderr)
 	return nil
 }
 
