@@ -165,4 +165,3 @@ func idNumber(t *testing.T, id string) int64 {
 	require.NoError(t, err)
 	return n
 }
-
