@@ -119,3 +119,24 @@ func TestRecorderWritesAndQueries(t *testing.T) {
 	_, err = r.Query(ctx, Filter{Execution: "nope"})
 	assert.Error(t, err)
 }
+
+// On a host with Valkey and Postgres the trail is in Valkey: a PGCALL's
+// entry is in its execution's partition stream, found by the execution's
+// id like the execution's Valkey actions.
+func TestValkeyTrailFindsAPGCallByExecution(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	r := New(srv.Client(t), Config{Host: "h1", Partitions: keys.PartitionConfig{Flow: 16, Budget: 2, Quota: 2}})
+	u := "6ba7b810-9dad-41d1-80b4-00c04fd430c8"
+	lapsed := shadow.Decision{Command: "PGCALL expire_lapsed_lease", Args: []string{"9", u, "0"}}
+	r.Record(ScannerEntry(time.Time{}, "pg_lease_expiry", "", lapsed, Acted))
+	ctx := context.Background()
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Stop(ctx))
+	assert.Equal(t, Stats{Store: "valkey", Written: 1}, r.Stats())
+	got, err := r.Query(ctx, Filter{Execution: "{fp:9}:" + u})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, "PGCALL expire_lapsed_lease", got[0].Command)
+	assert.Equal(t, "pg_lease_expiry", got[0].Scanner)
+}
