@@ -10,10 +10,12 @@
 // history is read from one stream on one node; operator actions and
 // actions on no partition go to ffscan:{ffscan}:audit. Each stream is
 // bounded by length at every append (XADD MAXLEN ~) and by age by a
-// periodic trim (XTRIM MINID ~).
+// periodic trim (XTRIM MINID ~). A host with Postgres alone keeps it in
+// the table ffscan.audit_entry (postgres.go), bounded as a whole by size
+// at every write and by age by the same periodic trim.
 //
 // Entries reach the store through a Recorder: a bounded queue written in
-// pipelined batches off the scanners' path. When the queue is full an
+// batches (a pipeline, or one statement) off the scanners' path. When the queue is full an
 // entry is dropped and counted (never blocking a scanner); the count is
 // in status and metrics.
 package audit
