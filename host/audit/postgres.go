@@ -37,8 +37,10 @@ func NewPostgres(pool *pgxpool.Pool, cfg Config) *Recorder {
 // write's statement: rows whose id is at least maxEntries below the
 // batch's last are deleted, an index range of the primary key, nearly
 // always the few rows the batch pushed out. Ids that a failed insert
-// used leave gaps, so the table holds at most maxEntries rows, a few
-// fewer after failures.
+// used leave gaps (the table then holds a few fewer), and rows another
+// host is inserting at the same moment are not yet visible to the
+// DELETE (they go at the next write): like MAXLEN ~, the bound holds
+// approximately, never by more than the batches in flight.
 type pgStore struct {
 	pool       *pgxpool.Pool
 	maxEntries int64
