@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/internal/testsignal"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 )
@@ -67,6 +68,9 @@ type Recorder struct {
 	queue chan Entry
 
 	written, dropped, failed atomic.Uint64
+
+	// Trimmed fires after each trim by age, with its error (tests).
+	Trimmed testsignal.Signal[error]
 }
 
 // newRecorder returns a recorder writing to store (cfg with its
@@ -187,9 +191,11 @@ func (r *Recorder) write(ctx context.Context, batch []Entry) {
 func (r *Recorder) trim(ctx context.Context) {
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := r.store.Trim(tctx, r.cfg.Clock.Now().Add(-r.cfg.MaxAge)); err != nil {
+	err := r.store.Trim(tctx, r.cfg.Clock.Now().Add(-r.cfg.MaxAge))
+	if err != nil {
 		r.cfg.Logger.Debug("audit trail: trim failed", "error", err)
 	}
+	r.Trimmed.Signal(err)
 }
 
 // Filter selects entries of the trail.
