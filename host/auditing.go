@@ -15,14 +15,26 @@ import (
 	"github.com/ffscan/ffscan/host/supervisor"
 )
 
-// newAudit is the recorder of the trail: on Valkey, for a host that acts
-// (nil otherwise, or when audit.enabled is off).
+// newAudit is the recorder of the trail, for a host that acts (nil for a
+// read-only host, or when audit.enabled is off). A host with Valkey keeps
+// it in Valkey, its PGCALLs too when it also has Postgres: one trail per
+// host, read in one place, and a PGCALL's entry names its execution as
+// "{fp:N}:uuid" (audit/pgcall.go), so it is in that partition's stream
+// with the execution's Valkey actions. A host with Postgres alone keeps
+// it in ffscan.audit_entry.
 func (h *Host) newAudit(cfg *config.Config, id string) *audit.Recorder {
-	if !cfg.Audit.Enabled || h.client == nil || h.readOnly {
+	if !cfg.Audit.Enabled || h.readOnly {
 		return nil
 	}
-	return audit.New(h.client, audit.Config{MaxEntries: cfg.Audit.MaxEntries, MaxAge: cfg.Audit.MaxAge, Queue: cfg.Audit.Queue,
-		Host: id, Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("audit")})
+	c := audit.Config{MaxEntries: cfg.Audit.MaxEntries, MaxAge: cfg.Audit.MaxAge, Queue: cfg.Audit.Queue,
+		Host: id, Partitions: h.parts, Clock: h.clk, Logger: h.log.Named("audit")}
+	switch {
+	case h.client != nil:
+		return audit.New(h.client, c)
+	case h.pg != nil:
+		return audit.NewPostgres(h.pg, c)
+	}
+	return nil
 }
 
 // auditOperator records an operator's action (its actor in ctx).
@@ -47,7 +59,7 @@ func (h *Host) auditSwap(ctx context.Context, name string, res supervisor.SwapRe
 // Audit reads the trail (GET /v1/audit, ffscan audit).
 func (h *Host) Audit(ctx context.Context, f audit.Filter) ([]audit.Entry, error) {
 	if h.audit == nil {
-		return nil, fmt.Errorf("this host keeps no audit trail (audit.enabled is off, or it has no Valkey)")
+		return nil, fmt.Errorf("this host keeps no audit trail (audit.enabled is off, or the host is read-only)")
 	}
 	return h.audit.Query(ctx, f)
 }

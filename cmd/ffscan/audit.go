@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -16,10 +17,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/boot"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/host/postgres"
 )
 
 func cmdAudit(args []string, stdout, stderr io.Writer) error {
@@ -97,17 +102,28 @@ func recordAction(cfg *config.Config, action, scanner, detail string, stderr io.
 	if !cfg.Audit.Enabled {
 		return
 	}
-	if len(cfg.Valkey.Addrs) == 0 {
-		fmt.Fprintf(stderr, "note: %s of %s not recorded in the audit trail: no Valkey is configured\n", action, scanner)
-		return
-	}
+	e := audit.Entry{Kind: audit.KindOperator, Host: "cli on " + hostName(), Action: action, Channel: audit.ChannelCLI,
+		Who: "user " + userName(), Scanner: scanner, Detail: detail}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := boot.Connect(ctx, cfg.Valkey)
-	if err == nil {
-		defer client.Close()
-		err = audit.Append(ctx, client, cfg.Audit.MaxEntries, audit.Entry{Kind: audit.KindOperator, Host: "cli on " + hostName(),
-			Action: action, Channel: audit.ChannelCLI, Who: "user " + userName(), Scanner: scanner, Detail: detail})
+	var err error
+	switch {
+	case len(cfg.Valkey.Addrs) > 0:
+		// A host with Valkey keeps its trail there, Postgres or not.
+		var client valkey.Client
+		if client, err = boot.Connect(ctx, cfg.Valkey); err == nil {
+			defer client.Close()
+			err = audit.AppendValkey(ctx, client, cfg.Audit.MaxEntries, e)
+		}
+	case cfg.Postgres.DSN != "":
+		var pool *pgxpool.Pool
+		if pool, err = postgres.Connect(ctx, postgres.Options{DSN: cfg.Postgres.DSN, PoolSize: 1,
+			Transaction: cfg.Postgres.Pooling == config.PoolingTransaction}); err == nil {
+			defer pool.Close()
+			err = audit.AppendPostgres(ctx, pool, cfg.Audit.MaxEntries, e)
+		}
+	default:
+		err = errors.New("the configuration names no store")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "warning: %s of %s done, but not recorded in the audit trail: %v\n", action, scanner, err)

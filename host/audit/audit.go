@@ -10,10 +10,12 @@
 // history is read from one stream on one node; operator actions and
 // actions on no partition go to ffscan:{ffscan}:audit. Each stream is
 // bounded by length at every append (XADD MAXLEN ~) and by age by a
-// periodic trim (XTRIM MINID ~).
+// periodic trim (XTRIM MINID ~). A host with Postgres alone keeps it in
+// the table ffscan.audit_entry (postgres.go), bounded as a whole by size
+// at every write and by age by the same periodic trim.
 //
 // Entries reach the store through a Recorder: a bounded queue written in
-// pipelined batches off the scanners' path. When the queue is full an
+// batches (a pipeline, or one statement) off the scanners' path. When the queue is full an
 // entry is dropped and counted (never blocking a scanner); the count is
 // in status and metrics.
 package audit
@@ -93,35 +95,45 @@ const (
 	maxDetail = 512
 )
 
-// fields are e as stream fields, each bounded.
-// The stream entry's ID carries the time (the server's, at the append),
-// so no field does; a scanner's entry names its key only when it names
-// no execution, and its plugin by the first 16 hex digits of the
-// digest: each entry is a few hundred bytes (make bench measures it).
-func (e Entry) fields() []string {
-	out := []string{"kind", e.Kind}
+// bounded is e as a store keeps it: each text bounded, a scanner's entry
+// naming its key only when it names no execution, and its plugin by the
+// first 16 hex digits of the digest, so that each entry is a few hundred
+// bytes (make bench measures it).
+func (e Entry) bounded() Entry {
 	if e.Execution != "" && e.Kind == KindScanner {
 		e.Key = ""
 	}
 	if len(e.Digest) > DigestShown {
 		e.Digest = e.Digest[:DigestShown]
 	}
-	add := func(k, v string, n int) {
+	for _, f := range []*string{&e.Host, &e.Action, &e.Channel, &e.Who, &e.Scanner, &e.Digest, &e.Command, &e.Execution, &e.Key, &e.Outcome} {
+		*f = plaintext.Line(*f, maxField)
+	}
+	e.Detail = plaintext.Line(e.Detail, maxDetail)
+	return e
+}
+
+// fields are e (bounded) as stream fields, those set.
+// The stream entry's ID carries the time (the server's, at the append),
+// so no field does.
+func (e Entry) fields() []string {
+	out := []string{"kind", e.Kind}
+	add := func(k, v string) {
 		if v != "" {
-			out = append(out, k, plaintext.Line(v, n))
+			out = append(out, k, v)
 		}
 	}
-	add("host", e.Host, maxField)
-	add("action", e.Action, maxField)
-	add("channel", e.Channel, maxField)
-	add("who", e.Who, maxField)
-	add("scanner", e.Scanner, maxField)
-	add("digest", e.Digest, maxField)
-	add("command", e.Command, maxField)
-	add("execution", e.Execution, maxField)
-	add("key", e.Key, maxField)
-	add("outcome", e.Outcome, maxField)
-	add("detail", e.Detail, maxDetail)
+	add("host", e.Host)
+	add("action", e.Action)
+	add("channel", e.Channel)
+	add("who", e.Who)
+	add("scanner", e.Scanner)
+	add("digest", e.Digest)
+	add("command", e.Command)
+	add("execution", e.Execution)
+	add("key", e.Key)
+	add("outcome", e.Outcome)
+	add("detail", e.Detail)
 	return out
 }
 
@@ -149,7 +161,8 @@ func ScannerEntry(at time.Time, scanner, digest string, d shadow.Decision, outco
 }
 
 // executionOf is the execution a write is about, if one of its keys is an
-// execution's key or one of its arguments an execution's ID.
+// execution's key or one of its arguments an execution's ID (or, for a
+// PGCALL, its partition and uuid: pgcall.go).
 func executionOf(d shadow.Decision) string {
 	for _, k := range d.Keys {
 		// ff:exec:{fp:N}:{fp:N}:uuid:..., and ff:attempt:, ff:stream:.
@@ -170,7 +183,7 @@ func executionOf(d shadow.Decision) string {
 			}
 		}
 	}
-	return ""
+	return pgExecutionOf(d)
 }
 
 // firstID cuts "{fp:N}:uuid:rest" to "{fp:N}:uuid".

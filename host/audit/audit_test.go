@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,43 @@ func TestEntriesFindTheirExecutionAndStream(t *testing.T) {
 	assert.Equal(t, Actor{Channel: ChannelHost}, ActorFrom(context.Background()))
 	assert.Equal(t, "", hashTag("ff:{fp:x}:y"))
 	assert.Equal(t, "", hashTag("{other:1}"))
+}
+
+// A PGCALL names its execution by its partition key and bare uuid
+// (FlowFabric's Postgres tables hold no "{fp:N}:" id): the entry names
+// it as the API does, and on a host with Valkey too it goes to that
+// partition's stream. A function whose arguments name no execution (a
+// waitpoint, a budget, an event), or malformed arguments, name none.
+func TestPGCallEntriesFindTheirExecution(t *testing.T) {
+	t.Parallel()
+	u := "6ba7b810-9dad-41d1-80b4-00c04fd430c8"
+	for _, c := range []struct {
+		d    shadow.Decision
+		want string
+	}{
+		{shadow.Decision{Command: "PGCALL expire_lapsed_lease", Args: []string{"86", u, "0"}}, "{fp:86}:" + u},
+		{shadow.Decision{Command: "PGCALL release_stale_lease", Args: []string{"3", strings.ToUpper(u), "1"}}, "{fp:3}:" + u},
+		{shadow.Decision{Command: "PGCALL expire_execution_deadline", Args: []string{"0", u}}, "{fp:0}:" + u},
+		{shadow.Decision{Command: "PGCALL promote_delayed", Args: []string{"255", u}}, "{fp:255}:" + u},
+		{shadow.Decision{Command: "PGCALL expire_suspension", Args: []string{"4", u, "00000000-0000-4000-8000-000000000001"}}, "{fp:4}:" + u},
+		{shadow.Decision{Command: "PGCALL dispatch_sibling_cancels", Args: []string{"5", "00000000-0000-4000-8000-000000000001", u}}, "{fp:5}:" + u},
+		{shadow.Decision{Command: "PGCALL reconcile_sibling_cancels", Args: []string{"5", "00000000-0000-4000-8000-000000000001", u}}, "{fp:5}:" + u},
+		{shadow.Decision{Command: "PGCALL expire_pending_waitpoint", Args: []string{"5", u}}, ""},
+		{shadow.Decision{Command: "PGCALL reset_budget", Args: []string{"1", "budget-1"}}, ""},
+		{shadow.Decision{Command: "PGCALL dispatch_completion", Args: []string{"5", "17"}}, ""},
+		{shadow.Decision{Command: "PGCALL sweep_worker", Args: []string{"5", "3/[\"ns\", \"i\"]"}}, ""},
+		{shadow.Decision{Command: "PGCALL expire_lapsed_lease", Args: []string{"x", u, "0"}}, ""},
+		{shadow.Decision{Command: "PGCALL expire_lapsed_lease", Args: []string{"70000", u, "0"}}, ""},
+		{shadow.Decision{Command: "PGCALL expire_lapsed_lease", Args: []string{"5", "not-a-uuid", "0"}}, ""},
+		{shadow.Decision{Command: "PGCALL expire_lapsed_lease", Args: []string{"5"}}, ""},
+		{shadow.Decision{Command: "ZREM", Args: []string{"5", u}}, ""},
+	} {
+		e := ScannerEntry(time.Time{}, "pg_lease_expiry", "", c.d, Acted)
+		assert.Equal(t, c.want, e.Execution, "%s %v", c.d.Command, c.d.Args)
+		if c.want != "" {
+			assert.Equal(t, "ffscan:audit:"+c.want[:strings.Index(c.want, "}")+1], streamOf(e))
+		}
+	}
 }
 
 // What the recorder writes it reads back, newest first, filtered; a full
@@ -143,4 +181,25 @@ func TestOneCallsActionsShareAStreamEntry(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, one, 2, "lease_expiry's and attempt_timeout's")
 	assert.Equal(t, "attempt_timeout", one[0].Scanner, "newest first")
+}
+
+// On a host with Valkey and Postgres the trail is in Valkey: a PGCALL's
+// entry is in its execution's partition stream, found by the execution's
+// id like the execution's Valkey actions.
+func TestValkeyTrailFindsAPGCallByExecution(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	r := New(srv.Client(t), Config{Host: "h1", Partitions: keys.PartitionConfig{Flow: 16, Budget: 2, Quota: 2}})
+	u := "6ba7b810-9dad-41d1-80b4-00c04fd430c8"
+	lapsed := shadow.Decision{Command: "PGCALL expire_lapsed_lease", Args: []string{"9", u, "0"}}
+	r.Record(ScannerEntry(time.Time{}, "pg_lease_expiry", "", lapsed, Acted))
+	ctx := context.Background()
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Stop(ctx))
+	assert.Equal(t, Stats{Store: "valkey", Written: 1}, r.Stats())
+	got, err := r.Query(ctx, Filter{Execution: "{fp:9}:" + u})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, "PGCALL expire_lapsed_lease", got[0].Command)
+	assert.Equal(t, "pg_lease_expiry", got[0].Scanner)
 }

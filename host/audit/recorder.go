@@ -3,16 +3,13 @@ package audit
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/internal/testsignal"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 )
@@ -22,28 +19,31 @@ const (
 	DefaultMaxEntries = 100_000
 	DefaultMaxAge     = 7 * 24 * time.Hour
 	DefaultQueue      = 65_536
-	// batchMax is the most entries one pipeline writes.
+	// batchMax is the most entries one write sends (one pipeline, one
+	// statement).
 	batchMax = 512
-	// trimEvery is how often streams are trimmed by age.
+	// trimEvery is how often the trail is trimmed by age.
 	trimEvery = time.Minute
-	// scanMax bounds the entries one query reads per stream.
+	// scanMax bounds the entries one query reads per Valkey stream.
 	scanMax = 10_000
 )
 
 // Config configures a Recorder. Zero fields take the defaults.
 type Config struct {
-	// MaxEntries bounds each stream (approximately: XADD MAXLEN ~).
+	// MaxEntries bounds the trail's size at every write: on Valkey each
+	// stream (approximately: XADD MAXLEN ~), on Postgres the whole table
+	// (see postgres.go).
 	MaxEntries int64
-	// MaxAge bounds each stream's entries by age (XTRIM MINID ~, every
-	// minute).
+	// MaxAge bounds the entries by age, trimmed every minute (on Valkey
+	// XTRIM MINID ~, on Postgres a DELETE).
 	MaxAge time.Duration
 	// Queue bounds the entries waiting to be written; past it they are
 	// dropped and counted.
 	Queue int
 	// Host names this host in its entries.
 	Host string
-	// Partitions are the deployment's partition counts (the streams a
-	// query and the trim visit).
+	// Partitions are the deployment's partition counts (the Valkey
+	// streams a query and the trim visit).
 	Partitions keys.PartitionConfig
 	Clock      clock.Clock
 	Logger     hclog.Logger
@@ -60,20 +60,23 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Recorder writes the trail to Valkey and reads it back.
+// Recorder writes the trail to its store and reads it back.
 type Recorder struct {
-	cfg    Config
-	client valkey.Client
-	loop   service.Loop
-	queue  chan Entry
+	cfg   Config
+	store Store
+	loop  service.Loop
+	queue chan Entry
 
 	written, dropped, failed atomic.Uint64
+
+	// Trimmed fires after each trim by age, with its error (tests).
+	Trimmed testsignal.Signal[error]
 }
 
-// New returns a recorder writing to client.
-func New(client valkey.Client, cfg Config) *Recorder {
-	cfg = cfg.withDefaults()
-	return &Recorder{cfg: cfg, client: client, queue: make(chan Entry, cfg.Queue)}
+// newRecorder returns a recorder writing to store (cfg with its
+// defaults).
+func newRecorder(store Store, cfg Config) *Recorder {
+	return &Recorder{cfg: cfg, store: store, queue: make(chan Entry, cfg.Queue)}
 }
 
 // Record queues e (its host and time set here when missing); it never
@@ -96,8 +99,9 @@ func (r *Recorder) Record(e Entry) {
 }
 
 // Stats are the entries written, dropped (the queue was full) and lost
-// to failed writes since the recorder started.
+// to failed writes since the recorder started, and the store they go to.
 type Stats struct {
+	Store   string `json:"store"`
 	Written uint64 `json:"written"`
 	Dropped uint64 `json:"dropped"`
 	Failed  uint64 `json:"failed"`
@@ -106,7 +110,7 @@ type Stats struct {
 
 // Stats returns the counts.
 func (r *Recorder) Stats() Stats {
-	return Stats{Written: r.written.Load(), Dropped: r.dropped.Load(), Failed: r.failed.Load(), Queued: len(r.queue)}
+	return Stats{Store: r.store.Name(), Written: r.written.Load(), Dropped: r.dropped.Load(), Failed: r.failed.Load(), Queued: len(r.queue)}
 }
 
 // Start runs the writer and the trim until Stop (service.ErrStarted on
@@ -168,55 +172,30 @@ func (r *Recorder) drain(ctx context.Context) {
 	}
 }
 
-// write appends a batch in one pipeline.
+// write appends a batch in one round trip.
 func (r *Recorder) write(ctx context.Context, batch []Entry) {
-	gs := groups(batch)
-	cmds := make(valkey.Commands, 0, len(gs))
-	maxLen := strconv.FormatInt(r.cfg.MaxEntries, 10)
-	for _, g := range gs {
-		cmds = append(cmds, r.client.B().Arbitrary("XADD").Keys(g.stream).Args(append([]string{"MAXLEN", "~", maxLen, "*"}, g.fields()...)...).Build())
+	for i := range batch {
+		batch[i] = batch[i].bounded()
 	}
 	// A batch taken is written even when a stop cancels the loop.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	for i, res := range r.client.DoMulti(wctx, cmds...) {
-		n := uint64(len(gs[i].items))
-		if err := res.Error(); err != nil {
-			if r.failed.Add(n) == n {
-				r.cfg.Logger.Warn("audit trail: entries not written", "error", err)
-			}
-			continue
-		}
-		r.written.Add(n)
+	failed, err := r.store.Write(wctx, batch)
+	if failed > 0 && r.failed.Add(uint64(failed)) == uint64(failed) {
+		r.cfg.Logger.Warn("audit trail: entries not written", "error", err)
 	}
+	r.written.Add(uint64(len(batch) - failed))
 }
 
-// streams are every stream of the trail.
-func (r *Recorder) streams() []string {
-	out := []string{OperatorStream}
-	for _, f := range []keys.Family{keys.FamilyFlow, keys.FamilyBudget, keys.FamilyQuota} {
-		for _, p := range r.cfg.Partitions.Partitions(f) {
-			out = append(out, "ffscan:audit:"+p.Tag())
-		}
-	}
-	return out
-}
-
-// trim drops every stream's entries older than MaxAge.
+// trim drops the entries older than MaxAge.
 func (r *Recorder) trim(ctx context.Context) {
-	minID := strconv.FormatInt(r.cfg.Clock.Now().Add(-r.cfg.MaxAge).UnixMilli(), 10)
-	var cmds valkey.Commands
-	for _, s := range r.streams() {
-		cmds = append(cmds, r.client.B().Xtrim().Key(s).Minid().Almost().Threshold(minID).Build())
-	}
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for _, res := range r.client.DoMulti(tctx, cmds...) {
-		if err := res.Error(); err != nil {
-			r.cfg.Logger.Debug("audit trail: trim failed", "error", err)
-			return
-		}
+	err := r.store.Trim(tctx, r.cfg.Clock.Now().Add(-r.cfg.MaxAge))
+	if err != nil {
+		r.cfg.Logger.Debug("audit trail: trim failed", "error", err)
 	}
+	r.Trimmed.Signal(err)
 }
 
 // Filter selects entries of the trail.
@@ -234,70 +213,24 @@ type Filter struct {
 	Limit int
 }
 
-// Query reads entries newest first. Each stream is read back at most
-// 10,000 entries deep.
+// Query reads entries newest first (on Valkey, each stream is read back
+// at most 10,000 entries deep).
 func (r *Recorder) Query(ctx context.Context, f Filter) ([]Entry, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	streams := r.streams()
 	if f.Execution != "" {
 		id, err := keys.ParseExecutionID(f.Execution)
 		if err != nil {
 			return nil, fmt.Errorf("execution %q: %w", f.Execution, err)
 		}
 		f.Execution = id.String()
-		streams = []string{"ffscan:audit:" + id.Partition().Tag()}
 	}
 	if f.Within > 0 {
 		if t := r.cfg.Clock.Now().Add(-f.Within); t.After(f.Since) {
 			f.Since = t
 		}
+		f.Within = 0
 	}
-	start := "-"
-	if !f.Since.IsZero() {
-		start = strconv.FormatInt(f.Since.UnixMilli(), 10)
-	}
-	count := int64(scanMax)
-	if f.Execution == "" && f.Scanner == "" && f.Kind == "" {
-		count = int64(f.Limit)
-	}
-	cmds := make(valkey.Commands, 0, len(streams))
-	for _, s := range streams {
-		cmds = append(cmds, r.client.B().Xrevrange().Key(s).End("+").Start(start).Count(count).Build())
-	}
-	var out []Entry
-	for i, res := range r.client.DoMulti(ctx, cmds...) {
-		entries, err := res.AsXRange()
-		if err != nil && !valkey.IsValkeyNil(err) {
-			return nil, fmt.Errorf("read %s: %w", streams[i], err)
-		}
-		for _, x := range entries {
-			for _, e := range entriesOf(x.ID, x.FieldValues) {
-				if (f.Execution != "" && e.Execution != f.Execution) || (f.Scanner != "" && e.Scanner != f.Scanner) || (f.Kind != "" && e.Kind != f.Kind) {
-					continue
-				}
-				out = append(out, e)
-			}
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return idLess(out[j].ID, out[i].ID) })
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
-	}
-	return out, nil
-}
-
-// idLess orders stream IDs (ms-seq).
-func idLess(a, b string) bool {
-	am, as, _ := strings.Cut(a, "-")
-	bm, bs, _ := strings.Cut(b, "-")
-	ai, _ := strconv.ParseInt(am, 10, 64)
-	bi, _ := strconv.ParseInt(bm, 10, 64)
-	if ai != bi {
-		return ai < bi
-	}
-	aq, _ := strconv.ParseInt(as, 10, 64)
-	bq, _ := strconv.ParseInt(bs, 10, 64)
-	return aq < bq
+	return r.store.Query(ctx, f)
 }

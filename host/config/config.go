@@ -412,13 +412,14 @@ const (
 	SwapCanary = "canary"
 )
 
-// Audit configures the audit trail (host/audit): kept in Valkey, a
-// stream per partition, bounded by entries and by age.
+// Audit configures the audit trail (host/audit): kept in Valkey (a
+// stream per partition) on a host with Valkey, else in Postgres (the
+// table ffscan.audit_entry), bounded by entries and by age.
 type Audit struct {
 	Enabled bool
-	// MaxEntries bounds each partition's stream; MaxAge every entry's
-	// age; Queue the entries waiting to be written (past it they are
-	// dropped and counted).
+	// MaxEntries bounds each partition's stream on Valkey, the whole
+	// table on Postgres; MaxAge every entry's age; Queue the entries
+	// waiting to be written (past it they are dropped and counted).
 	MaxEntries int64
 	MaxAge     time.Duration
 	Queue      int

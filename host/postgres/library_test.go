@@ -217,6 +217,35 @@ func TestInstallLibrary(t *testing.T) {
 		require.Len(t, due, 1)
 		assert.Empty(t, next, "no lease to come in partition 7")
 	})
+	t.Run("version 6 brings the audit trail's table; an upgrade keeps its rows", func(t *testing.T) {
+		regclass := func(name string) *string {
+			t.Helper()
+			var reg *string
+			require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1)::text", name).Scan(&reg))
+			return reg
+		}
+		// A database of version 5 had no such table.
+		_, err := pool.Exec(ctx, "DROP TABLE ffscan.audit_entry; UPDATE ffscan.library SET version = 5, sha256 = 'v5'")
+		require.NoError(t, err)
+		action, err := postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		for _, name := range []string{"ffscan.audit_entry", "ffscan.audit_entry_execution_at", "ffscan.audit_entry_at"} {
+			assert.NotNil(t, regclass(name), "%s created", name)
+		}
+		var at time.Time
+		require.NoError(t, pool.QueryRow(ctx, "INSERT INTO ffscan.audit_entry (kind, execution) VALUES ('scanner', '{fp:1}:x') RETURNING at").Scan(&at))
+		assert.WithinDuration(t, time.Now(), at, time.Minute, "stamped with the database's clock")
+
+		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = 5, sha256 = 'v5'")
+		require.NoError(t, err)
+		action, err = postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ffscan.audit_entry WHERE execution = '{fp:1}:x'").Scan(&n))
+		assert.Equal(t, 1, n, "the trail outlives the upgrade")
+	})
 	t.Run("a newer version is refused", func(t *testing.T) {
 		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET version = 99")
 		require.NoError(t, err)

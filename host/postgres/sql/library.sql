@@ -1670,3 +1670,40 @@ CREATE OR REPLACE FUNCTION ffscan.share_leave(grp text, me text)
 RETURNS void
 LANGUAGE sql VOLATILE
 AS $fn$ DELETE FROM ffscan.share_member m WHERE m.share_group = grp AND m.host_id = me $fn$;
+
+-- The audit trail of a host without Valkey (host/audit, postgres.go):
+-- what scanners did (each PGCALL that ran, with its outcome) and what
+-- operators did, one row each, in a table of ffscan's own (since library
+-- version 6). Each row's time is the database's clock at the insert (the
+-- one clock the hosts sharing the database share), its id orders rows of
+-- the same time. A text the entry leaves empty is NULL. The hosts write
+-- and read it with plain statements (a batch is one multi-row INSERT from
+-- arrays that also deletes the rows past the size bound, by id; the trim
+-- by age deletes by time): no function of the library is involved.
+-- An upgrade keeps its rows.
+CREATE TABLE IF NOT EXISTS ffscan.audit_entry (
+	id bigserial PRIMARY KEY,
+	at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	-- 'scanner' or 'operator'.
+	kind text NOT NULL,
+	host text,
+	-- An operator's action, its channel and who asked for it.
+	action text,
+	channel text,
+	who text,
+	-- A scanner's action (and the scanner an operator's action was on).
+	scanner text,
+	digest text,
+	command text,
+	-- The execution as "{fp:N}:uuid", as FlowFabric's Valkey ids and the
+	-- host's API name it.
+	execution text,
+	key text,
+	outcome text,
+	detail text
+);
+
+-- One execution's history, newest first (explain, GET /v1/audit?execution).
+CREATE INDEX IF NOT EXISTS audit_entry_execution_at ON ffscan.audit_entry (execution, at) WHERE execution IS NOT NULL;
+-- The latest entries, the since bound, and the trim by age.
+CREATE INDEX IF NOT EXISTS audit_entry_at ON ffscan.audit_entry (at);
