@@ -69,10 +69,14 @@ test:
 	@# failing fails the target; the package tests run whatever compat said.
 	@# umask 022: the tests make plugin directories and binaries, which the
 	@# host refuses when group- or world-writable.
+	@# -timeout: the host package runs 7-8 minutes alone on a quiet 2-core
+	@# machine, near go test's default of 10 per package binary; the
+	@# timeout is a guard against a hang, not a bound on a busy machine's
+	@# pace (each test bounds its own waits).
 	@umask 022; \
 	$(MAKE) --no-print-directory compat || cstatus=$$?; \
-	echo "$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz|Diff)$$' $(ALL_PKGS)"; \
-	$(GO) test -p $(TEST_P) -race -count=1 -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz|Diff)$$' $(ALL_PKGS) || tstatus=$$?; \
+	echo "$(GO) test -p $(TEST_P) -race -count=1 -timeout 30m -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz|Diff)$$' $(ALL_PKGS)"; \
+	$(GO) test -p $(TEST_P) -race -count=1 -timeout 30m -tags ffscan_keyguard -skip '^TestCompat(Vectors|Fuzz|Diff)$$' $(ALL_PKGS) || tstatus=$$?; \
 	if [ "$${tstatus:-0}" -ne 0 ] || [ "$${cstatus:-0}" -ne 0 ]; then echo "make test: FAILED (package tests exit $${tstatus:-0}, compat exit $${cstatus:-0})"; exit 1; fi
 	@# make run as a user runs it (and make run BACKEND=postgres): up with
 	@# every scanner, Ctrl-C stops it gracefully and leaves nothing behind.
