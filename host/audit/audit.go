@@ -169,21 +169,27 @@ func executionOf(d shadow.Decision) string {
 		for _, prefix := range []string{"ff:exec:", "ff:attempt:", "ff:stream:"} {
 			if rest, ok := strings.CutPrefix(k, prefix); ok {
 				if _, after, ok := strings.Cut(rest, "}:"); ok {
-					if id, err := keys.ParseExecutionID(firstID(after)); err == nil {
-						return id.String()
+					// The parse accepts the canonical form only, so the
+					// text it accepts is the ID as written (no copy).
+					if s := firstID(after); validID(s) {
+						return s
 					}
 				}
 			}
 		}
 	}
 	for _, a := range d.Args {
-		if len(a) > 40 && len(a) < 60 && strings.HasPrefix(a, "{fp:") {
-			if id, err := keys.ParseExecutionID(a); err == nil {
-				return id.String()
-			}
+		if len(a) > 40 && len(a) < 60 && strings.HasPrefix(a, "{fp:") && validID(a) {
+			return a
 		}
 	}
 	return pgExecutionOf(d)
+}
+
+// validID says s is an execution ID in its canonical form.
+func validID(s string) bool {
+	_, err := keys.ParseExecutionID(s)
+	return err == nil
 }
 
 // firstID cuts "{fp:N}:uuid:rest" to "{fp:N}:uuid".

@@ -28,15 +28,16 @@ type group struct {
 // with the same stream, host, scanner, digest and command, up to
 // maxItems, share one; every other entry has its own.
 func groups(batch []Entry) []group {
+	type shared struct{ stream, host, scanner, digest, command string }
 	var out []group
-	open := map[string]int{} // shared fields -> index in out
+	open := map[shared]int{} // index in out
 	for _, e := range batch {
 		stream := streamOf(e)
 		if e.Kind != KindScanner || e.Detail != "" {
 			out = append(out, group{stream: stream, items: []Entry{e}})
 			continue
 		}
-		k := strings.Join([]string{stream, e.Host, e.Scanner, e.Digest, e.Command}, "\x00")
+		k := shared{stream, e.Host, e.Scanner, e.Digest, e.Command}
 		if i, ok := open[k]; ok && len(out[i].items) < maxItems {
 			out[i].items = append(out[i].items, e)
 			continue

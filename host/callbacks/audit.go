@@ -98,13 +98,18 @@ func errOutcome(err error) string {
 
 // messageOutcome reads a function's status ({1, "OK"|"ALREADY_SATISFIED"
 // |"DUPLICATE", ...}) or a plain write's count.
+// The kind is asked first: a conversion that fails builds an error (with
+// fmt), which cost more than the rest of an action's entry.
 func messageOutcome(m *valkey.ValkeyMessage) string {
-	if n, err := m.AsInt64(); err == nil {
+	switch {
+	case m.IsInt64():
+		n, _ := m.AsInt64()
 		return audit.Outcome(false, false, "", n, true)
-	}
-	if arr, err := m.ToArray(); err == nil && len(arr) >= 2 {
-		st, _ := arr[1].ToString()
-		return audit.Outcome(false, false, st, 0, false)
+	case m.IsArray():
+		if arr, _ := m.ToArray(); len(arr) >= 2 && arr[1].IsString() {
+			st, _ := arr[1].ToString()
+			return audit.Outcome(false, false, st, 0, false)
+		}
 	}
 	return audit.Acted
 }
