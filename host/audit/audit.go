@@ -83,6 +83,11 @@ type Entry struct {
 	Key       string `json:"key,omitempty"`
 	Outcome   string `json:"outcome,omitempty"`
 	Detail    string `json:"detail,omitempty"`
+
+	// write is a scanner's write whose key and execution are still to be
+	// read from it (RecordWrite): read by the recorder's writer, off the
+	// path of the scanner's reply.
+	write *shadow.Decision
 }
 
 // DigestShown is how much of a plugin's sha256 an entry keeps (hex
@@ -153,6 +158,12 @@ func entryOf(id string, f map[string]string) Entry {
 // member of an index, its arguments) name.
 func ScannerEntry(at time.Time, scanner, digest string, d shadow.Decision, outcome string) Entry {
 	e := Entry{At: at, Kind: KindScanner, Scanner: scanner, Digest: digest, Command: d.Command, Outcome: outcome}
+	return e.about(d)
+}
+
+// about is e with the key and the execution d names.
+func (e Entry) about(d shadow.Decision) Entry {
+	e.write = nil
 	if len(d.Keys) > 0 {
 		e.Key = d.Keys[0]
 	}

@@ -145,7 +145,9 @@ func TestOneCallsActionsShareAStreamEntry(t *testing.T) {
 	// another scanner's action on the same partition.
 	odd := "ff:idx:{fp:1}:odd key\nsecond line"
 	r.Record(ScannerEntry(time.Time{}, "lease_expiry", "0123456789abcdef", shadow.Decision{Command: "FCALL ff_mark_lease_expired_if_due", Keys: []string{odd}}, Acted))
-	r.Record(ScannerEntry(time.Time{}, "attempt_timeout", "fedcba9876543210", shadow.Decision{Command: "FCALL ff_expire_execution", Keys: []string{keys.Exec(ids[0]).Core()}}, Acted))
+	// Recorded from a reply's path: the key and execution are read by the
+	// writer, to the same entry.
+	r.RecordWrite("attempt_timeout", "fedcba9876543210", shadow.Decision{Command: "FCALL ff_expire_execution", Keys: []string{keys.Exec(ids[0]).Core()}}, Acted)
 	require.NoError(t, r.Start(ctx))
 	require.NoError(t, r.Stop(ctx))
 	assert.Equal(t, uint64(n+2), r.Stats().Written)

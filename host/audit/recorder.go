@@ -11,6 +11,7 @@ import (
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/internal/testsignal"
 	"github.com/ffscan/ffscan/host/service"
+	"github.com/ffscan/ffscan/host/shadow"
 	"github.com/ffscan/ffscan/keys"
 )
 
@@ -98,6 +99,17 @@ func (r *Recorder) Record(e Entry) {
 	}
 }
 
+// RecordWrite records a write a scanner's plugin sent and the host ran,
+// as Record(ScannerEntry(...)) does, but leaves reading its key and
+// execution to the writer: the caller is on the path of the scanner's
+// reply.
+func (r *Recorder) RecordWrite(scanner, digest string, d shadow.Decision, outcome string) {
+	if r == nil {
+		return
+	}
+	r.Record(Entry{Kind: KindScanner, Scanner: scanner, Digest: digest, Command: d.Command, Outcome: outcome, write: &d})
+}
+
 // Stats are the entries written, dropped (the queue was full) and lost
 // to failed writes since the recorder started, and the store they go to.
 type Stats struct {
@@ -175,6 +187,9 @@ func (r *Recorder) drain(ctx context.Context) {
 // write appends a batch in one round trip.
 func (r *Recorder) write(ctx context.Context, batch []Entry) {
 	for i := range batch {
+		if d := batch[i].write; d != nil {
+			batch[i] = batch[i].about(*d)
+		}
 		batch[i] = batch[i].bounded()
 	}
 	// A batch taken is written even when a stop cancels the loop.

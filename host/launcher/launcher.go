@@ -311,7 +311,7 @@ func (l *Launcher) prepare(ctx context.Context, p *pluginhost.Plugin, meta *supe
 	if rec := l.cfg.Audit; rec != nil && l.cfg.Shadow == nil && !l.cfg.ReadOnly {
 		scanner, digest := l.cfg.Scanner, meta.SHA256
 		pol = pol.WithAudit(func(d shadow.Decision, outcome string) {
-			rec.Record(audit.ScannerEntry(time.Time{}, scanner, digest, d, outcome))
+			rec.RecordWrite(scanner, digest, d, outcome)
 		})
 	}
 	bound := l.svc.Bind(l.cfg.Scanner, pol).Callbacks()
