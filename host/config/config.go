@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sigstore/sigstore-go/pkg/root"
 
 	"github.com/ffscan/ffscan/host/callbacks"
 	"github.com/ffscan/ffscan/host/census"
@@ -120,6 +121,14 @@ type PluginTrust struct {
 	// Keys are the trusted signing keys by name: PEM ECDSA P-256 public
 	// keys (cosign.pub's format).
 	Keys map[string]TrustedKey
+	// TrustedRoot is a Sigstore trusted root JSON file (the Fulcio CAs,
+	// Rekor logs and timestamp authorities keyless signatures are
+	// checked against), pinned on disk so that an air-gapped host never
+	// fetches it. Identities are the keyless signers it certifies that
+	// are trusted, by name; each needs TrustedRoot, and TrustedRoot
+	// without an identity trusts nobody, which is refused.
+	TrustedRoot string
+	Identities  map[string]TrustedIdentity
 	// AllowCommands and AllowFunctions bound what an installed plugin's
 	// scanners may declare (empty: no bound beyond the approvals).
 	AllowCommands  []string
@@ -132,6 +141,15 @@ type TrustedKey struct {
 	File string
 	// NotBefore and NotAfter bound when it verifies (zero: unbounded).
 	NotBefore, NotAfter time.Time
+}
+
+// TrustedIdentity is one trusted keyless signer: the OIDC issuer and
+// the subject (SAN) of its Fulcio certificates, exactly or by a regular
+// expression matched against the whole subject.
+type TrustedIdentity struct {
+	Issuer        string
+	Subject       string
+	SubjectRegexp string
 }
 
 // LockFile is the plugin lock's path (plugin_lock_file or its default).
@@ -741,9 +759,10 @@ func (c *Config) validateTrust(p *problems) {
 	if c.PluginLockFile != "" && !filepath.IsAbs(c.PluginLockFile) {
 		p.bad("plugin_lock_file", "%q is not an absolute path", c.PluginLockFile)
 	}
-	if c.PluginSignature == SignatureRequired && len(c.PluginTrust.Keys) == 0 {
-		p.bad("plugin_signature", "required, but plugin_trust.keys lists no key: nothing could be installed (add the publishers' public keys)")
+	if c.PluginSignature == SignatureRequired && len(c.PluginTrust.Keys) == 0 && len(c.PluginTrust.Identities) == 0 {
+		p.bad("plugin_signature", "required, but plugin_trust.keys lists no key and plugin_trust.identities no identity: nothing could be installed (add the publishers' public keys or keyless identities)")
 	}
+	c.validateIdentities(p)
 	for _, name := range slices.Sorted(maps.Keys(c.PluginTrust.Keys)) {
 		k := c.PluginTrust.Keys[name]
 		key := "plugin_trust.keys." + name
@@ -762,6 +781,46 @@ func (c *Config) validateTrust(p *problems) {
 	for i, cmd := range c.PluginTrust.AllowCommands {
 		if cmd == "" || strings.ContainsAny(cmd, " \t") {
 			p.bad(fmt.Sprintf("plugin_trust.allow_commands[%d]", i), "%q is not a command name", cmd)
+		}
+	}
+}
+
+// validateIdentities checks plugin_trust.trusted_root (read now: a
+// root that cannot be used is found at load, not at an install) and
+// plugin_trust.identities.
+func (c *Config) validateIdentities(p *problems) {
+	t := c.PluginTrust
+	switch {
+	case t.TrustedRoot == "" && len(t.Identities) > 0:
+		p.bad("plugin_trust.identities", "keyless identities need plugin_trust.trusted_root (the Sigstore trusted root JSON their certificates are checked against)")
+	case t.TrustedRoot != "" && len(t.Identities) == 0:
+		p.bad("plugin_trust.trusted_root", "set, but plugin_trust.identities names no identity: a trusted root alone trusts nobody (add the issuer and subject of each keyless publisher)")
+	}
+	if t.TrustedRoot != "" {
+		if !filepath.IsAbs(t.TrustedRoot) {
+			p.bad("plugin_trust.trusted_root", "%q is not an absolute path", t.TrustedRoot)
+		} else if _, err := root.NewTrustedRootFromPath(t.TrustedRoot); err != nil {
+			p.bad("plugin_trust.trusted_root", "%s is not a usable Sigstore trusted root: %v", t.TrustedRoot, err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.Identities)) {
+		id := t.Identities[name]
+		key := "plugin_trust.identities." + name
+		if !pluginNameRE.MatchString(name) {
+			p.bad(key, "identity name %q must be 1-128 of A-Z, a-z, 0-9, '.', '_' and '-'", name)
+		}
+		if id.Issuer == "" {
+			p.bad(key+".issuer", "must name the OIDC issuer (https://token.actions.githubusercontent.com, https://accounts.google.com, ...)")
+		}
+		switch {
+		case id.Subject == "" && id.SubjectRegexp == "":
+			p.bad(key, "needs subject (the certificate's exact SAN) or subject_regexp")
+		case id.Subject != "" && id.SubjectRegexp != "":
+			p.bad(key, "has both subject and subject_regexp: choose one")
+		case id.SubjectRegexp != "":
+			if _, err := regexp.Compile(id.SubjectRegexp); err != nil {
+				p.bad(key+".subject_regexp", "%q: %v", id.SubjectRegexp, err)
+			}
 		}
 	}
 }

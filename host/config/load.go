@@ -250,6 +250,8 @@ func (d *decoder) pluginFields(c *Config) map[string]func(string, any) {
 		"plugin_trust": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
 				"keys":            func(k string, v any) { d.trustedKeys(k, v, c) },
+				"trusted_root":    func(k string, v any) { d.str(k, v, &c.PluginTrust.TrustedRoot) },
+				"identities":      func(k string, v any) { d.trustedIdentities(k, v, c) },
 				"allow_commands":  func(k string, v any) { d.strList(k, v, &c.PluginTrust.AllowCommands) },
 				"allow_functions": func(k string, v any) { d.strList(k, v, &c.PluginTrust.AllowFunctions) },
 			})
@@ -461,6 +463,30 @@ func (d *decoder) trustedKeys(path string, v any, c *Config) {
 			"not_after":  func(k2 string, v any) { d.timestamp(k2, v, &k.NotAfter) },
 		})
 		c.PluginTrust.Keys[name] = k
+	}
+}
+
+// trustedIdentities decodes plugin_trust.identities: name -> {issuer,
+// subject | subject_regexp}.
+func (d *decoder) trustedIdentities(path string, v any, c *Config) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		if v != nil {
+			d.bad(path, "must be a mapping of identity names to {issuer, subject | subject_regexp}, not %s", describe(v))
+		}
+		return
+	}
+	if c.PluginTrust.Identities == nil {
+		c.PluginTrust.Identities = map[string]TrustedIdentity{}
+	}
+	for _, name := range sortedKeys(m) {
+		var id TrustedIdentity
+		d.fields(join(path, name), m[name], map[string]func(string, any){
+			"issuer":         func(k2 string, v any) { d.str(k2, v, &id.Issuer) },
+			"subject":        func(k2 string, v any) { d.str(k2, v, &id.Subject) },
+			"subject_regexp": func(k2 string, v any) { d.str(k2, v, &id.SubjectRegexp) },
+		})
+		c.PluginTrust.Identities[name] = id
 	}
 }
 

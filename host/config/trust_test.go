@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -69,4 +71,89 @@ plugin_trust:
 	p = writeFile(t, "plugin_signature: required\n")
 	_, err = Load(Sources{File: p, Environ: noEnv})
 	require.ErrorContains(t, err, "plugin_signature: required, but plugin_trust.keys lists no key")
+}
+
+// minimalRoot is a Sigstore trusted root with nothing in it: what the
+// configuration checks is that the file is one.
+const minimalRoot = `{"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1"}`
+
+func TestPluginTrustIdentities(t *testing.T) {
+	t.Parallel()
+	rootFile := filepath.Join(t.TempDir(), "trusted_root.json")
+	require.NoError(t, os.WriteFile(rootFile, []byte(minimalRoot), 0o644))
+	p := writeFile(t, `
+plugin_signature: required
+plugin_trust:
+  trusted_root: `+rootFile+`
+  identities:
+    acme-ci:
+      issuer: https://token.actions.githubusercontent.com
+      subject: https://github.com/acme/scanners/.github/workflows/release.yml@refs/heads/main
+    acme-any: {issuer: https://token.actions.githubusercontent.com, subject_regexp: 'https://github\.com/acme/.*'}
+`)
+	cfg, err := Load(Sources{File: p, Environ: noEnv})
+	require.NoError(t, err, "identities without keys satisfy plugin_signature: required")
+	assert.Equal(t, rootFile, cfg.PluginTrust.TrustedRoot)
+	assert.Equal(t, TrustedIdentity{
+		Issuer:  "https://token.actions.githubusercontent.com",
+		Subject: "https://github.com/acme/scanners/.github/workflows/release.yml@refs/heads/main",
+	}, cfg.PluginTrust.Identities["acme-ci"])
+	assert.Equal(t, `https://github\.com/acme/.*`, cfg.PluginTrust.Identities["acme-any"].SubjectRegexp)
+}
+
+func TestPluginTrustIdentityProblemsNamed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"mediaType": "text/plain"}`), 0o644))
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"identities without a root", `
+plugin_trust:
+  identities: {ci: {issuer: https://i.example, subject: s}}
+`, []string{"plugin_trust.identities: keyless identities need plugin_trust.trusted_root"}},
+		{"a root without identities", `
+plugin_trust: {trusted_root: ` + bad + `}
+`, []string{"plugin_trust.trusted_root: set, but plugin_trust.identities names no identity"}},
+		{"an invalid root and bad identities", `
+plugin_trust:
+  trusted_root: ` + bad + `
+  identities:
+    noissuer: {subject: s}
+    nosubject: {issuer: https://i.example}
+    both: {issuer: https://i.example, subject: s, subject_regexp: s.*}
+    badre: {issuer: https://i.example, subject_regexp: "("}
+    "bad name": {issuer: https://i.example, subject: s}
+    extra: {issuer: https://i.example, subject: s, email: x}
+`, []string{
+			"plugin_trust.trusted_root: " + bad + " is not a usable Sigstore trusted root",
+			"plugin_trust.identities.noissuer.issuer: must name the OIDC issuer",
+			"plugin_trust.identities.nosubject: needs subject",
+			"plugin_trust.identities.both: has both subject and subject_regexp",
+			`plugin_trust.identities.badre.subject_regexp: "("`,
+			`plugin_trust.identities.bad name: identity name "bad name"`,
+			"plugin_trust.identities.extra.email: unknown key",
+		}},
+		{"a missing root file", `
+plugin_trust:
+  trusted_root: ` + filepath.Join(dir, "missing.json") + `
+  identities: {ci: {issuer: https://i.example, subject: s}}
+`, []string{"plugin_trust.trusted_root: " + filepath.Join(dir, "missing.json") + " is not a usable Sigstore trusted root"}},
+		{"a relative root path", `
+plugin_trust:
+  trusted_root: trusted_root.json
+  identities: {ci: {issuer: https://i.example, subject: s}}
+`, []string{`plugin_trust.trusted_root: "trusted_root.json" is not an absolute path`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(Sources{File: writeFile(t, tc.body), Environ: noEnv})
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
 }
