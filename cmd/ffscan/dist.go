@@ -87,7 +87,7 @@ func recordInstall(cfg *config.Config, action string, res distribution.Result, s
 		return
 	}
 	l := res.Locked
-	detail := fmt.Sprintf("%s (%s, version %s) signed by %s: placed sha256 %.12s", l.Reference, l.Digest, shownVersion(l.Version), l.Signer.Key,
+	detail := fmt.Sprintf("%s (%s, version %s) signed by %s: placed sha256 %.12s", l.Reference, l.Digest, shownVersion(l.Version), l.Signer,
 		l.Platforms[distribution.Platform()].SHA256)
 	for _, s := range l.Scanners {
 		recordAction(cfg, action, s, detail, stderr)
@@ -170,7 +170,7 @@ func cmdPluginsLock(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("not locked: %w", err)
 	}
-	fmt.Fprintf(stdout, "locked %s: %s (version %s, signed by %s) in %s\n", res.Plugin, res.Locked.Digest, shownVersion(res.Locked.Version), res.Locked.Signer.Key, o.LockFile)
+	fmt.Fprintf(stdout, "locked %s: %s (version %s, signed by %s) in %s\n", res.Plugin, res.Locked.Digest, shownVersion(res.Locked.Version), res.Locked.Signer, o.LockFile)
 	for _, p := range slices.Sorted(maps.Keys(res.Locked.Platforms)) {
 		fmt.Fprintf(stdout, "  %s sha256 %s\n", p, res.Locked.Platforms[p].SHA256)
 	}
@@ -181,7 +181,11 @@ func cmdPluginsLock(args []string, stdout, stderr io.Writer) error {
 func reportInstall(w io.Writer, cfg *config.Config, res distribution.Result) {
 	l := res.Locked
 	plat := distribution.Platform()
-	fmt.Fprintf(w, "verified %s: signed by %s (%s, %s)\n", l.Digest, l.Signer.Key, l.Signer.Fingerprint, l.Signer.Via)
+	if l.Signer.Fingerprint != "" {
+		fmt.Fprintf(w, "verified %s: signed by %s (%s, %s)\n", l.Digest, l.Signer, l.Signer.Fingerprint, l.Signer.Via)
+	} else {
+		fmt.Fprintf(w, "verified %s: signed by %s (keyless, %s)\n", l.Digest, l.Signer, l.Signer.Via)
+	}
 	fmt.Fprintf(w, "plugin %s version %s: scanners %s\n", res.Plugin, shownVersion(l.Version), strings.Join(l.Scanners, ", "))
 	for _, s := range res.Declared.Scanners {
 		fmt.Fprintf(w, "  scanner %s: scanner API %d..%d, declared policy %s\n", s.Name, s.APIMin, s.APIMax, s.Policy.Digest())
@@ -355,7 +359,7 @@ func verifyLock(w io.Writer, cfg *config.Config) (int, error) {
 	failed := 0
 	for _, name := range slices.Sorted(maps.Keys(lock.Plugins)) {
 		lp := lock.Plugins[name]
-		signer, err := lp.VerifyOffline(o.Keys, time.Now())
+		signer, err := lp.VerifyOffline(o.Trust(), time.Now())
 		if err == nil {
 			var sum string
 			sum, err = fileSHA256(filepath.Join(cfg.PluginDir, name))
@@ -370,7 +374,7 @@ func verifyLock(w io.Writer, cfg *config.Config) (int, error) {
 			fmt.Fprintf(w, "FAIL locked plugin %s (%s): %v\n", name, lp.Reference, err)
 			continue
 		}
-		fmt.Fprintf(w, "ok   locked plugin %s: %s, version %s, signed by %s (%s), binary as locked\n", name, lp.Digest, shownVersion(lp.Version), signer.Key, signer.Via)
+		fmt.Fprintf(w, "ok   locked plugin %s: %s, version %s, signed by %s (%s), binary as locked\n", name, lp.Digest, shownVersion(lp.Version), signer, signer.Via)
 	}
 	return failed, nil
 }

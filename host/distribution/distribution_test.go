@@ -130,10 +130,10 @@ func TestInstallFromLayout(t *testing.T) {
 	require.Equal(t, distribution.Fingerprint(&f.key.PublicKey), lp.Signer.Fingerprint)
 	require.Equal(t, declared("1.0.0").PolicyDigests(), lp.Policies)
 	// The lock alone re-verifies: signature, index, manifests, binaries.
-	signer, err := lp.VerifyOffline(f.opts().Keys, time.Now())
+	signer, err := lp.VerifyOffline(f.opts().Trust(), time.Now())
 	require.NoError(t, err)
 	require.Equal(t, lp.Signer, signer)
-	_, err = lp.VerifyOffline([]distribution.TrustedKey{trusted("other", newKey(t))}, time.Now())
+	_, err = lp.VerifyOffline(distribution.Trust{Keys: []distribution.TrustedKey{trusted("other", newKey(t))}}, time.Now())
 	require.ErrorIs(t, err, distribution.ErrUntrusted)
 	forged := lp
 	forged.Platforms = map[string]distribution.LockedPlatform{}
@@ -141,7 +141,7 @@ func TestInstallFromLayout(t *testing.T) {
 		pl.SHA256 = strings.Repeat("0", 64)
 		forged.Platforms[p] = pl
 	}
-	_, err = forged.VerifyOffline(f.opts().Keys, time.Now())
+	_, err = forged.VerifyOffline(f.opts().Trust(), time.Now())
 	require.ErrorContains(t, err, "is not the locked sha256")
 	// Nothing else was left in plugin_dir (no temporary file).
 	ents, _ := os.ReadDir(f.pluginDir)
@@ -176,7 +176,7 @@ func TestInstallFromRegistry(t *testing.T) {
 			res, err := distribution.Install(context.Background(), ref, f.opts())
 			require.NoError(t, err)
 			require.Equal(t, tc.via, res.Locked.Signer.Via)
-			_, err = res.Locked.VerifyOffline(f.opts().Keys, time.Now())
+			_, err = res.Locked.VerifyOffline(f.opts().Trust(), time.Now())
 			require.NoError(t, err)
 			body, err := os.ReadFile(filepath.Join(f.pluginDir, "acme"))
 			require.NoError(t, err)

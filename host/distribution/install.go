@@ -14,6 +14,7 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sigstore/sigstore-go/pkg/root"
 
 	"github.com/ffscan/ffscan/host/clock"
 )
@@ -25,6 +26,11 @@ type Options struct {
 	LockFile  string
 	// Keys are the trusted signers (plugin_trust.keys).
 	Keys []TrustedKey
+	// Identities are the trusted keyless signers
+	// (plugin_trust.identities), TrustedRoot the pinned root their
+	// certificates are checked against (plugin_trust.trusted_root).
+	Identities  []TrustedIdentity
+	TrustedRoot root.TrustedMaterial
 	// Allowed bounds the declared policy (plugin_trust.allow_*).
 	Allowed Allowed
 	// Access is how registries are reached (HTTP, credentials).
@@ -39,6 +45,11 @@ type Options struct {
 	Plugin string
 	// Clock judges the keys' validity (nil: clock.Real()).
 	Clock clock.Clock
+}
+
+// Trust is o's keys, identities and trusted root.
+func (o Options) Trust() Trust {
+	return Trust{Keys: o.Keys, Identities: o.Identities, Root: o.TrustedRoot}
 }
 
 // ErrDowngrade: the artifact is older than the locked one.
@@ -79,7 +90,7 @@ func Install(ctx context.Context, ref string, o Options) (Result, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real()
 	}
-	a, err := Resolve(ctx, ref, o.Access, o.Keys, o.Clock.Now())
+	a, err := Resolve(ctx, ref, o.Access, o.Trust(), o.Clock.Now())
 	if err != nil {
 		return Result{}, err
 	}

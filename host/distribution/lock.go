@@ -37,7 +37,8 @@ type LockedPlugin struct {
 	// Created is the index's creation time (RFC 3339), the order of
 	// two artifacts of one version.
 	Created string `json:"created,omitempty"`
-	// Signer is the trusted key a signature verified with.
+	// Signer is the trusted key a signature verified with, or the
+	// trusted identity a keyless signature was certified for.
 	Signer Signer `json:"signer"`
 	// Scanners are the declared scanners, Policies each one's declared
 	// policy digest.
@@ -116,7 +117,7 @@ func (l *Lock) CheckBinary(plugin, sha string) error {
 		return fmt.Errorf("plugin %s: the lock has no binary for %s", plugin, Platform())
 	}
 	if !strings.EqualFold(pl.SHA256, sha) {
-		return fmt.Errorf("plugin %s: sha256 %s is not the locked %s (installed from %s, signed by %s); plugin_signature is required", plugin, sha, pl.SHA256, lp.Reference, lp.Signer.Key)
+		return fmt.Errorf("plugin %s: sha256 %s is not the locked %s (installed from %s, signed by %s); plugin_signature is required", plugin, sha, pl.SHA256, lp.Reference, lp.Signer)
 	}
 	return nil
 }
@@ -167,9 +168,11 @@ func LockChecker(path string) func(binary, sha256 string) error {
 }
 
 // VerifyOffline re-checks lp's chain from a trusted key's signature to
-// every locked binary digest, with nothing but the lock and keys (their
+// every locked binary digest, with nothing but the lock and trust (key
 // validity judged at now).
-func (lp LockedPlugin) VerifyOffline(keys []TrustedKey, now time.Time) (Signer, error) {
+// A keyless signature is re-checked against trust.Root, the pinned
+// trusted root: no network is needed.
+func (lp LockedPlugin) VerifyOffline(trust Trust, now time.Time) (Signer, error) {
 	ev := lp.Evidence
 	if ev == nil {
 		return Signer{}, errors.New("the lock holds no evidence to check (written by an older ffscan?): install it again")
@@ -178,7 +181,7 @@ func (lp LockedPlugin) VerifyOffline(keys []TrustedKey, now time.Time) (Signer, 
 		return Signer{}, fmt.Errorf("the locked index hashes to %s, not the locked digest %s", d, lp.Digest)
 	}
 	c := candidate{via: lp.Signer.Via, bundle: ev.Bundle, payload: ev.Payload, sig: ev.Signature}
-	s, _, err := verifyCandidates([]candidate{c}, ocispec.Descriptor{Digest: digest.Digest(lp.Digest)}, keys, now)
+	s, _, err := verifyCandidates([]candidate{c}, ocispec.Descriptor{Digest: digest.Digest(lp.Digest)}, trust, now)
 	if err != nil {
 		return s, err
 	}
@@ -207,8 +210,8 @@ func (lp LockedPlugin) VerifyOffline(keys []TrustedKey, now time.Time) (Signer, 
 			return s, fmt.Errorf("%s: the signed manifest's binary is not the locked sha256 %s", p, pl.SHA256)
 		}
 	}
-	if s.Fingerprint != lp.Signer.Fingerprint {
-		return s, fmt.Errorf("signed by %s (%s), the lock says %s (%s)", s.Key, s.Fingerprint, lp.Signer.Key, lp.Signer.Fingerprint)
+	if !s.same(lp.Signer) {
+		return s, fmt.Errorf("signed by %s (%s), the lock says %s (%s)", s, s.Fingerprint, lp.Signer, lp.Signer.Fingerprint)
 	}
 	return s, nil
 }

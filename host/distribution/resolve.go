@@ -43,9 +43,10 @@ type PlatformArtifact struct {
 var ErrNoPlatform = errors.New("no artifact for this platform")
 
 // Resolve resolves ref, fetches its index (its digest verified) and
-// verifies a signature of the index by one of keys valid at now.
+// verifies a signature of the index by one of trust's keys valid at now
+// or by one of its identities.
 // Nothing is written.
-func Resolve(ctx context.Context, ref string, access Access, keys []TrustedKey, now time.Time) (*Artifact, error) {
+func Resolve(ctx context.Context, ref string, access Access, trust Trust, now time.Time) (*Artifact, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
 		return nil, err
@@ -75,7 +76,7 @@ func Resolve(ctx context.Context, ref string, access Access, keys []TrustedKey, 
 	}
 	// The signature covers the index's digest, which covers every
 	// platform's manifest, which covers its config and binary.
-	if a.Signer, a.Evidence, err = verifySignature(ctx, t, desc, keys, now); err != nil {
+	if a.Signer, a.Evidence, err = verifySignature(ctx, t, desc, trust, now); err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
 	a.Evidence.Index = b

@@ -14,6 +14,7 @@ import (
 	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
 	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
+	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/verify"
 	"github.com/sigstore/sigstore/pkg/signature"
@@ -28,17 +29,67 @@ const maxSignatures = 16
 // ErrUnsigned: no signature of the artifact was found at all.
 var ErrUnsigned = errors.New("no signature found (neither a Sigstore bundle referrer nor a cosign .sig tag)")
 
-// ErrUntrusted: signatures were found but none verifies with a trusted key.
-var ErrUntrusted = errors.New("no signature verifies with a trusted key")
+// ErrUntrusted: signatures were found but none verifies with a trusted
+// key or identity.
+var ErrUntrusted = errors.New("no signature verifies with a trusted key or identity")
 
-// Signer is who signed an artifact, as verified.
+// Trust is what a signature must verify with: a trusted key, or a
+// certificate for a trusted identity that chains to Root.
+type Trust struct {
+	Keys []TrustedKey
+	// Identities are the keyless signers (plugin_trust.identities);
+	// they need Root.
+	Identities []TrustedIdentity
+	// Root is the pinned Sigstore trusted root (plugin_trust.trusted_root):
+	// the Fulcio CAs, Rekor logs and timestamp authorities keyless
+	// signatures are checked against, read from a file so that an
+	// air-gapped host never fetches it.
+	Root root.TrustedMaterial
+}
+
+// TrustedIdentity is a keyless signer the operator trusts: the OIDC
+// issuer and the subject (the certificate's SAN) Fulcio certified.
+type TrustedIdentity struct {
+	// Name is how errors and the lock name it.
+	Name   string
+	Issuer string
+	// Subject is the exact SAN, or SubjectRegexp a regular expression
+	// the whole SAN must match (one of the two).
+	Subject       string
+	SubjectRegexp string
+}
+
+// Signer is who signed an artifact, as verified: a key, or a keyless
+// identity.
 type Signer struct {
 	// Key is the trusted key's name, Fingerprint its fingerprint.
-	Key         string `json:"key"`
-	Fingerprint string `json:"fingerprint"`
+	Key         string `json:"key,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// Identity is the trusted identity's name; Issuer and Subject are
+	// what the verified certificate says (the subject a regexp
+	// matched, not the regexp).
+	Identity string `json:"identity,omitempty"`
+	Issuer   string `json:"issuer,omitempty"`
+	Subject  string `json:"subject,omitempty"`
 	// Via is how: "referrer" (Sigstore bundle) or "sig-tag" (cosign
 	// simple signing).
 	Via string `json:"via"`
+}
+
+// String names the signer for messages: the key's name, or "identity
+// NAME (SUBJECT from ISSUER)".
+func (s Signer) String() string {
+	if s.Identity != "" || s.Subject != "" {
+		return fmt.Sprintf("identity %s (%s from %s)", s.Identity, s.Subject, s.Issuer)
+	}
+	return s.Key
+}
+
+// same says whether s and o are one signer: the same key fingerprint, or
+// the same certified issuer and subject (names may be renamed in the
+// configuration).
+func (s Signer) same(o Signer) bool {
+	return s.Fingerprint == o.Fingerprint && s.Issuer == o.Issuer && s.Subject == o.Subject
 }
 
 // signature found for an artifact, not yet verified.
@@ -53,15 +104,21 @@ type candidate struct {
 // VerifySignature finds the signatures of desc in repo (the OCI referrers
 // of artifact type BundleMediaType, and the cosign tag
 // sha256-<hex>.sig) and returns the first trusted key one of them
-// verifies with. now is the time key validity is judged at.
-func VerifySignature(ctx context.Context, repo Source, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, error) {
-	s, _, err := verifySignature(ctx, repo, desc, keys, now)
+// verifies with, or the trusted identity a keyless bundle was certified
+// for. now is the time key validity is judged at (a keyless
+// certificate's validity is judged at the time the transparency log or
+// a timestamp authority observed the signature).
+func VerifySignature(ctx context.Context, repo Source, desc ocispec.Descriptor, trust Trust, now time.Time) (Signer, error) {
+	s, _, err := verifySignature(ctx, repo, desc, trust, now)
 	return s, err
 }
 
-func verifySignature(ctx context.Context, repo Source, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, *Evidence, error) {
-	if len(keys) == 0 {
-		return Signer{}, nil, errors.New("no trusted keys are configured (plugin_trust.keys)")
+func verifySignature(ctx context.Context, repo Source, desc ocispec.Descriptor, trust Trust, now time.Time) (Signer, *Evidence, error) {
+	if len(trust.Keys) == 0 && len(trust.Identities) == 0 {
+		return Signer{}, nil, errors.New("no trusted keys or identities are configured (plugin_trust.keys, plugin_trust.identities)")
+	}
+	if len(trust.Identities) > 0 && trust.Root == nil {
+		return Signer{}, nil, errors.New("trusted identities need a trusted root (plugin_trust.trusted_root)")
 	}
 	cands, err := findSignatures(ctx, repo, desc)
 	if err != nil {
@@ -70,17 +127,33 @@ func verifySignature(ctx context.Context, repo Source, desc ocispec.Descriptor, 
 	if len(cands) == 0 {
 		return Signer{}, nil, fmt.Errorf("%s: %w", desc.Digest, ErrUnsigned)
 	}
-	s, c, err := verifyCandidates(cands, desc, keys, now)
+	s, c, err := verifyCandidates(cands, desc, trust, now)
 	if err != nil {
 		return s, nil, err
 	}
 	return s, &Evidence{Bundle: c.bundle, Payload: c.payload, Signature: c.sig}, nil
 }
 
-func verifyCandidates(cands []candidate, desc ocispec.Descriptor, keys []TrustedKey, now time.Time) (Signer, candidate, error) {
+func verifyCandidates(cands []candidate, desc ocispec.Descriptor, trust Trust, now time.Time) (Signer, candidate, error) {
 	var why []string
 	for _, c := range cands {
-		for _, k := range keys {
+		if b, ok := certifiedBundle(c); ok {
+			// A Fulcio certificate is the key: only identities can
+			// verify it (and no key could).
+			if len(trust.Identities) == 0 {
+				why = append(why, fmt.Sprintf("%s signature: keyless (a certificate for %s), but no identity is trusted (plugin_trust.identities)", c.via, certSubject(b)))
+			}
+			for _, id := range trust.Identities {
+				s, err := verifyKeyless(b, desc, id, trust.Root)
+				if err == nil {
+					s.Via = c.via
+					return s, c, nil
+				}
+				why = append(why, fmt.Sprintf("%s signature with identity %s: %v", c.via, id.Name, err))
+			}
+			continue
+		}
+		for _, k := range trust.Keys {
 			err := verifyOne(c, desc, k, now)
 			if err == nil {
 				return Signer{Key: k.Name, Fingerprint: Fingerprint(k.Key), Via: c.via}, c, nil
@@ -149,6 +222,80 @@ func findSignatures(ctx context.Context, repo Source, desc ocispec.Descriptor) (
 
 func isNotFound(err error) bool {
 	return errors.Is(err, errNotFound()) || strings.Contains(err.Error(), "not found")
+}
+
+// certifiedBundle is c's bundle when c is a Sigstore bundle whose
+// verification material is a certificate (keyless signing).
+func certifiedBundle(c candidate) (*bundle.Bundle, bool) {
+	if c.via != "referrer" {
+		return nil, false
+	}
+	var b bundle.Bundle
+	if err := b.UnmarshalJSON(c.bundle); err != nil {
+		return nil, false
+	}
+	vc, err := b.VerificationContent()
+	if err != nil || vc.Certificate() == nil {
+		return nil, false
+	}
+	return &b, true
+}
+
+// certSubject is a certificate's SAN and issuer for a message, unverified.
+func certSubject(b *bundle.Bundle) string {
+	vc, err := b.VerificationContent()
+	if err != nil || vc.Certificate() == nil {
+		return "?"
+	}
+	s, err := certificate.SummarizeCertificate(vc.Certificate())
+	if err != nil {
+		return "?"
+	}
+	return fmt.Sprintf("%s from %s", s.SubjectAlternativeName, s.Extensions.Issuer)
+}
+
+// verifyKeyless checks a keyless bundle through sigstore-go against the
+// pinned trusted root: the certificate must chain to one of its Fulcio
+// CAs, the signature must be in one of its Rekor logs (inclusion proof
+// or signed entry timestamp) and observed while the certificate was
+// valid (the log's signed time or a trusted timestamp: nothing is
+// fetched, so this works air-gapped and keeps working once the
+// short-lived certificate expired), the certificate must be for id, and
+// the DSSE in-toto statement's subject must be desc's digest, as for a
+// key-based bundle.
+func verifyKeyless(b *bundle.Bundle, desc ocispec.Descriptor, id TrustedIdentity, tm root.TrustedMaterial) (Signer, error) {
+	if b.GetDsseEnvelope() == nil {
+		return Signer{}, errors.New("bundle holds no DSSE envelope (an in-toto statement about the artifact is expected)")
+	}
+	v, err := verify.NewVerifier(tm, verify.WithTransparencyLog(1), verify.WithObserverTimestamps(1))
+	if err != nil {
+		return Signer{}, err
+	}
+	sanRE := ""
+	if id.SubjectRegexp != "" {
+		// Anchored: a pattern for one repository's workflows must not
+		// match a SAN that merely contains it.
+		sanRE = "^(?:" + id.SubjectRegexp + ")$"
+	}
+	ci, err := verify.NewShortCertificateIdentity(id.Issuer, "", id.Subject, sanRE)
+	if err != nil {
+		return Signer{}, err
+	}
+	hexDigest, err := sha256Hex(desc.Digest.String())
+	if err != nil {
+		return Signer{}, err
+	}
+	raw, _ := hexDecode(hexDigest)
+	res, err := v.Verify(b, verify.NewPolicy(verify.WithArtifactDigest("sha256", raw), verify.WithCertificateIdentity(ci)))
+	if err != nil {
+		return Signer{}, fmt.Errorf("%w (the certificate is for %s)", err, certSubject(b))
+	}
+	s := Signer{Identity: id.Name, Issuer: id.Issuer, Subject: id.Subject}
+	if res.Signature != nil && res.Signature.Certificate != nil {
+		s.Issuer = res.Signature.Certificate.Extensions.Issuer
+		s.Subject = res.Signature.Certificate.SubjectAlternativeName
+	}
+	return s, nil
 }
 
 // verifyOne checks one signature with one key through sigstore-go: a
