@@ -202,6 +202,10 @@ func TestKeylessInstallFromLayout(t *testing.T) {
 		require.ErrorIs(t, err, distribution.ErrUntrusted)
 		_, err = lp.VerifyOffline(keylessOpts(f, tr, distribution.TrustedIdentity{Name: "x", Issuer: ghIssuer, Subject: ghSubject + "x"}).Trust(), time.Now())
 		require.ErrorIs(t, err, distribution.ErrUntrusted)
+		// Identities without a root verify nothing.
+		_, err = lp.VerifyOffline(keylessOpts(f, nil).Trust(), time.Now())
+		require.ErrorIs(t, err, distribution.ErrUntrusted)
+		require.Contains(t, err.Error(), "no trusted root is configured")
 		// Keys alone cannot verify a certificate.
 		_, err = lp.VerifyOffline(distribution.Trust{Keys: []distribution.TrustedKey{trusted("acme", f.key)}}, time.Now())
 		require.ErrorIs(t, err, distribution.ErrUntrusted)

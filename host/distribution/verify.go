@@ -264,6 +264,9 @@ func certSubject(b *bundle.Bundle) string {
 // the DSSE in-toto statement's subject must be desc's digest, as for a
 // key-based bundle.
 func verifyKeyless(b *bundle.Bundle, desc ocispec.Descriptor, id TrustedIdentity, tm root.TrustedMaterial) (Signer, error) {
+	if tm == nil {
+		return Signer{}, errors.New("no trusted root is configured (plugin_trust.trusted_root)")
+	}
 	if b.GetDsseEnvelope() == nil {
 		return Signer{}, errors.New("bundle holds no DSSE envelope (an in-toto statement about the artifact is expected)")
 	}
