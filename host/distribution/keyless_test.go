@@ -313,6 +313,13 @@ plugin_trust:
 	_, err = res.Locked.VerifyOffline(o.Trust(), time.Now())
 	require.NoError(t, err)
 
+	// A key-based signature, with no key trusted, is refused saying so.
+	kref := addr + "/acme/keyed:1.0.0"
+	k := newFixture(t, "keyed")
+	k.publish(t, kref, distribution.PublishOptions{})
+	err = k.refused(t, kref, keylessOpts(k, tr), "referrer signature: by a key, but no key is trusted")
+	require.Contains(t, err.Error(), "sig-tag signature: by a key, but no key is trusted")
+
 	g := newFixture(t, "mallory")
 	mref := addr + "/acme/mallory:1.0.0"
 	attachKeyless(t, g, mref, vs, "mallory@example.com", "https://accounts.example.com", "")

@@ -153,6 +153,9 @@ func verifyCandidates(cands []candidate, desc ocispec.Descriptor, trust Trust, n
 			}
 			continue
 		}
+		if len(trust.Keys) == 0 {
+			why = append(why, fmt.Sprintf("%s signature: by a key, but no key is trusted (plugin_trust.keys)", c.via))
+		}
 		for _, k := range trust.Keys {
 			err := verifyOne(c, desc, k, now)
 			if err == nil {
