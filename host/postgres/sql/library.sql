@@ -313,8 +313,9 @@ $fn$;
 -- transaction that notified takes the notification queue's lock at its
 -- commit, one commit at a time: one per lapse, that lock set the pace of
 -- several hosts' expiries (docs/perf-notes-45-dispatch.md). The items are
--- decided in (execution, attempt) order, so two batches that share rows
--- lock them in one order and never deadlock on each other.
+-- decided in (execution, attempt) order, so two batches that share
+-- executions lock them in one order (the host retries a deadlock, which
+-- only two lapsed attempts of one execution in two batches could make).
 CREATE OR REPLACE FUNCTION ffscan.expire_lapsed_leases(pk smallint, eids uuid[], atts integer[],
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (ord integer, reply text[])
