@@ -208,16 +208,10 @@ $fn$;
 -- cleared meanwhile), lease_renewed (it no longer lapsed),
 -- execution_not_found, not_active; {'0','malformed_raw_fields'} for an
 -- execution whose raw_fields is not a JSON object (nothing is changed).
---
--- Its statements are planned for the one partition they touch (custom
--- plans, as dispatch_completion's): a generic plan over 256 partitions
--- locks every partition of ff_attempt and ff_exec_core, and their
--- indexes, at each run.
 CREATE OR REPLACE FUNCTION ffscan.expire_lapsed_lease(pk smallint, eid uuid, att integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_custom_plan
 AS $fn$
 DECLARE
 	now_ms bigint := ffscan.now_ms();
@@ -320,7 +314,6 @@ CREATE OR REPLACE FUNCTION ffscan.expire_lapsed_leases(pk smallint, eids uuid[],
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (ord integer, reply text[])
 LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_custom_plan
 AS $fn$
 DECLARE
 	it record;
