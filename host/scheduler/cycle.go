@@ -106,28 +106,72 @@ type partState struct {
 
 // Cycle runs one sweep and records it in metrics and status. A failure to
 // read the clock fails the cycle; failures of single partitions are counted
-// in the summary and do not stop the others.
+// in the summary and do not stop the others. Its steps: plan the sweep
+// (which partitions), read the store's clock, read and scan, then the
+// backlog, the follow-ups, and the record.
 func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) {
 	start := r.clk.Now()
 	r.cycle++
 	sum := Summary{Cycle: r.cycle, Errors: map[ErrorKey]int64{}}
-	scanner, info, err := r.target.Current()
-	if err != nil {
-		r.cycleError()
-		return sum, fmt.Errorf("scanner %s unavailable: %w", r.cfg.Name, err)
-	}
-	parts, err := r.partitions(info, opts.Partitions)
+	sw, parts, qr, err := r.plan(opts, &sum)
 	if err != nil {
 		r.cycleError()
 		return sum, err
 	}
+	nowMs, err := sw.storeNow(ctx)
+	if err != nil {
+		r.finish(&sum, start, false)
+		r.cycleError()
+		return sum, err
+	}
+	sum.NowMs = nowMs
+	res := sw.readAndScan(ctx, parts, nowMs, false)
+	sw.learnQuiet(qr, res.states)
+
+	// Backlog and lag are only meaningful when every partition of the
+	// family was read: a partial sum would under-report (P8).
+	complete := opts.Partitions == nil && res.complete && allSampled(res.states)
+	sum.Lag = lagOf(res.states, nowMs)
+	more := res.more
+	if opts.DryRun {
+		// A dry run changes nothing, so a rescan would see the same batch.
+		more = nil
+	}
+	if !sw.backlog(ctx, res.states, res.backlog) {
+		complete = false
+	}
+	sum.BacklogKnown = complete && hasBacklog(sw.info)
+
+	sw.followUps(ctx, more)
+	sw.endCanary()
+
+	r.finish(&sum, start, opts.Partitions == nil)
+	if sum.BacklogKnown {
+		r.rec.Backlog(r.cfg.Name, sum.Backlog)
+	}
+	if complete && hasDueSource(sw.info) {
+		r.rec.Lag(r.cfg.Name, sum.Lag)
+	}
+	return sum, nil
+}
+
+// plan is a cycle's first step: the scanner as it is now, and the
+// partitions the cycle reads: those asked for, or those this host owns
+// less the quiet ones (new-key events) and those with a call still in
+// flight. A canary's comparison starts here (it ends with the cycle).
+func (r *Runner) plan(opts CycleOptions, sum *Summary) (*sweep, []keys.Partition, *quietRead, error) {
+	scanner, info, err := r.target.Current()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("scanner %s unavailable: %w", r.cfg.Name, err)
+	}
+	parts, err := r.partitions(info, opts.Partitions)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if opts.Partitions == nil {
 		parts = r.owned(parts)
 	}
-	batch := r.batch(info)
-	lanes := r.lanes()
-
-	sw := &sweep{r: r, scanner: scanner, info: info, lanes: lanes, batch: batch, dryRun: opts.DryRun, sum: &sum,
+	sw := &sweep{r: r, scanner: scanner, info: info, lanes: r.lanes(), batch: r.batch(info), dryRun: opts.DryRun, sum: sum,
 		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info)}
 	if !opts.DryRun {
 		sw.canary = r.canaryNow()
@@ -137,39 +181,43 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 	if opts.Partitions == nil && !opts.DryRun && r.watching.Load() {
 		parts, qr = sw.skipQuiet(parts)
 	}
-	parts = r.skipBusy(parts, &sum)
+	parts = r.busy.skip(parts, sum)
 	sum.Partitions = len(parts)
+	return sw, parts, qr, nil
+}
+
+// storeNow reads the store's clock, the cycle's one "now"; a Valkey
+// scanner on a host without Valkey has none. It notes the Valkey nodes
+// first: a change of topology starts a new store epoch.
+func (sw *sweep) storeNow(ctx context.Context) (int64, error) {
+	r := sw.r
 	if !sw.postgres() {
 		if r.client == nil {
-			r.finish(&sum, start, false)
-			r.cycleError()
-			return sum, errNoValkey
+			return 0, errNoValkey
 		}
 		r.cfg.Epoch.ObserveNodes(keyless.Nodes(r.client))
 	}
 	nowMs, err := sw.now(ctx)
 	if err != nil {
-		r.noteErr(&sum, classify(err), "time", 1)
-		r.finish(&sum, start, false)
-		r.cycleError()
-		return sum, fmt.Errorf("read the store's clock: %w", err)
+		r.noteErr(sw.sum, classify(err), "time", 1)
+		return 0, fmt.Errorf("read the store's clock: %w", err)
 	}
-	sum.NowMs = nowMs
-	res := sw.readAndScan(ctx, parts, nowMs, false)
-	states := res.states
-	sw.learnQuiet(qr, states)
+	return nowMs, nil
+}
 
-	// Backlog and lag are only meaningful when every partition of the
-	// family was read: a partial sum would under-report (P8).
-	complete := opts.Partitions == nil && res.complete
+// allSampled reports whether every partition's backlog reads succeeded.
+func allSampled(states []*partState) bool {
 	for _, st := range states {
 		if !st.sampled {
-			complete = false
+			return false
 		}
 	}
-	more, pluginBacklog := res.more, res.backlog
-	// The lag is the longest a due entry still to be handled has waited:
-	// the oldest candidate, unless the scan said which are settled.
+	return true
+}
+
+// lagOf is the longest a due entry still to be handled has waited: the
+// oldest candidate, unless the scan said which are settled.
+func lagOf(states []*partState, nowMs int64) time.Duration {
 	var lag time.Duration
 	for _, st := range states {
 		switch {
@@ -179,27 +227,7 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 			lag = max(lag, time.Duration((float64(nowMs)-st.oldestDue)*float64(time.Millisecond)))
 		}
 	}
-	sum.Lag = lag
-	if opts.DryRun {
-		// A dry run changes nothing, so a rescan would see the same batch.
-		more = nil
-	}
-	if !sw.backlog(ctx, states, pluginBacklog) {
-		complete = false
-	}
-	sum.BacklogKnown = complete && hasBacklog(info)
-
-	sw.followUps(ctx, more)
-	sw.endCanary()
-
-	r.finish(&sum, start, opts.Partitions == nil)
-	if sum.BacklogKnown {
-		r.rec.Backlog(r.cfg.Name, sum.Backlog)
-	}
-	if complete && hasDueSource(info) {
-		r.rec.Lag(r.cfg.Name, sum.Lag)
-	}
-	return sum, nil
+	return lag
 }
 
 // followUps refetches and scans again, now rather than an interval

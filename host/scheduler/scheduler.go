@@ -42,8 +42,7 @@ type Runner struct {
 
 	clk    clock.Clock
 	cfg    Config
-	tunMu  sync.Mutex
-	tun    Tuning
+	tun    liveTuning
 	retune chan struct{} // Retune wakes the sweep's sleep
 	client valkey.Client
 	target Target
@@ -53,11 +52,8 @@ type Runner struct {
 
 	cycle uint64 // cycles started; owned by the sweep or Cycle goroutine
 
-	warnMu     sync.Mutex
-	warnedKeys map[string]bool // wrong-type source keys already logged
-
-	curMu   sync.Mutex
-	cursors map[string]uint64 // per concrete key: rank offset or SSCAN cursor
+	warned  onceKeys // wrong-type source keys already logged
+	cursors cursors  // per concrete key: rank offset or SSCAN cursor
 
 	// noExistsCheck is set once multi-key EXISTS was refused (a cluster):
 	// the fetch then reads every source key (see skipEmpty).
@@ -81,11 +77,9 @@ type Runner struct {
 	// which no sweep reads until it ended.
 	nodes   *NodeMap
 	calling sync.WaitGroup
-	busyMu  sync.Mutex
-	busy    map[uint16]bool
+	busy    busySet
 
-	stMu   sync.Mutex
-	status Status
+	status statusBook
 
 	// TestSignals fire at the runner's events for tests that Init them.
 	TestSignals TestSignals
@@ -103,9 +97,8 @@ func New(cfg Config) *Runner {
 	cfg = cfg.withDefaults()
 	r := &Runner{
 		cfg: cfg, client: cfg.Client, target: cfg.Target, host: cfg.Host, rec: cfg.Recorder, log: cfg.Logger, clk: cfg.Clock,
-		cursors: map[string]uint64{},
-		tun:     cfg.tuning(),
-		retune:  make(chan struct{}, 1),
+		tun:    liveTuning{t: cfg.tuning()},
+		retune: make(chan struct{}, 1),
 	}
 	r.calls, r.abortCalls = context.WithCancel(cfg.CallParent)
 	r.budget.cfg = cfg.ActionBudget

@@ -3,6 +3,7 @@ package scheduler
 // The runner's status and metrics: what each sweep adds to them.
 
 import (
+	"sync"
 	"time"
 )
 
@@ -42,10 +43,26 @@ type Status struct {
 }
 
 // Status returns a snapshot of the runner's counters.
-func (r *Runner) Status() Status {
-	r.stMu.Lock()
-	defer r.stMu.Unlock()
-	return r.status
+func (r *Runner) Status() Status { return r.status.get() }
+
+// statusBook is the runner's Status, which the sweep, the calls and the
+// event feed update while the host reads it.
+type statusBook struct {
+	mu sync.Mutex
+	st Status
+}
+
+func (b *statusBook) get() Status {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.st
+}
+
+// update changes the status under its lock.
+func (b *statusBook) update(f func(st *Status)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f(&b.st)
 }
 
 // scheduled is how many partitions have a wake-up, the schedule of an
@@ -63,18 +80,18 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 		r.rec.Cycle(r.cfg.Name, sum.Duration)
 	}
 	r.recordCounts(sum)
-	r.stMu.Lock()
-	defer r.stMu.Unlock()
-	r.status.Cycle = sum.Cycle
-	r.status.LastCycleAt = start
-	r.status.LastDuration = sum.Duration
-	r.countLocked(sum)
-	if sum.BacklogKnown {
-		r.status.Backlog, r.status.BacklogKnown = sum.Backlog, true
-	}
-	r.status.Scheduled = r.scheduled()
-	r.status.Quiet = r.quietCount()
-	r.cfg.Changes.Notify()
+	r.status.update(func(st *Status) {
+		st.Cycle = sum.Cycle
+		st.LastCycleAt = start
+		st.LastDuration = sum.Duration
+		st.count(sum)
+		if sum.BacklogKnown {
+			st.Backlog, st.BacklogKnown = sum.Backlog, true
+		}
+		st.Scheduled = r.scheduled()
+		st.Quiet = r.quietCount()
+		r.cfg.Changes.Notify()
+	})
 }
 
 // finishWake records a wake-up sweep's metrics and status: its items,
@@ -82,13 +99,13 @@ func (r *Runner) finish(sum *Summary, start time.Time, fullCycle bool) {
 func (r *Runner) finishWake(sum *Summary, start time.Time) {
 	sum.Duration = r.since(start)
 	r.recordCounts(sum)
-	r.stMu.Lock()
-	r.status.Wakeups++
-	r.status.WokenPartitions += int64(sum.Partitions)
-	r.status.LastWakeAt = start
-	r.countLocked(sum)
-	r.status.Scheduled = r.scheduled()
-	r.stMu.Unlock()
+	r.status.update(func(st *Status) {
+		st.Wakeups++
+		st.WokenPartitions += int64(sum.Partitions)
+		st.LastWakeAt = start
+		st.count(sum)
+		st.Scheduled = r.scheduled()
+	})
 	r.cfg.Changes.Notify()
 }
 
@@ -103,32 +120,26 @@ func (r *Runner) recordCounts(sum *Summary) {
 	r.rec.Partitions(r.cfg.Name, "failed", sum.Failed)
 }
 
-// countLocked adds a sweep's counts to the status; stMu is held.
-func (r *Runner) countLocked(sum *Summary) {
-	r.status.Processed += sum.Processed
-	r.status.Skipped += sum.Skipped
-	r.status.Errors += sum.ErrorTotal()
-	r.status.Failed += int64(sum.Failed)
+// count adds a sweep's counts to the status.
+func (st *Status) count(sum *Summary) {
+	st.Processed += sum.Processed
+	st.Skipped += sum.Skipped
+	st.Errors += sum.ErrorTotal()
+	st.Failed += int64(sum.Failed)
 }
 
 func (r *Runner) cycleError() {
-	r.stMu.Lock()
-	r.status.CycleErrors++
-	r.stMu.Unlock()
+	r.status.update(func(st *Status) { st.CycleErrors++ })
 	r.cfg.Changes.Notify()
 }
 
 // inFlight counts a call starting (+1) or ending (-1).
 func (r *Runner) inFlight(delta int) {
-	r.stMu.Lock()
-	r.status.InFlight += delta
-	r.stMu.Unlock()
+	r.status.update(func(st *Status) { st.InFlight += delta })
 	r.cfg.Changes.Notify()
 }
 
 func (r *Runner) setLastError(s string) {
-	r.stMu.Lock()
-	r.status.LastError = s
-	r.stMu.Unlock()
+	r.status.update(func(st *Status) { st.LastError = s })
 	r.cfg.Changes.Notify()
 }

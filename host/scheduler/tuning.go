@@ -3,6 +3,7 @@ package scheduler
 // The tuning a reload changes while the runner runs.
 
 import (
+	"sync"
 	"time"
 
 	"github.com/ffscan/ffscan/host/service"
@@ -31,18 +32,30 @@ func (t Tuning) withDefaults() Tuning {
 // Retune changes the runner's tuning while it runs. A sleeping runner
 // wakes to re-plan its next cycle with the new interval.
 func (r *Runner) Retune(t Tuning) {
-	t = t.withDefaults()
-	r.tunMu.Lock()
-	r.tun = t
-	r.tunMu.Unlock()
+	r.tun.set(t.withDefaults())
 	r.replan()
 }
 
 // Tuning returns the current tuning.
-func (r *Runner) Tuning() Tuning {
-	r.tunMu.Lock()
-	defer r.tunMu.Unlock()
-	return r.tun
+func (r *Runner) Tuning() Tuning { return r.tun.get() }
+
+// liveTuning is the tuning in force, which Retune changes while the
+// sweep and the calls read it.
+type liveTuning struct {
+	mu sync.Mutex
+	t  Tuning
+}
+
+func (l *liveTuning) get() Tuning {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.t
+}
+
+func (l *liveTuning) set(t Tuning) {
+	l.mu.Lock()
+	l.t = t
+	l.mu.Unlock()
 }
 
 func (r *Runner) lanes() []string {
