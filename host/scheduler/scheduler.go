@@ -9,6 +9,25 @@
 // partition, sequential, no jitter), an idle sweep of 256 partitions costs
 // one TIME and a couple of pipelines instead of 512 round trips, and zero
 // plugin calls.
+//
+// Its files, by job:
+//
+//   - scheduler.go: the Runner, and its lifecycle as a service.
+//   - config.go: what a runner is given (Config, Target, Recorder) and
+//     the defaults; tuning.go: what a reload changes while it runs.
+//   - loop.go: the sweep's loop, a cycle every interval and the wait
+//     between cycles.
+//   - cycle.go: one cycle, step by step, and its Summary; the steps are
+//     fetch.go (or pgfetch.go, for Postgres sources) with sources.go
+//     (an Info checked, each source's keys and read), nodes.go (each
+//     master's partitions apart), dispatch.go (the calls), backlog.go;
+//     canary.go and budget.go are what a canary and the action budget
+//     add to them.
+//   - wake.go and wakeups.go: partitions woken between sweeps at their
+//     due time; quiet.go: partitions spared while no key of theirs was
+//     created; busy.go: partitions with a call still in flight.
+//   - status.go: the status and metrics each sweep adds to; epoch.go:
+//     the store epoch.
 package scheduler
 
 import (
