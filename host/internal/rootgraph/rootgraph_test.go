@@ -93,7 +93,8 @@ func TestRootTableOfContents(t *testing.T) {
 
 // The graph sees calls it should: a method call through the receiver, a
 // field of a root type, a local built from a composite literal, and a
-// plain function.
+// plain function; and not a name selected from another package's value
+// or package that one of dir's functions also has.
 func TestRootCallGraphSeesCalls(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -105,6 +106,7 @@ func (a *A) viaField() { a.b.m() }
 func viaLocal() { x := &B{}; x.m() }
 func viaResult() { y := newB(); y.m() }
 func viaFunc() { f() }
+func viaOther(o *other.T) { o.f(); other.f() }
 func (a *A) own() {}`)
 	write("b.go", `type B struct{}
 func (b *B) m() {}
@@ -228,6 +230,10 @@ func rootCallGraph(dir string) (map[string]map[string][]string, error) {
 				return ""
 			}
 			seen := map[string]bool{}
+			// sels are the names selected from a value (x.name): a
+			// reference to one of dir's only when x's type is dir's,
+			// never by the name alone.
+			sels := map[*ast.Ident]bool{}
 			ast.Inspect(fd.Body, func(n ast.Node) bool {
 				var key string
 				switch x := n.(type) {
@@ -251,8 +257,12 @@ func rootCallGraph(dir string) (map[string]map[string][]string, error) {
 					}
 					return true
 				case *ast.Ident:
+					if sels[x] {
+						return true
+					}
 					key = x.Name
 				case *ast.SelectorExpr:
+					sels[x.Sel] = true
 					if tn := typeOf(x.X); tn != "" {
 						key = tn + "." + x.Sel.Name
 					}
