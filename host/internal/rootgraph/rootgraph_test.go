@@ -76,6 +76,26 @@ func TestRootCallsGoOneWay(t *testing.T) {
 	}
 }
 
+// host/plugindir, the root's plugins.go and resolve.go once, keeps its
+// files one way too: the operator commands (plugindir.go) use the
+// Resolver (resolve.go), and both inspect binaries (inspect.go).
+func TestPlugindirCallsGoOneWay(t *testing.T) {
+	t.Parallel()
+	graph, err := rootCallGraph(filepath.Join(root, "plugindir"))
+	require.NoError(t, err)
+	require.Contains(t, graph, "resolve.go")
+	for from, tos := range graph {
+		for to, calls := range tos {
+			if _, back := graph[to][from]; back {
+				t.Errorf("two-way pair %s <-> %s: %s, and back %s", from, to, calls, graph[to][from])
+			}
+		}
+	}
+	if cycle := findCycle(graph); cycle != nil {
+		t.Errorf("cycle among host/plugindir's files: %s", strings.Join(cycle, " -> "))
+	}
+}
+
 // The root's tables of contents, its package comment (host.go) and
 // docs/architecture.md, name every file of the root.
 func TestRootTableOfContents(t *testing.T) {
