@@ -38,6 +38,19 @@ type Options struct {
 	// connection plans its statements, over every child of the tables
 	// (hundreds of milliseconds for a candidate read): paid here, at
 	// boot, not by a wake-up or a dispatch.
+	//
+	// The sessions also plan the statements of the functions that have
+	// no plan_cache_mode of their own (the actions) for each call's
+	// arguments (plan_cache_mode force_custom_plan, unless DSN names
+	// plan_cache_mode or Transaction is set): a custom plan of a
+	// statement on one partition key reads one child and costs a fraction
+	// of a millisecond, while PostgreSQL's default makes five custom plans
+	// and then, at a statement's sixth run on the connection, a generic
+	// plan over every child (hundreds of milliseconds for each statement
+	// of expire_lapsed_lease), only to keep using custom plans, which cost
+	// less. No warm-up call with arguments that find no row reaches the
+	// statements that write, so that sixth run fell on whichever
+	// connection got there first, at any time after boot.
 	Ready bool
 }
 
@@ -61,6 +74,13 @@ func Connect(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 		named := dsnNames(o.DSN)
 		if !named["pool_min_conns"] {
 			cfg.MinConns = cfg.MaxConns
+		}
+		if !o.Transaction && !named["plan_cache_mode"] {
+			// A transaction pooler refuses startup parameters it does
+			// not know (PgBouncer's ignore_startup_parameters), and would
+			// not keep a session's setting anyway: there the role's or
+			// database's setting applies (docs/postgres-design.md).
+			cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 		}
 		if !named["pool_max_conn_lifetime"] {
 			cfg.MaxConnLifetime = 0 // never: a new connection plans again

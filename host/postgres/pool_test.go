@@ -89,3 +89,138 @@ func mapsKeys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+// A ready pool's connection makes no generic plan after the pool hands it
+// out: each generic plan it ever uses (the candidate reads', made over
+// every child partition, hundreds of milliseconds each) was made by the
+// warm-up, and the actions' statements, which the warm-up's not-found
+// calls never reach, are planned for their one partition at each call.
+// The evidence is the session's own memory: a generic plan lives in a
+// CachedPlan memory context named by its statement
+// (pg_backend_memory_contexts) for as long as the session keeps it, a
+// custom plan's context is freed after its run. On a session with
+// PostgreSQL's default plan_cache_mode (auto), the same calls do make
+// generic plans: the sixth run of each action statement on a connection.
+func TestReadyPoolConnectionsMakeNoGenericPlanAfterTheHandOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := postgrestest.SchemaDB(t, 1)
+	dsn := admin.Config().ConnString()
+
+	// Per connection checked: 8 lapsed leases without a retry policy, 8
+	// with one, 8 delayed executions due, over 24 partitions.
+	seed := func(base int) (leases [][2]any, delays [][2]any) {
+		for i := range 24 {
+			pk, eid := int16(base+i), testUUID(base+i, base+i)
+			switch {
+			case i < 16:
+				policy := "null"
+				if i >= 8 {
+					policy = `{"retry_policy": {"max_retries": 3}}`
+				}
+				_, err := admin.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+					eligibility_state, public_state, attempt_state, created_at_ms, policy, raw_fields)
+					VALUES ($1, $2, 'default', 'active', 'leased', 'not_applicable', 'running', 'running_attempt', 1, $3::jsonb, '{"namespace": "ns"}')`,
+					pk, eid, policy)
+				require.NoError(t, err)
+				_, err = admin.Exec(ctx, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+					lease_epoch, lease_expires_at_ms) VALUES ($1, $2, 0, 'w', 'w-1', 1, ffscan.now_ms() - 10)`, pk, eid)
+				require.NoError(t, err)
+				leases = append(leases, [2]any{pk, eid})
+			default:
+				_, err := admin.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+					eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields)
+					VALUES ($1, $2, 'default', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed', 'pending_first_attempt', 1,
+					ffscan.now_ms() - 10, '{"namespace": "ns"}')`, pk, eid)
+				require.NoError(t, err)
+				delays = append(delays, [2]any{pk, eid})
+			}
+		}
+		return leases, delays
+	}
+	genericPlans := func(c *pgxpool.Conn) map[string]int {
+		// Plans of statements on the tables (PL/pgSQL's simple
+		// expressions, such as an IF's condition, have a generic plan
+		// of their own, over no table, made at their first run).
+		rows, err := c.Query(ctx, `SELECT ident FROM pg_backend_memory_contexts
+			WHERE name = 'CachedPlan' AND ident ~* '(from|update|into|join)\s+ff_'`)
+		require.NoError(t, err)
+		out := map[string]int{}
+		for rows.Next() {
+			var ident string
+			require.NoError(t, rows.Scan(&ident))
+			out[ident]++
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	// run calls what a host calls, for real: each action on a row it
+	// changes, the candidate reads on the partitions that hold them, and
+	// the warm-up's statements again, seven times over (past the plan
+	// cache's five custom plans).
+	run := func(c *pgxpool.Conn, leases, delays [][2]any) {
+		var parts []int16
+		for _, l := range append(leases, delays...) {
+			parts = append(parts, l[0].(int16))
+		}
+		for range 7 {
+			for _, s := range postgres.WarmUpStatements() {
+				tx, err := c.Begin(ctx)
+				require.NoError(t, err)
+				_, err = tx.Exec(ctx, s)
+				require.NoError(t, err, s)
+				require.NoError(t, tx.Rollback(ctx))
+			}
+			for _, fn := range []string{"lapsed_leases", "delays_due"} {
+				_, err := c.Exec(ctx, "SELECT count(*) FROM ffscan."+fn+"($1, 10, 256)", parts)
+				require.NoError(t, err)
+			}
+		}
+		for _, l := range leases {
+			var out []string
+			require.NoError(t, c.QueryRow(ctx, "SELECT ffscan.expire_lapsed_lease($1, $2, 0)", l[0], l[1]).Scan(&out))
+			require.Equal(t, "1", out[0], "%v", out)
+			require.Contains(t, []string{"terminal", "retried"}, out[1])
+		}
+		for _, d := range delays {
+			var out []string
+			require.NoError(t, c.QueryRow(ctx, "SELECT ffscan.promote_delayed($1, $2)", d[0], d[1]).Scan(&out))
+			require.Equal(t, []string{"1", "promoted"}, out[:2])
+		}
+	}
+
+	ready, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 1, Ready: true})
+	require.NoError(t, err)
+	defer ready.Close()
+	c, err := ready.Acquire(ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	var mode string
+	require.NoError(t, c.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode))
+	assert.Equal(t, "force_custom_plan", mode)
+	before := genericPlans(c)
+	assert.NotEmpty(t, before, "the warm-up made the candidate reads' generic plans")
+	leases, delays := seed(0)
+	run(c, leases, delays)
+	assert.Equal(t, before, genericPlans(c), "no generic plan was made after the hand-over")
+
+	// The same calls on a session with PostgreSQL's default.
+	plain, err := postgres.Connect(ctx, postgres.Options{DSN: dsn + "&plan_cache_mode=auto", PoolSize: 1, Ready: true})
+	require.NoError(t, err)
+	defer plain.Close()
+	pc, err := plain.Acquire(ctx)
+	require.NoError(t, err)
+	defer pc.Release()
+	before = genericPlans(pc)
+	leases, delays = seed(100)
+	run(pc, leases, delays)
+	after := genericPlans(pc)
+	var made []string
+	for ident, n := range after {
+		if n > before[ident] {
+			made = append(made, ident)
+		}
+	}
+	assert.NotEmpty(t, made, "with plan_cache_mode auto the actions' statements get generic plans at their sixth run")
+	t.Logf("generic plans made after the hand-over with plan_cache_mode auto: %d statements: %q", len(made), made)
+}
