@@ -169,6 +169,14 @@ var warmArgs = map[string]string{
 	"sweep_worker":              `0::smallint, '0/["", ""]'`,
 }
 
+// warmFilter is the filter arguments the host passes to every function
+// that takes them (filterArgs): a call that leaves them to their defaults
+// has no input collation, one that passes text has the default
+// collation, and PL/pgSQL compiles (and plans) a function once per input
+// collation it is called with. Warmed up without them, each function was
+// compiled and planned again at the host's first call on the connection.
+const warmFilter = "NULL::text, NULL::text, NULL::text"
+
 // warmGroup is the share group the share's functions are warmed up in:
 // one no host uses.
 const warmGroup = "'ffscan warm-up'"
@@ -180,17 +188,17 @@ const warmGroup = "'ffscan warm-up'"
 func WarmUpStatements() []string {
 	var out []string
 	for _, fn := range slices.Sorted(maps.Keys(CandidateFunctions)) {
-		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 1)", fn))
+		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 1, %s)", fn, warmFilter))
 	}
 	for _, fn := range slices.Sorted(maps.Values(NextDueFunctions)) {
-		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 0)", fn))
+		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 0, %s)", fn, warmFilter))
 	}
 	for _, fn := range slices.Sorted(maps.Keys(ActionFunctions)) {
-		out = append(out, fmt.Sprintf("SELECT ffscan.%s(%s)", fn, warmArgs[fn]))
+		out = append(out, fmt.Sprintf("SELECT ffscan.%s(%s, %s)", fn, warmArgs[fn], warmFilter))
 	}
 	return append(out,
 		"SELECT ffscan.now_ms()",
-		"SELECT count(*) FROM ffscan.dispatch_completions(0::smallint, '{0}'::bigint[])",
+		"SELECT count(*) FROM ffscan.dispatch_completions(0::smallint, '{0}'::bigint[], "+warmFilter+")",
 		"SELECT count(*) FROM ffscan.share_renew("+warmGroup+", '', '', 1)",
 		"SELECT count(*) FROM ffscan.share_hold("+warmGroup+", '', 1, '{}'::text[], '{}'::smallint[])",
 		"SELECT ffscan.share_release("+warmGroup+", '', '{}'::text[], '{}'::smallint[])",

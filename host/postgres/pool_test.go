@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // The host's serving pool (Options.Ready): when Connect returns, every
@@ -154,73 +156,87 @@ func TestReadyPoolConnectionsMakeNoGenericPlanAfterTheHandOver(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return out
 	}
-	// run calls what a host calls, for real: each action on a row it
-	// changes, the candidate reads on the partitions that hold them, and
-	// the warm-up's statements again, seven times over (past the plan
-	// cache's five custom plans).
-	run := func(c *pgxpool.Conn, leases, delays [][2]any) {
-		var parts []int16
+	// run calls what a host calls, through the host's own calls (the
+	// argument shapes matter: PL/pgSQL compiles a function, and plans
+	// its statements, once per input collation of its calls): each
+	// candidate read, with its next-due companion, on the partitions
+	// that hold the rows, seven times over (past the plan cache's five
+	// custom plans), each action on a row it changes, and the clock.
+	run := func(pool *pgxpool.Pool, leases, delays [][2]any) {
+		var parts []uint16
 		for _, l := range append(leases, delays...) {
-			parts = append(parts, l[0].(int16))
+			parts = append(parts, uint16(l[0].(int16)))
 		}
-		for range 7 {
-			for _, s := range postgres.WarmUpStatements() {
-				tx, err := c.Begin(ctx)
-				require.NoError(t, err)
-				_, err = tx.Exec(ctx, s)
-				require.NoError(t, err, s)
-				require.NoError(t, tx.Rollback(ctx))
+		for i := range 7 {
+			f := scannerapi.Filter{}
+			if i == 6 {
+				f = scannerapi.Filter{Namespace: "ns"}
 			}
-			for _, fn := range []string{"lapsed_leases", "delays_due"} {
-				_, err := c.Exec(ctx, "SELECT count(*) FROM ffscan."+fn+"($1, 10, 256)", parts)
+			for fn := range postgres.CandidateFunctions {
+				_, err := postgres.ReadCandidates(ctx, pool, fn, parts, 256, 10, f)
+				require.NoError(t, err)
+				_, err = postgres.CountCandidates(ctx, pool, fn, parts, 256, f)
 				require.NoError(t, err)
 			}
+			for fn := range postgres.NextDueFunctions {
+				_, _, err := postgres.ReadCandidatesNext(ctx, pool, fn, parts, 256, 10, 0, f)
+				require.NoError(t, err)
+			}
+			_, err := postgres.Now(ctx, pool)
+			require.NoError(t, err)
 		}
 		for _, l := range leases {
-			var out []string
-			require.NoError(t, c.QueryRow(ctx, "SELECT ffscan.expire_lapsed_lease($1, $2, 0)", l[0], l[1]).Scan(&out))
-			require.Equal(t, "1", out[0], "%v", out)
-			require.Contains(t, []string{"terminal", "retried"}, out[1])
+			out, err := postgres.Call(ctx, pool, "expire_lapsed_lease", []string{fmt.Sprint(l[0]), l[1].(string), "0"}, scannerapi.Filter{})
+			require.NoError(t, err)
+			require.Equal(t, "1", *out[0])
+			require.Contains(t, []string{"terminal", "retried"}, *out[1])
 		}
 		for _, d := range delays {
-			var out []string
-			require.NoError(t, c.QueryRow(ctx, "SELECT ffscan.promote_delayed($1, $2)", d[0], d[1]).Scan(&out))
-			require.Equal(t, []string{"1", "promoted"}, out[:2])
+			out, err := postgres.Call(ctx, pool, "promote_delayed", []string{fmt.Sprint(d[0]), d[1].(string)}, scannerapi.Filter{})
+			require.NoError(t, err)
+			require.Equal(t, "promoted", *out[1])
 		}
+	}
+	// check runs the calls on a pool of one connection and returns the
+	// generic plans that connection made meanwhile.
+	check := func(pool *pgxpool.Pool, base int) []string {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		pid := c.Conn().PgConn().PID()
+		before := genericPlans(c)
+		c.Release()
+		leases, delays := seed(base)
+		run(pool, leases, delays)
+		c, err = pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer c.Release()
+		require.Equal(t, pid, c.Conn().PgConn().PID(), "the pool's one connection")
+		var made []string
+		for ident, n := range genericPlans(c) {
+			if n > before[ident] {
+				made = append(made, ident)
+			}
+		}
+		return made
 	}
 
 	ready, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 1, Ready: true})
 	require.NoError(t, err)
 	defer ready.Close()
+	var mode string
+	require.NoError(t, ready.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode))
+	assert.Equal(t, "force_custom_plan", mode)
 	c, err := ready.Acquire(ctx)
 	require.NoError(t, err)
-	defer c.Release()
-	var mode string
-	require.NoError(t, c.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode))
-	assert.Equal(t, "force_custom_plan", mode)
-	before := genericPlans(c)
-	assert.NotEmpty(t, before, "the warm-up made the candidate reads' generic plans")
-	leases, delays := seed(0)
-	run(c, leases, delays)
-	assert.Equal(t, before, genericPlans(c), "no generic plan was made after the hand-over")
+	assert.NotEmpty(t, genericPlans(c), "the warm-up made the candidate reads' generic plans")
+	c.Release()
+	assert.Empty(t, check(ready, 0), "no generic plan was made after the hand-over")
 
 	// The same calls on a session with PostgreSQL's default.
 	plain, err := postgres.Connect(ctx, postgres.Options{DSN: dsn + "&plan_cache_mode=auto", PoolSize: 1, Ready: true})
 	require.NoError(t, err)
 	defer plain.Close()
-	pc, err := plain.Acquire(ctx)
-	require.NoError(t, err)
-	defer pc.Release()
-	before = genericPlans(pc)
-	leases, delays = seed(100)
-	run(pc, leases, delays)
-	after := genericPlans(pc)
-	var made []string
-	for ident, n := range after {
-		if n > before[ident] {
-			made = append(made, ident)
-		}
-	}
+	made := check(plain, 100)
 	assert.NotEmpty(t, made, "with plan_cache_mode auto the actions' statements get generic plans at their sixth run")
-	t.Logf("generic plans made after the hand-over with plan_cache_mode auto: %d statements: %q", len(made), made)
+	t.Logf("generic plans made after the hand-over with plan_cache_mode auto: %d statements", len(made))
 }
