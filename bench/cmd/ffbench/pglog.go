@@ -76,7 +76,12 @@ type pgLogCheck struct {
 	FirstUses  int           // statements that called a library function first on their connection
 	Over       int           // statements over stallThresholdMs
 	Autovacuum int           // autovacuum/autoanalyze runs logged in the round
-	LockWaits  int
+	// AutovacuumBefore counts those between the host's start and the
+	// round: a vacuum or analyze of any child partition invalidates every
+	// plan over that table on every connection, which plans again at its
+	// next run (a stall as long as a first use).
+	AutovacuumBefore int
+	LockWaits        int
 }
 
 // Stalled says whether the round had a first-use planning stall: a
@@ -100,17 +105,17 @@ func benchStatement(text string) bool {
 
 // readPGLog reads the log's entries from 0 to end: those before start
 // say which functions each connection has called, those from start are
-// the round's.
-func readPGLog(path string, start, end int64) (pgLogCheck, error) {
+// the round's; hostStart is where the log stood when the host started.
+func readPGLog(path string, hostStart, start, end int64) (pgLogCheck, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return pgLogCheck{}, err
 	}
 	defer f.Close()
-	return checkPGLog(io.LimitReader(f, end), start)
+	return checkPGLog(io.LimitReader(f, end), hostStart, start)
 }
 
-func checkPGLog(r io.Reader, start int64) (pgLogCheck, error) {
+func checkPGLog(r io.Reader, hostStart, start int64) (pgLogCheck, error) {
 	c := pgLogCheck{Read: true}
 	seen := map[int]map[string]bool{}
 	var stmts []pgStatement
@@ -125,8 +130,13 @@ func checkPGLog(r io.Reader, start int64) (pgLogCheck, error) {
 		entry = entry[:0]
 		inRound := entryAt >= start
 		pid, _ := strconv.Atoi(m[1])
-		if inRound && strings.HasPrefix(text, "automatic ") {
-			c.Autovacuum++
+		if strings.HasPrefix(text, "automatic ") {
+			switch {
+			case inRound:
+				c.Autovacuum++
+			case entryAt >= hostStart:
+				c.AutovacuumBefore++
+			}
 		}
 		if inRound && strings.Contains(text, "still waiting for") {
 			c.LockWaits++
@@ -214,8 +224,8 @@ func (c pgLogCheck) print(p func(string, ...any), mode string) {
 		stall = fmt.Sprintf("YES (%d over %.0f ms)", c.Over, stallThresholdMs)
 	}
 	p("     %-9s statement log of the measured round: %d statements; first calls of a library function on a connection: %d; "+
-		"statements over %.0f ms: %d; autovacuum runs: %d; lock waits: %d; planning stall: %s",
-		mode, c.Statements, c.FirstUses, stallThresholdMs, c.Over, c.Autovacuum, c.LockWaits, stall)
+		"statements over %.0f ms: %d; autovacuum runs: %d (%d since the host started); lock waits: %d; planning stall: %s",
+		mode, c.Statements, c.FirstUses, stallThresholdMs, c.Over, c.Autovacuum, c.AutovacuumBefore, c.LockWaits, stall)
 	for _, st := range c.Slowest {
 		text := st.Text
 		if len(text) > 110 {

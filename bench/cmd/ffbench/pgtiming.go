@@ -156,6 +156,7 @@ func (b *bench) pgTimed(ctx context.Context, pool *pgxpool.Pool, dsn, logPath st
 	if b.verbose {
 		level = "info"
 	}
+	hostStart := logSize(logPath)
 	h, err := hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir,
 		Scanners: []hostproc.Scanner{{Name: scanner}}, LogLevel: level, Log: io.Writer(os.Stderr),
 		Extra: fmt.Sprintf("postgres:\n  dsn: %q\n  pool_size: %d\ncompletions:\n  enabled: false\n", dsn, pgPool) + m.Extra}, 60*time.Second)
@@ -202,7 +203,7 @@ func (b *bench) pgTimed(ctx context.Context, pool *pgxpool.Pool, dsn, logPath st
 	if err := b.pgRound(ctx, pool, n, lead, spread, seed); err != nil {
 		return run, lc, err
 	}
-	if lc, err = readPGLog(logPath, logStart, logSize(logPath)); err != nil {
+	if lc, err = readPGLog(logPath, hostStart, logStart, logSize(logPath)); err != nil {
 		b.logf("pgtiming: the statement log: %v", err)
 	}
 	rows, err := pool.Query(ctx, "SELECT d.done_ms - u.due_ms FROM bench_due u LEFT JOIN bench_done d USING (execution_id)")
