@@ -16,6 +16,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
@@ -50,7 +51,7 @@ func TestLeaseExpiryPausesAtItsActionBudget(t *testing.T) {
 		ActionBudget: &config.ActionBudget{Window: time.Hour, Max: budget}})
 	cfg.Scanners = map[string]config.Scanner{"lease_expiry": cfg.Scanners["hostwork"]}
 	cfg.Scheduler.Concurrency = 1
-	cfg.HTTP.Listen = freeAddr(t)
+	cfg.HTTP.Listen = proctest.FreeAddr(t)
 	cfg.Watch.Plugins = false
 	h, _ := running(t, cfg)
 	promAddr, poll := startPrometheus(t, prom, cfg.HTTP.Listen)

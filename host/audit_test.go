@@ -16,6 +16,7 @@ import (
 	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
@@ -31,7 +32,7 @@ func TestAuditTrailRecordsScannerAndOperatorActions(t *testing.T) {
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Plugin: "leaseexpiry", Interval: 200 * time.Millisecond})
 	cfg.Scanners = map[string]config.Scanner{"lease_expiry": cfg.Scanners["hostwork"]}
-	cfg.HTTP.Listen = freeAddr(t)
+	cfg.HTTP.Listen = proctest.FreeAddr(t)
 	cfg.Watch.Plugins = false
 	h, _ := running(t, cfg, func(h *Host) {
 		h.SetConfigSource(ConfigSource{Load: func() (*config.Config, error) { c := *cfg; return &c, nil }})

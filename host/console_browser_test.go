@@ -17,6 +17,7 @@ import (
 	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/canary"
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/client"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
@@ -74,7 +75,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
-	cfg.HTTP.Listen = freeAddr(t)
+	cfg.HTTP.Listen = proctest.FreeAddr(t)
 	scanners := map[string]config.Scanner{}
 	for _, n := range []string{"attempt_timeout", "execution_deadline", "suspension_timeout", "pending_wp_expiry", "delayed_promoter"} {
 		scanners[n] = config.Scanner{Enabled: true, Plugin: "timers", Options: map[string]string{}}
@@ -179,7 +180,7 @@ func TestConsoleCanaryInABrowser(t *testing.T) {
 	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
-	cfg.HTTP.Listen = freeAddr(t)
+	cfg.HTTP.Listen = proctest.FreeAddr(t)
 	cfg.PluginDir = ownPluginDir(t)
 	copyFile(t, variant("retention"), filepath.Join(cfg.PluginDir, "retention"))
 	cfg.Scanners = map[string]config.Scanner{"retention_trimmer": {Enabled: true, Plugin: "retention", Interval: 200 * time.Millisecond,

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"github.com/ffscan/ffscan/host/service/servicetest"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/internal/pgtest"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
@@ -227,39 +227,12 @@ func scannerStatus(h *Host) httpapi.ScannerStatus {
 	return httpapi.ScannerStatus{}
 }
 
-func alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	if err := syscall.Kill(pid, 0); err != nil {
-		return false
-	}
-	// A zombie has exited; it only waits to be reaped.
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestEndToEndThroughPluginProcess(t *testing.T) {
 	t.Parallel()
 	srv := testserver.New(t)
 	c := srv.Client(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 200 * time.Millisecond})
-	cfg.HTTP.Listen = freeAddr(t)
+	cfg.HTTP.Listen = proctest.FreeAddr(t)
 	h, _ := running(t, cfg)
 
 	waitFor(t, h, 30*time.Second, "", func() bool { return scannerStatus(h).State == string(supervisor.StateRunning) })
@@ -271,7 +244,7 @@ func TestEndToEndThroughPluginProcess(t *testing.T) {
 	assert.Equal(t, "1.0.0", st.Version)
 	assert.Len(t, st.SHA256, 64)
 	assert.NotZero(t, st.Pid)
-	assert.True(t, alive(st.Pid))
+	assert.True(t, proctest.Alive(st.Pid))
 	waitFor(t, h, 10*time.Second, "", func() bool { return scannerStatus(h).Processed >= int64(want) })
 
 	get := func(path string) (int, string) {
@@ -331,7 +304,7 @@ func TestKillPluginMidCycleRestartsWithoutLoss(t *testing.T) {
 		return st.Restarts >= 1 && st.State == "running" && st.Pid != oldPid
 	})
 	waitFor(t, h, 30*time.Second, "", func() bool { return allDone(c, parts, want) })
-	assert.False(t, alive(oldPid))
+	assert.False(t, proctest.Alive(oldPid))
 	assert.Contains(t, scannerStatus(h).LastError, "exited")
 }
 
@@ -372,7 +345,7 @@ func TestShutdownDuringScanIsBounded(t *testing.T) {
 	took := stop()
 	// The alternative is the 30 s delay; the margin is for a busy machine.
 	assert.Less(t, took, cfg.ShutdownTimeout+5*time.Second, "Run returned within the shutdown timeout")
-	require.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 20*time.Millisecond, "plugin gone")
+	proctest.WaitGone(t, pid, 5*time.Second, "plugin gone")
 }
 
 func TestScanOnceDryRunDoesNotMutate(t *testing.T) {
@@ -434,7 +407,7 @@ func TestPluginWithHungCallsIsRestarted(t *testing.T) {
 		st := scannerStatus(h)
 		return st.Restarts >= 1 && strings.Contains(st.LastError, "calls in a row ran into their deadline")
 	})
-	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond, "the hung plugin is gone")
+	proctest.WaitGone(t, pid, 10*time.Second, "the hung plugin is gone")
 }
 
 // A plugin that declares commands no plugin may run (FLUSHALL, CONFIG) is

@@ -15,6 +15,7 @@ import (
 	"github.com/ffscan/ffscan/host/audit"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 )
 
@@ -38,7 +39,7 @@ func TestPostgresOnlyHostKeepsItsAuditTrailInPostgres(t *testing.T) {
 		id     = "{fp:5}:" + uuid
 	)
 	h, cfg, db := pgReconcilerHost(t, pgScanner(), pgScanner(), func(c *config.Config) {
-		c.HTTP.Listen = freeAddr(t)
+		c.HTTP.Listen = proctest.FreeAddr(t)
 		c.Watch.Plugins = false
 	})
 	require.NotNil(t, h.Status().Audit)

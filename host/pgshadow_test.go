@@ -201,6 +201,10 @@ func TestShadowPostgresReconcilersWriteNothing(t *testing.T) {
 	res, err := h.Reload(ctx, &next, "test")
 	require.NoError(t, err)
 	t.Logf("reload: %+v", res)
+	require.Empty(t, res.Error)
+	for _, p := range res.Plugins {
+		require.Empty(t, p.Error, "%s: the relaunch in mode act", p.Scanner)
+	}
 	waitFor(t, h, 3*time.Minute, "every planted item acted on in mode act", func() bool {
 		l, d := status(leases), status(delays)
 		return l.mode == config.ModeAct && d.mode == config.ModeAct && l.processed >= int64(len(stale)) && d.processed >= int64(len(due))

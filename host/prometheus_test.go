@@ -20,6 +20,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -70,7 +71,7 @@ func startPrometheus(t *testing.T, prom, target string) (string, func(what strin
 	dir := t.TempDir()
 	rules, err := filepath.Abs("../configs/prometheus/alerts.yaml")
 	require.NoError(t, err)
-	promAddr := freeAddr(t)
+	promAddr := proctest.FreeAddr(t)
 	pcfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -161,7 +162,7 @@ func TestDashboardAndAlertsAgainstAPrometheus(t *testing.T) {
 	srv := testserver.New(t)
 	db := postgrestest.SchemaDB(t, 4)
 	cfg := testConfig(t, srv.Addr, config.Scanner{})
-	cfg.HTTP.Listen = freeAddr(t)
+	cfg.HTTP.Listen = proctest.FreeAddr(t)
 	cfg.Postgres.DSN = db.Config().ConnString()
 	cfg.Watch.Plugins = false
 	cfg.Lanes = []string{"default", "workers-a"}

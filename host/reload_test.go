@@ -16,6 +16,7 @@ import (
 	"github.com/ffscan/ffscan/host/admintoken"
 	"github.com/ffscan/ffscan/host/config"
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -117,7 +118,7 @@ scanners:
 	waitFor(t, h, 10*time.Second, "", func() bool { return h.Status().Config.Reloads == 2 })
 	// (A disabled scanner's other changes are moot: it just stops.)
 	waitFor(t, h, 10*time.Second, "", func() bool { return statusOf(h, "hostwork").State == "stopped" })
-	require.Eventually(t, func() bool { return !alive(hostworkPid) }, 20*time.Second, 20*time.Millisecond, "the disabled plugin stopped")
+	proctest.WaitGone(t, hostworkPid, 20*time.Second, "the disabled plugin stopped")
 	parts := []uint16{2}
 	addWork(t, c, parts, 2)
 	// Two cycles of the other scanner (about a second) pass.
@@ -159,7 +160,7 @@ func TestDisableFinishesTheCallInFlight(t *testing.T) {
 	res, err := h.Reload(context.Background(), &n, "test")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"hostwork"}, res.Stopped)
-	require.Eventually(t, func() bool { return !alive(pid) }, 20*time.Second, 20*time.Millisecond)
+	proctest.WaitGone(t, pid, 20*time.Second)
 	assert.True(t, allDone(c, parts, want), "the call in flight finished before the plugin stopped")
 }
 
@@ -225,7 +226,7 @@ func TestAdminEndpoints(t *testing.T) {
 	t.Parallel()
 	srv := testserver.New(t)
 	cfg := testConfig(t, srv.Addr, config.Scanner{Interval: 100 * time.Millisecond})
-	cfg.HTTP.Listen = freeAddr(t)
+	cfg.HTTP.Listen = proctest.FreeAddr(t)
 	cfg.Supervisor.SwapProbation = 0
 	h, _ := running(t, cfg, func(h *Host) {
 		h.SetConfigSource(ConfigSource{Load: func() (*config.Config, error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/httpapi"
 	"github.com/ffscan/ffscan/host/policy"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -245,9 +246,9 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	// it.)
 	assert.Zero(t, cycleErrors, "every cycle ran")
 	for _, pid := range pids[:len(pids)-1] {
-		require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond, "old plugin %d stopped", pid)
+		proctest.WaitGone(t, pid, 10*time.Second, "old plugin %d stopped", pid)
 	}
-	assert.True(t, alive(pids[len(pids)-1]))
+	assert.True(t, proctest.Alive(pids[len(pids)-1]))
 }
 
 // A new binary that fails its handshake never serves; the old one keeps
@@ -345,7 +346,7 @@ func TestHotSwapToBinaryThatCrashesRollsBack(t *testing.T) {
 	assert.Equal(t, "rolled_back", st.LastSwap.Outcome)
 	assert.Contains(t, st.LastError, "hot swap rolled back")
 	assert.Zero(t, st.Restarts)
-	assert.True(t, alive(before.Pid))
+	assert.True(t, proctest.Alive(before.Pid))
 
 	parts := []uint16{6, 7}
 	want := addWork(t, c, parts, 3)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -65,7 +66,7 @@ func TestNoPluginsIsAnError(t *testing.T) {
 		assert.Contains(t, out, "no plugin binaries in plugin_dir "+dir, args)
 	}
 	cfg := writeConfig(t, "scanners:\n  lease_expiry: {}\n")
-	code, out := ffscan(t, "run", "--config", cfg, "--plugin-dir", dir, "--valkey-addr", testserver.New(t).Addr, "--http-listen", freeAddr(t))
+	code, out := ffscan(t, "run", "--config", cfg, "--plugin-dir", dir, "--valkey-addr", testserver.New(t).Addr, "--http-listen", proctest.FreeAddr(t))
 	assert.Equal(t, exitUsage, code, out)
 	assert.Contains(t, out, "scanners.lease_expiry: no plugin binaries in plugin_dir "+dir)
 }
@@ -96,7 +97,7 @@ func TestScannerFoundByDeclaration(t *testing.T) {
 	// A scanner name that only the environment introduces (a typo in
 	// FFSCAN_SCANNERS__<NAME>__...) is refused the same way.
 	cfg := writeConfig(t, "scanners:\n  hostwork: {}\n")
-	code, out = ffscanEnv(t, []string{"FFSCAN_SCANNERS__HOSTWROK__INTERVAL=1s"}, "run", "--config", cfg, "--plugin-dir", dir, "--valkey-addr", srv.Addr, "--http-listen", freeAddr(t))
+	code, out = ffscanEnv(t, []string{"FFSCAN_SCANNERS__HOSTWROK__INTERVAL=1s"}, "run", "--config", cfg, "--plugin-dir", dir, "--valkey-addr", srv.Addr, "--http-listen", proctest.FreeAddr(t))
 	assert.Equal(t, exitUsage, code, out)
 	assert.Contains(t, out, `scanners.hostwrok: no plugin in `+dir+` declares scanner "hostwrok"`)
 
@@ -160,7 +161,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 func TestRunWithoutScannersSaysSo(t *testing.T) {
 	t.Parallel()
 	srv := testserver.New(t)
-	addr := freeAddr(t)
+	addr := proctest.FreeAddr(t)
 	logs := &syncBuffer{}
 	cmd := exec.Command(ffscanBin, "run", "--valkey-addr", srv.Addr, "--http-listen", addr)
 	cmd.Env = append(cleanEnv(), "TMPDIR="+t.TempDir())

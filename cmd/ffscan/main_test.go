@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/httpapi"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -117,27 +118,6 @@ func cleanEnv() []string {
 	return env
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
 // hostProc is a background `ffscan run`.
 type hostProc struct {
 	cmd    *exec.Cmd
@@ -175,7 +155,7 @@ func startHost(t *testing.T, cfgBody string, extra ...string) *hostProc {
 // added to the clean environment.
 func startHostWith(t *testing.T, cfg string, env []string, extra ...string) *hostProc {
 	t.Helper()
-	hp := &hostProc{addr: freeAddr(t), logs: &syncBuffer{}, exited: make(chan struct{})}
+	hp := &hostProc{addr: proctest.FreeAddr(t), logs: &syncBuffer{}, exited: make(chan struct{})}
 	args := append([]string{"run", "--config", cfg, "--http-listen", hp.addr}, extra...)
 	hp.cmd = exec.Command(ffscanBin, args...)
 	// The host is killed at the end, so nothing it made in the temporary
@@ -267,7 +247,7 @@ func TestSIGTERMDuringScanExitsWithinTimeout(t *testing.T) {
 	st, err := getStatus(hp.addr)
 	require.NoError(t, err)
 	pid := st.Scanners[0].Pid
-	require.True(t, alive(pid))
+	require.True(t, proctest.Alive(pid))
 	redisCLI(t, srv.Addr, "ZADD", "ff:idx:{fp:4}:hostwork", "1", "x")
 	time.Sleep(time.Second) // picked up, now inside its 30 s delay
 
@@ -284,7 +264,7 @@ func TestSIGTERMDuringScanExitsWithinTimeout(t *testing.T) {
 	assert.Less(t, took, 3*time.Second+5*time.Second)
 	assert.Equal(t, 0, hp.cmd.ProcessState.ExitCode(), hp.logs.String())
 	assert.Contains(t, hp.logs.String(), "shutdown complete")
-	require.Eventually(t, func() bool { return !alive(pid) }, 5*time.Second, 20*time.Millisecond, "no orphan plugin")
+	proctest.WaitGone(t, pid, 5*time.Second, "no orphan plugin")
 }
 
 // SIGKILL of the host: nothing can clean up, yet the plugin is gone within
@@ -296,16 +276,12 @@ func TestSIGKILLHostLeavesNoPlugin(t *testing.T) {
 	st, err := getStatus(hp.addr)
 	require.NoError(t, err)
 	pid := st.Scanners[0].Pid
-	require.True(t, alive(pid))
+	require.True(t, proctest.Alive(pid))
 	redisCLI(t, srv.Addr, "ZADD", "ff:idx:{fp:4}:hostwork", "1", "x")
 	time.Sleep(500 * time.Millisecond)
 	require.NoError(t, hp.cmd.Process.Signal(syscall.SIGKILL))
 	<-hp.exited
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(pid) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	assert.False(t, alive(pid), "plugin %d still alive 5 s after the host was SIGKILLed", pid)
+	proctest.WaitGone(t, pid, 5*time.Second, "plugin %d still alive 5 s after the host was SIGKILLed", pid)
 }
 
 func TestStatusCommand(t *testing.T) {
@@ -394,7 +370,7 @@ func TestExitCodes(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, out, `scanners.leaseexpiry.interval: "fast" is not a duration`)
 	// Valkey unreachable is a runtime failure, not a usage error.
-	code, _ = ffscan(t, "scan-once", "--scanner", "hostwork", "--valkey-addr", freeAddr(t), "--plugin-dir", pluginDir)
+	code, _ = ffscan(t, "scan-once", "--scanner", "hostwork", "--valkey-addr", proctest.FreeAddr(t), "--plugin-dir", pluginDir)
 	assert.Equal(t, 1, code)
 
 	// A partition mismatch is a configuration error.

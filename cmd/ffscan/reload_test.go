@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/internal/proctest"
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
@@ -107,7 +108,7 @@ func TestPluginsReloadAndReloadCommands(t *testing.T) {
 	_, pid2, sha2 := statusOf(t, hp.addr, "hostwork")
 	assert.NotEqual(t, pid, pid2)
 	assert.Equal(t, sha, sha2)
-	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond)
+	proctest.WaitGone(t, pid, 10*time.Second)
 
 	code, out = ffscan(t, "plugins", "reload", "nosuch", "--addr", hp.addr)
 	assert.Equal(t, 1, code, out)

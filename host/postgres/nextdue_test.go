@@ -202,10 +202,13 @@ func TestNextDueFunctions(t *testing.T) {
 
 	t.Run("due rows and the next one in one read", func(t *testing.T) {
 		const pk = 59
-		now := one[int64](t, pool, "SELECT ffscan.now_ms()")
 		past, future := testUUID(pk, 1), testUUID(pk, 2)
 		execRowAt(t, pool, pk, past, "active", "not_applicable", ms(-100), 0)
 		execRowAt(t, pool, pk, future, "active", "not_applicable", ms(600_000), 0)
+		// The clock the read judges by, read after the rows were written
+		// (their times are relative to the database clock at their own
+		// insert; a read before could be more than 100 ms older).
+		now := one[int64](t, pool, "SELECT ffscan.now_ms()")
 		due, next, err := postgres.ReadCandidatesNext(ctx, pool, "deadlines_passed", []uint16{pk}, 256, 100, now, scannerapi.Filter{})
 		require.NoError(t, err)
 		require.Len(t, due, 1)

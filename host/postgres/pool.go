@@ -38,6 +38,19 @@ type Options struct {
 	// connection plans its statements, over every child of the tables
 	// (hundreds of milliseconds for a candidate read): paid here, at
 	// boot, not by a wake-up or a dispatch.
+	//
+	// The sessions also plan the statements of the functions that have
+	// no plan_cache_mode of their own (the actions) for each call's
+	// arguments (plan_cache_mode force_custom_plan, unless DSN names
+	// plan_cache_mode or Transaction is set): a custom plan of a
+	// statement on one partition key reads one child and costs a fraction
+	// of a millisecond, while PostgreSQL's default makes five custom plans
+	// and then, at a statement's sixth run on the connection, a generic
+	// plan over every child (hundreds of milliseconds for each statement
+	// of expire_lapsed_lease), only to keep using custom plans, which cost
+	// less. No warm-up call with arguments that find no row reaches the
+	// statements that write, so that sixth run fell on whichever
+	// connection got there first, at any time after boot.
 	Ready bool
 }
 
@@ -61,6 +74,13 @@ func Connect(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 		named := dsnNames(o.DSN)
 		if !named["pool_min_conns"] {
 			cfg.MinConns = cfg.MaxConns
+		}
+		if !o.Transaction && !named["plan_cache_mode"] {
+			// A transaction pooler refuses startup parameters it does
+			// not know (PgBouncer's ignore_startup_parameters), and would
+			// not keep a session's setting anyway: there the role's or
+			// database's setting applies (docs/postgres-design.md).
+			cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 		}
 		if !named["pool_max_conn_lifetime"] {
 			cfg.MaxConnLifetime = 0 // never: a new connection plans again
@@ -149,6 +169,14 @@ var warmArgs = map[string]string{
 	"sweep_worker":              `0::smallint, '0/["", ""]'`,
 }
 
+// warmFilter is the filter arguments the host passes to every function
+// that takes them (filterArgs): a call that leaves them to their defaults
+// has no input collation, one that passes text has the default
+// collation, and PL/pgSQL compiles (and plans) a function once per input
+// collation it is called with. Warmed up without them, each function was
+// compiled and planned again at the host's first call on the connection.
+const warmFilter = "NULL::text, NULL::text, NULL::text"
+
 // warmGroup is the share group the share's functions are warmed up in:
 // one no host uses.
 const warmGroup = "'ffscan warm-up'"
@@ -160,18 +188,18 @@ const warmGroup = "'ffscan warm-up'"
 func WarmUpStatements() []string {
 	var out []string
 	for _, fn := range slices.Sorted(maps.Keys(CandidateFunctions)) {
-		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 1)", fn))
+		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 1, %s)", fn, warmFilter))
 	}
 	for _, fn := range slices.Sorted(maps.Values(NextDueFunctions)) {
-		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 0)", fn))
+		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 0, %s)", fn, warmFilter))
 	}
 	for _, fn := range slices.Sorted(maps.Keys(ActionFunctions)) {
-		out = append(out, fmt.Sprintf("SELECT ffscan.%s(%s)", fn, warmArgs[fn]))
+		out = append(out, fmt.Sprintf("SELECT ffscan.%s(%s, %s)", fn, warmArgs[fn], warmFilter))
 	}
 	return append(out,
 		"SELECT ffscan.now_ms()",
-		"SELECT count(*) FROM ffscan.dispatch_completions(0::smallint, '{0}'::bigint[])",
-		"SELECT count(*) FROM ffscan.expire_lapsed_leases(0::smallint, ARRAY["+warmNil+"], '{0}'::integer[])",
+		"SELECT count(*) FROM ffscan.dispatch_completions(0::smallint, '{0}'::bigint[], "+warmFilter+")",
+		"SELECT count(*) FROM ffscan.expire_lapsed_leases(0::smallint, ARRAY["+warmNil+"], '{0}'::integer[], "+warmFilter+")",
 		"SELECT count(*) FROM ffscan.share_renew("+warmGroup+", '', '', 1)",
 		"SELECT count(*) FROM ffscan.share_hold("+warmGroup+", '', 1, '{}'::text[], '{}'::smallint[])",
 		"SELECT ffscan.share_release("+warmGroup+", '', '{}'::text[], '{}'::smallint[])",

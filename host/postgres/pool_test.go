@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
+	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
 
 // The host's serving pool (Options.Ready): when Connect returns, every
@@ -88,4 +90,153 @@ func mapsKeys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A ready pool's connection makes no generic plan after the pool hands it
+// out: each generic plan it ever uses (the candidate reads', made over
+// every child partition, hundreds of milliseconds each) was made by the
+// warm-up, and the actions' statements, which the warm-up's not-found
+// calls never reach, are planned for their one partition at each call.
+// The evidence is the session's own memory: a generic plan lives in a
+// CachedPlan memory context named by its statement
+// (pg_backend_memory_contexts) for as long as the session keeps it, a
+// custom plan's context is freed after its run. On a session with
+// PostgreSQL's default plan_cache_mode (auto), the same calls do make
+// generic plans: the sixth run of each action statement on a connection.
+func TestReadyPoolConnectionsMakeNoGenericPlanAfterTheHandOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := postgrestest.SchemaDB(t, 1)
+	dsn := admin.Config().ConnString()
+
+	// Per connection checked: 8 lapsed leases without a retry policy, 8
+	// with one, 8 delayed executions due, over 24 partitions.
+	seed := func(base int) (leases [][2]any, delays [][2]any) {
+		for i := range 24 {
+			pk, eid := int16(base+i), testUUID(base+i, base+i)
+			switch {
+			case i < 16:
+				policy := "null"
+				if i >= 8 {
+					policy = `{"retry_policy": {"max_retries": 3}}`
+				}
+				_, err := admin.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+					eligibility_state, public_state, attempt_state, created_at_ms, policy, raw_fields)
+					VALUES ($1, $2, 'default', 'active', 'leased', 'not_applicable', 'running', 'running_attempt', 1, $3::jsonb, '{"namespace": "ns"}')`,
+					pk, eid, policy)
+				require.NoError(t, err)
+				_, err = admin.Exec(ctx, `INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+					lease_epoch, lease_expires_at_ms) VALUES ($1, $2, 0, 'w', 'w-1', 1, ffscan.now_ms() - 10)`, pk, eid)
+				require.NoError(t, err)
+				leases = append(leases, [2]any{pk, eid})
+			default:
+				_, err := admin.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+					eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields)
+					VALUES ($1, $2, 'default', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed', 'pending_first_attempt', 1,
+					ffscan.now_ms() - 10, '{"namespace": "ns"}')`, pk, eid)
+				require.NoError(t, err)
+				delays = append(delays, [2]any{pk, eid})
+			}
+		}
+		return leases, delays
+	}
+	genericPlans := func(c *pgxpool.Conn) map[string]int {
+		// Plans of statements on the tables (PL/pgSQL's simple
+		// expressions, such as an IF's condition, have a generic plan
+		// of their own, over no table, made at their first run).
+		rows, err := c.Query(ctx, `SELECT ident FROM pg_backend_memory_contexts
+			WHERE name = 'CachedPlan' AND ident ~* '(from|update|into|join)\s+ff_'`)
+		require.NoError(t, err)
+		out := map[string]int{}
+		for rows.Next() {
+			var ident string
+			require.NoError(t, rows.Scan(&ident))
+			out[ident]++
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	// run calls what a host calls, through the host's own calls (the
+	// argument shapes matter: PL/pgSQL compiles a function, and plans
+	// its statements, once per input collation of its calls): each
+	// candidate read, with its next-due companion, on the partitions
+	// that hold the rows, seven times over (past the plan cache's five
+	// custom plans), each action on a row it changes, and the clock.
+	run := func(pool *pgxpool.Pool, leases, delays [][2]any) {
+		var parts []uint16
+		for _, l := range append(leases, delays...) {
+			parts = append(parts, uint16(l[0].(int16)))
+		}
+		for i := range 7 {
+			f := scannerapi.Filter{}
+			if i == 6 {
+				f = scannerapi.Filter{Namespace: "ns"}
+			}
+			for fn := range postgres.CandidateFunctions {
+				_, err := postgres.ReadCandidates(ctx, pool, fn, parts, 256, 10, f)
+				require.NoError(t, err)
+				_, err = postgres.CountCandidates(ctx, pool, fn, parts, 256, f)
+				require.NoError(t, err)
+			}
+			for fn := range postgres.NextDueFunctions {
+				_, _, err := postgres.ReadCandidatesNext(ctx, pool, fn, parts, 256, 10, 0, f)
+				require.NoError(t, err)
+			}
+			_, err := postgres.Now(ctx, pool)
+			require.NoError(t, err)
+		}
+		for _, l := range leases {
+			out, err := postgres.Call(ctx, pool, "expire_lapsed_lease", []string{fmt.Sprint(l[0]), l[1].(string), "0"}, scannerapi.Filter{})
+			require.NoError(t, err)
+			require.Equal(t, "1", *out[0])
+			require.Contains(t, []string{"terminal", "retried"}, *out[1])
+		}
+		for _, d := range delays {
+			out, err := postgres.Call(ctx, pool, "promote_delayed", []string{fmt.Sprint(d[0]), d[1].(string)}, scannerapi.Filter{})
+			require.NoError(t, err)
+			require.Equal(t, "promoted", *out[1])
+		}
+	}
+	// check runs the calls on a pool of one connection and returns the
+	// generic plans that connection made meanwhile.
+	check := func(pool *pgxpool.Pool, base int) []string {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		pid := c.Conn().PgConn().PID()
+		before := genericPlans(c)
+		c.Release()
+		leases, delays := seed(base)
+		run(pool, leases, delays)
+		c, err = pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer c.Release()
+		require.Equal(t, pid, c.Conn().PgConn().PID(), "the pool's one connection")
+		var made []string
+		for ident, n := range genericPlans(c) {
+			if n > before[ident] {
+				made = append(made, ident)
+			}
+		}
+		return made
+	}
+
+	ready, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 1, Ready: true})
+	require.NoError(t, err)
+	defer ready.Close()
+	var mode string
+	require.NoError(t, ready.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode))
+	assert.Equal(t, "force_custom_plan", mode)
+	c, err := ready.Acquire(ctx)
+	require.NoError(t, err)
+	assert.NotEmpty(t, genericPlans(c), "the warm-up made the candidate reads' generic plans")
+	c.Release()
+	assert.Empty(t, check(ready, 0), "no generic plan was made after the hand-over")
+
+	// The same calls on a session with PostgreSQL's default.
+	plain, err := postgres.Connect(ctx, postgres.Options{DSN: dsn + "&plan_cache_mode=auto", PoolSize: 1, Ready: true})
+	require.NoError(t, err)
+	defer plain.Close()
+	made := check(plain, 100)
+	assert.NotEmpty(t, made, "with plan_cache_mode auto the actions' statements get generic plans at their sixth run")
+	t.Logf("generic plans made after the hand-over with plan_cache_mode auto: %d statements", len(made))
 }

@@ -231,11 +231,16 @@ func TestReconcilerFunctions(t *testing.T) {
 
 	t.Run("budget_reset zeroes usage and schedules the next reset", func(t *testing.T) {
 		const pk = 16
+		// One clock read for the three rows: the order of their due times
+		// is what the candidate read is checked for, and the database
+		// clock moves between rows of one statement.
 		exec(t, pool, `INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms, breach_count,
-			last_breach_at_ms, last_breach_dim, next_reset_at_ms) VALUES
-			(16, 'b-every-minute', '{"reset_interval_ms": 60000}', 1, 1, 4, 5, 'tokens', ffscan.now_ms() - 10),
-			(16, 'b-once', '{}', 1, 1, 0, NULL, NULL, ffscan.now_ms() - 20),
-			(16, 'b-later', '{"reset_interval_ms": 60000}', 1, 1, 0, NULL, NULL, ffscan.now_ms() + 60000)`)
+			last_breach_at_ms, last_breach_dim, next_reset_at_ms)
+			SELECT v.pk, v.id, v.policy::jsonb, 1, 1, v.breaches, v.breach_at, v.breach_dim, n.t + v.due_in
+			FROM (SELECT ffscan.now_ms() AS t) n, (VALUES
+				(16, 'b-every-minute', '{"reset_interval_ms": 60000}', 4, 5::bigint, 'tokens', -10),
+				(16, 'b-once', '{}', 0, NULL, NULL, -20),
+				(16, 'b-later', '{"reset_interval_ms": 60000}', 0, NULL, NULL, 60000)) v(pk, id, policy, breaches, breach_at, breach_dim, due_in)`)
 		exec(t, pool, `INSERT INTO ff_budget_usage (partition_key, budget_id, dimensions_key, current_value, updated_at_ms) VALUES
 			(16, 'b-every-minute', 'tokens', 900, 1), (16, 'b-every-minute', 'calls', 3, 1), (16, 'b-later', 'tokens', 7, 1)`)
 		assert.Equal(t, []string{"b-once", "b-every-minute"}, candidates(t, pool, "budgets_due", pk))

@@ -38,7 +38,7 @@ func (sw *sweep) dispatch(ctx context.Context, states []*partState, nowMs int64,
 			defer wg.Done()
 			for st := range next {
 				sw.call(st, nowMs, out)
-				r.markBusy(st.p.Index, false)
+				r.busy.mark(st.p.Index, false)
 				if progress != nil {
 					progress()
 				}

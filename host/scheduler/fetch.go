@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -86,7 +87,7 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 	r := sw.r
 	states := make([]*partState, len(parts))
 	var first []fetchOp
-	r.curMu.Lock()
+	r.cursors.mu.Lock()
 	for i, p := range parts {
 		st := &partState{p: p, next: map[string]uint64{}, sampled: true}
 		states[i] = st
@@ -98,7 +99,7 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 			if sk.src.Backlog == scannerapi.BacklogPlugin {
 				st.pluginKeys++
 			}
-			op := fetchOp{st: st, sk: sk, cur: r.cursors[sk.key]}
+			op := fetchOp{st: st, sk: sk, cur: r.cursors.at[sk.key]}
 			switch plan(sk.src) {
 			case sizeFirst:
 				op.kind = opSize
@@ -115,7 +116,7 @@ func (sw *sweep) fetch(ctx context.Context, parts []keys.Partition, nowMs int64)
 			}
 		}
 	}
-	r.curMu.Unlock()
+	r.cursors.mu.Unlock()
 	first = sw.skipEmpty(ctx, first)
 	second := sw.runOps(ctx, first, nowMs)
 	sw.runOps(ctx, second, nowMs)
@@ -525,11 +526,33 @@ func (r *Runner) commitCursors(st *partState) {
 	if len(st.next) == 0 {
 		return
 	}
-	r.curMu.Lock()
-	for k, v := range st.next {
-		r.cursors[k] = v
+	r.cursors.commit(st.next)
+}
+
+// cursors are where each concrete source key's read resumes: a rank
+// offset or an SSCAN cursor. The fetch reads them under mu, a partition's
+// done call commits its own.
+type cursors struct {
+	mu sync.Mutex
+	at map[string]uint64
+}
+
+func (c *cursors) commit(next map[string]uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at == nil {
+		c.at = map[string]uint64{}
 	}
-	r.curMu.Unlock()
+	for k, v := range next {
+		c.at[k] = v
+	}
+}
+
+// get is key's cursor.
+func (c *cursors) get(key string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at[key]
 }
 
 // wrongTypeSource handles a source key that holds another type than the
@@ -545,17 +568,28 @@ func (r *Runner) wrongTypeSource(sum *Summary, key string, err error) bool {
 	}
 	sum.addErr(scannerapi.ErrInvalid, "wrong_type_source", 1)
 	r.setLastError(fmt.Sprintf("source key %s holds the wrong type; it is skipped (and counts as empty) until it is fixed or deleted", key))
-	r.warnMu.Lock()
-	first := !r.warnedKeys[key]
-	if first {
-		if r.warnedKeys == nil {
-			r.warnedKeys = map[string]bool{}
-		}
-		r.warnedKeys[key] = true
-	}
-	r.warnMu.Unlock()
-	if first {
+	if r.warned.first(key) {
 		r.log.Warn("a source key holds the wrong type; skipping it every cycle (counted as class invalid, code wrong_type_source) until it is fixed or deleted", "key", key, "error", verr.Error())
 	}
+	return true
+}
+
+// onceKeys are keys already told of, each once.
+type onceKeys struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// first reports whether key is told of for the first time, and notes it.
+func (o *onceKeys) first(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[key] {
+		return false
+	}
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	o.seen[key] = true
 	return true
 }

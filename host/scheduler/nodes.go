@@ -145,7 +145,7 @@ func (sw *sweep) readAndScan(ctx context.Context, parts []keys.Partition, nowMs 
 	lanes := sw.lanesByNode(parts)
 	for _, l := range lanes {
 		for _, p := range l.parts {
-			r.markBusy(p.Index, true)
+			r.busy.mark(p.Index, true)
 		}
 	}
 	// Room for every event a lane can send (its read, each call, its
@@ -218,7 +218,7 @@ func (l *nodeLane) run(ctx context.Context, i int, nowMs int64, followUp bool, e
 	progress()
 	more, backlog := l.sw.dispatch(ctx, states, nowMs, followUp, l.stop, progress)
 	for _, p := range l.parts {
-		r.markBusy(p.Index, false)
+		r.busy.mark(p.Index, false)
 	}
 	l.mu.Lock()
 	l.states, l.more, l.backlog, l.ended = states, more, backlog, true
@@ -330,10 +330,10 @@ func (sw *sweep) await(lanes []*nodeLane, events <-chan laneEvent) {
 func (r *Runner) lateLane(l *nodeLane) {
 	sum := l.sw.sum
 	r.recordCounts(sum)
-	r.stMu.Lock()
-	r.countLocked(sum)
-	r.status.Late++
-	r.stMu.Unlock()
+	r.status.update(func(st *Status) {
+		st.count(sum)
+		st.Late++
+	})
 	if len(l.more) > 0 {
 		now := r.clk.Now()
 		epoch := r.cfg.Epoch.Load()

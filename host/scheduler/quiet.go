@@ -133,9 +133,7 @@ func (r *Runner) onEvent(key string, p keys.Partition, hasPart bool) {
 	}
 	q.mu.Unlock()
 	if woke {
-		r.stMu.Lock()
-		r.status.Quiet = r.quietCount()
-		r.stMu.Unlock()
+		r.status.update(func(st *Status) { st.Quiet = r.quietCount() })
 		r.cfg.Changes.Notify()
 	}
 }

@@ -317,16 +317,12 @@ func TestSetScanCursorAdvancesAndWraps(t *testing.T) {
 	assert.Len(t, seen, total, "every member visited over successive cycles")
 	assert.Greater(t, cycles, 5, "one SSCAN step per cycle, not the whole set at once")
 	// After the wrap the scan starts over.
-	r.curMu.Lock()
-	cur := r.cursors[key]
-	r.curMu.Unlock()
+	cur := r.cursors.get(key)
 	for cur != 0 && cycles < 400 {
 		_, err := r.Cycle(context.Background(), CycleOptions{})
 		require.NoError(t, err)
 		cycles++
-		r.curMu.Lock()
-		cur = r.cursors[key]
-		r.curMu.Unlock()
+		cur = r.cursors.get(key)
 	}
 	assert.Zero(t, cur, "the cursor wrapped back to 0")
 }

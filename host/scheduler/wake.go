@@ -154,7 +154,7 @@ func (r *Runner) Wake(ctx context.Context, parts []keys.Partition) (Summary, err
 	case !info.UsesPostgres() && r.client == nil:
 		return sum, errNoValkey
 	}
-	parts = r.skipBusy(parts, &sum)
+	parts = r.busy.skip(parts, &sum)
 	sum.Partitions = len(parts)
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: r.lanes(), batch: r.batch(info), sum: &sum,
 		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info), dueOnly: true, canary: r.canaryNow()}

@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,6 +85,82 @@ func TestEveryServiceHasTheShape(t *testing.T) {
 			assert.True(t, pkg.hasFieldOfType(svc, "service.Loop"), "%s runs on a service.Loop", s.service)
 		})
 	}
+}
+
+// The list above is every service of the host: each type of a package
+// under host/ with Start(context.Context) error and Stop(context.Context)
+// error is on it, so a new service is held to the shape as it is
+// written. (host/service's own helpers are not services.)
+func TestServicesListsEveryService(t *testing.T) {
+	t.Parallel()
+	listed := map[string]bool{}
+	for _, s := range services {
+		listed[strings.TrimPrefix(s.dir, "../")+"."+s.service] = true
+	}
+	found := map[string]bool{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if path == filepath.Join("..", "service") {
+			return nil
+		}
+		for _, typ := range lifecycleTypes(t, path) {
+			rel, err := filepath.Rel("..", path)
+			require.NoError(t, err)
+			found[filepath.ToSlash(rel)+"."+typ] = true
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, listed, found, "the services the shape test lists, and those host/ declares")
+}
+
+// lifecycleTypes are the types of dir's package (its non-test files)
+// with both Start(context.Context) error and Stop(context.Context) error.
+func lifecycleTypes(t *testing.T, dir string) []string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	has := map[string]map[string]bool{} // type -> Start, Stop
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil || len(fd.Recv.List) == 0 || (fd.Name.Name != "Start" && fd.Name.Name != "Stop") || !isLifecycle(fd.Type) {
+				continue
+			}
+			recv := strings.TrimPrefix(exprString(fd.Recv.List[0].Type), "*")
+			if has[recv] == nil {
+				has[recv] = map[string]bool{}
+			}
+			has[recv][fd.Name.Name] = true
+		}
+	}
+	var out []string
+	for typ, m := range has {
+		if m["Start"] && m["Stop"] {
+			out = append(out, typ)
+		}
+	}
+	return out
+}
+
+// isLifecycle reports whether ft is func(context.Context) error.
+func isLifecycle(ft *ast.FuncType) bool {
+	params, results := ft.Params.List, ft.Results
+	if len(params) != 1 || len(params[0].Names) > 1 || exprString(params[0].Type) != "context.Context" {
+		return false
+	}
+	return results != nil && len(results.List) == 1 && len(results.List[0].Names) <= 1 && exprString(results.List[0].Type) == "error"
 }
 
 // Every service behaves as the shape says, on real servers: Stop before

@@ -233,3 +233,7 @@ func (s *Server) dsnOf(name string) string {
 // Pid is the postmaster's process id (benchmarks read the server's CPU
 // from it and its children).
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// LogPath is the server's log file (its stderr): what log_* settings
+// turned on are written there.
+func (s *Server) LogPath() string { return filepath.Join(s.dir, "postgres.log") }

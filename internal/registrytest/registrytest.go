@@ -8,13 +8,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ffscan/ffscan/internal/proctest"
 )
 
 // RequireEnv makes a missing registry binary fail tests instead of
@@ -94,7 +95,7 @@ func Start(t testing.TB, opts ...Option) string {
 		authConf = fmt.Sprintf("auth:\n  htpasswd:\n    realm: ffscan-test\n    path: %s\n", hp)
 	}
 	for attempt := 0; ; attempt++ {
-		addr := freeAddr(t)
+		addr := proctest.FreeAddr(t)
 		cfg := filepath.Join(dir, "config.yml")
 		body := fmt.Sprintf(`version: 0.1
 log:
@@ -159,13 +160,4 @@ func waitReady(addr string, done <-chan struct{}) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return false
-}
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

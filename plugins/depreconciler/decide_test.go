@@ -7,6 +7,7 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
 func TestClassifyMember(t *testing.T) {
@@ -86,8 +87,8 @@ func TestTracked(t *testing.T) {
 	}{
 		{scannerapi.Reply{Kind: scannerapi.KindString, Str: "x"}, "", false},
 		{scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE"}, scannerapi.ErrServer, true},
-		{scannerapi.Reply{Kind: scannerapi.KindError, Err: "eof", ErrClass: scannerapi.ErrTransport}, scannerapi.ErrTransport, true},
-		{scannerapi.Reply{Kind: scannerapi.KindError, Err: "no", ErrClass: scannerapi.ErrRefused}, scannerapi.ErrRefused, false},
+		{scannertest.Failed(scannerapi.ErrTransport, "eof"), scannerapi.ErrTransport, true},
+		{scannertest.Failed(scannerapi.ErrRefused, "no"), scannerapi.ErrRefused, false},
 		{dryRunReply(), scannerapi.ErrRefused, false},
 	} {
 		class, ok := tracked(tc.r)

@@ -9,15 +9,8 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
-
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func num(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
-func arr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
-
-var nilReply = scannerapi.Reply{Kind: scannerapi.KindNil}
 
 const (
 	fid = "f0000000-0000-4000-8000-000000000001"
@@ -66,9 +59,9 @@ func TestGroupOf(t *testing.T) {
 		reply scannerapi.Reply
 		want  group
 	}{
-		{"every field", arr(str("quorum"), str("a|b"), str("true")), group{exists: true, reason: "quorum", members: "a|b", flag: "true"}},
-		{"only the flag", arr(nilReply, nilReply, str("true")), group{exists: true, flag: "true"}},
-		{"missing", arr(nilReply, nilReply, nilReply), group{}},
+		{"every field", scannertest.Array(scannertest.Str("quorum"), scannertest.Str("a|b"), scannertest.Str("true")), group{exists: true, reason: "quorum", members: "a|b", flag: "true"}},
+		{"only the flag", scannertest.Array(scannertest.Nil(), scannertest.Nil(), scannertest.Str("true")), group{exists: true, flag: "true"}},
+		{"missing", scannertest.Array(scannertest.Nil(), scannertest.Nil(), scannertest.Nil()), group{}},
 	} {
 		assert.Equal(t, tc.want, groupOf(tc.reply), tc.name)
 	}
@@ -126,17 +119,17 @@ func TestPredictReconcile(t *testing.T) {
 
 func TestClassifyReplies(t *testing.T) {
 	t.Parallel()
-	wrongtype := scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE Operation against a key", ErrClass: scannerapi.ErrServer}
+	wrongtype := scannertest.Failed(scannerapi.ErrServer, "WRONGTYPE Operation against a key")
 	for _, tc := range []struct {
 		name       string
 		reply      scannerapi.Reply
 		drain, rec outcome
 	}{
-		{"drained", arr(num(1), str("OK")), outcome{kind: outDone}, outcome{kind: outUnexpected, class: scannerapi.ErrServer, code: "unexpected_status"}},
-		{"stale dropped", arr(num(1), str("OK"), str("sremmed_stale")), outcome{kind: outDone}, outcome{kind: outDone, code: "sremmed_stale"}},
-		{"drain completed", arr(num(1), str("OK"), str("completed_drain")), outcome{kind: outDone}, outcome{kind: outDone, code: "completed_drain"}},
-		{"no op", arr(num(1), str("OK"), str("no_op")), outcome{kind: outDone}, outcome{kind: outNoOp, code: "no_op"}},
-		{"lua error", arr(num(0), str("invalid_input")),
+		{"drained", scannertest.Array(scannertest.Int(1), scannertest.Str("OK")), outcome{kind: outDone}, outcome{kind: outUnexpected, class: scannerapi.ErrServer, code: "unexpected_status"}},
+		{"stale dropped", scannertest.Array(scannertest.Int(1), scannertest.Str("OK"), scannertest.Str("sremmed_stale")), outcome{kind: outDone}, outcome{kind: outDone, code: "sremmed_stale"}},
+		{"drain completed", scannertest.Array(scannertest.Int(1), scannertest.Str("OK"), scannertest.Str("completed_drain")), outcome{kind: outDone}, outcome{kind: outDone, code: "completed_drain"}},
+		{"no op", scannertest.Array(scannertest.Int(1), scannertest.Str("OK"), scannertest.Str("no_op")), outcome{kind: outDone}, outcome{kind: outNoOp, code: "no_op"}},
+		{"lua error", scannertest.Array(scannertest.Int(0), scannertest.Str("invalid_input")),
 			outcome{kind: outFailed, class: scannerapi.ErrLua, code: "invalid_input"}, outcome{kind: outFailed, class: scannerapi.ErrLua, code: "invalid_input"}},
 		{"wrongtype", wrongtype,
 			outcome{kind: outFailed, class: scannerapi.ErrServer, code: "WRONGTYPE"}, outcome{kind: outFailed, class: scannerapi.ErrServer, code: "WRONGTYPE"}},

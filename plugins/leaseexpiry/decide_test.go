@@ -56,11 +56,11 @@ func TestClassifyReply(t *testing.T) {
 		{"renewed", arr(num(1), str("ALREADY_SATISFIED"), str("not_yet_expired")), outcome{kind: outNotDue, code: "not_yet_expired"}},
 		{"unknown success", arr(num(1), str("OK"), str("something_new")), outcome{kind: outNotDue, code: "unknown:something_new"}},
 		{"lua error", arr(num(0), str("execution_not_found")), outcome{kind: outLuaError, class: scannerapi.ErrLua, code: "execution_not_found"}},
-		{"wrongtype", scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE Operation against a key", ErrClass: scannerapi.ErrServer},
+		{"wrongtype", scannertest.Failed(scannerapi.ErrServer, "WRONGTYPE Operation against a key"),
 			outcome{kind: outFailed, class: scannerapi.ErrServer, code: "WRONGTYPE"}},
-		{"transport", scannerapi.Reply{Kind: scannerapi.KindError, Err: "i/o timeout", ErrClass: scannerapi.ErrTransport},
+		{"transport", scannertest.Failed(scannerapi.ErrTransport, "i/o timeout"),
 			outcome{kind: outFailed, class: scannerapi.ErrTransport, code: "error"}},
-		{"refused", scannerapi.Reply{Kind: scannerapi.KindError, Err: "FCALL of ff_x is not declared", ErrClass: scannerapi.ErrRefused},
+		{"refused", scannertest.Failed(scannerapi.ErrRefused, "FCALL of ff_x is not declared"),
 			outcome{kind: outFailed, class: scannerapi.ErrRefused, code: "FCALL"}},
 		{"malformed", str("OK"), outcome{kind: outFailed, class: scannerapi.ErrServer, code: "malformed_reply"}},
 	}
@@ -74,7 +74,7 @@ func TestPredictMirrorsTheFunction(t *testing.T) {
 	core := func(phase, owner, exp string) scannerapi.Reply {
 		f := func(s string) scannerapi.Reply {
 			if s == "" {
-				return scannerapi.Reply{Kind: scannerapi.KindNil}
+				return scannertest.Nil()
 			}
 			return str(s)
 		}

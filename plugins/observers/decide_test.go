@@ -7,12 +7,8 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
-
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func arr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
 
 var part = keys.Partition{Family: keys.FamilyFlow, Index: 3}
 
@@ -125,14 +121,14 @@ func TestSameState(t *testing.T) {
 	t.Parallel()
 	state := []string{"runnable", "eligible_now", "unowned", "l"}
 	core := func(f ...string) scannerapi.Reply {
-		r := arr()
+		r := scannertest.Array()
 		for _, s := range f {
-			r.Array = append(r.Array, str(s))
+			r.Array = append(r.Array, scannertest.Str(s))
 		}
 		return r
 	}
 	assert.True(t, sameState(core("e", "runnable", "eligible_now", "unowned", "l"), state))
 	assert.False(t, sameState(core("e", "active", "eligible_now", "leased", "l"), state), "moved on")
 	assert.False(t, sameState(core("e", "runnable"), state), "a short reply")
-	assert.False(t, sameState(scannerapi.Reply{Kind: scannerapi.KindError, Err: "ERR x", ErrClass: scannerapi.ErrServer}, state))
+	assert.False(t, sameState(scannertest.Failed(scannerapi.ErrServer, "ERR x"), state))
 }

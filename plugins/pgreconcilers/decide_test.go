@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
 const (
@@ -58,23 +59,19 @@ func TestArgs(t *testing.T) {
 
 func TestClassifyAction(t *testing.T) {
 	t.Parallel()
-	str := func(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-	arr := func(rs ...scannerapi.Reply) scannerapi.Reply {
-		return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-	}
-	one := scannerapi.Reply{Kind: scannerapi.KindInt, Int: 1}
-	zero := scannerapi.Reply{Kind: scannerapi.KindInt, Int: 0}
+	one := scannertest.Int(1)
+	zero := scannertest.Int(0)
 	done := []string{"retried", "terminal"}
 	for _, tc := range []struct {
 		name  string
 		reply scannerapi.Reply
 		want  outcome
 	}{
-		{"done", arr(one, str("retried")), outcome{kind: outDone, code: "retried"}},
-		{"the other done status", arr(one, str("terminal")), outcome{kind: outDone, code: "terminal"}},
-		{"left after the re-check", arr(one, str("not_due")), outcome{kind: outLeft, code: "not_due"}},
-		{"refused", arr(zero, str("invalid_input")), outcome{kind: outRefused, class: scannerapi.ErrLua, code: "invalid_input"}},
-		{"failed", scannerapi.Reply{Kind: scannerapi.KindError, Err: "i/o timeout", ErrClass: scannerapi.ErrTransport},
+		{"done", scannertest.Array(one, scannertest.Str("retried")), outcome{kind: outDone, code: "retried"}},
+		{"the other done status", scannertest.Array(one, scannertest.Str("terminal")), outcome{kind: outDone, code: "terminal"}},
+		{"left after the re-check", scannertest.Array(one, scannertest.Str("not_due")), outcome{kind: outLeft, code: "not_due"}},
+		{"refused", scannertest.Array(zero, scannertest.Str("invalid_input")), outcome{kind: outRefused, class: scannerapi.ErrLua, code: "invalid_input"}},
+		{"failed", scannertest.Failed(scannerapi.ErrTransport, "i/o timeout"),
 			outcome{kind: outFailed, class: scannerapi.ErrTransport, code: "error"}},
 	} {
 		assert.Equal(t, tc.want, classifyAction(tc.reply, done), tc.name)

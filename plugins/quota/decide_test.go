@@ -7,14 +7,8 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
-
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func arr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
-
-var nilReply = scannerapi.Reply{Kind: scannerapi.KindNil}
 
 func TestDefinitionOf(t *testing.T) {
 	t.Parallel()
@@ -25,14 +19,14 @@ func TestDefinitionOf(t *testing.T) {
 		capacity  int64
 		gone      bool
 	}{
-		{"window and cap", arr(str("q"), str("60"), str("2")), 60, 2, false},
-		{"a window only", arr(str("q"), str("1.5"), nilReply), 1.5, 0, false},
-		{"a cap only", arr(str("q"), nilReply, str("3")), 0, 3, false},
-		{"neither", arr(str("q"), nilReply, nilReply), 0, 0, false},
-		{"a fractional cap is truncated", arr(str("q"), nilReply, str("2.9")), 0, 2, false},
-		{"unreadable numbers are none", arr(str("q"), str("x"), str("y")), 0, 0, false},
-		{"gone", arr(nilReply, nilReply, nilReply), 0, 0, true},
-		{"an empty reply is gone", arr(), 0, 0, true},
+		{"window and cap", scannertest.Array(scannertest.Str("q"), scannertest.Str("60"), scannertest.Str("2")), 60, 2, false},
+		{"a window only", scannertest.Array(scannertest.Str("q"), scannertest.Str("1.5"), scannertest.Nil()), 1.5, 0, false},
+		{"a cap only", scannertest.Array(scannertest.Str("q"), scannertest.Nil(), scannertest.Str("3")), 0, 3, false},
+		{"neither", scannertest.Array(scannertest.Str("q"), scannertest.Nil(), scannertest.Nil()), 0, 0, false},
+		{"a fractional cap is truncated", scannertest.Array(scannertest.Str("q"), scannertest.Nil(), scannertest.Str("2.9")), 0, 2, false},
+		{"unreadable numbers are none", scannertest.Array(scannertest.Str("q"), scannertest.Str("x"), scannertest.Str("y")), 0, 0, false},
+		{"gone", scannertest.Array(scannertest.Nil(), scannertest.Nil(), scannertest.Nil()), 0, 0, true},
+		{"an empty reply is gone", scannertest.Array(), 0, 0, true},
 	} {
 		w, c, gone := definitionOf(tc.reply)
 		assert.Equal(t, tc.windowSec, w, tc.name)
@@ -53,7 +47,7 @@ func TestCounterOf(t *testing.T) {
 		reply scannerapi.Reply
 		want  int64
 	}{
-		{str("3"), 3}, {nilReply, 0}, {str("x"), 0}, {str("2.0"), 2},
+		{scannertest.Str("3"), 3}, {scannertest.Nil(), 0}, {scannertest.Str("x"), 0}, {scannertest.Str("2.0"), 2},
 	} {
 		assert.Equal(t, tc.want, counterOf(tc.reply), "%v", tc.reply)
 	}

@@ -7,18 +7,10 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
 
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func num(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
-func arr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
-
-var (
-	nilReply  = scannerapi.Reply{Kind: scannerapi.KindNil}
-	wrongtype = scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE Operation against a key", ErrClass: scannerapi.ErrServer}
-)
+var wrongtype = scannertest.Failed(scannerapi.ErrServer, "WRONGTYPE Operation against a key")
 
 const eid = "{fp:3}:00000000-0000-4000-8000-000000000001"
 
@@ -29,13 +21,13 @@ func TestStillDue(t *testing.T) {
 		score scannerapi.Reply
 		want  bool
 	}{
-		{"gone", nilReply, false},
-		{"due, a string", str("1000"), true},
-		{"due now", str("2000"), true},
-		{"re-armed", str("2001"), false},
+		{"gone", scannertest.Nil(), false},
+		{"due, a string", scannertest.Str("1000"), true},
+		{"due now", scannertest.Str("2000"), true},
+		{"re-armed", scannertest.Str("2001"), false},
 		{"a float", scannerapi.Reply{Kind: scannerapi.KindFloat, Float: 1999.5}, true},
-		{"an int", num(3000), false},
-		{"unreadable", str("x"), false},
+		{"an int", scannertest.Int(3000), false},
+		{"unreadable", scannertest.Str("x"), false},
 	} {
 		assert.Equal(t, tc.want, stillDue(tc.score, 2000), tc.name)
 	}
@@ -43,7 +35,7 @@ func TestStillDue(t *testing.T) {
 
 func TestFields(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, map[string]string{"a": "1", "b": ""}, fields([]string{"a", "b", "c"}, arr(str("1"), nilReply)),
+	assert.Equal(t, map[string]string{"a": "1", "b": ""}, fields([]string{"a", "b", "c"}, scannertest.Array(scannertest.Str("1"), scannertest.Nil())),
 		"nil is empty; past the reply, absent")
 }
 
@@ -58,18 +50,18 @@ func TestJudgeLocated(t *testing.T) {
 		want     judged
 		eidIsSet bool
 	}{
-		{"pending and due", arr(str(eid), str("pending")), str("1000"), scannerapi.Filter{}, judged{step: stepAct}, true},
-		{"pending and due, with a filter: read first", arr(str(eid), str("pending")), str("1000"), filter, judged{step: stepRead}, true},
-		{"re-armed since the read (P5)", arr(str(eid), str("pending")), str("9000"), scannerapi.Filter{}, judged{step: stepGone}, false},
-		{"entry gone", arr(str(eid), str("pending")), nilReply, scannerapi.Filter{}, judged{step: stepGone}, false},
-		{"waitpoint gone: the call removes the entry", arr(nilReply, nilReply), str("1000"), scannerapi.Filter{},
+		{"pending and due", scannertest.Array(scannertest.Str(eid), scannertest.Str("pending")), scannertest.Str("1000"), scannerapi.Filter{}, judged{step: stepAct}, true},
+		{"pending and due, with a filter: read first", scannertest.Array(scannertest.Str(eid), scannertest.Str("pending")), scannertest.Str("1000"), filter, judged{step: stepRead}, true},
+		{"re-armed since the read (P5)", scannertest.Array(scannertest.Str(eid), scannertest.Str("pending")), scannertest.Str("9000"), scannerapi.Filter{}, judged{step: stepGone}, false},
+		{"entry gone", scannertest.Array(scannertest.Str(eid), scannertest.Str("pending")), scannertest.Nil(), scannerapi.Filter{}, judged{step: stepGone}, false},
+		{"waitpoint gone: the call removes the entry", scannertest.Array(scannertest.Nil(), scannertest.Nil()), scannertest.Str("1000"), scannerapi.Filter{},
 			judged{step: stepAct, detail: "waitpoint_gone"}, false},
-		{"activated by a suspension", arr(str(eid), str("active")), str("1000"), scannerapi.Filter{},
+		{"activated by a suspension", scannertest.Array(scannertest.Str(eid), scannertest.Str("active")), scannertest.Str("1000"), scannerapi.Filter{},
 			judged{step: stepRecord, o: outcome{kind: outStuck, code: "active"}}, false},
-		{"names no execution", arr(str("garbage"), str("pending")), str("1000"), scannerapi.Filter{},
+		{"names no execution", scannertest.Array(scannertest.Str("garbage"), scannertest.Str("pending")), scannertest.Str("1000"), scannerapi.Filter{},
 			judged{step: stepRecord, o: outcome{kind: outFailed, class: scannerapi.ErrInvalid, code: "invalid_execution_id"}, detail: "garbage"}, false},
-		{"the waitpoint read failed", wrongtype, str("1000"), scannerapi.Filter{}, judged{step: stepFailed, reply: wrongtype}, false},
-		{"the score read failed", arr(str(eid), str("pending")), wrongtype, scannerapi.Filter{}, judged{step: stepFailed, reply: wrongtype}, false},
+		{"the waitpoint read failed", wrongtype, scannertest.Str("1000"), scannerapi.Filter{}, judged{step: stepFailed, reply: wrongtype}, false},
+		{"the score read failed", scannertest.Array(scannertest.Str(eid), scannertest.Str("pending")), wrongtype, scannerapi.Filter{}, judged{step: stepFailed, reply: wrongtype}, false},
 	} {
 		it := &item{}
 		assert.Equal(t, tc.want, judgeLocated(it, tc.wp, tc.score, 2000, tc.filter), tc.name)
@@ -93,11 +85,11 @@ func TestJudgeRead(t *testing.T) {
 	assert.Positive(t, n)
 	core := make([]scannerapi.Reply, 0, n)
 	for range attempt.sp.coreReads {
-		core = append(core, str("x"))
+		core = append(core, scannertest.Str("x"))
 	}
-	reads := []scannerapi.Reply{arr(core...), str(`{"retry_policy":null}`)}
+	reads := []scannerapi.Reply{scannertest.Array(core...), scannertest.Str(`{"retry_policy":null}`)}
 	if attempt.sp.recheckScore {
-		reads = append(reads, str("1000"))
+		reads = append(reads, scannertest.Str("1000"))
 	}
 	assert.Len(t, reads, n, "one reply per read")
 	got := attempt.judgeRead(it, reads, nil, 2000, scannerapi.Filter{})
@@ -109,14 +101,14 @@ func TestJudgeRead(t *testing.T) {
 	assert.Equal(t, judged{step: stepFailed, reply: wrongtype}, attempt.judgeRead(&item{}, failed, nil, 2000, scannerapi.Filter{}))
 	if attempt.sp.recheckScore {
 		moved := append([]scannerapi.Reply{}, reads...)
-		moved[len(moved)-1] = str("9000")
+		moved[len(moved)-1] = scannertest.Str("9000")
 		assert.Equal(t, judged{step: stepGone}, attempt.judgeRead(&item{}, moved, nil, 2000, scannerapi.Filter{}))
 	}
 	// Outside the filter (its replies say another namespace).
 	f := scannerapi.Filter{Namespace: "ns"}
 	fr := make([]scannerapi.Reply, len(f.ReadCommands(id)))
 	for i := range fr {
-		fr[i] = str("other")
+		fr[i] = scannertest.Str("other")
 	}
 	assert.Equal(t, judged{step: stepFiltered}, delayed.judgeRead(&item{}, nil, fr, 2000, f))
 }
@@ -175,13 +167,13 @@ func TestStatusClassifier(t *testing.T) {
 		reply scannerapi.Reply
 		want  outcome
 	}{
-		{"acted", arr(num(1), str("OK"), str("fired")), outcome{kind: outActed, code: "fired"}},
-		{"cleaned", arr(num(1), str("OK"), str("stale")), outcome{kind: outCleaned, code: "stale"}},
-		{"stuck", arr(num(1), str("OK"), str("left")), outcome{kind: outStuck, code: "left"}},
-		{"an unknown status", arr(num(1), str("OK"), str("new")), outcome{kind: outFailed, class: scannerapi.ErrServer, code: "unexpected_status"}},
-		{"a known status without OK", arr(num(1), str("ALREADY_SATISFIED"), str("fired")), outcome{kind: outFailed, class: scannerapi.ErrServer, code: "unexpected_status"}},
-		{"a lua error", arr(num(0), str("execution_not_found")), outcome{kind: outLuaError, class: scannerapi.ErrLua, code: "execution_not_found"}},
-		{"malformed", str("what"), outcome{kind: outFailed, class: scannerapi.ErrServer, code: "malformed_reply"}},
+		{"acted", scannertest.Array(scannertest.Int(1), scannertest.Str("OK"), scannertest.Str("fired")), outcome{kind: outActed, code: "fired"}},
+		{"cleaned", scannertest.Array(scannertest.Int(1), scannertest.Str("OK"), scannertest.Str("stale")), outcome{kind: outCleaned, code: "stale"}},
+		{"stuck", scannertest.Array(scannertest.Int(1), scannertest.Str("OK"), scannertest.Str("left")), outcome{kind: outStuck, code: "left"}},
+		{"an unknown status", scannertest.Array(scannertest.Int(1), scannertest.Str("OK"), scannertest.Str("new")), outcome{kind: outFailed, class: scannerapi.ErrServer, code: "unexpected_status"}},
+		{"a known status without OK", scannertest.Array(scannertest.Int(1), scannertest.Str("ALREADY_SATISFIED"), scannertest.Str("fired")), outcome{kind: outFailed, class: scannerapi.ErrServer, code: "unexpected_status"}},
+		{"a lua error", scannertest.Array(scannertest.Int(0), scannertest.Str("execution_not_found")), outcome{kind: outLuaError, class: scannerapi.ErrLua, code: "execution_not_found"}},
+		{"malformed", scannertest.Str("what"), outcome{kind: outFailed, class: scannerapi.ErrServer, code: "malformed_reply"}},
 		{"wrongtype", wrongtype, outcome{kind: outFailed, class: scannerapi.ErrServer, code: "WRONGTYPE"}},
 	} {
 		assert.Equal(t, tc.want, classify(nil, tc.reply), tc.name)

@@ -7,28 +7,21 @@ import (
 
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
+	"github.com/ffscan/ffscan/sdk/scannerapi/scannertest"
 )
-
-func str(s string) scannerapi.Reply { return scannerapi.Reply{Kind: scannerapi.KindString, Str: s} }
-func num(n int64) scannerapi.Reply  { return scannerapi.Reply{Kind: scannerapi.KindInt, Int: n} }
-func arr(rs ...scannerapi.Reply) scannerapi.Reply {
-	return scannerapi.Reply{Kind: scannerapi.KindArray, Array: rs}
-}
 
 // hash is an HGETALL reply of field, value pairs.
 func hash(kv ...string) scannerapi.Reply {
-	r := arr()
+	r := scannertest.Array()
 	for _, s := range kv {
-		r.Array = append(r.Array, str(s))
+		r.Array = append(r.Array, scannertest.Str(s))
 	}
 	return r
 }
 
-var nilReply = scannerapi.Reply{Kind: scannerapi.KindNil}
-
 func TestCoreOf(t *testing.T) {
 	t.Parallel()
-	core := coreOf(arr(str("{fp:1}:x"), str("waiting_for_budget"), str("ns"), str("b1,b2"), nilReply))
+	core := coreOf(scannertest.Array(scannertest.Str("{fp:1}:x"), scannertest.Str("waiting_for_budget"), scannertest.Str("ns"), scannertest.Str("b1,b2"), scannertest.Nil()))
 	assert.Equal(t, map[string]string{"execution_id": "{fp:1}:x", "blocking_reason": "waiting_for_budget", "namespace": "ns",
 		"budget_ids": "b1,b2", "quota_policy_id": ""}, core, "a field past the reply is absent, a nil one empty")
 }
@@ -134,13 +127,13 @@ func TestQuotaLimits(t *testing.T) {
 		want    quotaCheck
 		limited bool
 	}{
-		{"rate", arr(str("5"), str("10"), nilReply), quotaCheck{rate: 5, windowSec: 10}, true},
-		{"concurrency, the default window", arr(nilReply, nilReply, str("2")), quotaCheck{windowSec: 60, concurrent: 2}, true},
-		{"both", arr(str("5"), str("1"), str("2")), quotaCheck{rate: 5, windowSec: 1, concurrent: 2}, true},
-		{"neither", arr(str("0"), str("10"), str("0")), quotaCheck{windowSec: 10}, false},
-		{"no definition", arr(nilReply, nilReply, nilReply), quotaCheck{windowSec: 60}, false},
-		{"a short reply", arr(str("5")), quotaCheck{rate: 5, windowSec: 60}, true},
-		{"decimals are truncated", arr(str("5.9"), str("1.5"), nilReply), quotaCheck{rate: 5, windowSec: 1}, true},
+		{"rate", scannertest.Array(scannertest.Str("5"), scannertest.Str("10"), scannertest.Nil()), quotaCheck{rate: 5, windowSec: 10}, true},
+		{"concurrency, the default window", scannertest.Array(scannertest.Nil(), scannertest.Nil(), scannertest.Str("2")), quotaCheck{windowSec: 60, concurrent: 2}, true},
+		{"both", scannertest.Array(scannertest.Str("5"), scannertest.Str("1"), scannertest.Str("2")), quotaCheck{rate: 5, windowSec: 1, concurrent: 2}, true},
+		{"neither", scannertest.Array(scannertest.Str("0"), scannertest.Str("10"), scannertest.Str("0")), quotaCheck{windowSec: 10}, false},
+		{"no definition", scannertest.Array(scannertest.Nil(), scannertest.Nil(), scannertest.Nil()), quotaCheck{windowSec: 60}, false},
+		{"a short reply", scannertest.Array(scannertest.Str("5")), quotaCheck{rate: 5, windowSec: 60}, true},
+		{"decimals are truncated", scannertest.Array(scannertest.Str("5.9"), scannertest.Str("1.5"), scannertest.Nil()), quotaCheck{rate: 5, windowSec: 1}, true},
 	} {
 		q, limited := quotaLimits(tc.reply)
 		assert.Equal(t, tc.want, q, tc.name)
@@ -161,13 +154,13 @@ func TestQuotaFull(t *testing.T) {
 		reason      string
 		used, limit int64
 	}{
-		{"room in the window", rate, 2, nilReply, "", 0, 0},
-		{"window full", rate, 3, nilReply, "quota_window_full", 3, 3},
-		{"room for one more", conc, 9, str("1"), "", 0, 0},
-		{"every slot in use", conc, 0, str("2"), "quota_concurrency_full", 2, 2},
-		{"no counter yet", conc, 0, nilReply, "", 0, 0},
-		{"the window first", both, 3, str("2"), "quota_window_full", 3, 3},
-		{"then concurrency", both, 0, str("5"), "quota_concurrency_full", 5, 2},
+		{"room in the window", rate, 2, scannertest.Nil(), "", 0, 0},
+		{"window full", rate, 3, scannertest.Nil(), "quota_window_full", 3, 3},
+		{"room for one more", conc, 9, scannertest.Str("1"), "", 0, 0},
+		{"every slot in use", conc, 0, scannertest.Str("2"), "quota_concurrency_full", 2, 2},
+		{"no counter yet", conc, 0, scannertest.Nil(), "", 0, 0},
+		{"the window first", both, 3, scannertest.Str("2"), "quota_window_full", 3, 3},
+		{"then concurrency", both, 0, scannertest.Str("5"), "quota_concurrency_full", 5, 2},
 	} {
 		reason, used, limit := quotaFull(tc.q, tc.inWindow, tc.concurrency)
 		assert.Equal(t, tc.reason, reason, tc.name)
@@ -207,13 +200,13 @@ func TestClassifyReply(t *testing.T) {
 		reply scannerapi.Reply
 		want  outcome
 	}{
-		{"unblocked", arr(num(1), str("OK")), outcome{kind: outUnblocked}},
-		{"not eligible any more", arr(num(0), str("execution_not_eligible")), outcome{kind: outMovedOn, code: "execution_not_eligible"}},
-		{"gone", arr(num(0), str("execution_not_found")), outcome{kind: outMovedOn, code: "execution_not_found"}},
-		{"another code", arr(num(0), str("invalid_blocking_reason")), outcome{kind: outLuaError, class: scannerapi.ErrLua, code: "invalid_blocking_reason"}},
-		{"wrongtype", scannerapi.Reply{Kind: scannerapi.KindError, Err: "WRONGTYPE Operation against a key", ErrClass: scannerapi.ErrServer},
+		{"unblocked", scannertest.Array(scannertest.Int(1), scannertest.Str("OK")), outcome{kind: outUnblocked}},
+		{"not eligible any more", scannertest.Array(scannertest.Int(0), scannertest.Str("execution_not_eligible")), outcome{kind: outMovedOn, code: "execution_not_eligible"}},
+		{"gone", scannertest.Array(scannertest.Int(0), scannertest.Str("execution_not_found")), outcome{kind: outMovedOn, code: "execution_not_found"}},
+		{"another code", scannertest.Array(scannertest.Int(0), scannertest.Str("invalid_blocking_reason")), outcome{kind: outLuaError, class: scannerapi.ErrLua, code: "invalid_blocking_reason"}},
+		{"wrongtype", scannertest.Failed(scannerapi.ErrServer, "WRONGTYPE Operation against a key"),
 			outcome{kind: outFailed, class: scannerapi.ErrServer, code: "WRONGTYPE"}},
-		{"transport", scannerapi.Reply{Kind: scannerapi.KindError, Err: "i/o timeout", ErrClass: scannerapi.ErrTransport},
+		{"transport", scannertest.Failed(scannerapi.ErrTransport, "i/o timeout"),
 			outcome{kind: outFailed, class: scannerapi.ErrTransport, code: "error"}},
 	} {
 		assert.Equal(t, tc.want, classifyReply(tc.reply), tc.name)

@@ -8,11 +8,10 @@ import (
 )
 
 // Explain implements scannerapi.Explainer: the scan itself, run on the
-// execution's blocked-set entry in a dry run that explains (scan.ex).
-// Every decision it reports is the scan's own (the budget, quota and
-// capability checks, the filter, the blocking reason), and the scan's
-// effects on the scanner are held back: no failure is recorded, nothing
-// is removed.
+// execution's blocked-set entry in a dry run, and the decision it reached
+// for that entry (the budget, quota and capability checks, the filter,
+// the blocking reason). The dry run feeds no failure tracker and removes
+// nothing, so explaining changes none of the scanner's state.
 func (s *Scanner) Explain(ctx context.Context, host scannerapi.Host, req *scannerapi.ExplainRequest) (*scannerapi.Explanation, error) {
 	c, ok := scanutil.ExplainCandidate(req)
 	if !ok {
@@ -24,33 +23,12 @@ func (s *Scanner) Explain(ctx context.Context, host scannerapi.Host, req *scanne
 	}
 	r := req.Scan
 	r.DryRun, r.Candidates = true, []scannerapi.Candidate{c}
-	sc := s.newScan(ctx, &r)
-	sc.ex = &explaining{}
-	sc.next.read = []*item{{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id}}
-	if err := sc.run(ctx, host, "explain reads"); err != nil {
+	it := &item{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id}
+	if err := newScan(ctx, &r, s.filter.Get(), tally{res: &scannerapi.ScanResult{}}, []*item{it}).run(ctx, host, "explain reads"); err != nil {
 		return nil, err
 	}
-	if sc.ex.Verdict == "" {
+	if it.decision.verdict == "" {
 		return scannerapi.Explains(scannerapi.VerdictNothing, "undecided", "the scan reached no decision for it"), nil
 	}
-	return &sc.ex.Explanation, nil
-}
-
-// explaining is what a scan run by Explain keeps: the first verdict its
-// decisions reach for the one entry, and what they found inconsistent.
-// Its methods do nothing on nil, in a scan.
-type explaining struct{ scannerapi.Explanation }
-
-// say records the verdict, unless one was reached before.
-func (x *explaining) say(v scannerapi.Verdict, reason, format string, args ...any) {
-	if x != nil && x.Verdict == "" {
-		x.Explanation = *scannerapi.Explains(v, reason, format, args...)
-	}
-}
-
-// inconsistent adds what the scan found inconsistent in the store.
-func (x *explaining) inconsistent(what string) {
-	if x != nil {
-		x.Inconsistent = append(x.Inconsistent, what)
-	}
+	return it.decision.explanation(), nil
 }

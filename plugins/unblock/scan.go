@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 	"github.com/ffscan/ffscan/sdk/scannerapi/scanutil"
@@ -23,26 +21,22 @@ type item struct {
 	quotaID                keys.QuotaID
 	budgets                []keys.BudgetID
 	ns                     string
+	decision               decision // what the scan decided for it (tally.go)
 }
 
 // scan is one ScanPartition call, or the dry run Explain makes of one
 // entry. Each wave sends what the queues hold; each reply's check moves
 // its item on to the queue of its next read, until the last queue calls
-// the library.
+// the library. The checks are in checks.go (budgets, quotas) and
+// routes.go (capabilities); what each item came to is counted by the
+// tally.
 type scan struct {
-	s      *Scanner
 	req    *scannerapi.ScanRequest
 	filter scannerapi.Filter
 	parts  keys.PartitionConfig // read by readPartitions
-	res    *scannerapi.ScanResult
-	log    hclog.Logger
-
+	t      tally
 	next   queues // what the next wave reads or calls
 	routes routes
-	// ex is set when Explain runs the scan: it keeps the first verdict
-	// the scan's decisions reach, and the scan changes none of the
-	// scanner's state (see explain.go). Nil in a scan.
-	ex *explaining
 }
 
 // queues are what the next wave reads or calls.
@@ -57,17 +51,14 @@ type queues struct {
 	act      []*item  // ff_unblock_execution
 }
 
-// routes is what the scan learned of the namespaces' workers, for the
-// blocked:route entries.
-type routes struct {
-	wait      map[string][]*item         // namespace -> items waiting for its capabilities
-	caps      map[string]map[string]bool // namespace -> every capability its workers advertise
-	instances map[string][]string        // namespace -> its worker instances
-}
-
-func (s *Scanner) newScan(ctx context.Context, req *scannerapi.ScanRequest) *scan {
-	return &scan{s: s, req: req, filter: s.filter.Get(), res: &scannerapi.ScanResult{}, log: scannerapi.Logger(ctx),
-		routes: routes{wait: map[string][]*item{}, caps: map[string]map[string]bool{}, instances: map[string][]string{}}}
+// newScan starts a scan of items that counts into t (its result and
+// failure tracker).
+func newScan(ctx context.Context, req *scannerapi.ScanRequest, filter scannerapi.Filter, t tally, items []*item) *scan {
+	t.cycle, t.log = req.Cycle, scannerapi.Logger(ctx)
+	sc := &scan{req: req, filter: filter, t: t}
+	sc.next.read = items
+	sc.routes = newRoutes(&sc.next, &sc.t)
+	return sc
 }
 
 // run reads the partition counts when needed, then sends waves until
@@ -107,14 +98,14 @@ func (sc *scan) readPartitions(ctx context.Context, host scannerapi.Host) error 
 	if perr == nil {
 		return nil
 	}
-	sc.log.Error("cannot locate budgets and quotas; their blocked executions stay blocked", "error", perr)
+	sc.t.log.Error("cannot locate budgets and quotas; their blocked executions stay blocked", "error", perr)
 	kept := sc.next.read[:0]
 	for _, it := range sc.next.read {
 		if it.src == "route" {
 			kept = append(kept, it)
 			continue
 		}
-		sc.fail(it, scannerapi.ErrServer, "partition_config")
+		sc.t.fail(it, scannerapi.ErrServer, "partition_config")
 	}
 	sc.next.read = kept
 	return nil
@@ -122,18 +113,7 @@ func (sc *scan) readPartitions(ctx context.Context, host scannerapi.Host) error 
 
 // build fills the next wave from the queues.
 func (sc *scan) build(b *scanutil.Batch) {
-	// A namespace without workers decides its executions now (nothing to
-	// read), before this wave's calls are taken.
-	var caps []string
-	for _, ns := range sc.next.caps {
-		if len(sc.routes.instances[ns]) == 0 {
-			sc.routes.caps[ns] = map[string]bool{}
-			sc.decideRoute(ns)
-			continue
-		}
-		caps = append(caps, ns)
-	}
-	sc.next.caps = caps
+	sc.next.caps = sc.routes.withWorkers(sc.next.caps)
 	w := sc.next
 	sc.next = queues{}
 	for _, it := range w.remove {
@@ -150,90 +130,56 @@ func (sc *scan) build(b *scanutil.Batch) {
 		sc.addBudgetReads(b, it)
 	}
 	for _, it := range w.quotaDef {
-		it := it
-		qk := keys.Quota(sc.parts, it.quotaID)
-		b.Add(func(r []scannerapi.Reply) { sc.quotaDef(it, qk, r[0]) },
-			append(scannerapi.Command{"HMGET", qk.Definition()}, quotaDefFields...))
+		sc.addQuotaDefRead(b, it)
 	}
 	for _, it := range w.quota {
-		it := it
-		q := it.quota
-		from := strconv.FormatInt(sc.req.NowMs-q.windowSec*1000, 10)
-		b.Add(func(r []scannerapi.Reply) { sc.quotaWindow(it, r[0], r[1]) },
-			scannerapi.Command{"ZCOUNT", q.keys.Window("requests_per_window"), "(" + from, "+inf"},
-			scannerapi.Command{"GET", q.keys.Concurrency()})
+		sc.addQuotaWindowReads(b, it)
 	}
-	for _, ns := range w.workers {
-		ns := ns
-		b.Add(func(r []scannerapi.Reply) { sc.workers(ns, r[0]) }, scannerapi.Command{"SMEMBERS", keys.WorkersIndex(ns)})
-	}
-	for _, ns := range w.caps {
-		ns := ns
-		var cmds []scannerapi.Command
-		for _, iid := range sc.routes.instances[ns] {
-			cmds = append(cmds, scannerapi.Command{"HGET", keys.WorkerCaps(ns, iid), "caps_csv"})
-		}
-		b.Add(func(r []scannerapi.Reply) { sc.capsOf(ns, r) }, cmds...)
-	}
+	sc.routes.addReads(b, w.workers, w.caps)
 	for _, it := range w.act {
-		it := it
-		if sc.req.DryRun {
-			sc.res.Processed++
-			sc.res.Note("would unblock %s (%s)", it.member, it.src)
-			sc.ex.say(scannerapi.VerdictActs, Function, "what blocked it (%s) has cleared: the next scan makes it eligible again", reasons[it.src])
-			continue
-		}
-		b.Add(func(r []scannerapi.Reply) { sc.record(it, r[0]) },
-			scannerapi.FCall(Function, []string{keys.Exec(it.id).Core(), it.key, keys.FlowPart(sc.req.Partition).LaneEligible(it.lane)},
-				it.member, strconv.FormatInt(sc.req.NowMs, 10), reasons[it.src]))
+		sc.addCall(b, it)
 	}
 }
 
-// skip counts an item left blocked on purpose.
-func (sc *scan) skip(reason, format string, args ...any) {
-	sc.res.Skipped++
-	sc.ex.say(scannerapi.VerdictSkips, reason, format, args...)
-}
-
-// fail counts a failed read or call and keeps the item blocked.
-func (sc *scan) fail(it *item, class scannerapi.ErrorClass, code string) {
-	it.blocked = true
-	sc.res.AddError(class, code, 1)
-	if sc.ex != nil {
-		// Explaining records no failure.
-		sc.ex.say(scannerapi.VerdictSkips, code, "stays blocked: a check failed (%s %s); the scan counts it and tries again", class, code)
+// addCall adds the library's call that unblocks it; a dry run only says
+// it would.
+func (sc *scan) addCall(b *scanutil.Batch, it *item) {
+	if sc.req.DryRun {
+		sc.t.res.Processed++
+		sc.t.res.Note("would unblock %s (%s)", it.member, it.src)
+		it.decide(scannerapi.VerdictActs, Function, "what blocked it (%s) has cleared: the next scan makes it eligible again", reasons[it.src])
 		return
 	}
-	if sc.s.failures.RecordFailureClass(it.member, sc.req.Cycle, class) {
-		sc.log.Error("persistent failure; skipping the execution for a while", "execution_id", it.member,
-			"class", class, "code", code, "backoff_cycles", scannerapi.DefaultBackoffCycles)
-	}
+	b.Add(func(r []scannerapi.Reply) { sc.record(it, r[0]) },
+		scannerapi.FCall(Function, []string{keys.Exec(it.id).Core(), it.key, keys.FlowPart(sc.req.Partition).LaneEligible(it.lane)},
+			it.member, strconv.FormatInt(sc.req.NowMs, 10), reasons[it.src]))
 }
 
 // readCore decides what an execution's reason needs, and queues it.
 func (sc *scan) readCore(it *item, r scannerapi.Reply, filter []scannerapi.Reply) {
 	if r.Failed() {
 		class, code := scanutil.ClassifyReply(r)
-		sc.fail(it, class, "core_read_"+code)
+		sc.t.fail(it, class, "core_read_"+code)
 		return
 	}
 	it.core = coreOf(r)
 	switch judgeCore(it.core, it.src, !sc.filter.IsNoop() && !sc.filter.Decide(filter)) {
 	case coreGone:
 		// Nothing can ever unblock it.
-		sc.skip("core_gone", "its core is gone: the scan removes the entry from %s", it.key)
-		sc.ex.inconsistent(it.key + " holds an execution whose core is gone")
+		sc.t.skip(it, "core_gone", "its core is gone: the scan removes the entry from %s", it.key)
+		it.decision.inconsistent = append(it.decision.inconsistent, it.key+" holds an execution whose core is gone")
 		if !sc.req.DryRun {
 			sc.next.remove = append(sc.next.remove, it)
 		}
-		sc.res.Note("%s: core gone; removed from %s", it.member, it.key)
+		sc.t.res.Note("%s: core gone; removed from %s", it.member, it.key)
 	case coreFiltered:
-		sc.skip("filtered", "outside this scanner's filter (%s)", sc.filter.String())
+		sc.t.skip(it, "filtered", "outside this scanner's filter (%s)", sc.filter.String())
 	case coreOtherReason:
-		sc.skip("other_blocking_reason", "blocked for %q, not %q: not this scanner's to unblock", it.core["blocking_reason"], reasons[it.src])
-		sc.ex.inconsistent(fmt.Sprintf("in %s while its core's blocking_reason is %q", it.key, it.core["blocking_reason"]))
+		sc.t.skip(it, "other_blocking_reason", "blocked for %q, not %q: not this scanner's to unblock", it.core["blocking_reason"], reasons[it.src])
+		it.decision.inconsistent = append(it.decision.inconsistent,
+			fmt.Sprintf("in %s while its core's blocking_reason is %q", it.key, it.core["blocking_reason"]))
 	case coreNoNamespace:
-		sc.fail(it, scannerapi.ErrInvalid, "missing_namespace")
+		sc.t.fail(it, scannerapi.ErrInvalid, "missing_namespace")
 	case coreCheck:
 		switch it.src {
 		case "budget":
@@ -241,184 +187,20 @@ func (sc *scan) readCore(it *item, r scannerapi.Reply, filter []scannerapi.Reply
 		case "quota":
 			sc.checkQuota(it)
 		case "route":
-			sc.checkRoute(it)
+			sc.routes.check(it)
 		}
 	}
-}
-
-// checkBudgets queues the reads of every attached budget's limits and
-// usage.
-func (sc *scan) checkBudgets(it *item) {
-	ids, invalid := budgetIDs(it.core["budget_ids"])
-	if invalid > 0 {
-		sc.res.AddError(scannerapi.ErrInvalid, "invalid_budget_id", int64(invalid))
-	}
-	if len(ids) == 0 {
-		sc.next.act = append(sc.next.act, it)
-		return
-	}
-	it.budgets = ids
-	sc.next.budget = append(sc.next.budget, it)
-}
-
-// addBudgetReads adds an item's budget reads to the wave.
-func (sc *scan) addBudgetReads(b *scanutil.Batch, it *item) {
-	it.pending = len(it.budgets)
-	for _, id := range it.budgets {
-		bk := keys.Budget(sc.parts, id)
-		b.Add(func(r []scannerapi.Reply) {
-			if !it.blocked {
-				for _, rr := range r {
-					if rr.Failed() {
-						class, code := scanutil.ClassifyReply(rr)
-						sc.fail(it, class, "budget_read_"+code)
-						break
-					}
-				}
-				if !it.blocked && breached(r[0], r[1]) {
-					it.blocked = true
-					sc.skip("budget_breached", "budget %s is at a hard limit: it stays blocked until the budget resets or its limit rises", id)
-				}
-			}
-			it.pending--
-			if it.pending == 0 && !it.blocked {
-				sc.next.act = append(sc.next.act, it)
-			}
-		}, scannerapi.Command{"HGETALL", bk.Limits()}, scannerapi.Command{"HGETALL", bk.Usage()})
-	}
-}
-
-// checkQuota queues the quota's definition read (then, in quotaDef, its
-// window).
-func (sc *scan) checkQuota(it *item) {
-	id, ok, invalid := quotaIDOf(it.core["quota_policy_id"])
-	if invalid {
-		sc.res.AddError(scannerapi.ErrInvalid, "invalid_quota_id", 1)
-	}
-	if !ok {
-		sc.next.act = append(sc.next.act, it)
-		return
-	}
-	it.quotaID = id
-	sc.next.quotaDef = append(sc.next.quotaDef, it)
-}
-
-func (sc *scan) quotaDef(it *item, qk keys.QuotaKeys, r scannerapi.Reply) {
-	if r.Failed() {
-		class, code := scanutil.ClassifyReply(r)
-		sc.fail(it, class, "quota_read_"+code)
-		return
-	}
-	q, limited := quotaLimits(r)
-	if !limited {
-		sc.next.act = append(sc.next.act, it)
-		return
-	}
-	q.keys = qk
-	it.quota = &q
-	sc.next.quota = append(sc.next.quota, it)
-}
-
-func (sc *scan) quotaWindow(it *item, window, concurrency scannerapi.Reply) {
-	for _, r := range []scannerapi.Reply{window, concurrency} {
-		if r.Failed() {
-			class, code := scanutil.ClassifyReply(r)
-			sc.fail(it, class, "quota_read_"+code)
-			return
-		}
-	}
-	switch reason, used, limit := quotaFull(*it.quota, window.Int, concurrency); reason {
-	case "quota_window_full":
-		sc.skip(reason, "quota %s: %d of %d requests in its %d s window", it.quotaID, used, limit, it.quota.windowSec)
-	case "quota_concurrency_full":
-		sc.skip(reason, "quota %s: %d of %d concurrent admissions in use", it.quotaID, used, limit)
-	default:
-		sc.next.act = append(sc.next.act, it)
-	}
-}
-
-// checkRoute waits for the namespace's capability union.
-func (sc *scan) checkRoute(it *item) {
-	if it.core["required_capabilities"] == "" {
-		sc.next.act = append(sc.next.act, it)
-		return
-	}
-	ns := it.core["namespace"]
-	it.ns = ns
-	if _, ok := sc.routes.caps[ns]; ok {
-		sc.routeDecide(it)
-		return
-	}
-	if len(sc.routes.wait[ns]) == 0 {
-		sc.next.workers = append(sc.next.workers, ns)
-	}
-	sc.routes.wait[ns] = append(sc.routes.wait[ns], it)
-}
-
-func (sc *scan) workers(ns string, r scannerapi.Reply) {
-	if r.Failed() {
-		class, code := scanutil.ClassifyReply(r)
-		sc.nsFailed(ns, class, "workers_read_"+code)
-		return
-	}
-	for _, e := range r.Array {
-		if s, ok := e.Text(); ok && s != "" {
-			sc.routes.instances[ns] = append(sc.routes.instances[ns], s)
-		}
-	}
-	sc.next.caps = append(sc.next.caps, ns)
-}
-
-func (sc *scan) capsOf(ns string, rs []scannerapi.Reply) {
-	union := map[string]bool{}
-	for _, r := range rs {
-		if r.Failed() {
-			class, code := scanutil.ClassifyReply(r)
-			sc.nsFailed(ns, class, "caps_read_"+code)
-			return
-		}
-		s, _ := r.Text()
-		addCaps(union, s)
-	}
-	sc.routes.caps[ns] = union
-	sc.decideRoute(ns)
-}
-
-// nsFailed keeps every execution waiting on the namespace blocked.
-func (sc *scan) nsFailed(ns string, class scannerapi.ErrorClass, code string) {
-	for _, it := range sc.routes.wait[ns] {
-		sc.fail(it, class, code)
-	}
-	delete(sc.routes.wait, ns)
-}
-
-func (sc *scan) decideRoute(ns string) {
-	for _, it := range sc.routes.wait[ns] {
-		sc.routeDecide(it)
-	}
-	delete(sc.routes.wait, ns)
-}
-
-func (sc *scan) routeDecide(it *item) {
-	if tok, missing := missingCapability(it.core["required_capabilities"], sc.routes.caps[it.ns]); missing {
-		// No worker of the namespace can run it yet.
-		sc.skip("capability_missing", "no worker of namespace %q advertises capability %q", it.ns, tok)
-		return
-	}
-	sc.next.act = append(sc.next.act, it)
 }
 
 // record reads one ff_unblock_execution reply.
 func (sc *scan) record(it *item, r scannerapi.Reply) {
 	switch o := classifyReply(r); o.kind {
 	case outUnblocked:
-		sc.res.Processed++
-		sc.s.failures.RecordSuccess(it.member)
+		sc.t.unblocked(it, false)
 	case outMovedOn:
 		// It moved on since the read: nothing to do.
-		sc.res.Skipped++
-		sc.s.failures.RecordSuccess(it.member)
+		sc.t.unblocked(it, true)
 	default:
-		sc.fail(it, o.class, o.code)
+		sc.t.fail(it, o.class, o.code)
 	}
 }

@@ -97,21 +97,23 @@ func (s *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	if req.Partition.Family != keys.FamilyFlow {
 		return nil, fmt.Errorf("partition %s is not a flow partition", req.Partition)
 	}
-	sc := s.newScan(ctx, req)
 	// Each blocked-set entry is its own piece of work; members that are
 	// not execution ids are counted and left.
-	in := s.intake().Begin(ctx, req, sc.res)
+	res := &scannerapi.ScanResult{}
+	in := s.intake().Begin(ctx, req, res)
+	var items []*item
 	for _, c := range req.Candidates {
 		id, v := in.Admit(c)
 		if v != scanutil.Take {
 			continue
 		}
-		sc.next.read = append(sc.next.read, &item{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id})
+		items = append(items, &item{src: c.Source, lane: c.Lane, key: c.Key, member: c.Member, id: id})
 	}
+	sc := newScan(ctx, req, s.filter.Get(), tally{res: res, failures: s.failures}, items)
 	if err := sc.run(ctx, host, "exec"); err != nil {
 		return nil, err
 	}
-	return sc.res, nil
+	return res, nil
 }
 
 // intake is the scanner's rule for blocked-set members, the scan's and

@@ -89,6 +89,7 @@ type bench struct {
 	restoreTimes []time.Duration
 	log          hclog.Logger
 	verbose      bool
+	pgLogDir     string // pgtiming: where to keep the server's log (-pglog)
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -144,6 +145,7 @@ type options struct {
 	idle                                                time.Duration
 	maxLoad                                             float64
 	verbose                                             bool
+	pgLogDir                                            string
 }
 
 func parseFlags() options {
@@ -159,6 +161,7 @@ func parseFlags() options {
 	flag.IntVar(&o.concurrency, "concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
 	flag.Float64Var(&o.maxLoad, "max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	flag.BoolVar(&o.verbose, "v", false, "host and plugin logs at info level")
+	flag.StringVar(&o.pgLogDir, "pglog", "", "pgtiming: keep the PostgreSQL server's statement log in this directory (pgtiming.log)")
 	flag.IntVar(&o.rawChunk, "raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
 	flag.StringVar(&o.drainModes, "drain-modes", "plugin,plugin-audited,plugin-unconfined,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin: confined as a host confines it by default; plugin-audited: the same with the audit trail on; plugin-unconfined: not confined; plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
 	flag.StringVar(&o.timingParts, "timing", "reclaim,promote,deadline,attempt,drain,idle", "timing: measures to run")
@@ -213,7 +216,7 @@ func run() error {
 		return err
 	}
 	b := &bench{binDir: bin, drainModes: splitList(o.drainModes), timingParts: splitList(o.timingParts), timingModes: modes, cpuProfile: o.cpuProfile, rawChunk: o.rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: o.concurrency,
-		parts: keys.DefaultPartitionConfig(), verbose: o.verbose,
+		parts: keys.DefaultPartitionConfig(), verbose: o.verbose, pgLogDir: o.pgLogDir,
 		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
 	// DEBUG RELOAD restores the drain's snapshot between modes.
 	b.srv, err = testserver.Start(testserver.WithArgs("--enable-debug-command", "local"))

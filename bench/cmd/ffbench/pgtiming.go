@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -44,6 +45,8 @@ type pgTimingResult struct {
 	ExpireSpread    time.Duration
 	Promote         []latencyRun
 	Expire          []latencyRun
+	PromoteLog      []pgLogCheck // the statement log of each Promote run's measured round
+	ExpireLog       []pgLogCheck
 }
 
 // pgTimingSQL is the bench's own instrumentation: each item's due instant
@@ -70,6 +73,17 @@ func (b *bench) runPGTiming(ctx context.Context, sz sizes) (*pgTimingResult, err
 	}
 	defer srv.Stop()
 	defer pool.Close()
+	if err := enableStatementLog(ctx, pool); err != nil {
+		return nil, err
+	}
+	logPath := srv.LogPath()
+	if b.pgLogDir != "" {
+		defer func() {
+			if err := copyFile(logPath, filepath.Join(b.pgLogDir, "pgtiming.log")); err != nil {
+				b.logf("pgtiming: keep the server's log: %v", err)
+			}
+		}()
+	}
 	res := &pgTimingResult{PromoteInterval: 750 * time.Millisecond, ExpireInterval: 2 * time.Second,
 		PromoteLead: 2 * time.Second, Spread: time.Second, ExpireLead: 4 * time.Second, ExpireSpread: 3 * time.Second}
 	_ = pool.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&res.Server)
@@ -81,18 +95,18 @@ func (b *bench) runPGTiming(ctx context.Context, sz sizes) (*pgTimingResult, err
 		expireN, promoteN = 500, 100
 	}
 	for _, m := range pgTimingModes {
-		run, err := b.pgTimed(ctx, pool, dsn, m, pgreconcilers.DelayedPromoterName, promoteN, res.PromoteLead, res.Spread, seedDelays)
+		run, lc, err := b.pgTimed(ctx, pool, dsn, logPath, m, pgreconcilers.DelayedPromoterName, promoteN, res.PromoteLead, res.Spread, seedDelays)
 		if err != nil {
 			return res, fmt.Errorf("promote, %s: %w", m.Name, err)
 		}
-		res.Promote = append(res.Promote, run)
+		res.Promote, res.PromoteLog = append(res.Promote, run), append(res.PromoteLog, lc)
 	}
 	for _, m := range pgTimingModes {
-		run, err := b.pgTimed(ctx, pool, dsn, m, pgreconcilers.AttemptTimeoutName, expireN, res.ExpireLead, res.ExpireSpread, seedLeases)
+		run, lc, err := b.pgTimed(ctx, pool, dsn, logPath, m, pgreconcilers.AttemptTimeoutName, expireN, res.ExpireLead, res.ExpireSpread, seedLeases)
 		if err != nil {
 			return res, fmt.Errorf("expire, %s: %w", m.Name, err)
 		}
-		res.Expire = append(res.Expire, run)
+		res.Expire, res.ExpireLog = append(res.Expire, run), append(res.ExpireLog, lc)
 	}
 	return res, nil
 }
@@ -128,25 +142,26 @@ func seedLeases(ctx context.Context, pool *pgxpool.Pool, n int, lead, spread tim
 // pgTimed runs the host with scanner in mode m, waits for its first
 // sweep, seeds n items due lead..lead+spread from then, waits until every
 // one was handled and returns due -> handled.
-func (b *bench) pgTimed(ctx context.Context, pool *pgxpool.Pool, dsn string, m timingMode, scanner string, n int, lead, spread time.Duration,
-	seed func(context.Context, *pgxpool.Pool, int, time.Duration, time.Duration) error) (latencyRun, error) {
-	run := latencyRun{Mode: m.Name, Items: n}
+func (b *bench) pgTimed(ctx context.Context, pool *pgxpool.Pool, dsn, logPath string, m timingMode, scanner string, n int, lead, spread time.Duration,
+	seed func(context.Context, *pgxpool.Pool, int, time.Duration, time.Duration) error) (latencyRun, pgLogCheck, error) {
+	run, lc := latencyRun{Mode: m.Name, Items: n}, pgLogCheck{}
 	for _, sql := range []string{"DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event",
 		"DELETE FROM ff_lease_event", "DELETE FROM bench_due", "DELETE FROM bench_done",
 		"VACUUM ANALYZE ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
-			return run, err
+			return run, lc, err
 		}
 	}
 	level := "warn"
 	if b.verbose {
 		level = "info"
 	}
+	hostStart := logSize(logPath)
 	h, err := hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir,
 		Scanners: []hostproc.Scanner{{Name: scanner}}, LogLevel: level, Log: io.Writer(os.Stderr),
 		Extra: fmt.Sprintf("postgres:\n  dsn: %q\n  pool_size: %d\ncompletions:\n  enabled: false\n", dsn, pgPool) + m.Extra}, 60*time.Second)
 	if err != nil {
-		return run, err
+		return run, lc, err
 	}
 	defer h.Stop()
 	// The host holds every partition (it shares them through the
@@ -172,31 +187,35 @@ func (b *bench) pgTimed(ctx context.Context, pool *pgxpool.Pool, dsn string, m t
 		}
 		return false, nil
 	}); err != nil {
-		return run, fmt.Errorf("waiting for %s's first sweep: %w", scanner, err)
+		return run, lc, fmt.Errorf("waiting for %s's first sweep: %w", scanner, err)
 	}
 	// A warm-up round, not measured: every connection of the host's pool
 	// has planned the functions (a PL/pgSQL function's plan is made at its
 	// first call on a connection, tens of milliseconds over 256 children)
 	// before the measured items come due.
 	if err := b.pgRound(ctx, pool, n, lead, spread, seed); err != nil {
-		return run, fmt.Errorf("warm-up: %w", err)
+		return run, lc, fmt.Errorf("warm-up: %w", err)
 	}
 	if _, err := pool.Exec(ctx, "DELETE FROM bench_due; DELETE FROM bench_done"); err != nil {
-		return run, err
+		return run, lc, err
 	}
+	logStart := logSize(logPath)
 	if err := b.pgRound(ctx, pool, n, lead, spread, seed); err != nil {
-		return run, err
+		return run, lc, err
+	}
+	if lc, err = readPGLog(logPath, hostStart, logStart, logSize(logPath)); err != nil {
+		b.logf("pgtiming: the statement log: %v", err)
 	}
 	rows, err := pool.Query(ctx, "SELECT d.done_ms - u.due_ms FROM bench_due u LEFT JOIN bench_done d USING (execution_id)")
 	if err != nil {
-		return run, err
+		return run, lc, err
 	}
 	var lat []time.Duration
 	for rows.Next() {
 		var ms *int64
 		if err := rows.Scan(&ms); err != nil {
 			rows.Close()
-			return run, err
+			return run, lc, err
 		}
 		if ms == nil {
 			run.Unmarked++
@@ -205,7 +224,7 @@ func (b *bench) pgTimed(ctx context.Context, pool *pgxpool.Pool, dsn string, m t
 		lat = append(lat, time.Duration(*ms)*time.Millisecond)
 	}
 	if err := rows.Err(); err != nil {
-		return run, err
+		return run, lc, err
 	}
 	run.Latency, run.Load = measure.Distribution(lat), measure.Load()
 	b.logf("pgtiming: %s, %s: %s", scanner, m.Name, run.Latency)
@@ -217,7 +236,7 @@ func (b *bench) pgTimed(ctx context.Context, pool *pgxpool.Pool, dsn string, m t
 			}
 		}
 	}
-	return run, nil
+	return run, lc, nil
 }
 
 // pgRound seeds n items due lead..lead+spread from now and waits until
@@ -242,4 +261,13 @@ func (r *pgTimingResult) print(w io.Writer) {
 		r.PromoteLead, r.PromoteLead+r.Spread, r.PromoteInterval), "executions", "unhandled", r.Promote)
 	printLatencies(p, fmt.Sprintf("expiry -> expired: attempt leases lapsing %s..%s after they were written, pg_attempt_timeout at %s",
 		r.ExpireLead, r.ExpireLead+r.ExpireSpread, r.ExpireInterval), "leases", "unhandled", r.Expire)
+	p("   the PostgreSQL statement log of each measured round (log_min_duration_statement = 0; the five slowest statements):")
+	for i, lc := range r.PromoteLog {
+		p("     due -> promoted:")
+		lc.print(p, r.Promote[i].Mode)
+	}
+	for i, lc := range r.ExpireLog {
+		p("     expiry -> expired:")
+		lc.print(p, r.Expire[i].Mode)
+	}
 }

@@ -76,6 +76,26 @@ func TestRootCallsGoOneWay(t *testing.T) {
 	}
 }
 
+// host/plugindir, the root's plugins.go and resolve.go once, keeps its
+// files one way too: the operator commands (plugindir.go) use the
+// Resolver (resolve.go), and both inspect binaries (inspect.go).
+func TestPlugindirCallsGoOneWay(t *testing.T) {
+	t.Parallel()
+	graph, err := rootCallGraph(filepath.Join(root, "plugindir"))
+	require.NoError(t, err)
+	require.Contains(t, graph, "resolve.go")
+	for from, tos := range graph {
+		for to, calls := range tos {
+			if _, back := graph[to][from]; back {
+				t.Errorf("two-way pair %s <-> %s: %s, and back %s", from, to, calls, graph[to][from])
+			}
+		}
+	}
+	if cycle := findCycle(graph); cycle != nil {
+		t.Errorf("cycle among host/plugindir's files: %s", strings.Join(cycle, " -> "))
+	}
+}
+
 // The root's tables of contents, its package comment (host.go) and
 // docs/architecture.md, name every file of the root.
 func TestRootTableOfContents(t *testing.T) {
@@ -93,7 +113,8 @@ func TestRootTableOfContents(t *testing.T) {
 
 // The graph sees calls it should: a method call through the receiver, a
 // field of a root type, a local built from a composite literal, and a
-// plain function.
+// plain function; and not a name selected from another package's value
+// or package that one of dir's functions also has.
 func TestRootCallGraphSeesCalls(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -105,6 +126,7 @@ func (a *A) viaField() { a.b.m() }
 func viaLocal() { x := &B{}; x.m() }
 func viaResult() { y := newB(); y.m() }
 func viaFunc() { f() }
+func viaOther(o *other.T) { o.f(); other.f() }
 func (a *A) own() {}`)
 	write("b.go", `type B struct{}
 func (b *B) m() {}
@@ -228,6 +250,10 @@ func rootCallGraph(dir string) (map[string]map[string][]string, error) {
 				return ""
 			}
 			seen := map[string]bool{}
+			// sels are the names selected from a value (x.name): a
+			// reference to one of dir's only when x's type is dir's,
+			// never by the name alone.
+			sels := map[*ast.Ident]bool{}
 			ast.Inspect(fd.Body, func(n ast.Node) bool {
 				var key string
 				switch x := n.(type) {
@@ -251,8 +277,12 @@ func rootCallGraph(dir string) (map[string]map[string][]string, error) {
 					}
 					return true
 				case *ast.Ident:
+					if sels[x] {
+						return true
+					}
 					key = x.Name
 				case *ast.SelectorExpr:
+					sels[x.Sel] = true
 					if tn := typeOf(x.X); tn != "" {
 						key = tn + "." + x.Sel.Name
 					}
