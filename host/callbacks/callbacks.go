@@ -678,28 +678,84 @@ const PGPrefix = "pg:"
 // transaction of its own on a connection of the host's pool.
 const pgConcurrency = 4
 
-// runPG runs a segment of PGCALLs, each in its own transaction, a few at
-// a time, and writes their replies into out.
+// runPG runs a segment of PGCALLs, a few transactions at a time, and
+// writes their replies into out. Calls of a function with a batch form
+// (postgres.Action.Batch) on one partition go together, up to
+// postgres.MaxBatch, in one statement and one transaction
+// (postgres.CallBatch): one commit for a partition's lapses instead of one
+// per lapse. A batch that fails is run again call by call, each in its own
+// transaction, so that every call gets its own reply; every other call
+// runs alone.
 func (s *Service) runPG(ctx context.Context, ops []op, out []scannerapi.Reply) {
 	s.mu.RLock()
 	pg, filter := s.pg, s.pgFilter
 	s.mu.RUnlock()
+	units := pgUnits(ops)
 	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(pgConcurrency, len(ops)) {
+	next := make(chan []int)
+	for range min(pgConcurrency, len(units)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := range next {
-				out[k] = pgReply(postgres.Call(ctx, pg, ops[k].pg.function, ops[k].pg.args, filter))
+			for u := range next {
+				s.runPGUnit(ctx, pg, filter, ops, u, out)
 			}
 		}()
 	}
-	for k := range ops {
-		next <- k
+	for _, u := range units {
+		next <- u
 	}
 	close(next)
 	wg.Wait()
+}
+
+// pgUnits groups a segment's PGCALLs into what runs as one transaction:
+// the calls of a function with a batch form on one partition, in their
+// order, up to postgres.MaxBatch a group, and every other call alone.
+func pgUnits(ops []op) [][]int {
+	type group struct{ function, partition string }
+	var units [][]int
+	open := map[group]int{} // the unit a group's next call joins
+	for k, o := range ops {
+		if postgres.ActionFunctions[o.pg.function].Batch == "" || len(o.pg.args) == 0 {
+			units = append(units, []int{k})
+			continue
+		}
+		g := group{o.pg.function, o.pg.args[0]}
+		if u, ok := open[g]; ok && len(units[u]) < postgres.MaxBatch {
+			units[u] = append(units[u], k)
+			continue
+		}
+		open[g] = len(units)
+		units = append(units, []int{k})
+	}
+	return units
+}
+
+// runPGUnit runs one unit of pgUnits.
+func (s *Service) runPGUnit(ctx context.Context, pg *pgxpool.Pool, filter scannerapi.Filter, ops []op, u []int, out []scannerapi.Reply) {
+	if len(u) > 1 {
+		calls := make([][]string, len(u))
+		for i, k := range u {
+			calls[i] = ops[k].pg.args
+		}
+		replies, err := postgres.CallBatch(ctx, pg, ops[u[0]].pg.function, calls, filter)
+		if err == nil {
+			for i, k := range u {
+				out[k] = pgReply(replies[i], nil)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			for _, k := range u {
+				out[k] = pgReply(nil, err)
+			}
+			return
+		}
+	}
+	for _, k := range u {
+		out[k] = pgReply(postgres.Call(ctx, pg, ops[k].pg.function, ops[k].pg.args, filter))
+	}
 }
 
 // pgReply turns an action function's text[] into a reply in the shape of

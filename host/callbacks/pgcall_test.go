@@ -93,4 +93,47 @@ func TestPGCallRuns(t *testing.T) {
 	assert.Equal(t, scannerapi.KindError, replies[11].Kind)
 	assert.Equal(t, scannerapi.ErrServer, replies[11].ErrClass)
 	assert.Contains(t, replies[11].Err, "invalid input syntax")
+
+	// The nine calls on partition 3 ran as one batch. A batch with a
+	// malformed call fails whole and is run call by call: each call gets
+	// its own reply.
+	cmds = []scannerapi.Command{
+		scannerapi.PGCall("expire_lapsed_lease", "3", "6a1e7c52-0d4b-4f7e-9a51-00000000000a", "0"),
+		scannerapi.PGCall("expire_lapsed_lease", "3", "not-a-uuid", "0"),
+		scannerapi.PGCall("expire_lapsed_lease", "3", "6a1e7c52-0d4b-4f7e-9a51-00000000000b", "0"),
+	}
+	replies, err = svc.Exec(ctx, "pg", cmds)
+	require.NoError(t, err)
+	require.Len(t, replies, 3)
+	for _, r := range []scannerapi.Reply{replies[0], replies[2]} {
+		fr, err := scannerapi.ParseFunctionReply(r)
+		require.NoError(t, err)
+		assert.Equal(t, "attempt_not_found", fr.Status)
+	}
+	assert.Equal(t, scannerapi.ErrServer, replies[1].ErrClass)
+	assert.Contains(t, replies[1].Err, "invalid input syntax")
+}
+
+// TestPGUnits: calls of a function with a batch form go together by
+// partition, in their order, up to postgres.MaxBatch; other calls alone.
+func TestPGUnits(t *testing.T) {
+	call := func(fn string, args ...string) op { return op{pg: &pgCall{function: fn, args: args}} }
+	ops := []op{
+		call("expire_lapsed_lease", "1", "a", "0"),
+		call("promote_delayed", "1", "b"),
+		call("expire_lapsed_lease", "2", "c", "0"),
+		call("expire_lapsed_lease", "1", "d", "0"),
+		call("promote_delayed", "1", "e"),
+		call("expire_lapsed_lease", "2", "f", "0"),
+	}
+	assert.Equal(t, [][]int{{0, 3}, {1}, {2, 5}, {4}}, pgUnits(ops))
+
+	ops = nil
+	for range postgres.MaxBatch + 3 {
+		ops = append(ops, call("expire_lapsed_lease", "7", "x", "0"))
+	}
+	units := pgUnits(ops)
+	require.Len(t, units, 2)
+	assert.Len(t, units[0], postgres.MaxBatch)
+	assert.Equal(t, []int{postgres.MaxBatch, postgres.MaxBatch + 1, postgres.MaxBatch + 2}, units[1])
 }

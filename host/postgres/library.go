@@ -26,7 +26,7 @@ var librarySQL string
 // LibraryVersion is the version of librarySQL. It goes up with every
 // change of the file; a database holding a newer version is refused (an
 // older host must not replace what a newer one installed).
-const LibraryVersion = 6
+const LibraryVersion = 7
 
 // dropLibrarySQL drops every function of the schema "ffscan" (nothing of
 // FlowFabric's depends on them).
@@ -139,6 +139,14 @@ type Action struct {
 	// as one statement at READ COMMITTED: each reads what it decides on
 	// under the row locks it takes (FOR UPDATE), which is all they need.
 	Serializable bool
+	// Batch, when set, is the function's batch form, which the host runs
+	// for several calls on one partition (CallBatch): it takes the
+	// partition key, then an array per other argument (of the types in
+	// BatchTypes), then the filter, and returns (ord integer, reply
+	// text[]), one row per call, each decided exactly as the function
+	// decides it, in one transaction.
+	Batch      string
+	BatchTypes []string
 }
 
 // ActionFunctions are the library functions a plugin may call (PGCALL),
@@ -147,17 +155,17 @@ type Action struct {
 // Args counts the plugin's arguments; the host adds its filter's three
 // (see Call).
 var ActionFunctions = map[string]Action{
-	"expire_lapsed_lease":       {Args: 3},                     // partition_key, execution uuid, attempt index
-	"release_stale_lease":       {Args: 3},                     // partition_key, execution uuid, attempt index
-	"expire_execution_deadline": {Args: 2},                     // partition_key, execution uuid
-	"promote_delayed":           {Args: 2},                     // partition_key, execution uuid
-	"expire_pending_waitpoint":  {Args: 2},                     // partition_key, waitpoint uuid
-	"expire_suspension":         {Args: 3},                     // partition_key, execution uuid, suspension uuid
-	"reset_budget":              {Args: 2, Serializable: true}, // partition_key, budget id
-	"dispatch_completion":       {Args: 2},                     // partition_key, completion event id (READ COMMITTED: see dispatch_completions in library.sql)
-	"dispatch_sibling_cancels":  {Args: 3},                     // partition_key, flow uuid, downstream uuid
-	"reconcile_sibling_cancels": {Args: 3},                     // partition_key, flow uuid, downstream uuid
-	"sweep_worker":              {Args: 2},                     // flow partition_key, '<registry partition>/[namespace, instance]'
+	"expire_lapsed_lease":       {Args: 3, Batch: "expire_lapsed_leases", BatchTypes: []string{"uuid", "integer"}}, // partition_key, execution uuid, attempt index
+	"release_stale_lease":       {Args: 3},                                                                         // partition_key, execution uuid, attempt index
+	"expire_execution_deadline": {Args: 2},                                                                         // partition_key, execution uuid
+	"promote_delayed":           {Args: 2},                                                                         // partition_key, execution uuid
+	"expire_pending_waitpoint":  {Args: 2},                                                                         // partition_key, waitpoint uuid
+	"expire_suspension":         {Args: 3},                                                                         // partition_key, execution uuid, suspension uuid
+	"reset_budget":              {Args: 2, Serializable: true},                                                     // partition_key, budget id
+	"dispatch_completion":       {Args: 2},                                                                         // partition_key, completion event id (READ COMMITTED: see dispatch_completions in library.sql)
+	"dispatch_sibling_cancels":  {Args: 3},                                                                         // partition_key, flow uuid, downstream uuid
+	"reconcile_sibling_cancels": {Args: 3},                                                                         // partition_key, flow uuid, downstream uuid
+	"sweep_worker":              {Args: 2},                                                                         // flow partition_key, '<registry partition>/[namespace, instance]'
 }
 
 // CandidateFunctions are the library functions a Postgres candidate source
@@ -424,6 +432,98 @@ func Call(ctx context.Context, db *pgxpool.Pool, fn string, args []string, f sca
 		}
 	}
 	return nil, err
+}
+
+// MaxBatch bounds the calls of one CallBatch statement, and so the row
+// locks one transaction holds (a worker renewing one of them waits for
+// its commit).
+const MaxBatch = 100
+
+// CallBatch runs the batch form of action function fn (Action.Batch) for
+// calls, each the function's arguments (the first, the partition key, the
+// same in every call), in one statement and so one transaction, at READ
+// COMMITTED, and returns one reply per call, in their order. A deadlock
+// rolls the batch back and it is run again (up to serializationTries runs
+// in all). Any other error fails the batch whole, nothing applied: the
+// caller runs the calls one by one (Call), so that each gets its own
+// reply (a malformed argument its own error).
+func CallBatch(ctx context.Context, db *pgxpool.Pool, fn string, calls [][]string, f scannerapi.Filter) ([][]*string, error) {
+	action, ok := ActionFunctions[fn]
+	if !ok || action.Batch == "" {
+		return nil, fmt.Errorf("postgres: %q has no batch form in ffscan's library", fn)
+	}
+	if len(calls) == 0 || len(calls) > MaxBatch {
+		return nil, fmt.Errorf("postgres: a batch of %s takes 1 to %d calls, got %d", fn, MaxBatch, len(calls))
+	}
+	cols := make([][]string, action.Args-1)
+	for _, c := range calls {
+		if len(c) != action.Args {
+			return nil, fmt.Errorf("postgres: %s takes %d arguments, got %d", fn, action.Args, len(c))
+		}
+		if c[0] != calls[0][0] {
+			return nil, fmt.Errorf("postgres: a batch of %s is of one partition, got %q and %q", fn, calls[0][0], c[0])
+		}
+		for i := range cols {
+			cols[i] = append(cols[i], c[i+1])
+		}
+	}
+	var sql strings.Builder
+	// The batch function and its types are the library's, never a
+	// plugin's strings.
+	sql.WriteString("SELECT ord, reply FROM ffscan." + action.Batch + "($1::smallint")
+	params := []any{calls[0][0]}
+	for i, col := range cols {
+		params = append(params, col)
+		fmt.Fprintf(&sql, ", $%d::text[]::%s[]", len(params), action.BatchTypes[i])
+	}
+	for _, a := range filterArgs(f) {
+		params = append(params, a)
+		fmt.Fprintf(&sql, ", $%d", len(params))
+	}
+	sql.WriteString(")")
+	var err error
+	for try := 1; try <= serializationTries; try++ {
+		var out [][]*string
+		if out, err = callBatchOnce(ctx, db, sql.String(), params, len(calls)); err == nil {
+			return out, nil
+		}
+		if !retryable(err) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("postgres: %s: %w", action.Batch, err)
+}
+
+func callBatchOnce(ctx context.Context, db *pgxpool.Pool, sql string, params []any, n int) ([][]*string, error) {
+	rows, err := db.Query(ctx, sql, params...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([][]*string, n)
+	seen := make([]bool, n)
+	got := 0
+	for rows.Next() {
+		var (
+			ord   int32
+			reply []*string
+		)
+		if err := rows.Scan(&ord, &reply); err != nil {
+			return nil, err
+		}
+		if ord < 1 || int(ord) > n || seen[ord-1] {
+			return nil, fmt.Errorf("a reply for call %d of %d, or a second one", ord, n)
+		}
+		out[ord-1], seen[ord-1] = reply, true
+		got++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if got != n {
+		return nil, fmt.Errorf("%d replies for %d calls", got, n)
+	}
+	return out, nil
 }
 
 // Dispatched is the reply to one event of DispatchCompletions.

@@ -246,6 +246,47 @@ func TestInstallLibrary(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ffscan.audit_entry WHERE execution = '{fp:1}:x'").Scan(&n))
 		assert.Equal(t, 1, n, "the trail outlives the upgrade")
 	})
+	t.Run("version 6 is upgraded in place under a host calling expire_lapsed_lease: its calls go on, the batch form comes", func(t *testing.T) {
+		v6, err := os.ReadFile("testdata/library-v6.sql")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, dropAll)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, string(v6))
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "UPDATE ffscan.library SET version = 6, sha256 = 'v6'")
+		require.NoError(t, err)
+		cfg := pool.Config().Copy()
+		cfg.MaxConns = 1
+		live, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		defer live.Close()
+		const pk = 8
+		eids := []string{"08080808-0000-4000-8000-000000000001", "08080808-0000-4000-8000-000000000002", "08080808-0000-4000-8000-000000000003"}
+		for _, eid := range eids {
+			plant(t, pool, lapse{pk: pk, eid: eid, leaseAgoMs: 100})
+		}
+		_, err = postgres.CallBatch(ctx, live, "expire_lapsed_lease", [][]string{{"8", eids[0], "0"}}, scannerapi.Filter{})
+		require.Error(t, err, "version 6 has no batch form")
+		out, err := postgres.Call(ctx, live, "expire_lapsed_lease", []string{"8", eids[0], "0"}, scannerapi.Filter{})
+		require.NoError(t, err)
+		assert.Equal(t, "terminal", *out[1])
+
+		action, err := postgres.InstallLibrary(ctx, pool)
+		require.NoError(t, err)
+		assert.Equal(t, postgres.LibraryUpgraded, action)
+		// The version-6 host's single calls go on, on the same connection.
+		out, err = postgres.Call(ctx, live, "expire_lapsed_lease", []string{"8", eids[1], "0"}, scannerapi.Filter{})
+		require.NoError(t, err)
+		assert.Equal(t, "terminal", *out[1])
+		// And a version-7 host's batches run beside them.
+		got, err := postgres.CallBatch(ctx, live, "expire_lapsed_lease", [][]string{{"8", eids[2], "0"}, {"8", eids[0], "0"}}, scannerapi.Filter{})
+		require.NoError(t, err)
+		assert.Equal(t, "terminal", *got[0][1])
+		assert.Equal(t, "lease_released", *got[1][1])
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ff_completion_event WHERE partition_key = 8").Scan(&n))
+		assert.Equal(t, 3, n, "each lapse ended once")
+	})
 	t.Run("a newer version is refused", func(t *testing.T) {
 		_, err := pool.Exec(ctx, "UPDATE ffscan.library SET version = 99")
 		require.NoError(t, err)
@@ -539,5 +580,94 @@ func TestExpireLapsedLease(t *testing.T) {
 			secondWaits(t, pool, first, "SELECT ffscan.expire_lapsed_lease($1, $2, 0)", pk, eid))
 		assert.Equal(t, 1, one[int](t, pool, "SELECT count(*) FROM ff_lease_event WHERE execution_id = $1", eid), "acted once")
 		assert.Equal(t, 1, readExec(t, pool, pk, eid).AttemptIndex, "one retry counted")
+	})
+}
+
+// TestExpireLapsedLeases: the batch form decides each lapse exactly as
+// expire_lapsed_lease does, in one transaction, one reply per call in the
+// callers' order; a batch that fails applies nothing.
+func TestExpireLapsedLeases(t *testing.T) {
+	t.Parallel()
+	pool := sharedDB(t)
+	ctx := context.Background()
+	const pk int16 = 87
+	id := func(n int) string { return fmt.Sprintf("0b4f4a51-9c1e-4a53-9d8c-87000000%04d", n) }
+
+	// One of each case, planted twice: once for single calls, once for
+	// the batch.
+	plantSet := func(base int) {
+		plant(t, pool, lapse{pk: pk, eid: id(base + 1), policy: `{"retry_policy": {"max_retries": 2}}`, leaseAgoMs: 100}) // retried
+		plant(t, pool, lapse{pk: pk, eid: id(base + 2), flow: "5d1c0a2e-1111-4c8e-9e0e-000000000087", leaseAgoMs: 100})   // terminal
+		plant(t, pool, lapse{pk: pk, eid: id(base + 3), leaseAgoMs: -60000})                                              // renewed
+		plant(t, pool, lapse{pk: pk, eid: id(base + 4), leaseAgoMs: 100, phase: "runnable"})                              // not active
+		plant(t, pool, lapse{pk: pk, eid: id(base + 5), leaseAgoMs: 100})                                                 // malformed
+		_, err := pool.Exec(ctx, `UPDATE ff_exec_core SET raw_fields = '"junk"' WHERE execution_id = $1`, id(base+5))
+		require.NoError(t, err)
+	}
+	plantSet(0)
+	plantSet(100)
+	// The callers' order, not the execution order; one attempt that does
+	// not exist.
+	order := []int{5, 2, 4, 1, 3}
+	var want [][]string
+	for _, n := range order {
+		want = append(want, expire(t, pool, pk, id(n), 0))
+	}
+	want = append(want, expire(t, pool, pk, id(1), 9))
+	calls := [][]string{}
+	for _, n := range order {
+		calls = append(calls, []string{fmt.Sprint(pk), id(100 + n), "0"})
+	}
+	calls = append(calls, []string{fmt.Sprint(pk), id(101), "9"})
+	got, err := postgres.CallBatch(ctx, pool, "expire_lapsed_lease", calls, scannerapi.Filter{})
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	for i := range want {
+		var g []string
+		for _, s := range got[i] {
+			g = append(g, *s)
+		}
+		assert.Equal(t, want[i], g, "call %d", i)
+	}
+	assert.Equal(t, [][]string{{"0", "malformed_raw_fields"}, {"1", "terminal"}, {"1", "not_active"}, {"1", "retried", "1"},
+		{"1", "lease_renewed"}, {"1", "attempt_not_found"}}, want)
+
+	// The rows each wrote are the same, but for the ids and times.
+	image := func(base int) string {
+		var s string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT json_agg(json_build_array(right(e.execution_id::text, 2), e.lifecycle_phase, e.ownership_state,
+				e.eligibility_state, e.public_state, e.attempt_state, e.attempt_index, e.terminal_at_ms IS NULL, e.raw_fields,
+				a.outcome, a.lease_expires_at_ms IS NULL, a.lease_epoch, a.worker_instance_id,
+				(SELECT count(*) FROM ff_completion_event c WHERE c.execution_id = e.execution_id AND c.outcome = 'expired'),
+				(SELECT count(*) FROM ff_lease_event l WHERE l.execution_id = e.execution_id::text AND l.event_type = 'expired'))
+				ORDER BY e.execution_id)::text
+			FROM ff_exec_core e JOIN ff_attempt a USING (partition_key, execution_id)
+			WHERE e.partition_key = $1 AND e.execution_id::text LIKE $2`, pk, fmt.Sprintf("0b4f4a51-9c1e-4a53-9d8c-87000000%02d%%", base/100)).Scan(&s))
+		return s
+	}
+	assert.Equal(t, image(0), image(100))
+	assert.Contains(t, image(100), `"02", "terminal"`)
+
+	t.Run("a batch that fails applies nothing", func(t *testing.T) {
+		plant(t, pool, lapse{pk: pk, eid: id(201), leaseAgoMs: 100})
+		_, err := postgres.CallBatch(ctx, pool, "expire_lapsed_lease", [][]string{
+			{fmt.Sprint(pk), id(201), "0"}, {fmt.Sprint(pk), "not-a-uuid", "0"}}, scannerapi.Filter{})
+		require.Error(t, err)
+		assert.Equal(t, "active", readExec(t, pool, pk, id(201)).Phase)
+		_, err = postgres.CallBatch(ctx, pool, "expire_lapsed_lease", [][]string{
+			{fmt.Sprint(pk), id(201), "0"}, {"3", id(201), "0"}}, scannerapi.Filter{})
+		assert.ErrorContains(t, err, "of one partition")
+		_, err = postgres.CallBatch(ctx, pool, "promote_delayed", [][]string{{fmt.Sprint(pk), id(201)}}, scannerapi.Filter{})
+		assert.ErrorContains(t, err, "no batch form")
+	})
+
+	t.Run("the host's filter applies to each call", func(t *testing.T) {
+		plant(t, pool, lapse{pk: pk, eid: id(301), leaseAgoMs: 100})
+		got, err := postgres.CallBatch(ctx, pool, "expire_lapsed_lease", [][]string{{fmt.Sprint(pk), id(301), "0"}},
+			scannerapi.Filter{Namespace: "another"})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.Equal(t, "filtered", *got[0][1])
+		assert.Equal(t, "active", readExec(t, pool, pk, id(301)).Phase)
 	})
 }

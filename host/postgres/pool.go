@@ -199,6 +199,7 @@ func WarmUpStatements() []string {
 	return append(out,
 		"SELECT ffscan.now_ms()",
 		"SELECT count(*) FROM ffscan.dispatch_completions(0::smallint, '{0}'::bigint[], "+warmFilter+")",
+		"SELECT count(*) FROM ffscan.expire_lapsed_leases(0::smallint, ARRAY["+warmNil+"], '{0}'::integer[], "+warmFilter+")",
 		"SELECT count(*) FROM ffscan.share_renew("+warmGroup+", '', '', 1)",
 		"SELECT count(*) FROM ffscan.share_hold("+warmGroup+", '', 1, '{}'::text[], '{}'::smallint[])",
 		"SELECT ffscan.share_release("+warmGroup+", '', '{}'::text[], '{}'::smallint[])",

@@ -295,6 +295,44 @@ BEGIN
 END
 $fn$;
 
+-- expire_lapsed_leases decides a batch of lapsed attempt leases of one
+-- partition in one statement, and so in one transaction: each item exactly
+-- as expire_lapsed_lease decides it (the same rows written, the same
+-- reply), one row (ord, reply) per item, ord the item's place (from 1) in
+-- the arrays given. It is the host's, not a plugin's: the host runs a
+-- scanner's PGCALLs of expire_lapsed_lease on one partition through it
+-- (library version 7), so a partition's lapses cost one transaction, and
+-- one commit, per batch instead of one per lapse. Every terminal expiry
+-- inserts a completion event, whose trigger NOTIFYs ff_completion, and a
+-- transaction that notified takes the notification queue's lock at its
+-- commit, one commit at a time: one per lapse, that lock set the pace of
+-- several hosts' expiries (docs/perf-notes-45-dispatch.md). The items are
+-- decided in (execution, attempt) order, so two batches that share
+-- executions lock them in one order (the host retries a deadlock, which
+-- only two lapsed attempts of one execution in two batches could make).
+CREATE OR REPLACE FUNCTION ffscan.expire_lapsed_leases(pk smallint, eids uuid[], atts integer[],
+	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
+RETURNS TABLE (ord integer, reply text[])
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+	it record;
+BEGIN
+	IF coalesce(cardinality(eids), 0) <> coalesce(cardinality(atts), 0) THEN
+		RAISE EXCEPTION 'expire_lapsed_leases: % executions and % attempt indexes', cardinality(eids), cardinality(atts);
+	END IF;
+	FOR it IN
+		SELECT u.n::integer AS n, u.e, u.a
+		FROM unnest(eids, atts) WITH ORDINALITY AS u(e, a, n)
+		ORDER BY u.e, u.a, u.n
+	LOOP
+		ord := it.n;
+		reply := ffscan.expire_lapsed_lease(pk, it.e, it.a, filter_namespace, filter_tag_key, filter_tag_value);
+		RETURN NEXT;
+	END LOOP;
+END
+$fn$;
+
 -- fence_lease ends an attempt's lease: the lease is cleared, the
 -- lease_epoch goes up by one and worker_instance_id is cleared, so the
 -- worker that held it cannot complete, fail or renew on it any more (PG4:
