@@ -306,7 +306,7 @@ $fn$;
 -- inserts a completion event, whose trigger NOTIFYs ff_completion, and a
 -- transaction that notified takes the notification queue's lock at its
 -- commit, one commit at a time: one per lapse, that lock set the pace of
--- several hosts' expiries (docs/perf-notes-45-dispatch.md). The items are
+-- several hosts' expiries (docs/performance-history.md, issue 45). The items are
 -- decided in (execution, attempt) order, so two batches that share
 -- executions lock them in one order (the host retries a deadlock, which
 -- only two lapsed attempts of one execution in two batches could make).
