@@ -107,7 +107,13 @@ func burn(n int) func() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Unlocked before the goroutine ends: Go ends a thread whose
+			// goroutine exits locked, and a child started from that
+			// thread with Pdeathsig (the bench's own server, through
+			// sdk/testserver) is killed with it. The sections after
+			// this one lost their server that way.
 			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			x := 0
 			for !done.Load() {
 				for i := 0; i < 1_000_000; i++ {
