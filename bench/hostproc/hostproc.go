@@ -26,6 +26,10 @@ type Scanner struct {
 	Plugin   string        // binary in the plugin directory
 	Interval time.Duration // 0: the plugin's default
 	Options  map[string]string
+	// NoActionBudget turns the scanner's action budget off: a drain
+	// acts on more items a minute than a destructive scanner's default
+	// budget (50,000) allows, and the scanner would pause itself.
+	NoActionBudget bool
 }
 
 // Options describe the host to run.
@@ -85,6 +89,9 @@ func Start(ctx context.Context, o Options, ready time.Duration) (*Proc, error) {
 		}
 		if s.Interval > 0 {
 			fmt.Fprintf(&y, "    interval: %s\n", s.Interval)
+		}
+		if s.NoActionBudget {
+			y.WriteString("    action_budget: off\n")
 		}
 		if len(s.Options) > 0 {
 			y.WriteString("    options:\n")

@@ -116,7 +116,7 @@ func (b *bench) drainLeases(ctx context.Context, d drainSetup) (clusterRun, erro
 	run := clusterRun{Target: target, Leases: n}
 	start := func() (*hostproc.Proc, error) {
 		return hostproc.Start(ctx, hostproc.Options{Binary: b.binDir + "/ffscan", PluginDir: b.pluginDir, ValkeyAddr: addrs[0], Cluster: len(addrs) > 1,
-			Scanners: []hostproc.Scanner{{Name: leaseexpiry.Name, Plugin: "leaseexpiry", Interval: clusterInterval}},
+			Scanners: []hostproc.Scanner{{Name: leaseexpiry.Name, Plugin: "leaseexpiry", Interval: clusterInterval, NoActionBudget: true}},
 			LogLevel: "warn", Log: io.Writer(os.Stderr), Extra: d.extra}, 30*time.Second)
 	}
 	var h *hostproc.Proc
