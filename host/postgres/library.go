@@ -26,7 +26,7 @@ var librarySQL string
 // LibraryVersion is the version of librarySQL. It goes up with every
 // change of the file; a database holding a newer version is refused (an
 // older host must not replace what a newer one installed).
-const LibraryVersion = 7
+const LibraryVersion = 8
 
 // dropLibrarySQL drops every function of the schema "ffscan" (nothing of
 // FlowFabric's depends on them).

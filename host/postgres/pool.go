@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -177,6 +178,10 @@ var warmArgs = map[string]string{
 // compiled and planned again at the host's first call on the connection.
 const warmFilter = "NULL::text, NULL::text, NULL::text"
 
+// warmParts are the partitions the reads are warmed up with: one, and
+// more than ffscan.few_partitions() (the same one again).
+var warmParts = []string{"'{0}'::smallint[]", "array_fill(0::smallint, ARRAY[ffscan.few_partitions() + 1])"}
+
 // warmGroup is the share group the share's functions are warmed up in:
 // one no host uses.
 const warmGroup = "'ffscan warm-up'"
@@ -187,11 +192,19 @@ const warmGroup = "'ffscan warm-up'"
 // exist, the share's functions in a group of their own.
 func WarmUpStatements() []string {
 	var out []string
+	// Each read in both of its forms (a few partitions, one query each;
+	// more, one query over all: library.sql), which PL/pgSQL plans apart,
+	// at its first run of each. They read nothing: no row for a due read
+	// (LIMIT 0), none due after the last millisecond for a next-due one.
 	for _, fn := range slices.Sorted(maps.Keys(CandidateFunctions)) {
-		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 1, %s)", fn, warmFilter))
+		for _, parts := range warmParts {
+			out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s(%s, 0, 256, %s)", fn, parts, warmFilter))
+		}
 	}
 	for _, fn := range slices.Sorted(maps.Values(NextDueFunctions)) {
-		out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s('{}'::smallint[], 1, 0, %s)", fn, warmFilter))
+		for _, parts := range warmParts {
+			out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s(%s, 256, %d, %s)", fn, parts, int64(math.MaxInt64), warmFilter))
+		}
 	}
 	for _, fn := range slices.Sorted(maps.Keys(ActionFunctions)) {
 		out = append(out, fmt.Sprintf("SELECT ffscan.%s(%s, %s)", fn, warmArgs[fn], warmFilter))

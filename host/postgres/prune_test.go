@@ -166,18 +166,6 @@ func TestCandidateFunctionsPrune(t *testing.T) {
 		exec(t, pool, `INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
 			last_heartbeat_ms, liveness_ttl_ms, registered_at_ms) VALUES ($1, 'a', $2, 'w', '{}', '', ffscan.now_ms(), 3600000, 1)`, int(pk)+flowCount, eid)
 	}
-	// The registry partitions flow partition i sweeps: those w with
-	// w mod flowCount = i.
-	registry := map[int]bool{}
-	for w := 0; w < 256; w++ {
-		if slices.Contains(parts, uint16(w%flowCount)) {
-			registry[w] = true
-		}
-	}
-	named := map[int]bool{}
-	for _, p := range parts {
-		named[int(p)] = true
-	}
 
 	fns := make([]string, 0, len(postgres.CandidateFunctions)+len(postgres.NextDueFunctions))
 	for fn := range postgres.CandidateFunctions {
@@ -191,65 +179,87 @@ func TestCandidateFunctionsPrune(t *testing.T) {
 		isNext[next] = true
 	}
 	sort.Strings(fns)
-	pks := []int16{int16(parts[0]), int16(parts[1])}
-	for _, fn := range fns {
-		args := []any{pks, 50, flowCount}
-		if isNext[fn] {
-			args = []any{pks, flowCount, int64(0)}
-		}
-		for _, filter := range [][]any{{nil, nil, nil}, {"a", "k", "v"}} {
-			name := fn
-			if filter[0] != nil {
-				name += " (filtered)"
+	// Both forms of a read (ffscan.few_partitions()): the two partitions
+	// planted, one query each; and with 40 more, one query over all.
+	many := slices.Clone(parts)
+	for pk := uint16(100); pk < 140; pk++ {
+		many = append(many, pk)
+	}
+	require.Greater(t, len(many), one[int](t, pool, "SELECT ffscan.few_partitions()"))
+	for _, asked := range [][]uint16{parts, many} {
+		// The registry partitions flow partition i sweeps: i, i +
+		// flowCount, ... up to 255.
+		registry := map[int]bool{}
+		for _, p := range asked {
+			for w := int(p); w < 256; w += flowCount {
+				registry[w] = true
 			}
-			t.Run(name, func(t *testing.T) {
-				_, _ = ex.take()
-				rows, err := conn.Query(ctx, "SELECT * FROM ffscan."+fn+"($1, $2, $3, $4, $5, $6)", append(slices.Clone(args), filter...)...)
-				require.NoError(t, err)
-				rows.Close()
-				require.NoError(t, rows.Err())
-				plans, bad := ex.take()
-				require.Empty(t, bad, "plans that did not parse")
-				require.NotEmpty(t, plans, "auto_explain reported the statements run")
-				read := scanned(plans)
-				children := 0
-				for _, rel := range read {
-					ks, ok := keysOf[rel]
-					if !ok {
-						require.False(t, childSuffix.MatchString(rel) && strings.HasPrefix(rel, "ff_"), "%s: a child this test does not map", rel)
-						continue
-					}
-					children++
-					want := named
-					if strings.HasPrefix(rel, "ff_worker_registry_") {
-						want = registry
-					}
-					holds := slices.ContainsFunc(ks, func(k int) bool { return want[k] })
-					assert.True(t, holds, "%s read %s, which holds partitions %v, none of them asked for", fn, rel, ks)
+		}
+		named := map[int]bool{}
+		var pks []int16
+		for _, p := range asked {
+			named[int(p)] = true
+			pks = append(pks, int16(p))
+		}
+		for _, fn := range fns {
+			args := []any{pks, 50, flowCount}
+			if isNext[fn] {
+				args = []any{pks, flowCount, int64(0)}
+			}
+			for _, filter := range [][]any{{nil, nil, nil}, {"a", "k", "v"}} {
+				name := fmt.Sprintf("%s %d partitions", fn, len(asked))
+				if filter[0] != nil {
+					name += " (filtered)"
 				}
-				assert.Positive(t, children, "%s read some child partition (%v)", fn, read)
-				if isNext[fn] && fn != "workers_expired_next" {
-					// The next entry is one probe of the index the due
-					// read uses (the registry has none on its expiry).
-					assert.Empty(t, seqScans(plans, keysOf), "%s scans a child sequentially instead of probing its index", fn)
-				}
-				// At most one child per named partition and table: a
-				// statement that scanned every child fails above; this
-				// bounds the count too.
-				perTable := map[string]int{}
-				for _, rel := range read {
-					if _, ok := keysOf[rel]; ok {
-						perTable[childSuffix.ReplaceAllString(rel, "")]++
+				t.Run(name, func(t *testing.T) {
+					_, _ = ex.take()
+					rows, err := conn.Query(ctx, "SELECT * FROM ffscan."+fn+"($1, $2, $3, $4, $5, $6)", append(slices.Clone(args), filter...)...)
+					require.NoError(t, err)
+					rows.Close()
+					require.NoError(t, rows.Err())
+					plans, bad := ex.take()
+					require.Empty(t, bad, "plans that did not parse")
+					require.NotEmpty(t, plans, "auto_explain reported the statements run")
+					read := scanned(plans)
+					children := 0
+					for _, rel := range read {
+						ks, ok := keysOf[rel]
+						if !ok {
+							require.False(t, childSuffix.MatchString(rel) && strings.HasPrefix(rel, "ff_"), "%s: a child this test does not map", rel)
+							continue
+						}
+						children++
+						want := named
+						if strings.HasPrefix(rel, "ff_worker_registry_") {
+							want = registry
+						}
+						holds := slices.ContainsFunc(ks, func(k int) bool { return want[k] })
+						assert.True(t, holds, "%s read %s, which holds partitions %v, none of them asked for", fn, rel, ks)
 					}
-				}
-				for table, n := range perTable {
-					limit := len(parts)
-					if table == "ff_worker_registry" {
-						limit = len(registry)
+					assert.Positive(t, children, "%s read some child partition (%v)", fn, read)
+					if isNext[fn] && fn != "workers_expired_next" {
+						// The next entry is one probe of the index the due
+						// read uses (the registry has none on its expiry).
+						assert.Empty(t, seqScans(plans, keysOf), "%s scans a child sequentially instead of probing its index", fn)
 					}
-					assert.LessOrEqual(t, n, limit*reads(plans, table), fmt.Sprintf("%s: %d reads of %s's children", fn, n, table))
-				}
-			})
+					// At most one child per named partition and table: a
+					// statement that scanned every child fails above; this
+					// bounds the count too.
+					perTable := map[string]int{}
+					for _, rel := range read {
+						if _, ok := keysOf[rel]; ok {
+							perTable[childSuffix.ReplaceAllString(rel, "")]++
+						}
+					}
+					for table, n := range perTable {
+						limit := len(asked)
+						if table == "ff_worker_registry" {
+							limit = len(registry)
+						}
+						assert.LessOrEqual(t, n, limit*reads(plans, table), fmt.Sprintf("%s: %d reads of %s's children", fn, n, table))
+					}
+				})
+			}
 		}
 	}
 }

@@ -29,6 +29,12 @@ CREATE OR REPLACE FUNCTION ffscan.now_ms() RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $fn$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $fn$;
 
+-- few_partitions is how many partitions a candidate function reads one
+-- query each (see below).
+CREATE OR REPLACE FUNCTION ffscan.few_partitions() RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $fn$ SELECT 32 $fn$;
+
 -- max_retries reads policy.retry_policy.max_retries as FlowFabric's
 -- attempt_timeout does: a JSON unsigned integer, anything else (missing,
 -- a string, negative, fractional) counts as 0.
@@ -99,12 +105,25 @@ $fn$;
 -- (partition_key, member, score): the member names what to act on, the
 -- score orders it (a due time in ms, for the lag).
 --
--- Their query spans every partition of two or three partitioned tables,
--- each narrowed to one partition at run time. They are PL/pgSQL with a
--- generic plan, so that the query is planned once per connection (planned
--- at every call, as an SQL function's is, it cost the idle database about
--- 15 ms of CPU per read), and without JIT: the plan's estimated cost
--- crosses jit_above_cost, and compiling it took PostgreSQL 15 about 12 s.
+-- Each is two functions. <name>_in(partition, ...) is the read of one
+-- partition: an SQL function PostgreSQL inlines into the query that calls
+-- it. <name>(parts, ...) is PL/pgSQL, without JIT (the plan's estimated
+-- cost over every partition crosses jit_above_cost, and compiling it took
+-- PostgreSQL 15 about 12 s), and reads its partitions in one of two ways,
+-- by how many there are:
+-- - few (up to ffscan.few_partitions(): a wake-up's handful): one query
+--   per partition, planned at each run for its key (EXECUTE), so the plan
+--   names that key's child alone (0.2-0.4 ms per partition and function
+--   on an idle PostgreSQL 15, where one query over every partition takes
+--   1.4-4 ms however few it reads). No plan is kept, so none is
+--   invalidated: a vacuum or analyze of any child (autovacuum) drops
+--   every plan over the table, and the first run after re-plans all 256
+--   children (200 ms measured for a due read with its next-due read);
+-- - more: one query over every partition of the tables, unnested, each
+--   narrowed to one child at run time, planned once per connection (a
+--   generic plan, force_generic_plan) and started once for the whole
+--   read.
+-- Both read the same rows, in the order of parts.
 --
 -- Each time-scored candidate function <name> (lapsed_leases, stale_leases,
 -- deadlines_passed, delays_due, waitpoints_expired, suspensions_timed_out,
@@ -134,6 +153,26 @@ $fn$;
 -- §4.2). The member is '<execution uuid>/<attempt index>'; the score the
 -- lease's expiry. One index scan of ff_attempt_lease_expiry_idx per
 -- partition.
+CREATE OR REPLACE FUNCTION ffscan.lapsed_leases_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, c.lease_expires_at_ms
+		FROM (
+			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+			FROM ff_attempt a
+			JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+			WHERE a.partition_key = read_pk
+				AND a.lease_expires_at_ms IS NOT NULL
+				AND a.lease_expires_at_ms < ffscan.now_ms()
+				AND e.lifecycle_phase = 'active'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY a.lease_expires_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.lapsed_leases(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -142,28 +181,44 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, c.lease_expires_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
-			FROM ff_attempt a
-			JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
-			WHERE a.partition_key = p.k
-				AND a.lease_expires_at_ms IS NOT NULL
-				AND a.lease_expires_at_ms < ffscan.now_ms()
-				AND e.lifecycle_phase = 'active'
-				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY a.lease_expires_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.lapsed_leases_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.lapsed_leases_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
 -- lapsed_leases_next: per partition, the lease lapsed_leases returns next:
 -- the earliest lease of an active execution that has not lapsed at
 -- as_of_ms (lease >= as_of_ms), and when it lapses (lease + 1).
+CREATE OR REPLACE FUNCTION ffscan.lapsed_leases_next_in(read_pk smallint, read_as_of bigint,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, least(c.lease_expires_at_ms, 9223372036854775806) + 1
+		FROM (
+			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+			FROM ff_attempt a
+			JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+			WHERE a.partition_key = read_pk
+				AND a.lease_expires_at_ms IS NOT NULL
+				AND a.lease_expires_at_ms >= read_as_of
+				AND e.lifecycle_phase = 'active'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY a.lease_expires_at_ms
+			LIMIT 1
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.lapsed_leases_next(parts smallint[], partition_count integer, as_of_ms bigint,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
@@ -174,22 +229,17 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
 	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, least(c.lease_expires_at_ms, 9223372036854775806) + 1
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
-			FROM ff_attempt a
-			JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
-			WHERE a.partition_key = p.k
-				AND a.lease_expires_at_ms IS NOT NULL
-				AND a.lease_expires_at_ms >= t
-				AND e.lifecycle_phase = 'active'
-				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY a.lease_expires_at_ms
-			LIMIT 1
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.lapsed_leases_next_in($1, $2, $3, $4, $5)'
+				USING one, t, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.lapsed_leases_next_in(p.k, t, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -376,6 +426,25 @@ $fn$;
 
 -- stale_leases: lapsed leases whose execution is not active or missing;
 -- member '<execution uuid>/<attempt index>', score the lease's expiry.
+CREATE OR REPLACE FUNCTION ffscan.stale_leases_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, c.lease_expires_at_ms
+		FROM (
+			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+			FROM ff_attempt a
+			LEFT JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+			WHERE a.partition_key = read_pk
+				AND a.lease_expires_at_ms IS NOT NULL
+				AND a.lease_expires_at_ms < ffscan.now_ms()
+				AND (e.execution_id IS NULL OR (e.lifecycle_phase <> 'active' AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
+			ORDER BY a.lease_expires_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.stale_leases(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -384,27 +453,43 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, c.lease_expires_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
-			FROM ff_attempt a
-			LEFT JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
-			WHERE a.partition_key = p.k
-				AND a.lease_expires_at_ms IS NOT NULL
-				AND a.lease_expires_at_ms < ffscan.now_ms()
-				AND (e.execution_id IS NULL OR (e.lifecycle_phase <> 'active' AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
-			ORDER BY a.lease_expires_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.stale_leases_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.stale_leases_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
 -- stale_leases_next: per partition, the earliest lease on an execution that
 -- is not active (or missing) that has not lapsed at as_of_ms, and when it
 -- lapses (lease + 1).
+CREATE OR REPLACE FUNCTION ffscan.stale_leases_next_in(read_pk smallint, read_as_of bigint,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, least(c.lease_expires_at_ms, 9223372036854775806) + 1
+		FROM (
+			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
+			FROM ff_attempt a
+			LEFT JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+			WHERE a.partition_key = read_pk
+				AND a.lease_expires_at_ms IS NOT NULL
+				AND a.lease_expires_at_ms >= read_as_of
+				AND (e.execution_id IS NULL OR (e.lifecycle_phase <> 'active' AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
+			ORDER BY a.lease_expires_at_ms
+			LIMIT 1
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.stale_leases_next(parts smallint[], partition_count integer, as_of_ms bigint,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
@@ -415,21 +500,17 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
 	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text || '/' || c.attempt_index::text, least(c.lease_expires_at_ms, 9223372036854775806) + 1
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT a.partition_key, a.execution_id, a.attempt_index, a.lease_expires_at_ms
-			FROM ff_attempt a
-			LEFT JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
-			WHERE a.partition_key = p.k
-				AND a.lease_expires_at_ms IS NOT NULL
-				AND a.lease_expires_at_ms >= t
-				AND (e.execution_id IS NULL OR (e.lifecycle_phase <> 'active' AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)))
-			ORDER BY a.lease_expires_at_ms
-			LIMIT 1
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.stale_leases_next_in($1, $2, $3, $4, $5)'
+				USING one, t, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.stale_leases_next_in(p.k, t, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -480,6 +561,25 @@ $fn$;
 
 -- deadlines_passed: active executions whose deadline passed; member the
 -- execution uuid, score the deadline.
+CREATE OR REPLACE FUNCTION ffscan.deadlines_passed_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
+		FROM (
+			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+			FROM ff_exec_core e
+			WHERE e.partition_key = read_pk
+				AND e.deadline_at_ms IS NOT NULL
+				AND e.deadline_at_ms < ffscan.now_ms()
+				AND e.lifecycle_phase = 'active'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY e.deadline_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.deadlines_passed(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -488,27 +588,43 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
-			FROM ff_exec_core e
-			WHERE e.partition_key = p.k
-				AND e.deadline_at_ms IS NOT NULL
-				AND e.deadline_at_ms < ffscan.now_ms()
-				AND e.lifecycle_phase = 'active'
-				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY e.deadline_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.deadlines_passed_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.deadlines_passed_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
 -- deadlines_passed_next: per partition, the earliest deadline of an active
 -- execution that has not passed at as_of_ms, and when it passes
 -- (deadline + 1).
+CREATE OR REPLACE FUNCTION ffscan.deadlines_passed_next_in(read_pk smallint, read_as_of bigint,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text, least(c.deadline_at_ms, 9223372036854775806) + 1
+		FROM (
+			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+			FROM ff_exec_core e
+			WHERE e.partition_key = read_pk
+				AND e.deadline_at_ms IS NOT NULL
+				AND e.deadline_at_ms >= read_as_of
+				AND e.lifecycle_phase = 'active'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY e.deadline_at_ms
+			LIMIT 1
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.deadlines_passed_next(parts smallint[], partition_count integer, as_of_ms bigint,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
@@ -519,21 +635,17 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
 	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text, least(c.deadline_at_ms, 9223372036854775806) + 1
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
-			FROM ff_exec_core e
-			WHERE e.partition_key = p.k
-				AND e.deadline_at_ms IS NOT NULL
-				AND e.deadline_at_ms >= t
-				AND e.lifecycle_phase = 'active'
-				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY e.deadline_at_ms
-			LIMIT 1
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.deadlines_passed_next_in($1, $2, $3, $4, $5)'
+				USING one, t, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.deadlines_passed_next_in(p.k, t, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -592,6 +704,26 @@ $fn$;
 
 -- delays_due: runnable executions waiting for a time (attempt::delay
 -- keeps it in deadline_at_ms) that came; member the execution uuid.
+CREATE OR REPLACE FUNCTION ffscan.delays_due_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
+		FROM (
+			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+			FROM ff_exec_core e
+			WHERE e.partition_key = read_pk
+				AND e.deadline_at_ms IS NOT NULL
+				AND e.deadline_at_ms <= ffscan.now_ms()
+				AND e.lifecycle_phase = 'runnable'
+				AND e.eligibility_state = 'not_eligible_until_time'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY e.deadline_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.delays_due(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -600,28 +732,44 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
-			FROM ff_exec_core e
-			WHERE e.partition_key = p.k
-				AND e.deadline_at_ms IS NOT NULL
-				AND e.deadline_at_ms <= ffscan.now_ms()
-				AND e.lifecycle_phase = 'runnable'
-				AND e.eligibility_state = 'not_eligible_until_time'
-				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY e.deadline_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.delays_due_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.delays_due_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
 -- delays_due_next: per partition, the earliest delayed execution whose time
 -- has not come at as_of_ms (deadline > as_of_ms), and when it comes (the
 -- deadline itself: delays_due's bound is inclusive).
+CREATE OR REPLACE FUNCTION ffscan.delays_due_next_in(read_pk smallint, read_as_of bigint,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
+		FROM (
+			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
+			FROM ff_exec_core e
+			WHERE e.partition_key = read_pk
+				AND e.deadline_at_ms IS NOT NULL
+				AND e.deadline_at_ms > read_as_of
+				AND e.lifecycle_phase = 'runnable'
+				AND e.eligibility_state = 'not_eligible_until_time'
+				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY e.deadline_at_ms
+			LIMIT 1
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.delays_due_next(parts smallint[], partition_count integer, as_of_ms bigint,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
@@ -632,22 +780,17 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
 	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text, c.deadline_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT e.partition_key, e.execution_id, e.deadline_at_ms
-			FROM ff_exec_core e
-			WHERE e.partition_key = p.k
-				AND e.deadline_at_ms IS NOT NULL
-				AND e.deadline_at_ms > t
-				AND e.lifecycle_phase = 'runnable'
-				AND e.eligibility_state = 'not_eligible_until_time'
-				AND ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY e.deadline_at_ms
-			LIMIT 1
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.delays_due_next_in($1, $2, $3, $4, $5)'
+				USING one, t, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.delays_due_next_in(p.k, t, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -694,6 +837,26 @@ $fn$;
 
 -- waitpoints_expired: pending waitpoints past their expiry; member the
 -- waitpoint uuid, score the expiry.
+CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.waitpoint_id::text, c.expires_at_ms
+		FROM (
+			SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
+			FROM ff_waitpoint_pending w
+			LEFT JOIN ff_exec_core e ON e.partition_key = w.partition_key AND e.execution_id = w.execution_id
+			WHERE w.partition_key = read_pk
+				AND w.expires_at_ms IS NOT NULL
+				AND w.expires_at_ms < ffscan.now_ms()
+				AND w.state = 'pending'
+				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
+			ORDER BY w.expires_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -702,27 +865,43 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.waitpoint_id::text, c.expires_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
-			FROM ff_waitpoint_pending w
-			LEFT JOIN ff_exec_core e ON e.partition_key = w.partition_key AND e.execution_id = w.execution_id
-			WHERE w.partition_key = p.k
-				AND w.expires_at_ms IS NOT NULL
-				AND w.expires_at_ms < ffscan.now_ms()
-				AND w.state = 'pending'
-				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
-			ORDER BY w.expires_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.waitpoints_expired_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.waitpoints_expired_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
 -- waitpoints_expired_next: per partition, the earliest pending waitpoint
 -- that has not expired at as_of_ms, and when it expires (expiry + 1).
+CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired_next_in(read_pk smallint, read_as_of bigint,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.waitpoint_id::text, least(c.expires_at_ms, 9223372036854775806) + 1
+		FROM (
+			SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
+			FROM ff_waitpoint_pending w
+			LEFT JOIN ff_exec_core e ON e.partition_key = w.partition_key AND e.execution_id = w.execution_id
+			WHERE w.partition_key = read_pk
+				AND w.expires_at_ms IS NOT NULL
+				AND w.expires_at_ms >= read_as_of
+				AND w.state = 'pending'
+				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
+			ORDER BY w.expires_at_ms
+			LIMIT 1
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.waitpoints_expired_next(parts smallint[], partition_count integer, as_of_ms bigint,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
@@ -733,22 +912,17 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
 	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.waitpoint_id::text, least(c.expires_at_ms, 9223372036854775806) + 1
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT w.partition_key, w.waitpoint_id, w.expires_at_ms
-			FROM ff_waitpoint_pending w
-			LEFT JOIN ff_exec_core e ON e.partition_key = w.partition_key AND e.execution_id = w.execution_id
-			WHERE w.partition_key = p.k
-				AND w.expires_at_ms IS NOT NULL
-				AND w.expires_at_ms >= t
-				AND w.state = 'pending'
-				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
-			ORDER BY w.expires_at_ms
-			LIMIT 1
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.waitpoints_expired_next_in($1, $2, $3, $4, $5)'
+				USING one, t, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.waitpoints_expired_next_in(p.k, t, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -809,6 +983,25 @@ $fn$;
 
 -- suspensions_timed_out: suspensions past their timeout; member
 -- '<execution uuid>/<suspension uuid>', score the timeout.
+CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text || '/' || c.suspension_id::text, c.timeout_at_ms
+		FROM (
+			SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
+			FROM ff_suspension_current s
+			LEFT JOIN ff_exec_core e ON e.partition_key = s.partition_key AND e.execution_id = s.execution_id
+			WHERE s.partition_key = read_pk
+				AND s.timeout_at_ms IS NOT NULL
+				AND s.timeout_at_ms < ffscan.now_ms()
+				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
+			ORDER BY s.timeout_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -817,26 +1010,42 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text || '/' || c.suspension_id::text, c.timeout_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
-			FROM ff_suspension_current s
-			LEFT JOIN ff_exec_core e ON e.partition_key = s.partition_key AND e.execution_id = s.execution_id
-			WHERE s.partition_key = p.k
-				AND s.timeout_at_ms IS NOT NULL
-				AND s.timeout_at_ms < ffscan.now_ms()
-				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
-			ORDER BY s.timeout_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.suspensions_timed_out_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.suspensions_timed_out_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
 -- suspensions_timed_out_next: per partition, the earliest suspension that
 -- has not timed out at as_of_ms, and when it does (timeout + 1).
+CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out_next_in(read_pk smallint, read_as_of bigint,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.execution_id::text || '/' || c.suspension_id::text, least(c.timeout_at_ms, 9223372036854775806) + 1
+		FROM (
+			SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
+			FROM ff_suspension_current s
+			LEFT JOIN ff_exec_core e ON e.partition_key = s.partition_key AND e.execution_id = s.execution_id
+			WHERE s.partition_key = read_pk
+				AND s.timeout_at_ms IS NOT NULL
+				AND s.timeout_at_ms >= read_as_of
+				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
+			ORDER BY s.timeout_at_ms
+			LIMIT 1
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.suspensions_timed_out_next(parts smallint[], partition_count integer, as_of_ms bigint,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
@@ -847,21 +1056,17 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
 	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.execution_id::text || '/' || c.suspension_id::text, least(c.timeout_at_ms, 9223372036854775806) + 1
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT s.partition_key, s.execution_id, s.suspension_id, s.timeout_at_ms
-			FROM ff_suspension_current s
-			LEFT JOIN ff_exec_core e ON e.partition_key = s.partition_key AND e.execution_id = s.execution_id
-			WHERE s.partition_key = p.k
-				AND s.timeout_at_ms IS NOT NULL
-				AND s.timeout_at_ms >= t
-				AND (e.execution_id IS NULL OR ffscan.keeps(e.raw_fields, filter_namespace, filter_tag_key, filter_tag_value))
-			ORDER BY s.timeout_at_ms
-			LIMIT 1
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.suspensions_timed_out_next_in($1, $2, $3, $4, $5)'
+				USING one, t, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.suspensions_timed_out_next_in(p.k, t, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -953,6 +1158,24 @@ $fn$;
 
 -- budgets_due: budgets whose scheduled reset came; member the budget id,
 -- score the reset time.
+CREATE OR REPLACE FUNCTION ffscan.budgets_due_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	-- Budgets belong to no execution: the filter does not apply.
+	SELECT c.partition_key, c.budget_id, c.next_reset_at_ms
+		FROM (
+			SELECT b.partition_key, b.budget_id, b.next_reset_at_ms
+			FROM ff_budget_policy b
+			WHERE b.partition_key = read_pk
+				AND b.next_reset_at_ms IS NOT NULL
+				AND b.next_reset_at_ms <= ffscan.now_ms()
+			ORDER BY b.next_reset_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.budgets_due(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -961,26 +1184,41 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	-- Budgets belong to no execution: the filter does not apply.
-	SELECT c.partition_key, c.budget_id, c.next_reset_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT b.partition_key, b.budget_id, b.next_reset_at_ms
-			FROM ff_budget_policy b
-			WHERE b.partition_key = p.k
-				AND b.next_reset_at_ms IS NOT NULL
-				AND b.next_reset_at_ms <= ffscan.now_ms()
-			ORDER BY b.next_reset_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.budgets_due_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.budgets_due_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
 -- budgets_due_next: per partition, the earliest scheduled reset that has
 -- not come at as_of_ms (reset > as_of_ms), and when it comes (the reset
 -- time itself: budgets_due's bound is inclusive).
+CREATE OR REPLACE FUNCTION ffscan.budgets_due_next_in(read_pk smallint, read_as_of bigint,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.budget_id, c.next_reset_at_ms
+		FROM (
+			SELECT b.partition_key, b.budget_id, b.next_reset_at_ms
+			FROM ff_budget_policy b
+			WHERE b.partition_key = read_pk
+				AND b.next_reset_at_ms IS NOT NULL
+				AND b.next_reset_at_ms > read_as_of
+			ORDER BY b.next_reset_at_ms
+			LIMIT 1
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.budgets_due_next(parts smallint[], partition_count integer, as_of_ms bigint,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, due_at_ms bigint)
@@ -991,19 +1229,17 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
 	t bigint := coalesce(as_of_ms, ffscan.now_ms());
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.budget_id, c.next_reset_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT b.partition_key, b.budget_id, b.next_reset_at_ms
-			FROM ff_budget_policy b
-			WHERE b.partition_key = p.k
-				AND b.next_reset_at_ms IS NOT NULL
-				AND b.next_reset_at_ms > t
-			ORDER BY b.next_reset_at_ms
-			LIMIT 1
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.budgets_due_next_in($1, $2, $3, $4, $5)'
+				USING one, t, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.budgets_due_next_in(p.k, t, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -1063,6 +1299,24 @@ $fn$;
 -- dispatched 15 s after their commit (FlowFabric's ff-server threshold);
 -- member the event id, score the commit time. Per partition, on the
 -- pending-dispatch index (FlowFabric's read spans every partition).
+CREATE OR REPLACE FUNCTION ffscan.completions_undispatched_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.event_id::text, c.committed_at_ms
+		FROM (
+			SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
+			FROM ff_completion_event ev
+			WHERE ev.partition_key = read_pk
+				AND ev.dispatched_at_ms IS NULL
+				AND ev.committed_at_ms < ffscan.now_ms() - 15000
+				AND ffscan.keeps_execution(ev.partition_key, ev.execution_id, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY ev.committed_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.completions_undispatched(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -1071,20 +1325,18 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.event_id::text, c.committed_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
-			FROM ff_completion_event ev
-			WHERE ev.partition_key = p.k
-				AND ev.dispatched_at_ms IS NULL
-				AND ev.committed_at_ms < ffscan.now_ms() - 15000
-				AND ffscan.keeps_execution(ev.partition_key, ev.execution_id, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY ev.committed_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.completions_undispatched_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.completions_undispatched_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -1302,6 +1554,23 @@ $fn$;
 -- completions_pending: the completion listener's catch-up read after it
 -- (re)connects, events not dispatched yet whatever their age, in the
 -- partitions the host owns; member the event id, score the commit time.
+CREATE OR REPLACE FUNCTION ffscan.completions_pending_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.event_id::text, c.committed_at_ms
+		FROM (
+			SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
+			FROM ff_completion_event ev
+			WHERE ev.partition_key = read_pk
+				AND ev.dispatched_at_ms IS NULL
+				AND ffscan.keeps_execution(ev.partition_key, ev.execution_id, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY ev.committed_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.completions_pending(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -1310,19 +1579,18 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.event_id::text, c.committed_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT ev.partition_key, ev.event_id, ev.committed_at_ms
-			FROM ff_completion_event ev
-			WHERE ev.partition_key = p.k
-				AND ev.dispatched_at_ms IS NULL
-				AND ffscan.keeps_execution(ev.partition_key, ev.execution_id, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY ev.committed_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.completions_pending_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.completions_pending_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
@@ -1332,6 +1600,22 @@ $fn$;
 
 -- cancel_groups_pending: member '<flow uuid>/<downstream uuid>', score
 -- the enqueue time.
+CREATE OR REPLACE FUNCTION ffscan.cancel_groups_pending_in(read_pk smallint, per_partition integer,
+	filter_namespace text, filter_tag_key text, filter_tag_value text)
+RETURNS TABLE (partition_key smallint, member text, score bigint)
+LANGUAGE sql STABLE
+AS $fn$
+	SELECT c.partition_key, c.flow_id::text || '/' || c.downstream_eid::text, c.enqueued_at_ms
+		FROM (
+			SELECT q.partition_key, q.flow_id, q.downstream_eid, q.enqueued_at_ms
+			FROM ff_pending_cancel_groups q
+			WHERE q.partition_key = read_pk
+				AND ffscan.keeps_execution(q.partition_key, q.downstream_eid, filter_namespace, filter_tag_key, filter_tag_value)
+			ORDER BY q.enqueued_at_ms
+			LIMIT per_partition
+		) AS c
+$fn$;
+
 CREATE OR REPLACE FUNCTION ffscan.cancel_groups_pending(parts smallint[], per_partition integer, partition_count integer,
 	filter_namespace text DEFAULT NULL, filter_tag_key text DEFAULT NULL, filter_tag_value text DEFAULT NULL)
 RETURNS TABLE (partition_key smallint, member text, score bigint)
@@ -1340,18 +1624,18 @@ SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
+DECLARE
+	one smallint;
 BEGIN
-	RETURN QUERY
-	SELECT c.partition_key, c.flow_id::text || '/' || c.downstream_eid::text, c.enqueued_at_ms
-		FROM unnest(parts) AS p(k)
-		CROSS JOIN LATERAL (
-			SELECT q.partition_key, q.flow_id, q.downstream_eid, q.enqueued_at_ms
-			FROM ff_pending_cancel_groups q
-			WHERE q.partition_key = p.k
-				AND ffscan.keeps_execution(q.partition_key, q.downstream_eid, filter_namespace, filter_tag_key, filter_tag_value)
-			ORDER BY q.enqueued_at_ms
-			LIMIT per_partition
-		) AS c;
+	IF cardinality(parts) <= ffscan.few_partitions() THEN
+		FOREACH one IN ARRAY parts LOOP
+			RETURN QUERY EXECUTE 'SELECT * FROM ffscan.cancel_groups_pending_in($1, $2, $3, $4, $5)'
+				USING one, per_partition, filter_namespace, filter_tag_key, filter_tag_value;
+		END LOOP;
+	ELSE
+		RETURN QUERY SELECT c.* FROM unnest(parts) AS p(k)
+			CROSS JOIN LATERAL ffscan.cancel_groups_pending_in(p.k, per_partition, filter_namespace, filter_tag_key, filter_tag_value) AS c;
+	END IF;
 END
 $fn$;
 
