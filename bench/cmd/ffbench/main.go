@@ -58,13 +58,16 @@ type sizes struct {
 	// LaunchReps: host starts with all scanners, per load (idle, two
 	// CPU burners).
 	LaunchReps int
+	// PGReplanRuns: reads of each form of the Postgres read-forms
+	// benchmark, steady and after an analyze (odd: medians).
+	PGReplanRuns int
 }
 
 var (
 	fullSizes = sizes{DrainLeases: 100_000, DrainReps: 5, Burst: 10_000, Idle: 20 * time.Second,
-		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5, LaneProbes: 20, PGRows: 20_000, PGReps: 3, LaunchReps: 3}
+		DAGLevels: 10, DAGRuns: 20, DAGOffLevels: 10, DAGOffChains: 5, LaneProbes: 20, PGRows: 20_000, PGReps: 3, LaunchReps: 3, PGReplanRuns: 21}
 	quickSizes = sizes{DrainLeases: 10_000, DrainReps: 1, Burst: 2_000, Idle: 5 * time.Second,
-		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2, LaneProbes: 5, PGRows: 2_000, PGReps: 1, LaunchReps: 1}
+		DAGLevels: 10, DAGRuns: 5, DAGOffLevels: 3, DAGOffChains: 2, LaneProbes: 5, PGRows: 2_000, PGReps: 1, LaunchReps: 1, PGReplanRuns: 7}
 )
 
 type bench struct {
@@ -151,7 +154,7 @@ type options struct {
 func parseFlags() options {
 	var o options
 	flag.BoolVar(&o.quick, "quick", false, "CI-sized run (10k drain, 2k burst, 5 s idle, short DAG runs)")
-	flag.StringVar(&o.only, "only", "drain,reclaim,idle,dag,idleall,launch,hosts,cluster,lanes,pgdrain,pgidle,pghosts,timing,pgtiming", "comma-separated benchmarks to run")
+	flag.StringVar(&o.only, "only", "drain,reclaim,idle,dag,idleall,launch,hosts,cluster,lanes,pgdrain,pgidle,pghosts,timing,pgtiming,pgreplan", "comma-separated benchmarks to run")
 	flag.StringVar(&o.binDir, "bin", "bin", "directory holding the ffscan binary and plugins/ (make build)")
 	flag.IntVar(&o.leases, "leases", 0, "drain: expired leases (default 100000, quick 10000)")
 	flag.IntVar(&o.reps, "reps", 0, "drain: repetitions of each mode (default 3, quick 1)")
@@ -280,6 +283,7 @@ func (b *bench) runAll(ctx context.Context, only []string, sz sizes, rep *report
 	step("pghosts", func() (err error) { rep.PGHosts, err = b.runPGHosts(ctx, sz.PGRows, sz.Idle); return })
 	step("timing", func() (err error) { rep.Timing, err = b.runTiming(ctx, sz); return })
 	step("pgtiming", func() (err error) { rep.PGTiming, err = b.runPGTiming(ctx, sz); return })
+	step("pgreplan", func() (err error) { rep.PGReplan, err = b.runPGReplan(ctx, sz.PGReplanRuns); return })
 	return errs
 }
 

@@ -30,6 +30,7 @@ type report struct {
 	PGIdle      *pgIdleResult
 	Timing      *timingResult
 	PGTiming    *pgTimingResult
+	PGReplan    *pgReplanResult
 	PGHosts     *pgHostsResult
 	Errors      []error
 }
@@ -108,6 +109,10 @@ func (r *report) print(w io.Writer) {
 	if r.PGTiming != nil {
 		p(rule)
 		r.PGTiming.print(w)
+	}
+	if r.PGReplan != nil {
+		p(rule)
+		r.PGReplan.print(w)
 	}
 	if len(r.Errors) > 0 {
 		p(rule)
