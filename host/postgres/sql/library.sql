@@ -33,7 +33,7 @@ AS $fn$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $fn$;
 -- query each (see below).
 CREATE OR REPLACE FUNCTION ffscan.few_partitions() RETURNS integer
 LANGUAGE sql IMMUTABLE
-AS $fn$ SELECT 32 $fn$;
+AS $fn$ SELECT 16 $fn$;
 
 -- max_retries reads policy.retry_policy.max_retries as FlowFabric's
 -- attempt_timeout does: a JSON unsigned integer, anything else (missing,
