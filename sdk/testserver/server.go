@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -144,13 +145,52 @@ func (s *Server) Restart() error {
 // FreePort returns a loopback TCP port that was free a moment ago, for a
 // test's own server (another process may take it before that server
 // binds it; servers started here retry on that).
+//
+// It is drawn below the kernel's ephemeral range, where a port the kernel
+// hands out itself (to every outgoing connection on the machine, as the
+// source port) could be taken between this check and the server's bind:
+// under a busy test run that happened. Only when that range leaves too
+// little room below, or nothing there is free, does the kernel pick one.
 func FreePort() (int, error) {
+	lo, hi := freePortLow, ephemeralLow()
+	for range 64 {
+		if hi-lo < 1000 {
+			break
+		}
+		p := lo + rand.IntN(hi-lo)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+			_ = l.Close()
+			return p, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("testserver: find a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePortLow is the lowest port FreePort draws: above the usual
+// services' ports.
+const freePortLow = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range; its default, 32768, when that cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 // waitReady polls with a raw PING so readiness does not depend on a client

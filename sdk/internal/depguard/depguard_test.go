@@ -77,13 +77,15 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// goList runs go list in dir offline (from the module cache only, no
-// workspace) and returns "import path|module path" lines.
+// goList runs go list in dir without the workspace (each module's own
+// versions, which this workspace's build need not have fetched: go list
+// fetches them from GOPROXY, as on a fresh machine's empty module cache)
+// and returns "import path|module path" lines.
 func goList(t *testing.T, dir string, args ...string) []string {
 	t.Helper()
 	cmd := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}}|{{with .Module}}{{.Path}}{{end}}"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOTOOLCHAIN=local")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOSUMDB=off", "GOTOOLCHAIN=local")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
