@@ -77,7 +77,10 @@ want=$(wc -l <<<"$shown_names")
 first=$(head -1 <<<"$shown_names")
 what="all $want $kind of $config"
 for _ in $(seq 1200); do
-  n=$(grep -scE "^($scanners) +running" "$out" || true)  # no output file yet: 0
+  # Counted in the last status screen only (each starts "-- HH:MM:SS"):
+  # summed over all of them, scanners running on an earlier screen and
+  # the rest on a later one passed while two still started.
+  n=$(awk -v re="^($scanners) +running" '/^-- [0-9:]+ / { n = 0 } $0 ~ re { n++ } END { print n + 0 }' "$out" 2>/dev/null || true)  # no output file yet: 0
   if [ "${n:-0}" -ge "$want" ]; then
     break
   fi
