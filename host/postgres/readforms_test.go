@@ -102,10 +102,10 @@ func TestCandidateFunctionsReadFewAndManyAlike(t *testing.T) {
 			t.Run(fmt.Sprintf("%s %v", fn, filter[0]), func(t *testing.T) {
 				many := read(t, fn, !isCandidate, partitions, filter)
 				byFew := read(t, fn, !isCandidate, few, filter)
-				one := read(t, fn, !isCandidate, 1, filter)
+				byOne := read(t, fn, !isCandidate, 1, filter)
 				assert.NotEmpty(t, many, "the rows planted are read")
 				assert.Equal(t, many, byFew, "the same rows, in the order of the partitions asked")
-				assert.Equal(t, many, one)
+				assert.Equal(t, many, byOne)
 			})
 		}
 	}
