@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,15 +71,18 @@ func TestAddFlowMemberRefusals(t *testing.T) {
 	require.NoError(t, err)
 	inOther := e.member(t, other, "x")
 
-	// A solo execution outside the flow's partition.
-	var elsewhere keys.ExecutionID
-	for elsewhere.IsZero() {
-		r, err := e.c.CreateExecution(e.ctx, client.CreateRequest{Lane: "default"})
-		require.NoError(t, err)
-		if r.ID.Partition() != part {
-			elsewhere = r.ID
-		}
+	// A solo execution outside the flow's partition. A solo execution's
+	// partition follows from its lane alone, so the lane is chosen: one
+	// fixed lane shares the flow's partition once in every 256 flows, and
+	// creating in it again would never leave that partition.
+	lane := "default"
+	for i := 0; e.c.Partitions().SoloPartition(lane) == part; i++ {
+		lane = fmt.Sprintf("lane-%d", i)
 	}
+	r, err := e.c.CreateExecution(e.ctx, client.CreateRequest{Lane: lane})
+	require.NoError(t, err)
+	elsewhere := r.ID
+	require.NotEqual(t, part, elsewhere.Partition())
 	missing, err := keys.ExecutionIDIn(part, keys.NewUUID())
 	require.NoError(t, err)
 
