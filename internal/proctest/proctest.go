@@ -15,8 +15,9 @@ import (
 	"github.com/ffscan/ffscan/sdk/testserver"
 )
 
-// FreeAddr is a loopback TCP address ("127.0.0.1:port") that was free a
-// moment ago, for a process the test starts to listen on.
+// FreeAddr is a loopback TCP address ("127.0.0.1:port") for a process the
+// test starts to listen on: free when drawn, and reserved to this test
+// process among all test processes on the machine (testserver.FreePort).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	port, err := testserver.FreePort()

@@ -55,7 +55,7 @@ func StartClusterWith(o ClusterOptions) (*Cluster, error) {
 	fail := func(err error) (*Cluster, error) { c.Stop(); return nil, err }
 	total := o.Masters * (1 + o.Replicas)
 	for i := 0; i < total; i++ {
-		n, err := Start(WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		n, err := Start(clusterNode(), WithArgs("--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),
 			"--cluster-replica-validity-factor", "0",
 			"--masteruser", replUser, "--masterauth", replPass))
@@ -82,7 +82,7 @@ func StartClusterWith(o ClusterOptions) (*Cluster, error) {
 		}
 	}
 	for _, n := range c.Nodes[1:] {
-		if err := nodeDo(ctx, n.Addr, "CLUSTER", "MEET", "127.0.0.1", fmt.Sprint(c.Nodes[0].Port)); err != nil {
+		if err := nodeDo(ctx, n.Addr, "CLUSTER", "MEET", "127.0.0.1", fmt.Sprint(c.Nodes[0].Port), fmt.Sprint(c.Nodes[0].BusPort)); err != nil {
 			return fail(fmt.Errorf("testserver: CLUSTER MEET from %s: %w", n.Addr, err))
 		}
 	}

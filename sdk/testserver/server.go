@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -41,7 +40,10 @@ func ServerBinary() (string, error) {
 type Server struct {
 	Addr string // host:port on 127.0.0.1
 	Port int
-	Dir  string // working directory, removed by Stop
+	// BusPort is a cluster node's cluster bus port (0 for a server
+	// started outside a cluster).
+	BusPort int
+	Dir     string // working directory, removed by Stop
 
 	bin      string
 	args     []string
@@ -56,6 +58,20 @@ type Option func(*config)
 
 type config struct {
 	args []string
+	// clusterBus gives a cluster node a drawn port for its cluster bus.
+	// Left to itself, a node listens on its port + 10000, a port no one
+	// drew: another test's server could hold it, or get it after it was
+	// drawn for that test.
+	clusterBus bool
+}
+
+// clusterNode starts the server as a cluster node with its bus on a
+// reserved port.
+func clusterNode() Option {
+	return func(c *config) {
+		c.clusterBus = true
+		c.args = append(c.args, "--cluster-enabled", "yes")
+	}
 }
 
 // WithArgs adds server command-line arguments, e.g. "--cluster-enabled", "yes".
@@ -74,8 +90,9 @@ func Start(opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	// A port picked by the kernel can be taken by someone else before the
-	// server binds it; retry with a fresh one instead of failing the test.
+	// A drawn port can still be taken by a process outside the tests
+	// before the server binds it; retry with a fresh one instead of
+	// failing the test.
 	var lastErr error
 	for try := 0; try < 5; try++ {
 		s, err := startOnce(bin, cfg)
@@ -102,6 +119,15 @@ func startOnce(bin string, cfg config) (*Server, error) {
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir,
 		"--logfile", s.logPath, "--daemonize", "no", "--protected-mode", "no",
+	}
+	if cfg.clusterBus {
+		bus, err := FreePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		s.BusPort = bus
+		args = append(args, "--cluster-port", strconv.Itoa(bus))
 	}
 	s.bin, s.args = bin, append(args, cfg.args...)
 	if err := s.exec(); err != nil {
@@ -140,57 +166,6 @@ func (s *Server) Restart() error {
 		return err
 	}
 	return s.waitReady(10 * time.Second)
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago, for a
-// test's own server (another process may take it before that server
-// binds it; servers started here retry on that).
-//
-// It is drawn below the kernel's ephemeral range, where a port the kernel
-// hands out itself (to every outgoing connection on the machine, as the
-// source port) could be taken between this check and the server's bind:
-// under a busy test run that happened. Only when that range leaves too
-// little room below, or nothing there is free, does the kernel pick one.
-func FreePort() (int, error) {
-	lo, hi := freePortLow, ephemeralLow()
-	for range 64 {
-		if hi-lo < 1000 {
-			break
-		}
-		p := lo + rand.IntN(hi-lo)
-		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
-			_ = l.Close()
-			return p, nil
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("testserver: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// freePortLow is the lowest port FreePort draws: above the usual
-// services' ports.
-const freePortLow = 10000
-
-// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
-// ip_local_port_range; its default, 32768, when that cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 32768
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return n
 }
 
 // waitReady polls with a raw PING so readiness does not depend on a client
