@@ -17,6 +17,7 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/root"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/internal/filelock"
 )
 
 // Options are an install's settings (from host/config and flags).
@@ -77,7 +78,7 @@ func Install(ctx context.Context, ref string, o Options) (Result, error) {
 		o.Platform = Platform()
 	}
 	if !o.DryRun {
-		unlock, err := lockDir(filepath.Dir(o.LockFile))
+		unlock, err := filelock.Dir(filepath.Dir(o.LockFile))
 		if err != nil {
 			return Result{}, fmt.Errorf("plugin lock: %w", err)
 		}
@@ -240,7 +241,7 @@ func hashPath(path string) (string, error) {
 // LockOnly resolves and verifies ref and records it in the lock for
 // every platform without placing anything (`ffscan plugins lock`).
 func LockOnly(ctx context.Context, ref string, o Options) (Result, error) {
-	unlock, err := lockDir(filepath.Dir(o.LockFile))
+	unlock, err := filelock.Dir(filepath.Dir(o.LockFile))
 	if err != nil {
 		return Result{}, fmt.Errorf("plugin lock: %w", err)
 	}

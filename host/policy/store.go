@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/internal/filelock"
 	"github.com/ffscan/ffscan/host/internal/ownership"
 )
 
@@ -251,7 +252,7 @@ func (s *Store) update(fn func(*file) (bool, error)) error {
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
 		return fmt.Errorf("plugin approvals: %w", err)
 	}
-	unlock, err := lockFile(s.path + ".lock")
+	unlock, err := filelock.File(s.path + ".lock")
 	if err != nil {
 		return fmt.Errorf("plugin approvals: lock %s: %w", s.path+".lock", err)
 	}
