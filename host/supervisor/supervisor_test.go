@@ -35,13 +35,18 @@ type fakeInstance struct {
 	exited   chan struct{}
 	once     sync.Once
 	pingFail atomic.Bool
-	closed   atomic.Bool
+	// slowPings is how many of the next pings get no answer in time.
+	slowPings atomic.Int32
+	closed    atomic.Bool
 }
 
 func (f *fakeInstance) Scanner() scannerapi.Scanner { return nopScanner{} }
 func (f *fakeInstance) Ping(context.Context) error {
 	if f.pingFail.Load() {
 		return errors.New("no answer")
+	}
+	if f.slowPings.Add(-1) >= 0 {
+		return context.DeadlineExceeded
 	}
 	return nil
 }

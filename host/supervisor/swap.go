@@ -216,15 +216,32 @@ func (s *Supervisor) swap(ctx context.Context, r *request, l Launcher) {
 }
 
 // check is a new instance's health check before it gets any call: it must
-// answer a ping, stay up for SwapCheck and answer again.
+// answer a ping, stay up for SwapCheck and answer again. A ping is missed
+// only after FailedPings tries in a row, as a running instance's are: one
+// slow answer from a process that has just started, on a busy machine,
+// must not fail a swap (nor the reload that asked for it) any more than
+// it restarts a running plugin.
 func (s *Supervisor) check(ctx context.Context, sl *slot) error {
 	ping := func() error {
-		pctx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
-		defer cancel()
-		if err := sl.inst.Ping(pctx); err != nil {
-			return fmt.Errorf("new plugin (pid %d) failed its health check: %w", sl.inst.Pid(), err)
+		tries := max(s.cfg.FailedPings, 1)
+		var err error
+		for range tries {
+			pctx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
+			err = sl.inst.Ping(pctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			select {
+			case <-sl.inst.Exited():
+				return fmt.Errorf("new plugin (pid %d) exited during its health check: %w", sl.inst.Pid(), err)
+			default:
+			}
 		}
-		return nil
+		return fmt.Errorf("new plugin (pid %d) failed its health check (%d pings in a row): %w", sl.inst.Pid(), tries, err)
 	}
 	if err := ping(); err != nil {
 		return err

@@ -129,6 +129,38 @@ func TestSwapToTheSameFileIsANoOpUnlessForced(t *testing.T) {
 	waitExit(t, l.inst(0)) // without probation the old one stops once drained
 }
 
+// A new instance that misses one ping (a process just started, on a busy
+// machine, answers late) is swapped in, as a running one is not restarted
+// for one miss; one that misses FailedPings pings in a row is not. Before,
+// one late answer failed the swap, and with it a reload that changed a
+// scanner's mode: the old instance kept serving in the old mode.
+func TestSwapToleratesOneLatePing(t *testing.T) {
+	t.Parallel()
+	l := &fakeLauncher{}
+	s := running(t, Config{SwapProbation: 0, FailedPings: 2}, l, nil)
+
+	l.mu.Lock()
+	l.sha = "slow-start"
+	l.behave = func(n int, inst *fakeInstance) { inst.slowPings.Store(1) }
+	l.mu.Unlock()
+	res, err := s.Swap(context.Background(), false, "test", nil)
+	require.NoError(t, err)
+	require.Equal(t, SwapDone, res.Outcome, "%v", res.Err)
+	assert.Equal(t, l.inst(1).pid, s.Status().Pid)
+
+	l.mu.Lock()
+	l.sha = "no-answer"
+	l.behave = func(n int, inst *fakeInstance) { inst.slowPings.Store(2) }
+	l.mu.Unlock()
+	res, err = s.Swap(context.Background(), false, "test", nil)
+	require.NoError(t, err)
+	assert.Equal(t, SwapFailed, res.Outcome)
+	assert.ErrorContains(t, res.Err, "failed its health check (2 pings in a row)")
+	assert.ErrorIs(t, res.Err, context.DeadlineExceeded)
+	assert.Equal(t, l.inst(1).pid, s.Status().Pid, "the instance swapped in before keeps serving")
+	waitExit(t, l.inst(2))
+}
+
 // A new binary that fails its launch (handshake) or its health check never
 // serves: the old one serves throughout, and the same file is not retried
 // until forced.
