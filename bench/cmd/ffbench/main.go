@@ -92,7 +92,7 @@ type bench struct {
 	restoreTimes []time.Duration
 	log          hclog.Logger
 	verbose      bool
-	pgLogDir     string // pgtiming: where to keep the server's log (-pglog)
+	pgLogDir     string // pgtiming, pghosts: where to keep the server's log (-pglog)
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -164,7 +164,7 @@ func parseFlags() options {
 	flag.IntVar(&o.concurrency, "concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
 	flag.Float64Var(&o.maxLoad, "max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	flag.BoolVar(&o.verbose, "v", false, "host and plugin logs at info level")
-	flag.StringVar(&o.pgLogDir, "pglog", "", "pgtiming: keep the PostgreSQL server's statement log in this directory (pgtiming.log)")
+	flag.StringVar(&o.pgLogDir, "pglog", "", "pgtiming, pghosts: keep the PostgreSQL server's log in this directory (pgtiming.log: every statement; pghosts.log: statements of 50 ms or more)")
 	flag.IntVar(&o.rawChunk, "raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
 	flag.StringVar(&o.drainModes, "drain-modes", "plugin,plugin-audited,plugin-unconfined,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin: confined as a host confines it by default; plugin-audited: the same with the audit trail on; plugin-unconfined: not confined; plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
 	flag.StringVar(&o.timingParts, "timing", "reclaim,promote,deadline,attempt,drain,idle", "timing: measures to run")
