@@ -32,7 +32,7 @@ RENAMED_PLUGINS := dependencyreconciler retentiontrimmer
 # BACKEND picks make run's store: valkey (default) or postgres.
 BACKEND   ?= valkey
 
-.PHONY: build lua test compat lint run bench proto clean
+.PHONY: build lua test compat lint run bench stress-pg proto clean
 
 ## build: the host and every plugin into bin/ (plugins into bin/plugins/)
 build: lua
@@ -113,6 +113,11 @@ run: build
 ## bench: side-by-side benchmarks (see docs/performance.md)
 bench: build
 	./scripts/bench.sh
+
+## stress-pg: the multi-host Postgres tests, 20 rounds in a row beside two CPU
+## burners (ROUNDS=, BURNERS=); stops at the first failing round
+stress-pg:
+	./scripts/stress-pg.sh
 
 ## proto: regenerate the scanner protocol code with pinned tools
 proto:
