@@ -433,16 +433,8 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 		// Statements of 50 ms or more and autovacuum's runs, kept for
 		// reading afterwards (every statement, as pgtiming logs, would
 		// slow the drains it is kept for).
-		for _, q := range []string{
-			"ALTER SYSTEM SET log_min_duration_statement = 50",
-			"ALTER SYSTEM SET log_line_prefix = '%m [%p] '",
-			"ALTER SYSTEM SET log_parameter_max_length = 0",
-			"ALTER SYSTEM SET log_autovacuum_min_duration = 0",
-			"SELECT pg_reload_conf()",
-		} {
-			if _, err := pool.Exec(ctx, q); err != nil {
-				return nil, fmt.Errorf("statement log: %w", err)
-			}
+		if err := enableStatementLog(ctx, pool, 50); err != nil {
+			return nil, err
 		}
 		defer func() {
 			if err := copyFile(srv.LogPath(), filepath.Join(b.pgLogDir, "pghosts.log")); err != nil {

@@ -23,32 +23,31 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// pgLogSettings turn the statement log on (ALTER SYSTEM, then a reload):
-// every statement with its duration, the backend's pid in each line, no
-// bind parameters (the lines stay short), and autovacuum runs and lock
-// waits, which would stall a round too.
-var pgLogSettings = []string{
-	"ALTER SYSTEM SET log_min_duration_statement = 0",
-	"ALTER SYSTEM SET log_line_prefix = '%m [%p] '",
-	"ALTER SYSTEM SET log_parameter_max_length = 0",
-	"ALTER SYSTEM SET log_autovacuum_min_duration = 0",
-	"ALTER SYSTEM SET log_lock_waits = on",
-	"SELECT pg_reload_conf()",
-}
-
-// stallThreshold is the duration from which a statement of the measured
-// round counts as a stall: a first-use plan over 256 partitions took 170
-// to 910 ms; a warm statement takes about a millisecond.
-const stallThresholdMs = 50.0
-
-func enableStatementLog(ctx context.Context, pool *pgxpool.Pool) error {
-	for _, s := range pgLogSettings {
+// enableStatementLog turns the server's log on (ALTER SYSTEM, then a
+// reload): each statement that took minMs or more (0: every statement)
+// with its duration, the backend's pid in each line, no bind parameters
+// (the lines stay short), and autovacuum runs and lock waits, which
+// would stall a round too.
+func enableStatementLog(ctx context.Context, pool *pgxpool.Pool, minMs int) error {
+	for _, s := range []string{
+		fmt.Sprintf("ALTER SYSTEM SET log_min_duration_statement = %d", minMs),
+		"ALTER SYSTEM SET log_line_prefix = '%m [%p] '",
+		"ALTER SYSTEM SET log_parameter_max_length = 0",
+		"ALTER SYSTEM SET log_autovacuum_min_duration = 0",
+		"ALTER SYSTEM SET log_lock_waits = on",
+		"SELECT pg_reload_conf()",
+	} {
 		if _, err := pool.Exec(ctx, s); err != nil {
 			return fmt.Errorf("statement log: %w", err)
 		}
 	}
 	return nil
 }
+
+// stallThreshold is the duration from which a statement of the measured
+// round counts as a stall: a first-use plan over 256 partitions took 170
+// to 910 ms; a warm statement takes about a millisecond.
+const stallThresholdMs = 50.0
 
 // logSize is where the log ends now (the next round's lines follow).
 func logSize(path string) int64 {

@@ -73,7 +73,7 @@ func (b *bench) runPGTiming(ctx context.Context, sz sizes) (*pgTimingResult, err
 	}
 	defer srv.Stop()
 	defer pool.Close()
-	if err := enableStatementLog(ctx, pool); err != nil {
+	if err := enableStatementLog(ctx, pool, 0); err != nil {
 		return nil, err
 	}
 	logPath := srv.LogPath()
