@@ -113,8 +113,19 @@ func (h *Host) connectPostgres(ctx context.Context, cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
+		// The candidate reads' own connections, each function pinned to
+		// one (postgres.Readers).
+		if h.pgReads, err = postgres.OpenReaders(ctx, postgres.Options{DSN: cfg.Postgres.DSN,
+			Transaction: cfg.Postgres.Pooling == config.PoolingTransaction}, cfg.Postgres.ReadConnections); err != nil {
+			return err
+		}
+	} else {
+		// A read-only host installs nothing, so it warms nothing up
+		// either: its reads run on its pool.
+		h.pgReads = postgres.SharedReaders(h.pg)
 	}
-	h.log.Info("postgres", "schema", h.pgSchema.String(), "pool_size", h.pg.Config().MaxConns, "filter", cfg.Postgres.Filter().String())
+	h.log.Info("postgres", "schema", h.pgSchema.String(), "pool_size", h.pg.Config().MaxConns, "read_connections", h.pgReads.Connections(),
+		"filter", cfg.Postgres.Filter().String())
 	return nil
 }
 

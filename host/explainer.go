@@ -83,7 +83,7 @@ func (h *Host) History(scanner string) []metrics.Sample { return h.met.History(s
 // explainEnv is the host's side of an explanation, without targets.
 func (h *Host) explainEnv() explain.Env {
 	env := explain.Env{
-		Valkey: h.client, Postgres: h.pg, PostgresFilter: h.config().Postgres.Filter(),
+		Valkey: h.client, Postgres: h.pg, PostgresReads: h.pgReads, PostgresFilter: h.config().Postgres.Filter(),
 		Partitions: h.parts, Lanes: h.Lanes(), Now: h.clk.Now,
 	}
 	if h.share != nil {

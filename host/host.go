@@ -100,8 +100,10 @@ type Host struct {
 	// pg is the FlowFabric Postgres database (nil without postgres.dsn),
 	// pgSchema what Boot recognised there, pgLibrary the version of
 	// ffscan's function library Boot made sure of (0 for a read-only
-	// host, which installs nothing).
+	// host, which installs nothing), pgReads the connections of the
+	// candidate reads (with pg).
 	pg        *pgxpool.Pool
+	pgReads   *postgres.Readers
 	pgSchema  postgres.Schema
 	pgLibrary int
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.
@@ -196,6 +198,9 @@ func (h *Host) Metrics() *metrics.Metrics { return h.met }
 func (h *Host) Close() {
 	if h.client != nil {
 		h.client.Close()
+	}
+	if h.pgReads != nil {
+		h.pgReads.Close()
 	}
 	if h.pg != nil {
 		h.pg.Close()

@@ -1,13 +1,17 @@
 package host
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ffscan/ffscan/host/config"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/postgres/postgrestest"
 	"github.com/ffscan/ffscan/plugins/pgreconcilers"
 )
@@ -56,4 +60,48 @@ func pgReconcilerHost(t *testing.T, leases, delays config.Scanner, tune func(*co
 		return true
 	})
 	return h, cfg, db
+}
+
+// A Postgres host runs its candidate reads on connections of their own,
+// one per candidate function (postgres.Readers): the reads of each
+// scanner's function run on one connection named "ffscan reads", never on
+// the serving pool's.
+func TestPostgresHostReadsEachCandidateFunctionOnOneConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, _, db := pgReconcilerHost(t, pgScanner(), pgScanner(), nil)
+	require.NotNil(t, h.Status().Postgres)
+	assert.Equal(t, postgres.MaxReaderConnections, h.Status().Postgres.ReadConnections, "the status says how many")
+	// Two more cycles of each scanner from here: each has read since.
+	want := map[string]uint64{}
+	for _, n := range []string{pgreconcilers.LeaseExpiryName, pgreconcilers.DelayedPromoterName} {
+		want[n] = statusOf(h, n).Cycle + 2
+	}
+	waitFor(t, h, time.Minute, "two more cycles of each", func() bool {
+		for n, c := range want {
+			if statusOf(h, n).Cycle < c {
+				return false
+			}
+		}
+		return true
+	})
+	var readers int
+	require.NoError(t, db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'ffscan reads'").Scan(&readers))
+	assert.Equal(t, postgres.MaxReaderConnections, readers, "one connection per candidate function")
+	// pg_lease_expiry reads stale_leases, pg_delayed_promoter delays_due.
+	for _, fn := range []string{"stale_leases", "delays_due"} {
+		// The last statement of each session whose last statement was a
+		// read of fn (the warm-up's count(*) aside).
+		rows, err := db.Query(ctx, `SELECT application_name FROM pg_stat_activity WHERE datname = current_database()
+			AND query LIKE '%FROM ffscan.' || $1 || '(%' AND query NOT LIKE 'SELECT count(*)%'`, fn)
+		require.NoError(t, err)
+		var apps []string
+		for rows.Next() {
+			var app string
+			require.NoError(t, rows.Scan(&app))
+			apps = append(apps, app)
+		}
+		require.NoError(t, rows.Err())
+		assert.Equal(t, []string{"ffscan reads"}, apps, "%s: read on one reader connection", fn)
+	}
 }

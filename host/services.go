@@ -89,7 +89,7 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 		}
 	}
 	h.units = unit.NewSet(unit.Config{Deps: h.unitDeps()})
-	comp := listeners.Config{Settings: completionSettings(cfg.Completions), Library: h.lib, Postgres: h.pg, PostgresFilter: cfg.Postgres.Filter(),
+	comp := listeners.Config{Settings: completionSettings(cfg.Completions), Library: h.lib, Postgres: h.pg, PostgresReads: h.pgReads, PostgresFilter: cfg.Postgres.Filter(),
 		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}
 	if h.share != nil {
 		comp.Gains = h.share.Gains
@@ -129,7 +129,7 @@ func (h *Host) shareStore(cfg *config.Config) sharing.Store {
 // unitDeps are what the scanners are built from.
 func (h *Host) unitDeps() unit.Deps {
 	d := unit.Deps{
-		Catalog: h.cat, Callbacks: h.svc, Approvals: h.approvals, Client: h.client, Postgres: h.pg,
+		Catalog: h.cat, Callbacks: h.svc, Approvals: h.approvals, Client: h.client, Postgres: h.pg, PostgresReads: h.pgReads,
 		Partitions: h.parts, Lanes: h.Lanes, Owns: h.owns(), Epoch: h.epoch, Nodes: h.nodes, Metrics: h.met, Clock: h.clk, Logger: h.log,
 		Changes: &h.changes, Launches: h.launches, Cgroups: h.bounds.Cgroups,
 		NoCgroups: h.bounds.Kind, Shadows: h.shadows, CanaryRecords: h.cfg.DecisionRecords.Canary,

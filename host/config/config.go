@@ -32,6 +32,7 @@ import (
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/filewatch"
 	"github.com/ffscan/ffscan/host/keyevents"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/supervisor"
 	"github.com/ffscan/ffscan/keys"
@@ -222,8 +223,17 @@ type Postgres struct {
 	// file: PGPASSWORD or a ~/.pgpass entry work, as with psql.
 	DSN string
 	// PoolSize bounds the host's connections (0: pgx's default, the
-	// larger of 4 and the number of CPUs).
+	// larger of 4 and the number of CPUs) for everything but the
+	// candidate reads.
 	PoolSize int
+	// ReadConnections are the host's connections for its scanners'
+	// candidate reads (0: one per candidate function of the library,
+	// postgres.MaxReaderConnections), each function always read on the
+	// same one (postgres.Readers: an ANALYZE then costs one new plan per
+	// function and host, not one per pooled connection). Fewer share
+	// connections among the functions, whose reads then wait for each
+	// other. A read-only host reads on its pool instead.
+	ReadConnections int
 	// Namespace and InstanceTag ("key=value") restrict every Postgres
 	// reconciler and the completion push path to the executions of one
 	// namespace and/or instance tag, read from the execution's raw_fields
@@ -650,6 +660,12 @@ func (c *Config) validatePostgres(p *problems) {
 	}
 	if c.Postgres.PoolSize < 0 {
 		p.bad("postgres.pool_size", "%d is negative", c.Postgres.PoolSize)
+	}
+	switch n := c.Postgres.ReadConnections; {
+	case n < 0:
+		p.bad("postgres.read_connections", "%d is negative (0: one per candidate function, %d)", n, postgres.MaxReaderConnections)
+	case n > postgres.MaxReaderConnections:
+		p.bad("postgres.read_connections", "%d is more than the library's %d candidate functions, one connection each at most", n, postgres.MaxReaderConnections)
 	}
 	if _, err := scannerapi.ParseFilter(map[string]string{scannerapi.OptionInstanceTag: c.Postgres.InstanceTag}); err != nil {
 		p.bad("postgres.instance_tag", "%q must be key=value with a non-empty key (a key of the execution's tags)", c.Postgres.InstanceTag)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ffscan/ffscan/sdk/pluginhost"
 
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
 )
@@ -287,6 +289,20 @@ func TestPostgresSettings(t *testing.T) {
 	assert.Contains(t, err.Error(), "postgres.dsn: not a valid connection string")
 	assert.Contains(t, err.Error(), "postgres.pool_size: -1 is negative")
 	assert.NotContains(t, err.Error(), "s3cret", "the password never reaches a message")
+
+	// The candidate reads' connections: 0 (one per function) up to one
+	// per function.
+	cfg, err = Load(Sources{Environ: []string{"FFSCAN_POSTGRES__DSN=postgres://ff@db/ff", "FFSCAN_POSTGRES__READ_CONNECTIONS=3"}})
+	require.NoError(t, err)
+	assert.Equal(t, 3, cfg.Postgres.ReadConnections)
+	assert.Zero(t, Defaults().Postgres.ReadConnections, "one per candidate function unless configured")
+	for n, want := range map[int]string{-1: "postgres.read_connections: -1 is negative",
+		postgres.MaxReaderConnections + 1: fmt.Sprintf("postgres.read_connections: %d is more than the library's %d candidate functions",
+			postgres.MaxReaderConnections+1, postgres.MaxReaderConnections)} {
+		_, err = Load(Sources{File: writeFile(t, fmt.Sprintf("postgres: {dsn: \"postgres://ff@db/ff\", read_connections: %d}\n", n)), Environ: noEnv})
+		require.Error(t, err, n)
+		assert.Contains(t, err.Error(), want)
+	}
 
 	// The database is a restart key, like Valkey's address.
 	a, b := Defaults(), Defaults()

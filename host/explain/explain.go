@@ -164,7 +164,10 @@ type Instance struct {
 type Env struct {
 	Valkey valkey.Client // nil: no Valkey
 	// Postgres and its filter (nil: no database).
-	Postgres       *pgxpool.Pool
+	Postgres *pgxpool.Pool
+	// PostgresReads are the connections of the candidate reads (nil:
+	// Postgres's).
+	PostgresReads  *postgres.Readers
 	PostgresFilter scannerapi.Filter
 	Partitions     keys.PartitionConfig
 	// Lanes are the lanes the host scans.
@@ -624,7 +627,7 @@ func postgresEntries(ctx context.Context, env Env, info scannerapi.Info, eid key
 		if s.Kind != scannerapi.SourcePostgres {
 			continue
 		}
-		rows, err := postgres.ReadCandidates(ctx, env.Postgres, s.Key, []uint16{p.Index}, env.Partitions.Count(info.Family), batch, env.PostgresFilter)
+		rows, err := postgres.ReadCandidates(ctx, env.reads().For(s.Key), s.Key, []uint16{p.Index}, env.Partitions.Count(info.Family), batch, env.PostgresFilter)
 		if err != nil {
 			return nil, err
 		}
@@ -659,4 +662,12 @@ func inconsistencies(rep *Report) []string {
 		}
 	}
 	return out
+}
+
+// reads are the connections of env's candidate reads.
+func (env Env) reads() *postgres.Readers {
+	if env.PostgresReads != nil {
+		return env.PostgresReads
+	}
+	return postgres.SharedReaders(env.Postgres)
 }

@@ -774,6 +774,10 @@ type PostgresStatus struct {
 	// Connections open now, and of those in use.
 	Connections int `json:"connections"`
 	InUse       int `json:"in_use"`
+	// ReadConnections are the candidate reads' own connections
+	// (postgres.read_connections; 0: a read-only host, which reads on
+	// its pool).
+	ReadConnections int `json:"read_connections"`
 	// Completions is the Postgres completion listener (null when disabled).
 	Completions *PGCompletionsStatus `json:"completions,omitempty"`
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ffscan/ffscan/host/clock"
 	"github.com/ffscan/ffscan/host/completions"
 	"github.com/ffscan/ffscan/host/pgcompletions"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/lua"
@@ -44,7 +45,10 @@ type Config struct {
 	Library *lua.Library
 	// Postgres is the host's database (nil: none); PostgresListen the
 	// Postgres listener's own connection (nil: the pool's settings).
-	Postgres       *pgxpool.Pool
+	Postgres *pgxpool.Pool
+	// PostgresReads are the connections of the drains' reads (nil:
+	// Postgres's).
+	PostgresReads  *postgres.Readers
 	PostgresListen *pgx.ConnConfig
 	PostgresFilter scannerapi.Filter
 	Partitions     keys.PartitionConfig
@@ -134,7 +138,7 @@ func (l *Listeners) startLocked(ctx context.Context) error {
 	}
 	var errs []error
 	if d.Postgres != nil {
-		pc := pgcompletions.Config{Pool: d.Postgres, Listen: d.PostgresListen, Partitions: d.Partitions.Flow, Concurrency: c.Concurrency,
+		pc := pgcompletions.Config{Pool: d.Postgres, Reads: d.PostgresReads, Listen: d.PostgresListen, Partitions: d.Partitions.Flow, Concurrency: c.Concurrency,
 			Owns: d.Owns, Gains: d.Gains, Filter: d.PostgresFilter, Clock: d.Clock, Logger: d.Logger.Named("pgcompletions"), Changes: d.Changes}
 		pg := pgcompletions.New(pc)
 		if err := pg.Start(ctx); err != nil {

@@ -81,6 +81,8 @@ type Config struct {
 	// Pool runs the drains' reads and the dispatches (it may reach the
 	// database through a transaction pooler).
 	Pool *pgxpool.Pool
+	// Reads are the connections the drains' reads run on (nil: Pool).
+	Reads *postgres.Readers
 	// Listen is the listening connection's settings (nil: the pool's). It
 	// must reach a session of its own: PostgreSQL itself, or a session
 	// pooler (a transaction pooler drops LISTEN, and the listener's check
@@ -128,6 +130,9 @@ func (c Config) withDefaults() Config {
 	service.Default(&c.StableAfter, DefaultStableAfter)
 	service.Default(&c.CheckTimeout, DefaultCheckTimeout)
 	c.Clock = clock.Or(c.Clock)
+	if c.Reads == nil && c.Pool != nil {
+		c.Reads = postgres.SharedReaders(c.Pool)
+	}
 	if c.Logger == nil {
 		c.Logger = hclog.NewNullLogger()
 	}
@@ -395,7 +400,7 @@ func (l *Listener) owned() []uint16 {
 func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 	parts := l.owned()
 	if len(parts) > 0 {
-		evs, err := postgres.ReadCandidates(ctx, l.o.Pool, "completions_pending", parts, l.o.Partitions, drainPerPartition, l.o.Filter)
+		evs, err := postgres.ReadCandidates(ctx, l.o.Reads.For("completions_pending"), "completions_pending", parts, l.o.Partitions, drainPerPartition, l.o.Filter)
 		if err != nil {
 			return false, fmt.Errorf("read the pending events: %w", err)
 		}

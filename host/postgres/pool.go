@@ -31,7 +31,8 @@ type Options struct {
 	Transaction bool
 	// Ready makes the pool the host's serving pool, for a database where
 	// ffscan's library is installed: each connection runs every function
-	// of the library once (WarmUp) before the pool hands it out, the pool
+	// of the library the pool serves once (WarmUp: all but the candidate
+	// reads, which run on Readers) before the pool hands it out, the pool
 	// keeps all PoolSize connections open (MinConns; unless DSN names
 	// pool_min_conns), a connection is not closed for its age (unless DSN
 	// names pool_max_conn_lifetime), and Connect returns once every
@@ -57,6 +58,19 @@ type Options struct {
 
 // Connect opens the host's pool and checks that the database answers.
 func Connect(ctx context.Context, o Options) (*pgxpool.Pool, error) {
+	cfg, err := poolConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	if o.Ready {
+		cfg.AfterConnect = WarmUp
+	}
+	return open(ctx, cfg, o.Ready)
+}
+
+// poolConfig is the pool configuration Options ask for, AfterConnect
+// left to the caller.
+func poolConfig(o Options) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(o.DSN)
 	if err != nil {
 		// pgx's message can quote the DSN, password included: say only
@@ -86,8 +100,14 @@ func Connect(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 		if !named["pool_max_conn_lifetime"] {
 			cfg.MaxConnLifetime = 0 // never: a new connection plans again
 		}
-		cfg.AfterConnect = WarmUp
 	}
+	return cfg, nil
+}
+
+// open opens a pool of cfg, checks that the database answers and, when
+// ready, that every connection of MinConns is open (and has run
+// AfterConnect).
+func open(ctx context.Context, cfg *pgxpool.Config, ready bool) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -96,7 +116,7 @@ func Connect(ctx context.Context, o Options) (*pgxpool.Pool, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
 	}
-	if o.Ready {
+	if ready {
 		if err := fill(ctx, pool); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("postgres: ready the pool's connections: %w", err)
@@ -186,31 +206,17 @@ var warmParts = []string{"'{0}'::smallint[]", "array_fill(0::smallint, ARRAY[ffs
 // one no host uses.
 const warmGroup = "'ffscan warm-up'"
 
-// WarmUpStatements are what WarmUp runs: every function the host calls of
-// ffscan's library, once each, the candidate reads (and their next-due
-// companions) over no partition, the actions on a row that does not
-// exist, the share's functions in a group of their own.
+// WarmUpStatements are what WarmUp runs: every function of ffscan's
+// library the host calls on its pool, once each, the actions on a row
+// that does not exist, the share's functions in a group of their own. The
+// candidate reads are not among them: they run on Readers, which warm
+// them up (readWarmUpStatements).
 func WarmUpStatements() []string {
-	var out []string
-	// Each read in both of its forms (a few partitions, one query each;
-	// more, one query over all: library.sql), which PL/pgSQL plans apart,
-	// at its first run of each. They read nothing: no row for a due read
-	// (LIMIT 0), none due after the last millisecond for a next-due one.
-	for _, fn := range slices.Sorted(maps.Keys(CandidateFunctions)) {
-		for _, parts := range warmParts {
-			out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s(%s, 0, 256, %s)", fn, parts, warmFilter))
-		}
-	}
-	for _, fn := range slices.Sorted(maps.Values(NextDueFunctions)) {
-		for _, parts := range warmParts {
-			out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s(%s, 256, %d, %s)", fn, parts, int64(math.MaxInt64), warmFilter))
-		}
-	}
+	out := []string{"SELECT ffscan.now_ms()"}
 	for _, fn := range slices.Sorted(maps.Keys(ActionFunctions)) {
 		out = append(out, fmt.Sprintf("SELECT ffscan.%s(%s, %s)", fn, warmArgs[fn], warmFilter))
 	}
 	return append(out,
-		"SELECT ffscan.now_ms()",
 		"SELECT count(*) FROM ffscan.dispatch_completions(0::smallint, '{0}'::bigint[], "+warmFilter+")",
 		"SELECT count(*) FROM ffscan.expire_lapsed_leases(0::smallint, ARRAY["+warmNil+"], '{0}'::integer[], "+warmFilter+")",
 		"SELECT count(*) FROM ffscan.share_renew("+warmGroup+", '', '', 1)",
@@ -220,18 +226,44 @@ func WarmUpStatements() []string {
 	)
 }
 
+// readWarmUpStatements warm up candidate functions fns, with their
+// next-due companions, and the clock. Each read runs in both of its forms
+// (a few partitions, one query each; more, one query over all:
+// library.sql), which PL/pgSQL plans apart, at its first run of each.
+// They read nothing: no row for a due read (LIMIT 0), none due after the
+// last millisecond for a next-due one.
+func readWarmUpStatements(fns []string) []string {
+	out := []string{"SELECT ffscan.now_ms()"}
+	for _, fn := range fns {
+		for _, parts := range warmParts {
+			out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s(%s, 0, 256, %s)", fn, parts, warmFilter))
+		}
+		if next, ok := NextDueFunctions[fn]; ok {
+			for _, parts := range warmParts {
+				out = append(out, fmt.Sprintf("SELECT count(*) FROM ffscan.%s(%s, 256, %d, %s)", next, parts, int64(math.MaxInt64), warmFilter))
+			}
+		}
+	}
+	return out
+}
+
 // WarmUp runs WarmUpStatements on conn, in one transaction it rolls back
 // (nothing is written, nothing notified): PL/pgSQL keeps the plans it made
 // for the connection's later calls. Behind a transaction pooler it warms
 // the server connection the pooler gave it.
 func WarmUp(ctx context.Context, conn *pgx.Conn) error {
+	return warmUp(ctx, conn, WarmUpStatements())
+}
+
+// warmUp runs statements on conn in one transaction it rolls back.
+func warmUp(ctx context.Context, conn *pgx.Conn, statements []string) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	b := &pgx.Batch{}
-	for _, s := range WarmUpStatements() {
+	for _, s := range statements {
 		b.Queue(s)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {

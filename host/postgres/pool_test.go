@@ -18,10 +18,11 @@ import (
 
 // The host's serving pool (Options.Ready): when Connect returns, every
 // connection of the pool is open and has run each function of ffscan's
-// library the host calls once (so the planning of a first call is paid,
-// not by a wake-up or a dispatch), nothing was written, and the pool keeps
-// them all open (MinConns its size, no age limit).
-func TestReadyPoolConnectionsRanEveryLibraryFunction(t *testing.T) {
+// library the host calls on it once (so the planning of a first call is
+// paid, not by a dispatch), nothing was written, and the pool keeps them
+// all open (MinConns its size, no age limit). The candidate reads are not
+// run there: they have connections of their own (Readers).
+func TestReadyPoolConnectionsRanEveryFunctionThePoolServes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	admin := postgrestest.SchemaDB(t, 1)
@@ -67,11 +68,15 @@ func TestReadyPoolConnectionsRanEveryLibraryFunction(t *testing.T) {
 			names[m[1]] = true
 		}
 	}
-	for _, fn := range append(mapsKeys(postgres.ActionFunctions), mapsKeys(postgres.CandidateFunctions)...) {
+	for _, fn := range mapsKeys(postgres.ActionFunctions) {
 		assert.True(t, names[fn], "%s is warmed up", fn)
 	}
-	for _, fn := range postgres.NextDueFunctions {
-		assert.True(t, names[fn], "%s is warmed up", fn)
+	// The candidate reads run on Readers, which warm them up.
+	for _, fn := range mapsKeys(postgres.CandidateFunctions) {
+		assert.False(t, names[fn], "%s is not run on the pool", fn)
+		if next, ok := postgres.NextDueFunctions[fn]; ok {
+			assert.False(t, names[next], "%s is not run on the pool", next)
+		}
 	}
 	for fn := range names {
 		if fn == "share_leave" || fn == "now_ms" || fn == "few_partitions" {
@@ -92,11 +97,12 @@ func mapsKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// A ready pool's connection makes no generic plan after the pool hands it
-// out: each generic plan it ever uses (the candidate reads', made over
-// every child partition, hundreds of milliseconds each) was made by the
-// warm-up, and the actions' statements, which the warm-up's not-found
-// calls never reach, are planned for their one partition at each call.
+// Neither a ready pool's connection nor a reader's makes a generic plan
+// once handed out: each generic plan a reader uses (the candidate reads',
+// made over every child partition, hundreds of milliseconds each) was
+// made by its warm-up, and the actions' statements on the pool, which the
+// warm-up's not-found calls never reach, are planned for their one
+// partition at each call.
 // The evidence is the session's own memory: a generic plan lives in a
 // CachedPlan memory context named by its statement
 // (pg_backend_memory_contexts) for as long as the session keeps it, a
@@ -162,7 +168,7 @@ func TestReadyPoolConnectionsMakeNoGenericPlanAfterTheHandOver(t *testing.T) {
 	// candidate read, with its next-due companion, on the partitions
 	// that hold the rows, seven times over (past the plan cache's five
 	// custom plans), each action on a row it changes, and the clock.
-	run := func(pool *pgxpool.Pool, leases, delays [][2]any) {
+	run := func(pool *pgxpool.Pool, reads *postgres.Readers, leases, delays [][2]any) {
 		var parts []uint16
 		for _, l := range append(leases, delays...) {
 			parts = append(parts, uint16(l[0].(int16)))
@@ -176,13 +182,13 @@ func TestReadyPoolConnectionsMakeNoGenericPlanAfterTheHandOver(t *testing.T) {
 			}
 			for _, ps := range [][]uint16{parts[:8], parts} {
 				for fn := range postgres.CandidateFunctions {
-					_, err := postgres.ReadCandidates(ctx, pool, fn, ps, 256, 10, f)
+					_, err := postgres.ReadCandidates(ctx, reads.For(fn), fn, ps, 256, 10, f)
 					require.NoError(t, err)
-					_, err = postgres.CountCandidates(ctx, pool, fn, ps, 256, f)
+					_, err = postgres.CountCandidates(ctx, reads.For(fn), fn, ps, 256, f)
 					require.NoError(t, err)
 				}
 				for fn := range postgres.NextDueFunctions {
-					_, _, err := postgres.ReadCandidatesNext(ctx, pool, fn, ps, 256, 10, 0, f)
+					_, _, err := postgres.ReadCandidatesNext(ctx, reads.For(fn), fn, ps, 256, 10, 0, f)
 					require.NoError(t, err)
 				}
 			}
@@ -201,46 +207,58 @@ func TestReadyPoolConnectionsMakeNoGenericPlanAfterTheHandOver(t *testing.T) {
 			require.Equal(t, "promoted", *out[1])
 		}
 	}
-	// check runs the calls on a pool of one connection and returns the
-	// generic plans that connection made meanwhile.
-	check := func(pool *pgxpool.Pool, base int) []string {
-		c, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		pid := c.Conn().PgConn().PID()
-		before := genericPlans(c)
-		c.Release()
-		leases, delays := seed(base)
-		run(pool, leases, delays)
-		c, err = pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer c.Release()
-		require.Equal(t, pid, c.Conn().PgConn().PID(), "the pool's one connection")
-		var made []string
-		for ident, n := range genericPlans(c) {
-			if n > before[ident] {
-				made = append(made, ident)
-			}
+	// check runs the calls, the actions on a pool of one connection, the
+	// reads on readers of one connection, and returns the generic plans
+	// each connection made meanwhile.
+	check := func(pool *pgxpool.Pool, reads *postgres.Readers, base int) (actions, readers []string) {
+		conns := []*pgxpool.Pool{pool, reads.For("lapsed_leases")}
+		pids := make([]uint32, len(conns))
+		before := make([]map[string]int, len(conns))
+		for i, p := range conns {
+			c, err := p.Acquire(ctx)
+			require.NoError(t, err)
+			pids[i], before[i] = c.Conn().PgConn().PID(), genericPlans(c)
+			c.Release()
 		}
-		return made
+		leases, delays := seed(base)
+		run(pool, reads, leases, delays)
+		made := make([][]string, len(conns))
+		for i, p := range conns {
+			c, err := p.Acquire(ctx)
+			require.NoError(t, err)
+			require.Equal(t, pids[i], c.Conn().PgConn().PID(), "the pool's one connection")
+			for ident, n := range genericPlans(c) {
+				if n > before[i][ident] {
+					made[i] = append(made[i], ident)
+				}
+			}
+			c.Release()
+		}
+		return made[0], made[1]
 	}
 
 	ready, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 1, Ready: true})
 	require.NoError(t, err)
 	defer ready.Close()
+	reads, err := postgres.OpenReaders(ctx, postgres.Options{DSN: dsn}, 1)
+	require.NoError(t, err)
+	defer reads.Close()
 	var mode string
 	require.NoError(t, ready.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode))
 	assert.Equal(t, "force_custom_plan", mode)
-	c, err := ready.Acquire(ctx)
+	c, err := reads.For("lapsed_leases").Acquire(ctx)
 	require.NoError(t, err)
-	assert.NotEmpty(t, genericPlans(c), "the warm-up made the candidate reads' generic plans")
+	assert.NotEmpty(t, genericPlans(c), "the readers' warm-up made the candidate reads' generic plans")
 	c.Release()
-	assert.Empty(t, check(ready, 0), "no generic plan was made after the hand-over")
+	actions, readers := check(ready, reads, 0)
+	assert.Empty(t, actions, "no generic plan was made on the pool after the hand-over")
+	assert.Empty(t, readers, "no generic plan was made on the readers after their warm-up")
 
 	// The same calls on a session with PostgreSQL's default.
 	plain, err := postgres.Connect(ctx, postgres.Options{DSN: dsn + "&plan_cache_mode=auto", PoolSize: 1, Ready: true})
 	require.NoError(t, err)
 	defer plain.Close()
-	made := check(plain, 100)
+	made, _ := check(plain, reads, 100)
 	assert.NotEmpty(t, made, "with plan_cache_mode auto the actions' statements get generic plans at their sixth run")
 	t.Logf("generic plans made after the hand-over with plan_cache_mode auto: %d statements", len(made))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/ffscan/ffscan/host/clock"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/keys"
 	"github.com/ffscan/ffscan/sdk/scannerapi"
@@ -144,6 +145,9 @@ type Config struct {
 	// with Postgres sources reads (nil: none; such a scanner's cycles
 	// fail, saying so).
 	Postgres *pgxpool.Pool
+	// PostgresReads are the connections the candidate reads run on (nil:
+	// Postgres; the host passes its own, postgres.OpenReaders).
+	PostgresReads *postgres.Readers
 	// PostgresFilter is the host's namespace / instance-tag filter, which
 	// the candidate reads apply (postgres.namespace, postgres.instance_tag).
 	PostgresFilter scannerapi.Filter
@@ -176,6 +180,9 @@ func (c Config) withDefaults() Config {
 		c.CallParent = context.Background()
 	}
 	c.Clock = clock.Or(c.Clock)
+	if c.PostgresReads == nil && c.Postgres != nil {
+		c.PostgresReads = postgres.SharedReaders(c.Postgres)
+	}
 	if c.Recorder == nil {
 		c.Recorder = nopRecorder{}
 	}

@@ -98,9 +98,9 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition, nowM
 		)
 		count := r.cfg.Partitions.Count(sw.info.Family)
 		if sw.rank && timed {
-			rows, next, err = postgres.ReadCandidatesNext(ctx, r.cfg.Postgres, src.Key, idx, count, sw.batch, nowMs, r.cfg.PostgresFilter)
+			rows, next, err = postgres.ReadCandidatesNext(ctx, r.cfg.PostgresReads.For(src.Key), src.Key, idx, count, sw.batch, nowMs, r.cfg.PostgresFilter)
 		} else {
-			rows, err = postgres.ReadCandidates(ctx, r.cfg.Postgres, src.Key, idx, count, sw.batch, r.cfg.PostgresFilter)
+			rows, err = postgres.ReadCandidates(ctx, r.cfg.PostgresReads.For(src.Key), src.Key, idx, count, sw.batch, r.cfg.PostgresFilter)
 		}
 		if err != nil {
 			for _, st := range states {
@@ -154,7 +154,7 @@ func (sw *sweep) pgBacklog(ctx context.Context, src scannerapi.CandidateSource, 
 	if len(full) == 0 {
 		return
 	}
-	counts, err := postgres.CountCandidates(ctx, r.cfg.Postgres, src.Key, full, r.cfg.Partitions.Count(sw.info.Family), r.cfg.PostgresFilter)
+	counts, err := postgres.CountCandidates(ctx, r.cfg.PostgresReads.For(src.Key), src.Key, full, r.cfg.Partitions.Count(sw.info.Family), r.cfg.PostgresFilter)
 	if err != nil {
 		for _, p := range full {
 			byIndex[p].sampled = false

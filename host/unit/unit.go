@@ -21,6 +21,7 @@ import (
 	"github.com/ffscan/ffscan/host/launcher"
 	"github.com/ffscan/ffscan/host/metrics"
 	"github.com/ffscan/ffscan/host/policy"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/shadow"
@@ -48,8 +49,11 @@ type Deps struct {
 	// Client is the host's Valkey (nil: it serves Postgres alone).
 	Client valkey.Client
 	// Postgres is the host's FlowFabric database (nil: none).
-	Postgres   *pgxpool.Pool
-	Partitions keys.PartitionConfig
+	Postgres *pgxpool.Pool
+	// PostgresReads are the connections of the candidate reads (nil:
+	// Postgres's).
+	PostgresReads *postgres.Readers
+	Partitions    keys.PartitionConfig
 	// Lanes are the lanes known now (host/lanes).
 	Lanes func() []string
 	// Owns is this host's share of the partitions (nil: every one).
@@ -199,6 +203,7 @@ func (d Deps) RunnerConfig(s Settings, name string, sc config.Scanner) scheduler
 		Census:         d.Census,
 		Epoch:          d.Epoch,
 		Postgres:       d.Postgres,
+		PostgresReads:  d.PostgresReads,
 		PostgresFilter: s.PostgresFilter,
 		Changes:        d.Changes,
 	}

@@ -124,7 +124,11 @@ func Start() (*Server, error) {
 		}
 		cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
 			"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir, "-c", "fsync=off",
-			"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_locks_per_transaction=256")
+			"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_locks_per_transaction=256",
+			// A Postgres host holds its pool, a connection per candidate
+			// function and a listener's: tests run several hosts at once
+			// on one server, past the default 100 with more than 2 CPUs.
+			"-c", "max_connections=400")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {

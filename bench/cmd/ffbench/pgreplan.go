@@ -80,15 +80,16 @@ func (b *bench) runPGReplan(ctx context.Context, runs int) (*pgReplanResult, err
 	return res, nil
 }
 
-// pgReplanForm times the reads on a ready pool of one connection (warmed
-// up as the host's are).
+// pgReplanForm times the reads on the host's read connections, all on one
+// (warmed up as the host's are).
 func (b *bench) pgReplanForm(ctx context.Context, dsn string, runs int) (pgReplanForm, error) {
 	var f pgReplanForm
-	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 1, Ready: true})
+	reads, err := postgres.OpenReaders(ctx, postgres.Options{DSN: dsn}, 1)
 	if err != nil {
 		return f, err
 	}
-	defer pool.Close()
+	defer reads.Close()
+	pool := reads.For(pgReplanFunction)
 	read := func() (time.Duration, error) {
 		t0 := time.Now()
 		_, _, err := postgres.ReadCandidatesNext(ctx, pool, pgReplanFunction, pgReplanParts, 256, 100, 0, scannerapi.Filter{})
