@@ -104,8 +104,9 @@ func (h *Host) connectPostgres(ctx context.Context, cfg *config.Config) error {
 		h.pgLibrary = postgres.LibraryVersion
 		h.log.Info("postgres function library", "version", postgres.LibraryVersion, "action", string(action))
 		// The serving pool: every connection open, each having run the
-		// library's functions once, so that no wake-up, read or dispatch
-		// pays a first call's planning.
+		// library's functions it serves once (all but the candidate
+		// reads, which have connections of their own, below), so that
+		// no action or dispatch pays a first call's planning.
 		boot := h.pg
 		h.pg, err = postgres.Connect(ctx, postgres.Options{DSN: cfg.Postgres.DSN, PoolSize: cfg.Postgres.PoolSize,
 			Transaction: cfg.Postgres.Pooling == config.PoolingTransaction, Ready: true})
