@@ -52,16 +52,7 @@ func TestReadyPoolConnectionsRanEveryFunctionThePoolServes(t *testing.T) {
 	for _, c := range conns {
 		c.Release()
 	}
-	calls := map[string]int64{}
-	rows, err := admin.Query(ctx, "SELECT funcname, calls FROM pg_stat_user_functions WHERE schemaname = 'ffscan'")
-	require.NoError(t, err)
-	for rows.Next() {
-		var fn string
-		var n int64
-		require.NoError(t, rows.Scan(&fn, &n))
-		calls[fn] += n
-	}
-	require.NoError(t, rows.Err())
+	calls := functionCalls(t, admin)
 	names := map[string]bool{}
 	for _, s := range postgres.WarmUpStatements() {
 		for _, m := range regexp.MustCompile(`ffscan\.(\w+)\(`).FindAllStringSubmatch(s, -1) {

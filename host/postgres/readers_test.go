@@ -98,6 +98,8 @@ func TestReadersPinEachCandidateFunctionToOneConnection(t *testing.T) {
 	assert.Equal(t, int32(1), r.For(fn).Stat().TotalConns(), "no other opened")
 }
 
+// functionCalls are the calls of each of ffscan's PL/pgSQL functions the
+// server counted (track_functions=pl), by name.
 func functionCalls(t *testing.T, admin *pgxpool.Pool) map[string]int64 {
 	t.Helper()
 	calls := map[string]int64{}
