@@ -157,9 +157,31 @@ func seedLapsesAt(ctx context.Context, pool *pgxpool.Pool, n int, inMs int64, cl
 		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch, lease_expires_at_ms)
 			SELECT partition_key, execution_id, 0, 'w', 'w-1', 1, ffscan.now_ms() + %d FROM e`, n, inMs),
 		"ANALYZE ff_exec_core, ff_attempt")
-	for _, sql := range sqls {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("seed: %w", err)
+	if err := execFlushed(ctx, pool, sqls); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	return nil
+}
+
+// execFlushed runs sqls on one connection and has the server count their
+// transactions in pg_stat_database before it returns. A VACUUM or ANALYZE
+// of a partitioned table runs a transaction per child (an ANALYZE of
+// ff_exec_core and ff_attempt: 514), and a backend that flushed its
+// counts less than a second before going idle sends them only 10 s later
+// (PostgreSQL 15's PGSTAT_IDLE_INTERVAL): without the forced flush, a
+// seeding's ~1,500 transactions landed in a count that started 2 s after
+// it, in some drains and not in others. The flush happens before the
+// server reports the statement done (it is part of going idle), so when
+// this returns, a read of pg_stat_database from any session sees them.
+func execFlushed(ctx context.Context, pool *pgxpool.Pool, sqls []string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	for _, sql := range append(sqls, "SELECT pg_stat_force_next_flush()") {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return err
 		}
 	}
 	return nil

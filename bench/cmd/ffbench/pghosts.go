@@ -251,9 +251,10 @@ func pgChildScans(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 // those of a backend that went idle within a second of its last flush
 // only 10 s later (PGSTAT_IDLE_INTERVAL): a count's end waits
 // pgStatsIdleFlush (with 2 s, a count of one host read 0.886 calls of
-// expire_lapsed_lease per item where every item was ended once); its
-// start, before the leases lapse, 2 s (what comes late then is a few of
-// the seeding's and the idle hosts' transactions).
+// expire_lapsed_lease per item where every item was ended once). Its
+// start does not wait: the seeding flushes its own counts (execFlushed),
+// and what the idle hosts' backends hold back at the start they hold back
+// at the end too.
 func pgStatsSettle(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
@@ -317,10 +318,9 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	if err := seedLapsesAt(ctx, pool, n, pgHostsLead.Milliseconds(), true); err != nil {
 		return run, err
 	}
+	// The seeding's transactions are counted already (execFlushed): the
+	// count starts now.
 	due := time.Now().Add(pgHostsLead)
-	if err := pgStatsSettle(ctx, 2*time.Second); err != nil { // the seeding's own transactions
-		return run, err
-	}
 	c0, err := pgCalls(ctx, pool)
 	if err != nil {
 		return run, err
@@ -397,12 +397,10 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 // host runs). It vacuums and analyses them too, so that autovacuum does
 // not do it (its transactions are the database's) in the next count.
 func pgHostsReset(ctx context.Context, pool *pgxpool.Pool) error {
-	for _, sql := range []string{"DELETE FROM ffscan.share_owner", "DELETE FROM ffscan.share_member",
+	if err := execFlushed(ctx, pool, []string{"DELETE FROM ffscan.share_owner", "DELETE FROM ffscan.share_member",
 		"DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event", "DELETE FROM ff_lease_event",
-		"VACUUM ANALYZE ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("reset: %w", err)
-		}
+		"VACUUM ANALYZE ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"}); err != nil {
+		return fmt.Errorf("reset: %w", err)
 	}
 	return nil
 }
