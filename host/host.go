@@ -102,8 +102,11 @@ type Host struct {
 	// ffscan's function library Boot made sure of (0 for a read-only
 	// host, which installs nothing), pgReads the connections of the
 	// candidate reads (with pg).
-	pg        *pgxpool.Pool
-	pgReads   *postgres.Readers
+	pg      *pgxpool.Pool
+	pgReads *postgres.Readers
+	// pgSlots bound the action transactions in flight (nil on a host
+	// without Postgres, or read only).
+	pgSlots   *postgres.ActionSlots
 	pgSchema  postgres.Schema
 	pgLibrary int
 	// readOnly: booted by BootReadOnly; only dry-run sessions may run.

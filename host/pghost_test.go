@@ -105,3 +105,86 @@ func TestPostgresHostReadsEachCandidateFunctionOnOneConnection(t *testing.T) {
 		assert.Equal(t, []string{"ffscan reads"}, apps, "%s: read on one reader connection", fn)
 	}
 }
+
+// A Postgres host runs its scanners' actions within its action slots, its
+// part of postgres.shared_transactions: with every slot taken, a lapsed
+// lease's release waits at the slots, nothing written, and goes through
+// once they are given back. A second host on the database halves each
+// host's part, so that the two run about as many action transactions at
+// once as one did.
+func TestPostgresHostsDivideTheirActionTransactions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const (
+		pk   = 5
+		uuid = "a0d17000-0000-4000-8000-0000000005a7"
+	)
+	h, cfg, db := pgReconcilerHost(t, pgScanner(), pgScanner(), func(c *config.Config) {
+		c.Postgres.SharedTransactions = 4
+		c.Watch.Plugins = false
+	})
+	st := h.Status().Postgres
+	require.NotNil(t, st)
+	assert.Equal(t, 4, st.SharedTransactions)
+	assert.Equal(t, 4, st.ActionSlots, "one host runs the whole budget")
+
+	var held []func()
+	for range 4 {
+		release, err := h.pgSlots.Acquire(ctx)
+		require.NoError(t, err)
+		held = append(held, release)
+	}
+	// A lapsed lease on a terminal execution: pg_lease_expiry releases it
+	// (release_stale_lease), a PGCALL that needs a slot.
+	for _, s := range []string{
+		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+			eligibility_state, public_state, attempt_state, created_at_ms) VALUES ($1, $2, 'default', 'terminal', 'unowned',
+			'not_applicable', 'completed', 'pending', 1)`,
+		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch,
+			lease_expires_at_ms, started_at_ms) VALUES ($1, $2, 0, 'w', 'w-1', 3, ffscan.now_ms() - 1000, 1)`,
+	} {
+		_, err := db.Exec(ctx, s, pk, uuid)
+		require.NoError(t, err, s)
+	}
+	attempt := func() string {
+		var row string
+		require.NoError(t, db.QueryRow(ctx, "SELECT a::text FROM ff_attempt a WHERE partition_key = $1 AND execution_id = $2", pk, uuid).Scan(&row))
+		return row
+	}
+	planted := attempt()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, h.pgSlots.WaitForWaiters(wctx, 1), "the release never reached the slots")
+	assert.Equal(t, planted, attempt(), "nothing written while every slot is taken")
+	for _, release := range held {
+		release()
+	}
+	waitFor(t, h, time.Minute, "the lease released once the slots came back", func() bool { return attempt() != planted })
+
+	// A second host on the same database: the partitions divided, each
+	// host's slots are its share of the 4.
+	cfg2 := *cfg
+	cfg2.PluginDir = ownPluginDir(t)
+	copyFile(t, variant("pgreconcilers"), filepath.Join(cfg2.PluginDir, "pgreconcilers"))
+	h2, _ := running(t, &cfg2)
+	all := cfg.Partitions.Flow + cfg.Partitions.Budget + cfg.Partitions.Quota
+	divided := func() bool {
+		slots := 0
+		for _, x := range []*Host{h, h2} {
+			sh, pg := x.Status().Sharing, x.Status().Postgres
+			if sh == nil || len(sh.Hosts) != 2 || pg == nil {
+				return false
+			}
+			owned := sh.Owned["flow"] + sh.Owned["budget"] + sh.Owned["quota"]
+			if owned == 0 || owned == int(all) || pg.ActionSlots != postgres.SlotsFor(4, owned, int(all)) {
+				return false
+			}
+			slots += pg.ActionSlots
+		}
+		return slots <= 5
+	}
+	waitFor(t, h, 2*time.Minute, "the two hosts' slots divided by their shares", divided)
+	for _, x := range []*Host{h, h2} {
+		assert.Less(t, x.Status().Postgres.ActionSlots, 4, "a host of two runs part of the budget")
+	}
+}

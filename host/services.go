@@ -25,6 +25,7 @@ import (
 	"github.com/ffscan/ffscan/host/libwatch"
 	"github.com/ffscan/ffscan/host/listeners"
 	"github.com/ffscan/ffscan/host/pgcompletions"
+	"github.com/ffscan/ffscan/host/postgres"
 	"github.com/ffscan/ffscan/host/scheduler"
 	"github.com/ffscan/ffscan/host/service"
 	"github.com/ffscan/ffscan/host/sharing"
@@ -70,6 +71,10 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 			return fmt.Errorf("register sharing metrics: %w", err)
 		}
 	}
+	if h.pg != nil && !h.readOnly {
+		h.pgSlots = h.newActionSlots(cfg)
+		h.svc.SetActionSlots(h.pgSlots)
+	}
 	if err := h.met.Registry.Register(stateCollector{h}); err != nil {
 		return fmt.Errorf("register the host's state gauges: %w", err)
 	}
@@ -89,8 +94,8 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 		}
 	}
 	h.units = unit.NewSet(unit.Config{Deps: h.unitDeps()})
-	comp := listeners.Config{Settings: completionSettings(cfg.Completions), Library: h.lib, Postgres: h.pg, PostgresReads: h.pgReads, PostgresFilter: cfg.Postgres.Filter(),
-		Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}
+	comp := listeners.Config{Settings: completionSettings(cfg.Completions), Library: h.lib, Postgres: h.pg, PostgresReads: h.pgReads, PostgresSlots: h.pgSlots,
+		PostgresFilter: cfg.Postgres.Filter(), Partitions: h.parts, Owns: h.owns(), Metrics: h.compMet, Clock: h.clk, Logger: h.log, Changes: &h.changes}
 	if h.share != nil {
 		comp.Gains = h.share.Gains
 	}
@@ -108,6 +113,21 @@ func (h *Host) build(_ context.Context, cfg *config.Config) error {
 		h.http = httpapi.NewServer(httpapi.ServerConfig{Listen: cfg.HTTP.Listen, Clock: h.clk, Logger: h.log, Console: console.Handler(h)}, h.met.Registry, h)
 	}
 	return nil
+}
+
+// newActionSlots are the host's part of postgres.shared_transactions (0:
+// its pool's size), by its share of the partitions (all of them without
+// sharing).
+func (h *Host) newActionSlots(cfg *config.Config) *postgres.ActionSlots {
+	total := cfg.Postgres.SharedTransactions
+	if total == 0 {
+		total = int(h.pg.Config().MaxConns)
+	}
+	var share func() (int, int)
+	if h.share != nil {
+		share = h.share.Share
+	}
+	return postgres.NewActionSlots(total, share)
 }
 
 // shareStore is where this host shares the partitions with the others:

@@ -48,7 +48,8 @@ func (h *Host) Status() httpapi.StatusDoc {
 	if h.pg != nil {
 		st := h.pg.Stat()
 		doc.Postgres = &httpapi.PostgresStatus{Schema: h.pgSchema.String(), Library: h.pgLibrary, Filter: cfg.Postgres.Filter().String(), PoolSize: int(st.MaxConns()),
-			Connections: int(st.TotalConns()), InUse: int(st.AcquiredConns()), ReadConnections: h.pgReads.Connections()}
+			Connections: int(st.TotalConns()), InUse: int(st.AcquiredConns()), ReadConnections: h.pgReads.Connections(),
+			SharedTransactions: h.pgSlots.Total(), ActionSlots: h.pgSlots.Size()}
 	}
 	h.relMu.Lock()
 	doc.Config = httpapi.ConfigStatus{

@@ -164,7 +164,8 @@ func printHostLines(w io.Writer, doc httpapi.StatusDoc) {
 	}
 	fmt.Fprintf(w, "ffscan %s (scanner API %s), up since %s, %s, lanes %s\n", doc.Version, doc.ScannerAPI, doc.StartedAt.Format(time.RFC3339), valkeyLine, lanes)
 	if pg := doc.Postgres; pg != nil {
-		fmt.Fprintf(w, "postgres: %s, ffscan library %d, filter %s, %d of %d connections open, %d in use, %d for the candidate reads\n", pg.Schema, pg.Library, pg.Filter, pg.Connections, pg.PoolSize, pg.InUse, pg.ReadConnections)
+		fmt.Fprintf(w, "postgres: %s, ffscan library %d, filter %s, %d of %d connections open, %d in use, %d for the candidate reads, %d action slots of %d shared\n",
+			pg.Schema, pg.Library, pg.Filter, pg.Connections, pg.PoolSize, pg.InUse, pg.ReadConnections, pg.ActionSlots, pg.SharedTransactions)
 		if c := pg.Completions; c != nil {
 			listening := "listening"
 			if !c.Listening {

@@ -182,6 +182,7 @@ type Service struct {
 	spends   map[string]*spend
 	pg       *pgxpool.Pool // PGCALLs (nil: none)
 	pgFilter scannerapi.Filter
+	pgSlots  *postgres.ActionSlots // PGCALL transactions in flight (nil: unbounded)
 }
 
 // New returns a service running commands on lib's client. rec may be nil.
@@ -678,7 +679,8 @@ const PGPrefix = "pg:"
 // transaction of its own on a connection of the host's pool.
 const pgConcurrency = 4
 
-// runPG runs a segment of PGCALLs, a few transactions at a time, and
+// runPG runs a segment of PGCALLs, a few transactions at a time (each
+// unit holding one of the host's action slots, SetActionSlots), and
 // writes their replies into out. Calls of a function with a batch form
 // (postgres.Action.Batch) on one partition go together, up to
 // postgres.MaxBatch, in one statement and one transaction
@@ -688,7 +690,7 @@ const pgConcurrency = 4
 // runs alone.
 func (s *Service) runPG(ctx context.Context, ops []op, out []scannerapi.Reply) {
 	s.mu.RLock()
-	pg, filter := s.pg, s.pgFilter
+	pg, filter, slots := s.pg, s.pgFilter, s.pgSlots
 	s.mu.RUnlock()
 	units := pgUnits(ops)
 	var wg sync.WaitGroup
@@ -698,7 +700,15 @@ func (s *Service) runPG(ctx context.Context, ops []op, out []scannerapi.Reply) {
 		go func() {
 			defer wg.Done()
 			for u := range next {
+				release, err := slots.Acquire(ctx)
+				if err != nil {
+					for _, k := range u {
+						out[k] = pgReply(nil, err)
+					}
+					continue
+				}
 				s.runPGUnit(ctx, pg, filter, ops, u, out)
+				release()
 			}
 		}()
 	}
@@ -788,6 +798,15 @@ func pgReply(arr []*string, err error) scannerapi.Reply {
 func (s *Service) SetPostgres(pool *pgxpool.Pool, filter scannerapi.Filter) {
 	s.mu.Lock()
 	s.pg, s.pgFilter = pool, filter
+	s.mu.Unlock()
+}
+
+// SetActionSlots bounds the PGCALL transactions in flight to the host's
+// action slots, shared with the completion listener's dispatches (nil:
+// only pgConcurrency per batch, and the pool, bound them).
+func (s *Service) SetActionSlots(slots *postgres.ActionSlots) {
+	s.mu.Lock()
+	s.pgSlots = slots
 	s.mu.Unlock()
 }
 

@@ -234,6 +234,12 @@ type Postgres struct {
 	// connections among the functions, whose reads then wait for each
 	// other. A read-only host reads on its pool instead.
 	ReadConnections int
+	// SharedTransactions are the action transactions (PGCALLs, completion
+	// dispatches) the hosts sharing the database run at once, together:
+	// each host runs its part, in proportion to the partitions it owns,
+	// at least one (postgres.ActionSlots). 0: the host's pool size, so
+	// that several hosts put about the load of one on the server.
+	SharedTransactions int
 	// Namespace and InstanceTag ("key=value") restrict every Postgres
 	// reconciler and the completion push path to the executions of one
 	// namespace and/or instance tag, read from the execution's raw_fields
@@ -666,6 +672,9 @@ func (c *Config) validatePostgres(p *problems) {
 		p.bad("postgres.read_connections", "%d is negative (0: one per candidate function, %d)", n, postgres.MaxReaderConnections)
 	case n > postgres.MaxReaderConnections:
 		p.bad("postgres.read_connections", "%d is more than the library's %d candidate functions, one connection each at most", n, postgres.MaxReaderConnections)
+	}
+	if n := c.Postgres.SharedTransactions; n < 0 {
+		p.bad("postgres.shared_transactions", "%d is negative (0: the pool's size)", n)
 	}
 	if _, err := scannerapi.ParseFilter(map[string]string{scannerapi.OptionInstanceTag: c.Postgres.InstanceTag}); err != nil {
 		p.bad("postgres.instance_tag", "%q must be key=value with a non-empty key (a key of the execution's tags)", c.Postgres.InstanceTag)

@@ -304,6 +304,16 @@ func TestPostgresSettings(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 
+	// The action transactions the sharing hosts divide: 0 (the pool's
+	// size) or more.
+	cfg, err = Load(Sources{Environ: []string{"FFSCAN_POSTGRES__DSN=postgres://ff@db/ff", "FFSCAN_POSTGRES__SHARED_TRANSACTIONS=6"}})
+	require.NoError(t, err)
+	assert.Equal(t, 6, cfg.Postgres.SharedTransactions)
+	assert.Zero(t, Defaults().Postgres.SharedTransactions, "the pool's size unless configured")
+	_, err = Load(Sources{File: writeFile(t, "postgres: {dsn: \"postgres://ff@db/ff\", shared_transactions: -2}\n"), Environ: noEnv})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "postgres.shared_transactions: -2 is negative (0: the pool's size)")
+
 	// The database is a restart key, like Valkey's address.
 	a, b := Defaults(), Defaults()
 	b.Postgres.DSN = "postgres://ff@db/ff"

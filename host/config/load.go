@@ -195,13 +195,14 @@ func (d *decoder) storeFields(c *Config) map[string]func(string, any) {
 		},
 		"postgres": func(key string, v any) {
 			d.fields(key, v, map[string]func(string, any){
-				"dsn":              func(k string, v any) { d.str(k, v, &c.Postgres.DSN) },
-				"pool_size":        func(k string, v any) { d.integer(k, v, &c.Postgres.PoolSize) },
-				"read_connections": func(k string, v any) { d.integer(k, v, &c.Postgres.ReadConnections) },
-				"namespace":        func(k string, v any) { d.str(k, v, &c.Postgres.Namespace) },
-				"instance_tag":     func(k string, v any) { d.str(k, v, &c.Postgres.InstanceTag) },
-				"pooling":          func(k string, v any) { d.str(k, v, &c.Postgres.Pooling) },
-				"listen_dsn":       func(k string, v any) { d.str(k, v, &c.Postgres.ListenDSN) },
+				"dsn":                 func(k string, v any) { d.str(k, v, &c.Postgres.DSN) },
+				"pool_size":           func(k string, v any) { d.integer(k, v, &c.Postgres.PoolSize) },
+				"read_connections":    func(k string, v any) { d.integer(k, v, &c.Postgres.ReadConnections) },
+				"shared_transactions": func(k string, v any) { d.integer(k, v, &c.Postgres.SharedTransactions) },
+				"namespace":           func(k string, v any) { d.str(k, v, &c.Postgres.Namespace) },
+				"instance_tag":        func(k string, v any) { d.str(k, v, &c.Postgres.InstanceTag) },
+				"pooling":             func(k string, v any) { d.str(k, v, &c.Postgres.Pooling) },
+				"listen_dsn":          func(k string, v any) { d.str(k, v, &c.Postgres.ListenDSN) },
 			})
 		},
 		"partitions": func(key string, v any) {

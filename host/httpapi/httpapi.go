@@ -778,6 +778,12 @@ type PostgresStatus struct {
 	// (postgres.read_connections; 0: a read-only host, which reads on
 	// its pool).
 	ReadConnections int `json:"read_connections"`
+	// SharedTransactions is the budget of action transactions the
+	// sharing hosts divide (postgres.shared_transactions, or the pool's
+	// size), ActionSlots this host's part of it now, by its share of the
+	// partitions (0 and 0: a read-only host, which runs no action).
+	SharedTransactions int `json:"shared_transactions"`
+	ActionSlots        int `json:"action_slots"`
 	// Completions is the Postgres completion listener (null when disabled).
 	Completions *PGCompletionsStatus `json:"completions,omitempty"`
 }

@@ -48,7 +48,10 @@ type Config struct {
 	Postgres *pgxpool.Pool
 	// PostgresReads are the connections of the drains' reads (nil:
 	// Postgres's).
-	PostgresReads  *postgres.Readers
+	PostgresReads *postgres.Readers
+	// PostgresSlots are the host's action slots, which each dispatch
+	// holds (nil: unbounded).
+	PostgresSlots  *postgres.ActionSlots
 	PostgresListen *pgx.ConnConfig
 	PostgresFilter scannerapi.Filter
 	Partitions     keys.PartitionConfig
@@ -138,7 +141,7 @@ func (l *Listeners) startLocked(ctx context.Context) error {
 	}
 	var errs []error
 	if d.Postgres != nil {
-		pc := pgcompletions.Config{Pool: d.Postgres, Reads: d.PostgresReads, Listen: d.PostgresListen, Partitions: d.Partitions.Flow, Concurrency: c.Concurrency,
+		pc := pgcompletions.Config{Pool: d.Postgres, Reads: d.PostgresReads, Slots: d.PostgresSlots, Listen: d.PostgresListen, Partitions: d.Partitions.Flow, Concurrency: c.Concurrency,
 			Owns: d.Owns, Gains: d.Gains, Filter: d.PostgresFilter, Clock: d.Clock, Logger: d.Logger.Named("pgcompletions"), Changes: d.Changes}
 		pg := pgcompletions.New(pc)
 		if err := pg.Start(ctx); err != nil {

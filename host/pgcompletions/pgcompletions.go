@@ -83,6 +83,10 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Reads are the connections the drains' reads run on (nil: Pool).
 	Reads *postgres.Readers
+	// Slots are the host's action slots (shared with its scanners'
+	// PGCALLs): each dispatch holds one (nil: Concurrency alone bounds
+	// them).
+	Slots *postgres.ActionSlots
 	// Listen is the listening connection's settings (nil: the pool's). It
 	// must reach a session of its own: PostgreSQL itself, or a session
 	// pooler (a transaction pooler drops LISTEN, and the listener's check
@@ -458,7 +462,12 @@ func (l *Listener) dispatch(ctx context.Context, pk uint16, evs []int64) error {
 	if own := l.o.Owns; own != nil && !own(keys.Partition{Family: keys.FamilyFlow, Index: pk}) {
 		return nil
 	}
+	release, err := l.o.Slots.Acquire(ctx)
+	if err != nil {
+		return err
+	}
 	out, err := postgres.DispatchCompletions(ctx, l.o.Pool, pk, evs, l.o.Filter)
+	release()
 	if err != nil {
 		return err
 	}

@@ -441,3 +441,31 @@ func TestDispatchesOfOnePartitionDoNotConflict(t *testing.T) {
 	assert.Zero(t, l.Stats().AlreadyDone)
 	assert.Zero(t, l.Stats().Errors)
 }
+
+// Each dispatch holds one of the host's action slots (shared with its
+// scanners' PGCALLs): with the only slot taken, a completion's dispatch
+// waits at the slots with nothing written, and goes through once the slot
+// is given back.
+func TestADispatchWaitsForAnActionSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := database(t)
+	slots := postgres.NewActionSlots(1, nil)
+	_, ch := startWith(t, pgcompletions.Config{Pool: pool, Slots: slots})
+	const pk = 87
+	a, b := "a0000000-0000-4000-8000-000000000051", "a0000000-0000-4000-8000-000000000052"
+	postgrestest.DAG(t, pool, pk, "f1000000-0000-4000-8000-000000000051", nil, [][2]string{{a, b}})
+	release, err := slots.Acquire(ctx)
+	require.NoError(t, err)
+	waiting := phase(t, pool, b)
+	postgrestest.Complete(t, pool, pk, a, "success")
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, slots.WaitForWaiters(wctx, 1), "the dispatch never reached the slots")
+	assert.Equal(t, waiting, phase(t, pool, b), "b not released while the slot is taken")
+	var undispatched int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL").Scan(&undispatched))
+	assert.Equal(t, 1, undispatched)
+	release()
+	waitFor(t, ch, "b released once the slot came back", func() bool { return phase(t, pool, b) == "runnable/eligible_now/waiting" })
+}

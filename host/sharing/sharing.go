@@ -145,6 +145,18 @@ func (c *Coordinator) Gains() (n uint64, next <-chan struct{}) {
 	return c.gains, c.gained.C()
 }
 
+// Share returns how many partitions this host may act on now (of every
+// family) and how many the deployment has: what it owns while its view
+// is valid, nothing once the view ran out.
+func (c *Coordinator) Share() (owned, all int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.clk.Now().Before(c.until) {
+		owned = len(c.owned)
+	}
+	return owned, len(c.all)
+}
+
 // Status is a snapshot of the coordinator's view.
 type Status struct {
 	ID string

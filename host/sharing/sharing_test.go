@@ -264,7 +264,11 @@ func TestSingleHostOwnsEverything(t *testing.T) {
 			t.Parallel()
 			h := &hosts{env: b.open(t), cs: map[string]*sharing.Coordinator{}}
 			h.add("solo")
+			owns, of := h.cs["solo"].Share()
+			assert.Equal(t, [2]int{0, len(all())}, [2]int{owns, of}, "nothing before the first tick")
 			require.NoError(t, h.cs["solo"].Tick(context.Background()))
+			owns, of = h.cs["solo"].Share()
+			assert.Equal(t, [2]int{len(all()), len(all())}, [2]int{owns, of}, "the share: every partition")
 			st := h.cs["solo"].Status()
 			assert.Equal(t, map[keys.Family]int{keys.FamilyFlow: 16, keys.FamilyBudget: 4, keys.FamilyQuota: 4}, st.Owned)
 			assert.Equal(t, []string{"solo"}, st.Members)
@@ -291,9 +295,15 @@ func TestHostsShareWithoutOverlap(t *testing.T) {
 				h.add(id)
 			}
 			h.settle(t)
+			shares := 0
 			for id, c := range h.cs {
 				assert.Positive(t, owned(c), "%s owns some", id)
+				n, of := c.Share()
+				assert.Equal(t, owned(c), n, "%s's share counts what it owns", id)
+				assert.Equal(t, len(all()), of)
+				shares += n
 			}
+			assert.Equal(t, len(all()), shares, "the shares add up to every partition")
 
 			// A fourth joins.
 			h.add("d")

@@ -1,0 +1,156 @@
+package postgres
+
+import (
+	"context"
+	"math"
+	"sync"
+)
+
+// ActionSlots bound the action transactions a host runs at once on its
+// pool (its scanners' PGCALLs, the completion listener's dispatches) to
+// its part of a budget the hosts sharing one database divide among them
+// (postgres.shared_transactions): the budget times the share of the
+// partitions the host owns, rounded, at least one.
+//
+// Why: each host's pool has its own size, so with three hosts three times
+// as many batches ran at once on the one server as with one. On two cores
+// that did not end the work sooner: a lapsed-lease batch took 12 ms with
+// one host and 62 ms with three, whose 9-12 busy sessions waited on the
+// CPU and on the lock every notifying commit takes. Divided, the hosts
+// run about as many transactions at once as one host did, so adding a
+// host adds the capacity of its own process without adding contention at
+// the database.
+//
+// The size is read at every Acquire from the share as it is then, so a
+// host that takes a dead host's partitions gets their slots at once. The
+// candidate reads, the clock and the share's own renewals never take a
+// slot: the renewals in particular must never wait behind work, or the
+// host would lose its share under load.
+//
+// A nil *ActionSlots bounds nothing. Safe for concurrent use.
+type ActionSlots struct {
+	total int
+	share func() (owned, all int)
+
+	mu      sync.Mutex
+	used    int
+	waiting int
+	// freed is closed (and replaced) whenever a slot is released, so that
+	// waiters look again (the size may have grown meanwhile too).
+	freed chan struct{}
+	// queued is closed (and replaced) whenever a caller starts waiting
+	// (WaitForWaiters).
+	queued chan struct{}
+}
+
+// NewActionSlots returns slots for a host's part of total (at least 1).
+// share reports how many of the deployment's partitions the host owns now
+// and how many there are; nil, or a share of nothing known (all 0), gives
+// the host the whole budget: a host that shares nothing runs alone.
+func NewActionSlots(total int, share func() (owned, all int)) *ActionSlots {
+	return &ActionSlots{total: max(total, 1), share: share, freed: make(chan struct{}), queued: make(chan struct{})}
+}
+
+// SlotsFor is the host's part of total when it owns owned of all
+// partitions: total x owned / all rounded to the nearest, at least 1 (a
+// host that owns nothing yet still finishes what it started), at most
+// total. Rounded to the nearest, the parts of hosts with equal shares add
+// up to about total (three hosts of a budget of 4: 1 each; two: 2 each).
+func SlotsFor(total, owned, all int) int {
+	total = max(total, 1)
+	if all <= 0 {
+		return total
+	}
+	n := int(math.Round(float64(total) * float64(owned) / float64(all)))
+	return min(max(n, 1), total)
+}
+
+// Size returns the number of slots now.
+func (s *ActionSlots) Size() int {
+	if s == nil {
+		return 0
+	}
+	if s.share == nil {
+		return s.total
+	}
+	owned, all := s.share()
+	return SlotsFor(s.total, owned, all)
+}
+
+// Total returns the budget the hosts divide.
+func (s *ActionSlots) Total() int {
+	if s == nil {
+		return 0
+	}
+	return s.total
+}
+
+// Acquire takes a slot, waiting for one while all are in use; the
+// returned function gives it back (call it once). It fails only when ctx
+// ends first.
+func (s *ActionSlots) Acquire(ctx context.Context) (release func(), err error) {
+	if s == nil {
+		return func() {}, nil
+	}
+	size := s.Size() // outside the lock: share() takes the coordinator's
+	s.mu.Lock()
+	for s.used >= size {
+		freed := s.freed
+		s.waiting++
+		close(s.queued)
+		s.queued = make(chan struct{})
+		s.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.waiting--
+			s.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		size = s.Size()
+		s.mu.Lock()
+		s.waiting--
+	}
+	s.used++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(s.release) }, nil
+}
+
+func (s *ActionSlots) release() {
+	s.mu.Lock()
+	s.used--
+	close(s.freed)
+	s.freed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// InUse returns the slots taken and the callers waiting for one.
+func (s *ActionSlots) InUse() (used, waiting int) {
+	if s == nil {
+		return 0, 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used, s.waiting
+}
+
+// WaitForWaiters returns once at least n callers wait for a slot, or when
+// ctx ends (with its error): what a caller that holds the slots waits on
+// to know that another call reached them.
+func (s *ActionSlots) WaitForWaiters(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		waiting, queued := s.waiting, s.queued
+		s.mu.Unlock()
+		if waiting >= n {
+			return nil
+		}
+		select {
+		case <-queued:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
