@@ -7,6 +7,7 @@ package main
 // against one host, and how long a killed host's partitions wait.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -35,6 +36,17 @@ const pgHostsLead = 3 * time.Second
 // full 20 000): the hosts work at their default intervals, not back to
 // back, and the run does it three times.
 const pgHostsMaxItems = 5000
+
+// pgHostsDrains is how many drains each count of hosts runs: the time
+// and the transactions per item compared are their medians. One drain of
+// about 2 s moved by half a second from run to run on a 2-core machine,
+// more than the ratios' targets allow; and autovacuum, which visits the
+// database once a minute and then vacuums or analyzes up to several
+// hundred of the tables' children (each a transaction of the
+// database's), falls in about one count in three: one host's three
+// drains of one run read 0.327, 0.294 and 0.457 transactions per item,
+// the last with a visit of 587 tables in its count.
+const pgHostsDrains = 3
 
 // pgHostsDrainLimitPer1000 bounds a drain, per thousand items, before the
 // run fails: a bound for a run that cannot finish, not a target (on a
@@ -68,6 +80,37 @@ type pgHostsRun struct {
 	// function its statement calls; Samples is the number of samples.
 	Waits   map[string]int
 	Samples int
+	// medianPerItem is the median of the drains' transactions per item
+	// (0: one drain).
+	medianPerItem float64
+	// Drains are every drain of this count of hosts (pgHostsDrains), in
+	// their order: Took and the transactions per item of the run are
+	// their medians; the rest is the drain of the median time's.
+	Drains []pgHostsSample
+}
+
+// pgHostsSample is one drain's time and transactions per item.
+type pgHostsSample struct {
+	Took      time.Duration
+	PerItem   float64
+	Rollbacks int64
+}
+
+// medianDrain is the drain of the median time among drains, with the
+// median transactions per item and every drain's figures.
+func medianDrain(drains []pgHostsRun) pgHostsRun {
+	byTime := slices.Clone(drains)
+	slices.SortFunc(byTime, func(a, b pgHostsRun) int { return cmp.Compare(a.Took, b.Took) })
+	run := byTime[len(byTime)/2]
+	per := make([]float64, len(drains))
+	run.Drains = nil
+	for i, d := range drains {
+		run.Drains = append(run.Drains, pgHostsSample{Took: d.Took, PerItem: d.perItem(), Rollbacks: d.Rollbacks})
+		per[i] = d.perItem()
+	}
+	slices.Sort(per)
+	run.medianPerItem = per[len(per)/2]
+	return run
 }
 
 // pgFuncStat is a library function's calls and time (ms, callees
@@ -77,7 +120,14 @@ type pgFuncStat struct {
 	TotalMs float64
 }
 
-func (r pgHostsRun) perItem() float64 { return float64(r.Xacts) / float64(r.Items) }
+// perItem is the database's transactions per item: the median of the
+// drains' for a run of several.
+func (r pgHostsRun) perItem() float64 {
+	if r.medianPerItem > 0 {
+		return r.medianPerItem
+	}
+	return float64(r.Xacts) / float64(r.Items)
+}
 
 // perItemNet is perItem less the hosts' idle transactions over the count.
 func (r pgHostsRun) perItemNet() float64 {
@@ -485,15 +535,19 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 		res.Idle = append(res.Idle, idle)
 		b.logf("pghosts: %d host(s) idle: %.1f transactions/s, %.1f child-partition scans/s, PostgreSQL %.2f%% of a core",
 			k, idle.Xacts, idle.Scans, 100*idle.ServerCPU)
-		run, err := b.pgHostsDrain(ctx, pool, stats, k, n)
-		if err != nil {
-			stop()
-			return nil, err
+		var drains []pgHostsRun
+		for range pgHostsDrains {
+			d, err := b.pgHostsDrain(ctx, pool, stats, k, n)
+			if err != nil {
+				stop()
+				return nil, err
+			}
+			d.Idle = idle.Xacts
+			b.logf("pghosts: %d host(s): %d lapses acted on and their completions dispatched %s after the lapse; %.3f transactions per item",
+				k, n, d.Took.Round(time.Millisecond), d.perItem())
+			drains = append(drains, d)
 		}
-		run.Idle = idle.Xacts
-		res.Runs = append(res.Runs, run)
-		b.logf("pghosts: %d host(s): %d lapses acted on and their completions dispatched %s after the lapse; %.2f transactions per item",
-			k, n, run.Took.Round(time.Millisecond), run.perItem())
+		res.Runs = append(res.Runs, medianDrain(drains))
 		if k == 3 {
 			// Takeover: one of the three killed; a lapse in every flow
 			// partition right after.
@@ -544,13 +598,13 @@ func (r *pgHostsResult) print(w io.Writer) {
 	p("   raw loop (section 9's, no host, completions written and not dispatched): %d lapses in %s", first.Items, r.Raw.Round(time.Millisecond))
 	for _, run := range r.Runs {
 		ratio := run.perItem() / one
-		p("   %d host(s): %d lapses (each ended with a completion event, dispatched) done %s after the lapse;",
-			run.Hosts, run.Items, run.Took.Round(time.Millisecond))
+		p("   %d host(s): %d lapses (each ended with a completion event, dispatched) done %s after the lapse (median of %s);",
+			run.Hosts, run.Items, run.Took.Round(time.Millisecond), run.drainsLine())
 		p("     database transactions per item %.3f (%.3f of one host's; target <= 1.10: %s)", run.perItem(), ratio, verdict(ratio <= 1.10))
-		p("     less the hosts' idle %.1f transactions/s over the %s counted: %.3f per item (%.3f of one host's)",
+		p("     the median drain less the hosts' idle %.1f transactions/s over the %s counted: %.3f per item (%.3f of one host's)",
 			run.Idle, run.Counted.Round(time.Second), run.perItemNet(), run.perItemNet()/oneNet)
-		p("     rolled back: %.3f per item; calls per item (ms per call, callees included): %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
-		p("     sessions over the drain (%d samples, %s apart; mean sessions busy %.2f): %s", run.Samples, pgSamplePeriod, run.busy(), run.waitsLine())
+		p("     the median drain: rolled back: %.3f per item; calls per item (ms per call, callees included): %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
+		p("     sessions over the median drain (%d samples, %s apart; mean sessions busy %.2f): %s", run.Samples, pgSamplePeriod, run.busy(), run.waitsLine())
 	}
 	if first.Items > 0 {
 		p("   targets, side by side:")
@@ -562,12 +616,11 @@ func (r *pgHostsResult) print(w io.Writer) {
 			}
 			t := run.Took.Seconds() / first.Took.Seconds()
 			x := run.perItem() / one
-			rb := float64(run.Rollbacks) / float64(run.Items)
-			p("     %d hosts / 1: time %.3f (target <= 1.10: %s), transactions per item %.3f (target <= 1.10: %s), rolled back per item %.3f (target < 0.05: %s)",
+			rb := run.rolledBack()
+			p("     %d hosts / 1: time %.3f (target <= 1.10: %s), transactions per item %.3f (target <= 1.10: %s), rolled back per item, the most of a drain, %.3f (target < 0.05: %s)",
 				run.Hosts, t, verdict(t <= 1.10), x, verdict(x <= 1.10), rb, verdict(rb < 0.05))
 		}
-		p("     1 host: rolled back per item %.3f (target < 0.05: %s)", float64(first.Rollbacks)/float64(first.Items),
-			verdict(float64(first.Rollbacks)/float64(first.Items) < 0.05))
+		p("     1 host: rolled back per item %.3f (target < 0.05: %s)", first.rolledBack(), verdict(first.rolledBack() < 0.05))
 	}
 	var idle1 pgHostsIdle
 	for _, i := range r.Idle {
@@ -581,6 +634,24 @@ func (r *pgHostsResult) print(w io.Writer) {
 	}
 	p("   kill -9 of one of three hosts -> a lapse in each of %d partitions acted on: %s after the kill (target <= 15 s: %s)",
 		r.TakeoverItems, r.Takeover.Round(100*time.Millisecond), verdict(r.Takeover <= 15*time.Second))
+}
+
+// rolledBack is the most transactions rolled back per item in a drain.
+func (r pgHostsRun) rolledBack() float64 {
+	most := r.Rollbacks
+	for _, d := range r.Drains {
+		most = max(most, d.Rollbacks)
+	}
+	return float64(most) / float64(r.Items)
+}
+
+// drainsLine lists the drains' times and transactions per item.
+func (r pgHostsRun) drainsLine() string {
+	var parts []string
+	for _, d := range r.Drains {
+		parts = append(parts, fmt.Sprintf("%s %.3f/item", d.Took.Round(time.Millisecond), d.PerItem))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // callsLine lists the library functions called during a drain, per item,
