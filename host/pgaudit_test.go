@@ -52,16 +52,7 @@ func TestPostgresOnlyHostKeepsItsAuditTrailInPostgres(t *testing.T) {
 
 	// A lapsed lease on a terminal execution: pg_lease_expiry releases
 	// it (release_stale_lease).
-	for _, s := range []string{
-		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-			eligibility_state, public_state, attempt_state, created_at_ms) VALUES ($1, $2, 'default', 'terminal', 'unowned',
-			'not_applicable', 'completed', 'pending', 1)`,
-		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch,
-			lease_expires_at_ms, started_at_ms) VALUES ($1, $2, 0, 'w', 'w-1', 3, ffscan.now_ms() - 1000, 1)`,
-	} {
-		_, err := db.Exec(ctx, s, pk, uuid)
-		require.NoError(t, err, s)
-	}
+	plantStaleLease(t, db, pk, uuid)
 	var got []audit.Entry
 	waitFor(t, h, time.Minute, "the release never reached the trail", func() bool {
 		got, err = cl.Audit(url.Values{"execution": {id}}, 10*time.Second)

@@ -136,16 +136,7 @@ func TestPostgresHostsDivideTheirActionTransactions(t *testing.T) {
 	}
 	// A lapsed lease on a terminal execution: pg_lease_expiry releases it
 	// (release_stale_lease), a PGCALL that needs a slot.
-	for _, s := range []string{
-		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-			eligibility_state, public_state, attempt_state, created_at_ms) VALUES ($1, $2, 'default', 'terminal', 'unowned',
-			'not_applicable', 'completed', 'pending', 1)`,
-		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch,
-			lease_expires_at_ms, started_at_ms) VALUES ($1, $2, 0, 'w', 'w-1', 3, ffscan.now_ms() - 1000, 1)`,
-	} {
-		_, err := db.Exec(ctx, s, pk, uuid)
-		require.NoError(t, err, s)
-	}
+	plantStaleLease(t, db, pk, uuid)
 	attempt := func() string {
 		var row string
 		require.NoError(t, db.QueryRow(ctx, "SELECT a::text FROM ff_attempt a WHERE partition_key = $1 AND execution_id = $2", pk, uuid).Scan(&row))
@@ -186,5 +177,22 @@ func TestPostgresHostsDivideTheirActionTransactions(t *testing.T) {
 	waitFor(t, h, 2*time.Minute, "the two hosts' slots divided by their shares", divided)
 	for _, x := range []*Host{h, h2} {
 		assert.Less(t, x.Status().Postgres.ActionSlots, 4, "a host of two runs part of the budget")
+	}
+}
+
+// plantStaleLease plants a lapsed lease (expired a second ago, epoch 3)
+// on a terminal execution of partition pk: pg_lease_expiry releases it
+// (release_stale_lease).
+func plantStaleLease(t *testing.T, db *pgxpool.Pool, pk int, uuid string) {
+	t.Helper()
+	for _, s := range []string{
+		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+			eligibility_state, public_state, attempt_state, created_at_ms) VALUES ($1, $2, 'default', 'terminal', 'unowned',
+			'not_applicable', 'completed', 'pending', 1)`,
+		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch,
+			lease_expires_at_ms, started_at_ms) VALUES ($1, $2, 0, 'w', 'w-1', 3, ffscan.now_ms() - 1000, 1)`,
+	} {
+		_, err := db.Exec(context.Background(), s, pk, uuid)
+		require.NoError(t, err, s)
 	}
 }
