@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 )
 
@@ -21,23 +22,25 @@ import (
 // host adds the capacity of its own process without adding contention at
 // the database.
 //
-// The size is read at every Acquire from the share as it is then, so a
-// host that takes a dead host's partitions gets their slots at once. The
-// candidate reads, the clock and the share's own renewals never take a
-// slot: the renewals in particular must never wait behind work, or the
-// host would lose its share under load.
+// Slots are given in the order they were asked for: a caller never
+// overtakes one already waiting, so no dispatch or PGCALL waits behind an
+// endless stream of later ones. The size is read at every Acquire and
+// every release from the share as it is then, so a host that takes a dead
+// host's partitions gets their slots at once. The candidate reads, the
+// clock and the share's own renewals never take a slot: the renewals in
+// particular must never wait behind work, or the host would lose its
+// share under load.
 //
 // A nil *ActionSlots bounds nothing. Safe for concurrent use.
 type ActionSlots struct {
 	total int
 	share func() (owned, all int)
 
-	mu      sync.Mutex
-	used    int
-	waiting int
-	// freed is closed (and replaced) whenever a slot is released, so that
-	// waiters look again (the size may have grown meanwhile too).
-	freed chan struct{}
+	mu   sync.Mutex
+	used int
+	// queue are the callers waiting for a slot, the first asked first;
+	// each one's channel is closed when it is given one.
+	queue []chan struct{}
 	// queued is closed (and replaced) whenever a caller starts waiting
 	// (WaitForWaiters).
 	queued chan struct{}
@@ -48,7 +51,7 @@ type ActionSlots struct {
 // and how many there are; nil, or a share of nothing known (all 0), gives
 // the host the whole budget: a host that shares nothing runs alone.
 func NewActionSlots(total int, share func() (owned, all int)) *ActionSlots {
-	return &ActionSlots{total: max(total, 1), share: share, freed: make(chan struct{}), queued: make(chan struct{})}
+	return &ActionSlots{total: max(total, 1), share: share, queued: make(chan struct{})}
 }
 
 // SlotsFor is the host's part of total when it owns owned of all
@@ -85,44 +88,63 @@ func (s *ActionSlots) Total() int {
 	return s.total
 }
 
-// Acquire takes a slot, waiting for one while all are in use; the
-// returned function gives it back (call it once). It fails only when ctx
-// ends first.
+// Acquire takes a slot, waiting behind the callers already waiting while
+// all are in use; the returned function gives it back (call it once). It
+// fails only when ctx ends first.
 func (s *ActionSlots) Acquire(ctx context.Context) (release func(), err error) {
 	if s == nil {
 		return func() {}, nil
 	}
 	size := s.Size() // outside the lock: share() takes the coordinator's
 	s.mu.Lock()
-	for s.used >= size {
-		freed := s.freed
-		s.waiting++
-		close(s.queued)
-		s.queued = make(chan struct{})
+	s.grantLocked(size) // the size may have grown since the last release
+	if len(s.queue) == 0 && s.used < size {
+		s.used++
 		s.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			s.mu.Lock()
-			s.waiting--
-			s.mu.Unlock()
-			return nil, ctx.Err()
-		}
-		size = s.Size()
-		s.mu.Lock()
-		s.waiting--
+		return s.releaser(), nil
 	}
-	s.used++
+	ready := make(chan struct{})
+	s.queue = append(s.queue, ready)
+	close(s.queued)
+	s.queued = make(chan struct{})
 	s.mu.Unlock()
+	select {
+	case <-ready:
+		return s.releaser(), nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	select {
+	case <-ready:
+		// Given a slot as ctx ended: give it on.
+		s.mu.Unlock()
+		s.release()
+	default:
+		s.queue = slices.DeleteFunc(s.queue, func(c chan struct{}) bool { return c == ready })
+		s.mu.Unlock()
+	}
+	return nil, ctx.Err()
+}
+
+// grantLocked gives free slots to the callers waiting, the first first.
+func (s *ActionSlots) grantLocked(size int) {
+	for len(s.queue) > 0 && s.used < size {
+		s.used++
+		close(s.queue[0])
+		s.queue = s.queue[1:]
+	}
+}
+
+func (s *ActionSlots) releaser() func() {
 	var once sync.Once
-	return func() { once.Do(s.release) }, nil
+	return func() { once.Do(s.release) }
 }
 
 func (s *ActionSlots) release() {
+	size := s.Size()
 	s.mu.Lock()
 	s.used--
-	close(s.freed)
-	s.freed = make(chan struct{})
+	s.grantLocked(size)
 	s.mu.Unlock()
 }
 
@@ -133,7 +155,7 @@ func (s *ActionSlots) InUse() (used, waiting int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.used, s.waiting
+	return s.used, len(s.queue)
 }
 
 // WaitForWaiters returns once at least n callers wait for a slot, or when
@@ -142,7 +164,7 @@ func (s *ActionSlots) InUse() (used, waiting int) {
 func (s *ActionSlots) WaitForWaiters(ctx context.Context, n int) error {
 	for {
 		s.mu.Lock()
-		waiting, queued := s.waiting, s.queued
+		waiting, queued := len(s.queue), s.queued
 		s.mu.Unlock()
 		if waiting >= n {
 			return nil

@@ -78,17 +78,47 @@ func TestActionSlotsFollowTheHostsShare(t *testing.T) {
 	}()
 	require.NoError(t, s.WaitForWaiters(ctx, 1))
 	// The host takes a dead host's partitions: two of three shares, 3
-	// slots, and the next caller gets one at once.
+	// slots. The next caller finds them: the one waiting gets the first,
+	// the caller the second.
 	owned.Store(200)
 	r2, err := s.Acquire(ctx)
 	require.NoError(t, err)
-	// The waiter looks again when a slot comes back, and fits.
-	r1()
 	r3 := <-got
-	used, _ := s.InUse()
-	assert.Equal(t, 2, used)
+	used, waiting := s.InUse()
+	assert.Equal(t, 3, used)
+	assert.Zero(t, waiting)
+	r1()
 	r2()
 	r3()
+	used, _ = s.InUse()
+	assert.Zero(t, used)
+}
+
+func TestActionSlotsGoToTheCallersInTheOrderTheyAsked(t *testing.T) {
+	ctx := context.Background()
+	s := NewActionSlots(1, nil)
+	r0, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	got := make(chan int)
+	releases := make([]func(), 3)
+	for i := range 3 {
+		go func() {
+			r, err := s.Acquire(ctx)
+			assert.NoError(t, err)
+			releases[i] = r
+			got <- i
+		}()
+		require.NoError(t, s.WaitForWaiters(ctx, i+1))
+	}
+	r0()
+	for want := range 3 {
+		first := <-got
+		assert.Equal(t, want, first, "the slot goes to the caller waiting longest")
+		used, waiting := s.InUse()
+		assert.Equal(t, 1, used)
+		assert.Equal(t, 2-want, waiting)
+		releases[first]()
+	}
 }
 
 func TestActionSlotsGiveUpWhenTheContextEnds(t *testing.T) {
