@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/ffscan/ffscan/host/service"
 )
 
 // ActionSlots bound the action transactions a host runs at once on its
@@ -41,9 +43,8 @@ type ActionSlots struct {
 	// queue are the callers waiting for a slot, the first asked first;
 	// each one's channel is closed when it is given one.
 	queue []chan struct{}
-	// queued is closed (and replaced) whenever a caller starts waiting
-	// (WaitForWaiters).
-	queued chan struct{}
+	// queued is told whenever a caller starts waiting (WaitForWaiters).
+	queued service.Changes
 }
 
 // NewActionSlots returns slots for a host's part of total (at least 1).
@@ -51,7 +52,7 @@ type ActionSlots struct {
 // and how many there are; nil, or a share of nothing known (all 0), gives
 // the host the whole budget: a host that shares nothing runs alone.
 func NewActionSlots(total int, share func() (owned, all int)) *ActionSlots {
-	return &ActionSlots{total: max(total, 1), share: share, queued: make(chan struct{})}
+	return &ActionSlots{total: max(total, 1), share: share}
 }
 
 // SlotsFor is the host's part of total when it owns owned of all
@@ -105,9 +106,8 @@ func (s *ActionSlots) Acquire(ctx context.Context) (release func(), err error) {
 	}
 	ready := make(chan struct{})
 	s.queue = append(s.queue, ready)
-	close(s.queued)
-	s.queued = make(chan struct{})
 	s.mu.Unlock()
+	s.queued.Notify()
 	select {
 	case <-ready:
 		return s.releaser(), nil
@@ -162,17 +162,8 @@ func (s *ActionSlots) InUse() (used, waiting int) {
 // ctx ends (with its error): what a caller that holds the slots waits on
 // to know that another call reached them.
 func (s *ActionSlots) WaitForWaiters(ctx context.Context, n int) error {
-	for {
-		s.mu.Lock()
-		waiting, queued := len(s.queue), s.queued
-		s.mu.Unlock()
-		if waiting >= n {
-			return nil
-		}
-		select {
-		case <-queued:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return s.queued.WaitFor(ctx, func() bool {
+		_, waiting := s.InUse()
+		return waiting >= n
+	})
 }
