@@ -151,3 +151,22 @@ func TestPluginMemoryInFilesIsBounded(t *testing.T) {
 	assert.Contains(t, logs, "plugin failed; restarting")
 	assert.Contains(t, logs, "the plugin passed its memory limit of 128 MiB (killed by the kernel at its control group's memory bound)")
 }
+
+// In a control group, a plugin's memory limit counts what it holds, not
+// the address space it reserved: 24 more threads (192 MiB of stack
+// reservations in a plugin built with cgo, whose C library reserves 8
+// MiB per thread) run under a 128 MiB limit. Before, the host also set
+// RLIMIT_DATA there, which counts those reservations in full: a plugin
+// holding 44 MiB died when its runtime started a thread under load
+// ("runtime/cgo: pthread_create failed: Resource temporarily
+// unavailable", exit status 2, said to be nothing but that).
+func TestPluginThreadsCountOnlyWhatTheyHold(t *testing.T) {
+	requireCgroups(t)
+	srv := testserver.New(t)
+	c := srv.Client(t)
+	h := startHost(t, srv.Addr, 16<<20, 2<<30, fmt.Sprintf("plugin_memory_limit: %d\n", 128<<20))
+	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the host runs the plugin")
+	assert.Equal(t, "ok: holding 24 more threads", attackThrough(t, c, "threads 24"))
+	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the plugin still runs")
+	assert.NotContains(t, h.log(), "plugin failed")
+}

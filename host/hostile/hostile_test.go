@@ -477,35 +477,74 @@ func TestPluginCannotMultiplyAReplyInOneCommand(t *testing.T) {
 }
 
 // A plugin that allocates past plugin_memory_limit dies, its supervisor
-// restarts it and says why, and the
-// restarted plugin serves again. Before, nothing bounded a plugin but the
-// machine's memory. The limit shows in the plugin's bounds line.
+// restarts it and says why, and the restarted plugin serves again.
+// Before, nothing bounded a plugin but the machine's memory. The limit
+// shows in the plugin's bounds line. Without control groups the limit
+// is RLIMIT_DATA and the Go runtime runs out of memory; in a group the
+// kernel kills the plugin at the group's bound.
 func TestPluginMemoryIsBounded(t *testing.T) {
 	requireConfinement(t)
+	const limit = 256 << 20
+	for _, tc := range []struct {
+		name, cgroups, bounds, reason string
+	}{
+		{"rlimits", "off", "rlimits: memory at most 256 MiB", "the plugin passed its memory limit of 256 MiB (the Go runtime ran out of memory)"},
+		{"cgroup", "required", "memory at most 256 MiB (everything it maps", "the plugin passed its memory limit of 256 MiB (killed by the kernel at its control group's memory bound)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cgroups == "required" {
+				requireCgroups(t)
+			}
+			srv := testserver.New(t)
+			c := srv.Client(t)
+			h := startHost(t, srv.Addr, 16<<20, 2<<30, fmt.Sprintf("plugin_memory_limit: %d\nplugin_cgroups: %s\n", limit, tc.cgroups))
+			assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the host runs the plugin")
+
+			require.NoError(t, c.Do(context.Background(), c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, "alloc 1024").Build()).Error())
+			// The dying plugin took its attack off before it allocated,
+			// and a scan that holds the ping holds the attack before it:
+			// the ping is answered by the restarted plugin.
+			assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the plugin was restarted")
+			logs := h.log()
+			assert.Contains(t, logs, "plugin failed; restarting")
+			assert.Contains(t, logs, tc.reason)
+
+			cfg := hostConfig(t, srv.Addr, "plain")
+			cfg.PluginMemoryLimit = limit
+			cfg.PluginCgroups = tc.cgroups
+			res, err := plugindir.Verify(context.Background(), cfg, hclog.NewNullLogger())
+			require.NoError(t, err)
+			require.NotEmpty(t, res)
+			for _, r := range res {
+				require.NoError(t, r.Err)
+				assert.Contains(t, r.Bounds, tc.bounds, r.Binary)
+			}
+		})
+	}
+}
+
+// A plugin that dies of a crash is restarted, and the host says why in
+// the plugin's own words, one quoted line: the first of its crash
+// report. go-plugin logs a panic's report at error level, any other
+// crash's (a signal, a fatal error, the cgo runtime's complaint) at
+// debug only. Before, the restart's reason was "exit status 2" alone,
+// and finding why took a debug log.
+func TestPluginCrashIsReportedInOneQuotedLine(t *testing.T) {
 	srv := testserver.New(t)
 	c := srv.Client(t)
-	const limit = 256 << 20
-	h := startHost(t, srv.Addr, 16<<20, 2<<30, fmt.Sprintf("plugin_memory_limit: %d\n", limit))
+	h := startHost(t, srv.Addr, 16<<20, 2<<30, "")
 	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the host runs the plugin")
-
-	require.NoError(t, c.Do(context.Background(), c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, "alloc 1024").Build()).Error())
-	// The dying plugin took its attack off before it allocated, and a
-	// scan that holds the ping holds the attack before it: the ping is
-	// answered by the restarted plugin.
-	assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the plugin was restarted")
-	logs := h.log()
-	assert.Contains(t, logs, "plugin failed; restarting")
-	assert.Contains(t, logs, "the plugin passed its memory limit of 256 MiB (the Go runtime ran out of memory)")
-
-	cfg := hostConfig(t, srv.Addr, "plain")
-	cfg.PluginMemoryLimit = limit
-	res, err := plugindir.Verify(context.Background(), cfg, hclog.NewNullLogger())
-	require.NoError(t, err)
-	require.NotEmpty(t, res)
-	for _, r := range res {
-		require.NoError(t, r.Err)
-		assert.Contains(t, r.Bounds, "memory at most 256 MiB", r.Binary)
+	for _, tc := range []struct{ attack, reason string }{
+		{"abort", `reason="plugin process exited: exit status 2 (the plugin printed \"SIGABRT: abort\")"`},
+		// The escape is rendered as text; what follows it stays in the
+		// one quoted line.
+		{`panic boom \e[31m [ERROR] forged`, `reason="plugin process exited: exit status 2 (the plugin printed \"panic: boom \x1b[31m [ERROR] forged\")"`},
+	} {
+		require.NoError(t, c.Do(context.Background(), c.B().Zadd().Key("ff:idx:{fp:0}:hostile").ScoreMember().ScoreMember(0, tc.attack).Build()).Error())
+		assert.Equal(t, "ok: pong", attackThrough(t, c, "ping"), "the plugin was restarted after %s", tc.attack)
+		assert.Contains(t, h.log(), "plugin failed; restarting: scanner=hostile "+tc.reason)
 	}
+	assert.NotContains(t, h.log(), "\x1b", "an escape reached the log")
 }
 
 // Refusals are short and count in the reply budget: 600 DELs of 100 KB

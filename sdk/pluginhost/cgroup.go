@@ -18,7 +18,7 @@ import (
 // nothing.
 type Limits struct {
 	// Memory in bytes: memory.max (cgroup v2) or memory.limit_in_bytes
-	// (v1), and RLIMIT_DATA.
+	// (v1); RLIMIT_DATA where there is no control group.
 	Memory int64
 	// CPU in CPUs (0.5: half of one): cpu.max (v2) or cpu.cfs_quota_us
 	// (v1), over a 100 ms period.
@@ -65,11 +65,7 @@ func DescribeBounds(c *Cgroups, l Limits) string {
 	if c == nil {
 		return describeLimits("", Limits{Memory: l.Memory})
 	}
-	desc := describeLimits(c.Kind(), l)
-	if l.Memory > 0 {
-		desc += "; and " + memoryDesc(l.Memory)
-	}
-	return desc
+	return describeLimits(c.Kind(), l)
 }
 
 // describeLimits says what a plugin is bounded by, for Plugin.Bounds.

@@ -70,20 +70,23 @@ type LaunchConfig struct {
 	// needs it (the operator's choice, for a plugin they know to be old).
 	// The other callback paths imply it.
 	AllowConnect bool
-	// MemoryLimit, if positive, bounds the memory the plugin maps for
-	// its data (RLIMIT_DATA: the Go runtime's heap and stacks), in
-	// bytes; its garbage collector aims below it (GOMEMLIMIT, 90 %). A
-	// plugin that passes it dies (the Go runtime's "out of memory"), and
-	// ExitError says so. Set before the plugin runs by the trampoline
-	// where it confines the plugin, and by the host right after the
-	// start elsewhere on Linux; ignored on other systems.
+	// MemoryLimit, if positive, bounds the plugin's memory, in bytes;
+	// its garbage collector aims below it (GOMEMLIMIT, 90 %). In a
+	// control group (Cgroups) it is the group's memory bound, which
+	// counts everything the plugin holds; the kernel kills a plugin that
+	// reaches it. Without one it is RLIMIT_DATA, which counts the
+	// private mappings the plugin made (the Go runtime's heap, and each
+	// thread's whole stack reservation), and a plugin that passes it
+	// dies of the Go runtime's "out of memory". Either way ExitError
+	// says so. RLIMIT_DATA is set before the plugin runs by the
+	// trampoline where it confines the plugin, and by the host right
+	// after the start elsewhere on Linux; ignored on other systems.
 	MemoryLimit int64
 	// Cgroups, when set, puts the plugin in a control group of its own
 	// (made before it runs, removed after it exited) bounded by
-	// MemoryLimit (everything it holds in memory, not only its data),
-	// CPULimit and PidsLimit; the trampoline joins it before it confines
-	// and execs the plugin. Nil: RLIMIT_DATA alone, and Plugin.Bounds
-	// says so.
+	// MemoryLimit, CPULimit and PidsLimit; the trampoline joins it
+	// before it confines and execs the plugin. Nil: RLIMIT_DATA alone,
+	// and Plugin.Bounds says so.
 	Cgroups *Cgroups
 	// CPULimit bounds the plugin's CPU time, in CPUs (0: none); only in
 	// a control group.

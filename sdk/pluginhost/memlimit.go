@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -18,16 +20,31 @@ const trampolinePath = "/proc/self/exe"
 // said to be.
 var outOfMemory = []byte("out of memory")
 
-// oomWatch passes the plugin's stderr through (go-plugin reads and logs
-// it) and notes whether the Go runtime reported running out of memory,
-// so that the exit can say why.
-type oomWatch struct {
+// crashPrefixes begin the first line of what the Go runtime prints when
+// a program dies of a panic, a fatal error or a signal.
+var crashPrefixes = []string{"panic: ", "fatal error: ", "runtime/cgo: ", "fatal: morestack",
+	"SIGSEGV: ", "SIGBUS: ", "SIGABRT: ", "SIGILL: ", "SIGFPE: ", "SIGTRAP: ", "unexpected fault address "}
+
+// maxCrashLine bounds the crash line kept (the rest of it is dropped).
+const maxCrashLine = 200
+
+// stderrWatch passes the plugin's stderr through (go-plugin reads and
+// logs it, lines that are no log entry at debug level only) and notes
+// what says why the plugin exits: whether the Go runtime reported
+// running out of memory, and the first line of a crash report, so that
+// an operator logging at info still reads why a plugin died. The
+// plugin writes both, so they only change what its exit is said to be.
+type stderrWatch struct {
 	io.ReadCloser
 	tail []byte // the last bytes read, for a marker cut between reads
 	seen atomic.Bool
+
+	mu    sync.Mutex
+	line  []byte // the current line's first maxCrashLine bytes
+	crash string // the first crash line, once complete
 }
 
-func (w *oomWatch) Read(p []byte) (int, error) {
+func (w *stderrWatch) Read(p []byte) (int, error) {
 	n, err := w.ReadCloser.Read(p)
 	if n > 0 && !w.seen.Load() {
 		buf := append(w.tail, p[:n]...)
@@ -37,8 +54,62 @@ func (w *oomWatch) Read(p []byte) (int, error) {
 		keep := min(len(buf), len(outOfMemory)-1)
 		w.tail = append(w.tail[:0], buf[len(buf)-keep:]...)
 	}
+	if n > 0 {
+		w.noteLines(p[:n])
+	}
 	return n, err
 }
+
+// noteLines keeps the first line that begins a crash report.
+func (w *stderrWatch) noteLines(b []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.crash != "" {
+		return
+	}
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		part := b
+		if i >= 0 {
+			part = b[:i]
+		}
+		if room := maxCrashLine - len(w.line); room > 0 {
+			w.line = append(w.line, part[:min(len(part), room)]...)
+		}
+		if i < 0 {
+			return
+		}
+		line := string(w.line)
+		w.line = w.line[:0]
+		b = b[i+1:]
+		for _, prefix := range crashPrefixes {
+			if strings.HasPrefix(line, prefix) {
+				w.crash = line
+				return
+			}
+		}
+	}
+}
+
+// crashLine is the first line of the plugin's crash report, or "".
+func (w *stderrWatch) crashLine() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.crash
+}
+
+// CrashError is a plugin's exit with the first line of the crash report
+// it printed (its own words: quoted, never more than a line).
+type CrashError struct {
+	Err  error // the process's exit status
+	Line string
+}
+
+func (e *CrashError) Error() string {
+	return fmt.Sprintf("%v (the plugin printed %q)", e.Err, e.Line)
+}
+
+func (e *CrashError) Unwrap() error { return e.Err }
 
 // MemoryLimitError is a plugin's exit after it passed its memory limit.
 type MemoryLimitError struct {

@@ -36,9 +36,10 @@ type procRunner struct {
 	connect  bool
 	isolated string
 	// memoryLimit bounds the process's data (LaunchConfig.MemoryLimit);
-	// oom watches its stderr for the Go runtime running out of memory.
+	// stderr is watched for the Go runtime running out of memory and
+	// for a crash report.
 	memoryLimit int64
-	oom         *oomWatch
+	watch       *stderrWatch
 	// cgroups, when set, puts the process in a group of its own bounded
 	// by limits (group, from Start until it exited).
 	cgroups *Cgroups
@@ -61,8 +62,8 @@ func newProcRunner(logger hclog.Logger, cmd *exec.Cmd) (*procRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	oom := &oomWatch{ReadCloser: stderr}
-	return &procRunner{logger: logger, cmd: cmd, path: cmd.Path, stdout: stdout, stderr: oom, oom: oom, exited: make(chan struct{})}, nil
+	watch := &stderrWatch{ReadCloser: stderr}
+	return &procRunner{logger: logger, cmd: cmd, path: cmd.Path, stdout: stdout, stderr: watch, watch: watch, exited: make(chan struct{})}, nil
 }
 
 func (r *procRunner) Start(context.Context) error {
@@ -84,7 +85,7 @@ func (r *procRunner) Start(context.Context) error {
 	} else {
 		var desc string
 		desc, err = startConfined(r.cmd, r.isolation, sandboxSpec{ReadOnly: r.readOnly, ReadWrite: r.readWrite,
-			Connect: r.connect, Memory: r.memoryLimit, Cgroups: join})
+			Connect: r.connect, Memory: r.dataLimit(), Cgroups: join})
 		r.mu.Lock()
 		r.isolated = desc
 		r.mu.Unlock()
@@ -104,12 +105,12 @@ func (r *procRunner) Start(context.Context) error {
 			return err
 		}
 	}
-	if r.memoryLimit > 0 && r.cmd.Path != trampolinePath {
+	if r.dataLimit() > 0 && r.cmd.Path != trampolinePath {
 		// The trampoline sets it right before it execs the plugin
 		// (not here: the trampoline, the host's own program, may need
 		// more); without it this bounds the plugin from its first
 		// milliseconds on.
-		if err := setMemoryLimit(r.cmd.Process.Pid, r.memoryLimit); err != nil {
+		if err := setMemoryLimit(r.cmd.Process.Pid, r.dataLimit()); err != nil {
 			r.killStarted()
 			err = fmt.Errorf("plugin: cannot set its memory limit: %w", err)
 			r.markExited(err)
@@ -122,6 +123,21 @@ func (r *procRunner) Start(context.Context) error {
 	r.mu.Unlock()
 	r.logger.Debug("plugin started", "path", r.path, "pid", r.pid)
 	return nil
+}
+
+// dataLimit is the RLIMIT_DATA the plugin runs under: its memory limit
+// where no control group bounds it, else none. RLIMIT_DATA counts
+// address space, not memory: every thread's stack reservation (8 MiB
+// from glibc in a plugin built with cgo) counts in full, so a plugin
+// holding 44 MiB under a 128 MiB limit died when its runtime started a
+// thread under load ("pthread_create failed: Resource temporarily
+// unavailable"). A group's bound counts what the plugin holds, files in
+// memory included, and nothing it only reserved.
+func (r *procRunner) dataLimit() int64 {
+	if r.cgroups != nil {
+		return 0
+	}
+	return r.memoryLimit
 }
 
 // killStarted kills a process Start started but will not hand over
@@ -158,8 +174,13 @@ func (r *procRunner) markExited(err error) {
 			}
 			r.group.remove()
 		}
-		if err != nil && r.memoryLimit > 0 && r.oom.seen.Load() {
+		if err != nil && r.memoryLimit > 0 && r.watch.seen.Load() {
 			err = &MemoryLimitError{Limit: r.memoryLimit, Err: err}
+		}
+		if line := r.watch.crashLine(); err != nil && line != "" {
+			if _, memory := err.(*MemoryLimitError); !memory {
+				err = &CrashError{Err: err, Line: line}
+			}
 		}
 		r.err = err
 		if r.onExit != nil {

@@ -42,8 +42,9 @@ import (
 //   - prctl only the operations the Go runtime and the SDK use, ioctl
 //     only the terminal check;
 //   - mmap never MAP_SHARED (MAP_SHARED_VALIDATE has its bit too): the
-//     memory limit (RLIMIT_DATA) counts private mappings only, and
-//     memfd_create is refused, so no memory escapes it.
+//     memory limit where no control group bounds the plugin
+//     (RLIMIT_DATA) counts private mappings only, and memfd_create is
+//     refused, so no memory escapes it.
 //
 // ptrace, process_vm_readv/writev, keyctl, bpf, userfaultfd,
 // perf_event_open, unshare, setns, mount, memfd_create, execveat,
@@ -117,10 +118,11 @@ func processPolicy(pid int, connect bool) seccomp.Policy {
 	}
 	self := uint64(pid)
 	conds := []seccomp.NameWithConditions{
-		// No shared mapping: RLIMIT_DATA (plugin_memory_limit) counts
-		// private writable memory only, so a shared anonymous mapping, or
-		// one of a file in its directory, would hold memory past the
-		// limit. The Go runtime maps only private memory.
+		// No shared mapping: RLIMIT_DATA (plugin_memory_limit without a
+		// control group) counts private writable memory only, so a shared
+		// anonymous mapping, or one of a file in its directory, would
+		// hold memory past the limit. The Go runtime maps only private
+		// memory.
 		{Name: "mmap", Conditions: seccomp.ArgumentConditions{{Argument: 3, Operation: seccomp.BitsNotSet, Value: unix.MAP_SHARED}}},
 		{Name: "clone", Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: unix.CLONE_THREAD}}},
 		{Name: "socketpair", Conditions: seccomp.ArgumentConditions{is(0, unix.AF_UNIX)}},

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -227,6 +228,15 @@ func escape(name, arg string) (err error, ok bool) {
 			go spin()
 		}
 		return reached{fmt.Sprintf("spinning in %d goroutines", n)}, true
+	case "threads":
+		// threads N: N more OS threads, each kept (a goroutine locked to
+		// it, parked): the reservations of their stacks are address
+		// space, not memory.
+		n, err := strconv.Atoi(arg)
+		if err != nil {
+			return err, true
+		}
+		return holdThreads(n), true
 	case "fillmem":
 		// fillmem MIB: a file of MIB MiB in the plugin's TMPDIR (its
 		// socket directory), kept: on a tmpfs that is memory no
@@ -247,6 +257,26 @@ func spin() {
 	for {
 		spinCount.Add(1)
 	}
+}
+
+// parkedThreads holds the threads attack's goroutines parked for good.
+var parkedThreads = make(chan struct{})
+
+// holdThreads starts n goroutines, each locked to an OS thread of its
+// own (which the runtime starts for it) and parked there, and returns
+// once all of them are.
+func holdThreads(n int) error {
+	var started sync.WaitGroup
+	started.Add(n)
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			started.Done()
+			<-parkedThreads
+		}()
+	}
+	started.Wait()
+	return reached{fmt.Sprintf("holding %d more threads", n)}
 }
 
 // fillFile writes a file of mib MiB in the temporary directory.

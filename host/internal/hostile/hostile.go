@@ -117,7 +117,7 @@ func (h *Scanner) ScanPartition(ctx context.Context, host scannerapi.Host, req *
 	res := &scannerapi.ScanResult{}
 	for _, c := range req.Candidates {
 		name, arg, _ := strings.Cut(c.Member, " ")
-		if name == "alloc" || name == "fillmem" {
+		if name == "alloc" || name == "fillmem" || name == "panic" || name == "abort" {
 			// An attack that kills the plugin is taken off first, so
 			// that the restarted plugin does not run it again.
 			if _, err := host.Exec(ctx, []scannerapi.Command{{"ZREM", c.Key, c.Member}}); err != nil {
@@ -269,6 +269,21 @@ func attack(ctx context.Context, host scannerapi.Host, name, arg string) error {
 			held = append(held, chunk)
 		}
 		return reached{fmt.Sprintf("holding %d MiB", len(held)*16)}
+	case "panic":
+		// panic TEXT: the plugin dies of a panic no one recovers,
+		// printing TEXT (with \e for an escape) as its crash report's
+		// first line.
+		text := strings.ReplaceAll(strings.Join(args, " "), `\e`, "\x1b")
+		go func() { panic(text) }()
+		select {}
+	case "abort":
+		// abort: the plugin dies of a SIGABRT, whose report the Go
+		// runtime begins with "SIGABRT: abort" (as when the C library
+		// cannot start a thread for it).
+		if err := unix.Kill(os.Getpid(), unix.SIGABRT); err != nil {
+			return err
+		}
+		select {}
 	case "caps":
 		return capabilities()
 	case "setuid":
