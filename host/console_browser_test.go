@@ -48,7 +48,14 @@ func browser(t *testing.T) string {
 // for at most timeout; it ends with the test.
 func browse(t *testing.T, bin string, timeout time.Duration) context.Context {
 	t.Helper()
+	// Chromium makes a directory for its singleton socket in TMPDIR and
+	// leaves it behind: give it one that goes with the test (short, as
+	// the socket's path must be).
+	tmp, err := os.MkdirTemp("", "chromium-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	opts := []chromedp.ExecAllocatorOption{
+		chromedp.Env("TMPDIR=" + tmp),
 		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
