@@ -106,8 +106,16 @@ func Start(ctx context.Context, o Options, ready time.Duration) (*Proc, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	// The host's temporary files (its plugins' socket directories among
+	// them) in its own directory, removed with it: a host the bench
+	// kills with SIGKILL cannot remove them itself.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	p.cmd = exec.Command(o.Binary, "run", "--config", cfgPath)
-	p.cmd.Env = withoutFFScanEnv(os.Environ())
+	p.cmd.Env = append(withoutFFScanEnv(os.Environ()), "TMPDIR="+tmp)
 	p.cmd.Stdout = o.Log
 	p.cmd.Stderr = o.Log
 	// Its own process group, killed with us: no host outlives the bench.
