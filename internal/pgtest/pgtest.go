@@ -87,7 +87,11 @@ func New(t testing.TB) *Server {
 }
 
 // Start launches a server; the caller stops it.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartWith() }
+
+// StartWith is Start with more server settings, each "name=value" (a
+// bench that loads pg_stat_statements, say).
+func StartWith(settings ...string) (*Server, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -129,6 +133,9 @@ func Start() (*Server, error) {
 			// function and a listener's: tests run several hosts at once
 			// on one server, past the default 100 with more than 2 CPUs.
 			"-c", "max_connections=400")
+		for _, set := range settings {
+			cmd.Args = append(cmd.Args, "-c", set)
+		}
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {

@@ -93,6 +93,7 @@ type bench struct {
 	log          hclog.Logger
 	verbose      bool
 	pgLogDir     string // pgtiming, pghosts: where to keep the server's log (-pglog)
+	pgStatements bool   // pghosts: count statements (-pgstatements)
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -149,6 +150,7 @@ type options struct {
 	maxLoad                                             float64
 	verbose                                             bool
 	pgLogDir                                            string
+	pgStatements                                        bool
 }
 
 func parseFlags() options {
@@ -164,6 +166,7 @@ func parseFlags() options {
 	flag.IntVar(&o.concurrency, "concurrency", 8, "scheduler concurrency (the host's default) and raw-loop workers")
 	flag.Float64Var(&o.maxLoad, "max-load", 0, "wait (up to 2 min) for the 1-minute load average to drop below this before starting; 0: don't wait")
 	flag.BoolVar(&o.verbose, "v", false, "host and plugin logs at info level")
+	flag.BoolVar(&o.pgStatements, "pgstatements", false, "pghosts: count each statement's calls over the median drains (pg_stat_statements, loaded by the bench's server) and print the most called")
 	flag.StringVar(&o.pgLogDir, "pglog", "", "pgtiming, pghosts: keep the PostgreSQL server's log in this directory (pgtiming.log: every statement; pghosts.log: statements of 50 ms or more)")
 	flag.IntVar(&o.rawChunk, "raw-chunk", 200, "drain: FCALLs per pipeline of the raw loop (0: whole partitions per worker)")
 	flag.StringVar(&o.drainModes, "drain-modes", "plugin,plugin-audited,plugin-unconfined,plugin-grpcstream,plugin-unary,in-process,raw", "drain: modes to run (plugin: confined as a host confines it by default; plugin-audited: the same with the audit trail on; plugin-unconfined: not confined; plugin-grpcstream, plugin-unary: the callback paths of older plugins)")
@@ -219,7 +222,7 @@ func run() error {
 		return err
 	}
 	b := &bench{binDir: bin, drainModes: splitList(o.drainModes), timingParts: splitList(o.timingParts), timingModes: modes, cpuProfile: o.cpuProfile, rawChunk: o.rawChunk, pluginDir: filepath.Join(bin, "plugins"), concurrency: o.concurrency,
-		parts: keys.DefaultPartitionConfig(), verbose: o.verbose, pgLogDir: o.pgLogDir,
+		parts: keys.DefaultPartitionConfig(), verbose: o.verbose, pgLogDir: o.pgLogDir, pgStatements: o.pgStatements,
 		log: hclog.New(&hclog.LoggerOptions{Name: "ffbench", Level: level, Output: os.Stderr})}
 	// DEBUG RELOAD restores the drain's snapshot between modes.
 	b.srv, err = testserver.Start(testserver.WithArgs("--enable-debug-command", "local"))

@@ -68,8 +68,8 @@ var pgModes = []string{"plugin", "in-process", "raw"}
 
 // startPostgres starts a throwaway PostgreSQL with FlowFabric's schema
 // (ffscan's own) and library in database "bench".
-func startPostgres(ctx context.Context) (*pgtest.Server, *pgxpool.Pool, string, error) {
-	srv, err := pgtest.Start()
+func startPostgres(ctx context.Context, settings ...string) (*pgtest.Server, *pgxpool.Pool, string, error) {
+	srv, err := pgtest.StartWith(settings...)
 	if err != nil {
 		return nil, nil, "", err
 	}

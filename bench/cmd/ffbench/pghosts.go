@@ -83,6 +83,10 @@ type pgHostsRun struct {
 	// medianPerItem is the median of the drains' transactions per item
 	// (0: one drain).
 	medianPerItem float64
+	// Statements are the calls of each statement (labelled) from the
+	// count's start to the drain's end, Settle those of the wait for the
+	// statistics after it (-pgstatements; nil without).
+	Statements, Settle map[string]int64
 	// Drains are every drain of this count of hosts (pgHostsDrains), in
 	// their order: Took and the transactions per item of the run are
 	// their medians; the rest is the drain of the median time's.
@@ -383,6 +387,11 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	if err != nil {
 		return run, err
 	}
+	if b.pgStatements {
+		if err := pgStatementsReset(ctx, stats); err != nil {
+			return run, err
+		}
+	}
 	t0 := time.Now()
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
@@ -415,6 +424,11 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 		}
 	}
 	run.Took = time.Since(due)
+	if b.pgStatements {
+		if run.Statements, err = pgStatementCalls(ctx, stats); err != nil {
+			return run, err
+		}
+	}
 	stopSampling()
 	<-sampled
 	if err := pgStatsSettle(ctx, pgStatsIdleFlush); err != nil {
@@ -423,6 +437,13 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 	x1, err := pgXacts(ctx, stats)
 	if err != nil {
 		return run, err
+	}
+	if b.pgStatements {
+		all, err := pgStatementCalls(ctx, stats)
+		if err != nil {
+			return run, err
+		}
+		run.Settle = minus(all, run.Statements)
 	}
 	r1, err := pgRollbacks(ctx, stats)
 	if err != nil {
@@ -462,7 +483,11 @@ func pgHostsReset(ctx context.Context, pool *pgxpool.Pool) error {
 // against one, and the time a killed host's partitions wait.
 func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*pgHostsResult, error) {
 	n = min(n, pgHostsMaxItems)
-	srv, pool, dsn, err := startPostgres(ctx)
+	var settings []string
+	if b.pgStatements {
+		settings = pgStatementsSettings
+	}
+	srv, pool, dsn, err := startPostgres(ctx, settings...)
 	if err != nil {
 		return nil, err
 	}
@@ -473,6 +498,11 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 		return nil, err
 	}
 	defer stats.Close()
+	if b.pgStatements {
+		if _, err := stats.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+			return nil, err
+		}
+	}
 	// Function call counts for every session the hosts open from here.
 	if _, err := pool.Exec(ctx, "ALTER DATABASE bench SET track_functions = 'all'"); err != nil {
 		return nil, err
@@ -605,6 +635,13 @@ func (r *pgHostsResult) print(w io.Writer) {
 			run.Idle, run.Counted.Round(time.Second), run.perItemNet(), run.perItemNet()/oneNet)
 		p("     the median drain: rolled back: %.3f per item; calls per item (ms per call, callees included): %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
 		p("     sessions over the median drain (%d samples, %s apart; mean sessions busy %.2f): %s", run.Samples, pgSamplePeriod, run.busy(), run.waitsLine())
+		if run.Statements != nil {
+			settle := run.Counted - pgHostsLead - run.Took
+			p("     the median drain's statements, from the count's start to the drain's end (%s): %s",
+				(pgHostsLead + run.Took).Round(100*time.Millisecond), statementsLine(run.Statements, float64(run.Items), "per item", 12))
+			p("     and over the %s after it, every item done (the wait for the statistics): %s",
+				settle.Round(100*time.Millisecond), statementsLine(run.Settle, settle.Seconds(), "per second", 8))
+		}
 	}
 	if first.Items > 0 {
 		p("   targets, side by side:")
