@@ -10,7 +10,7 @@ import (
 // the library function a read calls, else their first words.
 func TestStatementLabels(t *testing.T) {
 	for q, want := range map[string]string{
-		"WITH ins AS (\n  INSERT INTO ffscan.audit_entry (kind, host) VALUES ($1, $2) RETURNING id) SELECT id FROM ins": "INSERT audit_entry",
+		"WITH ins AS (\n  INSERT INTO ffscan.audit_entry (kind, host) VALUES ($1, $2) RETURNING id) SELECT id FROM ins":               "INSERT audit_entry",
 		"SELECT partition_key, member, score, true FROM ffscan.delays_due($1, $2) UNION ALL SELECT 1 FROM ffscan.delays_due_next($1)": "delays_due",
 		"SELECT ffscan.now_ms()": "now_ms",
 		"SELECT (SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase <> $1),\n\t\t(SELECT count(*) FROM ff_completion_event)": "SELECT (SELECT count(*) FROM ff_exec_core WHERE ...",
