@@ -35,9 +35,10 @@ type procRunner struct {
 	// paths, which dial the host's broker).
 	connect  bool
 	isolated string
-	// memoryLimit bounds the process's data (LaunchConfig.MemoryLimit);
-	// stderr is watched for the Go runtime running out of memory and
-	// for a crash report.
+	// memoryLimit is LaunchConfig.MemoryLimit: the group's memory bound,
+	// or RLIMIT_DATA where there is no group (dataLimit). stderr is
+	// watched for the Go runtime running out of memory and for a crash
+	// report.
 	memoryLimit int64
 	watch       *stderrWatch
 	// cgroups, when set, puts the process in a group of its own bounded
