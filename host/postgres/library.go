@@ -256,33 +256,89 @@ type Candidate struct {
 // family of count partitions, at most perPartition rows each, in one
 // query. Rows the filter does not keep are left out.
 func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, count uint16, perPartition int, f scannerapi.Filter) ([]Candidate, error) {
-	if !CandidateFunctions[fn] {
-		return nil, fmt.Errorf("postgres: %q is not a candidate function of ffscan's library", fn)
+	sql, args, err := dueQuery(fn, parts, count, perPartition, f)
+	if err != nil {
+		return nil, err
 	}
-	ps := partitionKeys(parts)
-	// fn is one of CandidateFunctions' names, never a plugin's string.
-	rows, err := db.Query(ctx, "SELECT partition_key, member, score FROM ffscan."+fn+"($1, $2, $3, $4, $5, $6)",
-		append([]any{ps, perPartition, int(count)}, filterArgs(f)...)...)
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", fn, err)
 	}
-	var out []Candidate
-	for rows.Next() {
-		var (
-			c  Candidate
-			pk int16
-		)
-		if err := rows.Scan(&pk, &c.Member, &c.Score); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("postgres: %s: %w", fn, err)
-		}
-		c.Partition = uint16(pk)
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
+	due, _, err := scanCandidates(rows, false)
+	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", fn, err)
 	}
-	return out, nil
+	return due, nil
+}
+
+// dueQuery is candidate function fn's read: for the partitions given of a
+// family of count, at most perPartition rows each.
+func dueQuery(fn string, parts []uint16, count uint16, perPartition int, f scannerapi.Filter) (string, []any, error) {
+	if !CandidateFunctions[fn] {
+		return "", nil, fmt.Errorf("postgres: %q is not a candidate function of ffscan's library", fn)
+	}
+	// fn is one of CandidateFunctions' names, never a plugin's string.
+	return "SELECT partition_key, member, score FROM ffscan." + fn + "($1, $2, $3, $4, $5, $6)",
+		append([]any{partitionKeys(parts), perPartition, int(count)}, filterArgs(f)...), nil
+}
+
+// dueAndNextQuery is a time-scored candidate function fn's read with its
+// next-due companion's (ReadCandidatesNext), the companion's as_of_ms the
+// SQL expression asOf; a fourth column tells a due row (true) from a
+// next-due one.
+func dueAndNextQuery(fn string, parts []uint16, count uint16, perPartition int, asOf string, f scannerapi.Filter) (string, []any, error) {
+	next, ok := NextDueFunctions[fn]
+	if !ok {
+		return "", nil, fmt.Errorf("postgres: %q is not a time-scored candidate function of ffscan's library", fn)
+	}
+	// fn and next are names of the library's, asOf a constant of this
+	// package's, never a plugin's string.
+	return "SELECT partition_key, member, score, true FROM ffscan." + fn + "($1, $2, $3, $4, $5, $6)" +
+			" UNION ALL SELECT partition_key, member, due_at_ms, false FROM ffscan." + next + "($1, $3, " + asOf + ", $4, $5, $6)",
+		append([]any{partitionKeys(parts), perPartition, int(count)}, filterArgs(f)...), nil
+}
+
+// scanCandidates reads a candidate read's rows: with next, those of
+// dueAndNextQuery, split into the due rows and each partition's earliest
+// next-due one (partitions with nothing to come absent); without, those of
+// dueQuery. It closes rows.
+func scanCandidates(rows pgx.Rows, next bool) ([]Candidate, map[uint16]NextDue, error) {
+	defer rows.Close()
+	var (
+		due   []Candidate
+		nexts map[uint16]NextDue
+	)
+	if next {
+		nexts = map[uint16]NextDue{}
+	}
+	for rows.Next() {
+		var (
+			c     Candidate
+			pk    int16
+			isDue = true
+			err   error
+		)
+		if next {
+			err = rows.Scan(&pk, &c.Member, &c.Score, &isDue)
+		} else {
+			err = rows.Scan(&pk, &c.Member, &c.Score)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		c.Partition = uint16(pk)
+		if isDue {
+			due = append(due, c)
+			continue
+		}
+		if n, seen := nexts[c.Partition]; !seen || c.Score < n.AtMs {
+			nexts[c.Partition] = NextDue{Member: c.Member, AtMs: c.Score}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	return due, nexts, nil
 }
 
 // NextDue is a partition's entry due next (NextDueFunctions).
@@ -301,40 +357,16 @@ type NextDue struct {
 // part; one that came due in between may be in both, and then next is
 // already due, which only wakes the caller early.
 func ReadCandidatesNext(ctx context.Context, db querier, fn string, parts []uint16, count uint16, perPartition int, asOfMs int64, f scannerapi.Filter) ([]Candidate, map[uint16]NextDue, error) {
-	next, ok := NextDueFunctions[fn]
-	if !ok {
-		return nil, nil, fmt.Errorf("postgres: %q is not a time-scored candidate function of ffscan's library", fn)
+	sql, args, err := dueAndNextQuery(fn, parts, count, perPartition, "$7", f)
+	if err != nil {
+		return nil, nil, err
 	}
-	ps := partitionKeys(parts)
-	// fn and next are names of the library's, never a plugin's string.
-	rows, err := db.Query(ctx, "SELECT partition_key, member, score, true FROM ffscan."+fn+"($1, $2, $3, $5, $6, $7)"+
-		" UNION ALL SELECT partition_key, member, due_at_ms, false FROM ffscan."+next+"($1, $3, $4, $5, $6, $7)",
-		append([]any{ps, perPartition, int(count), asOfMs}, filterArgs(f)...)...)
+	rows, err := db.Query(ctx, sql, append(args, asOfMs)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: %s: %w", fn, err)
 	}
-	var due []Candidate
-	nexts := map[uint16]NextDue{}
-	for rows.Next() {
-		var (
-			c     Candidate
-			pk    int16
-			isDue bool
-		)
-		if err := rows.Scan(&pk, &c.Member, &c.Score, &isDue); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("postgres: %s: %w", fn, err)
-		}
-		c.Partition = uint16(pk)
-		if isDue {
-			due = append(due, c)
-			continue
-		}
-		if n, seen := nexts[c.Partition]; !seen || c.Score < n.AtMs {
-			nexts[c.Partition] = NextDue{Member: c.Member, AtMs: c.Score}
-		}
-	}
-	if err := rows.Err(); err != nil {
+	due, nexts, err := scanCandidates(rows, true)
+	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: %s: %w", fn, err)
 	}
 	return due, nexts, nil

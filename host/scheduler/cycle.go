@@ -118,14 +118,21 @@ func (r *Runner) Cycle(ctx context.Context, opts CycleOptions) (Summary, error) 
 		r.cycleError()
 		return sum, err
 	}
-	nowMs, err := sw.storeNow(ctx)
-	if err != nil {
+	if err := sw.storeNow(ctx); err != nil {
 		r.finish(&sum, start, false)
 		r.cycleError()
 		return sum, err
 	}
+	res := sw.readAndScan(ctx, parts, false)
+	if res.clockErr != nil {
+		// A Postgres scanner's clock comes with its candidate read, and
+		// no read brought it (each failure is counted as the read's).
+		r.finish(&sum, start, false)
+		r.cycleError()
+		return sum, fmt.Errorf("read the store's clock: %w", res.clockErr)
+	}
+	nowMs := res.nowMs
 	sum.NowMs = nowMs
-	res := sw.readAndScan(ctx, parts, nowMs, false)
 	sw.learnQuiet(qr, res.states)
 
 	// Backlog and lag are only meaningful when every partition of the
@@ -186,23 +193,23 @@ func (r *Runner) plan(opts CycleOptions, sum *Summary) (*sweep, []keys.Partition
 	return sw, parts, qr, nil
 }
 
-// storeNow reads the store's clock, the cycle's one "now"; a Valkey
-// scanner on a host without Valkey has none. It notes the Valkey nodes
-// first: a change of topology starts a new store epoch.
-func (sw *sweep) storeNow(ctx context.Context) (int64, error) {
+// storeNow reads the store's clock, the cycle's one "now" (for a
+// Postgres scanner the candidate read brings it: now); a Valkey scanner on
+// a host without Valkey has none. It notes the Valkey nodes first: a
+// change of topology starts a new store epoch.
+func (sw *sweep) storeNow(ctx context.Context) error {
 	r := sw.r
 	if !sw.postgres() {
 		if r.client == nil {
-			return 0, errNoValkey
+			return errNoValkey
 		}
 		r.cfg.Epoch.ObserveNodes(keyless.Nodes(r.client))
 	}
-	nowMs, err := sw.now(ctx)
-	if err != nil {
+	if err := sw.now(ctx); err != nil {
 		r.noteErr(sw.sum, classify(err), "time", 1)
-		return 0, fmt.Errorf("read the store's clock: %w", err)
+		return fmt.Errorf("read the store's clock: %w", err)
 	}
-	return nowMs, nil
+	return nil
 }
 
 // allSampled reports whether every partition's backlog reads succeeded.
@@ -235,12 +242,11 @@ func lagOf(states []*partState, nowMs int64) time.Duration {
 func (sw *sweep) followUps(ctx context.Context, more []keys.Partition) {
 	r := sw.r
 	for pass := 0; pass < r.cfg.MaxFollowUps && len(more) > 0 && ctx.Err() == nil; pass++ {
-		now2, err := sw.now(ctx)
-		if err != nil {
+		if err := sw.now(ctx); err != nil {
 			r.noteErr(sw.sum, classify(err), "time", 1)
 			break
 		}
-		sub := sw.readAndScan(ctx, r.owned(more), now2, true)
+		sub := sw.readAndScan(ctx, r.owned(more), true)
 		sw.sum.FollowUps += len(sub.states)
 		more = sub.more
 	}

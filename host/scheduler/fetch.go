@@ -67,10 +67,14 @@ type sweep struct {
 	// dueOnly: only the time-scored sources are read (a wake-up).
 	rank, dueOnly bool
 	// The latest clock read: the store's time, the host's time once it
-	// was read, and the store epoch before it was read.
-	nowMs int64
-	nowAt time.Time
-	epoch uint64
+	// was read, and the store epoch before it was read; clocked: the
+	// sweep has read it, clockErr: why a Postgres sweep has not (its
+	// first failed read, which was to bring it: now).
+	nowMs    int64
+	nowAt    time.Time
+	epoch    uint64
+	clocked  bool
+	clockErr error
 }
 
 // fetch reads candidates and backlog counts of the given partitions in at

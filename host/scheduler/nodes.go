@@ -100,6 +100,11 @@ type swept struct {
 	more     []keys.Partition
 	backlog  map[uint16]int64
 	complete bool
+	// nowMs is the store's clock the partitions were scanned at, read
+	// before the sweep (Valkey) or with its candidates (Postgres);
+	// clockErr says why a Postgres sweep that read partitions has none.
+	nowMs    int64
+	clockErr error
 }
 
 // nodeLane is one node's share of a sweep: its partitions read and
@@ -140,7 +145,7 @@ type laneEvent struct {
 // busy (no sweep reads them) until it ended, and what it did is counted
 // then (lateLane). On a single server, or for a Postgres scanner, there is
 // one lane, which the sweep waits for.
-func (sw *sweep) readAndScan(ctx context.Context, parts []keys.Partition, nowMs int64, followUp bool) swept {
+func (sw *sweep) readAndScan(ctx context.Context, parts []keys.Partition, followUp bool) swept {
 	r := sw.r
 	lanes := sw.lanesByNode(parts)
 	for _, l := range lanes {
@@ -155,11 +160,11 @@ func (sw *sweep) readAndScan(ctx context.Context, parts []keys.Partition, nowMs 
 		r.calling.Add(1)
 		go func() {
 			defer r.calling.Done()
-			l.run(ctx, i, nowMs, followUp, events)
+			l.run(ctx, i, followUp, events)
 		}()
 	}
 	sw.await(lanes, events)
-	out := swept{backlog: map[uint16]int64{}, complete: true}
+	out := swept{backlog: map[uint16]int64{}, complete: true, nowMs: sw.nowMs}
 	for _, l := range lanes {
 		l.mu.Lock()
 		detached := l.detached
@@ -169,6 +174,11 @@ func (sw *sweep) readAndScan(ctx context.Context, parts []keys.Partition, nowMs 
 			continue
 		}
 		sw.sum.merge(l.sw.sum)
+		if l.sw.clocked {
+			out.nowMs = l.sw.nowMs
+		} else if out.clockErr == nil {
+			out.clockErr = l.sw.clockErr
+		}
 		out.states = append(out.states, l.states...)
 		out.more = append(out.more, l.more...)
 		for p, v := range l.backlog {
@@ -210,13 +220,14 @@ func (sw *sweep) child() *sweep {
 // run reads the lane's partitions and scans those with candidates, then
 // says it ended; a lane the sweep stopped waiting for records what it did
 // itself.
-func (l *nodeLane) run(ctx context.Context, i int, nowMs int64, followUp bool, events chan<- laneEvent) {
+func (l *nodeLane) run(ctx context.Context, i int, followUp bool, events chan<- laneEvent) {
 	r := l.sw.r
 	t0 := r.clk.Now()
 	progress := func() { events <- laneEvent{i: i, took: r.since(t0)} }
-	states := l.sw.read(ctx, l.parts, nowMs)
+	states := l.sw.read(ctx, l.parts)
 	progress()
-	more, backlog := l.sw.dispatch(ctx, states, nowMs, followUp, l.stop, progress)
+	// The clock of the read: a Postgres read brings its own (fetchPostgres).
+	more, backlog := l.sw.dispatch(ctx, states, l.sw.nowMs, followUp, l.stop, progress)
 	for _, p := range l.parts {
 		r.busy.mark(p.Index, false)
 	}

@@ -26,36 +26,37 @@ var errNoValkey = errors.New("the scanner reads Valkey and the host has none (se
 
 func (sw *sweep) postgres() bool { return sw.info.UsesPostgres() }
 
-// now is the cycle's "now": the database's clock for a Postgres scanner
-// (ffscan's functions compare against it), the server's TIME otherwise.
-// It also notes the store epoch before the clock was read and the host's
-// time once it was: a read that follows learns wake-ups in that epoch, at
-// instants measured from then.
-func (sw *sweep) now(ctx context.Context) (int64, error) {
+// now starts a sweep's read: it notes the store epoch, and reads the
+// clock that the sweep's "now" is, and the host's time once it was read:
+// a read that follows learns wake-ups in that epoch, at instants measured
+// from then. For a Valkey scanner the clock is the server's TIME, read
+// here. For a Postgres scanner it is the database's (ffscan's functions
+// compare against it), and the candidate read brings it (fetchPostgres):
+// read apart, it took a round trip and a transaction of its own per
+// sweep.
+func (sw *sweep) now(ctx context.Context) error {
 	sw.epoch = sw.r.cfg.Epoch.Load()
-	var ms int64
-	var err error
+	sw.clocked, sw.clockErr = false, nil
 	switch {
-	case !sw.postgres():
-		ms, err = sw.r.serverTime(ctx)
-	case sw.r.cfg.Postgres == nil:
-		err = errNoDatabase
-	default:
-		ms, err = postgres.Now(ctx, sw.r.cfg.Postgres)
+	case sw.postgres() && sw.r.cfg.Postgres == nil:
+		return errNoDatabase
+	case sw.postgres():
+		return nil
 	}
-	sw.nowMs, sw.nowAt = ms, sw.r.clk.Now()
-	return ms, err
+	ms, err := sw.r.serverTime(ctx)
+	sw.nowMs, sw.nowAt, sw.clocked = ms, sw.r.clk.Now(), err == nil
+	return err
 }
 
 // read reads the partitions' candidates from the scanner's store.
 // What the read reveals of each partition's next due entry is scheduled
 // (wake.go).
-func (sw *sweep) read(ctx context.Context, parts []keys.Partition, nowMs int64) []*partState {
+func (sw *sweep) read(ctx context.Context, parts []keys.Partition) []*partState {
 	var states []*partState
 	if !sw.postgres() {
-		states = sw.fetch(ctx, parts, nowMs)
+		states = sw.fetch(ctx, parts, sw.nowMs)
 	} else {
-		states = sw.fetchPostgres(ctx, parts, nowMs)
+		states = sw.fetchPostgres(ctx, parts)
 	}
 	sw.schedule(states)
 	return states
@@ -69,12 +70,13 @@ func (sw *sweep) read(ctx context.Context, parts []keys.Partition, nowMs int64) 
 // due, and only the partitions that came back full are counted again, in
 // one more query.
 //
-// With wake-ups on, a time-scored source is read with its next-due
-// companion in the same query (postgres.ReadCandidatesNext): each
-// partition's entry due next, measured against nowMs, the database clock
-// read just before, is when the partition is woken (wake.go). A wake-up
-// (dueOnly) reads the time-scored sources alone.
-func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition, nowMs int64) []*partState {
+// Each read brings the database's clock (postgres.ReadWithClock); the
+// first that does is the sweep's "now". With wake-ups on, a time-scored
+// source is read with its next-due companion in the same query: each
+// partition's entry due next is when the partition is woken (wake.go),
+// measured from that clock. A wake-up (dueOnly) reads the time-scored
+// sources alone.
+func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*partState {
 	r := sw.r
 	states := make([]*partState, len(parts))
 	byIndex := make(map[uint16]*partState, len(parts))
@@ -91,27 +93,24 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition, nowM
 		if sw.dueOnly && !timed {
 			continue
 		}
-		var (
-			rows []postgres.Candidate
-			next map[uint16]postgres.NextDue
-			err  error
-		)
 		count := r.cfg.Partitions.Count(sw.info.Family)
-		if sw.rank && timed {
-			rows, next, err = postgres.ReadCandidatesNext(ctx, r.cfg.PostgresReads.For(src.Key), src.Key, idx, count, sw.batch, nowMs, r.cfg.PostgresFilter)
-		} else {
-			rows, err = postgres.ReadCandidates(ctx, r.cfg.PostgresReads.For(src.Key), src.Key, idx, count, sw.batch, r.cfg.PostgresFilter)
-		}
+		got, err := postgres.ReadWithClock(ctx, r.cfg.PostgresReads.For(src.Key), src.Key, idx, count, sw.batch, sw.rank && timed, r.cfg.PostgresFilter)
 		if err != nil {
 			for _, st := range states {
 				st.fetchError, st.sampled = true, false
+			}
+			if !sw.clocked && sw.clockErr == nil {
+				sw.clockErr = err
 			}
 			r.noteErr(sw.sum, pgClass(err), "fetch", 1)
 			r.log.Warn("postgres candidate read failed", "function", src.Key, "error", err)
 			continue
 		}
+		if !sw.clocked {
+			sw.nowMs, sw.nowAt, sw.clocked, sw.clockErr = got.NowMs, r.clk.Now(), true, nil
+		}
 		read := make(map[uint16]int, len(parts))
-		for _, c := range rows {
+		for _, c := range got.Due {
 			st := byIndex[c.Partition]
 			if st == nil {
 				// Not a partition asked for: a library bug, not work.
@@ -125,7 +124,7 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition, nowM
 				st.oldestDue, st.hasDue = score, true
 			}
 		}
-		for p, n := range next {
+		for p, n := range got.Next {
 			if st := byIndex[p]; st != nil {
 				st.noteWakeAt(n.AtMs)
 			}

@@ -41,6 +41,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"time"
 
@@ -159,14 +160,17 @@ func (r *Runner) Wake(ctx context.Context, parts []keys.Partition) (Summary, err
 	sw := &sweep{r: r, scanner: scanner, info: info, lanes: r.lanes(), batch: r.batch(info), sum: &sum,
 		hasLaneSource: hasLaneSource(info), rank: r.wakesFor(info), dueOnly: true, canary: r.canaryNow()}
 	sw.startCanary()
-	nowMs, err := sw.now(ctx)
-	if err != nil {
+	if err := sw.now(ctx); err != nil {
 		r.noteErr(&sum, classify(err), "time", 1)
 		r.finishWake(&sum, start)
 		return sum, err
 	}
-	sum.NowMs = nowMs
-	res := sw.readAndScan(ctx, parts, nowMs, false)
+	res := sw.readAndScan(ctx, parts, false)
+	if res.clockErr != nil {
+		r.finishWake(&sum, start)
+		return sum, fmt.Errorf("read the store's clock: %w", res.clockErr)
+	}
+	sum.NowMs = res.nowMs
 	sw.followUps(ctx, res.more)
 	sw.endCanary()
 	r.finishWake(&sum, start)
