@@ -13,8 +13,9 @@ import (
 )
 
 // Readers are the connections a host runs its candidate reads on
-// (ReadCandidates, ReadCandidatesNext, CountCandidates): each candidate
-// function, with its next-due companion, always on the same one.
+// (ReadWithClock, ReadCandidates, ReadCandidatesNext, CountCandidates):
+// each candidate function, with its next-due companion, always on the
+// same one.
 //
 // The candidate functions read with generic plans (force_generic_plan:
 // one plan over every child of the tables, pruned at run time), which
