@@ -271,21 +271,52 @@ func (c *Coordinator) Tick(ctx context.Context) error {
 
 func (c *Coordinator) tick(ctx context.Context) error {
 	sent := c.clk.Now()
-	members, err := c.store.Renew(ctx, c.cfg.ID, c.cfg.TTL)
+	// With a store that renews and holds in one call, the partitions the
+	// last members gave this host are held in the renewal's call: those
+	// are this host's again unless the members changed.
+	c.mu.Lock()
+	guess, _ := c.split(c.members)
+	c.mu.Unlock()
+	rh, together := c.store.(RenewHolder)
+	together = together && len(guess) > 0
+	var members []string
+	var guessed []bool
+	var err error
+	if together {
+		members, guessed, err = rh.RenewHold(ctx, c.cfg.ID, c.cfg.TTL, guess)
+	} else {
+		members, err = c.store.Renew(ctx, c.cfg.ID, c.cfg.TTL)
+	}
 	if err != nil {
 		return err
 	}
 	sort.Strings(members)
-	var mine, others []keys.Partition
-	for _, p := range c.all {
-		if assign(members, p) == c.cfg.ID {
-			mine = append(mine, p)
-		} else {
-			others = append(others, p)
+	mine, others := c.split(members)
+	isMine := make(map[keys.Partition]bool, len(mine))
+	for _, p := range mine {
+		isMine[p] = true
+	}
+	owned := map[keys.Partition]bool{}
+	var untaken []keys.Partition // this host's, and not held yet this tick
+	if together {
+		inGuess := make(map[keys.Partition]bool, len(guess))
+		for i, p := range guess {
+			inGuess[p] = true
+			if guessed[i] && isMine[p] {
+				owned[p] = true
+			}
 		}
+		for _, p := range mine {
+			if !inGuess[p] {
+				untaken = append(untaken, p)
+			}
+		}
+	} else {
+		untaken = mine
 	}
 	// Give up first what another host is due to own (no longer acting on
-	// it from here), then take ours.
+	// it from here), then take ours. Held in the renewal's call and no
+	// longer this host's (the members changed): given up as well.
 	var gives []keys.Partition
 	c.mu.Lock()
 	for _, p := range others {
@@ -298,12 +329,18 @@ func (c *Coordinator) tick(ctx context.Context) error {
 		c.changes++
 	}
 	c.mu.Unlock()
+	if together {
+		for i, p := range guess {
+			if guessed[i] && !isMine[p] && !slices.Contains(gives, p) {
+				gives = append(gives, p)
+			}
+		}
+	}
 	if err := c.store.Release(ctx, c.cfg.ID, gives); err != nil {
 		c.log.Warn("partition sharing: release failed; the entries lapse on their own", "error", err)
 	}
-	owned := map[keys.Partition]bool{}
-	if len(mine) > 0 {
-		held, err := c.store.Hold(ctx, c.cfg.ID, c.cfg.TTL, mine)
+	if len(untaken) > 0 {
+		held, err := c.store.Hold(ctx, c.cfg.ID, c.cfg.TTL, untaken)
 		if err != nil {
 			// Nothing confirmed: what was owned stays valid only until
 			// its deadline.
@@ -311,7 +348,7 @@ func (c *Coordinator) tick(ctx context.Context) error {
 		}
 		for i, ok := range held {
 			if ok {
-				owned[mine[i]] = true
+				owned[untaken[i]] = true
 			}
 		}
 	}
@@ -360,6 +397,19 @@ func (c *Coordinator) tick(ctx context.Context) error {
 		c.log.Info("partition sharing", "store", c.store.Describe(), "hosts", len(members), "owned", len(owned), "of", len(c.all), "gained", gained, "lost", lost)
 	}
 	return nil
+}
+
+// split divides the partitions between this host (mine) and the others by
+// members (none of them this host's without members).
+func (c *Coordinator) split(members []string) (mine, others []keys.Partition) {
+	for _, p := range c.all {
+		if len(members) > 0 && assign(members, p) == c.cfg.ID {
+			mine = append(mine, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	return mine, others
 }
 
 // assign is the host a partition belongs to among members: the highest

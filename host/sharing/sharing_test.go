@@ -424,6 +424,18 @@ func TestStoreContract(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, []string{"y"}, members, "x's membership lapsed with its entries")
 
+			if rh, ok := s.(sharing.RenewHolder); ok {
+				members, held, err := rh.RenewHold(ctx, "y", ttl, p)
+				require.NoError(t, err)
+				assert.Equal(t, []string{"y"}, members)
+				assert.Equal(t, []bool{true, true, true}, held, "renewed in the membership's call")
+				members, held, err = rh.RenewHold(ctx, "w", ttl, p)
+				require.NoError(t, err)
+				assert.Equal(t, []string{"w", "y"}, members)
+				assert.Equal(t, []bool{false, false, false}, held, "y's, not lapsed")
+				require.NoError(t, s.Leave(ctx, "w"))
+			}
+
 			require.NoError(t, s.Leave(ctx, "y"))
 			members, err = s.Renew(ctx, "z", ttl)
 			require.NoError(t, err)
@@ -515,5 +527,55 @@ func requireClosed(t *testing.T, c <-chan struct{}, what string) {
 	case <-c:
 	default:
 		t.Fatal(what + ": not announced")
+	}
+}
+
+// On Postgres a steady tick renews the membership and holds the host's
+// partitions in one call (one round trip, one transaction). When the
+// members changed since the last tick, the partitions held in that call
+// that are now another host's are released in the same tick, so the
+// newcomer takes them at its next tick.
+func TestPostgresSteadyTickIsOneCall(t *testing.T) {
+	t.Parallel()
+	dsn := schema.Database(t)
+	ctx := context.Background()
+	open := func() *pgxpool.Pool {
+		pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: 2})
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	apool, bpool := open(), open()
+	a := sharing.New(pgstore.New(apool, scannerapi.Filter{}, parts), sharing.Config{ID: "a", Partitions: parts, TTL: ttl})
+	require.NoError(t, a.Tick(ctx))
+	require.Len(t, a.Status().Partitions, len(all()))
+
+	calls := apool.Stat().AcquireCount()
+	require.NoError(t, a.Tick(ctx))
+	assert.Equal(t, int64(1), apool.Stat().AcquireCount()-calls, "a steady tick is one call")
+	assert.Len(t, a.Status().Partitions, len(all()))
+
+	b := sharing.New(pgstore.New(bpool, scannerapi.Filter{}, parts), sharing.Config{ID: "b", Partitions: parts, TTL: ttl})
+	require.NoError(t, b.Tick(ctx))
+	assert.Empty(t, b.Status().Partitions, "a holds everything yet")
+
+	// a's tick holds everything in its renewal's call, learns of b, and
+	// gives b's share back in the same tick.
+	require.NoError(t, a.Tick(ctx))
+	held := pgHolders(t, apool, "")
+	mine := a.Status().Partitions
+	assert.NotEmpty(t, mine)
+	assert.Less(t, len(mine), len(all()))
+	assert.Len(t, held, len(mine), "a holds its own share alone")
+	for _, p := range mine {
+		assert.Equal(t, "a", held[p])
+	}
+
+	require.NoError(t, b.Tick(ctx))
+	assert.Len(t, b.Status().Partitions, len(all())-len(mine), "b takes the rest at its next tick")
+	held = pgHolders(t, apool, "")
+	assert.Len(t, held, len(all()))
+	for _, p := range b.Status().Partitions {
+		assert.Equal(t, "b", held[p])
 	}
 }

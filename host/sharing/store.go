@@ -37,3 +37,15 @@ type Store interface {
 	// ("valkey", "postgres (filter none)").
 	Describe() string
 }
+
+// RenewHolder is a Store that renews the membership and holds partitions
+// in one call (the Postgres store: one round trip and one transaction).
+// The coordinator's steady tick holds the partitions its last tick's
+// members gave it, in that call, and corrects afterwards if the members
+// changed (releasing what it held that is no longer its own, holding what
+// is newly its own): a steady tick is then one call instead of two.
+type RenewHolder interface {
+	// RenewHold is Renew(id, ttl) and then Hold(id, ttl, parts), both or
+	// neither done.
+	RenewHold(ctx context.Context, id string, ttl time.Duration, parts []keys.Partition) (members []string, held []bool, err error)
+}

@@ -3,7 +3,8 @@
 // ffscan.share_member and ffscan.share_owner, through the functions of
 // ffscan's library (share_renew, share_hold, share_release, share_leave;
 // host/postgres/sql/library.sql). Each call is one statement in a
-// transaction of its own, with every expiry by the database's clock:
+// transaction of its own (RenewHold: two statements pipelined in one
+// implicit transaction), with every expiry by the database's clock:
 // nothing depends on a session (no advisory lock, no prepared statement
 // the host relies on), so the store works behind PgBouncer in transaction
 // mode as well as on direct connections.
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ffscan/ffscan/keys"
@@ -69,10 +71,25 @@ func (e *CountsError) Error() string {
 
 // Renew renews id's membership (share_renew) and returns the live members.
 func (s *Store) Renew(ctx context.Context, id string, ttl time.Duration) ([]string, error) {
-	rows, err := s.pool.Query(ctx, "SELECT host_id, partitions FROM ffscan.share_renew($1, $2, $3, $4)", s.group, id, s.counts, ttl.Milliseconds())
+	rows, err := s.pool.Query(ctx, renewSQL, s.renewArgs(id, ttl)...)
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
+	return s.members(rows)
+}
+
+const (
+	renewSQL = "SELECT host_id, partitions FROM ffscan.share_renew($1, $2, $3, $4)"
+	holdSQL  = "SELECT family, partition_index FROM ffscan.share_hold($1, $2, $3, $4, $5)"
+)
+
+func (s *Store) renewArgs(id string, ttl time.Duration) []any {
+	return []any{s.group, id, s.counts, ttl.Milliseconds()}
+}
+
+// members reads share_renew's rows: the live members, refused when one
+// counts the partitions otherwise.
+func (s *Store) members(rows pgx.Rows) ([]string, error) {
 	defer rows.Close()
 	var members []string
 	var mismatch *CountsError
@@ -105,16 +122,26 @@ func args(parts []keys.Partition) ([]string, []int16) {
 	return fams, idxs
 }
 
+func (s *Store) holdArgs(id string, ttl time.Duration, parts []keys.Partition) []any {
+	fams, idxs := args(parts)
+	return []any{s.group, id, ttl.Milliseconds(), fams, idxs}
+}
+
 // Hold takes or renews parts for id (share_hold).
 func (s *Store) Hold(ctx context.Context, id string, ttl time.Duration, parts []keys.Partition) ([]bool, error) {
 	if len(parts) == 0 {
 		return nil, nil
 	}
-	fams, idxs := args(parts)
-	rows, err := s.pool.Query(ctx, "SELECT family, partition_index FROM ffscan.share_hold($1, $2, $3, $4, $5)", s.group, id, ttl.Milliseconds(), fams, idxs)
+	rows, err := s.pool.Query(ctx, holdSQL, s.holdArgs(id, ttl, parts)...)
 	if err != nil {
 		return nil, fmt.Errorf("ownership: %w", err)
 	}
+	return held(rows, parts)
+}
+
+// held reads share_hold's rows: for each of parts, in order, whether it
+// is held.
+func held(rows pgx.Rows, parts []keys.Partition) ([]bool, error) {
 	defer rows.Close()
 	type entry struct {
 		fam string
@@ -131,11 +158,55 @@ func (s *Store) Hold(ctx context.Context, id string, ttl time.Duration, parts []
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ownership: %w", err)
 	}
-	held := make([]bool, len(parts))
+	fams, idxs := args(parts)
+	out := make([]bool, len(parts))
 	for i := range parts {
-		held[i] = got[entry{fams[i], idxs[i]}]
+		out[i] = got[entry{fams[i], idxs[i]}]
 	}
-	return held, nil
+	return out, nil
+}
+
+// RenewHold is Renew and then Hold of parts, sent together: one round
+// trip and one transaction (a pipelined batch is one implicit
+// transaction, and behind a transaction pooler one server connection). If
+// either statement fails, neither is kept. A host's steady tick is this
+// one call instead of two transactions (sharing.RenewHolder).
+func (s *Store) RenewHold(ctx context.Context, id string, ttl time.Duration, parts []keys.Partition) ([]string, []bool, error) {
+	if len(parts) == 0 {
+		members, err := s.Renew(ctx, id, ttl)
+		return members, nil, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(renewSQL, s.renewArgs(id, ttl)...)
+	b.Queue(holdSQL, s.holdArgs(id, ttl, parts)...)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("membership: %w", err)
+	}
+	// A refusal (another member counts the partitions otherwise) fails
+	// the tick; the hold sent with it is done all the same, on partitions
+	// this host's last tick gave it: they lapse a tick later than they
+	// would have, and this host stops acting on them at its deadline.
+	members, err := s.members(rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rows, err = br.Query(); err != nil {
+		return nil, nil, fmt.Errorf("ownership: %w", err)
+	}
+	got, err := held(rows, parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The implicit transaction commits at the batch's end: an error there
+	// (a serialization failure at commit, a dropped connection) means
+	// nothing of it may be taken as kept.
+	if err := br.Close(); err != nil {
+		return nil, nil, fmt.Errorf("membership and ownership: %w", err)
+	}
+	return members, got, nil
 }
 
 // Release gives up those of parts id holds (share_release).
