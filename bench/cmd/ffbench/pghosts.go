@@ -80,9 +80,10 @@ type pgHostsRun struct {
 	// function its statement calls; Samples is the number of samples.
 	Waits   map[string]int
 	Samples int
-	// medianPerItem is the median of the drains' transactions per item
-	// (0: one drain).
-	medianPerItem float64
+	// medianPerItem and medianNet are the medians of the drains'
+	// transactions per item, gross and less the idle (medianOf: set).
+	medianOf                 bool
+	medianPerItem, medianNet float64
 	// Statements are the calls of each statement (labelled) from the
 	// count's start to the drain's end, Settle those of the wait for the
 	// statistics after it (-pgstatements; nil without).
@@ -107,13 +108,15 @@ func medianDrain(drains []pgHostsRun) pgHostsRun {
 	slices.SortFunc(byTime, func(a, b pgHostsRun) int { return cmp.Compare(a.Took, b.Took) })
 	run := byTime[len(byTime)/2]
 	per := make([]float64, len(drains))
+	net := make([]float64, len(drains))
 	run.Drains = nil
 	for i, d := range drains {
 		run.Drains = append(run.Drains, pgHostsSample{Took: d.Took, PerItem: d.perItem(), Rollbacks: d.Rollbacks})
-		per[i] = d.perItem()
+		per[i], net[i] = d.perItem(), d.perItemNet()
 	}
 	slices.Sort(per)
-	run.medianPerItem = per[len(per)/2]
+	slices.Sort(net)
+	run.medianOf, run.medianPerItem, run.medianNet = true, per[len(per)/2], net[len(net)/2]
 	return run
 }
 
@@ -127,14 +130,20 @@ type pgFuncStat struct {
 // perItem is the database's transactions per item: the median of the
 // drains' for a run of several.
 func (r pgHostsRun) perItem() float64 {
-	if r.medianPerItem > 0 {
+	if r.medianOf {
 		return r.medianPerItem
 	}
 	return float64(r.Xacts) / float64(r.Items)
 }
 
-// perItemNet is perItem less the hosts' idle transactions over the count.
+// perItemNet is perItem less the hosts' idle transactions over the count:
+// for a run of several drains the median of each drain's (not the drain
+// of the median time's, which need not be the drain of the median
+// transactions).
 func (r pgHostsRun) perItemNet() float64 {
+	if r.medianOf {
+		return r.medianNet
+	}
 	return (float64(r.Xacts) - r.Idle*r.Counted.Seconds()) / float64(r.Items)
 }
 
@@ -631,7 +640,7 @@ func (r *pgHostsResult) print(w io.Writer) {
 		p("   %d host(s): %d lapses (each ended with a completion event, dispatched) done %s after the lapse (median of %s);",
 			run.Hosts, run.Items, run.Took.Round(time.Millisecond), run.drainsLine())
 		p("     database transactions per item %.3f (%.3f of one host's; target <= 1.10: %s)", run.perItem(), ratio, verdict(ratio <= 1.10))
-		p("     the median drain less the hosts' idle %.1f transactions/s over the %s counted: %.3f per item (%.3f of one host's)",
+		p("     less the hosts' idle %.1f transactions/s over each drain's count (the median's: %s): %.3f per item, the median (%.3f of one host's)",
 			run.Idle, run.Counted.Round(time.Second), run.perItemNet(), run.perItemNet()/oneNet)
 		p("     the median drain: rolled back: %.3f per item; calls per item (ms per call, callees included): %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
 		p("     sessions over the median drain (%d samples, %s apart; mean sessions busy %.2f): %s", run.Samples, pgSamplePeriod, run.busy(), run.waitsLine())
