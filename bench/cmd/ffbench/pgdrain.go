@@ -139,28 +139,46 @@ func procCPUWithChildren(pid int) time.Duration {
 // attempt 0's lease lapsed a second ago, with no retry policy (each ends
 // with an 'expired' completion and a lease event: the heaviest path).
 func seedLapses(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	return seedLapsesAt(ctx, pool, n, -1000, true)
+	_, err := seedLapsesAt(ctx, pool, n, -1000, true)
+	return err
 }
 
 // seedLapsesAt is seedLapses with the leases lapsing at inMs from now
-// (negative: lapsed already), after emptying the tables when clean.
-func seedLapsesAt(ctx context.Context, pool *pgxpool.Pool, n int, inMs int64, clean bool) error {
-	var sqls []string
-	if clean {
-		sqls = append(sqls, "DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event", "DELETE FROM ff_lease_event",
-			"VACUUM ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event")
+// (negative: lapsed already), after emptying the tables when clean. Every
+// lease lapses at the same instant, which it returns: read once from the
+// database's clock before the insert. (Read per row, the lapses spread
+// over the insert's own time: 90-210 ms with one idle host beside it,
+// 220-640 ms with three, so that a host woke a partition several times
+// for items a moment apart, and how often depended on how slow the
+// insert was.)
+func seedLapsesAt(ctx context.Context, pool *pgxpool.Pool, n int, inMs int64, clean bool) (time.Time, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("seed: %w", err)
 	}
-	sqls = append(sqls, fmt.Sprintf(`WITH e AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+	defer conn.Release()
+	if clean {
+		if err := execOn(ctx, conn, []string{"DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event",
+			"DELETE FROM ff_lease_event", "VACUUM ff_exec_core, ff_attempt, ff_completion_event, ff_lease_event"}); err != nil {
+			return time.Time{}, fmt.Errorf("seed: %w", err)
+		}
+	}
+	var at int64
+	if err := conn.QueryRow(ctx, "SELECT ffscan.now_ms() + $1::bigint", inMs).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("seed: %w", err)
+	}
+	// Flushed last (execOn's last statement): the seeding's transactions
+	// are counted before the caller's count starts.
+	if err := execOn(ctx, conn, []string{fmt.Sprintf(`WITH e AS (INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
 			eligibility_state, public_state, attempt_state, created_at_ms, raw_fields) SELECT (i %% 256)::smallint, gen_random_uuid(), 'default',
 			'active', 'leased', 'not_applicable', 'running', 'running_attempt', 1, '{"namespace": "bench"}' FROM generate_series(1, %d) AS i
 			RETURNING partition_key, execution_id)
 		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id, lease_epoch, lease_expires_at_ms)
-			SELECT partition_key, execution_id, 0, 'w', 'w-1', 1, ffscan.now_ms() + %d FROM e`, n, inMs),
-		"ANALYZE ff_exec_core, ff_attempt")
-	if err := execFlushed(ctx, pool, sqls); err != nil {
-		return fmt.Errorf("seed: %w", err)
+			SELECT partition_key, execution_id, 0, 'w', 'w-1', 1, %d FROM e`, n, at),
+		"ANALYZE ff_exec_core, ff_attempt", "SELECT pg_stat_force_next_flush()"}); err != nil {
+		return time.Time{}, fmt.Errorf("seed: %w", err)
 	}
-	return nil
+	return time.UnixMilli(at), nil
 }
 
 // execFlushed runs sqls on one connection and has the server count their
@@ -179,7 +197,12 @@ func execFlushed(ctx context.Context, pool *pgxpool.Pool, sqls []string) error {
 		return err
 	}
 	defer conn.Release()
-	for _, sql := range append(sqls, "SELECT pg_stat_force_next_flush()") {
+	return execOn(ctx, conn, append(sqls, "SELECT pg_stat_force_next_flush()"))
+}
+
+// execOn runs sqls on conn, in order.
+func execOn(ctx context.Context, conn *pgxpool.Conn, sqls []string) error {
+	for _, sql := range sqls {
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			return err
 		}

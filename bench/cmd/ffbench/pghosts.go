@@ -27,9 +27,10 @@ import (
 	"github.com/ffscan/ffscan/keys"
 )
 
-// pgHostsLead is how far in the future the drain's leases lapse: the
-// hosts have divided the partitions, and the transaction count started,
-// before any is due.
+// pgHostsLead is how far in the future the drain's leases lapse, from
+// the seeding's start: the hosts have divided the partitions, and the
+// seeding has ended and the transaction count started, before they are
+// due.
 const pgHostsLead = 3 * time.Second
 
 // pgHostsMaxItems caps the drain (the Postgres drain's size, quick 2000,
@@ -68,6 +69,8 @@ type pgHostsRun struct {
 	// work that is not the items', more the longer a drain takes.
 	Counted time.Duration
 	Idle    float64
+	// toEnd is from the count's start to the drain's end.
+	toEnd time.Duration
 	// Calls are the calls of the library's functions over the same time,
 	// by name (pg_stat_user_functions: with the time spent in each, its
 	// callees included), Rollbacks the transactions rolled back
@@ -378,12 +381,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // dispatched.
 func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hosts, n int) (pgHostsRun, error) {
 	run := pgHostsRun{Hosts: hosts, Items: n}
-	if err := seedLapsesAt(ctx, pool, n, pgHostsLead.Milliseconds(), true); err != nil {
+	// Every lease lapses at due, by the database's clock (the machine's:
+	// the server runs here).
+	due, err := seedLapsesAt(ctx, pool, n, pgHostsLead.Milliseconds(), true)
+	if err != nil {
 		return run, err
 	}
-	// The seeding's transactions are counted already (execFlushed): the
-	// count starts now.
-	due := time.Now().Add(pgHostsLead)
+	// The seeding's transactions are counted already (flushed): the count
+	// starts now.
 	c0, err := pgCalls(ctx, pool)
 	if err != nil {
 		return run, err
@@ -402,6 +407,9 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 		}
 	}
 	t0 := time.Now()
+	if !t0.Before(due) {
+		return run, fmt.Errorf("%d hosts: the count started %s after the lapse (the seeding took longer than pgHostsLead)", hosts, t0.Sub(due))
+	}
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() {
@@ -432,7 +440,7 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 			return run, err
 		}
 	}
-	run.Took = time.Since(due)
+	run.Took, run.toEnd = time.Since(due), time.Since(t0)
 	if b.pgStatements {
 		if run.Statements, err = pgStatementCalls(ctx, stats); err != nil {
 			return run, err
@@ -593,7 +601,7 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 			_ = syscall.Kill(-hs[2].Pid(), syscall.SIGKILL)
 			killed := time.Now()
 			parts := int(keys.DefaultPartitionConfig().Flow)
-			if err := seedLapsesAt(ctx, pool, parts, -1, false); err != nil {
+			if _, err := seedLapsesAt(ctx, pool, parts, -1, false); err != nil {
 				stop()
 				return nil, err
 			}
@@ -645,9 +653,9 @@ func (r *pgHostsResult) print(w io.Writer) {
 		p("     the median drain: rolled back: %.3f per item; calls per item (ms per call, callees included): %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
 		p("     sessions over the median drain (%d samples, %s apart; mean sessions busy %.2f): %s", run.Samples, pgSamplePeriod, run.busy(), run.waitsLine())
 		if run.Statements != nil {
-			settle := run.Counted - pgHostsLead - run.Took
+			settle := run.Counted - run.toEnd
 			p("     the median drain's statements, from the count's start to the drain's end (%s): %s",
-				(pgHostsLead + run.Took).Round(100*time.Millisecond), statementsLine(run.Statements, float64(run.Items), "per item", 12))
+				run.toEnd.Round(100*time.Millisecond), statementsLine(run.Statements, float64(run.Items), "per item", 12))
 			p("     and over the %s after it, every item done (the wait for the statistics): %s",
 				settle.Round(100*time.Millisecond), statementsLine(run.Settle, settle.Seconds(), "per second", 8))
 		}
