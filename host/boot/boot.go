@@ -25,12 +25,25 @@ import (
 // Connect opens a valkey-go client as the config says. Client-side caching
 // is off: the host only pipelines reads and FCALLs whose results must be
 // current.
+//
+// The client's own retries are off as well. A read-only command whose
+// connection broke is sent again on a new one, and valkey-go recycles it
+// once that retry succeeds while the broken connection's writer goroutine
+// may still have read it last: the next command built reuses memory that
+// no synchronisation orders after that read (the race detector reported
+// it in the host's reads, FCALLs and audit appends after a server
+// restart). Without retries such a command comes back with its transport
+// error and is never recycled, and the host answers the error as it
+// answers any transport error: the scheduler drops what it learned on the
+// store and reads again at its next cycle, and a plugin's callback gets
+// the error, so its scan fails and is run again.
 func Connect(ctx context.Context, c config.Valkey) (valkey.Client, error) {
 	opt := valkey.ClientOption{
 		InitAddress:       c.Addrs,
 		Username:          c.Username,
 		Password:          c.Password,
 		DisableCache:      true,
+		DisableRetry:      true,
 		ForceSingleClient: c.Cluster == "off",
 	}
 	if c.TLS.Enabled {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/assert"
@@ -89,4 +90,32 @@ func TestClusterOnRefusesASingleNode(t *testing.T) {
 	srv := testserver.New(t)
 	_, err := Connect(context.Background(), config.Valkey{Addrs: []string{srv.Addr}, Cluster: "on"})
 	assert.ErrorContains(t, err, "not a cluster")
+}
+
+// The host's client does not send a command again on its own: a read
+// whose server went away comes back with its transport error at once
+// (the host's scheduler and callbacks answer it), instead of being
+// retried until the caller's deadline. A retried command is recycled by
+// valkey-go while the broken connection's writer may have read it last
+// (see Connect).
+func TestClientDoesNotRetryOnItsOwn(t *testing.T) {
+	t.Parallel()
+	srv := testserver.New(t)
+	client, err := Connect(context.Background(), config.Valkey{Addrs: []string{srv.Addr}, Cluster: "off"})
+	require.NoError(t, err)
+	defer client.Close()
+	require.NoError(t, client.Do(context.Background(), client.B().Ping().Build()).Error())
+	srv.Kill()
+	// A minute is far longer than one failed dial; a client that retries
+	// read-only commands keeps dialling until it (its back-off gives up
+	// only when the next attempt would pass the deadline).
+	const deadline = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	err = client.Do(ctx, client.B().Get().Key("k").Build()).Error()
+	took := time.Since(start)
+	require.Error(t, err)
+	assert.NoError(t, ctx.Err(), "the read waited for the deadline: %v", err)
+	assert.Less(t, took, deadline/2, "the read was retried for %s: %v", took, err)
 }
