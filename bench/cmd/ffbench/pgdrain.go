@@ -99,8 +99,13 @@ func startPostgres(ctx context.Context, settings ...string) (*pgtest.Server, *pg
 
 // pgServerCPU is the CPU the server's processes used: the postmaster, its
 // children alive now, and those it reaped.
-func pgServerCPU(pid int) time.Duration {
-	total := procCPUWithChildren(pid)
+func pgServerCPU(pid int) time.Duration { return treeCPU(pid) }
+
+// treeCPU is the CPU a process and its descendants used: those alive now
+// (each with what it reaped) and those it reaped itself. A host's plugins
+// are its children; a server's backends the postmaster's.
+func treeCPU(pid int) time.Duration {
+	children := map[int][]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		child, err := strconv.Atoi(e.Name())
@@ -112,10 +117,17 @@ func pgServerCPU(pid int) time.Duration {
 			continue
 		}
 		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			c, _ := measure.ProcCPU(child)
-			total += c
+		if len(f) > 1 {
+			if parent, err := strconv.Atoi(f[1]); err == nil {
+				children[parent] = append(children[parent], child)
+			}
 		}
+	}
+	var total time.Duration
+	for todo := []int{pid}; len(todo) > 0; {
+		p := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], children[p]...)
+		total += procCPUWithChildren(p)
 	}
 	return total
 }

@@ -87,6 +87,11 @@ type pgHostsRun struct {
 	// transactions per item, gross and less the idle (medianOf: set).
 	medianOf                 bool
 	medianPerItem, medianNet float64
+	// ServerCPU and HostsCPU are the CPU the server's processes, and the
+	// hosts' (their plugins included), used from the count's start to the
+	// drain's end: on a machine they share, what one side uses the other
+	// waits for.
+	ServerCPU, HostsCPU time.Duration
 	// Statements are the calls of each statement (labelled) from the
 	// count's start to the drain's end, Settle those of the wait for the
 	// statistics after it (-pgstatements; nil without).
@@ -379,8 +384,15 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // pgHostsDrain seeds n lapses due in pgHostsLead and counts the database's
 // transactions until every one was acted on and its completion
 // dispatched.
-func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hosts, n int) (pgHostsRun, error) {
-	run := pgHostsRun{Hosts: hosts, Items: n}
+func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgPid int, hosts []*hostproc.Proc, n int) (pgHostsRun, error) {
+	run := pgHostsRun{Hosts: len(hosts), Items: n}
+	hostsCPU := func() time.Duration {
+		var total time.Duration
+		for _, h := range hosts {
+			total += treeCPU(h.Pid())
+		}
+		return total
+	}
 	// Every lease lapses at due, by the database's clock (the machine's:
 	// the server runs here).
 	due, err := seedLapsesAt(ctx, pool, n, pgHostsLead.Milliseconds(), true)
@@ -406,9 +418,10 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 			return run, err
 		}
 	}
+	serverCPU0, hostsCPU0 := pgServerCPU(pgPid), hostsCPU()
 	t0 := time.Now()
 	if !t0.Before(due) {
-		return run, fmt.Errorf("%d hosts: the count started %s after the lapse (the seeding took longer than pgHostsLead)", hosts, t0.Sub(due))
+		return run, fmt.Errorf("%d hosts: the count started %s after the lapse (the seeding took longer than pgHostsLead)", len(hosts), t0.Sub(due))
 	}
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
@@ -434,13 +447,14 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, hos
 			break
 		}
 		if time.Now().After(deadline) {
-			return run, fmt.Errorf("%d hosts: %d of %d lapses open, %d completions undispatched %s after the lapse", hosts, open, n, pending, limit)
+			return run, fmt.Errorf("%d hosts: %d of %d lapses open, %d completions undispatched %s after the lapse", len(hosts), open, n, pending, limit)
 		}
 		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
 			return run, err
 		}
 	}
 	run.Took, run.toEnd = time.Since(due), time.Since(t0)
+	run.ServerCPU, run.HostsCPU = pgServerCPU(pgPid)-serverCPU0, hostsCPU()-hostsCPU0
 	if b.pgStatements {
 		if run.Statements, err = pgStatementCalls(ctx, stats); err != nil {
 			return run, err
@@ -584,7 +598,7 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 			k, idle.Xacts, idle.Scans, 100*idle.ServerCPU)
 		var drains []pgHostsRun
 		for range pgHostsDrains {
-			d, err := b.pgHostsDrain(ctx, pool, stats, k, n)
+			d, err := b.pgHostsDrain(ctx, pool, stats, srv.Pid(), hs, n)
 			if err != nil {
 				stop()
 				return nil, err
@@ -652,6 +666,9 @@ func (r *pgHostsResult) print(w io.Writer) {
 			run.Idle, run.Counted.Round(time.Second), run.perItemNet(), run.perItemNet()/oneNet)
 		p("     the median drain: rolled back: %.3f per item; calls per item (ms per call, callees included): %s", float64(run.Rollbacks)/float64(run.Items), run.callsLine())
 		p("     sessions over the median drain (%d samples, %s apart; mean sessions busy %.2f): %s", run.Samples, pgSamplePeriod, run.busy(), run.waitsLine())
+		p("     CPU of the median drain, from the count's start to the drain's end (%s): PostgreSQL %.2f s, the hosts with their plugins %.2f s (%.2f s a host); per item %.0f and %.0f us",
+			run.toEnd.Round(100*time.Millisecond), run.ServerCPU.Seconds(), run.HostsCPU.Seconds(), run.HostsCPU.Seconds()/float64(run.Hosts),
+			1e6*run.ServerCPU.Seconds()/float64(run.Items), 1e6*run.HostsCPU.Seconds()/float64(run.Items))
 		if run.Statements != nil {
 			settle := run.Counted - run.toEnd
 			p("     the median drain's statements, from the count's start to the drain's end (%s): %s",
