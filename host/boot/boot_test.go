@@ -107,8 +107,8 @@ func TestClientDoesNotRetryOnItsOwn(t *testing.T) {
 	require.NoError(t, client.Do(context.Background(), client.B().Ping().Build()).Error())
 	srv.Kill()
 	// A minute is far longer than one failed dial; a client that retries
-	// read-only commands keeps dialling until it (its back-off gives up
-	// only when the next attempt would pass the deadline).
+	// read-only commands keeps dialling until close to the deadline (its
+	// back-off gives up only when the next attempt would pass it).
 	const deadline = time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
