@@ -78,7 +78,9 @@ func startPostgres(ctx context.Context, settings ...string) (*pgtest.Server, *pg
 		srv.Stop()
 		return nil, nil, "", err
 	}
-	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn, PoolSize: pgPool})
+	// The bench's own connections are named (pgProcessKind); the DSN is
+	// a URL with parameters already.
+	pool, err := postgres.Connect(ctx, postgres.Options{DSN: dsn + "&application_name=" + benchAppName, PoolSize: pgPool})
 	if err != nil {
 		srv.Stop()
 		return nil, nil, "", err

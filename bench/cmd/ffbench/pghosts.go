@@ -92,6 +92,9 @@ type pgHostsRun struct {
 	// drain's end: on a machine they share, what one side uses the other
 	// waits for.
 	ServerCPU, HostsCPU time.Duration
+	// ServerCPUBy splits ServerCPU by what the server's processes serve
+	// (pgProcessKind).
+	ServerCPUBy map[string]time.Duration
 	// Statements are the calls of each statement (labelled) from the
 	// count's start to the drain's end, Settle those of the wait for the
 	// statistics after it (-pgstatements; nil without).
@@ -418,6 +421,10 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgP
 			return run, err
 		}
 	}
+	procs0, err := pgProcesses(ctx, stats)
+	if err != nil {
+		return run, err
+	}
 	serverCPU0, hostsCPU0 := pgServerCPU(pgPid), hostsCPU()
 	t0 := time.Now()
 	if !t0.Before(due) {
@@ -455,6 +462,11 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgP
 	}
 	run.Took, run.toEnd = time.Since(due), time.Since(t0)
 	run.ServerCPU, run.HostsCPU = pgServerCPU(pgPid)-serverCPU0, hostsCPU()-hostsCPU0
+	procs1, err := pgProcesses(ctx, stats)
+	if err != nil {
+		return run, err
+	}
+	run.ServerCPUBy = pgCPUBy(procs0, procs1, run.ServerCPU)
 	if b.pgStatements {
 		if run.Statements, err = pgStatementCalls(ctx, stats); err != nil {
 			return run, err
@@ -669,6 +681,7 @@ func (r *pgHostsResult) print(w io.Writer) {
 		p("     CPU of the median drain, from the count's start to the drain's end (%s): PostgreSQL %.2f s, the hosts with their plugins %.2f s (%.2f s a host); per item %.0f and %.0f us",
 			run.toEnd.Round(100*time.Millisecond), run.ServerCPU.Seconds(), run.HostsCPU.Seconds(), run.HostsCPU.Seconds()/float64(run.Hosts),
 			1e6*run.ServerCPU.Seconds()/float64(run.Items), 1e6*run.HostsCPU.Seconds()/float64(run.Items))
+		p("     PostgreSQL's CPU by what it served, per item: %s", cpuByLine(run.ServerCPUBy, run.Items, 12))
 		if run.Statements != nil {
 			settle := run.Counted - run.toEnd
 			p("     the median drain's statements, from the count's start to the drain's end (%s): %s",
