@@ -627,7 +627,7 @@ func postgresEntries(ctx context.Context, env Env, info scannerapi.Info, eid key
 		if s.Kind != scannerapi.SourcePostgres {
 			continue
 		}
-		rows, err := postgres.ReadCandidates(ctx, env.reads().For(s.Key), s.Key, []uint16{p.Index}, env.Partitions.Count(info.Family), batch, env.PostgresFilter)
+		rows, err := postgres.ReadCandidates(ctx, env.reads().For(s.Key), s.Key, []uint16{p.Index}, nil, env.Partitions.Count(info.Family), batch, env.PostgresFilter)
 		if err != nil {
 			return nil, err
 		}

@@ -404,7 +404,7 @@ func (l *Listener) owned() []uint16 {
 func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 	parts := l.owned()
 	if len(parts) > 0 {
-		evs, err := postgres.ReadCandidates(ctx, l.o.Reads.For("completions_pending"), "completions_pending", parts, l.o.Partitions, drainPerPartition, l.o.Filter)
+		evs, err := postgres.ReadCandidates(ctx, l.o.Reads.For("completions_pending"), "completions_pending", parts, l.o.Reads.Share(parts, l.o.Partitions), l.o.Partitions, drainPerPartition, l.o.Filter)
 		if err != nil {
 			return false, fmt.Errorf("read the pending events: %w", err)
 		}

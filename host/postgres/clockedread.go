@@ -43,7 +43,11 @@ const txStartMs = "(extract(epoch FROM transaction_timestamp()) * 1000)::bigint"
 // transactions were those clock reads). The clock read last is the one a
 // caller measures wake-ups from: it is taken when the reply is about to
 // leave, as a clock read alone would be.
-func ReadWithClock(ctx context.Context, db batcher, fn string, parts []uint16, count uint16, perPartition int, next bool, f scannerapi.Filter) (ClockedRead, error) {
+//
+// share, when not nil, is every partition the host reads of the family
+// (Readers.Share): a read of more than a few of them runs as a share read
+// (shareQuery), with the same rows.
+func ReadWithClock(ctx context.Context, db batcher, fn string, parts, share []uint16, count uint16, perPartition int, next bool, f scannerapi.Filter) (ClockedRead, error) {
 	var (
 		sql  string
 		args []any
@@ -56,6 +60,9 @@ func ReadWithClock(ctx context.Context, db batcher, fn string, parts []uint16, c
 	}
 	if err != nil {
 		return ClockedRead{}, err
+	}
+	if s, a, ok := shareQuery(fn, parts, share, count, perPartition, next, txStartMs, filterArgs(f)); ok {
+		sql, args = s, a
 	}
 	var (
 		b   pgx.Batch

@@ -22,7 +22,7 @@ func TestReadWithClock(t *testing.T) {
 		execRowAt(t, pool, pk, past, "active", "not_applicable", ms(-100), 0)
 		execRowAt(t, pool, pk, future, "active", "not_applicable", ms(600_000), 0)
 		before := one[int64](t, pool, "SELECT ffscan.now_ms()")
-		got, err := postgres.ReadWithClock(ctx, pool, "deadlines_passed", []uint16{pk}, 256, 100, true, scannerapi.Filter{})
+		got, err := postgres.ReadWithClock(ctx, pool, "deadlines_passed", []uint16{pk}, nil, 256, 100, true, scannerapi.Filter{})
 		require.NoError(t, err)
 		after := one[int64](t, pool, "SELECT ffscan.now_ms()")
 		require.Len(t, got.Due, 1)
@@ -36,7 +36,7 @@ func TestReadWithClock(t *testing.T) {
 		assert.Less(t, got.Due[0].Score, got.NowMs, "what is due was due by the clock returned")
 
 		// Without the next-due companion: the same due rows, no next.
-		plain, err := postgres.ReadWithClock(ctx, pool, "deadlines_passed", []uint16{pk}, 256, 100, false, scannerapi.Filter{})
+		plain, err := postgres.ReadWithClock(ctx, pool, "deadlines_passed", []uint16{pk}, nil, 256, 100, false, scannerapi.Filter{})
 		require.NoError(t, err)
 		assert.Equal(t, got.Due, plain.Due)
 		assert.Nil(t, plain.Next)
@@ -62,7 +62,7 @@ func TestReadWithClock(t *testing.T) {
 		// then returns the entry.
 		for one[int64](t, pool, "SELECT ffscan.now_ms()") <= started {
 		}
-		got, err := postgres.ReadWithClock(ctx, tx, "deadlines_passed", []uint16{pk}, 256, 100, true, scannerapi.Filter{})
+		got, err := postgres.ReadWithClock(ctx, tx, "deadlines_passed", []uint16{pk}, nil, 256, 100, true, scannerapi.Filter{})
 		require.NoError(t, err)
 		require.Len(t, got.Due, 1)
 		assert.Equal(t, eid, got.Due[0].Member)
@@ -77,7 +77,7 @@ func TestReadWithClock(t *testing.T) {
 			fn   string
 			next bool
 		}{{"no_such_candidates", false}, {"no_such_candidates", true}, {"completions_pending", true}, {"now_ms", false}} {
-			_, err := postgres.ReadWithClock(ctx, pool, c.fn, []uint16{1}, 256, 10, c.next, scannerapi.Filter{})
+			_, err := postgres.ReadWithClock(ctx, pool, c.fn, []uint16{1}, nil, 256, 10, c.next, scannerapi.Filter{})
 			assert.Error(t, err, "%s (next: %v)", c.fn, c.next)
 		}
 	})

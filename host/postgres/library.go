@@ -254,11 +254,17 @@ type Candidate struct {
 
 // ReadCandidates runs candidate function fn for the given partitions of a
 // family of count partitions, at most perPartition rows each, in one
-// query. Rows the filter does not keep are left out.
-func ReadCandidates(ctx context.Context, db querier, fn string, parts []uint16, count uint16, perPartition int, f scannerapi.Filter) ([]Candidate, error) {
+// query. Rows the filter does not keep are left out. share, when not nil,
+// is every partition the host reads of the family (Readers.Share): a read
+// of more than a few of them runs as a share read (shareQuery), with the
+// same rows.
+func ReadCandidates(ctx context.Context, db querier, fn string, parts, share []uint16, count uint16, perPartition int, f scannerapi.Filter) ([]Candidate, error) {
 	sql, args, err := dueQuery(fn, parts, count, perPartition, f)
 	if err != nil {
 		return nil, err
+	}
+	if s, a, ok := shareQuery(fn, parts, share, count, perPartition, false, "", filterArgs(f)); ok {
+		sql, args = s, a
 	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {

@@ -181,7 +181,7 @@ func TestInstallLibrary(t *testing.T) {
 		eid := "07070707-0000-4000-8000-000000000001"
 		plant(t, pool, lapse{pk: pk, eid: eid, flow: "f7000000-0000-4000-8000-000000000001", leaseAgoMs: 100})
 		for fn := range postgres.CandidateFunctions {
-			_, err := postgres.ReadCandidates(ctx, live, fn, []uint16{pk}, 256, 10, scannerapi.Filter{})
+			_, err := postgres.ReadCandidates(ctx, live, fn, []uint16{pk}, nil, 256, 10, scannerapi.Filter{})
 			require.NoError(t, err, fn)
 		}
 		var n int
@@ -202,7 +202,7 @@ func TestInstallLibrary(t *testing.T) {
 		// The version-3 host's reads, on the same connection and its
 		// cached statements, go on with the same rows.
 		for fn := range postgres.CandidateFunctions {
-			rows, err := postgres.ReadCandidates(ctx, live, fn, []uint16{pk}, 256, 10, scannerapi.Filter{})
+			rows, err := postgres.ReadCandidates(ctx, live, fn, []uint16{pk}, nil, 256, 10, scannerapi.Filter{})
 			require.NoError(t, err, fn)
 			if fn == "lapsed_leases" {
 				require.Len(t, rows, 1)

@@ -173,7 +173,7 @@ func TestReadyPoolConnectionsMakeNoGenericPlanAfterTheHandOver(t *testing.T) {
 			}
 			for _, ps := range [][]uint16{parts[:8], parts} {
 				for fn := range postgres.CandidateFunctions {
-					_, err := postgres.ReadCandidates(ctx, reads.For(fn), fn, ps, 256, 10, f)
+					_, err := postgres.ReadCandidates(ctx, reads.For(fn), fn, ps, nil, 256, 10, f)
 					require.NoError(t, err)
 					_, err = postgres.CountCandidates(ctx, reads.For(fn), fn, ps, 256, f)
 					require.NoError(t, err)

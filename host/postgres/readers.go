@@ -39,6 +39,10 @@ type Readers struct {
 	// shared is the pool every read runs on (SharedReaders), nil when
 	// the Readers have their own connections.
 	shared *pgxpool.Pool
+	// generic says the connections keep a generic plan of every statement
+	// they prepare (plan_cache_mode force_generic_plan), which share reads
+	// need (Share).
+	generic bool
 }
 
 // readerPingIdle is how long a read connection stays idle before the pool
@@ -77,6 +81,10 @@ func OpenReaders(ctx context.Context, o Options, n int) (*Readers, error) {
 		pinned[i%n] = append(pinned[i%n], fn)
 	}
 	cfgs := make([]*pgxpool.Config, n)
+	// Share reads need the connection to keep its statements' generic
+	// plans: not behind a transaction pooler (no statement is kept), nor
+	// where the DSN sets plan_cache_mode.
+	generic := !o.Transaction && !dsnNames(o.DSN)["plan_cache_mode"]
 	for i := range n {
 		o := o
 		o.PoolSize, o.Ready = 1, true
@@ -87,6 +95,17 @@ func OpenReaders(ctx context.Context, o Options, n int) (*Readers, error) {
 		if !dsnNames(o.DSN)["application_name"] {
 			cfg.ConnConfig.RuntimeParams["application_name"] = "ffscan reads"
 		}
+		if generic {
+			// The candidate functions set their own plan_cache_mode; what
+			// the session's setting decides is the plan of the statements
+			// a read prepares: a share read is planned once for its share
+			// (Share), not at every read as force_custom_plan would.
+			cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		}
+		// Each read connection keeps the few statements of its functions,
+		// and the share reads of their last shares: those of an older
+		// share are dropped (a share read's plan is large).
+		cfg.ConnConfig.StatementCacheCapacity = readStatementsPerFunction * len(pinned[i])
 		statements := readWarmUpStatements(pinned[i])
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			return warmUp(ctx, conn, statements)
@@ -96,7 +115,7 @@ func OpenReaders(ctx context.Context, o Options, n int) (*Readers, error) {
 		}
 		cfgs[i] = cfg
 	}
-	r := &Readers{conns: make([]*pgxpool.Pool, n), byFn: map[string]*pgxpool.Pool{}}
+	r := &Readers{conns: make([]*pgxpool.Pool, n), byFn: map[string]*pgxpool.Pool{}, generic: generic}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, cfg := range cfgs {
@@ -137,6 +156,24 @@ func (r *Readers) For(fn string) *pgxpool.Pool {
 	}
 	return r.conns[0]
 }
+
+// Share is the share to read owned, the partitions of a family of count
+// that the host reads, by (ReadWithClock, ReadCandidates): owned, unless
+// the connections cannot keep a share read's plan or owned is the whole
+// family (nil: every read runs the candidate function itself).
+func (r *Readers) Share(owned []uint16, count uint16) []uint16 {
+	if !r.generic || len(owned) >= int(count) {
+		return nil
+	}
+	return owned
+}
+
+// readStatementsPerFunction is how many statements a read connection
+// keeps prepared for each function pinned to it: its reads with and
+// without the next-due companion, their clock reads, its backlog count,
+// and the share reads (with and without the companion) of its last few
+// shares.
+const readStatementsPerFunction = 12
 
 // Connections is how many connections the Readers opened (0 when they
 // share a pool).

@@ -169,13 +169,13 @@ func TestAReaderReplacesAConnectionTheServerEnded(t *testing.T) {
 	require.NoError(t, admin.QueryRow(ctx, "SELECT pg_terminate_backend($1, 30000)", pid).Scan(&ended))
 	require.True(t, ended)
 
-	_, err = postgres.ReadCandidates(ctx, db, "delays_due", []uint16{0}, 256, 10, scannerapi.Filter{})
+	_, err = postgres.ReadCandidates(ctx, db, "delays_due", []uint16{0}, nil, 256, 10, scannerapi.Filter{})
 	require.Error(t, err, "the read finds its session ended")
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		assert.Equal(t, "57P01", pe.Code, "terminated by the administrator: %v", err)
 	}
-	_, err = postgres.ReadCandidates(ctx, db, "delays_due", []uint16{0}, 256, 10, scannerapi.Filter{})
+	_, err = postgres.ReadCandidates(ctx, db, "delays_due", []uint16{0}, nil, 256, 10, scannerapi.Filter{})
 	require.NoError(t, err)
 	assert.NotEqual(t, pid, backendPID(t, db), "a new session")
 	var app string

@@ -48,7 +48,7 @@ func candidates(t *testing.T, pool *pgxpool.Pool, fn string, parts ...uint16) []
 // candidatesFiltered is candidates with the host's filter f.
 func candidatesFiltered(t *testing.T, pool *pgxpool.Pool, f scannerapi.Filter, fn string, parts ...uint16) []string {
 	t.Helper()
-	rows, err := postgres.ReadCandidates(context.Background(), pool, fn, parts, 256, 1000, f)
+	rows, err := postgres.ReadCandidates(context.Background(), pool, fn, parts, nil, 256, 1000, f)
 	require.NoError(t, err)
 	var out []string
 	for _, r := range rows {
@@ -436,7 +436,7 @@ func TestWorkerRegistrySweep(t *testing.T) {
 // candidates16 reads workers_expired for one flow partition of 16.
 func candidates16(t *testing.T, pool *pgxpool.Pool, part uint16) []string {
 	t.Helper()
-	rows, err := postgres.ReadCandidates(context.Background(), pool, "workers_expired", []uint16{part}, 16, 1000, scannerapi.Filter{})
+	rows, err := postgres.ReadCandidates(context.Background(), pool, "workers_expired", []uint16{part}, nil, 16, 1000, scannerapi.Filter{})
 	require.NoError(t, err)
 	var out []string
 	for _, r := range rows {

@@ -88,13 +88,14 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*p
 	if len(parts) == 0 {
 		return states
 	}
+	count := r.cfg.Partitions.Count(sw.info.Family)
+	share := r.cfg.PostgresReads.Share(r.ownedIndexes(sw.info.Family, count), count)
 	for _, src := range sw.info.Sources {
 		timed := timeScored(src)
 		if sw.dueOnly && !timed {
 			continue
 		}
-		count := r.cfg.Partitions.Count(sw.info.Family)
-		got, err := postgres.ReadWithClock(ctx, r.cfg.PostgresReads.For(src.Key), src.Key, idx, count, sw.batch, sw.rank && timed, r.cfg.PostgresFilter)
+		got, err := postgres.ReadWithClock(ctx, r.cfg.PostgresReads.For(src.Key), src.Key, idx, share, count, sw.batch, sw.rank && timed, r.cfg.PostgresFilter)
 		if err != nil {
 			for _, st := range states {
 				st.fetchError, st.sampled = true, false
@@ -134,6 +135,18 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*p
 		}
 	}
 	return states
+}
+
+// ownedIndexes are the partitions of a family of count that this host
+// owns now: the share its reads are planned for (postgres.Readers.Share).
+func (r *Runner) ownedIndexes(family keys.Family, count uint16) []uint16 {
+	out := make([]uint16, 0, count)
+	for i := range count {
+		if r.cfg.Owns == nil || r.cfg.Owns(keys.Partition{Family: family, Index: i}) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // pgBacklog adds a source's due backlog to each partition: what the read

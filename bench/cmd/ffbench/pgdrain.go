@@ -336,7 +336,7 @@ func rawExpire(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	for i := range parts {
 		parts[i] = uint16(i)
 	}
-	rows, err := postgres.ReadCandidates(ctx, pool, "lapsed_leases", parts, 256, 1000, scannerapi.Filter{})
+	rows, err := postgres.ReadCandidates(ctx, pool, "lapsed_leases", parts, nil, 256, 1000, scannerapi.Filter{})
 	if err != nil {
 		return 0, err
 	}
