@@ -102,9 +102,11 @@ func OpenReaders(ctx context.Context, o Options, n int) (*Readers, error) {
 			// (Share), not at every read as force_custom_plan would.
 			cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 		}
-		// Each read connection keeps the few statements of its functions,
-		// and the share reads of their last shares: those of an older
-		// share are dropped (a share read's plan is large).
+		// Each read connection keeps the few statements of its functions
+		// and their share reads; those of an older share are the least
+		// used, so the cache drops them first (a share read's plan holds
+		// several megabytes of the server's memory: 8 MB for 85
+		// partitions with the next-due companion).
 		cfg.ConnConfig.StatementCacheCapacity = readStatementsPerFunction * len(pinned[i])
 		statements := readWarmUpStatements(pinned[i])
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
@@ -171,9 +173,11 @@ func (r *Readers) Share(owned []uint16, count uint16) []uint16 {
 // readStatementsPerFunction is how many statements a read connection
 // keeps prepared for each function pinned to it: its reads with and
 // without the next-due companion, their clock reads, its backlog count,
-// and the share reads (with and without the companion) of its last few
-// shares.
-const readStatementsPerFunction = 12
+// its share reads, and one share's more while the shares change. An
+// evicted statement of the function's own costs a prepare to read again
+// (PL/pgSQL keeps the function's plans apart from it); an evicted share
+// read, a plan of its share.
+const readStatementsPerFunction = 8
 
 // Connections is how many connections the Readers opened (0 when they
 // share a pool).
