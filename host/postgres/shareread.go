@@ -29,23 +29,12 @@ import (
 // names the share, so a new share is a new statement, planned at its
 // first read.
 
-// shareFunctions are the candidate functions whose read of parts is, for
-// each partition in parts, their <name>_in(partition, per_partition,
-// filter...) (and their companion's, <next>_in(partition, as_of_ms,
-// filter...)): all but the worker registry's, whose partitions are not
-// the host's.
-var shareFunctions = map[string]bool{
-	"lapsed_leases":            true,
-	"stale_leases":             true,
-	"deadlines_passed":         true,
-	"delays_due":               true,
-	"waitpoints_expired":       true,
-	"suspensions_timed_out":    true,
-	"budgets_due":              true,
-	"completions_undispatched": true,
-	"completions_pending":      true,
-	"cancel_groups_pending":    true,
-}
+// shareable reports whether fn's read of parts is, for each partition
+// in parts, its <name>_in(partition, per_partition, filter...) (and its
+// companion's, <next>_in(partition, as_of_ms, filter...)): every
+// candidate function's but the worker registry's, whose partitions are
+// not the host's.
+func shareable(fn string) bool { return CandidateFunctions[fn] && fn != "workers_expired" }
 
 // fewPartitions is ffscan.few_partitions(): a read of that many
 // partitions or fewer plans each partition's query at the read (a plan of
@@ -97,7 +86,7 @@ type shareStatement struct {
 // share. Its rows are the candidate function's for parts, in the share's
 // order of partitions.
 func shareQuery(fn string, parts, share []uint16, count uint16, perPartition int, next bool, asOf string, f []any) (string, []any, bool) {
-	if !shareFunctions[fn] || len(parts) <= fewPartitions || len(share) >= int(count) {
+	if !shareable(fn) || len(parts) <= fewPartitions || len(share) >= int(count) {
 		return "", nil, false
 	}
 	key, ok := keyOf(share)
