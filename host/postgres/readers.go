@@ -159,10 +159,10 @@ func (r *Readers) For(fn string) *pgxpool.Pool {
 	return r.conns[0]
 }
 
-// Share is the share to read owned, the partitions of a family of count
-// that the host reads, by (ReadWithClock, ReadCandidates): owned, unless
-// the connections cannot keep a share read's plan or owned is the whole
-// family (nil: every read runs the candidate function itself).
+// Share is the share argument of ReadWithClock and ReadCandidates for a
+// host that owns owned, its partitions of a family of count: owned,
+// unless the connections cannot keep a share read's plan or owned is the
+// whole family (nil: every read runs the candidate function itself).
 func (r *Readers) Share(owned []uint16, count uint16) []uint16 {
 	if !r.generic || len(owned) >= int(count) {
 		return nil
