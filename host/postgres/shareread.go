@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // A host that shares the database with others reads its own partitions
@@ -65,19 +64,6 @@ func (k *shareKey) covers(parts []uint16) bool {
 	return true
 }
 
-// shareStatements keeps the text of each function's share read for the
-// share last asked, so that a steady share does not build it at every
-// read (its text is a few tens of kilobytes).
-var shareStatements struct {
-	sync.Mutex
-	byFn map[string]shareStatement
-}
-
-type shareStatement struct {
-	key shareKey
-	sql string
-}
-
 // shareQuery is fn's read of parts as a share read of share (with next,
 // with its next-due companion's as of the SQL expression asOf, the rows
 // as dueAndNextQuery's), and false when that read does not apply: fn has
@@ -93,21 +79,7 @@ func shareQuery(fn string, parts, share []uint16, count uint16, perPartition int
 	if !ok || !key.covers(parts) {
 		return "", nil, false
 	}
-	name := fn
-	if next {
-		name += " next"
-	}
-	shareStatements.Lock()
-	defer shareStatements.Unlock()
-	st, ok := shareStatements.byFn[name]
-	if !ok || st.key != key {
-		st = shareStatement{key: key, sql: buildShareQuery(fn, share, next, asOf)}
-		if shareStatements.byFn == nil {
-			shareStatements.byFn = map[string]shareStatement{}
-		}
-		shareStatements.byFn[name] = st
-	}
-	return st.sql, append([]any{partitionKeys(parts), perPartition}, f...), true
+	return buildShareQuery(fn, share, next, asOf), append([]any{partitionKeys(parts), perPartition}, f...), true
 }
 
 // buildShareQuery writes the share read: $1 the partitions asked, $2 the
@@ -121,13 +93,15 @@ func buildShareQuery(fn string, share []uint16, next bool, asOf string) string {
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
 		}
-		if !next {
-			fmt.Fprintf(&b, "SELECT partition_key, member, score FROM ffscan.%s_in(%s, $2::integer, $3::text, $4::text, $5::text)%s", fn, k, gate)
-			continue
+		due := ""
+		if next {
+			due = ", true"
 		}
-		fmt.Fprintf(&b, "SELECT partition_key, member, score, true FROM ffscan.%s_in(%s, $2::integer, $3::text, $4::text, $5::text)%s", fn, k, gate)
-		fmt.Fprintf(&b, " UNION ALL SELECT partition_key, member, due_at_ms, false FROM ffscan.%s_in(%s, %s, $3::text, $4::text, $5::text)%s",
-			NextDueFunctions[fn], k, asOf, gate)
+		fmt.Fprintf(&b, "SELECT partition_key, member, score%s FROM ffscan.%s_in(%s, $2::integer, $3::text, $4::text, $5::text)%s", due, fn, k, gate)
+		if next {
+			fmt.Fprintf(&b, " UNION ALL SELECT partition_key, member, due_at_ms, false FROM ffscan.%s_in(%s, %s, $3::text, $4::text, $5::text)%s",
+				NextDueFunctions[fn], k, asOf, gate)
+		}
 	}
 	return b.String()
 }
