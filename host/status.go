@@ -72,7 +72,8 @@ func (h *Host) Status() httpapi.StatusDoc {
 	if pgComp != nil && doc.Postgres != nil {
 		st := pgComp
 		doc.Postgres.Completions = &httpapi.PGCompletionsStatus{Notifications: st.Notifications, Drains: st.Drains, Dispatched: st.Dispatched,
-			AlreadyDone: st.AlreadyDone, Filtered: st.Filtered, Errors: st.Errors, Reconnects: st.Reconnects, Listening: st.Listening}
+			AlreadyDone: st.AlreadyDone, Filtered: st.Filtered, Errors: st.Errors, Reconnects: st.Reconnects, Listening: st.Listening,
+			Standby: st.Standby}
 	}
 	if st := comp; st != nil {
 		doc.Completions = &httpapi.CompletionsStatus{

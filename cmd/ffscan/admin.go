@@ -168,7 +168,10 @@ func printHostLines(w io.Writer, doc httpapi.StatusDoc) {
 			pg.Schema, pg.Library, pg.Filter, pg.Connections, pg.PoolSize, pg.InUse, pg.ReadConnections, pg.ActionSlots, pg.SharedTransactions)
 		if c := pg.Completions; c != nil {
 			listening := "listening"
-			if !c.Listening {
+			switch {
+			case c.Standby:
+				listening = "on standby (the owner of flow partition 0 listens for the hosts that share the partitions)"
+			case !c.Listening:
 				listening = "NOT listening (connecting, or reconnecting: see the log)"
 			}
 			fmt.Fprintf(w, "postgres completions: %s, %d notifications, %d drains, %d dispatched (%d already done, %d filtered), %d errors, %d reconnects\n",

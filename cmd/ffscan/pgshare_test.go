@@ -578,7 +578,7 @@ func TestShareMonitorCheck(t *testing.T) {
 // actions go through the pooler, the completion listener keeps its
 // session on postgres.listen_dsn (the database itself). Two hosts divide
 // the partitions, every lapse is acted on once, and each completion is
-// dispatched once, by the owner of its partition. A host told it is
+// dispatched once, by the share's listener. A host told it is
 // behind a transaction pooler with completions on and no listen_dsn is
 // refused.
 func TestHostsShareBehindATransactionPooler(t *testing.T) {
@@ -626,7 +626,7 @@ scanners:
 	// partition's owner (the counts follow the commits).
 	last := ""
 	ok := assert.Eventually(t, func() bool {
-		var dispatched, again int64
+		var dispatched, again, listening, standby int64
 		per := ""
 		for _, h := range hosts {
 			st, err := getStatus(h.hp.addr)
@@ -636,10 +636,16 @@ scanners:
 			}
 			c := st.Postgres.Completions
 			dispatched, again = dispatched+c.Dispatched, again+c.AlreadyDone
+			if c.Listening && !c.Standby {
+				listening++
+			}
+			if c.Standby && !c.Listening {
+				standby++
+			}
 			per += fmt.Sprintf("; host %s: %+v", h.name, *c)
 		}
-		last = fmt.Sprintf("dispatched %d, already done %d of %d%s", dispatched, again, 4*shareFlow, per)
-		return dispatched == 4*shareFlow && again == 0
+		last = fmt.Sprintf("dispatched %d, already done %d of %d, %d host(s) listening, %d on standby%s", dispatched, again, 4*shareFlow, listening, standby, per)
+		return dispatched == 4*shareFlow && again == 0 && listening == 1 && standby == int64(len(hosts)-1)
 	}, 30*time.Second, 100*time.Millisecond, "every completion dispatched once")
 	if !ok {
 		for _, h := range hosts {

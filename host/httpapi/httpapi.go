@@ -790,7 +790,7 @@ type PostgresStatus struct {
 
 // PGCompletionsStatus counts what the Postgres completion listener did:
 // notifications received, drains run (each a read of the pending events
-// of the partitions this host owns and their dispatches), events it
+// of every partition and their dispatches), events it
 // dispatched, events it found already dispatched, events of executions
 // the host's filter leaves to others, failures and reconnects.
 type PGCompletionsStatus struct {
@@ -803,4 +803,8 @@ type PGCompletionsStatus struct {
 	Reconnects    int64 `json:"reconnects"`
 	// Listening is true while the listener's connection listens.
 	Listening bool `json:"listening"`
+	// Standby is true while another host of the share holds the
+	// listener's role (the owner of flow partition 0): this one neither
+	// listens nor drains.
+	Standby bool `json:"standby"`
 }

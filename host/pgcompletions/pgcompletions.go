@@ -11,22 +11,32 @@
 // A notification is a wake-up, not the work: the work is the events that
 // are not dispatched yet, which the database keeps. Each notification
 // (and each (re)connect, and each time this host gains partitions) asks
-// for a drain: one read of the pending events of every partition this
-// host owns (ffscan.completions_pending, on the pending-dispatch index),
-// then their dispatches, each by the owner of its partition. Drains do
-// not overlap, and one asked for while another runs follows it, so every
-// event committed before a notification is read by a drain that starts
-// after it. Nothing is decided from a notification alone, so nothing is
-// lost when a decision would have been wrong: an event whose partition
-// had no valid owner when it was announced (a hand-over, or the owner's
-// view running out during a stall) is read by its owner's drain when it
-// gains the partition (Config.Gains), and a drain that failed is run
-// again, with backoff, until one succeeds. Hosts that share the
-// partitions never look an event up: each reads its own partitions only,
-// so an event costs one dispatch however many hosts share the database,
-// and two hosts never dispatch one event but around a hand-over (the
-// dispatch re-checks the event under its row lock: a duplicate, or the
-// reconciler racing the listener, dispatches an event exactly once).
+// for a drain: one read of the pending events of every flow partition
+// (ffscan.completions_pending, on the pending-dispatch index), then their
+// dispatches. Drains do not overlap, and one asked for while another runs
+// follows it, so every event committed before a notification is read by
+// a drain that starts after it. Nothing is decided from a notification
+// alone, so nothing is lost when a decision would have been wrong, and a
+// drain that failed is run again, with backoff, until one succeeds.
+//
+// One listener per share: among hosts that share the partitions, the
+// owner of flow partition ListenPartition listens and drains every
+// partition; the others neither listen nor drain (they are on standby).
+// PostgreSQL delivers each notification to each listening session in a
+// transaction of that session's, and a notification cannot be heard for
+// some partitions only: with a listener on every host, each completion
+// cost every host a transaction and a drain, and three hosts ran 1.6-1.8
+// times one host's transactions per item. The role moves with the
+// partition's ownership, so it is fenced as the partition is (a host
+// acts as the listener only while its view of the partition is valid)
+// and taken over with it when its host leaves, dies or stalls: the host
+// that gains the partition listens, then drains every partition, which
+// reads the events committed while no host listened. A host that loses
+// the role stops dispatching at once and closes its session at its next
+// check (Config.LeadCheck). Two hosts never dispatch one event but around
+// a hand-over, and the dispatch re-checks the event under its row lock:
+// a duplicate, or the reconciler racing the listener, dispatches an event
+// exactly once.
 //
 // LISTEN needs a session: the listener keeps a connection of its own
 // (Config.Listen; the pool's settings by default), never one of the pool,
@@ -58,6 +68,10 @@ import (
 // Channel is FlowFabric's completion notification channel.
 const Channel = "ff_completion"
 
+// ListenPartition is the flow partition whose owner is the share's
+// listener.
+const ListenPartition uint16 = 0
+
 // checkPayload starts what the listener notifies itself after connecting,
 // to prove that notifications reach it (a pooler in transaction mode drops
 // LISTEN silently).
@@ -74,6 +88,11 @@ const (
 	// DefaultCheckTimeout bounds the wait for the listener's own check
 	// notification on a new connection.
 	DefaultCheckTimeout = 10 * time.Second
+	// DefaultLeadCheck is how often a host checks that it still holds
+	// the listener's role (the share's tick, by default): a listener that
+	// lost it dispatches nothing more at once, and closes its session at
+	// the next check.
+	DefaultLeadCheck = time.Second
 )
 
 // Config configures a Listener. Zero fields take the defaults above.
@@ -93,18 +112,21 @@ type Config struct {
 	// says so).
 	Listen *pgx.ConnConfig
 	// Partitions is the flow partition count (0: FlowFabric's default,
-	// 256): a drain reads those of them this host owns.
+	// 256): a drain reads all of them.
 	Partitions uint16
 	// Concurrency bounds dispatches in flight, one per partition at a
 	// time (the configuration's completions.concurrency, shared with the
 	// Valkey listener).
 	Concurrency int
-	// Owns says whether this host dispatches a partition (nil: all).
+	// Owns says whether this host may act on a partition now (nil: all):
+	// the host that owns flow partition ListenPartition is the share's
+	// listener.
 	Owns func(keys.Partition) bool
 	// Gains, with Owns, counts the times this host came to own partitions
 	// it could not act on before (sharing.Coordinator.Gains); next is
-	// closed at the next one. Each gain asks for a drain, which reads the
-	// events left while Owns was false. Nil: Owns never changes.
+	// closed at the next one. A gain of the listener's role starts the
+	// session, and each gain asks for a drain, which reads the events left
+	// while Owns was false. Nil: Owns never changes.
 	Gains func() (n uint64, next <-chan struct{})
 	// Filter is the host's namespace / instance-tag filter: events of
 	// executions it does not keep are left to their own hosts.
@@ -115,6 +137,11 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	StableAfter            time.Duration
 	CheckTimeout           time.Duration
+	// LeadCheck is how often the role is checked (DefaultLeadCheck): the
+	// listener closes its session within it after losing the role, and a
+	// standby that gains it without a gain reported starts listening
+	// within it.
+	LeadCheck time.Duration
 	// Clock is the time source of the backoff (the system clock).
 	Clock  clock.Clock
 	Logger hclog.Logger
@@ -133,6 +160,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
 	service.Default(&c.StableAfter, DefaultStableAfter)
 	service.Default(&c.CheckTimeout, DefaultCheckTimeout)
+	service.Default(&c.LeadCheck, DefaultLeadCheck)
 	c.Clock = clock.Or(c.Clock)
 	if c.Reads == nil && c.Pool != nil {
 		c.Reads = postgres.SharedReaders(c.Pool)
@@ -144,7 +172,7 @@ func (c Config) withDefaults() Config {
 }
 
 // Stats counts what the listener did: the notifications received, the
-// drains that ran to their end (each one read of the owned partitions'
+// drains that ran to their end (each one read of every partition's
 // pending events and their dispatches), the events dispatched, found
 // dispatched already, left to another tenant's host, the failures (a
 // failed drain is run again), and the reconnections.
@@ -154,6 +182,10 @@ type Stats struct {
 	// drain asked for): an event committed meanwhile is read by a drain
 	// that a notification asks for.
 	Listening bool
+	// Standby is true while this host does not hold the listener's role
+	// (another host of the share does, or will once it takes the
+	// partition): it neither listens nor drains.
+	Standby bool
 }
 
 // Listener dispatches completion events as they are committed.
@@ -175,6 +207,7 @@ type Listener struct {
 
 	notifications, drains, dispatched, alreadyDone, filtered, errs, reconnects atomic.Int64
 	live                                                                       atomic.Bool // Stats.Listening
+	standby                                                                    atomic.Bool // Stats.Standby
 }
 
 // New returns a listener; Start runs it.
@@ -214,11 +247,24 @@ func (l *Listener) Stop(ctx context.Context) error {
 // Stats returns the counters.
 func (l *Listener) Stats() Stats {
 	return Stats{Notifications: l.notifications.Load(), Drains: l.drains.Load(), Dispatched: l.dispatched.Load(), AlreadyDone: l.alreadyDone.Load(),
-		Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load(), Listening: l.live.Load()}
+		Filtered: l.filtered.Load(), Errors: l.errs.Load(), Reconnects: l.reconnects.Load(), Listening: l.live.Load(),
+		Standby: l.standby.Load()}
 }
 
-// run keeps a listening connection, reconnecting with backoff (MinBackoff
-// doubling to MaxBackoff) when it drops, and runs the drains beside it.
+// errLostRole ends a session whose host no longer holds the listener's
+// role.
+var errLostRole = errors.New("this host no longer owns the listener's partition")
+
+// leads reports whether this host holds the listener's role now: it owns
+// flow partition ListenPartition, by a view that is still valid.
+func (l *Listener) leads() bool {
+	return l.o.Owns == nil || l.o.Owns(keys.Partition{Family: keys.FamilyFlow, Index: ListenPartition})
+}
+
+// run keeps a listening connection while this host holds the listener's
+// role, reconnecting with backoff (MinBackoff doubling to MaxBackoff) when
+// it drops, and runs the drains beside it. On standby it waits for the
+// role.
 func (l *Listener) run(ctx context.Context) {
 	l.work.Add(1)
 	go func() {
@@ -227,10 +273,24 @@ func (l *Listener) run(ctx context.Context) {
 	}()
 	backoff := l.o.MinBackoff
 	for ctx.Err() == nil {
+		if !l.leads() {
+			l.standby.Store(true)
+			l.o.Changes.Notify()
+			if !l.awaitRole(ctx) {
+				return
+			}
+			l.log.Info("completion listener: this host owns the listener's partition; listening for the share", "partition", ListenPartition)
+			backoff = l.o.MinBackoff
+		}
+		l.standby.Store(false)
 		start := l.clk.Now()
-		err := l.session(ctx)
+		err := l.leadSession(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errLostRole) {
+			l.log.Info("completion listener: this host no longer owns the listener's partition; on standby", "partition", ListenPartition)
+			continue
 		}
 		l.reconnects.Add(1)
 		l.o.Changes.Notify()
@@ -243,6 +303,57 @@ func (l *Listener) run(ctx context.Context) {
 		}
 		backoff = min(2*backoff, l.o.MaxBackoff)
 	}
+}
+
+// awaitRole waits until this host holds the listener's role (false: ctx
+// ended first), looking at each gain of partitions and every LeadCheck.
+func (l *Listener) awaitRole(ctx context.Context) bool {
+	for !l.leads() {
+		var gained <-chan struct{}
+		if l.o.Gains != nil {
+			_, gained = l.o.Gains()
+			if l.leads() {
+				break // gained between the check and the subscription
+			}
+		}
+		t := l.clk.NewTimer(l.o.LeadCheck)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-gained:
+		case <-t.C():
+		}
+		t.Stop()
+	}
+	return true
+}
+
+// leadSession runs a session until it fails, ctx ends, or a check finds
+// the role lost (errLostRole).
+func (l *Listener) leadSession(ctx context.Context) error {
+	if l.o.Owns == nil {
+		return l.session(ctx)
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for clock.Sleep(sctx, l.clk, l.o.LeadCheck) {
+			if !l.leads() {
+				cancel(errLostRole)
+				return
+			}
+		}
+	}()
+	err := l.session(sctx)
+	lost := errors.Is(context.Cause(sctx), errLostRole)
+	cancel(nil)
+	<-watched
+	if lost && ctx.Err() == nil {
+		return errLostRole
+	}
+	return err
 }
 
 // session is one connection's life: LISTEN, the self-check, a drain asked
@@ -380,74 +491,68 @@ func (l *Listener) drainLoop(ctx context.Context) {
 	}
 }
 
-// owned are the flow partitions this host dispatches now.
-func (l *Listener) owned() []uint16 {
-	var parts []uint16
-	for i := range l.o.Partitions {
-		if l.o.Owns == nil || l.o.Owns(keys.Partition{Family: keys.FamilyFlow, Index: i}) {
-			parts = append(parts, i)
+// drain reads the pending events of every flow partition (the oldest
+// first, with the host's filter: ffscan.completions_pending) and
+// dispatches them, returning once every dispatch returned; on standby it
+// reads nothing. Each partition's events are dispatched in one
+// transaction, one after the other (ffscan.dispatch_completions), the
+// partitions side by side (at most Concurrency at once): a dispatch
+// touches its own partition's rows only, so no two of them wait on each
+// other (under SERIALIZABLE, two dispatches of one partition side by side
+// failed on each other and were retried), and one listener drains at a
+// time. more says a partition had more pending events than one read
+// takes; an error, that an event read may not be dispatched.
+func (l *Listener) drain(ctx context.Context) (more bool, err error) {
+	if !l.leads() {
+		return false, nil
+	}
+	parts := make([]uint16, l.o.Partitions)
+	for i := range parts {
+		parts[i] = uint16(i)
+	}
+	evs, err := postgres.ReadCandidates(ctx, l.o.Reads.For("completions_pending"), "completions_pending", parts, nil, l.o.Partitions, drainPerPartition, l.o.Filter)
+	if err != nil {
+		return false, fmt.Errorf("read the pending events: %w", err)
+	}
+	var order []uint16
+	per := map[uint16][]int64{}
+	for _, e := range evs {
+		id, err := strconv.ParseInt(e.Member, 10, 64)
+		if err != nil {
+			continue
+		}
+		if per[e.Partition] == nil {
+			order = append(order, e.Partition)
+		}
+		per[e.Partition] = append(per[e.Partition], id)
+		if len(per[e.Partition]) >= drainPerPartition {
+			more = true
 		}
 	}
-	return parts
-}
-
-// drain reads the pending events of the partitions this host owns (the
-// oldest first, with the host's filter: ffscan.completions_pending) and
-// dispatches them, returning once every dispatch returned. Each
-// partition's events are dispatched in one transaction, one after the
-// other (ffscan.dispatch_completions), the partitions side by side (at
-// most Concurrency at once): a dispatch touches its own partition's rows
-// only, so no two of them wait on each other (under SERIALIZABLE, two
-// dispatches of one partition side by side failed on each other and were
-// retried), and two hosts never drain one partition. more says a partition had more pending events than
-// one read takes; an error, that an event read may not be dispatched.
-func (l *Listener) drain(ctx context.Context) (more bool, err error) {
-	parts := l.owned()
-	if len(parts) > 0 {
-		evs, err := postgres.ReadCandidates(ctx, l.o.Reads.For("completions_pending"), "completions_pending", parts, l.o.Reads.Share(parts, l.o.Partitions), l.o.Partitions, drainPerPartition, l.o.Filter)
-		if err != nil {
-			return false, fmt.Errorf("read the pending events: %w", err)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var first atomic.Value
+	for _, pk := range order {
+		select {
+		case l.sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return more, ctx.Err()
 		}
-		var order []uint16
-		per := map[uint16][]int64{}
-		for _, e := range evs {
-			id, err := strconv.ParseInt(e.Member, 10, 64)
-			if err != nil {
-				continue
+		wg.Add(1)
+		go func(pk uint16, ids []int64) {
+			defer wg.Done()
+			defer func() { <-l.sem }()
+			if err := l.dispatch(ctx, pk, ids); err != nil && ctx.Err() == nil {
+				failed.Add(1)
+				first.CompareAndSwap(nil, err)
+				l.log.Warn("completion dispatch failed; the drain runs again", "partition", pk, "events", len(ids), "error", err)
 			}
-			if per[e.Partition] == nil {
-				order = append(order, e.Partition)
-			}
-			per[e.Partition] = append(per[e.Partition], id)
-			if len(per[e.Partition]) >= drainPerPartition {
-				more = true
-			}
-		}
-		var wg sync.WaitGroup
-		var failed atomic.Int64
-		var first atomic.Value
-		for _, pk := range order {
-			select {
-			case l.sem <- struct{}{}:
-			case <-ctx.Done():
-				wg.Wait()
-				return more, ctx.Err()
-			}
-			wg.Add(1)
-			go func(pk uint16, ids []int64) {
-				defer wg.Done()
-				defer func() { <-l.sem }()
-				if err := l.dispatch(ctx, pk, ids); err != nil && ctx.Err() == nil {
-					failed.Add(1)
-					first.CompareAndSwap(nil, err)
-					l.log.Warn("completion dispatch failed; the drain runs again", "partition", pk, "events", len(ids), "error", err)
-				}
-			}(pk, per[pk])
-		}
-		wg.Wait()
-		if n := failed.Load(); n > 0 {
-			return more, fmt.Errorf("%d dispatches failed, the first: %w", n, first.Load().(error))
-		}
+		}(pk, per[pk])
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return more, fmt.Errorf("%d dispatches failed, the first: %w", n, first.Load().(error))
 	}
 	l.drains.Add(1)
 	l.o.Changes.Notify()
@@ -456,10 +561,10 @@ func (l *Listener) drain(ctx context.Context) (more bool, err error) {
 
 // dispatch dispatches events evs of partition pk, in their order, in one
 // transaction (postgres.DispatchCompletions), unless this host no longer
-// owns the partition (its owner's next drain, or this host's at its next
-// gain, reads them).
+// holds the listener's role (the next listener's first drain, or this
+// host's at its next gain, reads them).
 func (l *Listener) dispatch(ctx context.Context, pk uint16, evs []int64) error {
-	if own := l.o.Owns; own != nil && !own(keys.Partition{Family: keys.FamilyFlow, Index: pk}) {
+	if !l.leads() {
 		return nil
 	}
 	release, err := l.o.Slots.Acquire(ctx)

@@ -141,9 +141,10 @@ func TestChainAdvancesOnNotifications(t *testing.T) {
 }
 
 // Events committed while no listener ran are dispatched when one starts,
-// read in the partitions this host owns only: another host's are left to
-// it.
-func TestCatchUpAndOwnership(t *testing.T) {
+// in every partition: the share's listener (the owner of flow partition
+// ListenPartition) drains them all, whoever owns them. A host that does
+// not own that partition is on standby: it neither listens nor drains.
+func TestTheListenerDrainsEveryPartitionAndAStandbyNothing(t *testing.T) {
 	t.Parallel()
 	pool := database(t)
 	const mine, theirs = 5, 6
@@ -154,17 +155,47 @@ func TestCatchUpAndOwnership(t *testing.T) {
 	postgrestest.Complete(t, pool, mine, a, "success")
 	postgrestest.Complete(t, pool, theirs, x, "success")
 
-	l, ch := startWith(t, pgcompletions.Config{Pool: pool, Partitions: 16, Owns: func(p keys.Partition) bool { return p.Index == mine }})
-	waitFor(t, ch, "b released by the catch-up", func() bool { return phase(t, pool, b) == "runnable/eligible_now/waiting" })
-	waitFor(t, ch, "b's dispatch counted", func() bool { return l.Stats().Dispatched == 1 })
-	assert.Equal(t, "runnable/blocked_by_dependencies/waiting", phase(t, pool, y), "another host's partition")
+	standby, _ := startStandby(t, pgcompletions.Config{Pool: pool, Partitions: 16, Owns: func(p keys.Partition) bool { return p.Index == mine }})
+	l, ch := startWith(t, pgcompletions.Config{Pool: pool, Partitions: 16, Owns: func(p keys.Partition) bool { return p.Index == pgcompletions.ListenPartition }})
+	waitFor(t, ch, "both released by the listener's catch-up", func() bool {
+		return phase(t, pool, b) == "runnable/eligible_now/waiting" && phase(t, pool, y) == "runnable/eligible_now/waiting"
+	})
+	waitFor(t, ch, "both dispatches counted", func() bool { return l.Stats().Dispatched == 2 })
 	assert.Zero(t, l.Stats().Errors)
+	assert.False(t, l.Stats().Standby)
+	// A completion now: the listener hears it, the standby does not.
+	c, d := "b0000000-0000-4000-8000-000000000003", "b0000000-0000-4000-8000-000000000004"
+	postgrestest.DAG(t, pool, mine, "f2000000-0000-4000-8000-000000000003", nil, [][2]string{{c, d}})
+	postgrestest.Complete(t, pool, mine, c, "success")
+	waitFor(t, ch, "the next completion dispatched on its notification", func() bool { return l.Stats().Dispatched == 3 && l.Stats().Notifications >= 1 })
+	st := standby.Stats()
+	assert.True(t, st.Standby)
+	assert.False(t, st.Listening, "a standby keeps no listening session")
+	assert.Zero(t, st.Notifications+st.Drains+st.Dispatched+st.Errors+st.Reconnects, "a standby does nothing: %+v", st)
+}
+
+// startStandby starts a listener that does not hold the listener's role,
+// and waits until it says it is on standby.
+func startStandby(t *testing.T, o pgcompletions.Config) (*pgcompletions.Listener, *service.Changes) {
+	t.Helper()
+	o.Logger = hclog.NewNullLogger()
+	o.Changes = &service.Changes{}
+	l := pgcompletions.New(o)
+	require.NoError(t, l.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, l.Stop(ctx))
+	})
+	waitFor(t, o.Changes, "on standby", func() bool { return l.Stats().Standby })
+	return l, o.Changes
 }
 
 // Three hosts sharing the flow partitions (each owns those whose index
-// mod 3 is its number): each completion is dispatched by the owner of its
-// partition alone, read by its drain; no host looks an event up, and the
-// other two dispatch nothing of it.
+// mod 3 is its number): the owner of ListenPartition, host 0, is the
+// share's listener and dispatches every completion, once; the other two
+// keep no listening session, so a completion costs the database one
+// notification delivery and one drain however many hosts share it.
 func TestSharingHostsDispatchEachEventOnce(t *testing.T) {
 	t.Parallel()
 	pool := database(t)
@@ -180,41 +211,36 @@ func TestSharingHostsDispatchEachEventOnce(t *testing.T) {
 			defer cancel()
 			assert.NoError(t, ls[i].Stop(ctx))
 		})
-		select {
-		case <-ls[i].Listening():
-		case <-time.After(30 * time.Second):
-			t.Fatal("a listener did not start listening")
-		}
 	}
+	select {
+	case <-ls[0].Listening():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the listener did not start listening")
+	}
+	servicetest.WaitFor(t, changes, 30*time.Second, func() bool { return ls[1].Stats().Standby && ls[2].Stats().Standby }, "hosts 1 and 2 on standby")
 	const n = 24
-	perHost := [3]int64{}
 	var downs []string
 	for k := range n {
 		pk := k % 16
 		up, down := fmt.Sprintf("d0000000-0000-4000-8000-%012d", 2*k), fmt.Sprintf("d0000000-0000-4000-8000-%012d", 2*k+1)
 		postgrestest.DAG(t, pool, pk, fmt.Sprintf("fd000000-0000-4000-8000-%012d", k), nil, [][2]string{{up, down}})
 		postgrestest.Complete(t, pool, pk, up, "success")
-		perHost[pk%3]++
 		downs = append(downs, down)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	require.NoError(t, changes.WaitFor(ctx, func() bool {
-		var dispatched int64
-		for _, l := range ls {
-			dispatched += l.Stats().Dispatched
-		}
-		return dispatched == n
-	}), "every event dispatched once")
+	require.NoError(t, changes.WaitFor(ctx, func() bool { return ls[0].Stats().Dispatched == n }), "every event dispatched by the listener")
 	for _, d := range downs {
 		assert.Equal(t, "runnable/eligible_now/waiting", phase(t, pool, d))
 	}
-	for i, l := range ls {
+	st := ls[0].Stats()
+	assert.Equal(t, int64(n), st.Notifications, "the listener hears every completion")
+	assert.Zero(t, st.AlreadyDone, "no event dispatched twice")
+	assert.Zero(t, st.Errors)
+	for _, l := range ls[1:] {
 		st := l.Stats()
-		assert.Equal(t, int64(n), st.Notifications, "every host hears every completion")
-		assert.Equal(t, perHost[i], st.Dispatched, "host %d dispatches its own partitions' events", i)
-		assert.Zero(t, st.AlreadyDone, "no event dispatched twice")
-		assert.Zero(t, st.Errors)
+		assert.True(t, st.Standby)
+		assert.Zero(t, st.Notifications+st.Drains+st.Dispatched, "a standby hears and dispatches nothing: %+v", st)
 	}
 }
 
@@ -287,107 +313,158 @@ func TestFilteredListener(t *testing.T) {
 	assert.True(t, undispatched, "left for its own host")
 }
 
-// Two hosts sharing the partitions through the database (real
-// coordinators on ffscan's share tables), one of which stalls for longer
-// than its view lasts (its fencing clock is moved past it: a GC pause, a
-// SIGSTOP, renewals slower than the view under load). Completions are
-// committed in every partition meanwhile and both listeners hear them:
-// the other host dispatches its own partitions' events at once, the
-// stalled host's are left (it may not act on them, and no one else may
-// either), and once a renewal confirms its view again it dispatches
-// them: every event dispatched exactly once, none left to the 15 s
-// reconciler. (A decision taken from the notification alone, as routing
-// each event by the partitions' owners was, drops those events for good.)
-func TestEventsOfAStalledOwnerAreDispatchedWhenItsViewReturns(t *testing.T) {
-	t.Parallel()
+// twoSharingHosts are two coordinators on ffscan's share tables, with
+// manual clocks (they tick when told to), that have divided 16 flow
+// partitions, and a listener on each. leader is the index of the host
+// that owns ListenPartition (the share's listener).
+type twoSharingHosts struct {
+	pool    *pgxpool.Pool
+	clocks  [2]*clock.Manual
+	cos     [2]*sharing.Coordinator
+	ls      [2]*pgcompletions.Listener
+	changes *service.Changes
+	leader  int
+}
+
+func startTwoSharingHosts(t *testing.T) *twoSharingHosts {
+	t.Helper()
 	ctx := context.Background()
-	pool := database(t)
+	h := &twoSharingHosts{pool: database(t), changes: &service.Changes{}}
 	parts := keys.PartitionConfig{Flow: 16, Budget: 4, Quota: 4}
-	store := pgstore.New(pool, scannerapi.Filter{}, parts)
-	clocks := [2]*clock.Manual{clock.NewManual(time.Unix(1_000_000, 0)), clock.NewManual(time.Unix(1_000_000, 0))}
-	var cos [2]*sharing.Coordinator
-	for i := range cos {
-		cos[i] = sharing.New(store, sharing.Config{ID: fmt.Sprintf("host-%d", i), Partitions: parts, Clock: clocks[i]})
+	store := pgstore.New(h.pool, scannerapi.Filter{}, parts)
+	for i := range h.cos {
+		h.clocks[i] = clock.NewManual(time.Unix(1_000_000, 0))
+		h.cos[i] = sharing.New(store, sharing.Config{ID: fmt.Sprintf("host-%d", i), Partitions: parts, Clock: h.clocks[i]})
 	}
 	// Both join, then each gives up what the other is due and takes its
-	// own (the coordinators tick when told to: their clocks are manual).
+	// own.
 	for _, i := range []int{0, 1, 0, 1} {
-		require.NoError(t, cos[i].Tick(ctx))
+		require.NoError(t, h.cos[i].Tick(ctx))
 	}
-	owner := map[uint16]int{}
-	for i, co := range cos {
+	flow := [2]int{}
+	for i, co := range h.cos {
 		for _, p := range co.Status().Partitions {
 			if p.Family == keys.FamilyFlow {
-				owner[p.Index] = i
+				flow[i]++
+				if p.Index == pgcompletions.ListenPartition {
+					h.leader = i
+				}
 			}
 		}
 	}
-	require.Len(t, owner, 16, "the two hosts divide the flow partitions")
-
-	changes := &service.Changes{}
-	var ls [2]*pgcompletions.Listener
-	for i := range ls {
-		ls[i] = pgcompletions.New(pgcompletions.Config{Pool: pool, Partitions: 16, Owns: cos[i].Owns, Gains: cos[i].Gains,
-			Logger: hclog.NewNullLogger(), Changes: changes})
-		require.NoError(t, ls[i].Start(ctx))
+	require.Equal(t, 16, flow[0]+flow[1], "the two hosts divide the flow partitions")
+	require.Positive(t, flow[1-h.leader], "the standby owns partitions of its own")
+	for i := range h.ls {
+		h.ls[i] = pgcompletions.New(pgcompletions.Config{Pool: h.pool, Partitions: 16, Owns: h.cos[i].Owns, Gains: h.cos[i].Gains,
+			LeadCheck: 10 * time.Millisecond, Logger: hclog.NewNullLogger(), Changes: h.changes})
+		require.NoError(t, h.ls[i].Start(ctx))
 		t.Cleanup(func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			assert.NoError(t, ls[i].Stop(sctx))
+			assert.NoError(t, h.ls[i].Stop(sctx))
 		})
-		select {
-		case <-ls[i].Listening():
-		case <-time.After(30 * time.Second):
-			t.Fatal("a listener did not start listening")
-		}
 	}
+	select {
+	case <-h.ls[h.leader].Listening():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the listener did not start listening")
+	}
+	h.wait(t, "the other host on standby", func() bool { return h.ls[1-h.leader].Stats().Standby })
+	return h
+}
 
-	// Host 0 stalls past its view: it owns nothing now, by its own clock,
-	// while its entries stand in the database.
-	clocks[0].Advance(10 * time.Second)
-	require.Empty(t, cos[0].Status().Partitions, "host 0's view ran out")
-	downs := map[uint16]string{}
-	perHost := [2]int64{}
-	for k := range uint16(16) {
-		up, down := fmt.Sprintf("e1000000-0000-4000-8000-%012d", 2*k), fmt.Sprintf("e1000000-0000-4000-8000-%012d", 2*k+1)
-		postgrestest.DAG(t, pool, int(k), fmt.Sprintf("fe100000-0000-4000-8000-%012d", k), nil, [][2]string{{up, down}})
-		postgrestest.Complete(t, pool, int(k), up, "success")
-		downs[k] = down
-		perHost[owner[k]]++
-	}
-	require.Positive(t, perHost[0])
-	require.Positive(t, perHost[1])
-	waitFor(t, changes, "both hosts heard every completion, host 1 dispatched its own", func() bool {
-		return ls[0].Stats().Notifications == 16 && ls[1].Stats().Notifications == 16 && ls[1].Stats().Dispatched == perHost[1]
-	})
-	for k, down := range downs {
-		want := "runnable/eligible_now/waiting"
-		if owner[k] == 0 {
-			want = "runnable/blocked_by_dependencies/waiting"
-		}
-		assert.Equal(t, want, phase(t, pool, down), "partition %d of host %d", k, owner[k])
-	}
-	assert.Zero(t, ls[0].Stats().Dispatched, "a host whose view ran out acts on nothing")
+func (h *twoSharingHosts) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	servicetest.WaitFor(t, h.changes, 30*time.Second, cond, what)
+}
 
-	// A renewal confirms host 0's view again: its partitions' events are
-	// dispatched, by it.
-	require.NoError(t, cos[0].Tick(ctx))
-	require.NotEmpty(t, cos[0].Status().Partitions, "host 0's view is valid again")
-	waitFor(t, changes, "host 0 dispatched its partitions' events once its view returned", func() bool {
-		return ls[0].Stats().Dispatched == perHost[0]
-	})
-	for k, down := range downs {
-		assert.Equal(t, "runnable/eligible_now/waiting", phase(t, pool, down), "partition %d of host %d", k, owner[k])
+// complete commits a completion in each of the 16 partitions, each the
+// upstream of an edge, and returns the downstream executions.
+func (h *twoSharingHosts) complete(t *testing.T, batch int) []string {
+	t.Helper()
+	var downs []string
+	for k := range 16 {
+		up, down := fmt.Sprintf("e%d000000-0000-4000-8000-%012d", batch, 2*k), fmt.Sprintf("e%d000000-0000-4000-8000-%012d", batch, 2*k+1)
+		postgrestest.DAG(t, h.pool, k, fmt.Sprintf("fe%d00000-0000-4000-8000-%012d", batch, k), nil, [][2]string{{up, down}})
+		postgrestest.Complete(t, h.pool, k, up, "success")
+		downs = append(downs, down)
+	}
+	return downs
+}
+
+func (h *twoSharingHosts) assertAllDispatched(t *testing.T, downs []string) {
+	t.Helper()
+	for _, d := range downs {
+		assert.Equal(t, "runnable/eligible_now/waiting", phase(t, h.pool, d), "%s", d)
 	}
 	var pending int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL").Scan(&pending))
+	require.NoError(t, h.pool.QueryRow(context.Background(), "SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL").Scan(&pending))
 	assert.Zero(t, pending)
-	for i, l := range ls {
+	for i, l := range h.ls {
 		st := l.Stats()
-		assert.Equal(t, perHost[i], st.Dispatched, "host %d dispatched its own partitions' events", i)
-		assert.Zero(t, st.AlreadyDone, "no event dispatched twice")
-		assert.Zero(t, st.Errors)
+		assert.Zero(t, st.AlreadyDone, "host %d: no event dispatched twice", i)
+		assert.Zero(t, st.Errors, "host %d", i)
 	}
+}
+
+// The listener's host stalls for longer than its view lasts (its fencing
+// clock is moved past it: a GC pause, a SIGSTOP, renewals slower than the
+// view under load): it stops acting as the listener, and no host listens
+// while its entries stand in the database. Completions committed in every
+// partition meanwhile wait, and once a renewal confirms its view again it
+// listens again and dispatches them all: every event exactly once, none
+// left to the 15 s reconciler. The standby dispatches nothing throughout.
+func TestEventsOfAStalledListenerAreDispatchedWhenItsViewReturns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := startTwoSharingHosts(t)
+	leader, standby := h.ls[h.leader], h.ls[1-h.leader]
+
+	h.clocks[h.leader].Advance(10 * time.Second)
+	require.Empty(t, h.cos[h.leader].Status().Partitions, "the listener's view ran out")
+	h.wait(t, "the stalled listener closed its session", func() bool { return leader.Stats().Standby && !leader.Stats().Listening })
+	downs := h.complete(t, 1)
+	for _, d := range downs {
+		assert.Equal(t, "runnable/blocked_by_dependencies/waiting", phase(t, h.pool, d), "no host may dispatch while the role's view ran out")
+	}
+
+	require.NoError(t, h.cos[h.leader].Tick(ctx))
+	require.NotEmpty(t, h.cos[h.leader].Status().Partitions, "its view is valid again")
+	h.wait(t, "the listener dispatched every event once its view returned", func() bool { return leader.Stats().Dispatched == 16 })
+	h.assertAllDispatched(t, downs)
+	assert.Zero(t, leader.Stats().Reconnects, "losing the role is not a lost connection")
+	assert.Zero(t, standby.Stats().Dispatched+standby.Stats().Notifications)
+	assert.True(t, standby.Stats().Standby)
+}
+
+// The listener's host leaves (a shutdown, or its death once its entries
+// lapse): the other host takes its partitions, ListenPartition among
+// them, and with it the listener's role. Its first drain dispatches the
+// completions committed while no host listened, and it dispatches the
+// next ones on their notifications.
+func TestTheListenersRoleMovesWithItsPartition(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := startTwoSharingHosts(t)
+	leader, standby := h.ls[h.leader], h.ls[1-h.leader]
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, leader.Stop(sctx))
+	h.cos[h.leader].Leave(ctx)
+
+	downs := h.complete(t, 2)
+	require.NoError(t, h.cos[1-h.leader].Tick(ctx))
+	require.True(t, h.cos[1-h.leader].Owns(keys.Partition{Family: keys.FamilyFlow, Index: pgcompletions.ListenPartition}), "the other host took the listener's partition")
+	h.wait(t, "the new listener dispatched what was committed while no host listened", func() bool { return standby.Stats().Dispatched == 16 })
+	h.assertAllDispatched(t, downs)
+	assert.False(t, standby.Stats().Standby)
+	assert.Zero(t, leader.Stats().Dispatched, "the old listener dispatched nothing of them")
+
+	downs = h.complete(t, 3)
+	h.wait(t, "the next completions dispatched on their notifications", func() bool {
+		return standby.Stats().Dispatched == 32 && standby.Stats().Notifications >= 1
+	})
+	h.assertAllDispatched(t, downs)
 }
 
 // Completions of one partition committed together, all advancing one
