@@ -18,7 +18,7 @@ GO=${GO:-go}
 # database, and each completion must be routed and dispatched once.
 declare -A TESTS=(
 	[./cmd/ffscan]='^(TestThreeHostsShareOnePostgres|TestHostsShareBehindATransactionPooler)$'
-	[./host/pgcompletions]='^(TestSharingHostsDispatchEachEventOnce|TestBehindATransactionPooler|TestDispatchesOfOnePartitionDoNotConflict|TestEventsOfAStalledOwnerAreDispatchedWhenItsViewReturns)$'
+	[./host/pgcompletions]='^(TestSharingHostsDispatchEachEventOnce|TestBehindATransactionPooler|TestDispatchesOfOnePartitionDoNotConflict|TestEventsOfAStalledListenerAreDispatchedWhenItsViewReturns|TestTheListenersRoleMovesWithItsPartition|TestTheListenerDrainsEveryPartitionAndAStandbyNothing)$'
 	[./host/sharing]='^TestPostgresShares$'
 )
 
