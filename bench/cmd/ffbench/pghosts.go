@@ -59,8 +59,8 @@ type pgHostsRun struct {
 	Hosts int
 	Items int
 	// Xacts are the database's transactions (commits and rollbacks) from
-	// the seeding to the last completion dispatched, the bench's own
-	// progress reads taken out.
+	// the seeding's end to the hosts' stop after the last completion
+	// dispatched, the bench's own progress reads taken out.
 	Xacts int64
 	// Took is from the leases' lapse to the last completion dispatched.
 	Took time.Duration
@@ -69,8 +69,9 @@ type pgHostsRun struct {
 	// work that is not the items', more the longer a drain takes.
 	Counted time.Duration
 	Idle    float64
-	// toEnd is from the count's start to the drain's end.
-	toEnd time.Duration
+	// toEnd is from the count's start to the drain's end, stopping from
+	// the drain's end to the hosts' sessions gone (the count's end).
+	toEnd, stopping time.Duration
 	// Calls are the calls of the library's functions over the same time,
 	// by name (pg_stat_user_functions: with the time spent in each, its
 	// callees included), Rollbacks the transactions rolled back
@@ -96,8 +97,8 @@ type pgHostsRun struct {
 	// (pgProcessKind).
 	ServerCPUBy map[string]time.Duration
 	// Statements are the calls of each statement (labelled) from the
-	// count's start to the drain's end, Settle those of the wait for the
-	// statistics after it (-pgstatements; nil without).
+	// count's start to the drain's end, Settle those from then to the
+	// count's end, the hosts' stop (-pgstatements; nil without).
 	Statements, Settle map[string]int64
 	// Drains are every drain of this count of hosts (pgHostsDrains), in
 	// their order: Took and the transactions per item of the run are
@@ -323,12 +324,11 @@ func pgChildScans(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 // pgStatsSettle waits d for the backends to report their counts.
 // PostgreSQL 15 flushes a backend's statistics at most once a second, and
 // those of a backend that went idle within a second of its last flush
-// only 10 s later (PGSTAT_IDLE_INTERVAL): a count's end waits
-// pgStatsIdleFlush (with 2 s, a count of one host read 0.886 calls of
-// expire_lapsed_lease per item where every item was ended once). Its
-// start does not wait: the seeding flushes its own counts (execFlushed),
-// and what the idle hosts' backends hold back at the start they hold back
-// at the end too.
+// only 10 s later (PGSTAT_IDLE_INTERVAL), or when it exits: a count's end
+// stops the hosts and waits for their sessions to exit
+// (pgHostSessionsGone); its start waits pgStatsIdleFlush after the hosts
+// started (pgHostsFresh), so that their start-up counts are in before it,
+// and the seeding flushes its own (execFlushed).
 func pgStatsSettle(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
@@ -340,6 +340,52 @@ func pgStatsSettle(ctx context.Context, d time.Duration) error {
 
 // pgStatsIdleFlush is how long an idle backend may keep its counts.
 const pgStatsIdleFlush = 11 * time.Second
+
+// pgHostSessionsGone waits until no session of the bench database is left
+// but the bench's own: a session's counts are flushed before it leaves
+// pg_stat_activity.
+func pgHostSessionsGone(ctx context.Context, stats *pgxpool.Pool) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := stats.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = 'bench' AND backend_type = 'client backend' AND application_name <> $1`, benchAppName).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d sessions of the stopped hosts still open 30 s after the stop", n)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// pgHostsFresh empties the tables and the share, starts k hosts, and
+// waits pgStatsIdleFlush for their start-up counts (the library's
+// warm-up, the share's first ticks) to be flushed before a count starts.
+func (b *bench) pgHostsFresh(ctx context.Context, pool *pgxpool.Pool, dsn string, k int) (hs []*hostproc.Proc, stop func(), err error) {
+	if err := pgHostsReset(ctx, pool); err != nil {
+		return nil, nil, err
+	}
+	hs, err = b.startPGHosts(ctx, dsn, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop = func() {
+		for _, h := range hs {
+			h.Stop()
+		}
+	}
+	if err := pgStatsSettle(ctx, pgStatsIdleFlush); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return hs, stop, nil
+}
 
 // pgHostsIdleOnce measures the idle cost of the running hosts over window.
 func (b *bench) pgHostsIdleOnce(ctx context.Context, pool, stats *pgxpool.Pool, pgPid, hosts int, window time.Duration) (pgHostsIdle, error) {
@@ -386,8 +432,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // pgHostsDrain seeds n lapses due in pgHostsLead and counts the database's
 // transactions until every one was acted on and its completion
-// dispatched.
-func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgPid int, hosts []*hostproc.Proc, n int) (pgHostsRun, error) {
+// dispatched. The hosts are fresh (started for this drain, their start-up
+// counts flushed: pgHostsFresh) and stop is called at the drain's end:
+// the count ends once their sessions are gone, each having flushed its
+// counts as it exited. (Counted while the hosts ran on, the count's end
+// had to wait pgStatsIdleFlush for their idle sessions' counts, and held
+// those 11 s of the hosts' idle reads and share renewals: 0.014 per item
+// with one host, 0.039 with three, at 5,000 items.)
+func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgPid int, hosts []*hostproc.Proc, stop func(), n int) (pgHostsRun, error) {
 	run := pgHostsRun{Hosts: len(hosts), Items: n}
 	hostsCPU := func() time.Duration {
 		var total time.Duration
@@ -474,9 +526,12 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgP
 	}
 	stopSampling()
 	<-sampled
-	if err := pgStatsSettle(ctx, pgStatsIdleFlush); err != nil {
+	stopped := time.Now()
+	stop()
+	if err := pgHostSessionsGone(ctx, stats); err != nil {
 		return run, err
 	}
+	run.stopping = time.Since(stopped)
 	x1, err := pgXacts(ctx, stats)
 	if err != nil {
 		return run, err
@@ -588,21 +643,15 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 	res.Raw = raws[1]
 	b.logf("pghosts: raw loop: %d lapses ended in %s (median of %s)", n, res.Raw.Round(time.Millisecond), raws)
 	for k := 1; k <= 3; k++ {
-		if err := pgHostsReset(ctx, pool); err != nil {
-			return nil, err
-		}
-		hs, err := b.startPGHosts(ctx, dsn, k)
+		// The idle cost, then each drain on hosts of its own (started
+		// fresh, stopped at its end: pgHostsDrain).
+		_, stop, err := b.pgHostsFresh(ctx, pool, dsn, k)
 		if err != nil {
 			return nil, err
-		}
-		stop := func() {
-			for _, h := range hs {
-				h.Stop()
-			}
 		}
 		idle, err := b.pgHostsIdleOnce(ctx, pool, stats, srv.Pid(), k, window)
+		stop()
 		if err != nil {
-			stop()
 			return nil, err
 		}
 		res.Idle = append(res.Idle, idle)
@@ -610,9 +659,13 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 			k, idle.Xacts, idle.Scans, 100*idle.ServerCPU)
 		var drains []pgHostsRun
 		for range pgHostsDrains {
-			d, err := b.pgHostsDrain(ctx, pool, stats, srv.Pid(), hs, n)
+			hs, stop, err := b.pgHostsFresh(ctx, pool, dsn, k)
 			if err != nil {
-				stop()
+				return nil, err
+			}
+			d, err := b.pgHostsDrain(ctx, pool, stats, srv.Pid(), hs, stop, n)
+			stop() // (stopped already unless the drain failed first)
+			if err != nil {
 				return nil, err
 			}
 			d.Idle = idle.Xacts
@@ -624,6 +677,10 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 		if k == 3 {
 			// Takeover: one of the three killed; a lapse in every flow
 			// partition right after.
+			hs, stop, err := b.pgHostsFresh(ctx, pool, dsn, k)
+			if err != nil {
+				return nil, err
+			}
 			_ = syscall.Kill(-hs[2].Pid(), syscall.SIGKILL)
 			killed := time.Now()
 			parts := int(keys.DefaultPartitionConfig().Flow)
@@ -651,8 +708,8 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 			}
 			res.Takeover, res.TakeoverItems = time.Since(killed), parts
 			b.logf("pghosts: kill -9 of one of three hosts: a lapse in every partition acted on %s after the kill", res.Takeover.Round(time.Millisecond))
+			stop()
 		}
-		stop()
 	}
 	return res, nil
 }
@@ -683,11 +740,10 @@ func (r *pgHostsResult) print(w io.Writer) {
 			1e6*run.ServerCPU.Seconds()/float64(run.Items), 1e6*run.HostsCPU.Seconds()/float64(run.Items))
 		p("     PostgreSQL's CPU by what it served, per item: %s", cpuByLine(run.ServerCPUBy, run.Items, 12))
 		if run.Statements != nil {
-			settle := run.Counted - run.toEnd
 			p("     the median drain's statements, from the count's start to the drain's end (%s): %s",
 				run.toEnd.Round(100*time.Millisecond), statementsLine(run.Statements, float64(run.Items), "per item", 12))
-			p("     and over the %s after it, every item done (the wait for the statistics): %s",
-				settle.Round(100*time.Millisecond), statementsLine(run.Settle, settle.Seconds(), "per second", 8))
+			p("     and over the %s after it, every item done, the hosts stopping (the count's end): %s",
+				run.stopping.Round(10*time.Millisecond), statementsLine(run.Settle, float64(run.Items), "per item", 8))
 		}
 	}
 	if first.Items > 0 {
