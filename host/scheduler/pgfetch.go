@@ -103,6 +103,11 @@ func (sw *sweep) fetchPostgres(ctx context.Context, parts []keys.Partition) []*p
 			if !sw.clocked && sw.clockErr == nil {
 				sw.clockErr = err
 			}
+			if ctx.Err() != nil {
+				// The host is stopping (or the sweep was cut short): the
+				// read did not fail, and nothing is acted on without it.
+				return states
+			}
 			r.noteErr(sw.sum, pgClass(err), "fetch", 1)
 			r.log.Warn("postgres candidate read failed", "function", src.Key, "error", err)
 			continue

@@ -314,3 +314,17 @@ func TestPostgresWakeupsDroppedWhenAReadFails(t *testing.T) {
 	assert.Zero(t, r.Status().Scheduled)
 	assert.Zero(t, r.Status().Processed)
 }
+
+// A sweep whose read the host's stop cut short did not fail: it counts no
+// error (the loop logs nothing for a cycle that ended with its context),
+// and the cycle says why it ended.
+func TestPostgresReadCutShortByAStopIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	pool := postgrestest.SchemaDB(t, 2)
+	r, _, _ := pgRunner(t, pool, pgreconcilers.NewDelayedPromoter(), false)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	sum, err := r.Cycle(ctx, CycleOptions{})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Zero(t, sum.ErrorTotal(), "errors counted: %v", sum.Errors)
+}
