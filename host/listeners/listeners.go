@@ -57,8 +57,9 @@ type Config struct {
 	Partitions     keys.PartitionConfig
 	// Owns is this host's share of the partitions (nil: every one), and
 	// Gains counts the times it came to own partitions it could not act on
-	// before (sharing.Coordinator.Gains; nil with Owns nil): the Postgres
-	// listener reads the events left meanwhile at each.
+	// before (sharing.Coordinator.Gains; nil with Owns nil). The Postgres
+	// listener listens for the share while this host owns flow partition
+	// pgcompletions.ListenPartition, and drains at each gain.
 	Owns    func(keys.Partition) bool
 	Gains   func() (uint64, <-chan struct{})
 	Metrics completions.Metrics
