@@ -66,9 +66,9 @@ func start(t *testing.T, pool *pgxpool.Pool) (*pgcompletions.Listener, *service.
 	return startWith(t, pgcompletions.Config{Pool: pool})
 }
 
-// startWith starts a listener, told of its changes on the Changes it
-// returns.
-func startWith(t *testing.T, o pgcompletions.Config) (*pgcompletions.Listener, *service.Changes) {
+// launch starts a listener, told of its changes on the Changes it
+// returns, and stops it at the test's end.
+func launch(t *testing.T, o pgcompletions.Config) (*pgcompletions.Listener, *service.Changes) {
 	t.Helper()
 	o.Logger = hclog.NewNullLogger()
 	o.Changes = &service.Changes{}
@@ -79,13 +79,21 @@ func startWith(t *testing.T, o pgcompletions.Config) (*pgcompletions.Listener, *
 		defer cancel()
 		assert.NoError(t, l.Stop(ctx))
 	})
+	return l, o.Changes
+}
+
+// startWith launches a listener that holds the listener's role, and waits
+// until it listens.
+func startWith(t *testing.T, o pgcompletions.Config) (*pgcompletions.Listener, *service.Changes) {
+	t.Helper()
+	l, ch := launch(t, o)
 	select {
 	case <-l.Listening():
 	case <-time.After(30 * time.Second):
 		t.Fatal("the listener did not start listening")
 	}
 	assert.True(t, l.Stats().Listening, "its stats say it listens")
-	return l, o.Changes
+	return l, ch
 }
 
 // waitFor waits until cond (a database read) holds, checking it at every
@@ -178,17 +186,9 @@ func TestTheListenerDrainsEveryPartitionAndAStandbyNothing(t *testing.T) {
 // and waits until it says it is on standby.
 func startStandby(t *testing.T, o pgcompletions.Config) (*pgcompletions.Listener, *service.Changes) {
 	t.Helper()
-	o.Logger = hclog.NewNullLogger()
-	o.Changes = &service.Changes{}
-	l := pgcompletions.New(o)
-	require.NoError(t, l.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, l.Stop(ctx))
-	})
-	waitFor(t, o.Changes, "on standby", func() bool { return l.Stats().Standby })
-	return l, o.Changes
+	l, ch := launch(t, o)
+	waitFor(t, ch, "on standby", func() bool { return l.Stats().Standby })
+	return l, ch
 }
 
 // Three hosts sharing the flow partitions (each owns those whose index
