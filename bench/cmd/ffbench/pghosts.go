@@ -27,11 +27,27 @@ import (
 	"github.com/ffscan/ffscan/keys"
 )
 
-// pgHostsLead is how far in the future the drain's leases lapse, from
-// the seeding's start: the hosts have divided the partitions, and the
-// seeding has ended and the transaction count started, before they are
-// due.
+// pgHostsLead is how long before the drain's leases lapse its
+// transaction count starts.
 const pgHostsLead = 3 * time.Second
+
+// The drain's leases are seeded before its hosts start (pgHostsFresh),
+// with their lapse far enough ahead that the hosts have started, divided
+// the partitions and flushed their start-up counts by then: as long as
+// the idle hosts took to get there (settled), half their start again,
+// and pgHostsSeedMargin more. The seeding's ANALYZE of the two tables' 512
+// children sends thousands of catalog invalidations, and every session
+// open then is signalled to catch up on them, which an idle session does
+// in a transaction of its own, counted when it next flushes its counts
+// (after a statement that reads a table):
+// seeded with the hosts running, those transactions of every idle session
+// of theirs (about 15 a host) landed in the drain's count, more the more
+// hosts (docs/performance.md).
+const pgHostsSeedMargin = 5 * time.Second
+
+func pgHostsSeedLead(settled time.Duration) time.Duration {
+	return settled + (settled-pgStatsIdleFlush)/2 + pgHostsSeedMargin + pgHostsLead
+}
 
 // pgHostsMaxItems caps the drain (the Postgres drain's size, quick 2000,
 // full 20 000): the hosts work at their default intervals, not back to
@@ -41,12 +57,13 @@ const pgHostsMaxItems = 5000
 // pgHostsDrains is how many drains each count of hosts runs: the time
 // and the transactions per item compared are their medians. One drain of
 // about 2 s moved by half a second from run to run on a 2-core machine,
-// more than the ratios' targets allow; and autovacuum, which visits the
+// more than the ratios' targets allow. (Autovacuum, which visits the
 // database once a minute and then vacuums or analyzes up to several
-// hundred of the tables' children (each a transaction of the
-// database's), falls in about one count in three: one host's three
-// drains of one run read 0.327, 0.294 and 0.457 transactions per item,
-// the last with a visit of 587 tables in its count.
+// hundred of the tables' children, each a transaction of the database's,
+// fell in about one count in three: one host's three drains of one run
+// read 0.327, 0.294 and 0.457 transactions per item, the last with a
+// visit of 587 tables in its count. It is off in this section's server
+// now: runPGHosts.)
 const pgHostsDrains = 3
 
 // pgHostsDrainLimitPer1000 bounds a drain, per thousand items, before the
@@ -364,16 +381,26 @@ func pgHostSessionsGone(ctx context.Context, stats *pgxpool.Pool) error {
 	}
 }
 
-// pgHostsFresh empties the tables and the share, starts k hosts, and
-// waits pgStatsIdleFlush for their start-up counts (the library's
-// warm-up, the share's first ticks) to be flushed before a count starts.
-func (b *bench) pgHostsFresh(ctx context.Context, pool *pgxpool.Pool, dsn string, k int) (hs []*hostproc.Proc, stop func(), err error) {
+// pgHostsFresh empties the tables and the share, seeds items lapses
+// (none for 0) due in lead, starts k hosts, and waits pgStatsIdleFlush
+// for their start-up counts (the library's warm-up, the share's first
+// ticks) to be flushed before a count starts. It returns when the items
+// lapse and how long the hosts took to get there from their start.
+func (b *bench) pgHostsFresh(ctx context.Context, pool *pgxpool.Pool, dsn string, k, items int, lead time.Duration) (hs []*hostproc.Proc, stop func(), due time.Time, settled time.Duration, err error) {
 	if err := pgHostsReset(ctx, pool); err != nil {
-		return nil, nil, err
+		return nil, nil, due, 0, err
 	}
+	if items > 0 {
+		// Seeded before the hosts start: the seeding's catalog
+		// invalidations reach no session of theirs (pgHostsSeedMargin).
+		if due, err = seedLapsesAt(ctx, pool, items, lead.Milliseconds(), false); err != nil {
+			return nil, nil, due, 0, err
+		}
+	}
+	t0 := time.Now()
 	hs, err = b.startPGHosts(ctx, dsn, k)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, due, 0, err
 	}
 	stop = func() {
 		for _, h := range hs {
@@ -382,9 +409,9 @@ func (b *bench) pgHostsFresh(ctx context.Context, pool *pgxpool.Pool, dsn string
 	}
 	if err := pgStatsSettle(ctx, pgStatsIdleFlush); err != nil {
 		stop()
-		return nil, nil, err
+		return nil, nil, due, 0, err
 	}
-	return hs, stop, nil
+	return hs, stop, due, time.Since(t0), nil
 }
 
 // pgHostsIdleOnce measures the idle cost of the running hosts over window.
@@ -430,16 +457,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// pgHostsDrain seeds n lapses due in pgHostsLead and counts the database's
-// transactions until every one was acted on and its completion
-// dispatched. The hosts are fresh (started for this drain, their start-up
-// counts flushed: pgHostsFresh) and stop is called at the drain's end:
+// pgHostsDrain counts the database's transactions from pgHostsLead
+// before the n lapses seeded for it are due until every one was acted on
+// and its completion dispatched. The hosts are fresh (started for this
+// drain after the seeding, their start-up counts flushed: pgHostsFresh)
+// and stop is called at the drain's end:
 // the count ends once their sessions are gone, each having flushed its
 // counts as it exited. (Counted while the hosts ran on, the count's end
 // had to wait pgStatsIdleFlush for their idle sessions' counts, and held
 // those 11 s of the hosts' idle reads and share renewals: 0.014 per item
 // with one host, 0.039 with three, at 5,000 items.)
-func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgPid int, hosts []*hostproc.Proc, stop func(), n int) (pgHostsRun, error) {
+func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgPid int, hosts []*hostproc.Proc, stop func(), n int, due time.Time) (pgHostsRun, error) {
 	run := pgHostsRun{Hosts: len(hosts), Items: n}
 	hostsCPU := func() time.Duration {
 		var total time.Duration
@@ -449,13 +477,10 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgP
 		return total
 	}
 	// Every lease lapses at due, by the database's clock (the machine's:
-	// the server runs here).
-	due, err := seedLapsesAt(ctx, pool, n, pgHostsLead.Milliseconds(), true)
-	if err != nil {
+	// the server runs here); the count starts pgHostsLead before.
+	if err := sleepCtx(ctx, time.Until(due.Add(-pgHostsLead))); err != nil {
 		return run, err
 	}
-	// The seeding's transactions are counted already (flushed): the count
-	// starts now.
 	c0, err := pgCalls(ctx, pool)
 	if err != nil {
 		return run, err
@@ -480,7 +505,7 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgP
 	serverCPU0, hostsCPU0 := pgServerCPU(pgPid), hostsCPU()
 	t0 := time.Now()
 	if !t0.Before(due) {
-		return run, fmt.Errorf("%d hosts: the count started %s after the lapse (the seeding took longer than pgHostsLead)", len(hosts), t0.Sub(due))
+		return run, fmt.Errorf("%d hosts: the count started %s after the lapse (the hosts took longer to start than the seeding allowed for: pgHostsSeedLead)", len(hosts), t0.Sub(due))
 	}
 	sctx, stopSampling := context.WithCancel(ctx)
 	sampled := make(chan struct{})
@@ -563,8 +588,9 @@ func (b *bench) pgHostsDrain(ctx context.Context, pool, stats *pgxpool.Pool, pgP
 }
 
 // pgHostsReset empties the tables the benchmark fills, and the share (no
-// host runs). It vacuums and analyses them too, so that autovacuum does
-// not do it (its transactions are the database's) in the next count.
+// host runs). It vacuums and analyses them too, as autovacuum would
+// (which is off in this section's server: runPGHosts), outside the
+// counts.
 func pgHostsReset(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := execFlushed(ctx, pool, []string{"DELETE FROM ffscan.share_owner", "DELETE FROM ffscan.share_member",
 		"DELETE FROM ff_exec_core", "DELETE FROM ff_attempt", "DELETE FROM ff_completion_event", "DELETE FROM ff_lease_event",
@@ -581,9 +607,18 @@ func pgHostsReset(ctx context.Context, pool *pgxpool.Pool) error {
 // against one, and the time a killed host's partitions wait.
 func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*pgHostsResult, error) {
 	n = min(n, pgHostsMaxItems)
-	var settings []string
+	// No autovacuum: the reset before each count vacuums and analyses
+	// the tables instead. Left on, its visits (one a minute) fell in some
+	// counts and not others, with one analyze transaction for each of
+	// dozens of children the drain had changed, and the catch-up
+	// transaction its invalidations cost every idle session of the hosts
+	// (pgHostsSeedMargin): one drain of three hosts read 0.235, the next
+	// 0.333 transactions per item. The catch-ups are a cost of each
+	// analyze by the number of the hosts' sessions, not of the items
+	// (docs/performance.md).
+	settings := []string{"autovacuum=off"}
 	if b.pgStatements {
-		settings = pgStatementsSettings
+		settings = append(settings, pgStatementsSettings...)
 	}
 	srv, pool, dsn, err := startPostgres(ctx, settings...)
 	if err != nil {
@@ -645,7 +680,7 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 	for k := 1; k <= 3; k++ {
 		// The idle cost, then each drain on hosts of its own (started
 		// fresh, stopped at its end: pgHostsDrain).
-		_, stop, err := b.pgHostsFresh(ctx, pool, dsn, k)
+		_, stop, _, settled, err := b.pgHostsFresh(ctx, pool, dsn, k, 0, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -659,11 +694,11 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 			k, idle.Xacts, idle.Scans, 100*idle.ServerCPU)
 		var drains []pgHostsRun
 		for range pgHostsDrains {
-			hs, stop, err := b.pgHostsFresh(ctx, pool, dsn, k)
+			hs, stop, due, _, err := b.pgHostsFresh(ctx, pool, dsn, k, n, pgHostsSeedLead(settled))
 			if err != nil {
 				return nil, err
 			}
-			d, err := b.pgHostsDrain(ctx, pool, stats, srv.Pid(), hs, stop, n)
+			d, err := b.pgHostsDrain(ctx, pool, stats, srv.Pid(), hs, stop, n, due)
 			stop() // (stopped already unless the drain failed first)
 			if err != nil {
 				return nil, err
@@ -677,7 +712,7 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 		if k == 3 {
 			// Takeover: one of the three killed; a lapse in every flow
 			// partition right after.
-			hs, stop, err := b.pgHostsFresh(ctx, pool, dsn, k)
+			hs, stop, _, _, err := b.pgHostsFresh(ctx, pool, dsn, k, 0, 0)
 			if err != nil {
 				return nil, err
 			}
@@ -717,7 +752,7 @@ func (b *bench) runPGHosts(ctx context.Context, n int, window time.Duration) (*p
 func (r *pgHostsResult) print(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("12. POSTGRES HOSTS: 1, 2 and 3 host processes without Valkey on one database, sharing its partitions through it,")
-	p("   the %d Postgres reconcilers at their defaults and the completion listener on each; load %s", r.Scanners, r.Load)
+	p("   the %d Postgres reconcilers at their defaults and the completion listener on one of them; autovacuum off (the tables are vacuumed and analyzed before each count); load %s", r.Scanners, r.Load)
 	var one, oneNet float64
 	var first pgHostsRun
 	for _, run := range r.Runs {
